@@ -1341,7 +1341,9 @@ type QueueRecord struct {
 	NackedTotal   int64                  `protobuf:"varint,6,opt,name=nacked_total,json=nackedTotal,proto3" json:"nacked_total,omitempty"`
 	ExpiredTotal  int64                  `protobuf:"varint,7,opt,name=expired_total,json=expiredTotal,proto3" json:"expired_total,omitempty"`
 	MessageCount  uint64                 `protobuf:"varint,8,opt,name=message_count,json=messageCount,proto3" json:"message_count,omitempty"`
-	Dedup         []*DedupEntry          `protobuf:"bytes,9,rep,name=dedup,proto3" json:"dedup,omitempty"`
+	// Followed by message_count MessageRecords, then dedup_count DedupEntries.
+	DedupCount    uint64 `protobuf:"varint,9,opt,name=dedup_count,json=dedupCount,proto3" json:"dedup_count,omitempty"`
+	IsDlq         bool   `protobuf:"varint,10,opt,name=is_dlq,json=isDlq,proto3" json:"is_dlq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1432,11 +1434,18 @@ func (x *QueueRecord) GetMessageCount() uint64 {
 	return 0
 }
 
-func (x *QueueRecord) GetDedup() []*DedupEntry {
+func (x *QueueRecord) GetDedupCount() uint64 {
 	if x != nil {
-		return x.Dedup
+		return x.DedupCount
 	}
-	return nil
+	return 0
+}
+
+func (x *QueueRecord) GetIsDlq() bool {
+	if x != nil {
+		return x.IsDlq
+	}
+	return false
 }
 
 type DedupEntry struct {
@@ -1765,7 +1774,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\vlast_now_ms\x18\x02 \x01(\x03R\tlastNowMs\x12#\n" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x1f\n" +
 	"\vqueue_count\x18\x04 \x01(\x04R\n" +
-	"queueCount\"\xd0\x02\n" +
+	"queueCount\"\xd8\x02\n" +
 	"\vQueueRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x06config\x18\x02 \x01(\v2\x15.raftq.v1.QueueConfigR\x06config\x12\x19\n" +
@@ -1775,8 +1784,11 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"ackedTotal\x12!\n" +
 	"\fnacked_total\x18\x06 \x01(\x03R\vnackedTotal\x12#\n" +
 	"\rexpired_total\x18\a \x01(\x03R\fexpiredTotal\x12#\n" +
-	"\rmessage_count\x18\b \x01(\x04R\fmessageCount\x12.\n" +
-	"\x05dedup\x18\t \x03(\v2\x18.raftq.fsm.v1.DedupEntryR\x05dedup\"e\n" +
+	"\rmessage_count\x18\b \x01(\x04R\fmessageCount\x12\x1f\n" +
+	"\vdedup_count\x18\t \x01(\x04R\n" +
+	"dedupCount\x12\x15\n" +
+	"\x06is_dlq\x18\n" +
+	" \x01(\bR\x05isDlq\"e\n" +
 	"\n" +
 	"DedupEntry\x12\x19\n" +
 	"\bdedup_id\x18\x01 \x01(\tR\adedupId\x12\x1d\n" +
@@ -1883,13 +1895,12 @@ var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	9,  // 24: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
 	9,  // 25: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
 	25, // 26: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.v1.QueueConfig
-	22, // 27: raftq.fsm.v1.QueueRecord.dedup:type_name -> raftq.fsm.v1.DedupEntry
-	24, // 28: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	24, // 27: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_raftq_fsm_v1_command_proto_init() }

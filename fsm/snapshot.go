@@ -1,0 +1,327 @@
+package fsm
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/google/btree"
+	"github.com/hashicorp/raft"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"google.golang.org/protobuf/encoding/protodelim"
+	"google.golang.org/protobuf/proto"
+)
+
+const snapshotVersion = 1
+
+// maxRecordBytes bounds one snapshot record on restore: the largest message
+// plus headers and metadata, with room to spare.
+const maxRecordBytes = MaxMessageBytesCap + 4*MaxHeaderBytes + 1<<20
+
+// frozen is a point-in-time copy of the state made in O(queues): the
+// message and dedup trees are cloned copy-on-write and messages are
+// immutable, so nothing large is copied while Apply waits.
+type frozen struct {
+	index   uint64
+	lastNow int64
+	queues  []frozenQueue
+}
+
+type frozenQueue struct {
+	rec   *fsmv1.QueueRecord
+	msgs  *btree.BTreeG[msgItem]
+	dedup *btree.BTreeG[dedupEntry]
+}
+
+// freeze must be called with the write lock held (Clone marks the trees).
+func (f *FSM) freeze() *frozen {
+	fr := &frozen{index: f.appliedIndex, lastNow: f.lastNow}
+	for _, name := range f.sortedQueueNames() {
+		q := f.queues[name]
+		fr.queues = append(fr.queues, frozenQueue{
+			rec: &fsmv1.QueueRecord{
+				Name:          q.name,
+				Config:        proto.Clone(q.raw).(*raftqv1.QueueConfig),
+				AutoDlq:       q.autoDLQ,
+				IsDlq:         q.isDLQ,
+				EnqueuedTotal: q.enqueuedTotal,
+				AckedTotal:    q.ackedTotal,
+				NackedTotal:   q.nackedTotal,
+				ExpiredTotal:  q.expiredTotal,
+				MessageCount:  uint64(q.msgs.Len()),
+				DedupCount:    uint64(q.dedup.Len()),
+			},
+			msgs:  q.msgs.Clone(),
+			dedup: q.dedup.Clone(),
+		})
+	}
+	return fr
+}
+
+// write streams the frozen state as length-delimited records.
+func (fr *frozen) write(w io.Writer) error {
+	opts := proto.MarshalOptions{Deterministic: true}
+	put := func(m proto.Message) error {
+		b, err := opts.Marshal(m)
+		if err != nil {
+			return err
+		}
+		var lenBuf [10]byte
+		n := putUvarint(lenBuf[:], uint64(len(b)))
+		if _, err := w.Write(lenBuf[:n]); err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	if err := put(&fsmv1.SnapshotHeader{Version: snapshotVersion, LastNowMs: fr.lastNow, AppliedIndex: fr.index, QueueCount: uint64(len(fr.queues))}); err != nil {
+		return err
+	}
+	for _, fq := range fr.queues {
+		if err := put(fq.rec); err != nil {
+			return err
+		}
+		var err error
+		fq.msgs.Ascend(func(it msgItem) bool {
+			err = put(messageRecord(it.m))
+			return err == nil
+		})
+		if err != nil {
+			return err
+		}
+		fq.dedup.Ascend(func(e dedupEntry) bool {
+			err = put(&fsmv1.DedupEntry{DedupId: e.dedupID, MessageId: e.messageID, ExpiresMs: e.expiresMs})
+			return err == nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func putUvarint(buf []byte, x uint64) int {
+	i := 0
+	for x >= 0x80 {
+		buf[i] = byte(x) | 0x80
+		x >>= 7
+		i++
+	}
+	buf[i] = byte(x)
+	return i + 1
+}
+
+func messageRecord(m *message) *fsmv1.MessageRecord {
+	return &fsmv1.MessageRecord{
+		Id: m.id, Payload: m.payload, Headers: m.headers, Priority: m.priority,
+		FairnessKey: m.fairnessKey, Weight: m.weight, ThrottleKeys: m.throttleKeys,
+		EnqueuedMs: m.enqueuedMs, VisibleMs: m.visibleMs, ExpiresMs: m.expiresMs,
+		Attempts: m.attempts, LeaseToken: m.leaseToken, ConsumerId: m.consumerID,
+		DeadlineMs: m.deadlineMs, OriginQueue: m.origin, DeadLetterReason: m.dlReason,
+		DedupId: m.dedupID,
+	}
+}
+
+// digest hashes the canonical serialisation of the frozen state.
+func (fr *frozen) digest() (string, error) {
+	h := sha256.New()
+	bw := bufio.NewWriterSize(h, 64<<10)
+	if err := fr.write(bw); err != nil {
+		return "", err
+	}
+	if err := bw.Flush(); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+type fsmSnapshot struct{ fr *frozen }
+
+// Snapshot implements raft.FSM. It only freezes; the writing happens in
+// Persist, concurrently with Apply.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &fsmSnapshot{fr: f.freeze()}, nil
+}
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	bw := bufio.NewWriterSize(sink, 1<<20)
+	if err := s.fr.write(bw); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("write snapshot: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("write snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}
+
+// Restore implements raft.FSM: it replaces the whole state with the
+// snapshot's and rebuilds every index. A malformed snapshot leaves the
+// previous state in place.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	nf := New(f.log)
+	if err := nf.load(bufio.NewReaderSize(rc, 1<<20)); err != nil {
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
+	if err := nf.Verify(); err != nil {
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
+	f.mu.Lock()
+	f.queues, f.delayed, f.ttl, f.leases = nf.queues, nf.delayed, nf.ttl, nf.leases
+	f.dedupExp, f.consumers = nf.dedupExp, nf.consumers
+	f.lastNow, f.appliedIndex, f.keySeq = nf.lastNow, nf.appliedIndex, nf.keySeq
+	f.checkpoints = nil
+	names := f.sortedQueueNames()
+	n := f.notifier
+	f.mu.Unlock()
+	if n != nil {
+		n.QueuesChanged(names)
+	}
+	return nil
+}
+
+func (f *FSM) load(r *bufio.Reader) error {
+	opts := protodelim.UnmarshalOptions{MaxSize: maxRecordBytes}
+	hdr := &fsmv1.SnapshotHeader{}
+	if err := opts.UnmarshalFrom(r, hdr); err != nil {
+		return fmt.Errorf("%w: header: %v", ErrInvalid, err)
+	}
+	if hdr.Version != snapshotVersion {
+		return fmt.Errorf("%w: snapshot version %d, want %d", ErrInvalid, hdr.Version, snapshotVersion)
+	}
+	f.lastNow, f.appliedIndex = hdr.LastNowMs, hdr.AppliedIndex
+	type pendingDLQ struct {
+		q *queue
+		m *message
+	}
+	var dlqMsgs []pendingDLQ // indexed after every queue exists, so origin counters land
+	for i := uint64(0); i < hdr.QueueCount; i++ {
+		rec := &fsmv1.QueueRecord{}
+		if err := opts.UnmarshalFrom(r, rec); err != nil {
+			return fmt.Errorf("%w: queue record: %v", ErrInvalid, err)
+		}
+		if err := ValidateQueueName(rec.Name); err != nil {
+			return err
+		}
+		if _, dup := f.queues[rec.Name]; dup {
+			return fmt.Errorf("%w: queue %s twice", ErrInvalid, rec.Name)
+		}
+		if err := validateConfig(rec.Config); err != nil {
+			return err
+		}
+		q := newQueue(rec.Name)
+		q.raw = rec.Config
+		if q.raw == nil {
+			q.raw = &raftqv1.QueueConfig{}
+		}
+		q.autoDLQ, q.isDLQ = rec.AutoDlq, rec.IsDlq
+		q.cfg = effectiveConfig(q.raw, q.raw.DeadLetterQueue)
+		q.enqueuedTotal, q.ackedTotal, q.nackedTotal, q.expiredTotal = rec.EnqueuedTotal, rec.AckedTotal, rec.NackedTotal, rec.ExpiredTotal
+		f.queues[q.name] = q
+		var last uint64
+		for j := uint64(0); j < rec.MessageCount; j++ {
+			mr := &fsmv1.MessageRecord{}
+			if err := opts.UnmarshalFrom(r, mr); err != nil {
+				return fmt.Errorf("%w: message record: %v", ErrInvalid, err)
+			}
+			if mr.Id <= last {
+				return fmt.Errorf("%w: message ids out of order in %s", ErrInvalid, q.name)
+			}
+			last = mr.Id
+			m := &message{
+				id: mr.Id, payload: mr.Payload, headers: mr.Headers, priority: mr.Priority,
+				fairnessKey: mr.FairnessKey, weight: max(mr.Weight, 1), throttleKeys: mr.ThrottleKeys,
+				dedupID: mr.DedupId, enqueuedMs: mr.EnqueuedMs, visibleMs: mr.VisibleMs,
+				expiresMs: mr.ExpiresMs, attempts: mr.Attempts, leaseToken: mr.LeaseToken,
+				consumerID: mr.ConsumerId, deadlineMs: mr.DeadlineMs, origin: mr.OriginQueue,
+				dlReason: mr.DeadLetterReason,
+			}
+			switch {
+			case m.leaseToken != 0:
+				m.state = stateLeased
+			case m.visibleMs > f.lastNow:
+				m.state = stateDelayed
+			default:
+				m.state = stateReady
+			}
+			if m.origin != "" {
+				dlqMsgs = append(dlqMsgs, pendingDLQ{q, m})
+				continue
+			}
+			f.put(q, nil, m)
+		}
+		for j := uint64(0); j < rec.DedupCount; j++ {
+			de := &fsmv1.DedupEntry{}
+			if err := opts.UnmarshalFrom(r, de); err != nil {
+				return fmt.Errorf("%w: dedup record: %v", ErrInvalid, err)
+			}
+			q.dedup.ReplaceOrInsert(dedupEntry{dedupID: de.DedupId, messageID: de.MessageId, expiresMs: de.ExpiresMs})
+			f.dedupExp.ReplaceOrInsert(dedupRef{at: de.ExpiresMs, queue: q.name, dedupID: de.DedupId})
+		}
+	}
+	for _, p := range dlqMsgs {
+		f.put(p.q, nil, p.m)
+	}
+	for _, q := range f.queues {
+		if d := q.cfg.DeadLetterQueue; d != "" {
+			if dq := f.queues[d]; dq == nil || !dq.isDLQ {
+				return fmt.Errorf("%w: %s names dead-letter queue %s which is missing or not a DLQ", ErrInvalid, q.name, d)
+			}
+		}
+	}
+	if _, err := r.ReadByte(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: trailing data after snapshot", ErrInvalid)
+	}
+	return nil
+}
+
+// Digest returns the applied index and a hash of the whole state at it.
+func (f *FSM) Digest() (uint64, string, error) {
+	f.mu.Lock()
+	fr := f.freeze()
+	f.mu.Unlock()
+	d, err := fr.digest()
+	return fr.index, d, err
+}
+
+const keepCheckpoints = 8
+
+// checkpoint freezes the state at a Checkpoint command so every replica can
+// report its digest at exactly this index.
+func (f *FSM) checkpoint(index uint64) {
+	fr := f.freeze()
+	fr.index = index
+	f.checkpoints = append(f.checkpoints, fr)
+	if len(f.checkpoints) > keepCheckpoints {
+		f.checkpoints = f.checkpoints[1:]
+	}
+}
+
+// ErrNoCheckpoint: no checkpoint at that index (not applied yet, or aged out).
+var ErrNoCheckpoint = errors.New("no checkpoint at that index")
+
+// DigestAt returns the digest frozen by the Checkpoint command at index.
+func (f *FSM) DigestAt(index uint64) (string, error) {
+	f.mu.RLock()
+	var fr *frozen
+	for _, c := range f.checkpoints {
+		if c.index == index {
+			fr = c
+		}
+	}
+	f.mu.RUnlock()
+	if fr == nil {
+		return "", fmt.Errorf("%w: %d", ErrNoCheckpoint, index)
+	}
+	return fr.digest()
+}

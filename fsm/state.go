@@ -1,0 +1,277 @@
+package fsm
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/google/btree"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+type msgState uint8
+
+const (
+	stateReady msgState = iota
+	stateDelayed
+	stateLeased
+)
+
+// message is immutable once stored: every transition stores a modified copy,
+// so a snapshot that cloned the message trees keeps a consistent picture
+// without copying payloads.
+type message struct {
+	id           uint64
+	payload      []byte
+	headers      map[string]string
+	priority     int32
+	fairnessKey  string
+	weight       uint32
+	throttleKeys []string
+	dedupID      string
+	enqueuedMs   int64
+	visibleMs    int64 // delayed until
+	expiresMs    int64 // TTL instant, 0 = none
+	attempts     int32
+	state        msgState
+	leaseToken   uint64
+	consumerID   string
+	deadlineMs   int64
+	origin       string // for messages in a dead-letter queue: the queue they came from
+	dlReason     string
+}
+
+func (m *message) size() int64 { return int64(len(m.payload)) }
+
+// msgItem is what the per-queue message tree holds: the id inline so lookups
+// need no allocation.
+type msgItem struct {
+	id uint64
+	m  *message
+}
+
+func lessMsgItem(a, b msgItem) bool { return a.id < b.id }
+
+// timedRef orders work by time across queues: delayed messages, TTLs, lease
+// deadlines.
+type timedRef struct {
+	at    int64
+	queue string
+	id    uint64
+}
+
+func lessTimedRef(a, b timedRef) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.queue != b.queue {
+		return a.queue < b.queue
+	}
+	return a.id < b.id
+}
+
+// keyQueue is the FIFO of ready messages of one fairness key at one priority.
+type keyQueue struct {
+	key    string
+	seq    uint64 // activation order; a key that empties and refills gets a new one
+	weight uint32 // weight of the most recently enqueued message of the key
+	newest uint64 // id whose weight is recorded
+	ids    *btree.BTreeG[uint64]
+}
+
+type keyRef struct {
+	seq uint64
+	key string
+}
+
+func lessKeyRef(a, b keyRef) bool { return a.seq < b.seq }
+
+// level holds the ready messages of one priority of one queue.
+type level struct {
+	priority int32
+	count    int
+	keys     map[string]*keyQueue
+	active   *btree.BTreeG[keyRef] // keys with ready messages, in activation order
+}
+
+type dedupRef struct {
+	at      int64
+	queue   string
+	dedupID string
+}
+
+func lessDedupRef(a, b dedupRef) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.queue != b.queue {
+		return a.queue < b.queue
+	}
+	return a.dedupID < b.dedupID
+}
+
+type dedupEntry struct {
+	dedupID   string
+	messageID uint64
+	expiresMs int64
+}
+
+type queue struct {
+	name    string
+	raw     *raftqv1.QueueConfig // as the client set it (zeros = default)
+	cfg     *raftqv1.QueueConfig // effective
+	autoDLQ bool                 // created implicitly as some queue's DLQ
+	isDLQ   bool                 // some queue names it as dead-letter queue
+
+	msgs   *btree.BTreeG[msgItem]
+	levels []*level // sorted by priority, highest first
+
+	ready, delayed, inFlight, bytes int64
+	deadLettered                    int64 // messages from this queue now in its DLQ
+
+	enqueuedTotal, ackedTotal, nackedTotal, expiredTotal int64
+
+	dedup *btree.BTreeG[dedupEntry] // by dedup id; a tree so snapshots clone it in O(1)
+}
+
+const btreeDegree = 32
+
+func newQueue(name string) *queue {
+	return &queue{
+		name:  name,
+		msgs:  btree.NewG(btreeDegree, lessMsgItem),
+		dedup: btree.NewG(btreeDegree, func(a, b dedupEntry) bool { return a.dedupID < b.dedupID }),
+	}
+}
+
+func (q *queue) get(id uint64) *message {
+	it, ok := q.msgs.Get(msgItem{id: id})
+	if !ok {
+		return nil
+	}
+	return it.m
+}
+
+func (q *queue) level(prio int32, create bool) *level {
+	i, found := slices.BinarySearchFunc(q.levels, prio, func(l *level, p int32) int { return cmp.Compare(p, l.priority) })
+	if found {
+		return q.levels[i]
+	}
+	if !create {
+		return nil
+	}
+	l := &level{priority: prio, keys: map[string]*keyQueue{}, active: btree.NewG(8, lessKeyRef)}
+	q.levels = slices.Insert(q.levels, i, l)
+	return l
+}
+
+func (q *queue) dropLevel(l *level) {
+	q.levels = slices.DeleteFunc(q.levels, func(x *level) bool { return x == l })
+}
+
+// unindex removes m from every derived index and counter of q. Together with
+// index it is the single chokepoint every state transition goes through
+// (put), so counters cannot drift from the structures.
+func (f *FSM) unindex(q *queue, m *message) {
+	switch m.state {
+	case stateReady:
+		l := q.level(m.priority, false)
+		kq := l.keys[m.fairnessKey]
+		kq.ids.Delete(m.id)
+		l.count--
+		q.ready--
+		if kq.ids.Len() == 0 {
+			l.active.Delete(keyRef{seq: kq.seq, key: kq.key})
+			delete(l.keys, kq.key)
+			if l.count == 0 {
+				q.dropLevel(l)
+			}
+		}
+	case stateDelayed:
+		f.delayed.Delete(timedRef{at: m.visibleMs, queue: q.name, id: m.id})
+		q.delayed--
+	case stateLeased:
+		f.leases.Delete(timedRef{at: m.deadlineMs, queue: q.name, id: m.id})
+		q.inFlight--
+		f.dropConsumerLease(m.consumerID, q.name, m.id)
+	}
+	if m.expiresMs > 0 && m.state != stateLeased {
+		f.ttl.Delete(timedRef{at: m.expiresMs, queue: q.name, id: m.id})
+	}
+	q.bytes -= m.size()
+	if m.origin != "" {
+		if oq := f.queues[m.origin]; oq != nil {
+			oq.deadLettered--
+		}
+	}
+}
+
+func (f *FSM) index(q *queue, m *message) {
+	switch m.state {
+	case stateReady:
+		l := q.level(m.priority, true)
+		kq := l.keys[m.fairnessKey]
+		if kq == nil {
+			f.keySeq++
+			kq = &keyQueue{key: m.fairnessKey, seq: f.keySeq, ids: btree.NewG(btreeDegree, func(a, b uint64) bool { return a < b })}
+			l.keys[m.fairnessKey] = kq
+			l.active.ReplaceOrInsert(keyRef{seq: kq.seq, key: kq.key})
+		}
+		if m.id >= kq.newest {
+			kq.newest, kq.weight = m.id, m.weight
+		}
+		kq.ids.ReplaceOrInsert(m.id)
+		l.count++
+		q.ready++
+	case stateDelayed:
+		f.delayed.ReplaceOrInsert(timedRef{at: m.visibleMs, queue: q.name, id: m.id})
+		q.delayed++
+	case stateLeased:
+		f.leases.ReplaceOrInsert(timedRef{at: m.deadlineMs, queue: q.name, id: m.id})
+		q.inFlight++
+		f.addConsumerLease(m.consumerID, q.name, m.id)
+	}
+	if m.expiresMs > 0 && m.state != stateLeased {
+		f.ttl.ReplaceOrInsert(timedRef{at: m.expiresMs, queue: q.name, id: m.id})
+	}
+	q.bytes += m.size()
+	if m.origin != "" {
+		if oq := f.queues[m.origin]; oq != nil {
+			oq.deadLettered++
+		}
+	}
+}
+
+// put replaces old with next in q (either may be nil: insert or delete).
+func (f *FSM) put(q *queue, old, next *message) {
+	if old != nil {
+		f.unindex(q, old)
+	}
+	if next != nil {
+		f.index(q, next)
+		q.msgs.ReplaceOrInsert(msgItem{id: next.id, m: next})
+	} else if old != nil {
+		q.msgs.Delete(msgItem{id: old.id})
+	}
+}
+
+type queueMsg struct {
+	queue string
+	id    uint64
+}
+
+func (f *FSM) addConsumerLease(consumer, q string, id uint64) {
+	set := f.consumers[consumer]
+	if set == nil {
+		set = map[queueMsg]struct{}{}
+		f.consumers[consumer] = set
+	}
+	set[queueMsg{q, id}] = struct{}{}
+}
+
+func (f *FSM) dropConsumerLease(consumer, q string, id uint64) {
+	set := f.consumers[consumer]
+	delete(set, queueMsg{q, id})
+	if len(set) == 0 {
+		delete(f.consumers, consumer)
+	}
+}

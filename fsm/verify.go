@@ -1,0 +1,115 @@
+package fsm
+
+import "fmt"
+
+// Verify recomputes every counter and index from the message trees and
+// reports the first disagreement. Tests call it after every step; operators
+// reach it through Cluster.Verify.
+func (f *FSM) Verify() error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.verifyLocked()
+}
+
+func (f *FSM) verifyLocked() error {
+	type counts struct{ ready, delayed, inFlight, bytes, deadLettered int64 }
+	got := map[string]*counts{}
+	for name := range f.queues {
+		got[name] = &counts{}
+	}
+	var delayed, ttl, leases int
+	consumers := map[string]int{}
+	var err error
+	for _, name := range f.sortedQueueNames() {
+		q := f.queues[name]
+		c := got[name]
+		readyPerLevel := map[int32]int{}
+		q.msgs.Ascend(func(it msgItem) bool {
+			m := it.m
+			if it.id != m.id {
+				err = fmt.Errorf("%s: tree key %d holds message %d", name, it.id, m.id)
+				return false
+			}
+			c.bytes += m.size()
+			switch m.state {
+			case stateReady:
+				c.ready++
+				readyPerLevel[m.priority]++
+				l := q.level(m.priority, false)
+				if l == nil || l.keys[m.fairnessKey] == nil || !l.keys[m.fairnessKey].ids.Has(m.id) {
+					err = fmt.Errorf("%s: ready message %d missing from its key queue", name, m.id)
+					return false
+				}
+			case stateDelayed:
+				c.delayed++
+				delayed++
+				if !f.delayed.Has(timedRef{at: m.visibleMs, queue: name, id: m.id}) {
+					err = fmt.Errorf("%s: delayed message %d missing from the delay index", name, m.id)
+					return false
+				}
+			case stateLeased:
+				c.inFlight++
+				leases++
+				consumers[m.consumerID]++
+				if !f.leases.Has(timedRef{at: m.deadlineMs, queue: name, id: m.id}) {
+					err = fmt.Errorf("%s: leased message %d missing from the lease index", name, m.id)
+					return false
+				}
+				if _, ok := f.consumers[m.consumerID][queueMsg{name, m.id}]; !ok {
+					err = fmt.Errorf("%s: leased message %d missing from consumer %q", name, m.id, m.consumerID)
+					return false
+				}
+			}
+			if m.expiresMs > 0 && m.state != stateLeased {
+				ttl++
+				if !f.ttl.Has(timedRef{at: m.expiresMs, queue: name, id: m.id}) {
+					err = fmt.Errorf("%s: message %d missing from the TTL index", name, m.id)
+					return false
+				}
+			}
+			if m.origin != "" {
+				if oc := got[m.origin]; oc != nil {
+					oc.deadLettered++
+				}
+			}
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		for _, l := range q.levels {
+			if readyPerLevel[l.priority] != l.count {
+				return fmt.Errorf("%s: priority %d counts %d ready, structures hold %d", name, l.priority, l.count, readyPerLevel[l.priority])
+			}
+			if l.active.Len() != len(l.keys) {
+				return fmt.Errorf("%s: priority %d has %d active keys but %d key queues", name, l.priority, l.active.Len(), len(l.keys))
+			}
+		}
+		if len(readyPerLevel) != len(q.levels) {
+			return fmt.Errorf("%s: %d priority levels for %d priorities with ready messages", name, len(q.levels), len(readyPerLevel))
+		}
+		if q.dedup.Len() > f.dedupExp.Len() {
+			return fmt.Errorf("%s: %d dedup entries but %d in the expiry index", name, q.dedup.Len(), f.dedupExp.Len())
+		}
+	}
+	for _, name := range f.sortedQueueNames() {
+		q, c := f.queues[name], got[name]
+		if q.ready != c.ready || q.delayed != c.delayed || q.inFlight != c.inFlight || q.bytes != c.bytes || q.deadLettered != c.deadLettered {
+			return fmt.Errorf("%s: counters ready=%d delayed=%d in_flight=%d bytes=%d dead_lettered=%d, structures ready=%d delayed=%d in_flight=%d bytes=%d dead_lettered=%d",
+				name, q.ready, q.delayed, q.inFlight, q.bytes, q.deadLettered, c.ready, c.delayed, c.inFlight, c.bytes, c.deadLettered)
+		}
+	}
+	if f.delayed.Len() != delayed || f.ttl.Len() != ttl || f.leases.Len() != leases {
+		return fmt.Errorf("global indexes delayed=%d ttl=%d leases=%d, messages delayed=%d ttl=%d leased=%d",
+			f.delayed.Len(), f.ttl.Len(), f.leases.Len(), delayed, ttl, leases)
+	}
+	if len(consumers) != len(f.consumers) {
+		return fmt.Errorf("%d consumers hold leases, index has %d", len(consumers), len(f.consumers))
+	}
+	for id, n := range consumers {
+		if len(f.consumers[id]) != n {
+			return fmt.Errorf("consumer %q holds %d leases, index has %d", id, n, len(f.consumers[id]))
+		}
+	}
+	return nil
+}
