@@ -1,0 +1,168 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultBootstrapExpect    = 1
+	DefaultDeadNodeTimeout    = 30 * time.Second
+	DefaultSnapshotThreshold  = 8192
+	DefaultSnapshotInterval   = 120 * time.Second
+	DefaultTrailingLogs       = 10240
+	DefaultHeartbeatTimeout   = time.Second
+	DefaultElectionTimeout    = time.Second
+	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
+
+	// maxAppendEntries is the largest batch of entries sent in one
+	// AppendEntries RPC; with BatchApplyCh it also bounds one group commit.
+	maxAppendEntries = 512
+	// logCacheSize is the number of recent log entries kept in memory in
+	// front of the bolt store.
+	logCacheSize = 512
+	// snapshotsRetained is how many file snapshots are kept on disk.
+	snapshotsRetained = 2
+	// defaultReconcileInterval is the leader's periodic resync of gossip
+	// membership against the Raft configuration.
+	defaultReconcileInterval = 5 * time.Second
+	// defaultJoinRetry is the pause between attempts to reach the seeds.
+	defaultJoinRetry = time.Second
+	// bootstrapSettle is how long the founder set must stay unchanged
+	// before a multi-server bootstrap.
+	bootstrapSettle = 500 * time.Millisecond
+	// leaveDrainTimeout bounds how long a leaving node waits to see itself
+	// removed from the Raft configuration.
+	leaveDrainTimeout = 5 * time.Second
+)
+
+// Config configures one node. Zero values mean the defaults documented on
+// each field.
+type Config struct {
+	// NodeID is the node's unique, stable identity (Raft server ID and
+	// memberlist node name). Required.
+	NodeID string
+	// DataDir holds the Raft log and stable store (raft.db, bolt, fsync on)
+	// and the file snapshot store (snapshots/, 2 retained). Required.
+	DataDir string
+
+	// RaftBind is the host:port the Raft TCP transport listens on. Required.
+	RaftBind string
+	// RaftAdvertise is the host:port other nodes dial for Raft; default
+	// RaftBind (which must then not be an unspecified address).
+	RaftAdvertise string
+	// GossipBind is the host:port memberlist listens on (TCP and UDP).
+	// Required.
+	GossipBind string
+	// GossipAdvertise is the host:port other nodes gossip with; default
+	// GossipBind.
+	GossipAdvertise string
+	// GRPCAdvertise and HTTPAdvertise are carried in gossip metadata so
+	// other nodes can reach this node's API. Optional.
+	GRPCAdvertise, HTTPAdvertise string
+
+	// Join lists gossip addresses (host:port) of other nodes. Unreachable
+	// seeds are retried in the background until one answers.
+	Join []string
+	// BootstrapExpect is the number of servers that must see each other,
+	// none with Raft state, before the cluster bootstraps (default 1: a
+	// single node bootstraps itself).
+	BootstrapExpect int
+	// DeadNodeTimeout is how long a failed (not left) member stays in the
+	// Raft configuration before the leader removes it (default 30s). The
+	// leader never removes a failed voter if that would leave fewer than
+	// BootstrapExpect voters.
+	DeadNodeTimeout time.Duration
+
+	// SnapshotThreshold (default 8192 entries), SnapshotInterval (default
+	// 120s) and TrailingLogs (default 10240) tune Raft log compaction.
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+
+	// Logger receives everything, including hashicorp/raft's and
+	// memberlist's logs; default slog.Default().
+	Logger *slog.Logger
+
+	// Raft timing. Defaults (1s, 1s, 500ms) suit a small machine whose
+	// nodes share cores and a disk; tests use shorter ones.
+	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
+
+	// Test hooks (unexported: the package's own tests set them).
+	reconcileInterval time.Duration
+	joinRetry         time.Duration
+	tuneGossip        func(*memberlist.Config)
+}
+
+// withDefaults returns a copy of c with defaults filled in, or an error
+// naming the first invalid field.
+func (c Config) withDefaults() (Config, error) {
+	if strings.TrimSpace(c.NodeID) == "" {
+		return c, errors.New("cluster: config: NodeID is required")
+	}
+	if c.DataDir == "" {
+		return c, errors.New("cluster: config: DataDir is required")
+	}
+	if c.RaftBind == "" {
+		return c, errors.New("cluster: config: RaftBind is required")
+	}
+	if c.GossipBind == "" {
+		return c, errors.New("cluster: config: GossipBind is required")
+	}
+	for name, addr := range map[string]string{
+		"RaftBind": c.RaftBind, "RaftAdvertise": c.RaftAdvertise,
+		"GossipBind": c.GossipBind, "GossipAdvertise": c.GossipAdvertise,
+	} {
+		if addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return c, fmt.Errorf("cluster: config: %s %q: %w", name, addr, err)
+		}
+	}
+	if c.BootstrapExpect < 0 {
+		return c, fmt.Errorf("cluster: config: BootstrapExpect %d must not be negative", c.BootstrapExpect)
+	}
+	if c.BootstrapExpect == 0 {
+		c.BootstrapExpect = DefaultBootstrapExpect
+	}
+	if c.DeadNodeTimeout <= 0 {
+		c.DeadNodeTimeout = DefaultDeadNodeTimeout
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = DefaultSnapshotThreshold
+	}
+	if c.SnapshotInterval <= 0 {
+		c.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = DefaultTrailingLogs
+	}
+	if c.HeartbeatTimeout <= 0 {
+		c.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if c.ElectionTimeout <= 0 {
+		c.ElectionTimeout = max(DefaultElectionTimeout, c.HeartbeatTimeout)
+	}
+	if c.LeaderLeaseTimeout <= 0 {
+		c.LeaderLeaseTimeout = min(DefaultLeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.reconcileInterval <= 0 {
+		c.reconcileInterval = defaultReconcileInterval
+	}
+	if c.joinRetry <= 0 {
+		c.joinRetry = defaultJoinRetry
+	}
+	c.Join = append([]string(nil), c.Join...)
+	return c, nil
+}

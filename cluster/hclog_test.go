@@ -1,0 +1,98 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+func TestHCLogAdapter(t *testing.T) {
+	var buf bytes.Buffer
+	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h := newHCLogger(l, "raft").With("peer", "n2").Named("net")
+
+	h.Info("hello", "k", 1)
+	h.Trace("hidden") // below the handler's level
+	if h.IsTrace() || !h.IsDebug() || h.GetLevel() != hclog.Debug {
+		t.Fatalf("levels: trace %v debug %v get %v", h.IsTrace(), h.IsDebug(), h.GetLevel())
+	}
+	h.SetLevel(hclog.Warn)
+	h.Info("dropped by SetLevel")
+	h.Warn("kept")
+	h.SetLevel(hclog.Trace)
+
+	std := h.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	std.Printf("[DEBUG] memberlist: Stream connection from=127.0.0.1:1")
+	std.Printf("[ERR] memberlist: boom")
+
+	out := buf.String()
+	for _, want := range []string{
+		`level=INFO msg=hello logger=raft.net peer=n2 k=1`,
+		`level=WARN msg=kept`,
+		`level=DEBUG msg="memberlist: Stream connection from=127.0.0.1:1"`,
+		`level=ERROR msg="memberlist: boom"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	for _, not := range []string{"hidden", "dropped"} {
+		if strings.Contains(out, not) {
+			t.Errorf("unexpected %q in:\n%s", not, out)
+		}
+	}
+}
+
+func TestWrapRaftErr(t *testing.T) {
+	cases := []struct {
+		in   error
+		want []error
+	}{
+		{raft.ErrNotLeader, []error{ErrNotLeader, raft.ErrNotLeader}},
+		{raft.ErrLeadershipLost, []error{ErrLeadershipLost, raft.ErrLeadershipLost}},
+		{raft.ErrRaftShutdown, []error{ErrShutdown, raft.ErrRaftShutdown}},
+		{raft.ErrLeadershipTransferInProgress, []error{ErrNotLeader, raft.ErrLeadershipTransferInProgress}},
+		{raft.ErrEnqueueTimeout, []error{raft.ErrEnqueueTimeout, context.DeadlineExceeded}},
+		{raft.ErrNothingNewToSnapshot, []error{raft.ErrNothingNewToSnapshot}},
+	}
+	for _, c := range cases {
+		got := wrapRaftErr("op", c.in)
+		for _, w := range c.want {
+			if !errors.Is(got, w) {
+				t.Errorf("wrapRaftErr(%v) = %v: not errors.Is %v", c.in, got, w)
+			}
+		}
+	}
+	if wrapRaftErr("op", nil) != nil {
+		t.Error("nil not kept")
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := Config{NodeID: "a", DataDir: "d", RaftBind: "127.0.0.1:1", GossipBind: "127.0.0.1:2"}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.BootstrapExpect != 1 || c.DeadNodeTimeout != DefaultDeadNodeTimeout || c.SnapshotThreshold != 8192 ||
+		c.TrailingLogs != 10240 || c.HeartbeatTimeout != time.Second || c.ElectionTimeout != time.Second ||
+		c.LeaderLeaseTimeout != 500*time.Millisecond || c.Logger == nil {
+		t.Fatalf("defaults: %+v", c)
+	}
+	for _, bad := range []Config{
+		{DataDir: "d", RaftBind: "127.0.0.1:1", GossipBind: "127.0.0.1:2"},
+		{NodeID: "a", RaftBind: "127.0.0.1:1", GossipBind: "127.0.0.1:2"},
+		{NodeID: "a", DataDir: "d", RaftBind: "nope", GossipBind: "127.0.0.1:2"},
+		{NodeID: "a", DataDir: "d", RaftBind: "127.0.0.1:1", GossipBind: "127.0.0.1:2", BootstrapExpect: -1},
+	} {
+		if _, err := bad.withDefaults(); err == nil {
+			t.Errorf("accepted %+v", bad)
+		}
+	}
+}

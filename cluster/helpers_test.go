@@ -1,0 +1,239 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+)
+
+// Test timing: short, but with slack for a 2-core machine under -race.
+const (
+	testHeartbeat   = 500 * time.Millisecond
+	testLease       = 250 * time.Millisecond
+	testDeadTimeout = 2 * time.Second
+)
+
+// testFSM appends every command to a list.
+type testFSM struct {
+	mu      sync.Mutex
+	entries []string
+}
+
+func (f *testFSM) Apply(l *raft.Log) any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.entries = append(f.entries, string(l.Data))
+	return len(f.entries)
+}
+
+func (f *testFSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &testSnapshot{entries: slices.Clone(f.entries)}, nil
+}
+
+func (f *testFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	var entries []string
+	if err := json.NewDecoder(rc).Decode(&entries); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.entries = entries
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *testFSM) Entries() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.entries)
+}
+
+type testSnapshot struct{ entries []string }
+
+func (s *testSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := json.NewEncoder(sink).Encode(s.entries); err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *testSnapshot) Release() {}
+
+// testLeader counts leader terms.
+type testLeader struct {
+	starts  atomic.Int32
+	stops   atomic.Int32
+	running atomic.Int32
+}
+
+func (l *testLeader) RunLeader(ctx context.Context) {
+	l.starts.Add(1)
+	l.running.Add(1)
+	<-ctx.Done()
+	l.running.Add(-1)
+	l.stops.Add(1)
+}
+
+// freePort returns a loopback port free for both TCP and UDP (memberlist
+// needs both).
+func freePort(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		tl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("listen: %v", err)
+		}
+		port := tl.Addr().(*net.TCPAddr).Port
+		ul, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		tl.Close()
+		if err == nil {
+			ul.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+func testLogger() *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("RAFTQ_TEST_LOG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+func fastGossip(mc *memberlist.Config) {
+	mc.ProbeInterval = 250 * time.Millisecond
+	mc.ProbeTimeout = 200 * time.Millisecond
+	mc.SuspicionMult = 2
+	mc.IndirectChecks = 1
+	mc.GossipInterval = 50 * time.Millisecond
+	mc.PushPullInterval = 2 * time.Second
+	mc.TCPTimeout = 2 * time.Second
+	mc.GossipToTheDeadTime = 5 * time.Second
+}
+
+// testConfig returns a node config on fresh loopback ports.
+func testConfig(t *testing.T, id, dir string, expect int) Config {
+	t.Helper()
+	return Config{
+		NodeID:             id,
+		DataDir:            filepath.Join(dir, id),
+		RaftBind:           fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		GossipBind:         fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		GRPCAdvertise:      fmt.Sprintf("127.0.0.1:%d", freePort(t)), // not served here
+		HTTPAdvertise:      fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		BootstrapExpect:    expect,
+		DeadNodeTimeout:    testDeadTimeout,
+		Logger:             testLogger(),
+		HeartbeatTimeout:   testHeartbeat,
+		ElectionTimeout:    testHeartbeat,
+		LeaderLeaseTimeout: testLease,
+		reconcileInterval:  500 * time.Millisecond,
+		joinRetry:          200 * time.Millisecond,
+		tuneGossip:         fastGossip,
+	}
+}
+
+type testNode struct {
+	*Node
+	cfg Config
+	fsm *testFSM
+	svc *testLeader
+}
+
+func startNode(t *testing.T, cfg Config) *testNode {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tn := &testNode{cfg: cfg, fsm: &testFSM{}, svc: &testLeader{}}
+	n, err := New(ctx, cfg, tn.fsm, tn.svc)
+	if err != nil {
+		t.Fatalf("start %s: %v", cfg.NodeID, err)
+	}
+	tn.Node = n
+	return tn
+}
+
+func shutdown(t *testing.T, n *testNode) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := n.Shutdown(ctx); err != nil {
+		t.Errorf("shutdown %s: %v", n.ID(), err)
+	}
+}
+
+// crash stops n without a leadership transfer or gossip leave.
+func crash(t *testing.T, n *testNode) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := n.stop(ctx, false); err != nil {
+		t.Errorf("crash %s: %v", n.ID(), err)
+	}
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := poll(ctx, 20*time.Millisecond, cond); err != nil {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// voters returns the ids of the voters in n's Raft configuration, sorted.
+func voters(n *testNode) []string {
+	servers, err := n.servers()
+	if err != nil {
+		return nil
+	}
+	var ids []string
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter {
+			ids = append(ids, string(s.ID))
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// checkGoroutines fails the test if goroutines started since base remain.
+func checkGoroutines(t *testing.T, base int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := poll(ctx, 50*time.Millisecond, func() bool { return runtime.NumGoroutine() <= base }); err != nil {
+		var b strings.Builder
+		_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+		t.Errorf("goroutines left behind: %d now, %d before\n%s", runtime.NumGoroutine(), base, b.String())
+	}
+}

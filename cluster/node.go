@@ -1,0 +1,385 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// LeaderService runs only while this node is leader: it is started after a
+// Barrier succeeds on gaining leadership, and its ctx is cancelled on losing
+// leadership or on shutdown. RunLeader must return when ctx is done; the
+// node waits for it before it starts another term or shuts down.
+type LeaderService interface {
+	RunLeader(ctx context.Context)
+}
+
+// LeaderInfo names the current leader. ID is empty if none is known;
+// GRPCAddr is empty if its gossip metadata is not (yet) known.
+type LeaderInfo struct {
+	ID       string
+	RaftAddr string
+	GRPCAddr string
+}
+
+// Node is one member of a raftq cluster. Its methods are safe for
+// concurrent use.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	leader LeaderService
+
+	raft     *raft.Raft
+	store    *raftboltdb.BoltStore
+	snaps    *raft.FileSnapshotStore
+	trans    *raft.NetworkTransport
+	ml       *memberlist.Memberlist
+	observer *raft.Observer
+	obsCh    chan raft.Observation
+
+	raftAddr   string // advertised Raft address
+	gossipAddr string // advertised gossip address
+
+	// ctx lives as long as the node; Shutdown cancels it. Every background
+	// goroutine is counted in wg.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	// raftDone is closed once Raft has shut down.
+	raftDone chan struct{}
+	// leaderLoopDone is closed when the leadership loop (and so any leader
+	// term) has ended.
+	leaderLoopDone chan struct{}
+
+	metaMu     sync.Mutex   // serialises metadata updates with leaving
+	hasState   atomic.Bool  // published in gossip metadata
+	leaving    atomic.Bool  // published in gossip metadata
+	bootstraps atomic.Int32 // BootstrapCluster calls that succeeded here
+
+	memberEv chan struct{} // gossip changed: wake the reconciler
+	bootEv   chan struct{} // gossip changed: wake the bootstrap loop
+
+	mu       sync.Mutex
+	members  map[string]*member
+	hbFailed map[string]time.Time // leader's view: peers failing heartbeats, since
+	leaderCh chan struct{}        // closed at the next leader change
+
+	shutMu      sync.Mutex
+	shutStarted bool
+	shutDone    chan struct{}
+	shutErr     error
+}
+
+// New opens the node's stores, starts Raft and gossip, joins the seeds and
+// bootstraps when the configuration calls for it. ctx bounds only the
+// start-up (address resolution); the node runs until Shutdown.
+//
+// fsm is the replicated state machine (it may also implement
+// raft.BatchingFSM); leader may be nil.
+func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_ *Node, err error) {
+	if fsm == nil {
+		return nil, errors.New("cluster: New: nil FSM")
+	}
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger.With(slog.String("node", cfg.NodeID)),
+		leader:   leader,
+		obsCh:    make(chan raft.Observation, 64),
+		memberEv: make(chan struct{}, 1),
+		bootEv:   make(chan struct{}, 1),
+		members:  map[string]*member{},
+		hbFailed: map[string]time.Time{},
+		leaderCh: make(chan struct{}),
+		shutDone: make(chan struct{}),
+		raftDone: make(chan struct{}),
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			n.closeAll()
+			err = fmt.Errorf("cluster: start node %q: %w", cfg.NodeID, err)
+		}
+	}()
+	hcl := newHCLogger(n.log, "")
+
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	n.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db"), NoSync: false})
+	if err != nil {
+		return nil, fmt.Errorf("raft store: %w", err)
+	}
+	logs, err := raft.NewLogCache(logCacheSize, n.store)
+	if err != nil {
+		return nil, fmt.Errorf("log cache: %w", err)
+	}
+	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, hcl.Named("snapshots"))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot store: %w", err)
+	}
+
+	var advertise net.Addr
+	if cfg.RaftAdvertise != "" {
+		host, port, err := splitHostPort(cfg.RaftAdvertise)
+		if err != nil {
+			return nil, fmt.Errorf("raft advertise: %w", err)
+		}
+		ip, err := resolveIP(ctx, host)
+		if err != nil {
+			return nil, fmt.Errorf("raft advertise: %w", err)
+		}
+		advertise = &net.TCPAddr{IP: ip, Port: port}
+	}
+	stream, err := newStreamLayer(ctx, cfg.RaftBind, advertise)
+	if err != nil {
+		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftBind, err)
+	}
+	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  stream,
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  hcl.Named("raft-net"),
+	})
+	n.raftAddr = string(n.trans.LocalAddr())
+
+	hasState, err := raft.HasExistingState(logs, n.store, n.snaps)
+	if err != nil {
+		return nil, fmt.Errorf("check raft state: %w", err)
+	}
+	n.hasState.Store(hasState)
+
+	// Check the metadata fits before memberlist would refuse it.
+	probe := n.localMeta()
+	probe.State, probe.Leaving = true, true
+	if b, _ := json.Marshal(probe); len(b) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("gossip metadata is %d bytes, over memberlist's %d: shorten the node id or addresses", len(b), memberlist.MetaMaxSize)
+	}
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = hcl.Named("raft")
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.MaxAppendEntries = maxAppendEntries
+	rc.BatchApplyCh = true
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.TrailingLogs
+	// A removed server stays up so that it can be added back (it is still
+	// alive in gossip); with true it would stop Raft for good.
+	rc.ShutdownOnRemove = false
+	if err := raft.ValidateConfig(rc); err != nil {
+		return nil, fmt.Errorf("raft config: %w", err)
+	}
+	n.raft, err = raft.NewRaft(rc, fsm, logs, n.store, n.snaps, n.trans)
+	if err != nil {
+		return nil, fmt.Errorf("raft: %w", err)
+	}
+	n.observer = raft.NewObserver(n.obsCh, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
+			return true
+		}
+		return false
+	})
+	n.raft.RegisterObserver(n.observer)
+
+	n.ml, err = n.newMemberlist(ctx, hcl)
+	if err != nil {
+		return nil, err
+	}
+	n.gossipAddr = n.ml.LocalNode().Address()
+
+	n.wg.Add(1)
+	go n.observeLoop()
+	n.leaderLoopDone = make(chan struct{})
+	go n.leadershipLoop()
+
+	joined := make(chan struct{})
+	n.wg.Add(1)
+	go n.joinLoop(joined)
+	if !hasState {
+		n.wg.Add(1)
+		go n.bootstrapLoop(joined)
+	}
+	n.log.Info("node started", "raft", n.raftAddr, "gossip", n.gossipAddr, "grpc", cfg.GRPCAdvertise,
+		"existing_state", hasState, "bootstrap_expect", cfg.BootstrapExpect, "join", cfg.Join)
+	return n, nil
+}
+
+// ID returns the node's id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// RaftAddr returns the advertised Raft address.
+func (n *Node) RaftAddr() string { return n.raftAddr }
+
+// GossipAddr returns the advertised gossip address (what others --join).
+func (n *Node) GossipAddr() string { return n.gossipAddr }
+
+// Shutdown leaves the cluster gracefully and stops the node: if leader it
+// first hands leadership over, then announces its leave in gossip so the
+// leader removes it from the Raft configuration (waiting a little for
+// that), stops the leader service, shuts Raft down and closes the stores.
+// It is idempotent; later calls wait for the first to finish. If ctx ends
+// early the graceful steps are cut short, but the node still stops.
+func (n *Node) Shutdown(ctx context.Context) error {
+	return n.stop(ctx, true)
+}
+
+// stop shuts the node down; graceful=false simulates a crash (no leadership
+// transfer, no gossip leave).
+func (n *Node) stop(ctx context.Context, graceful bool) error {
+	n.shutMu.Lock()
+	if n.shutStarted {
+		n.shutMu.Unlock()
+		select {
+		case <-n.shutDone:
+			return n.shutErr
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: shutdown: %w", ctx.Err())
+		}
+	}
+	n.shutStarted = true
+	n.shutMu.Unlock()
+	defer close(n.shutDone)
+
+	n.log.Info("node shutting down", "graceful", graceful)
+	if graceful {
+		n.leave(ctx)
+	} else if err := n.ml.Shutdown(); err != nil {
+		n.log.Warn("memberlist shutdown", "err", err)
+	}
+	n.shutErr = n.closeAll()
+	n.log.Info("node stopped")
+	return n.shutErr
+}
+
+// leave performs the graceful part of Shutdown; failures are logged, not
+// fatal.
+func (n *Node) leave(ctx context.Context) {
+	if n.IsLeader() && n.otherVoters() > 0 {
+		tctx, cancel := context.WithTimeout(ctx, leaveDrainTimeout)
+		if id, err := n.TransferLeadership(tctx, ""); err != nil {
+			n.log.Warn("leadership transfer before leaving failed", "err", err)
+		} else {
+			n.log.Info("handed leadership over before leaving", "new_leader", id)
+		}
+		cancel()
+	}
+
+	n.metaMu.Lock()
+	n.leaving.Store(true)
+	timeout := leaveDrainTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(d))
+	}
+	if timeout > 0 {
+		if err := n.ml.UpdateNode(timeout); err != nil {
+			n.log.Warn("announcing leave in metadata", "err", err)
+		}
+		for _, m := range n.ml.Members() {
+			if m.Name != n.cfg.NodeID {
+				if err := n.ml.SendReliable(m, []byte(leaveNotice+n.cfg.NodeID)); err != nil {
+					n.log.Debug("sending leave notice", "to", m.Name, "err", err)
+				}
+			}
+		}
+		if err := n.ml.Leave(timeout); err != nil {
+			n.log.Warn("gossip leave", "err", err)
+		}
+	}
+	n.metaMu.Unlock()
+
+	// Wait (bounded) for the leader to take us out of the configuration,
+	// so that a small cluster does not lose quorum for the removal.
+	if !n.IsLeader() && n.otherVoters() > 0 {
+		wctx, cancel := context.WithTimeout(ctx, leaveDrainTimeout)
+		err := poll(wctx, 50*time.Millisecond, func() bool {
+			servers, err := n.servers()
+			return err != nil || !hasServer(servers, n.cfg.NodeID) || n.Leader().ID == ""
+		})
+		cancel()
+		if err != nil {
+			n.log.Warn("left gossip but not yet removed from the raft configuration", "err", err)
+		}
+	}
+	if err := n.ml.Shutdown(); err != nil {
+		n.log.Warn("memberlist shutdown", "err", err)
+	}
+}
+
+// closeAll stops everything New may have started, in order, and waits for
+// every goroutine. Safe on a partially constructed node.
+func (n *Node) closeAll() error {
+	var errs []error
+	n.cancel() // ends the loops and the leader term
+	if n.leaderLoopDone != nil {
+		// The leader service stops (and is waited for) while Raft still
+		// runs, so its in-flight proposals resolve.
+		<-n.leaderLoopDone
+	}
+	if n.ml != nil {
+		if err := n.ml.Shutdown(); err != nil {
+			errs = append(errs, fmt.Errorf("memberlist: %w", err))
+		}
+	}
+	if n.raft != nil {
+		if err := n.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("raft: %w", err))
+		}
+		close(n.raftDone)
+		if n.observer != nil {
+			n.raft.DeregisterObserver(n.observer)
+		}
+	} else if n.trans != nil {
+		if err := n.trans.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("raft transport: %w", err))
+		}
+	}
+	n.wg.Wait()
+	if n.store != nil {
+		if err := n.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("raft store: %w", err))
+		}
+	}
+	n.mu.Lock()
+	close(n.leaderCh) // final notification; later LeaderChanges calls get a closed channel
+	n.mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cluster: shutdown: %w", err)
+	}
+	return nil
+}
+
+// poll calls cond every interval until it returns true or ctx ends.
+func poll(ctx context.Context, interval time.Duration, cond func() bool) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,269 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// enqueueTimeout turns ctx's deadline into raft's enqueue timeout (0 = no
+// limit).
+func enqueueTimeout(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), time.Millisecond)
+	}
+	return 0
+}
+
+// await waits for f, ctx, or the end of Raft, whichever is first. If ctx
+// ends first the outcome is unknown. The helper goroutine ends when raft
+// resolves the future (raft leaves futures still queued at its shutdown
+// unresolved; callers are not held up by that).
+func (n *Node) await(ctx context.Context, op string, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return wrapRaftErr(op, err)
+	case <-ctx.Done():
+		return fmt.Errorf("cluster: %s: %w", op, ctx.Err())
+	case <-n.raftDone:
+		select {
+		case err := <-done:
+			return wrapRaftErr(op, err)
+		default:
+			return ErrShutdown
+		}
+	}
+}
+
+// Apply proposes cmd to the replicated log and returns the FSM's response
+// once it is applied on this node. The timeout comes from ctx's deadline.
+// Errors: ErrNotLeader (nothing applied), ErrLeadershipLost (outcome
+// unknown), ErrShutdown, or ctx's error (outcome unknown if the command was
+// already proposed). raft's own errors stay in the chain.
+func (n *Node) Apply(ctx context.Context, cmd []byte) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cluster: apply: %w", err)
+	}
+	if n.raft.State() != raft.Leader {
+		if n.raft.State() == raft.Shutdown {
+			return nil, ErrShutdown
+		}
+		return nil, ErrNotLeader
+	}
+	f := n.raft.Apply(cmd, enqueueTimeout(ctx))
+	if err := n.await(ctx, "apply", f); err != nil {
+		return nil, err
+	}
+	return f.Response(), nil
+}
+
+// Barrier waits until every entry committed before it is applied on this
+// node (leader only).
+func (n *Node) Barrier(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cluster: barrier: %w", err)
+	}
+	return n.await(ctx, "barrier", n.raft.Barrier(enqueueTimeout(ctx)))
+}
+
+// AppliedIndex returns the index of the last entry applied to the FSM here.
+func (n *Node) AppliedIndex() uint64 { return n.raft.AppliedIndex() }
+
+// RemoveNode removes server id from the Raft configuration (leader only).
+// It overrides the failed-node grace period and the BootstrapExpect floor.
+// A node still alive in gossip is not re-added until it rejoins gossip (a
+// restart). Errors: ErrNotLeader, ErrUnknownNode, ErrRemoveLeader.
+func (n *Node) RemoveNode(ctx context.Context, id string) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	if id == n.cfg.NodeID {
+		return ErrRemoveLeader
+	}
+	servers, err := n.servers()
+	if err != nil {
+		return err
+	}
+	if !hasServer(servers, id) {
+		return fmt.Errorf("%w: %q", ErrUnknownNode, id)
+	}
+	n.mu.Lock()
+	if m, ok := n.members[id]; ok {
+		m.noAdd = true
+	}
+	n.mu.Unlock()
+	n.log.Info("removing server on request", "id", id)
+	return n.await(ctx, "remove node "+id, n.raft.RemoveServer(raft.ServerID(id), 0, enqueueTimeout(ctx)))
+}
+
+// TransferLeadership hands leadership to toID ("" = the most up-to-date
+// voter) and returns the new leader's id once this node sees it (leader
+// only). Transferring to itself is a no-op.
+func (n *Node) TransferLeadership(ctx context.Context, toID string) (string, error) {
+	if !n.IsLeader() {
+		return "", ErrNotLeader
+	}
+	if toID == n.cfg.NodeID {
+		return toID, nil
+	}
+	var f raft.Future
+	if toID == "" {
+		f = n.raft.LeadershipTransfer()
+	} else {
+		servers, err := n.servers()
+		if err != nil {
+			return "", err
+		}
+		var target *raft.Server
+		for i := range servers {
+			if string(servers[i].ID) == toID {
+				target = &servers[i]
+			}
+		}
+		if target == nil {
+			return "", fmt.Errorf("%w: %q", ErrUnknownNode, toID)
+		}
+		f = n.raft.LeadershipTransferToServer(target.ID, target.Address)
+	}
+	if err := n.await(ctx, "transfer leadership", f); err != nil {
+		return "", err
+	}
+	// The transfer succeeded once the target started its election; wait
+	// until some other node is known as leader.
+	var newID string
+	err := poll(ctx, 20*time.Millisecond, func() bool {
+		newID = n.Leader().ID
+		return newID != "" && newID != n.cfg.NodeID
+	})
+	if err != nil {
+		return "", fmt.Errorf("cluster: transfer leadership: waiting for the new leader: %w", err)
+	}
+	return newID, nil
+}
+
+// Snapshot takes a snapshot of this node's FSM now and returns the index it
+// covers. If nothing was applied since the last snapshot, it returns that
+// snapshot's index.
+func (n *Node) Snapshot(ctx context.Context) (uint64, error) {
+	f := n.raft.Snapshot()
+	err := n.await(ctx, "snapshot", f)
+	if errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		metas, lerr := n.snaps.List()
+		if lerr == nil && len(metas) > 0 {
+			return metas[0].Index, nil
+		}
+		return 0, err
+	}
+	if err != nil {
+		return 0, err
+	}
+	meta, rc, err := f.Open()
+	if err != nil {
+		return 0, fmt.Errorf("cluster: snapshot: open: %w", err)
+	}
+	if err := rc.Close(); err != nil {
+		return 0, fmt.Errorf("cluster: snapshot: close: %w", err)
+	}
+	return meta.Index, nil
+}
+
+// Status is one node's view of the cluster, shaped like
+// raftq.v1.StatusResponse.
+type Status struct {
+	LeaderID     string
+	LeaderAddr   string // the leader's gRPC address
+	Term         uint64
+	CommitIndex  uint64
+	AppliedIndex uint64
+	Nodes        []NodeStatus
+}
+
+// NodeStatus describes one server of the Raft configuration.
+type NodeStatus struct {
+	ID       string
+	GRPCAddr string
+	RaftAddr string
+	HTTPAddr string
+	// Suffrage is "voter" or "nonvoter".
+	Suffrage string
+	// State is "leader", "follower", "candidate" or "unreachable".
+	State   string
+	Healthy bool
+	// LastContactMs: for this node as follower, ms since it last heard
+	// from the leader; on the leader, ms since a failing follower last
+	// answered; otherwise 0.
+	LastContactMs int64
+	// AppliedIndex is known only for this node (0 for others).
+	AppliedIndex uint64
+}
+
+// Status returns this node's view of the cluster: the servers of the Raft
+// configuration, sorted by id, with gossip metadata and liveness.
+func (n *Node) Status() Status {
+	leader := n.Leader()
+	st := Status{
+		LeaderID:     leader.ID,
+		LeaderAddr:   leader.GRPCAddr,
+		Term:         n.raft.CurrentTerm(),
+		CommitIndex:  n.raft.CommitIndex(),
+		AppliedIndex: n.raft.AppliedIndex(),
+	}
+	servers, _ := n.servers() // empty after shutdown
+	now := time.Now()
+	selfState := n.raft.State()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, s := range servers {
+		id := string(s.ID)
+		ns := NodeStatus{ID: id, RaftAddr: string(s.Address), Suffrage: "nonvoter"}
+		if s.Suffrage == raft.Voter {
+			ns.Suffrage = "voter"
+		}
+		if m, ok := n.members[id]; ok && m.metaOK {
+			ns.GRPCAddr, ns.HTTPAddr = m.meta.GRPC, m.meta.HTTP
+		}
+		switch {
+		case id == n.cfg.NodeID:
+			ns.GRPCAddr, ns.HTTPAddr = n.cfg.GRPCAdvertise, n.cfg.HTTPAdvertise
+			ns.AppliedIndex = st.AppliedIndex
+			switch selfState {
+			case raft.Leader:
+				ns.State = "leader"
+			case raft.Candidate:
+				ns.State = "candidate"
+			case raft.Follower:
+				ns.State = "follower"
+				if lc := n.raft.LastContact(); !lc.IsZero() {
+					ns.LastContactMs = now.Sub(lc).Milliseconds()
+				}
+			default:
+				ns.State = "unreachable"
+			}
+			ns.Healthy = selfState != raft.Shutdown && leader.ID != ""
+		default:
+			m, known := n.members[id]
+			failedSince, hbFailed := n.hbFailed[id]
+			switch {
+			case !known || m.state != memberAlive || hbFailed:
+				ns.State = "unreachable"
+			case id == leader.ID:
+				ns.State = "leader"
+			default:
+				ns.State = "follower"
+			}
+			if hbFailed && !failedSince.IsZero() {
+				ns.LastContactMs = now.Sub(failedSince).Milliseconds()
+			}
+			ns.Healthy = ns.State != "unreachable"
+		}
+		st.Nodes = append(st.Nodes, ns)
+	}
+	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].ID < st.Nodes[j].ID })
+	return st
+}

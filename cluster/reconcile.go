@@ -1,0 +1,218 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// reconcileState is the reconciler's memory across passes within one term.
+type reconcileState struct {
+	// missing: servers in the Raft configuration that gossip has never
+	// reported (e.g. reaped before this node became leader), since when.
+	missing map[string]time.Time
+	// floorLogged: failed voters already reported as kept for the floor.
+	floorLogged map[string]bool
+}
+
+// reconcileLoop makes the Raft configuration follow gossip while this node
+// is leader: on every gossip event, on a periodic resync, and when a failed
+// member's grace period ends.
+func (n *Node) reconcileLoop(ctx context.Context) {
+	tick := time.NewTicker(n.cfg.reconcileInterval)
+	defer tick.Stop()
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
+	st := &reconcileState{missing: map[string]time.Time{}, floorLogged: map[string]bool{}}
+	for {
+		next, err := n.reconcile(ctx, st)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrShutdown) {
+				return // the leadership loop ends this term
+			}
+			n.log.Warn("reconcile membership", "err", err)
+			if next <= 0 || next > time.Second {
+				next = time.Second
+			}
+		}
+		if next <= 0 {
+			next = time.Hour
+		}
+		wake.Reset(next)
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.memberEv:
+		case <-tick.C:
+		case <-wake.C:
+		}
+	}
+}
+
+// reconcile makes one pass. It returns how soon a failed member's grace
+// period ends (0 if none is pending).
+func (n *Node) reconcile(ctx context.Context, st *reconcileState) (time.Duration, error) {
+	servers, err := n.servers()
+	if err != nil {
+		return 0, err
+	}
+	now := time.Now()
+	n.mu.Lock()
+	members := make(map[string]member, len(n.members))
+	for id, m := range n.members {
+		members[id] = *m
+	}
+	n.mu.Unlock()
+
+	inConf := make(map[string]raft.Server, len(servers))
+	voters := 0
+	for _, s := range servers {
+		inConf[string(s.ID)] = s
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	var errs []error
+
+	// Live members not in the configuration (or with a changed address)
+	// become voters.
+	ids := make([]string, 0, len(members))
+	for id := range members {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		m := members[id]
+		if id == n.cfg.NodeID || m.state != memberAlive || !m.metaOK || m.leaving || m.noAdd || m.meta.Raft == "" {
+			continue
+		}
+		s, ok := inConf[id]
+		if ok && s.Suffrage == raft.Voter && string(s.Address) == m.meta.Raft {
+			continue
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		n.log.Info("adding voter", "id", id, "raft_addr", m.meta.Raft)
+		if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 0).Error(); err != nil {
+			err = wrapRaftErr("add voter "+id, err)
+			if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrShutdown) {
+				return 0, err
+			}
+			errs = append(errs, err)
+			continue
+		}
+		if !ok || s.Suffrage != raft.Voter {
+			voters++
+		}
+	}
+
+	// Left members go at once; failed (or never seen) ones after the
+	// grace period, and a voter only if that keeps BootstrapExpect voters.
+	var next time.Duration
+	for _, s := range servers {
+		id := string(s.ID)
+		if id == n.cfg.NodeID {
+			continue
+		}
+		m, known := members[id]
+		if known && m.state == memberAlive {
+			delete(st.missing, id)
+			delete(st.floorLogged, id)
+			continue
+		}
+		reason := "left"
+		if !known || m.state != memberLeft {
+			reason = "failed"
+			since, seen := m.since, known
+			if !seen {
+				if t, ok := st.missing[id]; ok {
+					since = t
+				} else {
+					since = now
+					st.missing[id] = now
+				}
+			}
+			if wait := since.Add(n.cfg.DeadNodeTimeout).Sub(now); wait > 0 {
+				if next == 0 || wait < next {
+					next = wait
+				}
+				continue
+			}
+			if s.Suffrage == raft.Voter && voters-1 < n.cfg.BootstrapExpect {
+				if !st.floorLogged[id] {
+					st.floorLogged[id] = true
+					n.log.Warn("keeping failed voter: removing it would leave fewer voters than bootstrap-expect",
+						"id", id, "voters", voters, "bootstrap_expect", n.cfg.BootstrapExpect)
+				}
+				continue
+			}
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		n.log.Info("removing server", "id", id, "reason", reason)
+		if err := n.raft.RemoveServer(s.ID, 0, 0).Error(); err != nil {
+			err = wrapRaftErr("remove server "+id, err)
+			if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrShutdown) {
+				return 0, err
+			}
+			errs = append(errs, err)
+			continue
+		}
+		delete(st.missing, id)
+		delete(st.floorLogged, id)
+		if s.Suffrage == raft.Voter {
+			voters--
+		}
+	}
+	for id := range st.missing {
+		if _, ok := inConf[id]; !ok {
+			delete(st.missing, id)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return next, fmt.Errorf("cluster: reconcile: %w", err)
+	}
+	return next, nil
+}
+
+// servers returns the latest Raft configuration.
+func (n *Node) servers() ([]raft.Server, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, wrapRaftErr("get configuration", err)
+	}
+	return f.Configuration().Servers, nil
+}
+
+func hasServer(servers []raft.Server, id string) bool {
+	for _, s := range servers {
+		if string(s.ID) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// otherVoters counts voters in the configuration other than this node.
+func (n *Node) otherVoters() int {
+	servers, err := n.servers()
+	if err != nil {
+		return 0
+	}
+	c := 0
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != n.cfg.NodeID {
+			c++
+		}
+	}
+	return c
+}
