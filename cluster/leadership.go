@@ -13,6 +13,11 @@ import (
 // IsLeader reports whether this node is the Raft leader right now.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
+// LeaderReady reports whether this node leads and has applied everything
+// committed before its term (its Barrier completed): reads served now see
+// every acknowledged write.
+func (n *Node) LeaderReady() bool { return n.established.Load() && n.IsLeader() }
+
 // Leader returns the current leader as this node knows it; ID is empty if
 // no leader is known.
 func (n *Node) Leader() LeaderInfo {
@@ -116,6 +121,7 @@ func (n *Node) leadershipLoop() {
 	defer close(n.leaderLoopDone)
 	var term *leaderTerm
 	stop := func() {
+		n.established.Store(false)
 		if term != nil {
 			term.cancel()
 			<-term.done
@@ -144,6 +150,7 @@ func (n *Node) startTerm() *leaderTerm {
 		if !n.establishLeadership(ctx) {
 			return
 		}
+		n.established.Store(true)
 		var wg sync.WaitGroup
 		if n.leader != nil {
 			wg.Add(1)

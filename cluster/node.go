@@ -62,6 +62,10 @@ type Node struct {
 	// leaderLoopDone is closed when the leadership loop (and so any leader
 	// term) has ended.
 	leaderLoopDone chan struct{}
+	// established is true while this node leads and its Barrier for the
+	// term has completed: its state then reflects every committed entry,
+	// so it may answer reads.
+	established atomic.Bool
 
 	metaMu     sync.Mutex   // serialises metadata updates with leaving
 	hasState   atomic.Bool  // published in gossip metadata

@@ -28,6 +28,8 @@ type Result struct {
 	Count int64
 	// Queue is the queue after create/update.
 	Queue *raftqv1.QueueInfo
+	// Index is the log index of a Checkpoint command.
+	Index uint64
 }
 
 // FormatID renders a message id or lease token for the API: fixed-width hex,
@@ -90,7 +92,7 @@ func (f *FSM) applyCommand(index uint64, cmd *fsmv1.Command, touched *touchSet) 
 		return &Result{}
 	case *fsmv1.Command_Checkpoint:
 		f.checkpoint(index)
-		return &Result{}
+		return &Result{Index: index}
 	default:
 		return &Result{Err: fmt.Errorf("%w: empty or unknown command", ErrInvalid)}
 	}
@@ -140,17 +142,14 @@ func (f *FSM) advance(touched *touchSet) {
 func (f *FSM) deadLetter(q *queue, m *message, reason string, touched *touchSet) {
 	touched.add(q.name)
 	dlq := f.queues[q.cfg.DeadLetterQueue]
+	next := *m
+	next.state, next.expiresMs, next.visibleMs = stateReady, 0, 0
+	next.leaseToken, next.consumerID, next.deadlineMs = 0, "", 0
 	if q.isDLQ || dlq == nil {
-		next := *m
-		next.state, next.expiresMs = stateReady, 0
-		next.leaseToken, next.consumerID, next.deadlineMs = 0, "", 0
 		f.put(q, m, &next)
 		return
 	}
 	f.put(q, m, nil)
-	next := *m
-	next.state, next.expiresMs = stateReady, 0
-	next.leaseToken, next.consumerID, next.deadlineMs = 0, "", 0
 	next.origin, next.dlReason = q.name, reason
 	f.put(dlq, nil, &next)
 	touched.add(dlq.name)
@@ -569,6 +568,7 @@ func (f *FSM) extend(c *fsmv1.Extend, touched *touchSet) *Result {
 		next.deadlineMs = f.lastNow + by
 		f.put(q, m, &next)
 		res.Deadlines[i] = next.deadlineMs
+		touched.add(q.name)
 	}
 	return res
 }

@@ -122,7 +122,7 @@ func messageRecord(m *message) *fsmv1.MessageRecord {
 		EnqueuedMs: m.enqueuedMs, VisibleMs: m.visibleMs, ExpiresMs: m.expiresMs,
 		Attempts: m.attempts, LeaseToken: m.leaseToken, ConsumerId: m.consumerID,
 		DeadlineMs: m.deadlineMs, OriginQueue: m.origin, DeadLetterReason: m.dlReason,
-		DedupId: m.dedupID,
+		DedupId: m.dedupID, State: fsmv1.MessageState(m.state),
 	}
 }
 
@@ -246,13 +246,14 @@ func (f *FSM) load(r *bufio.Reader) error {
 				consumerID: mr.ConsumerId, deadlineMs: mr.DeadlineMs, origin: mr.OriginQueue,
 				dlReason: mr.DeadLetterReason,
 			}
-			switch {
-			case m.leaseToken != 0:
-				m.state = stateLeased
-			case m.visibleMs > f.lastNow:
-				m.state = stateDelayed
+			switch mr.State {
+			case fsmv1.MessageState_MESSAGE_STATE_READY, fsmv1.MessageState_MESSAGE_STATE_DELAYED, fsmv1.MessageState_MESSAGE_STATE_LEASED:
+				m.state = msgState(mr.State)
 			default:
-				m.state = stateReady
+				return fmt.Errorf("%w: message %d has unknown state %d", ErrInvalid, mr.Id, mr.State)
+			}
+			if m.state == stateLeased && m.leaseToken == 0 {
+				return fmt.Errorf("%w: leased message %d has no lease token", ErrInvalid, mr.Id)
 			}
 			if m.origin != "" {
 				dlqMsgs = append(dlqMsgs, pendingDLQ{q, m})

@@ -2886,6 +2886,130 @@ func (x *VerifyResponse) GetConsistent() bool {
 	return false
 }
 
+type CheckpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointRequest) Reset() {
+	*x = CheckpointRequest{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointRequest) ProtoMessage() {}
+
+func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
+func (*CheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
+}
+
+type CheckpointResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointResponse) Reset() {
+	*x = CheckpointResponse{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointResponse) ProtoMessage() {}
+
+func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
+func (*CheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *CheckpointResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type LocalDigestRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalDigestRequest) Reset() {
+	*x = LocalDigestRequest{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalDigestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalDigestRequest) ProtoMessage() {}
+
+func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalDigestRequest.ProtoReflect.Descriptor instead.
+func (*LocalDigestRequest) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *LocalDigestRequest) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 var File_raftq_v1_raftq_proto protoreflect.FileDescriptor
 
 const file_raftq_v1_raftq_proto_rawDesc = "" +
@@ -3108,7 +3232,12 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x05nodes\x18\x01 \x03(\v2\x14.raftq.v1.NodeDigestR\x05nodes\x12\x1e\n" +
 	"\n" +
 	"consistent\x18\x02 \x01(\bR\n" +
-	"consistent2\xeb\x06\n" +
+	"consistent\"\x13\n" +
+	"\x11CheckpointRequest\"*\n" +
+	"\x12CheckpointResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"*\n" +
+	"\x12LocalDigestRequest\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index2\xeb\x06\n" +
 	"\x06Broker\x12J\n" +
 	"\vCreateQueue\x12\x1c.raftq.v1.CreateQueueRequest\x1a\x1d.raftq.v1.CreateQueueResponse\x12J\n" +
 	"\vUpdateQueue\x12\x1c.raftq.v1.UpdateQueueRequest\x1a\x1d.raftq.v1.UpdateQueueResponse\x12J\n" +
@@ -3124,14 +3253,17 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x04Nack\x12\x15.raftq.v1.NackRequest\x1a\x16.raftq.v1.NackResponse\x12J\n" +
 	"\vExtendLease\x12\x1c.raftq.v1.ExtendLeaseRequest\x1a\x1d.raftq.v1.ExtendLeaseResponse\x125\n" +
 	"\x04Peek\x12\x15.raftq.v1.PeekRequest\x1a\x16.raftq.v1.PeekResponse\x12>\n" +
-	"\aRedrive\x12\x18.raftq.v1.RedriveRequest\x1a\x19.raftq.v1.RedriveResponse2\xf0\x02\n" +
+	"\aRedrive\x12\x18.raftq.v1.RedriveRequest\x1a\x19.raftq.v1.RedriveResponse2\xfc\x03\n" +
 	"\aCluster\x12;\n" +
 	"\x06Status\x12\x17.raftq.v1.StatusRequest\x1a\x18.raftq.v1.StatusResponse\x12G\n" +
 	"\n" +
 	"RemoveNode\x12\x1b.raftq.v1.RemoveNodeRequest\x1a\x1c.raftq.v1.RemoveNodeResponse\x12_\n" +
 	"\x12TransferLeadership\x12#.raftq.v1.TransferLeadershipRequest\x1a$.raftq.v1.TransferLeadershipResponse\x12A\n" +
 	"\bSnapshot\x12\x19.raftq.v1.SnapshotRequest\x1a\x1a.raftq.v1.SnapshotResponse\x12;\n" +
-	"\x06Verify\x12\x17.raftq.v1.VerifyRequest\x1a\x18.raftq.v1.VerifyResponseB/Z-github.com/raftq/raftq/proto/raftq/v1;raftqv1b\x06proto3"
+	"\x06Verify\x12\x17.raftq.v1.VerifyRequest\x1a\x18.raftq.v1.VerifyResponse\x12G\n" +
+	"\n" +
+	"Checkpoint\x12\x1b.raftq.v1.CheckpointRequest\x1a\x1c.raftq.v1.CheckpointResponse\x12A\n" +
+	"\vLocalDigest\x12\x1c.raftq.v1.LocalDigestRequest\x1a\x14.raftq.v1.NodeDigestB/Z-github.com/raftq/raftq/proto/raftq/v1;raftqv1b\x06proto3"
 
 var (
 	file_raftq_v1_raftq_proto_rawDescOnce sync.Once
@@ -3145,7 +3277,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -3196,23 +3328,26 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*NodeDigest)(nil),                 // 46: raftq.v1.NodeDigest
 	(*VerifyRequest)(nil),              // 47: raftq.v1.VerifyRequest
 	(*VerifyResponse)(nil),             // 48: raftq.v1.VerifyResponse
-	nil,                                // 49: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 50: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 51: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 52: google.protobuf.FieldMask
+	(*CheckpointRequest)(nil),          // 49: raftq.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 50: raftq.v1.CheckpointResponse
+	(*LocalDigestRequest)(nil),         // 51: raftq.v1.LocalDigestRequest
+	nil,                                // 52: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 53: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 54: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 55: google.protobuf.FieldMask
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	49, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	52, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
 	1,  // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
 	2,  // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
 	3,  // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
 	4,  // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
-	50, // 5: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	51, // 6: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	53, // 5: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	54, // 6: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
 	1,  // 7: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
 	5,  // 8: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	1,  // 9: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	52, // 10: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	55, // 10: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
 	5,  // 11: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 12: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 13: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
@@ -3246,26 +3381,30 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	42, // 41: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
 	44, // 42: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
 	47, // 43: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	12, // 44: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	14, // 45: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	16, // 46: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	18, // 47: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	20, // 48: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	22, // 49: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	24, // 50: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	26, // 51: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	28, // 52: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	30, // 53: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	32, // 54: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	34, // 55: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	36, // 56: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	39, // 57: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	41, // 58: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	43, // 59: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	45, // 60: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	48, // 61: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	44, // [44:62] is the sub-list for method output_type
-	26, // [26:44] is the sub-list for method input_type
+	49, // 44: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	51, // 45: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	12, // 46: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	14, // 47: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	16, // 48: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	18, // 49: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	20, // 50: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	22, // 51: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	24, // 52: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	26, // 53: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	28, // 54: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	30, // 55: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	32, // 56: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	34, // 57: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	36, // 58: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	39, // 59: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	41, // 60: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	43, // 61: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	45, // 62: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	48, // 63: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	50, // 64: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	46, // 65: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	46, // [46:66] is the sub-list for method output_type
+	26, // [26:46] is the sub-list for method input_type
 	26, // [26:26] is the sub-list for extension type_name
 	26, // [26:26] is the sub-list for extension extendee
 	0,  // [0:26] is the sub-list for field type_name
@@ -3282,7 +3421,7 @@ func file_raftq_v1_raftq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   52,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

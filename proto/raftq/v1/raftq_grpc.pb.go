@@ -595,6 +595,8 @@ const (
 	Cluster_TransferLeadership_FullMethodName = "/raftq.v1.Cluster/TransferLeadership"
 	Cluster_Snapshot_FullMethodName           = "/raftq.v1.Cluster/Snapshot"
 	Cluster_Verify_FullMethodName             = "/raftq.v1.Cluster/Verify"
+	Cluster_Checkpoint_FullMethodName         = "/raftq.v1.Cluster/Checkpoint"
+	Cluster_LocalDigest_FullMethodName        = "/raftq.v1.Cluster/LocalDigest"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -608,6 +610,10 @@ type ClusterClient interface {
 	TransferLeadership(ctx context.Context, in *TransferLeadershipRequest, opts ...grpc.CallOption) (*TransferLeadershipResponse, error)
 	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (*SnapshotResponse, error)
 	Verify(ctx context.Context, in *VerifyRequest, opts ...grpc.CallOption) (*VerifyResponse, error)
+	// Node-to-node helpers for Verify: the leader appends a checkpoint entry;
+	// each node reports its digest at that entry's index.
+	Checkpoint(ctx context.Context, in *CheckpointRequest, opts ...grpc.CallOption) (*CheckpointResponse, error)
+	LocalDigest(ctx context.Context, in *LocalDigestRequest, opts ...grpc.CallOption) (*NodeDigest, error)
 }
 
 type clusterClient struct {
@@ -668,6 +674,26 @@ func (c *clusterClient) Verify(ctx context.Context, in *VerifyRequest, opts ...g
 	return out, nil
 }
 
+func (c *clusterClient) Checkpoint(ctx context.Context, in *CheckpointRequest, opts ...grpc.CallOption) (*CheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckpointResponse)
+	err := c.cc.Invoke(ctx, Cluster_Checkpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterClient) LocalDigest(ctx context.Context, in *LocalDigestRequest, opts ...grpc.CallOption) (*NodeDigest, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NodeDigest)
+	err := c.cc.Invoke(ctx, Cluster_LocalDigest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -679,6 +705,10 @@ type ClusterServer interface {
 	TransferLeadership(context.Context, *TransferLeadershipRequest) (*TransferLeadershipResponse, error)
 	Snapshot(context.Context, *SnapshotRequest) (*SnapshotResponse, error)
 	Verify(context.Context, *VerifyRequest) (*VerifyResponse, error)
+	// Node-to-node helpers for Verify: the leader appends a checkpoint entry;
+	// each node reports its digest at that entry's index.
+	Checkpoint(context.Context, *CheckpointRequest) (*CheckpointResponse, error)
+	LocalDigest(context.Context, *LocalDigestRequest) (*NodeDigest, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -703,6 +733,12 @@ func (UnimplementedClusterServer) Snapshot(context.Context, *SnapshotRequest) (*
 }
 func (UnimplementedClusterServer) Verify(context.Context, *VerifyRequest) (*VerifyResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Verify not implemented")
+}
+func (UnimplementedClusterServer) Checkpoint(context.Context, *CheckpointRequest) (*CheckpointResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Checkpoint not implemented")
+}
+func (UnimplementedClusterServer) LocalDigest(context.Context, *LocalDigestRequest) (*NodeDigest, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method LocalDigest not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -815,6 +851,42 @@ func _Cluster_Verify_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_Checkpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).Checkpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_Checkpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).Checkpoint(ctx, req.(*CheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Cluster_LocalDigest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LocalDigestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).LocalDigest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_LocalDigest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).LocalDigest(ctx, req.(*LocalDigestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -841,6 +913,14 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Verify",
 			Handler:    _Cluster_Verify_Handler,
+		},
+		{
+			MethodName: "Checkpoint",
+			Handler:    _Cluster_Checkpoint_Handler,
+		},
+		{
+			MethodName: "LocalDigest",
+			Handler:    _Cluster_LocalDigest_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -26,6 +26,55 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type MessageState int32
+
+const (
+	MessageState_MESSAGE_STATE_READY   MessageState = 0
+	MessageState_MESSAGE_STATE_DELAYED MessageState = 1
+	MessageState_MESSAGE_STATE_LEASED  MessageState = 2
+)
+
+// Enum value maps for MessageState.
+var (
+	MessageState_name = map[int32]string{
+		0: "MESSAGE_STATE_READY",
+		1: "MESSAGE_STATE_DELAYED",
+		2: "MESSAGE_STATE_LEASED",
+	}
+	MessageState_value = map[string]int32{
+		"MESSAGE_STATE_READY":   0,
+		"MESSAGE_STATE_DELAYED": 1,
+		"MESSAGE_STATE_LEASED":  2,
+	}
+)
+
+func (x MessageState) Enum() *MessageState {
+	p := new(MessageState)
+	*p = x
+	return p
+}
+
+func (x MessageState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MessageState) Descriptor() protoreflect.EnumDescriptor {
+	return file_raftq_fsm_v1_command_proto_enumTypes[0].Descriptor()
+}
+
+func (MessageState) Type() protoreflect.EnumType {
+	return &file_raftq_fsm_v1_command_proto_enumTypes[0]
+}
+
+func (x MessageState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MessageState.Descriptor instead.
+func (MessageState) EnumDescriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{0}
+}
+
 // Command is one Raft log entry.
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1527,6 +1576,7 @@ type MessageRecord struct {
 	OriginQueue      string                 `protobuf:"bytes,15,opt,name=origin_queue,json=originQueue,proto3" json:"origin_queue,omitempty"`
 	DeadLetterReason string                 `protobuf:"bytes,16,opt,name=dead_letter_reason,json=deadLetterReason,proto3" json:"dead_letter_reason,omitempty"`
 	DedupId          string                 `protobuf:"bytes,17,opt,name=dedup_id,json=dedupId,proto3" json:"dedup_id,omitempty"`
+	State            MessageState           `protobuf:"varint,18,opt,name=state,proto3,enum=raftq.fsm.v1.MessageState" json:"state,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1680,6 +1730,13 @@ func (x *MessageRecord) GetDedupId() string {
 	return ""
 }
 
+func (x *MessageRecord) GetState() MessageState {
+	if x != nil {
+		return x.State
+	}
+	return MessageState_MESSAGE_STATE_READY
+}
+
 var File_raftq_fsm_v1_command_proto protoreflect.FileDescriptor
 
 const file_raftq_fsm_v1_command_proto_rawDesc = "" +
@@ -1795,7 +1852,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"message_id\x18\x02 \x01(\x04R\tmessageId\x12\x1d\n" +
 	"\n" +
-	"expires_ms\x18\x03 \x01(\x03R\texpiresMs\"\xff\x04\n" +
+	"expires_ms\x18\x03 \x01(\x03R\texpiresMs\"\xb1\x05\n" +
 	"\rMessageRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12B\n" +
@@ -1820,10 +1877,15 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"deadlineMs\x12!\n" +
 	"\forigin_queue\x18\x0f \x01(\tR\voriginQueue\x12,\n" +
 	"\x12dead_letter_reason\x18\x10 \x01(\tR\x10deadLetterReason\x12\x19\n" +
-	"\bdedup_id\x18\x11 \x01(\tR\adedupId\x1a:\n" +
+	"\bdedup_id\x18\x11 \x01(\tR\adedupId\x120\n" +
+	"\x05state\x18\x12 \x01(\x0e2\x1a.raftq.fsm.v1.MessageStateR\x05state\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B1Z/github.com/raftq/raftq/proto/raftq/fsm/v1;fsmv1b\x06proto3"
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\\\n" +
+	"\fMessageState\x12\x17\n" +
+	"\x13MESSAGE_STATE_READY\x10\x00\x12\x19\n" +
+	"\x15MESSAGE_STATE_DELAYED\x10\x01\x12\x18\n" +
+	"\x14MESSAGE_STATE_LEASED\x10\x02B1Z/github.com/raftq/raftq/proto/raftq/fsm/v1;fsmv1b\x06proto3"
 
 var (
 	file_raftq_fsm_v1_command_proto_rawDescOnce sync.Once
@@ -1837,70 +1899,73 @@ func file_raftq_fsm_v1_command_proto_rawDescGZIP() []byte {
 	return file_raftq_fsm_v1_command_proto_rawDescData
 }
 
+var file_raftq_fsm_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_raftq_fsm_v1_command_proto_goTypes = []any{
-	(*Command)(nil),           // 0: raftq.fsm.v1.Command
-	(*CreateQueue)(nil),       // 1: raftq.fsm.v1.CreateQueue
-	(*UpdateQueue)(nil),       // 2: raftq.fsm.v1.UpdateQueue
-	(*DeleteQueue)(nil),       // 3: raftq.fsm.v1.DeleteQueue
-	(*PurgeQueue)(nil),        // 4: raftq.fsm.v1.PurgeQueue
-	(*EnqueueBatch)(nil),      // 5: raftq.fsm.v1.EnqueueBatch
-	(*Enqueue)(nil),           // 6: raftq.fsm.v1.Enqueue
-	(*Grant)(nil),             // 7: raftq.fsm.v1.Grant
-	(*LeaseGrant)(nil),        // 8: raftq.fsm.v1.LeaseGrant
-	(*Ref)(nil),               // 9: raftq.fsm.v1.Ref
-	(*LeaseRollback)(nil),     // 10: raftq.fsm.v1.LeaseRollback
-	(*Ack)(nil),               // 11: raftq.fsm.v1.Ack
-	(*NackOne)(nil),           // 12: raftq.fsm.v1.NackOne
-	(*Nack)(nil),              // 13: raftq.fsm.v1.Nack
-	(*Extend)(nil),            // 14: raftq.fsm.v1.Extend
-	(*LeaseExpire)(nil),       // 15: raftq.fsm.v1.LeaseExpire
-	(*ReleaseConsumer)(nil),   // 16: raftq.fsm.v1.ReleaseConsumer
-	(*Redrive)(nil),           // 17: raftq.fsm.v1.Redrive
-	(*Tick)(nil),              // 18: raftq.fsm.v1.Tick
-	(*Checkpoint)(nil),        // 19: raftq.fsm.v1.Checkpoint
-	(*SnapshotHeader)(nil),    // 20: raftq.fsm.v1.SnapshotHeader
-	(*QueueRecord)(nil),       // 21: raftq.fsm.v1.QueueRecord
-	(*DedupEntry)(nil),        // 22: raftq.fsm.v1.DedupEntry
-	(*MessageRecord)(nil),     // 23: raftq.fsm.v1.MessageRecord
-	nil,                       // 24: raftq.fsm.v1.MessageRecord.HeadersEntry
-	(*v1.QueueConfig)(nil),    // 25: raftq.v1.QueueConfig
-	(*v1.EnqueueMessage)(nil), // 26: raftq.v1.EnqueueMessage
+	(MessageState)(0),         // 0: raftq.fsm.v1.MessageState
+	(*Command)(nil),           // 1: raftq.fsm.v1.Command
+	(*CreateQueue)(nil),       // 2: raftq.fsm.v1.CreateQueue
+	(*UpdateQueue)(nil),       // 3: raftq.fsm.v1.UpdateQueue
+	(*DeleteQueue)(nil),       // 4: raftq.fsm.v1.DeleteQueue
+	(*PurgeQueue)(nil),        // 5: raftq.fsm.v1.PurgeQueue
+	(*EnqueueBatch)(nil),      // 6: raftq.fsm.v1.EnqueueBatch
+	(*Enqueue)(nil),           // 7: raftq.fsm.v1.Enqueue
+	(*Grant)(nil),             // 8: raftq.fsm.v1.Grant
+	(*LeaseGrant)(nil),        // 9: raftq.fsm.v1.LeaseGrant
+	(*Ref)(nil),               // 10: raftq.fsm.v1.Ref
+	(*LeaseRollback)(nil),     // 11: raftq.fsm.v1.LeaseRollback
+	(*Ack)(nil),               // 12: raftq.fsm.v1.Ack
+	(*NackOne)(nil),           // 13: raftq.fsm.v1.NackOne
+	(*Nack)(nil),              // 14: raftq.fsm.v1.Nack
+	(*Extend)(nil),            // 15: raftq.fsm.v1.Extend
+	(*LeaseExpire)(nil),       // 16: raftq.fsm.v1.LeaseExpire
+	(*ReleaseConsumer)(nil),   // 17: raftq.fsm.v1.ReleaseConsumer
+	(*Redrive)(nil),           // 18: raftq.fsm.v1.Redrive
+	(*Tick)(nil),              // 19: raftq.fsm.v1.Tick
+	(*Checkpoint)(nil),        // 20: raftq.fsm.v1.Checkpoint
+	(*SnapshotHeader)(nil),    // 21: raftq.fsm.v1.SnapshotHeader
+	(*QueueRecord)(nil),       // 22: raftq.fsm.v1.QueueRecord
+	(*DedupEntry)(nil),        // 23: raftq.fsm.v1.DedupEntry
+	(*MessageRecord)(nil),     // 24: raftq.fsm.v1.MessageRecord
+	nil,                       // 25: raftq.fsm.v1.MessageRecord.HeadersEntry
+	(*v1.QueueConfig)(nil),    // 26: raftq.v1.QueueConfig
+	(*v1.EnqueueMessage)(nil), // 27: raftq.v1.EnqueueMessage
 }
 var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
-	1,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
-	2,  // 1: raftq.fsm.v1.Command.update_queue:type_name -> raftq.fsm.v1.UpdateQueue
-	3,  // 2: raftq.fsm.v1.Command.delete_queue:type_name -> raftq.fsm.v1.DeleteQueue
-	4,  // 3: raftq.fsm.v1.Command.purge_queue:type_name -> raftq.fsm.v1.PurgeQueue
-	6,  // 4: raftq.fsm.v1.Command.enqueue:type_name -> raftq.fsm.v1.Enqueue
-	8,  // 5: raftq.fsm.v1.Command.lease_grant:type_name -> raftq.fsm.v1.LeaseGrant
-	10, // 6: raftq.fsm.v1.Command.lease_rollback:type_name -> raftq.fsm.v1.LeaseRollback
-	11, // 7: raftq.fsm.v1.Command.ack:type_name -> raftq.fsm.v1.Ack
-	13, // 8: raftq.fsm.v1.Command.nack:type_name -> raftq.fsm.v1.Nack
-	14, // 9: raftq.fsm.v1.Command.extend:type_name -> raftq.fsm.v1.Extend
-	15, // 10: raftq.fsm.v1.Command.lease_expire:type_name -> raftq.fsm.v1.LeaseExpire
-	16, // 11: raftq.fsm.v1.Command.release_consumer:type_name -> raftq.fsm.v1.ReleaseConsumer
-	17, // 12: raftq.fsm.v1.Command.redrive:type_name -> raftq.fsm.v1.Redrive
-	18, // 13: raftq.fsm.v1.Command.tick:type_name -> raftq.fsm.v1.Tick
-	19, // 14: raftq.fsm.v1.Command.checkpoint:type_name -> raftq.fsm.v1.Checkpoint
-	25, // 15: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.v1.QueueConfig
-	25, // 16: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.v1.QueueConfig
-	26, // 17: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.v1.EnqueueMessage
-	5,  // 18: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
-	7,  // 19: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
-	9,  // 20: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
-	9,  // 21: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
-	9,  // 22: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
-	12, // 23: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
-	9,  // 24: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
-	9,  // 25: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
-	25, // 26: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.v1.QueueConfig
-	24, // 27: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	2,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
+	3,  // 1: raftq.fsm.v1.Command.update_queue:type_name -> raftq.fsm.v1.UpdateQueue
+	4,  // 2: raftq.fsm.v1.Command.delete_queue:type_name -> raftq.fsm.v1.DeleteQueue
+	5,  // 3: raftq.fsm.v1.Command.purge_queue:type_name -> raftq.fsm.v1.PurgeQueue
+	7,  // 4: raftq.fsm.v1.Command.enqueue:type_name -> raftq.fsm.v1.Enqueue
+	9,  // 5: raftq.fsm.v1.Command.lease_grant:type_name -> raftq.fsm.v1.LeaseGrant
+	11, // 6: raftq.fsm.v1.Command.lease_rollback:type_name -> raftq.fsm.v1.LeaseRollback
+	12, // 7: raftq.fsm.v1.Command.ack:type_name -> raftq.fsm.v1.Ack
+	14, // 8: raftq.fsm.v1.Command.nack:type_name -> raftq.fsm.v1.Nack
+	15, // 9: raftq.fsm.v1.Command.extend:type_name -> raftq.fsm.v1.Extend
+	16, // 10: raftq.fsm.v1.Command.lease_expire:type_name -> raftq.fsm.v1.LeaseExpire
+	17, // 11: raftq.fsm.v1.Command.release_consumer:type_name -> raftq.fsm.v1.ReleaseConsumer
+	18, // 12: raftq.fsm.v1.Command.redrive:type_name -> raftq.fsm.v1.Redrive
+	19, // 13: raftq.fsm.v1.Command.tick:type_name -> raftq.fsm.v1.Tick
+	20, // 14: raftq.fsm.v1.Command.checkpoint:type_name -> raftq.fsm.v1.Checkpoint
+	26, // 15: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.v1.QueueConfig
+	26, // 16: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.v1.QueueConfig
+	27, // 17: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.v1.EnqueueMessage
+	6,  // 18: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
+	8,  // 19: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
+	10, // 20: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
+	10, // 21: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
+	10, // 22: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
+	13, // 23: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
+	10, // 24: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
+	10, // 25: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
+	26, // 26: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.v1.QueueConfig
+	25, // 27: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	0,  // 28: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_raftq_fsm_v1_command_proto_init() }
@@ -1930,13 +1995,14 @@ func file_raftq_fsm_v1_command_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_fsm_v1_command_proto_rawDesc), len(file_raftq_fsm_v1_command_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_raftq_fsm_v1_command_proto_goTypes,
 		DependencyIndexes: file_raftq_fsm_v1_command_proto_depIdxs,
+		EnumInfos:         file_raftq_fsm_v1_command_proto_enumTypes,
 		MessageInfos:      file_raftq_fsm_v1_command_proto_msgTypes,
 	}.Build()
 	File_raftq_fsm_v1_command_proto = out.File
