@@ -1,0 +1,96 @@
+package scheduler
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/raftq/raftq/fsm"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+const benchPicks = 256
+
+// benchState is a queue of 100,000 ready messages spread over keys
+// fairness keys (round-robin, so every key is backlogged).
+func benchState(b *testing.B, keys int) *fsm.FSM {
+	b.Helper()
+	f := fsm.New(discard)
+	idx := uint64(0)
+	apply := func(cmd *fsmv1.Command) {
+		idx++
+		if res := f.ApplyCommand(idx, cmd); res.Err != nil {
+			b.Fatal(res.Err)
+		}
+	}
+	apply(&fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: "q"}}})
+	const total = 100_000
+	for i := 0; i < total; i += 10_000 {
+		msgs := make([]*raftqv1.EnqueueMessage, 10_000)
+		for j := range msgs {
+			msgs[j] = &raftqv1.EnqueueMessage{FairnessKey: fmt.Sprintf("k%d", (i+j)%keys), Weight: uint32(1 + (i+j)%3)}
+		}
+		apply(&fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}}}})
+	}
+	return f
+}
+
+// BenchmarkSelect measures one scheduling decision of benchPicks messages
+// (DRR over the keys, pending and throttle checks, round-robin over 4
+// consumers, building the grants) against a plain FIFO walk that only
+// builds the grants. ns/msg is comparable across sub-benchmarks.
+func BenchmarkSelect(b *testing.B) {
+	for _, keys := range []int{1, 100, 10_000} {
+		b.Run(fmt.Sprintf("drr/keys=%d", keys), func(b *testing.B) {
+			f := benchState(b, keys)
+			s := New(Config{Logger: discard, Clock: NewFakeClock(time.UnixMilli(1_700_000_000_000)), MaxGrantBatch: 1 << 30}, f, nil)
+			s.queues = map[string]*queueSched{}
+			s.anchor = s.clock.Now()
+			qs := s.queueSched("q")
+			for i := range 4 {
+				qs.consumers = append(qs.consumers, &Consumer{id: fmt.Sprintf("c%d", i), seq: uint64(i + 1), max: 1 << 30})
+			}
+			ps := &passState{cursor: map[string]keyCursor{}, now: s.clock.Now(), anchor: s.anchor}
+			ps.nowMs = ps.now.UnixMilli()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				f.Read(func(v fsm.View) {
+					qv, _ := v.Queue("q")
+					if n := s.selectQueue(v, qv, qs, ps, benchPicks); n != benchPicks {
+						b.Fatalf("picked %d", n)
+					}
+				})
+				s.batch, s.batchTo = s.batch[:0], s.batchTo[:0]
+				clear(qs.pending)
+				for _, c := range qs.consumers {
+					c.pending = 0
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchPicks), "ns/msg")
+		})
+	}
+	b.Run("fifo-baseline", func(b *testing.B) {
+		f := benchState(b, 1)
+		batch := make([]*fsmv1.Grant, 0, benchPicks)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			f.Read(func(v fsm.View) {
+				qv, _ := v.Queue("q")
+				after := uint64(0)
+				for range benchPicks {
+					m, ok := qv.NextReady(0, "k0", after)
+					if !ok {
+						b.Fatal("ran out")
+					}
+					after = m.ID
+					batch = append(batch, &fsmv1.Grant{Queue: "q", MessageId: m.ID, ConsumerId: "c0", DeadlineMs: 1})
+				}
+			})
+			batch = batch[:0]
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchPicks), "ns/msg")
+	})
+}

@@ -1,0 +1,193 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/raftq/raftq/fsm"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+// ConsumerRequest describes a Lease stream.
+type ConsumerRequest struct {
+	Queue string
+	Name  string
+	// MaxInFlight is the most unacked deliveries (0 = 64; capped at
+	// MaxMaxInFlight).
+	MaxInFlight int
+	// VisibilityTimeout is the lease length (0 = the queue's).
+	VisibilityTimeout time.Duration
+}
+
+// Consumer is one registered Lease stream. Deliveries carries its messages
+// (already leased to it); Done closes when the stream is over, with Err
+// saying why. Deliveries is never closed: select on Done too.
+type Consumer struct {
+	s            *Scheduler
+	id           string
+	queue, name  string
+	seq          uint64
+	term         uint64
+	max          int
+	visibilityMs int64
+	ch           chan *raftqv1.Delivery
+	done         chan struct{}
+	err          error
+	closeOnce    sync.Once
+
+	// guarded by s.mu
+	pending int // grants proposed to it, not yet handled
+	ended   bool
+}
+
+// Register adds a consumer to a queue's round-robin. ctx bounds only the
+// registration: the consumer lives until Close or until the scheduler ends
+// it. It fails with ErrNotLeader when the scheduler is not running and with
+// fsm.ErrQueueNotFound when the queue does not exist.
+func (s *Scheduler) Register(ctx context.Context, req ConsumerRequest) (*Consumer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := fsm.ValidateQueueName(req.Queue); err != nil {
+		return nil, err
+	}
+	maxIF := req.MaxInFlight
+	if maxIF <= 0 {
+		maxIF = DefaultMaxInFlight
+	}
+	maxIF = min(maxIF, MaxMaxInFlight)
+	var vis int64
+	if req.VisibilityTimeout > 0 {
+		vis = min(max(req.VisibilityTimeout.Milliseconds(), 1), fsm.MaxDurationMs)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.running {
+		return nil, ErrNotLeader
+	}
+	exists := false
+	s.state.Read(func(v fsm.View) { _, exists = v.Queue(req.Queue) })
+	if !exists {
+		return nil, fmt.Errorf("%w: %s", fsm.ErrQueueNotFound, req.Queue)
+	}
+	seq := s.nextSeq.Add(1)
+	c := &Consumer{
+		s:            s,
+		id:           fmt.Sprintf("%s-%d-%d", s.cfg.NodeID, s.startNanos, seq),
+		queue:        req.Queue,
+		name:         req.Name,
+		seq:          seq,
+		term:         s.term,
+		max:          maxIF,
+		visibilityMs: vis,
+		ch:           make(chan *raftqv1.Delivery, maxIF),
+		done:         make(chan struct{}),
+	}
+	qs := s.queueSched(req.Queue)
+	qs.consumers = append(qs.consumers, c) // seq grows: stays sorted
+	s.kick()
+	s.log.Debug("consumer registered", "queue", req.Queue, "consumer", c.id, "name", req.Name, "max_in_flight", maxIF)
+	return c, nil
+}
+
+// ID is the leader-assigned consumer id (what leases record).
+func (c *Consumer) ID() string { return c.id }
+
+// Queue is the queue the consumer reads.
+func (c *Consumer) Queue() string { return c.queue }
+
+// Name is the client-supplied consumer name.
+func (c *Consumer) Name() string { return c.name }
+
+// MaxInFlight is the effective credit limit (and the Deliveries buffer).
+func (c *Consumer) MaxInFlight() int { return c.max }
+
+// Deliveries carries leased messages; its buffer holds exactly MaxInFlight.
+func (c *Consumer) Deliveries() <-chan *raftqv1.Delivery { return c.ch }
+
+// Done is closed when the consumer has ended.
+func (c *Consumer) Done() <-chan struct{} { return c.done }
+
+// Err says why the consumer ended (nil while it has not): ErrNotLeader,
+// fsm.ErrQueueNotFound, or ErrClosed after Close.
+func (c *Consumer) Err() error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// Close ends the stream: the consumer is unregistered and a ReleaseConsumer
+// is proposed so its leases return at once. It is idempotent and bounded in
+// time (it gives up on the proposal after a few seconds or when leadership
+// ends; the leases then expire as usual).
+func (c *Consumer) Close() {
+	c.closeOnce.Do(func() {
+		s := c.s
+		s.mu.Lock()
+		release := !c.ended && s.running && s.term == c.term
+		if !c.ended {
+			s.unregister(c)
+			c.end(ErrClosed)
+		}
+		ctx := s.ctx
+		s.mu.Unlock()
+		if !release {
+			return
+		}
+		s.kick()
+		ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+		defer cancel()
+		res, err := s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_ReleaseConsumer{ReleaseConsumer: &fsmv1.ReleaseConsumer{ConsumerId: c.id}}})
+		if err == nil {
+			err = res.Err
+		}
+		if err != nil {
+			s.logProposeErr("release consumer", err, "consumer", c.id)
+			return
+		}
+		s.log.Debug("consumer closed", "queue", c.queue, "consumer", c.id, "released", res.Count)
+	})
+}
+
+// unregister removes c from its queue's round-robin (s.mu held).
+func (s *Scheduler) unregister(c *Consumer) {
+	qs := s.queues[c.queue]
+	if qs == nil {
+		return
+	}
+	if i := slices.Index(qs.consumers, c); i >= 0 {
+		qs.consumers = slices.Delete(qs.consumers, i, i+1)
+	}
+}
+
+// end marks c over with err (s.mu held).
+func (c *Consumer) end(err error) {
+	if c.ended {
+		return
+	}
+	c.ended = true
+	c.err = err
+	close(c.done)
+}
+
+// push hands a committed delivery to the stream without blocking (s.mu
+// held). It fails if the consumer is gone or, exceptionally, its buffer is
+// full (a lease of a buffered delivery expired and its credit was reused).
+func (c *Consumer) push(d *raftqv1.Delivery) bool {
+	if c.ended {
+		return false
+	}
+	select {
+	case c.ch <- d:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,13 @@
+// Package scheduler is raftq's leader-only delivery engine: the consumer
+// registry, priority, fairness (deficit round-robin across fairness keys),
+// throttles (token buckets), flow control (per-consumer credit) and the
+// lease-expiry sweeper.
+//
+// It never changes replicated state itself: it reads the state machine
+// (fsm.FSM.Read) and changes it only by proposing commands (LeaseGrant,
+// LeaseRollback, LeaseExpire, ReleaseConsumer, Tick) through a Proposer.
+// One loop goroutine runs while the node leads (RunLeader); it wakes on
+// applied changes (QueuesChanged), consumer churn, grant completions and a
+// single timer for the next delayed message, throttle token or lease
+// deadline. See DESIGN.md in this directory for the choices made.
+package scheduler

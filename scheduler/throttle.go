@@ -1,0 +1,79 @@
+package scheduler
+
+import (
+	"math"
+	"time"
+
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+// bucket is a token bucket kept as GCRA state: tat is the theoretical
+// arrival time of the next token in nanoseconds since the term's anchor.
+// Tokens at time t = burst - (max(tat, t) - t) / interval. Times are
+// float64 nanoseconds relative to the anchor, so integral intervals (rates
+// that divide 1e9) are exact for months.
+type bucket struct {
+	rate     float64 // as configured
+	burstCfg int32   // as configured (effective: 0 already means 1)
+	interval float64 // ns per token
+	burst    float64 // tokens, >= 1
+	tat      float64
+}
+
+// maxInterval keeps tiny rates from producing infinities.
+const maxInterval = 1e18
+
+func newBucket(r *raftqv1.ThrottleRule, now float64) *bucket {
+	b := &bucket{}
+	b.setRule(r, now, true)
+	return b
+}
+
+// setRule applies a (possibly changed) rule. A new bucket starts full; a
+// changed one keeps its tokens, clamped to the new burst.
+func (b *bucket) setRule(r *raftqv1.ThrottleRule, now float64, fresh bool) {
+	if !fresh && r.GetRatePerSec() == b.rate && r.GetBurst() == b.burstCfg {
+		return
+	}
+	tokens := 0.0
+	if !fresh {
+		tokens = b.tokens(now)
+	}
+	b.rate, b.burstCfg = r.GetRatePerSec(), r.GetBurst()
+	b.burst = float64(max(r.GetBurst(), 1))
+	b.interval = maxInterval
+	if b.rate > 0 {
+		b.interval = min(1e9/b.rate, maxInterval)
+	}
+	if fresh {
+		tokens = b.burst
+	}
+	tokens = min(max(tokens, 0), b.burst)
+	b.tat = now + (b.burst-tokens)*b.interval
+}
+
+func (b *bucket) tokens(now float64) float64 {
+	t := b.burst - (max(b.tat, now)-now)/b.interval
+	return min(max(t, 0), b.burst)
+}
+
+// conforms reports whether one token is available at now.
+func (b *bucket) conforms(now float64) bool {
+	return max(b.tat, now)-now <= (b.burst-1)*b.interval
+}
+
+// take spends one token (the caller checked conforms).
+func (b *bucket) take(now float64) { b.tat = max(b.tat, now) + b.interval }
+
+// nextToken is the instant (ns since anchor) one token is available.
+func (b *bucket) nextToken() float64 { return b.tat - (b.burst-1)*b.interval }
+
+// nsToTime converts anchor-relative nanoseconds to an instant, rounding up
+// so a timer never fires before the token exists.
+func nsToTime(anchor time.Time, ns float64) time.Time {
+	c := math.Ceil(ns)
+	if c > float64(math.MaxInt64/2) {
+		c = float64(math.MaxInt64 / 2)
+	}
+	return anchor.Add(time.Duration(c))
+}

@@ -1,0 +1,152 @@
+package scheduler
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+func throttles(kv ...any) *raftqv1.QueueConfig {
+	cfg := &raftqv1.QueueConfig{Throttles: map[string]*raftqv1.ThrottleRule{}}
+	for i := 0; i < len(kv); i += 3 {
+		cfg.Throttles[kv[i].(string)] = &raftqv1.ThrottleRule{RatePerSec: kv[i+1].(float64), Burst: int32(kv[i+2].(int))}
+	}
+	return cfg
+}
+
+// countFor advances the fake clock by step until d has passed, letting the
+// scheduler settle after each step, and returns what c received meanwhile.
+func (e *env) countFor(c *Consumer, d, step time.Duration) []*raftqv1.Delivery {
+	e.t.Helper()
+	var got []*raftqv1.Delivery
+	for elapsed := time.Duration(0); elapsed+step <= d; elapsed += step {
+		e.clock.Advance(step)
+		got = append(got, e.drain(c)...)
+	}
+	return got
+}
+
+func within(got, want int, tol float64) bool {
+	return math.Abs(float64(got-want)) <= math.Max(1, tol*float64(want))
+}
+
+// TestThrottleRate: 100/s with burst 10 delivers 10 at once, then 100 per
+// simulated second (±2%), whatever the granularity of time.
+func TestThrottleRate(t *testing.T) {
+	for _, step := range []time.Duration{10 * time.Millisecond, 7 * time.Millisecond, 33 * time.Millisecond, time.Millisecond} {
+		t.Run(step.String(), func(t *testing.T) {
+			e := newEnv(t)
+			e.createQueue("q", throttles("t", 100.0, 10))
+			c := e.register("q", 1000)
+			e.enqueueN("q", 600, &raftqv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
+			if got := len(e.drain(c)); got != 10 {
+				t.Fatalf("burst: %d, want 10", got)
+			}
+			for sec := 1; sec <= 2; sec++ {
+				got := len(e.countFor(c, time.Second, step))
+				if !within(got, 100, 0.02) {
+					t.Fatalf("second %d: %d deliveries, want 100 ±2%%", sec, got)
+				}
+			}
+		})
+	}
+}
+
+// TestThrottleNoSpin: with everything throttled the loop sleeps until the
+// next token instead of spinning.
+func TestThrottleNoSpin(t *testing.T) {
+	e := newEnv(t)
+	e.createQueue("q", throttles("t", 1.0, 1))
+	c := e.register("q", 1000)
+	e.enqueueN("q", 100, &raftqv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
+	if got := len(e.drain(c)); got != 1 {
+		t.Fatalf("got %d", got)
+	}
+	e.s.mu.Lock()
+	at := e.s.parkedAt
+	e.s.mu.Unlock()
+	if want := e.clock.Now().Add(time.Second); !at.Equal(want) {
+		t.Fatalf("next wake %v, want %v (the next token)", at, want)
+	}
+	gen := e.s.wakeGen.Load()
+	e.clock.Advance(999 * time.Millisecond)
+	e.expectNone(c)
+	if e.s.wakeGen.Load() != gen {
+		t.Fatal("loop was kicked while everything was throttled")
+	}
+	e.clock.Advance(time.Millisecond)
+	if got := len(e.drain(c)); got != 1 {
+		t.Fatalf("got %d after a second", got)
+	}
+}
+
+// TestTwoThrottleKeys: a message with two throttle keys needs a token from
+// each; messages with only one key share that key's bucket.
+func TestTwoThrottleKeys(t *testing.T) {
+	e := newEnv(t)
+	e.createQueue("q", throttles("a", 100.0, 5, "b", 20.0, 2))
+	c := e.register("q", 5000)
+	e.enqueueN("q", 300, &raftqv1.EnqueueMessage{FairnessKey: "ab", ThrottleKeys: []string{"a", "b"}})
+	e.enqueueN("q", 300, &raftqv1.EnqueueMessage{FairnessKey: "a", ThrottleKeys: []string{"a", "a"}})
+	got := e.drain(c)
+	got = append(got, e.countFor(c, time.Second, 5*time.Millisecond)...)
+	n := map[string]int{}
+	for _, d := range got {
+		n[d.FairnessKey]++
+	}
+	// b allows 2 + 20 in the second; a allows 5 + 100 in total, shared.
+	if n["ab"] > 22 || n["ab"] < 20 {
+		t.Fatalf("messages with a and b: %d, want ~22 (b's limit)", n["ab"])
+	}
+	if tot := n["ab"] + n["a"]; !within(tot, 105, 0.02) {
+		t.Fatalf("messages using a: %d, want 105 (a's limit)", tot)
+	}
+}
+
+// TestThrottledKeyDoesNotDelayOthers: messages whose throttle is exhausted
+// do not hold back unthrottled ones, in another fairness key or in the
+// same one.
+func TestThrottledKeyDoesNotDelayOthers(t *testing.T) {
+	for _, tc := range []struct{ slowKey, fastKey string }{
+		{"slow", "fast"},
+		{"", ""},
+	} {
+		t.Run(fmt.Sprintf("keys %q/%q", tc.slowKey, tc.fastKey), func(t *testing.T) {
+			e := newEnv(t)
+			e.createQueue("q", throttles("slow", 1.0, 1))
+			c := e.register("q", 200)
+			e.enqueueN("q", 50, &raftqv1.EnqueueMessage{FairnessKey: tc.slowKey, ThrottleKeys: []string{"slow"}})
+			e.enqueueN("q", 50, &raftqv1.EnqueueMessage{FairnessKey: tc.fastKey, ThrottleKeys: []string{"unruled"}})
+			n := map[bool]int{}
+			for _, d := range e.drain(c) {
+				n[len(d.ThrottleKeys) > 0 && d.ThrottleKeys[0] == "slow"]++
+			}
+			if n[true] != 1 || n[false] != 50 {
+				t.Fatalf("slow %d, fast %d; want 1 and 50", n[true], n[false])
+			}
+		})
+	}
+}
+
+// TestThrottleRuleChanges: UpdateQueue changes take effect on the next pass.
+func TestThrottleRuleChanges(t *testing.T) {
+	e := newEnv(t)
+	e.createQueue("q", throttles("t", 1.0, 1))
+	c := e.register("q", 5000)
+	e.enqueueN("q", 1000, &raftqv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
+	if got := len(e.drain(c)); got != 1 {
+		t.Fatalf("got %d", got)
+	}
+	e.updateQueue("q", throttles("t", 1000.0, 50), "throttles")
+	e.expectNone(c) // the bucket keeps its (empty) level
+	if got := len(e.countFor(c, 100*time.Millisecond, 10*time.Millisecond)); !within(got, 100, 0.02) {
+		t.Fatalf("after raising the rate: %d in 100ms, want 100", got)
+	}
+	e.updateQueue("q", &raftqv1.QueueConfig{}, "throttles")
+	if got := len(e.drain(c)); got != 1000-101 {
+		t.Fatalf("after removing the rule: %d, want the rest (%d)", got, 1000-101)
+	}
+}
