@@ -1,0 +1,222 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"path"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+// broker runs a Broker RPC with leader following and retries.
+func (c *Client) broker(ctx context.Context, method string, req, resp proto.Message) error {
+	return c.invoke(ctx, path.Base(method), method, req, resp, c.pool.target)
+}
+
+// Enqueue adds msgs to queue as one all-or-nothing batch and returns their
+// ids in order. Every message without a DedupId gets a random one, written
+// into the message, before the first attempt: a retry after a lost response
+// is then recognised by the broker and creates no duplicate, and so does the
+// caller passing the same messages again.
+func (c *Client) Enqueue(ctx context.Context, queue string, msgs ...*raftqv1.EnqueueMessage) ([]string, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	for i, m := range msgs {
+		if m == nil {
+			return nil, status.Errorf(codes.InvalidArgument, "raftq Enqueue: message %d is nil", i)
+		}
+		if m.DedupId == "" {
+			m.DedupId = NewDedupID()
+		}
+	}
+	resp := &raftqv1.EnqueueResponse{}
+	err := c.broker(ctx, raftqv1.Broker_Enqueue_FullMethodName, &raftqv1.EnqueueRequest{Queue: queue, Messages: msgs}, resp)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetMessageIds(), nil
+}
+
+// EnqueuePayloads enqueues one message per payload, with default options.
+func (c *Client) EnqueuePayloads(ctx context.Context, queue string, payloads ...[]byte) ([]string, error) {
+	msgs := make([]*raftqv1.EnqueueMessage, len(payloads))
+	for i, p := range payloads {
+		msgs[i] = &raftqv1.EnqueueMessage{Payload: p}
+	}
+	return c.Enqueue(ctx, queue, msgs...)
+}
+
+// NewDedupID returns a random id (128 bits) of the kind Enqueue assigns.
+func NewDedupID() string {
+	return rand.Text()
+}
+
+// CreateQueue creates a queue; a nil cfg takes every default.
+func (c *Client) CreateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig) (*raftqv1.QueueInfo, error) {
+	resp := &raftqv1.CreateQueueResponse{}
+	err := c.broker(ctx, raftqv1.Broker_CreateQueue_FullMethodName, &raftqv1.CreateQueueRequest{Name: name, Config: cfg}, resp)
+	return resp.GetQueue(), err
+}
+
+// UpdateQueue changes the QueueConfig fields named by maskPaths (field
+// names such as "visibility_timeout_ms"). With no paths every field is
+// replaced, zero meaning the default.
+func (c *Client) UpdateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig, maskPaths ...string) (*raftqv1.QueueInfo, error) {
+	if cfg == nil {
+		cfg = &raftqv1.QueueConfig{}
+	}
+	// Validating the paths here turns a typo into a clear local error.
+	mask, err := fieldmaskpb.New(cfg, maskPaths...)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "raftq UpdateQueue: update mask: %v", err)
+	}
+	resp := &raftqv1.UpdateQueueResponse{}
+	err = c.broker(ctx, raftqv1.Broker_UpdateQueue_FullMethodName, &raftqv1.UpdateQueueRequest{Name: name, Config: cfg, UpdateMask: mask}, resp)
+	return resp.GetQueue(), err
+}
+
+// DeleteQueue deletes a queue (and its auto-created dead-letter queue when
+// no other queue uses it).
+func (c *Client) DeleteQueue(ctx context.Context, name string) error {
+	return c.broker(ctx, raftqv1.Broker_DeleteQueue_FullMethodName, &raftqv1.DeleteQueueRequest{Name: name}, &raftqv1.DeleteQueueResponse{})
+}
+
+// GetQueue returns a queue's effective config and stats; includeKeys adds
+// per-fairness-key and per-throttle-key stats.
+func (c *Client) GetQueue(ctx context.Context, name string, includeKeys bool) (*raftqv1.QueueInfo, error) {
+	resp := &raftqv1.GetQueueResponse{}
+	err := c.broker(ctx, raftqv1.Broker_GetQueue_FullMethodName, &raftqv1.GetQueueRequest{Name: name, IncludeKeys: includeKeys}, resp)
+	return resp.GetQueue(), err
+}
+
+// ListQueues returns the queues whose names start with prefix.
+func (c *Client) ListQueues(ctx context.Context, prefix string) ([]*raftqv1.QueueInfo, error) {
+	resp := &raftqv1.ListQueuesResponse{}
+	err := c.broker(ctx, raftqv1.Broker_ListQueues_FullMethodName, &raftqv1.ListQueuesRequest{Prefix: prefix}, resp)
+	return resp.GetQueues(), err
+}
+
+// PurgeQueue removes a queue's ready and delayed messages and returns how
+// many were removed.
+func (c *Client) PurgeQueue(ctx context.Context, name string) (int64, error) {
+	resp := &raftqv1.PurgeQueueResponse{}
+	err := c.broker(ctx, raftqv1.Broker_PurgeQueue_FullMethodName, &raftqv1.PurgeQueueRequest{Name: name}, resp)
+	return resp.GetPurged(), err
+}
+
+// Peek returns up to limit ready messages (0 = 10) in delivery order
+// without leasing them; deadLetter browses the queue's dead-letter queue.
+func (c *Client) Peek(ctx context.Context, queue string, limit int32, deadLetter bool) ([]*raftqv1.Delivery, error) {
+	resp := &raftqv1.PeekResponse{}
+	err := c.broker(ctx, raftqv1.Broker_Peek_FullMethodName, &raftqv1.PeekRequest{Queue: queue, Limit: limit, DeadLetter: deadLetter}, resp)
+	return resp.GetMessages(), err
+}
+
+// Redrive moves up to limit (0 = all) messages that came from queue back
+// from its dead-letter queue, and returns how many moved.
+func (c *Client) Redrive(ctx context.Context, queue string, limit int64) (int64, error) {
+	resp := &raftqv1.RedriveResponse{}
+	err := c.broker(ctx, raftqv1.Broker_Redrive_FullMethodName, &raftqv1.RedriveRequest{Queue: queue, Limit: limit}, resp)
+	return resp.GetMoved(), err
+}
+
+// Ack settles leased messages. The error covers the call; each item has its
+// own result (ItemError turns a failed one into an error).
+func (c *Client) Ack(ctx context.Context, queue string, refs ...*raftqv1.LeaseRef) ([]*raftqv1.ItemResult, error) {
+	resp := &raftqv1.AckResponse{}
+	err := c.broker(ctx, raftqv1.Broker_Ack_FullMethodName, &raftqv1.AckRequest{Queue: queue, Acks: refs}, resp)
+	return resp.GetResults(), err
+}
+
+// Nack returns leased messages for redelivery (after each item's delay) or
+// sends them to the dead-letter queue.
+func (c *Client) Nack(ctx context.Context, queue string, items ...*raftqv1.NackItem) ([]*raftqv1.ItemResult, error) {
+	resp := &raftqv1.NackResponse{}
+	err := c.broker(ctx, raftqv1.Broker_Nack_FullMethodName, &raftqv1.NackRequest{Queue: queue, Nacks: items}, resp)
+	return resp.GetResults(), err
+}
+
+// ExtendLease moves the deadlines of leases to now + extendBy (0 = the
+// queue's visibility timeout). The response holds per-item results and the
+// new deadlines.
+func (c *Client) ExtendLease(ctx context.Context, queue string, extendBy time.Duration, refs ...*raftqv1.LeaseRef) (*raftqv1.ExtendLeaseResponse, error) {
+	resp := &raftqv1.ExtendLeaseResponse{}
+	err := c.broker(ctx, raftqv1.Broker_ExtendLease_FullMethodName, &raftqv1.ExtendLeaseRequest{Queue: queue, Leases: refs, ExtendByMs: extendBy.Milliseconds()}, resp)
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// ItemError returns nil for a successful item result, otherwise an error
+// carrying the item's gRPC code (status.Code works on it).
+func ItemError(r *raftqv1.ItemResult) error {
+	if r.GetOk() {
+		return nil
+	}
+	code := codes.Code(r.GetCode())
+	if code == codes.OK {
+		code = codes.Unknown
+	}
+	return status.Error(code, r.GetError())
+}
+
+// cluster runs a Cluster RPC. local calls are answered by the node asked,
+// so they go to the seed the user named rather than to the leader.
+func (c *Client) cluster(ctx context.Context, method string, local bool, req, resp proto.Message) error {
+	pick := c.pool.target
+	if local {
+		pick = c.pool.seedTarget
+	}
+	return c.invoke(ctx, path.Base(method), method, req, resp, pick)
+}
+
+// ClusterStatus returns the view of the cluster held by the node reached
+// (the first reachable seed).
+func (c *Client) ClusterStatus(ctx context.Context) (*raftqv1.StatusResponse, error) {
+	resp := &raftqv1.StatusResponse{}
+	if err := c.cluster(ctx, raftqv1.Cluster_Status_FullMethodName, true, &raftqv1.StatusRequest{}, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// RemoveNode removes a node from the Raft configuration.
+func (c *Client) RemoveNode(ctx context.Context, id string) error {
+	return c.cluster(ctx, raftqv1.Cluster_RemoveNode_FullMethodName, false, &raftqv1.RemoveNodeRequest{Id: id}, &raftqv1.RemoveNodeResponse{})
+}
+
+// TransferLeadership asks the leader to hand over to toID ("" = any voter)
+// and returns the new leader's id.
+func (c *Client) TransferLeadership(ctx context.Context, toID string) (string, error) {
+	resp := &raftqv1.TransferLeadershipResponse{}
+	err := c.cluster(ctx, raftqv1.Cluster_TransferLeadership_FullMethodName, false, &raftqv1.TransferLeadershipRequest{ToId: toID}, resp)
+	if err == nil {
+		// The old leader hint is now wrong; the next call will be redirected.
+		c.pool.setLeader("")
+	}
+	return resp.GetNewLeaderId(), err
+}
+
+// Snapshot makes the node reached take a Raft snapshot and returns its index.
+func (c *Client) Snapshot(ctx context.Context) (uint64, error) {
+	resp := &raftqv1.SnapshotResponse{}
+	err := c.cluster(ctx, raftqv1.Cluster_Snapshot_FullMethodName, true, &raftqv1.SnapshotRequest{}, resp)
+	return resp.GetIndex(), err
+}
+
+// Verify compares the replicas' state digests at one index.
+func (c *Client) Verify(ctx context.Context) (*raftqv1.VerifyResponse, error) {
+	resp := &raftqv1.VerifyResponse{}
+	if err := c.cluster(ctx, raftqv1.Cluster_Verify_FullMethodName, true, &raftqv1.VerifyRequest{}, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}

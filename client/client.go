@@ -1,0 +1,148 @@
+// Package client is the Go SDK for raftq: it finds the leader from a seed
+// list, retries calls safely (enqueues carry dedup ids) and runs a consumer
+// loop that survives leader changes.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// ErrClosed is returned by calls made on, or interrupted by, a closed Client.
+var ErrClosed = errors.New("raftq client: closed")
+
+// Client talks to a raftq cluster. It is safe for concurrent use. Unary calls
+// go to the last known leader (saving the follower's forwarding hop) or to a
+// seed; the Lease stream of a Consumer always follows the leader.
+type Client struct {
+	log   *slog.Logger
+	retry RetryPolicy
+	pool  *pool
+}
+
+// Option configures Dial.
+type Option func(*options)
+
+type options struct {
+	log      *slog.Logger
+	retry    RetryPolicy
+	creds    credentials.TransportCredentials
+	dialOpts []grpc.DialOption
+	wait     bool
+}
+
+// WithLogger sets the logger for retries, redirects and consumer events.
+// The default discards everything.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.log = l
+		}
+	}
+}
+
+// WithRetryPolicy sets the retry policy applied to every call of the Client.
+// Client.WithRetryPolicy overrides it for a subset of calls.
+func WithRetryPolicy(p RetryPolicy) Option {
+	return func(o *options) { o.retry = p }
+}
+
+// WithTransportCredentials sets the credentials used for every node (TLS).
+// The default is insecure (plaintext).
+func WithTransportCredentials(c credentials.TransportCredentials) Option {
+	return func(o *options) {
+		if c != nil {
+			o.creds = c
+		}
+	}
+}
+
+// WithDialOptions adds grpc.DialOptions (interceptors, keepalive, ...) to
+// every connection the Client creates.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
+}
+
+// WithWaitForConnection makes Dial block until one seed accepts a
+// connection (or ctx ends). Without it Dial connects lazily and the first
+// call reports an unreachable cluster.
+func WithWaitForConnection() Option {
+	return func(o *options) { o.wait = true }
+}
+
+// Dial returns a Client for the cluster reachable through seeds, a list of
+// host:port gRPC addresses of any of its nodes. Connections are made lazily
+// and one is kept per address until Close.
+func Dial(ctx context.Context, seeds []string, opts ...Option) (*Client, error) {
+	o := options{
+		log:   slog.New(slog.DiscardHandler),
+		creds: insecure.NewCredentials(),
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var clean []string
+	for _, s := range seeds {
+		if s == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return nil, fmt.Errorf("raftq client: seed %q: %w", s, err)
+		}
+		clean = append(clean, s)
+	}
+	if len(clean) == 0 {
+		return nil, errors.New("raftq client: no seed addresses")
+	}
+	dialOpts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(o.creds),
+		// grpc's default reconnect backoff grows to 2 minutes; a restarted
+		// node must become usable again within a few seconds.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{
+				BaseDelay:  100 * time.Millisecond,
+				Multiplier: 1.6,
+				Jitter:     0.2,
+				MaxDelay:   2 * time.Second,
+			},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+	}, o.dialOpts...)
+	c := &Client{
+		log:   o.log,
+		retry: o.retry,
+		pool:  newPool(clean, dialOpts),
+	}
+	if o.wait {
+		if err := c.pool.waitReady(ctx, o.retry.withDefaults()); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Close closes every connection. Calls in progress fail; later calls return
+// ErrClosed. Clients derived with WithRetryPolicy share the connections and
+// are closed too.
+func (c *Client) Close() error {
+	return c.pool.close()
+}
+
+// WithRetryPolicy returns a Client that shares c's connections and leader
+// knowledge but retries with p: a per-call override, as in
+// c.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}).Enqueue(...).
+func (c *Client) WithRetryPolicy(p RetryPolicy) *Client {
+	cp := *c
+	cp.retry = p
+	return &cp
+}
