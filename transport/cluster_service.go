@@ -1,0 +1,164 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/raftq/raftq/fsm"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// clusterService serves the operator API. Status and Verify answer from
+// this node's view; RemoveNode, TransferLeadership and Checkpoint are
+// forwarded to the leader by the interceptor.
+type clusterService struct {
+	raftqv1.UnimplementedClusterServer
+	s *Server
+}
+
+func (c *clusterService) Status(ctx context.Context, _ *raftqv1.StatusRequest) (*raftqv1.StatusResponse, error) {
+	st := c.s.node.Status()
+	out := &raftqv1.StatusResponse{
+		LeaderId: st.LeaderID, LeaderAddr: st.LeaderAddr, Term: st.Term,
+		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex,
+	}
+	for _, n := range st.Nodes {
+		out.Nodes = append(out.Nodes, &raftqv1.Node{
+			Id: n.ID, GrpcAddr: n.GRPCAddr, RaftAddr: n.RaftAddr, HttpAddr: n.HTTPAddr,
+			Suffrage: n.Suffrage, State: n.State, Healthy: n.Healthy,
+			LastContactMs: n.LastContactMs, AppliedIndex: n.AppliedIndex,
+		})
+	}
+	return out, nil
+}
+
+func (c *clusterService) RemoveNode(ctx context.Context, req *raftqv1.RemoveNodeRequest) (*raftqv1.RemoveNodeResponse, error) {
+	if req.GetId() == "" {
+		return nil, invalid("id is required")
+	}
+	if err := c.s.node.RemoveNode(ctx, req.Id); err != nil {
+		return nil, err
+	}
+	return &raftqv1.RemoveNodeResponse{}, nil
+}
+
+func (c *clusterService) TransferLeadership(ctx context.Context, req *raftqv1.TransferLeadershipRequest) (*raftqv1.TransferLeadershipResponse, error) {
+	id, err := c.s.node.TransferLeadership(ctx, req.GetToId())
+	if err != nil {
+		return nil, err
+	}
+	return &raftqv1.TransferLeadershipResponse{NewLeaderId: id}, nil
+}
+
+func (c *clusterService) Snapshot(ctx context.Context, _ *raftqv1.SnapshotRequest) (*raftqv1.SnapshotResponse, error) {
+	idx, err := c.s.node.Snapshot(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &raftqv1.SnapshotResponse{Index: idx}, nil
+}
+
+func (c *clusterService) Checkpoint(ctx context.Context, _ *raftqv1.CheckpointRequest) (*raftqv1.CheckpointResponse, error) {
+	res, err := c.s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Checkpoint{Checkpoint: &fsmv1.Checkpoint{}}})
+	if err != nil {
+		return nil, err
+	}
+	return &raftqv1.CheckpointResponse{Index: res.Index}, nil
+}
+
+// LocalDigest reports this node's digest at a checkpoint index, waiting
+// (within the deadline) for the node to apply it.
+func (c *clusterService) LocalDigest(ctx context.Context, req *raftqv1.LocalDigestRequest) (*raftqv1.NodeDigest, error) {
+	out := &raftqv1.NodeDigest{Id: c.s.cfg.NodeID}
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for c.s.state.AppliedIndex() < req.Index {
+		select {
+		case <-ctx.Done():
+			return nil, status.Errorf(codes.DeadlineExceeded, "index %d not applied here (at %d)", req.Index, c.s.state.AppliedIndex())
+		case <-t.C:
+		}
+	}
+	d, err := c.s.state.DigestAt(req.Index)
+	if err != nil {
+		if errors.Is(err, fsm.ErrNoCheckpoint) {
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+		return nil, err
+	}
+	out.AppliedIndex = req.Index
+	out.Digest = d
+	out.CountersOk = c.s.state.Verify() == nil
+	if err := c.s.state.Verify(); err != nil {
+		out.Error = err.Error()
+	}
+	return out, nil
+}
+
+// Verify appends a checkpoint through the leader, then asks every known
+// node for its digest at that index. Unreachable nodes are listed with an
+// empty digest.
+func (c *clusterService) Verify(ctx context.Context, _ *raftqv1.VerifyRequest) (*raftqv1.VerifyResponse, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	var idx uint64
+	if c.s.node.IsLeader() {
+		cp, err := c.Checkpoint(ctx, &raftqv1.CheckpointRequest{})
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		idx = cp.Index
+	} else {
+		li, err := c.s.leader(ctx)
+		if err != nil {
+			return nil, err
+		}
+		conn, err := c.s.peers.get(li.GRPCAddr)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		cp, err := raftqv1.NewClusterClient(conn).Checkpoint(ctx, &raftqv1.CheckpointRequest{})
+		if err != nil {
+			return nil, err
+		}
+		idx = cp.Index
+	}
+	out := &raftqv1.VerifyResponse{Consistent: true}
+	var first string
+	for _, n := range c.s.node.Status().Nodes {
+		var nd *raftqv1.NodeDigest
+		var err error
+		if n.ID == c.s.cfg.NodeID {
+			nd, err = c.LocalDigest(ctx, &raftqv1.LocalDigestRequest{Index: idx})
+		} else if n.GRPCAddr == "" {
+			err = errors.New("address unknown")
+		} else if conn, cerr := c.s.peers.get(n.GRPCAddr); cerr != nil {
+			err = cerr
+		} else {
+			nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			nd, err = raftqv1.NewClusterClient(conn).LocalDigest(nctx, &raftqv1.LocalDigestRequest{Index: idx})
+			cancel()
+		}
+		if err != nil {
+			// Unreachable: listed with an empty digest, not counted.
+			nd = &raftqv1.NodeDigest{Id: n.ID, Error: err.Error()}
+		} else {
+			nd.Id = n.ID
+			if !nd.CountersOk || (first != "" && nd.Digest != first) {
+				out.Consistent = false
+			}
+			if first == "" {
+				first = nd.Digest
+			}
+		}
+		out.Nodes = append(out.Nodes, nd)
+	}
+	return out, nil
+}

@@ -1,0 +1,79 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/scheduler"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Redirect reasons carried in google.rpc.ErrorInfo (API.md, Redirect).
+const (
+	ReasonNotLeader = "NOT_LEADER"
+	ReasonNoLeader  = "NO_LEADER"
+	errorDomain     = "raftq"
+)
+
+// codeOf maps the FSM's and the cluster's sentinel errors to gRPC codes.
+func codeOf(err error) codes.Code {
+	switch {
+	case err == nil:
+		return codes.OK
+	case errors.Is(err, fsm.ErrInvalid):
+		return codes.InvalidArgument
+	case errors.Is(err, fsm.ErrQueueNotFound), errors.Is(err, fsm.ErrMessageNotFound):
+		return codes.NotFound
+	case errors.Is(err, fsm.ErrQueueExists):
+		return codes.AlreadyExists
+	case errors.Is(err, fsm.ErrQueueFull):
+		return codes.ResourceExhausted
+	case errors.Is(err, fsm.ErrStaleLease), errors.Is(err, fsm.ErrInUse):
+		return codes.FailedPrecondition
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled
+	case errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrLeadershipLost), errors.Is(err, scheduler.ErrNotLeader):
+		return codes.Unavailable
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code()
+	}
+	return codes.Internal
+}
+
+// toStatus turns an error into a gRPC status error, keeping existing ones.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codeOf(err), err.Error())
+}
+
+func invalid(format string, args ...any) error {
+	return status.Error(codes.InvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// redirectError is the Unavailable status a follower answers a stream with:
+// NOT_LEADER naming the leader, or NO_LEADER.
+func redirectError(leaderID, leaderAddr string) error {
+	if leaderID == "" || leaderAddr == "" {
+		st, _ := status.New(codes.Unavailable, "no leader elected yet").WithDetails(&errdetails.ErrorInfo{Reason: ReasonNoLeader, Domain: errorDomain})
+		return st.Err()
+	}
+	st, _ := status.New(codes.Unavailable, fmt.Sprintf("not the leader; the leader is %s at %s", leaderID, leaderAddr)).WithDetails(&errdetails.ErrorInfo{
+		Reason:   ReasonNotLeader,
+		Domain:   errorDomain,
+		Metadata: map[string]string{"leader_id": leaderID, "leader_addr": leaderAddr},
+	})
+	return st.Err()
+}
