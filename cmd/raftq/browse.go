@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/raftq/raftq/client"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+func newPeekCmd(a *app) *cobra.Command {
+	var lim int32
+	var dlq bool
+	cmd := &cobra.Command{
+		Use:   "peek QUEUE",
+		Short: "Show ready messages in delivery order without leasing them",
+		Args:  cobra.ExactArgs(1),
+	}
+	cmd.Flags().Int32Var(&lim, "limit", 10, "most messages to show (at most 1000)")
+	cmd.Flags().BoolVar(&dlq, "dlq", false, "show the queue's dead-letter queue instead")
+	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
+		ds, err := c.Peek(ctx, args[0], lim, dlq)
+		if err != nil {
+			return err
+		}
+		if !a.json {
+			return printDeliveryTable(a.out, ds, dlq)
+		}
+		for _, d := range ds {
+			if err := printJSON(a.out, d); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return cmd
+}
+
+func newRedriveCmd(a *app) *cobra.Command {
+	var lim int64
+	cmd := &cobra.Command{
+		Use:   "redrive QUEUE",
+		Short: "Move messages that came from QUEUE back from its dead-letter queue",
+		Args:  cobra.ExactArgs(1),
+	}
+	cmd.Flags().Int64Var(&lim, "limit", 0, "most messages to move (0 = all)")
+	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
+		n, err := c.Redrive(ctx, args[0], lim)
+		if err != nil {
+			return err
+		}
+		if a.json {
+			return printJSON(a.out, &raftqv1.RedriveResponse{Moved: n})
+		}
+		_, err = fmt.Fprintf(a.out, "moved %d messages back to %s\n", n, args[0])
+		return err
+	})
+	return cmd
+}

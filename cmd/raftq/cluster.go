@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/raftq/raftq/client"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+func newClusterCmd(a *app) *cobra.Command {
+	cmd := group("cluster", "Inspect and manage cluster membership, leadership and replicas")
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show the leader and every node as the node at --addr sees them",
+		Args:  cobra.NoArgs,
+		RunE: a.unary(func(ctx context.Context, c *client.Client, _ []string) error {
+			st, err := c.ClusterStatus(ctx)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(a.out, st)
+			}
+			return printStatus(a.out, st)
+		}),
+	}
+	remove := &cobra.Command{
+		Use:   "remove ID",
+		Short: "Remove a node from the Raft configuration",
+		Args:  cobra.ExactArgs(1),
+		RunE: a.unary(func(ctx context.Context, c *client.Client, args []string) error {
+			if err := c.RemoveNode(ctx, args[0]); err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(a.out, &raftqv1.RemoveNodeResponse{})
+			}
+			_, err := fmt.Fprintf(a.out, "removed node %s\n", args[0])
+			return err
+		}),
+	}
+	transfer := &cobra.Command{
+		Use:   "transfer-leadership [ID]",
+		Short: "Hand leadership to node ID, or to any other voter",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: a.unary(func(ctx context.Context, c *client.Client, args []string) error {
+			to := ""
+			if len(args) == 1 {
+				to = args[0]
+			}
+			leader, err := c.TransferLeadership(ctx, to)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(a.out, &raftqv1.TransferLeadershipResponse{NewLeaderId: leader})
+			}
+			_, err = fmt.Fprintf(a.out, "leader is now %s\n", leader)
+			return err
+		}),
+	}
+	snapshot := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Make the node at --addr take a Raft snapshot",
+		Args:  cobra.NoArgs,
+		RunE: a.unary(func(ctx context.Context, c *client.Client, _ []string) error {
+			idx, err := c.Snapshot(ctx)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(a.out, &raftqv1.SnapshotResponse{Index: idx})
+			}
+			_, err = fmt.Fprintf(a.out, "snapshot at index %d\n", idx)
+			return err
+		}),
+	}
+	verify := &cobra.Command{
+		Use:   "verify",
+		Short: "Compare the replicas' state digests; exits non-zero if they differ",
+		Args:  cobra.NoArgs,
+		RunE: a.unary(func(ctx context.Context, c *client.Client, _ []string) error {
+			v, err := c.Verify(ctx)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				err = printJSON(a.out, v)
+			} else {
+				err = printVerify(a.out, v)
+			}
+			if err != nil {
+				return err
+			}
+			if !v.GetConsistent() {
+				return errors.New("replicas are not consistent")
+			}
+			return nil
+		}),
+	}
+	cmd.AddCommand(status, remove, transfer, snapshot, verify)
+	return cmd
+}

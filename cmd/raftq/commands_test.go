@@ -1,0 +1,350 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+func TestQueueUpdateSendsOnlySetFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantMask []string
+		wantCfg  *raftqv1.QueueConfig
+		wantErr  string
+	}{
+		{
+			name:     "durations, a zero and throttles",
+			args:     []string{"--visibility-timeout", "5s", "--max-depth", "0", "--throttle", "a=10:5", "--throttle", "b:x=2.5"},
+			wantMask: []string{"visibility_timeout_ms", "max_depth", "throttles"},
+			wantCfg: &raftqv1.QueueConfig{VisibilityTimeoutMs: 5000, Throttles: map[string]*raftqv1.ThrottleRule{
+				"a": {RatePerSec: 10, Burst: 5}, "b:x": {RatePerSec: 2.5},
+			}},
+		},
+		{
+			name:     "every other field",
+			args:     []string{"--max-deliveries", "3", "--dead-letter-queue", "shared", "--max-bytes", "1024", "--message-ttl", "1h", "--dedup-window", "1m", "--max-message-bytes", "2048", "--fairness-quantum", "4"},
+			wantMask: []string{"message_ttl_ms", "dedup_window_ms", "max_deliveries", "dead_letter_queue", "max_bytes", "max_message_bytes", "fairness_quantum"},
+			wantCfg: &raftqv1.QueueConfig{MaxDeliveries: 3, DeadLetterQueue: "shared", MaxBytes: 1024, MessageTtlMs: 3600000,
+				DedupWindowMs: 60000, MaxMessageBytes: 2048, FairnessQuantum: 4},
+		},
+		{
+			name:     "clear throttles",
+			args:     []string{"--clear-throttles"},
+			wantMask: []string{"throttles"},
+			wantCfg:  &raftqv1.QueueConfig{},
+		},
+		{name: "nothing set", wantErr: "nothing to update"},
+		{name: "bad throttle", args: []string{"--throttle", "a=fast"}, wantErr: "rate must be"},
+		{name: "negative duration", args: []string{"--visibility-timeout", "-1s"}, wantErr: "must not be negative"},
+		{name: "clear and set", args: []string{"--clear-throttles", "--throttle", "a=1"}, wantErr: "conflict"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fake{}
+			r := raftq(t, serve(t, f), "", append([]string{"queue", "update", "q"}, tc.args...)...)
+			reqs := requests[*raftqv1.UpdateQueueRequest](f)
+			if tc.wantErr != "" {
+				if r.code == 0 || !strings.Contains(r.stderr, tc.wantErr) {
+					t.Fatalf("exit %d, stderr %q, want error containing %q", r.code, r.stderr, tc.wantErr)
+				}
+				if len(reqs) != 0 {
+					t.Fatal("a bad update reached the broker")
+				}
+				return
+			}
+			if r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			if len(reqs) != 1 {
+				t.Fatalf("%d UpdateQueue calls", len(reqs))
+			}
+			if got := reqs[0].GetUpdateMask().GetPaths(); !slices.Equal(got, tc.wantMask) {
+				t.Errorf("mask = %v, want %v", got, tc.wantMask)
+			}
+			if got := reqs[0].GetConfig(); !proto.Equal(got, tc.wantCfg) {
+				t.Errorf("config = %v, want %v", got, tc.wantCfg)
+			}
+		})
+	}
+}
+
+func TestParseThrottle(t *testing.T) {
+	for _, tc := range []struct {
+		spec    string
+		key     string
+		rule    *raftqv1.ThrottleRule
+		wantErr bool
+	}{
+		{spec: "api=10", key: "api", rule: &raftqv1.ThrottleRule{RatePerSec: 10}},
+		{spec: "api=0.5:3", key: "api", rule: &raftqv1.ThrottleRule{RatePerSec: 0.5, Burst: 3}},
+		{spec: "host=a.example:443=2:0", key: "host=a.example:443", rule: &raftqv1.ThrottleRule{RatePerSec: 2}},
+		{spec: "api", wantErr: true},
+		{spec: "=5", wantErr: true},
+		{spec: "api=0", wantErr: true},
+		{spec: "api=-1", wantErr: true},
+		{spec: "api=5:-1", wantErr: true},
+		{spec: "api=5:x", wantErr: true},
+	} {
+		key, rule, err := parseThrottle(tc.spec)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("parseThrottle(%q) err = %v, want error %v", tc.spec, err, tc.wantErr)
+			continue
+		}
+		if !tc.wantErr && (key != tc.key || !proto.Equal(rule, tc.rule)) {
+			t.Errorf("parseThrottle(%q) = %q %v, want %q %v", tc.spec, key, rule, tc.key, tc.rule)
+		}
+	}
+}
+
+func TestQueueCreateAndJSON(t *testing.T) {
+	f := &fake{}
+	addr := serve(t, f)
+	r := raftq(t, addr, "", "--json", "queue", "create", "jobs", "--visibility-timeout", "45s", "--throttle", "api=5:2")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	reqs := requests[*raftqv1.CreateQueueRequest](f)
+	want := &raftqv1.CreateQueueRequest{Name: "jobs", Config: &raftqv1.QueueConfig{
+		VisibilityTimeoutMs: 45000, Throttles: map[string]*raftqv1.ThrottleRule{"api": {RatePerSec: 5, Burst: 2}},
+	}}
+	if len(reqs) != 1 || !proto.Equal(reqs[0], want) {
+		t.Fatalf("requests = %v, want %v", reqs, want)
+	}
+	var q raftqv1.QueueInfo
+	if err := protojson.Unmarshal([]byte(r.stdout), &q); err != nil {
+		t.Fatalf("stdout is not a QueueInfo: %v\n%s", err, r.stdout)
+	}
+	if q.GetName() != "jobs" || !strings.Contains(r.stdout, `"visibility_timeout_ms"`) {
+		t.Fatalf("stdout = %s", r.stdout)
+	}
+}
+
+func TestQueueHumanOutput(t *testing.T) {
+	addr := serve(t, &fake{})
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"queue", "get", "q", "--keys"}, []string{"visibility timeout:", "30s", "api=5/s burst 2", "ready:", "tenant-a", "1.50"}},
+		{[]string{"queue", "list", "ord"}, []string{"NAME", "orders.dlq"}},
+		{[]string{"redrive", "q", "--limit", "7"}, []string{"moved 7 messages back to q"}},
+	} {
+		r := raftq(t, addr, "", tc.args...)
+		if r.code != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.args, r.code, r.stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(r.stdout, w) {
+				t.Errorf("%v: output lacks %q:\n%s", tc.args, w, r.stdout)
+			}
+		}
+	}
+}
+
+func TestEnqueue(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		stdin    string
+		payloads []string
+		check    func(t *testing.T, m *raftqv1.EnqueueMessage)
+		wantErr  string
+	}{
+		{name: "stdin lines", stdin: "a\r\nb\n\nc", payloads: []string{"a", "b", "c"}},
+		{name: "args", args: []string{"x", "y"}, payloads: []string{"x", "y"}},
+		{name: "args and stdin", args: []string{"x", "-", "y"}, stdin: "s1\ns2\n", payloads: []string{"x", "s1", "s2", "y"}},
+		{
+			name: "message flags", args: []string{"p", "--priority", "5", "--fairness-key", "tenant", "--weight", "3",
+				"--throttle-key", "api", "--throttle-key", "db", "--delay", "2s", "--ttl", "1m", "--header", "k=v=w", "--dedup-id", "d1"},
+			payloads: []string{"p"},
+			check: func(t *testing.T, m *raftqv1.EnqueueMessage) {
+				want := &raftqv1.EnqueueMessage{Payload: []byte("p"), Priority: 5, FairnessKey: "tenant", Weight: 3,
+					ThrottleKeys: []string{"api", "db"}, DelayMs: 2000, TtlMs: 60000, Headers: map[string]string{"k": "v=w"}, DedupId: "d1"}
+				if !proto.Equal(m, want) {
+					t.Errorf("message = %v, want %v", m, want)
+				}
+			},
+		},
+		{name: "dedup id on two messages", args: []string{"a", "b", "--dedup-id", "d"}, wantErr: "single message"},
+		{name: "stdin twice", args: []string{"-", "-"}, wantErr: "more than once"},
+		{name: "bad header", args: []string{"a", "--header", "novalue"}, wantErr: "key=value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fake{}
+			r := raftq(t, serve(t, f), tc.stdin, append([]string{"enqueue", "q"}, tc.args...)...)
+			reqs := requests[*raftqv1.EnqueueRequest](f)
+			if tc.wantErr != "" {
+				if r.code == 0 || !strings.Contains(r.stderr, tc.wantErr) {
+					t.Fatalf("exit %d, stderr %q, want error containing %q", r.code, r.stderr, tc.wantErr)
+				}
+				if len(reqs) != 0 {
+					t.Fatal("enqueued despite the error")
+				}
+				return
+			}
+			if r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			var got, ids []string
+			dedup := map[string]bool{}
+			for _, req := range reqs {
+				if req.GetQueue() != "q" {
+					t.Errorf("queue = %q", req.GetQueue())
+				}
+				for _, m := range req.GetMessages() {
+					got = append(got, string(m.GetPayload()))
+					ids = append(ids, "id-"+string(m.GetPayload()))
+					if m.GetDedupId() == "" || dedup[m.GetDedupId()] {
+						t.Errorf("message %q: dedup id %q missing or reused", m.GetPayload(), m.GetDedupId())
+					}
+					dedup[m.GetDedupId()] = true
+					if tc.check != nil {
+						tc.check(t, m)
+					}
+				}
+			}
+			if !slices.Equal(got, tc.payloads) {
+				t.Errorf("payloads = %q, want %q", got, tc.payloads)
+			}
+			if want := strings.Join(ids, "\n") + "\n"; r.stdout != want {
+				t.Errorf("stdout = %q, want %q", r.stdout, want)
+			}
+		})
+	}
+}
+
+func TestEnqueueBatchesLargeInput(t *testing.T) {
+	f := &fake{}
+	var in strings.Builder
+	for i := range maxBatchMessages + 10 {
+		in.WriteString(strings.Repeat("x", i%7+1) + "\n")
+	}
+	r := raftq(t, serve(t, f), in.String(), "enqueue", "q")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	total := 0
+	for _, req := range requests[*raftqv1.EnqueueRequest](f) {
+		if n := len(req.GetMessages()); n > maxBatchMessages {
+			t.Fatalf("batch of %d messages", n)
+		}
+		total += len(req.GetMessages())
+	}
+	if total != maxBatchMessages+10 {
+		t.Fatalf("enqueued %d, want %d", total, maxBatchMessages+10)
+	}
+}
+
+func deliveries(n int) []*raftqv1.Delivery {
+	var ds []*raftqv1.Delivery
+	for i := range n {
+		id := string(rune('a' + i))
+		ds = append(ds, &raftqv1.Delivery{Id: id, Queue: "q", Payload: []byte("payload-" + id), Attempt: 1, LeaseToken: "tok-" + id})
+	}
+	return ds
+}
+
+func TestConsume(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		args        []string
+		wantLines   int
+		wantAcked   int
+		wantNacked  int
+		wantInLight int32
+		json        bool
+	}{
+		{name: "count", args: []string{"--count", "2"}, wantLines: 2, wantAcked: 2, wantInLight: 2},
+		{name: "count json", args: []string{"--count", "3", "--json"}, wantLines: 3, wantAcked: 3, wantInLight: 3, json: true},
+		{name: "nack", args: []string{"--count", "2", "--nack", "--nack-delay", "1s"}, wantLines: 2, wantNacked: 2, wantInLight: 2},
+		{name: "idle timeout", args: []string{"--timeout", "200ms", "--max-in-flight", "8"}, wantLines: 4, wantAcked: 4, wantInLight: 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fake{deliveries: deliveries(4)}
+			r := raftq(t, serve(t, f), "", append([]string{"consume", "q"}, tc.args...)...)
+			if r.code != 0 || r.stderr != "" {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+			if len(lines) != tc.wantLines {
+				t.Fatalf("printed %d lines, want %d:\n%s", len(lines), tc.wantLines, r.stdout)
+			}
+			for i, line := range lines {
+				if tc.json {
+					var d raftqv1.Delivery
+					if err := protojson.Unmarshal([]byte(line), &d); err != nil || d.GetLeaseToken() == "" {
+						t.Fatalf("line %d is not a Delivery: %v: %s", i, err, line)
+					}
+				} else if want := f.deliveries[i].GetId() + "\tattempt=1\tpayload-" + f.deliveries[i].GetId(); line != want {
+					t.Fatalf("line %d = %q, want %q", i, line, want)
+				}
+			}
+			acked, nacked := 0, 0
+			for _, a := range requests[*raftqv1.AckRequest](f) {
+				acked += len(a.GetAcks())
+			}
+			for _, n := range requests[*raftqv1.NackRequest](f) {
+				nacked += len(n.GetNacks())
+				for _, item := range n.GetNacks() {
+					if item.GetDelayMs() != 1000 {
+						t.Errorf("nack delay = %d", item.GetDelayMs())
+					}
+				}
+			}
+			if acked != tc.wantAcked || nacked != tc.wantNacked {
+				t.Fatalf("acked %d nacked %d, want %d and %d", acked, nacked, tc.wantAcked, tc.wantNacked)
+			}
+			if l := requests[*raftqv1.LeaseRequest](f); len(l) != 1 || l[0].GetMaxInFlight() != tc.wantInLight {
+				t.Fatalf("lease requests = %v, want max_in_flight %d", l, tc.wantInLight)
+			}
+		})
+	}
+}
+
+func TestPeek(t *testing.T) {
+	f := &fake{deliveries: deliveries(2)}
+	addr := serve(t, f)
+	r := raftq(t, addr, "", "peek", "q", "--limit", "5", "--dlq")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "ORIGIN") || !strings.Contains(r.stdout, "payload-b") {
+		t.Fatalf("stdout:\n%s", r.stdout)
+	}
+	reqs := requests[*raftqv1.PeekRequest](f)
+	if want := (&raftqv1.PeekRequest{Queue: "q", Limit: 5, DeadLetter: true}); len(reqs) != 1 || !proto.Equal(reqs[0], want) {
+		t.Fatalf("requests = %v", reqs)
+	}
+	r = raftq(t, addr, "", "--json", "peek", "q")
+	if n := strings.Count(r.stdout, "\n"); n != 2 {
+		t.Fatalf("--json printed %d lines, want one per delivery:\n%s", n, r.stdout)
+	}
+}
+
+func TestClusterCommands(t *testing.T) {
+	f := &fake{
+		status: &raftqv1.StatusResponse{LeaderId: "n1", LeaderAddr: "10.0.0.1:7400", Term: 3, Nodes: []*raftqv1.Node{
+			{Id: "n1", State: "leader", Suffrage: "voter", Healthy: true},
+			{Id: "n2", State: "follower", Suffrage: "voter", Healthy: true, LastContactMs: 12},
+		}},
+		verify: &raftqv1.VerifyResponse{Nodes: []*raftqv1.NodeDigest{
+			{Id: "n1", AppliedIndex: 9, Digest: "ab", CountersOk: true},
+			{Id: "n2", AppliedIndex: 9, Digest: "cd", CountersOk: true},
+		}},
+	}
+	addr := serve(t, f)
+	r := raftq(t, addr, "", "cluster", "status")
+	if r.code != 0 || !strings.Contains(r.stdout, "n1 (10.0.0.1:7400)") || !strings.Contains(r.stdout, "follower") {
+		t.Fatalf("status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = raftq(t, addr, "", "cluster", "verify")
+	if r.code != 1 || !strings.Contains(r.stdout, "consistent: false") || !strings.Contains(r.stderr, "not consistent") {
+		t.Fatalf("verify of differing digests: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/raftq/raftq/client"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+// errNackFlag is the handler error that makes --nack nack every delivery.
+var errNackFlag = errors.New("nacked by raftq consume --nack")
+
+type consumeFlags struct {
+	count       int
+	nack        bool
+	nackDelay   time.Duration
+	maxInFlight int
+	idle        time.Duration
+	name        string
+	visibility  time.Duration
+}
+
+func newConsumeCmd(a *app) *cobra.Command {
+	var f consumeFlags
+	cmd := &cobra.Command{
+		Use:   "consume QUEUE",
+		Short: "Print deliveries from a queue and ack them",
+		Long: "Lease messages from QUEUE, print each one and ack it (or nack it with\n" +
+			"--nack). Runs until interrupted, --count deliveries, or --timeout of idleness.\n" +
+			"With --json each delivery is one line of JSON.",
+		Args: cobra.ExactArgs(1),
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&f.count, "count", 0, "stop after this many deliveries (0 = no limit)")
+	fs.BoolVar(&f.nack, "nack", false, "nack deliveries instead of acking them")
+	fs.DurationVar(&f.nackDelay, "nack-delay", 0, "with --nack: redelivery delay")
+	fs.IntVar(&f.maxInFlight, "max-in-flight", 64, "unacked deliveries the broker may push at once")
+	fs.DurationVar(&f.idle, "timeout", 0, "stop after no delivery for this long (0 = never)")
+	fs.StringVar(&f.name, "name", "", "consumer name shown in stats (default host-pid)")
+	fs.DurationVar(&f.visibility, "visibility-timeout", 0, "lease length (0 = the queue's)")
+
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if f.count < 0 || f.maxInFlight <= 0 || f.idle < 0 {
+			return errors.New("--count and --timeout must not be negative, --max-in-flight must be positive")
+		}
+		c, err := a.dial(cmd)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return a.consume(cmd.Context(), c, args[0], f)
+	}
+	return cmd
+}
+
+func (a *app) consume(ctx context.Context, c *client.Client, queue string, f consumeFlags) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+
+	idle := newIdleTimer(f.idle, stop)
+	defer idle.stop()
+
+	maxInFlight := f.maxInFlight
+	if f.count > 0 {
+		// Lease no more than will be printed: extras would be handed back,
+		// each costing a delivery attempt.
+		maxInFlight = min(maxInFlight, f.count)
+	}
+	var mu sync.Mutex
+	handled := 0
+	handler := func(_ context.Context, d *raftqv1.Delivery) error {
+		idle.busy()
+		defer idle.done()
+		mu.Lock()
+		defer mu.Unlock()
+		if f.count > 0 && handled >= f.count {
+			return errors.New("over --count")
+		}
+		var err error
+		if a.json {
+			err = printJSON(a.out, d)
+		} else {
+			_, err = fmt.Fprintf(a.out, "%s\tattempt=%d\t%s\n", d.GetId(), d.GetAttempt(), payloadText(d.GetPayload(), 0))
+		}
+		if err != nil {
+			// Output is gone (closed pipe): stop, and let the message be
+			// delivered again.
+			stop()
+			return err
+		}
+		handled++
+		if f.count > 0 && handled >= f.count {
+			stop()
+		}
+		if f.nack {
+			return errNackFlag
+		}
+		return nil
+	}
+	con := client.NewConsumer(c, queue, handler, client.ConsumerOptions{
+		Name:              f.name,
+		MaxInFlight:       maxInFlight,
+		Concurrency:       1, // print in delivery order
+		VisibilityTimeout: f.visibility,
+		NackDelay:         f.nackDelay,
+	})
+	return con.Run(ctx)
+}
+
+// idleTimer calls fire after d passes with no handler running and none
+// started; d = 0 disables it.
+type idleTimer struct {
+	d time.Duration
+	t *time.Timer
+
+	mu     sync.Mutex
+	active int
+}
+
+func newIdleTimer(d time.Duration, fire func()) *idleTimer {
+	it := &idleTimer{d: d}
+	if d > 0 {
+		it.t = time.AfterFunc(d, fire)
+	}
+	return it
+}
+
+func (it *idleTimer) busy() {
+	if it.t == nil {
+		return
+	}
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	it.active++
+	it.t.Stop()
+}
+
+func (it *idleTimer) done() {
+	if it.t == nil {
+		return
+	}
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	it.active--
+	if it.active == 0 {
+		it.t.Reset(it.d)
+	}
+}
+
+func (it *idleTimer) stop() {
+	if it.t != nil {
+		it.t.Stop()
+	}
+}

@@ -1,0 +1,168 @@
+// Command raftq is the single raftq binary: `raftq serve` runs a broker
+// node, every other subcommand is a client of a running cluster.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/raftq/raftq/client"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// After the first signal starts a graceful stop, a second one kills.
+	context.AfterFunc(ctx, stop)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// run executes the command line args and returns the process exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	root := newRootCmd(&app{in: stdin, out: stdout, errOut: stderr, getenv: getenv})
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(stderr, "raftq: %s\n", describeError(err))
+		return 1
+	}
+	return 0
+}
+
+// describeError is the one line printed for a failed command: the gRPC code
+// and the broker's message when there is one.
+func describeError(err error) string {
+	var se interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &se) {
+		return err.Error()
+	}
+	st := se.GRPCStatus()
+	msg := fmt.Sprintf("%s: %s", st.Code(), st.Message())
+	if st.Code() != codes.DeadlineExceeded && errors.Is(err, context.DeadlineExceeded) {
+		msg += " (gave up retrying: deadline exceeded)"
+	}
+	return msg
+}
+
+// app is what the client subcommands share: I/O streams and the
+// persistent flags.
+type app struct {
+	in     io.Reader
+	out    io.Writer
+	errOut io.Writer
+	getenv func(string) string
+
+	addr    string
+	json    bool
+	timeout time.Duration
+	verbose bool
+}
+
+func newRootCmd(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "raftq",
+		Short: "raftq: a Raft-replicated work-queue broker",
+		Long: "raftq runs a broker node (raftq serve) and talks to a running cluster\n" +
+			"(every other command). Client commands reach the cluster through --addr.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.addr, "addr", "127.0.0.1:7400", "gRPC address of a node; a comma-separated list is a seed list (env RAFTQ_ADDR)")
+	pf.BoolVar(&a.json, "json", false, "print protobuf JSON instead of tables (one object per line for deliveries)")
+	pf.DurationVar(&a.timeout, "rpc-timeout", 15*time.Second, "deadline of each call to the cluster, retries included")
+	pf.BoolVar(&a.verbose, "verbose", false, "log retries and redirects to stderr")
+
+	root.AddCommand(
+		newServeCmd(),
+		newDevCmd(),
+		newQueueCmd(a),
+		newEnqueueCmd(a),
+		newConsumeCmd(a),
+		newPeekCmd(a),
+		newRedriveCmd(a),
+		newClusterCmd(a),
+	)
+	return root
+}
+
+// group is a command that only holds subcommands. Cobra would print help
+// and exit 0 for a mistyped subcommand; scripts need a failure.
+func group(use, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			return cmd.Help()
+		},
+	}
+}
+
+// seeds is --addr, or RAFTQ_ADDR when the flag was not given.
+func (a *app) seeds(cmd *cobra.Command) []string {
+	addr := a.addr
+	if f := cmd.Flags().Lookup("addr"); (f == nil || !f.Changed) && a.getenv != nil {
+		if env := a.getenv("RAFTQ_ADDR"); env != "" {
+			addr = env
+		}
+	}
+	var seeds []string
+	for s := range strings.SplitSeq(addr, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			seeds = append(seeds, s)
+		}
+	}
+	return seeds
+}
+
+// dial connects to the cluster named by the flags; the caller closes it.
+func (a *app) dial(cmd *cobra.Command) (*client.Client, error) {
+	level := slog.LevelWarn
+	if a.verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(a.errOut, &slog.HandlerOptions{Level: level}))
+	return client.Dial(cmd.Context(), a.seeds(cmd), client.WithLogger(log))
+}
+
+// callCtx bounds one command's calls by --rpc-timeout.
+func (a *app) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if a.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, a.timeout)
+}
+
+// unary is the shape of most client commands: dial, make calls under
+// --rpc-timeout, close.
+func (a *app) unary(fn func(ctx context.Context, c *client.Client, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, err := a.dial(cmd)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ctx, cancel := a.callCtx(cmd.Context())
+		defer cancel()
+		return fn(ctx, c, args)
+	}
+}

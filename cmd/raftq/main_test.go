@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+// TestMain fails the run if a goroutine started by this package's code
+// outlives the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			var leaked []string
+			for _, g := range strings.Split(string(buf), "\n\n")[1:] { // [0] is this goroutine
+				if strings.Contains(g, "/cmd/raftq/") {
+					leaked = append(leaked, g)
+				}
+			}
+			if len(leaked) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				fmt.Fprintf(os.Stderr, "leaked goroutines:\n%s\n", strings.Join(leaked, "\n\n"))
+				code = 1
+				break
+			}
+			// No event marks another goroutine's exit; look again shortly.
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	os.Exit(code)
+}
+
+// fake is an in-process broker that records requests and answers from
+// canned data.
+type fake struct {
+	raftqv1.UnimplementedBrokerServer
+	raftqv1.UnimplementedClusterServer
+
+	mu   sync.Mutex
+	reqs []proto.Message
+
+	deliveries []*raftqv1.Delivery // pushed on Lease, up to max_in_flight
+	status     *raftqv1.StatusResponse
+	verify     *raftqv1.VerifyResponse
+}
+
+func (f *fake) record(m proto.Message) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reqs = append(f.reqs, m)
+}
+
+// requests returns the recorded requests of type T.
+func requests[T proto.Message](f *fake) []T {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []T
+	for _, r := range f.reqs {
+		if t, ok := r.(T); ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func queueInfo(name string, cfg *raftqv1.QueueConfig) *raftqv1.QueueInfo {
+	return &raftqv1.QueueInfo{Name: name, Config: cfg, Stats: &raftqv1.QueueStats{Ready: 3}}
+}
+
+func (f *fake) CreateQueue(_ context.Context, r *raftqv1.CreateQueueRequest) (*raftqv1.CreateQueueResponse, error) {
+	f.record(r)
+	return &raftqv1.CreateQueueResponse{Queue: queueInfo(r.GetName(), r.GetConfig())}, nil
+}
+
+func (f *fake) UpdateQueue(_ context.Context, r *raftqv1.UpdateQueueRequest) (*raftqv1.UpdateQueueResponse, error) {
+	f.record(r)
+	return &raftqv1.UpdateQueueResponse{Queue: queueInfo(r.GetName(), r.GetConfig())}, nil
+}
+
+func (f *fake) GetQueue(_ context.Context, r *raftqv1.GetQueueRequest) (*raftqv1.GetQueueResponse, error) {
+	f.record(r)
+	if r.GetName() != "q" {
+		return nil, status.Errorf(codes.NotFound, "queue %q not found", r.GetName())
+	}
+	q := queueInfo("q", &raftqv1.QueueConfig{VisibilityTimeoutMs: 30000,
+		Throttles: map[string]*raftqv1.ThrottleRule{"api": {RatePerSec: 5, Burst: 2}}})
+	if r.GetIncludeKeys() {
+		q.FairnessKeys = []*raftqv1.FairnessKeyStats{{Key: "tenant-a", Pending: 4, Weight: 2}}
+		q.ThrottleKeys = []*raftqv1.ThrottleKeyStats{{Key: "api", Tokens: 1.5, RatePerSec: 5, Burst: 2}}
+	}
+	return &raftqv1.GetQueueResponse{Queue: q}, nil
+}
+
+func (f *fake) ListQueues(_ context.Context, r *raftqv1.ListQueuesRequest) (*raftqv1.ListQueuesResponse, error) {
+	f.record(r)
+	return &raftqv1.ListQueuesResponse{Queues: []*raftqv1.QueueInfo{queueInfo("orders", nil), queueInfo("orders.dlq", nil)}}, nil
+}
+
+func (f *fake) Enqueue(_ context.Context, r *raftqv1.EnqueueRequest) (*raftqv1.EnqueueResponse, error) {
+	f.record(r)
+	resp := &raftqv1.EnqueueResponse{}
+	for _, m := range r.GetMessages() {
+		resp.MessageIds = append(resp.MessageIds, "id-"+string(m.GetPayload()))
+	}
+	return resp, nil
+}
+
+func (f *fake) Peek(_ context.Context, r *raftqv1.PeekRequest) (*raftqv1.PeekResponse, error) {
+	f.record(r)
+	return &raftqv1.PeekResponse{Messages: f.deliveries}, nil
+}
+
+func (f *fake) Redrive(_ context.Context, r *raftqv1.RedriveRequest) (*raftqv1.RedriveResponse, error) {
+	f.record(r)
+	return &raftqv1.RedriveResponse{Moved: 7}, nil
+}
+
+func (f *fake) Lease(r *raftqv1.LeaseRequest, s grpc.ServerStreamingServer[raftqv1.LeaseResponse]) error {
+	f.record(r)
+	n := min(int(r.GetMaxInFlight()), len(f.deliveries))
+	if n > 0 {
+		if err := s.Send(&raftqv1.LeaseResponse{Messages: f.deliveries[:n]}); err != nil {
+			return err
+		}
+	}
+	<-s.Context().Done()
+	return nil
+}
+
+func (f *fake) Ack(_ context.Context, r *raftqv1.AckRequest) (*raftqv1.AckResponse, error) {
+	f.record(r)
+	return &raftqv1.AckResponse{Results: okResults(len(r.GetAcks()))}, nil
+}
+
+func (f *fake) Nack(_ context.Context, r *raftqv1.NackRequest) (*raftqv1.NackResponse, error) {
+	f.record(r)
+	return &raftqv1.NackResponse{Results: okResults(len(r.GetNacks()))}, nil
+}
+
+func okResults(n int) []*raftqv1.ItemResult {
+	out := make([]*raftqv1.ItemResult, n)
+	for i := range out {
+		out[i] = &raftqv1.ItemResult{Ok: true}
+	}
+	return out
+}
+
+func (f *fake) Status(_ context.Context, r *raftqv1.StatusRequest) (*raftqv1.StatusResponse, error) {
+	f.record(r)
+	return f.status, nil
+}
+
+func (f *fake) Verify(_ context.Context, r *raftqv1.VerifyRequest) (*raftqv1.VerifyResponse, error) {
+	f.record(r)
+	return f.verify, nil
+}
+
+// serve runs f on a loopback port until the test ends.
+func serve(t *testing.T, f *fake) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	raftqv1.RegisterBrokerServer(srv, f)
+	raftqv1.RegisterClusterServer(srv, f)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-done
+	})
+	return lis.Addr().String()
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// raftq runs the command line against the fake at addr.
+func raftq(t *testing.T, addr, stdin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	full := append([]string{"--addr", addr, "--rpc-timeout", "3s"}, args...)
+	code := run(ctx, full, strings.NewReader(stdin), &out, &errOut, func(string) string { return "" })
+	return result{code, out.String(), errOut.String()}
+}
+
+func TestErrorsPrintCodeAndExitNonZero(t *testing.T) {
+	addr := serve(t, &fake{})
+	r := raftq(t, addr, "", "queue", "get", "nope")
+	if r.code != 1 {
+		t.Fatalf("exit code %d, want 1", r.code)
+	}
+	if want := "raftq: NotFound: queue \"nope\" not found\n"; r.stderr != want {
+		t.Fatalf("stderr = %q, want %q", r.stderr, want)
+	}
+}
+
+func TestAddrFromEnvironment(t *testing.T) {
+	f := &fake{}
+	addr := serve(t, f)
+	var out, errOut bytes.Buffer
+	getenv := func(k string) string {
+		if k == "RAFTQ_ADDR" {
+			return "," + addr // a seed list with an empty entry
+		}
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if code := run(ctx, []string{"queue", "list"}, strings.NewReader(""), &out, &errOut, getenv); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if len(requests[*raftqv1.ListQueuesRequest](f)) != 1 {
+		t.Fatal("RAFTQ_ADDR not used")
+	}
+}
+
+func TestUnknownCommandFails(t *testing.T) {
+	r := raftq(t, "127.0.0.1:1", "", "queue", "frobnicate", "x")
+	if r.code == 0 {
+		t.Fatal("exit code 0")
+	}
+}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+// printJSON writes m as one line of protobuf JSON, with field names as in
+// the .proto and API.md and zero values present, so scripts need not
+// special-case missing fields.
+func printJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	_, err = w.Write(b)
+	return err
+}
+
+func table(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+func ms(v int64) string {
+	return (time.Duration(v) * time.Millisecond).String()
+}
+
+// limit renders a limit whose zero means "none".
+func limit(v int64, zero string, format func(int64) string) string {
+	if v == 0 {
+		return zero
+	}
+	return format(v)
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+func printQueue(w io.Writer, q *raftqv1.QueueInfo) error {
+	cfg, st := q.GetConfig(), q.GetStats()
+	tw := table(w)
+	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	line("name", q.GetName())
+	if q.GetIsDeadLetterQueue() {
+		line("dead-letter queue of", "another queue (this is a DLQ)")
+	} else {
+		line("dead letter queue", cfg.GetDeadLetterQueue())
+	}
+	line("visibility timeout", ms(cfg.GetVisibilityTimeoutMs()))
+	line("max deliveries", strconv.Itoa(int(cfg.GetMaxDeliveries())))
+	line("max depth", limit(cfg.GetMaxDepth(), "unlimited", itoa))
+	line("max bytes", limit(cfg.GetMaxBytes(), "unlimited", itoa))
+	line("max message bytes", limit(cfg.GetMaxMessageBytes(), "default", itoa))
+	line("message ttl", limit(cfg.GetMessageTtlMs(), "none", ms))
+	line("dedup window", ms(cfg.GetDedupWindowMs()))
+	line("fairness quantum", strconv.Itoa(int(cfg.GetFairnessQuantum())))
+	line("throttles", formatThrottles(cfg.GetThrottles()))
+	line("ready", itoa(st.GetReady()))
+	line("delayed", itoa(st.GetDelayed()))
+	line("in flight", itoa(st.GetInFlight()))
+	line("dead lettered", itoa(st.GetDeadLettered()))
+	line("consumers", itoa(st.GetConsumers()))
+	line("bytes", itoa(st.GetBytes()))
+	line("enqueued total", itoa(st.GetEnqueuedTotal()))
+	line("acked total", itoa(st.GetAckedTotal()))
+	line("nacked total", itoa(st.GetNackedTotal()))
+	line("expired total", itoa(st.GetExpiredTotal()))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(q.GetFairnessKeys()) > 0 {
+		fmt.Fprintln(w, "\nfairness keys:")
+		tw = table(w)
+		fmt.Fprintln(tw, "KEY\tPENDING\tWEIGHT\tDEFICIT")
+		for _, k := range q.GetFairnessKeys() {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", displayKey(k.GetKey()), k.GetPending(), k.GetWeight(), k.GetDeficit())
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(q.GetThrottleKeys()) > 0 {
+		fmt.Fprintln(w, "\nthrottle keys:")
+		tw = table(w)
+		fmt.Fprintln(tw, "KEY\tTOKENS\tRATE/S\tBURST")
+		for _, k := range q.GetThrottleKeys() {
+			fmt.Fprintf(tw, "%s\t%.2f\t%g\t%d\n", k.GetKey(), k.GetTokens(), k.GetRatePerSec(), k.GetBurst())
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+func displayKey(k string) string {
+	if k == "" {
+		return `""`
+	}
+	return k
+}
+
+func formatThrottles(m map[string]*raftqv1.ThrottleRule) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		r := m[k]
+		parts = append(parts, fmt.Sprintf("%s=%g/s burst %d", k, r.GetRatePerSec(), max(r.GetBurst(), 1)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func printQueueTable(w io.Writer, qs []*raftqv1.QueueInfo) error {
+	tw := table(w)
+	fmt.Fprintln(tw, "NAME\tREADY\tDELAYED\tIN_FLIGHT\tDEAD_LETTERED\tCONSUMERS\tENQUEUED\tACKED\tDLQ")
+	for _, q := range qs {
+		st := q.GetStats()
+		dlq := q.GetConfig().GetDeadLetterQueue()
+		if q.GetIsDeadLetterQueue() {
+			dlq = "(is a DLQ)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", q.GetName(), st.GetReady(), st.GetDelayed(),
+			st.GetInFlight(), st.GetDeadLettered(), st.GetConsumers(), st.GetEnqueuedTotal(), st.GetAckedTotal(), dlq)
+	}
+	return tw.Flush()
+}
+
+// payloadText shows a payload as-is when it is printable text, quoted
+// otherwise, cut to n bytes (0: no cut).
+func payloadText(p []byte, n int) string {
+	cut := false
+	if n > 0 && len(p) > n {
+		p, cut = p[:n], true
+		for len(p) > 0 && !utf8.Valid(p) {
+			p = p[:len(p)-1]
+		}
+	}
+	s := string(p)
+	printable := utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool {
+		return !unicode.IsPrint(r) && r != ' '
+	}) < 0
+	if !printable {
+		s = strconv.Quote(s)
+	}
+	if cut {
+		s += "…"
+	}
+	return s
+}
+
+func printDeliveryTable(w io.Writer, ds []*raftqv1.Delivery, deadLetter bool) error {
+	tw := table(w)
+	if deadLetter {
+		fmt.Fprintln(tw, "ID\tATTEMPT\tORIGIN\tREASON\tENQUEUED\tPAYLOAD")
+	} else {
+		fmt.Fprintln(tw, "ID\tATTEMPT\tPRIORITY\tKEY\tENQUEUED\tPAYLOAD")
+	}
+	for _, d := range ds {
+		enq := time.UnixMilli(d.GetEnqueuedAtMs()).UTC().Format(time.RFC3339)
+		if deadLetter {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", d.GetId(), d.GetAttempt(), d.GetOriginQueue(),
+				d.GetDeadLetterReason(), enq, payloadText(d.GetPayload(), 60))
+		} else {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", d.GetId(), d.GetAttempt(), d.GetPriority(),
+				displayKey(d.GetFairnessKey()), enq, payloadText(d.GetPayload(), 60))
+		}
+	}
+	return tw.Flush()
+}
+
+func printStatus(w io.Writer, st *raftqv1.StatusResponse) error {
+	tw := table(w)
+	leader := st.GetLeaderId()
+	if leader == "" {
+		leader = "(none)"
+	} else if st.GetLeaderAddr() != "" {
+		leader += " (" + st.GetLeaderAddr() + ")"
+	}
+	fmt.Fprintf(tw, "leader:\t%s\n", leader)
+	fmt.Fprintf(tw, "term:\t%d\n", st.GetTerm())
+	fmt.Fprintf(tw, "commit index:\t%d\n", st.GetCommitIndex())
+	fmt.Fprintf(tw, "applied index:\t%d\n", st.GetAppliedIndex())
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = table(w)
+	fmt.Fprintln(tw, "ID\tSTATE\tSUFFRAGE\tHEALTHY\tAPPLIED\tLAST_CONTACT\tGRPC\tRAFT\tHTTP")
+	for _, n := range st.GetNodes() {
+		contact := "-"
+		if n.GetLastContactMs() > 0 {
+			contact = ms(n.GetLastContactMs())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%s\t%s\t%s\t%s\n", n.GetId(), n.GetState(), n.GetSuffrage(),
+			n.GetHealthy(), n.GetAppliedIndex(), contact, n.GetGrpcAddr(), n.GetRaftAddr(), n.GetHttpAddr())
+	}
+	return tw.Flush()
+}
+
+func printVerify(w io.Writer, v *raftqv1.VerifyResponse) error {
+	tw := table(w)
+	fmt.Fprintln(tw, "ID\tAPPLIED\tDIGEST\tCOUNTERS_OK\tERROR")
+	for _, n := range v.GetNodes() {
+		digest := n.GetDigest()
+		if digest == "" {
+			digest = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%t\t%s\n", n.GetId(), n.GetAppliedIndex(), digest, n.GetCountersOk(), n.GetError())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "consistent: %t\n", v.GetConsistent())
+	return err
+}

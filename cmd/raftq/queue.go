@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/raftq/raftq/client"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+func newQueueCmd(a *app) *cobra.Command {
+	cmd := group("queue", "Create, change, inspect and delete queues")
+	cmd.AddCommand(
+		newQueueCreateCmd(a),
+		newQueueUpdateCmd(a),
+		newQueueDeleteCmd(a),
+		newQueueListCmd(a),
+		newQueueGetCmd(a),
+		newQueuePurgeCmd(a),
+	)
+	return cmd
+}
+
+// configFlags are the QueueConfig flags shared by create and update.
+type configFlags struct {
+	visibility      time.Duration
+	maxDeliveries   int32
+	deadLetterQueue string
+	maxDepth        int64
+	maxBytes        int64
+	messageTTL      time.Duration
+	dedupWindow     time.Duration
+	maxMessageBytes int64
+	fairnessQuantum int32
+	throttles       []string
+	clearThrottles  bool
+}
+
+func (f *configFlags) register(fs *pflag.FlagSet, update bool) {
+	fs.DurationVar(&f.visibility, "visibility-timeout", 0, "lease length of a delivery (0 = 30s)")
+	fs.Int32Var(&f.maxDeliveries, "max-deliveries", 0, "deliveries before a message is dead-lettered (0 = 10)")
+	fs.StringVar(&f.deadLetterQueue, "dead-letter-queue", "", "dead-letter queue name (default <name>.dlq)")
+	fs.Int64Var(&f.maxDepth, "max-depth", 0, "most messages the queue holds (0 = unlimited)")
+	fs.Int64Var(&f.maxBytes, "max-bytes", 0, "most payload bytes the queue holds (0 = unlimited)")
+	fs.DurationVar(&f.messageTTL, "message-ttl", 0, "time from enqueue after which a message is dead-lettered (0 = none)")
+	fs.DurationVar(&f.dedupWindow, "dedup-window", 0, "how long a dedup id is remembered (0 = 2m)")
+	fs.Int64Var(&f.maxMessageBytes, "max-message-bytes", 0, "largest payload accepted (0 = 1 MiB)")
+	fs.Int32Var(&f.fairnessQuantum, "fairness-quantum", 0, "messages per weight unit per fairness round (0 = 1)")
+	help := "throttle rule key=rate[:burst], rate per second (repeatable)"
+	if update {
+		help += "; replaces all of the queue's rules"
+		fs.BoolVar(&f.clearThrottles, "clear-throttles", false, "remove all throttle rules")
+	}
+	fs.StringArrayVar(&f.throttles, "throttle", nil, help)
+}
+
+// build returns the config from the flags and the update mask: the
+// QueueConfig field of every flag that was set, in a fixed order.
+func (f *configFlags) build(fs *pflag.FlagSet) (*raftqv1.QueueConfig, []string, error) {
+	cfg := &raftqv1.QueueConfig{}
+	var mask []string
+	durations := []struct {
+		flag, path string
+		v          time.Duration
+		dst        *int64
+	}{
+		{"visibility-timeout", "visibility_timeout_ms", f.visibility, &cfg.VisibilityTimeoutMs},
+		{"message-ttl", "message_ttl_ms", f.messageTTL, &cfg.MessageTtlMs},
+		{"dedup-window", "dedup_window_ms", f.dedupWindow, &cfg.DedupWindowMs},
+	}
+	for _, d := range durations {
+		if !fs.Changed(d.flag) {
+			continue
+		}
+		if d.v < 0 {
+			return nil, nil, fmt.Errorf("--%s must not be negative", d.flag)
+		}
+		*d.dst = d.v.Milliseconds()
+		mask = append(mask, d.path)
+	}
+	others := []struct {
+		flag, path string
+		set        func()
+	}{
+		{"max-deliveries", "max_deliveries", func() { cfg.MaxDeliveries = f.maxDeliveries }},
+		{"dead-letter-queue", "dead_letter_queue", func() { cfg.DeadLetterQueue = f.deadLetterQueue }},
+		{"max-depth", "max_depth", func() { cfg.MaxDepth = f.maxDepth }},
+		{"max-bytes", "max_bytes", func() { cfg.MaxBytes = f.maxBytes }},
+		{"max-message-bytes", "max_message_bytes", func() { cfg.MaxMessageBytes = f.maxMessageBytes }},
+		{"fairness-quantum", "fairness_quantum", func() { cfg.FairnessQuantum = f.fairnessQuantum }},
+	}
+	for _, o := range others {
+		if fs.Changed(o.flag) {
+			o.set()
+			mask = append(mask, o.path)
+		}
+	}
+	if fs.Changed("throttle") || f.clearThrottles {
+		if f.clearThrottles && len(f.throttles) > 0 {
+			return nil, nil, fmt.Errorf("--clear-throttles and --throttle conflict")
+		}
+		for _, spec := range f.throttles {
+			key, rule, err := parseThrottle(spec)
+			if err != nil {
+				return nil, nil, err
+			}
+			if cfg.Throttles == nil {
+				cfg.Throttles = map[string]*raftqv1.ThrottleRule{}
+			}
+			cfg.Throttles[key] = rule
+		}
+		mask = append(mask, "throttles")
+	}
+	return cfg, mask, nil
+}
+
+// parseThrottle reads key=rate[:burst]. The key may itself contain '=' or
+// ':'; the rate part is after the last '='.
+func parseThrottle(spec string) (string, *raftqv1.ThrottleRule, error) {
+	i := strings.LastIndexByte(spec, '=')
+	if i <= 0 {
+		return "", nil, fmt.Errorf("--throttle %q: want key=rate[:burst]", spec)
+	}
+	key, val := spec[:i], spec[i+1:]
+	rateStr, burstStr, hasBurst := strings.Cut(val, ":")
+	rate, err := strconv.ParseFloat(rateStr, 64)
+	if err != nil || rate <= 0 {
+		return "", nil, fmt.Errorf("--throttle %q: rate must be a positive number per second", spec)
+	}
+	rule := &raftqv1.ThrottleRule{RatePerSec: rate}
+	if hasBurst {
+		burst, err := strconv.ParseInt(burstStr, 10, 32)
+		if err != nil || burst < 0 {
+			return "", nil, fmt.Errorf("--throttle %q: burst must be a non-negative integer", spec)
+		}
+		rule.Burst = int32(burst)
+	}
+	return key, rule, nil
+}
+
+func (a *app) printQueue(q *raftqv1.QueueInfo) error {
+	if a.json {
+		return printJSON(a.out, q)
+	}
+	return printQueue(a.out, q)
+}
+
+func newQueueCreateCmd(a *app) *cobra.Command {
+	var f configFlags
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a queue (and its dead-letter queue)",
+		Args:  cobra.ExactArgs(1),
+	}
+	f.register(cmd.Flags(), false)
+	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
+		cfg, _, err := f.build(cmd.Flags())
+		if err != nil {
+			return err
+		}
+		q, err := c.CreateQueue(ctx, args[0], cfg)
+		if err != nil {
+			return err
+		}
+		return a.printQueue(q)
+	})
+	return cmd
+}
+
+func newQueueUpdateCmd(a *app) *cobra.Command {
+	var f configFlags
+	cmd := &cobra.Command{
+		Use:   "update NAME",
+		Short: "Change the given settings of a queue; others keep their values",
+		Args:  cobra.ExactArgs(1),
+	}
+	f.register(cmd.Flags(), true)
+	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
+		cfg, mask, err := f.build(cmd.Flags())
+		if err != nil {
+			return err
+		}
+		// An empty mask would reset every setting to its default.
+		if len(mask) == 0 {
+			return fmt.Errorf("nothing to update: give at least one setting flag")
+		}
+		q, err := c.UpdateQueue(ctx, args[0], cfg, mask...)
+		if err != nil {
+			return err
+		}
+		return a.printQueue(q)
+	})
+	return cmd
+}
+
+func newQueueDeleteCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a queue and its messages (and its own dead-letter queue)",
+		Args:  cobra.ExactArgs(1),
+	}
+	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
+		if err := c.DeleteQueue(ctx, args[0]); err != nil {
+			return err
+		}
+		if a.json {
+			return printJSON(a.out, &raftqv1.DeleteQueueResponse{})
+		}
+		_, err := fmt.Fprintf(a.out, "deleted queue %s\n", args[0])
+		return err
+	})
+	return cmd
+}
+
+func newQueueListCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "list [PREFIX]",
+		Short: "List queues, optionally those whose names start with PREFIX",
+		Args:  cobra.MaximumNArgs(1),
+	}
+	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
+		prefix := ""
+		if len(args) == 1 {
+			prefix = args[0]
+		}
+		qs, err := c.ListQueues(ctx, prefix)
+		if err != nil {
+			return err
+		}
+		if a.json {
+			return printJSON(a.out, &raftqv1.ListQueuesResponse{Queues: qs})
+		}
+		return printQueueTable(a.out, qs)
+	})
+	return cmd
+}
+
+func newQueueGetCmd(a *app) *cobra.Command {
+	var keys bool
+	cmd := &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show a queue's settings and stats",
+		Args:  cobra.ExactArgs(1),
+	}
+	cmd.Flags().BoolVar(&keys, "keys", false, "also show per-fairness-key and per-throttle-key stats")
+	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
+		q, err := c.GetQueue(ctx, args[0], keys)
+		if err != nil {
+			return err
+		}
+		return a.printQueue(q)
+	})
+	return cmd
+}
+
+func newQueuePurgeCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "purge NAME",
+		Short: "Remove a queue's ready and delayed messages (leased ones stay)",
+		Args:  cobra.ExactArgs(1),
+	}
+	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
+		n, err := c.PurgeQueue(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		if a.json {
+			return printJSON(a.out, &raftqv1.PurgeQueueResponse{Purged: n})
+		}
+		_, err = fmt.Fprintf(a.out, "purged %d messages from %s\n", n, args[0])
+		return err
+	})
+	return cmd
+}

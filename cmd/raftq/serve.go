@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/fsm"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+	"github.com/raftq/raftq/scheduler"
+	"github.com/raftq/raftq/transport"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// serveOptions are the flags of `raftq serve` (API.md, Command line).
+type serveOptions struct {
+	nodeID          string
+	dataDir         string
+	grpcAddr        string
+	raftAddr        string
+	gossipAddr      string
+	httpAddr        string
+	advertiseHost   string
+	join            []string
+	bootstrapExpect int
+	deadNodeTimeout time.Duration
+	leaseGrace      time.Duration
+	maxQueuedBytes  int64
+	logLevel        string
+	snapThreshold   uint64
+	trailingLogs    uint64
+}
+
+func newServeCmd() *cobra.Command {
+	host, _ := os.Hostname()
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a raftq node (with no flags: a durable single-node broker)",
+		Long: `Run a raftq node. With no flags it is a working single-node broker with
+its data in ./raftq-data. Every flag can also be set through an environment
+variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
+		Args: cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return applyEnv(cmd.Flags())
+		},
+		// main's context ends on SIGINT/SIGTERM: a graceful leave.
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), o) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.nodeID, "node-id", host, "unique, stable node id")
+	fl.StringVar(&o.dataDir, "data-dir", "./raftq-data", "Raft log, stable store and snapshots")
+	fl.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:7400", "client API bind address")
+	fl.StringVar(&o.raftAddr, "raft-addr", "127.0.0.1:7401", "Raft transport bind address")
+	fl.StringVar(&o.gossipAddr, "gossip-addr", "127.0.0.1:7402", "memberlist bind address")
+	fl.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:7403", "metrics and health bind address (empty = off)")
+	fl.StringVar(&o.advertiseHost, "advertise-host", "", "host other nodes and clients use to reach this node (default: the bind host)")
+	fl.StringSliceVar(&o.join, "join", nil, "comma-separated gossip addresses of other nodes")
+	fl.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "voters to wait for before the first election")
+	fl.DurationVar(&o.deadNodeTimeout, "dead-node-timeout", 30*time.Second, "how long a failed node stays a voter before removal")
+	fl.DurationVar(&o.leaseGrace, "lease-grace", 5*time.Second, "after a failover, how long before leases of the old leader may expire")
+	fl.Int64Var(&o.maxQueuedBytes, "max-queued-bytes", defaultMaxQueuedBytes(), "node-wide limit on payload bytes held (default: half of memory)")
+	fl.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fl.Uint64Var(&o.snapThreshold, "snapshot-threshold", cluster.DefaultSnapshotThreshold, "log entries between automatic snapshots")
+	fl.Uint64Var(&o.trailingLogs, "trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot (followers further behind get the snapshot)")
+	return cmd
+}
+
+// applyEnv fills every flag not given on the command line from RAFTQ_<NAME>.
+func applyEnv(fs *pflag.FlagSet) error {
+	var firstErr error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || firstErr != nil {
+			return
+		}
+		env := "RAFTQ_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				firstErr = fmt.Errorf("%s=%q: %w", env, v, err)
+			}
+		}
+	})
+	return firstErr
+}
+
+func defaultMaxQueuedBytes() int64 {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil || si.Totalram == 0 {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit) / 2
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// advertise replaces the host of a bind address with the advertise host.
+func advertise(bind, host string) (string, error) {
+	h, p, err := net.SplitHostPort(bind)
+	if err != nil {
+		return "", err
+	}
+	if host != "" {
+		return net.JoinHostPort(host, p), nil
+	}
+	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
+		return "", fmt.Errorf("bind address %s has no routable host: set --advertise-host", bind)
+	}
+	return bind, nil
+}
+
+// lateProposer lets the scheduler exist before the Raft node it proposes
+// through: proposals wait until the node is set.
+type lateProposer struct {
+	ready chan struct{}
+	node  transport.Raft
+}
+
+func (p *lateProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, error) {
+	select {
+	case <-p.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return transport.Proposer{Node: p.node}.Propose(ctx, cmd)
+}
+
+func runServe(ctx context.Context, o *serveOptions) error {
+	log, err := newLogger(o.logLevel)
+	if err != nil {
+		return err
+	}
+	if o.nodeID == "" {
+		return errors.New("--node-id is empty")
+	}
+	adv := map[string]string{}
+	for name, bind := range map[string]string{"grpc": o.grpcAddr, "raft": o.raftAddr, "gossip": o.gossipAddr, "http": o.httpAddr} {
+		if bind == "" {
+			continue
+		}
+		a, err := advertise(bind, o.advertiseHost)
+		if err != nil {
+			return fmt.Errorf("--%s-addr: %w", name, err)
+		}
+		adv[name] = a
+	}
+	grpcLis, err := net.Listen("tcp", o.grpcAddr)
+	if err != nil {
+		return fmt.Errorf("--grpc-addr: %w", err)
+	}
+	defer grpcLis.Close()
+	var httpLis net.Listener
+	if o.httpAddr != "" {
+		if httpLis, err = net.Listen("tcp", o.httpAddr); err != nil {
+			return fmt.Errorf("--http-addr: %w", err)
+		}
+		defer httpLis.Close()
+	}
+
+	state := fsm.New(log.With("component", "fsm"))
+	prop := &lateProposer{ready: make(chan struct{})}
+	sched := scheduler.New(scheduler.Config{Logger: log.With("component", "scheduler"), NodeID: o.nodeID, LeaseGrace: o.leaseGrace}, state, prop)
+	state.SetNotifier(sched)
+	node, err := cluster.New(ctx, cluster.Config{
+		NodeID:            o.nodeID,
+		DataDir:           o.dataDir,
+		RaftBind:          o.raftAddr,
+		RaftAdvertise:     adv["raft"],
+		GossipBind:        o.gossipAddr,
+		GossipAdvertise:   adv["gossip"],
+		GRPCAdvertise:     adv["grpc"],
+		HTTPAdvertise:     adv["http"],
+		Join:              o.join,
+		BootstrapExpect:   o.bootstrapExpect,
+		DeadNodeTimeout:   o.deadNodeTimeout,
+		SnapshotThreshold: o.snapThreshold,
+		TrailingLogs:      o.trailingLogs,
+		Logger:            log.With("component", "cluster"),
+	}, state, sched)
+	if err != nil {
+		return fmt.Errorf("start node: %w", err)
+	}
+	prop.node = node
+	close(prop.ready)
+
+	srv := transport.New(transport.Config{NodeID: o.nodeID, Logger: log.With("component", "transport"), MaxQueuedBytes: o.maxQueuedBytes}, node, state, sched)
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(grpcLis) }()
+	var httpSrv *http.Server
+	if httpLis != nil {
+		httpSrv = &http.Server{Handler: srv.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	log.Info("raftq node started", "node_id", o.nodeID, "grpc", adv["grpc"], "raft", adv["raft"], "gossip", adv["gossip"], "http", adv["http"], "data_dir", o.dataDir)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case serveErr = <-errc:
+		log.Error("server failed", "err", serveErr)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	srv.Stop(sctx)
+	if httpSrv != nil {
+		_ = httpSrv.Shutdown(sctx)
+	}
+	if err := node.Shutdown(sctx); err != nil {
+		log.Warn("node shutdown", "err", err)
+	}
+	log.Info("stopped")
+	return serveErr
+}
