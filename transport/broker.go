@@ -137,14 +137,14 @@ func (s *Server) Enqueue(ctx context.Context, req *raftqv1.EnqueueRequest) (*raf
 			return nil, status.Errorf(codes.ResourceExhausted, "node holds %d payload bytes, --max-queued-bytes is %d", held, lim)
 		}
 	}
-	res, err := s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: req.Queue, Messages: req.Messages}}}}})
+	out, err := s.enqueues.submit(ctx, &fsmv1.EnqueueBatch{Queue: req.Queue, Messages: req.Messages})
 	if err != nil {
 		return nil, err
 	}
-	if err := res.BatchErrs[0]; err != nil {
+	if err := out.res.BatchErrs[out.pos]; err != nil {
 		return nil, err
 	}
-	return &raftqv1.EnqueueResponse{MessageIds: res.IDs[0]}, nil
+	return &raftqv1.EnqueueResponse{MessageIds: out.res.IDs[out.pos]}, nil
 }
 
 // parseRefs turns API lease refs into command refs; a malformed id or token
@@ -207,11 +207,11 @@ func (s *Server) Ack(ctx context.Context, req *raftqv1.AckRequest) (*raftqv1.Ack
 	if _, err := s.requireQueue(req.Queue); err != nil {
 		return nil, err
 	}
-	res, err := s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: refs}}})
+	out, err := s.acks.submit(ctx, refs)
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.AckResponse{Results: itemResults(res.Items)}, nil
+	return &raftqv1.AckResponse{Results: itemResults(out.res.Items[out.offset : out.offset+len(refs)])}, nil
 }
 
 func (s *Server) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raftqv1.NackResponse, error) {

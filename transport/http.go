@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,10 +67,16 @@ func (m *metrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerI
 }
 
 // HTTPHandler serves /metrics (Prometheus), /healthz (the process is up),
-// /readyz (a leader is known) and /status (cluster status as JSON).
+// /readyz (a leader is known), /status (cluster status as JSON) and
+// /debug/pprof.
 func (s *Server) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	// Profiling on the operator port: what dominates the leader under load.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

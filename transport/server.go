@@ -57,6 +57,14 @@ type Config struct {
 	Registry *prometheus.Registry
 }
 
+// Coalescing limits: entries in flight before requests start to merge, and
+// the most messages/bytes merged into one entry (one request always fits).
+const (
+	coalesceInFlight = 16
+	coalesceItems    = 512
+	coalesceBytes    = 512 << 10
+)
+
 // Server serves the Broker and Cluster services of one node.
 type Server struct {
 	raftqv1.UnimplementedBrokerServer
@@ -70,6 +78,9 @@ type Server struct {
 	grpc    *grpc.Server
 	health  *health.Server
 	metrics *metrics
+
+	enqueues *coalescer[*fsmv1.EnqueueBatch]
+	acks     *coalescer[[]*fsmv1.Ref]
 
 	closeOnce sync.Once
 }
@@ -95,10 +106,34 @@ func New(cfg Config, node Raft, state *fsm.FSM, sched Scheduler) *Server {
 		health: health.NewServer(),
 	}
 	s.metrics = newMetrics(cfg.Registry, s)
+	propose := Proposer{Node: node}.Propose
+	s.enqueues = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, propose,
+		func(reqs []*fsmv1.EnqueueBatch) *fsmv1.Command {
+			return &fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: reqs}}}
+		},
+		func(b *fsmv1.EnqueueBatch) (int, int) {
+			n := 0
+			for _, m := range b.Messages {
+				n += len(m.Payload)
+			}
+			return len(b.Messages), n
+		})
+	s.acks = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, propose,
+		func(reqs [][]*fsmv1.Ref) *fsmv1.Command {
+			var all []*fsmv1.Ref
+			for _, r := range reqs {
+				all = append(all, r...)
+			}
+			return &fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: all}}}
+		},
+		func(refs []*fsmv1.Ref) (int, int) { return len(refs), 0 })
 	s.grpc = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(s.metrics.unary, s.forwardUnary),
 		grpc.ChainStreamInterceptor(s.metrics.stream),
 		grpc.MaxRecvMsgSize(64<<20),
+		// Reused handler goroutines keep their grown stacks: profiles of a
+		// busy leader showed stack growth at ~8% of CPU without them.
+		grpc.NumStreamWorkers(64),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)
@@ -128,6 +163,8 @@ func (s *Server) Stop(ctx context.Context) {
 			s.grpc.Stop()
 			<-done
 		}
+		s.enqueues.close()
+		s.acks.close()
 		s.peers.close()
 	})
 }
