@@ -45,6 +45,10 @@ type ConsumerOptions struct {
 	// ShutdownTimeout bounds sending the last acks after Run's context is
 	// cancelled and the handlers have returned (default 10s).
 	ShutdownTimeout time.Duration
+	// Limit is the most deliveries to take in all (0 = no limit). The
+	// broker then sends no extras, which would otherwise cost attempts
+	// when handed back. Run keeps going until its context ends.
+	Limit int64
 }
 
 // Consumer leases messages from one queue and runs a Handler on each. It
@@ -89,6 +93,12 @@ func NewConsumer(c *Client, queue string, handler func(ctx context.Context, d *r
 	}
 	return con
 }
+
+// ErrHandBack, returned by a handler (possibly wrapped), gives the
+// delivery back untouched: it is redelivered at once and the delivery does
+// not count as an attempt. For a handler that decides not to take work
+// (shutting down, over a quota) - not for failures, which must count.
+var ErrHandBack = errors.New("raftq: delivery handed back unprocessed")
 
 // deadLetterError marks a handler error that should dead-letter the message.
 type deadLetterError struct{ err error }
@@ -173,7 +183,7 @@ func (con *Consumer) Run(ctx context.Context) error {
 	workers.Wait()
 	for _, h := range queued {
 		settled <- outcome{nack: &raftqv1.NackItem{
-			MessageId: h.ref.MessageId, LeaseToken: h.ref.LeaseToken, Reason: "consumer stopped",
+			MessageId: h.ref.MessageId, LeaseToken: h.ref.LeaseToken, Reason: "consumer stopped", Unprocessed: true,
 		}}
 	}
 	flushDeadline := time.AfterFunc(con.opts.ShutdownTimeout, stopSettle)
@@ -220,12 +230,18 @@ func (con *Consumer) work(ctx context.Context, leases *leases, work <-chan *held
 			continue
 		}
 		var dl deadLetterError
+		unprocessed := errors.Is(err, ErrHandBack)
+		delay := con.opts.NackDelay.Milliseconds()
+		if unprocessed {
+			delay = 0
+		}
 		settled <- outcome{nack: &raftqv1.NackItem{
-			MessageId:  h.ref.MessageId,
-			LeaseToken: h.ref.LeaseToken,
-			DelayMs:    con.opts.NackDelay.Milliseconds(),
-			Reason:     truncate(err.Error(), 256),
-			DeadLetter: errors.As(err, &dl),
+			MessageId:   h.ref.MessageId,
+			LeaseToken:  h.ref.LeaseToken,
+			DelayMs:     delay,
+			Reason:      truncate(err.Error(), 256),
+			DeadLetter:  errors.As(err, &dl),
+			Unprocessed: unprocessed,
 		}}
 	}
 }
@@ -379,16 +395,25 @@ func (con *Consumer) receive(dispatchCtx, streamCtx context.Context, leases *lea
 		VisibilityTimeoutMs: con.opts.VisibilityTimeout.Milliseconds(),
 	}
 	failures, redirects := 0, 0
+	var received int64
 	for {
 		if dispatchCtx.Err() != nil {
 			return nil
+		}
+		if con.opts.Limit > 0 {
+			left := con.opts.Limit - received
+			if left <= 0 {
+				<-dispatchCtx.Done()
+				return nil
+			}
+			req.Limit = left
 		}
 		if failures == 0 {
 			con.learnMembers(dispatchCtx)
 		}
 		addr := con.c.pool.target()
 		started := time.Now()
-		got, err := con.stream(streamCtx, dispatchCtx, addr, req, leases, work)
+		got, err := con.stream(streamCtx, dispatchCtx, addr, req, leases, work, &received)
 		if dispatchCtx.Err() != nil || streamCtx.Err() != nil {
 			return nil
 		}
@@ -464,7 +489,7 @@ func retryableStreamCode(c codes.Code) bool {
 // (dropping further deliveries, which the broker releases when the stream
 // closes) until streamCtx is cancelled.
 func (con *Consumer) stream(streamCtx, dispatchCtx context.Context, addr string, req *raftqv1.LeaseRequest,
-	leases *leases, work chan<- *held) (got bool, err error) {
+	leases *leases, work chan<- *held, received *int64) (got bool, err error) {
 	cc, err := con.c.pool.conn(addr)
 	if err != nil {
 		return false, err
@@ -485,9 +510,14 @@ func (con *Consumer) stream(streamCtx, dispatchCtx context.Context, addr string,
 		}
 		got = true
 		now := time.Now()
+		var late []*raftqv1.NackItem
+		*received += int64(len(resp.GetMessages()))
 		for _, d := range resp.GetMessages() {
 			h, ok := leases.add(d, now)
 			if !ok {
+				// Shutting down: hand it straight back, uncounted, rather
+				// than let the stream's close release it as an attempt.
+				late = append(late, &raftqv1.NackItem{MessageId: d.GetId(), LeaseToken: d.GetLeaseToken(), Reason: "consumer stopped", Unprocessed: true})
 				continue
 			}
 			select {
@@ -496,7 +526,19 @@ func (con *Consumer) stream(streamCtx, dispatchCtx context.Context, addr string,
 				// Run hands back what it still tracks.
 			}
 		}
+		if len(late) > 0 {
+			con.handBack(streamCtx, late)
+		}
 	}
+}
+
+// handBack returns deliveries no handler will see (best effort: if it
+// fails, closing the stream releases them anyway, counted).
+func (con *Consumer) handBack(ctx context.Context, items []*raftqv1.NackItem) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := con.c.WithRetryPolicy(RetryPolicy{MaxAttempts: 2}).Nack(ctx, con.queue, items...)
+	con.report("hand back", len(items), res, err)
 }
 
 // truncate cuts s to at most n bytes without splitting a UTF-8 sequence.

@@ -534,6 +534,10 @@ func (f *FSM) nack(c *fsmv1.Nack, touched *touchSet) *Result {
 			res.Items[i] = err
 			continue
 		}
+		if it.Uncounted && !it.DeadLetter {
+			f.rollbackOne(q, m, touched)
+			continue
+		}
 		q.nackedTotal++
 		if it.DeadLetter {
 			reason := "nack"

@@ -430,3 +430,18 @@ func TestIDFormatRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestNackUnprocessedDoesNotCountAttempt(t *testing.T) {
+	h := newHarness(t)
+	h.create("q", &raftqv1.QueueConfig{MaxDeliveries: 1})
+	ids := h.enqueuePayloads("q", "a")
+	d := h.grant("q", "c", 1000, ids[0])[0]
+	res := h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: []*fsmv1.NackOne{{Ref: ref(d), Uncounted: true}}}}})
+	_ = res
+	if st := h.info("q").Stats; st.Ready != 1 || st.DeadLettered != 0 || st.NackedTotal != 0 {
+		t.Fatalf("stats after unprocessed hand-back = %v", st)
+	}
+	if again := h.grant("q", "c", 1000, ids[0])[0]; again.Attempt != 1 {
+		t.Fatalf("attempt = %d, want 1", again.Attempt)
+	}
+}

@@ -21,6 +21,10 @@ type ConsumerRequest struct {
 	MaxInFlight int
 	// VisibilityTimeout is the lease length (0 = the queue's).
 	VisibilityTimeout time.Duration
+	// Limit ends granting after this many deliveries on the stream (0 =
+	// no limit), so a consumer that wants N messages is never handed
+	// extras whose return would count as attempts.
+	Limit int
 }
 
 // Consumer is one registered Lease stream. Deliveries carries its messages
@@ -39,9 +43,12 @@ type Consumer struct {
 	err          error
 	closeOnce    sync.Once
 
+	limit int // total deliveries wanted, 0 = unlimited
+
 	// guarded by s.mu
-	pending int // grants proposed to it, not yet handled
-	ended   bool
+	pending   int // grants proposed to it, not yet handled
+	delivered int // pushed to its buffer
+	ended     bool
 }
 
 // Register adds a consumer to a queue's round-robin. ctx bounds only the
@@ -84,6 +91,7 @@ func (s *Scheduler) Register(ctx context.Context, req ConsumerRequest) (*Consume
 		term:         s.term,
 		max:          maxIF,
 		visibilityMs: vis,
+		limit:        max(req.Limit, 0),
 		ch:           make(chan *raftqv1.Delivery, maxIF),
 		done:         make(chan struct{}),
 	}
@@ -144,6 +152,15 @@ func (c *Consumer) Close() {
 		s.kick()
 		ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 		defer cancel()
+		// Deliveries still in the buffer never reached the client: roll
+		// them back so they do not count as attempts. The rest were sent
+		// and are released below, counted (the client may have crashed
+		// on them).
+		if unsent := c.drainUnsent(); len(unsent) > 0 {
+			if _, err := s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseRollback{LeaseRollback: &fsmv1.LeaseRollback{Refs: unsent}}}); err != nil {
+				s.logProposeErr("roll back unsent deliveries", err, "consumer", c.id)
+			}
+		}
 		res, err := s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_ReleaseConsumer{ReleaseConsumer: &fsmv1.ReleaseConsumer{ConsumerId: c.id}}})
 		if err == nil {
 			err = res.Err
@@ -189,5 +206,23 @@ func (c *Consumer) push(d *raftqv1.Delivery) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// drainUnsent empties the buffer of deliveries the stream never sent
+// (only after the consumer ended, so nothing more is pushed).
+func (c *Consumer) drainUnsent() []*fsmv1.Ref {
+	var refs []*fsmv1.Ref
+	for {
+		select {
+		case d := <-c.ch:
+			id, err1 := fsm.ParseID(d.Id)
+			tok, err2 := fsm.ParseID(d.LeaseToken)
+			if err1 == nil && err2 == nil {
+				refs = append(refs, &fsmv1.Ref{Queue: d.Queue, MessageId: id, LeaseToken: tok})
+			}
+		default:
+			return refs
+		}
 	}
 }

@@ -515,3 +515,49 @@ func TestKeyStats(t *testing.T) {
 		t.Fatalf("tokens of t: %v", thr[0].Tokens)
 	}
 }
+
+// TestLimitStopsGranting: a consumer that asked for N deliveries gets N,
+// even as its acks return credit.
+func TestLimitStopsGranting(t *testing.T) {
+	e := newEnv(t)
+	e.createQueue("q", nil)
+	e.enqueueN("q", 10, nil)
+	c, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "q", MaxInFlight: 2, Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	e.ack(e.recvN(c, 2)...)
+	e.ack(e.recv(c))
+	e.idle()
+	e.expectNone(c)
+	if got := e.info("q").Stats.Ready; got != 7 {
+		t.Fatalf("ready = %d, want 7", got)
+	}
+}
+
+// TestCloseRollsBackUnsentDeliveries: deliveries still in the buffer when
+// the stream ends never reached the client, so they return uncounted.
+func TestCloseRollsBackUnsentDeliveries(t *testing.T) {
+	e := newEnv(t)
+	e.createQueue("q", nil)
+	ids := e.enqueueN("q", 3, nil)
+	c := e.register("q", 3)
+	e.waitFor("three buffered deliveries", func() bool { return len(c.Deliveries()) == 3 })
+	sent := <-c.Deliveries() // the stream sent one; two stay buffered
+	c.Close()
+	e.idle()
+	peek, err := e.f.Peek("q", 10, false)
+	if err != nil || len(peek) != 3 {
+		t.Fatalf("peek %v %v", peek, err)
+	}
+	for _, d := range peek {
+		want := int32(0)
+		if d.Id == sent.Id {
+			want = 1 // sent, so the release counts it
+		}
+		if d.Attempt != want {
+			t.Fatalf("message %s attempt %d, want %d (ids %v)", d.Id, d.Attempt, want, ids)
+		}
+	}
+}

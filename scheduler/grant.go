@@ -76,6 +76,7 @@ func (s *Scheduler) runGrant(ctx context.Context, grants []*fsmv1.Grant, to []gr
 		}
 		d := res.Deliveries[i]
 		if t.c.push(d) {
+			t.c.delivered++
 			pushed++
 			continue
 		}

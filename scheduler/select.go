@@ -42,6 +42,9 @@ func (s *Scheduler) selectQueue(v fsm.View, qv fsm.QueueView, qs *queueSched, ps
 			ps.wakeAt(ps.now.Add(bufferRecheck))
 		}
 		cr := max(c.max-used-c.pending, 0)
+		if c.limit > 0 {
+			cr = min(cr, max(c.limit-c.delivered-c.pending, 0))
+		}
 		qs.credit = append(qs.credit, cr)
 		total += cr
 	}

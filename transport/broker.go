@@ -237,7 +237,7 @@ func (s *Server) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raftqv1.N
 		if len(n.Reason) > maxReasonLen {
 			return nil, invalid("%s.reason is longer than %d bytes", field, maxReasonLen)
 		}
-		items[i] = &fsmv1.NackOne{Ref: ref, DelayMs: n.DelayMs, Reason: n.Reason, DeadLetter: n.DeadLetter}
+		items[i] = &fsmv1.NackOne{Ref: ref, DelayMs: n.DelayMs, Reason: n.Reason, DeadLetter: n.DeadLetter, Uncounted: n.Unprocessed}
 	}
 	if _, err := s.requireQueue(req.Queue); err != nil {
 		return nil, err

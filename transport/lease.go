@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
@@ -24,6 +25,9 @@ func (s *Server) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseSer
 	}
 	if req.VisibilityTimeoutMs < 0 || req.VisibilityTimeoutMs > 366*24*3600*1000 {
 		return invalid("visibility_timeout_ms out of range")
+	}
+	if req.Limit < 0 {
+		return invalid("limit must not be negative")
 	}
 	if len(req.ConsumerName) > 255 {
 		return invalid("consumer_name is longer than 255 bytes")
@@ -55,6 +59,7 @@ func (s *Server) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseSer
 		Name:              req.ConsumerName,
 		MaxInFlight:       maxInFlight,
 		VisibilityTimeout: time.Duration(req.VisibilityTimeoutMs) * time.Millisecond,
+		Limit:             int(min(req.Limit, math.MaxInt32)),
 	})
 	if err != nil {
 		if errors.Is(err, scheduler.ErrNotLeader) {

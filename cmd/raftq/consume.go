@@ -80,7 +80,7 @@ func (a *app) consume(ctx context.Context, c *client.Client, queue string, f con
 		mu.Lock()
 		defer mu.Unlock()
 		if f.count > 0 && handled >= f.count {
-			return errors.New("over --count")
+			return client.ErrHandBack // not printed, so not an attempt
 		}
 		var err error
 		if a.json {
@@ -109,6 +109,7 @@ func (a *app) consume(ctx context.Context, c *client.Client, queue string, f con
 		Concurrency:       1, // print in delivery order
 		VisibilityTimeout: f.visibility,
 		NackDelay:         f.nackDelay,
+		Limit:             int64(f.count),
 	})
 	return con.Run(ctx)
 }

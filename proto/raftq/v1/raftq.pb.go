@@ -844,12 +844,15 @@ func (x *LeaseRef) GetLeaseToken() string {
 }
 
 type NackItem struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MessageId     string                 `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
-	LeaseToken    string                 `protobuf:"bytes,2,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
-	DelayMs       int64                  `protobuf:"varint,3,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
-	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	DeadLetter    bool                   `protobuf:"varint,5,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	MessageId  string                 `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	LeaseToken string                 `protobuf:"bytes,2,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	DelayMs    int64                  `protobuf:"varint,3,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	Reason     string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	DeadLetter bool                   `protobuf:"varint,5,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	// The consumer hands the delivery back without having started on it
+	// (it is shutting down): the delivery is not counted as an attempt.
+	Unprocessed   bool `protobuf:"varint,6,opt,name=unprocessed,proto3" json:"unprocessed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -915,6 +918,13 @@ func (x *NackItem) GetReason() string {
 func (x *NackItem) GetDeadLetter() bool {
 	if x != nil {
 		return x.DeadLetter
+	}
+	return false
+}
+
+func (x *NackItem) GetUnprocessed() bool {
+	if x != nil {
+		return x.Unprocessed
 	}
 	return false
 }
@@ -1635,8 +1645,12 @@ type LeaseRequest struct {
 	ConsumerName        string                 `protobuf:"bytes,2,opt,name=consumer_name,json=consumerName,proto3" json:"consumer_name,omitempty"`
 	MaxInFlight         int32                  `protobuf:"varint,3,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	VisibilityTimeoutMs int64                  `protobuf:"varint,4,opt,name=visibility_timeout_ms,json=visibilityTimeoutMs,proto3" json:"visibility_timeout_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Stop delivering after this many messages on this stream (0 = no
+	// limit): a consumer that wants N messages gets exactly N, never extras
+	// whose return would count as delivery attempts.
+	Limit         int64 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseRequest) Reset() {
@@ -1693,6 +1707,13 @@ func (x *LeaseRequest) GetMaxInFlight() int32 {
 func (x *LeaseRequest) GetVisibilityTimeoutMs() int64 {
 	if x != nil {
 		return x.VisibilityTimeoutMs
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
 	}
 	return 0
 }
@@ -3103,7 +3124,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x1f\n" +
 	"\vlease_token\x18\x02 \x01(\tR\n" +
-	"leaseToken\"\x9e\x01\n" +
+	"leaseToken\"\xc0\x01\n" +
 	"\bNackItem\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x1f\n" +
@@ -3112,7 +3133,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\bdelay_ms\x18\x03 \x01(\x03R\adelayMs\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1f\n" +
 	"\vdead_letter\x18\x05 \x01(\bR\n" +
-	"deadLetter\"F\n" +
+	"deadLetter\x12 \n" +
+	"\vunprocessed\x18\x06 \x01(\bR\vunprocessed\"F\n" +
 	"\n" +
 	"ItemResult\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x12\n" +
@@ -3151,12 +3173,13 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\bmessages\x18\x02 \x03(\v2\x18.raftq.v1.EnqueueMessageR\bmessages\"2\n" +
 	"\x0fEnqueueResponse\x12\x1f\n" +
 	"\vmessage_ids\x18\x01 \x03(\tR\n" +
-	"messageIds\"\xa1\x01\n" +
+	"messageIds\"\xb7\x01\n" +
 	"\fLeaseRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12#\n" +
 	"\rconsumer_name\x18\x02 \x01(\tR\fconsumerName\x12\"\n" +
 	"\rmax_in_flight\x18\x03 \x01(\x05R\vmaxInFlight\x122\n" +
-	"\x15visibility_timeout_ms\x18\x04 \x01(\x03R\x13visibilityTimeoutMs\"?\n" +
+	"\x15visibility_timeout_ms\x18\x04 \x01(\x03R\x13visibilityTimeoutMs\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x03R\x05limit\"?\n" +
 	"\rLeaseResponse\x12.\n" +
 	"\bmessages\x18\x01 \x03(\v2\x12.raftq.v1.DeliveryR\bmessages\"J\n" +
 	"\n" +

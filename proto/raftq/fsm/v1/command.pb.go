@@ -934,11 +934,13 @@ func (x *Ack) GetRefs() []*Ref {
 }
 
 type NackOne struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ref           *Ref                   `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
-	DelayMs       int64                  `protobuf:"varint,2,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	DeadLetter    bool                   `protobuf:"varint,4,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Ref        *Ref                   `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	DelayMs    int64                  `protobuf:"varint,2,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	Reason     string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	DeadLetter bool                   `protobuf:"varint,4,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	// Handed back unprocessed: undo the attempt, like a rollback.
+	Uncounted     bool `protobuf:"varint,5,opt,name=uncounted,proto3" json:"uncounted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -997,6 +999,13 @@ func (x *NackOne) GetReason() string {
 func (x *NackOne) GetDeadLetter() bool {
 	if x != nil {
 		return x.DeadLetter
+	}
+	return false
+}
+
+func (x *NackOne) GetUncounted() bool {
+	if x != nil {
+		return x.Uncounted
 	}
 	return false
 }
@@ -1802,13 +1811,14 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\rLeaseRollback\x12%\n" +
 	"\x04refs\x18\x01 \x03(\v2\x11.raftq.fsm.v1.RefR\x04refs\",\n" +
 	"\x03Ack\x12%\n" +
-	"\x04refs\x18\x01 \x03(\v2\x11.raftq.fsm.v1.RefR\x04refs\"\x82\x01\n" +
+	"\x04refs\x18\x01 \x03(\v2\x11.raftq.fsm.v1.RefR\x04refs\"\xa0\x01\n" +
 	"\aNackOne\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.raftq.fsm.v1.RefR\x03ref\x12\x19\n" +
 	"\bdelay_ms\x18\x02 \x01(\x03R\adelayMs\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1f\n" +
 	"\vdead_letter\x18\x04 \x01(\bR\n" +
-	"deadLetter\"3\n" +
+	"deadLetter\x12\x1c\n" +
+	"\tuncounted\x18\x05 \x01(\bR\tuncounted\"3\n" +
 	"\x04Nack\x12+\n" +
 	"\x05items\x18\x01 \x03(\v2\x15.raftq.fsm.v1.NackOneR\x05items\"Q\n" +
 	"\x06Extend\x12%\n" +
