@@ -20,6 +20,10 @@ build:
 run:
 	$(GO) run ./cmd/raftq serve
 
+# A three-node cluster on loopback (ports 7400-7423), data in a temp dir.
+cluster:
+	$(GO) run ./cmd/raftq dev --nodes 3
+
 test:
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
