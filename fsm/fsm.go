@@ -37,7 +37,7 @@ type FSM struct {
 	appliedIndex uint64
 	keySeq       uint64 // derived: activation order of fairness keys, not part of the digest
 
-	checkpoints []*frozen // digests frozen at Checkpoint commands, newest last
+	checkpoints []*checkpointState // states frozen at Checkpoint commands, newest last
 }
 
 // New returns an empty state machine.
@@ -108,6 +108,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			f.appliedIndex = l.Index
 		}
 	}
+	f.dropOldCheckpoints()
 	n := f.notifier
 	f.mu.Unlock()
 	if n != nil && len(touched.list) > 0 {

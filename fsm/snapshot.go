@@ -295,15 +295,37 @@ func (f *FSM) Digest() (uint64, string, error) {
 	return fr.index, d, err
 }
 
-const keepCheckpoints = 8
+// Checkpoints pin the state they froze (copy-on-write keeps replaced
+// messages and their payloads alive), so few are kept, each is dropped once
+// the log has moved well past it, and its frozen state is let go as soon as
+// its digest has been computed.
+const (
+	keepCheckpoints  = 2
+	checkpointMaxAge = 50_000 // log entries
+)
 
 // checkpoint freezes the state at a Checkpoint command so every replica can
 // report its digest at exactly this index.
 func (f *FSM) checkpoint(index uint64) {
 	fr := f.freeze()
 	fr.index = index
-	f.checkpoints = append(f.checkpoints, fr)
+	f.checkpoints = append(f.checkpoints, &checkpointState{index: index, fr: fr})
 	if len(f.checkpoints) > keepCheckpoints {
+		f.checkpoints = f.checkpoints[1:]
+	}
+}
+
+// checkpointState is a frozen state until its digest is known, then just
+// the digest.
+type checkpointState struct {
+	index  uint64
+	fr     *frozen
+	digest string
+}
+
+// dropOldCheckpoints lets go of checkpoints far behind the applied index.
+func (f *FSM) dropOldCheckpoints() {
+	for len(f.checkpoints) > 0 && f.checkpoints[0].index+checkpointMaxAge < f.appliedIndex {
 		f.checkpoints = f.checkpoints[1:]
 	}
 }
@@ -311,18 +333,36 @@ func (f *FSM) checkpoint(index uint64) {
 // ErrNoCheckpoint: no checkpoint at that index (not applied yet, or aged out).
 var ErrNoCheckpoint = errors.New("no checkpoint at that index")
 
-// DigestAt returns the digest frozen by the Checkpoint command at index.
+// DigestAt returns the digest of the state frozen by the Checkpoint
+// command at index.
 func (f *FSM) DigestAt(index uint64) (string, error) {
 	f.mu.RLock()
-	var fr *frozen
+	var cp *checkpointState
 	for _, c := range f.checkpoints {
 		if c.index == index {
-			fr = c
+			cp = c
 		}
 	}
+	var (
+		fr     *frozen
+		digest string
+	)
+	if cp != nil {
+		fr, digest = cp.fr, cp.digest
+	}
 	f.mu.RUnlock()
-	if fr == nil {
+	if cp == nil {
 		return "", fmt.Errorf("%w: %d", ErrNoCheckpoint, index)
 	}
-	return fr.digest()
+	if digest != "" {
+		return digest, nil
+	}
+	d, err := fr.digest()
+	if err != nil {
+		return "", err
+	}
+	f.mu.Lock()
+	cp.digest, cp.fr = d, nil
+	f.mu.Unlock()
+	return d, nil
 }
