@@ -25,8 +25,10 @@ const (
 	MaxKeyStats = 10_000
 
 	// throttleLookahead is how many throttled messages of one fairness key
-	// a pass steps over looking for a deliverable one behind them.
-	throttleLookahead = 64
+	// a pass steps over looking for a deliverable one behind them: a
+	// bound on the work of a pass, and so on how deep inside one key an
+	// unthrottled message can be found behind throttled ones.
+	throttleLookahead = 1024
 	// maxExpireBatch is the most leases one LeaseExpire command names.
 	maxExpireBatch = 1024
 	// releaseTimeout bounds the ReleaseConsumer proposal of Consumer.Close.

@@ -35,6 +35,10 @@ func codeOf(err error) codes.Code {
 		return codes.ResourceExhausted
 	case errors.Is(err, fsm.ErrStaleLease), errors.Is(err, fsm.ErrInUse):
 		return codes.FailedPrecondition
+	case errors.Is(err, cluster.ErrUnknownNode):
+		return codes.NotFound
+	case errors.Is(err, cluster.ErrRemoveLeader):
+		return codes.FailedPrecondition
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):

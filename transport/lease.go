@@ -8,6 +8,8 @@ import (
 
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // maxPerResponse bounds the deliveries sent in one LeaseResponse.
@@ -63,7 +65,13 @@ func (s *Server) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseSer
 	})
 	if err != nil {
 		if errors.Is(err, scheduler.ErrNotLeader) {
-			li := s.node.Leader()
+			li, err := s.leader(ctx)
+			if err != nil {
+				return err
+			}
+			if li.ID == s.cfg.NodeID {
+				return status.Error(codes.Unavailable, "leader is starting its scheduler; retry")
+			}
 			return redirectError(li.ID, li.GRPCAddr)
 		}
 		return toStatus(err)
@@ -76,7 +84,12 @@ func (s *Server) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseSer
 			return toStatus(context.Cause(ctx))
 		case <-c.Done():
 			if errors.Is(c.Err(), scheduler.ErrNotLeader) {
-				li := s.node.Leader()
+				// Just stepped down: name the new leader once one is known
+				// (bounded wait), so the client goes straight there.
+				li, err := s.leader(ctx)
+				if err != nil {
+					return err
+				}
 				return redirectError(li.ID, li.GRPCAddr)
 			}
 			return toStatus(c.Err())

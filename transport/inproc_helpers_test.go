@@ -1,0 +1,438 @@
+package transport
+
+// Helpers for in-process cluster tests (DESIGN testing tier 3): real
+// fsm + scheduler + cluster.Node + transport.Server per node, wired the way
+// cmd/raftq/serve.go wires them, over loopback with short Raft timeouts.
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/fsm"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/scheduler"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// Raft timing as in the cluster package's tests: short, with slack for a
+// 2-core machine under -race.
+const (
+	ipHeartbeat = 500 * time.Millisecond
+	ipLease     = 250 * time.Millisecond
+)
+
+type inprocOpts struct {
+	nodes          int
+	expect         int           // BootstrapExpect (default: nodes)
+	maxQueuedBytes int64         // transport.Config.MaxQueuedBytes
+	leaderWait     time.Duration // transport.Config.LeaderWait (0 = default)
+	noWait         bool          // do not wait for a leader
+}
+
+// inprocNode is one in-process raftq node.
+type inprocNode struct {
+	id     string
+	addr   string // gRPC address (what gossip advertises)
+	state  *fsm.FSM
+	sched  *scheduler.Scheduler
+	node   *cluster.Node
+	srv    *Server
+	conn   *grpc.ClientConn
+	broker raftqv1.BrokerClient
+	admin  raftqv1.ClusterClient
+	served chan error
+}
+
+type inprocCluster struct {
+	t     *testing.T
+	nodes []*inprocNode
+	base  int // goroutines before the cluster started
+	down  bool
+}
+
+// testLateProposer is serve.go's lateProposer: the scheduler exists before
+// the node it proposes through.
+type testLateProposer struct {
+	ready chan struct{}
+	node  Raft
+}
+
+func (p *testLateProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, error) {
+	select {
+	case <-p.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return Proposer{Node: p.node}.Propose(ctx, cmd)
+}
+
+func inprocLogger() *slog.Logger {
+	level := slog.LevelError + 4 // quiet: shutdown logs expected errors
+	if os.Getenv("RAFTQ_TEST_LOG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// startInproc starts o.nodes nodes (the first is the gossip seed), waits for
+// a ready leader known to every node (unless o.noWait) and registers a
+// cleanup that stops everything and checks no goroutine is left behind.
+func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
+	t.Helper()
+	if o.expect == 0 {
+		o.expect = o.nodes
+	}
+	c := &inprocCluster{t: t, base: runtime.NumGoroutine()}
+	t.Cleanup(c.stop)
+	dir := t.TempDir()
+	log := inprocLogger()
+	for i := range o.nodes {
+		id := fmt.Sprintf("n%d", i+1)
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := &inprocNode{id: id, addr: lis.Addr().String(), served: make(chan error, 1)}
+		l := log.With("node", id)
+		n.state = fsm.New(l.With("component", "fsm"))
+		prop := &testLateProposer{ready: make(chan struct{})}
+		n.sched = scheduler.New(scheduler.Config{Logger: l, NodeID: id}, n.state, prop)
+		n.state.SetNotifier(n.sched)
+		var join []string
+		if i > 0 {
+			join = []string{c.nodes[0].node.GossipAddr()}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		n.node, err = cluster.New(ctx, cluster.Config{
+			NodeID:             id,
+			DataDir:            filepath.Join(dir, id),
+			RaftBind:           "127.0.0.1:0",
+			GossipBind:         "127.0.0.1:0",
+			GRPCAdvertise:      n.addr,
+			Join:               join,
+			BootstrapExpect:    o.expect,
+			DeadNodeTimeout:    time.Minute,
+			HeartbeatTimeout:   ipHeartbeat,
+			ElectionTimeout:    ipHeartbeat,
+			LeaderLeaseTimeout: ipLease,
+			Logger:             l.With("component", "cluster"),
+		}, n.state, n.sched)
+		cancel()
+		if err != nil {
+			lis.Close()
+			t.Fatalf("start %s: %v", id, err)
+		}
+		prop.node = n.node
+		close(prop.ready)
+		n.srv = New(Config{NodeID: id, Logger: l.With("component", "transport"), MaxQueuedBytes: o.maxQueuedBytes, LeaderWait: o.leaderWait}, n.node, n.state, n.sched)
+		go func() { n.served <- n.srv.Serve(lis) }()
+		n.conn, err = grpc.NewClient(n.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.broker, n.admin = raftqv1.NewBrokerClient(n.conn), raftqv1.NewClusterClient(n.conn)
+		c.nodes = append(c.nodes, n)
+	}
+	if !o.noWait {
+		c.waitStable(20 * time.Second)
+	}
+	return c
+}
+
+// waitStable waits until one node leads (its Barrier done), every node
+// knows it with its gRPC address, and the leader's configuration holds
+// every node as a voter.
+func (c *inprocCluster) waitStable(timeout time.Duration) *inprocNode {
+	c.t.Helper()
+	var l *inprocNode
+	waitUntil(c.t, timeout, "a stable leader known to every node", func() error {
+		l = nil
+		for _, n := range c.nodes {
+			if n.node.LeaderReady() {
+				l = n
+			}
+		}
+		if l == nil {
+			return errors.New("no ready leader")
+		}
+		for _, n := range c.nodes {
+			if li := n.node.Leader(); li.ID != l.id || li.GRPCAddr != l.addr {
+				return fmt.Errorf("%s sees leader %+v, want %s at %s", n.id, li, l.id, l.addr)
+			}
+		}
+		voters := 0
+		for _, ns := range l.node.Status().Nodes {
+			if ns.Suffrage == "voter" {
+				voters++
+			}
+		}
+		if voters != len(c.nodes) {
+			return fmt.Errorf("%d voters", voters)
+		}
+		return nil
+	})
+	return l
+}
+
+func (c *inprocCluster) leader() *inprocNode {
+	c.t.Helper()
+	for _, n := range c.nodes {
+		if n.node.IsLeader() {
+			return n
+		}
+	}
+	c.t.Fatal("no leader")
+	return nil
+}
+
+// followers returns the nodes other than the leader.
+func (c *inprocCluster) followers() []*inprocNode {
+	l := c.leader()
+	var out []*inprocNode
+	for _, n := range c.nodes {
+		if n != l {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (c *inprocCluster) byID(id string) *inprocNode {
+	for _, n := range c.nodes {
+		if n.id == id {
+			return n
+		}
+	}
+	c.t.Fatalf("no node %q", id)
+	return nil
+}
+
+// synced waits until every node has applied what the leader has applied.
+func (c *inprocCluster) synced() {
+	c.t.Helper()
+	idx := c.leader().state.AppliedIndex()
+	waitUntil(c.t, 10*time.Second, "replicas to catch up", func() error {
+		for _, n := range c.nodes {
+			if got := n.state.AppliedIndex(); got < idx {
+				return fmt.Errorf("%s applied %d of %d", n.id, got, idx)
+			}
+		}
+		return nil
+	})
+}
+
+// digests returns every node's state digest once the replicas caught up;
+// it fails the test if they differ.
+func (c *inprocCluster) digests() string {
+	c.t.Helper()
+	c.synced()
+	first := ""
+	for _, n := range c.nodes {
+		d := stateDigest(c.t, n.state)
+		if first == "" {
+			first = d
+		} else if d != first {
+			c.t.Fatalf("replica %s digest %s differs from %s's %s", n.id, d, c.nodes[0].id, first)
+		}
+	}
+	return first
+}
+
+// stop closes clients, stops the servers, shuts the nodes down (followers
+// first, so each graceful leave keeps a quorum) and checks for goroutine
+// leaks.
+func (c *inprocCluster) stop() {
+	if c.down {
+		return
+	}
+	c.down = true
+	t := c.t
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, n := range c.nodes {
+		n.conn.Close()
+	}
+	for _, n := range c.nodes {
+		n.srv.Stop(ctx)
+		if err := <-n.served; err != nil {
+			t.Errorf("%s: Serve: %v", n.id, err)
+		}
+	}
+	var order []*inprocNode
+	for _, n := range c.nodes {
+		if !n.node.IsLeader() {
+			order = append(order, n)
+		}
+	}
+	for _, n := range c.nodes {
+		if n.node.IsLeader() {
+			order = append(order, n)
+		}
+	}
+	for _, n := range order {
+		if err := n.node.Shutdown(ctx); err != nil {
+			t.Errorf("%s: shutdown: %v", n.id, err)
+		}
+	}
+	checkNoLeaks(t, c.base)
+}
+
+// checkNoLeaks waits (bounded) for the goroutine count to fall back to base.
+func checkNoLeaks(t *testing.T, base int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			var b strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+			t.Errorf("goroutines left behind: %d now, %d before\n%s", runtime.NumGoroutine(), base, b.String())
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitUntil polls cond until it returns nil, failing the test with its last
+// error when timeout passes.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// memSink collects a snapshot in memory.
+type memSink struct{ bytes.Buffer }
+
+func (*memSink) ID() string    { return "mem" }
+func (*memSink) Cancel() error { return nil }
+func (*memSink) Close() error  { return nil }
+
+// stateDigest hashes the FSM's state — queues, configs, counters, messages
+// with their leases, dedup entries — leaving out the snapshot header
+// (applied index and clock), which every applied command moves even when it
+// changes nothing.
+func stateDigest(t *testing.T, f *fsm.FSM) string {
+	t.Helper()
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Release()
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	b := sink.Bytes()
+	hlen, n := binary.Uvarint(b)
+	if n <= 0 || uint64(len(b)-n) < hlen {
+		t.Fatalf("snapshot header unreadable (%d bytes)", len(b))
+	}
+	sum := sha256.Sum256(b[n+int(hlen):])
+	return hex.EncodeToString(sum[:])
+}
+
+// errorInfo returns the google.rpc.ErrorInfo detail of err, or nil.
+func errorInfo(err error) *errdetails.ErrorInfo {
+	for _, d := range status.Convert(err).Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
+			return ei
+		}
+	}
+	return nil
+}
+
+// checkRedirect fails unless err is Unavailable with ErrorInfo reason (and,
+// for NOT_LEADER, the leader's id and gRPC address).
+func checkRedirect(t *testing.T, err error, reason string, leader *inprocNode) {
+	t.Helper()
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("got %v, want Unavailable %s", err, reason)
+	}
+	ei := errorInfo(err)
+	if ei == nil || ei.Reason != reason {
+		t.Fatalf("got %v with ErrorInfo %v, want reason %s", err, ei, reason)
+	}
+	if leader != nil && (ei.Metadata["leader_id"] != leader.id || ei.Metadata["leader_addr"] != leader.addr) {
+		t.Fatalf("redirect metadata %v, want leader_id %s leader_addr %s", ei.Metadata, leader.id, leader.addr)
+	}
+}
+
+func tctx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// leaseErr opens a Lease stream and returns the error its first Recv gets
+// (nil if a delivery arrives instead).
+func leaseErr(ctx context.Context, b raftqv1.BrokerClient, req *raftqv1.LeaseRequest) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := b.Lease(ctx, req)
+	if err != nil {
+		return err
+	}
+	_, err = s.Recv()
+	return err
+}
+
+// recvN reads deliveries from s until it has n.
+func recvN(t *testing.T, s raftqv1.Broker_LeaseClient, n int) []*raftqv1.Delivery {
+	t.Helper()
+	var out []*raftqv1.Delivery
+	for len(out) < n {
+		r, err := s.Recv()
+		if err != nil {
+			t.Fatalf("after %d of %d deliveries: %v", len(out), n, err)
+		}
+		if len(r.Messages) == 0 {
+			t.Fatal("empty LeaseResponse")
+		}
+		out = append(out, r.Messages...)
+	}
+	if len(out) > n {
+		t.Fatalf("got %d deliveries, want %d", len(out), n)
+	}
+	return out
+}
+
+func refOf(d *raftqv1.Delivery) *raftqv1.LeaseRef {
+	return &raftqv1.LeaseRef{MessageId: d.Id, LeaseToken: d.LeaseToken}
+}
+
+func refsOf(ds []*raftqv1.Delivery) []*raftqv1.LeaseRef {
+	out := make([]*raftqv1.LeaseRef, len(ds))
+	for i, d := range ds {
+		out[i] = refOf(d)
+	}
+	return out
+}
