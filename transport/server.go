@@ -178,17 +178,9 @@ func (s *Server) apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, er
 	if cmd.NowMs == 0 {
 		cmd.NowMs = now()
 	}
-	data, err := fsm.Encode(cmd)
-	if err != nil {
-		return nil, fmt.Errorf("encode command: %w", err)
-	}
-	out, err := s.node.Apply(ctx, data)
+	res, err := Proposer{Node: s.node}.Propose(ctx, cmd)
 	if err != nil {
 		return nil, err
-	}
-	res, ok := out.(*fsm.Result)
-	if !ok {
-		return nil, fmt.Errorf("unexpected apply response %T", out)
 	}
 	return res, res.Err
 }
