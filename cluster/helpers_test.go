@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -94,15 +95,17 @@ func (l *testLeader) RunLeader(ctx context.Context) {
 }
 
 // freePort returns a loopback port free for both TCP and UDP (memberlist
-// needs both).
+// needs both). It picks below Linux's ephemeral range (32768+): a port the
+// kernel handed out for :0 can be reused as the source port of an outgoing
+// connection before the node binds it, which made tests flaky.
 func freePort(t *testing.T) int {
 	t.Helper()
-	for range 50 {
-		tl, err := net.Listen("tcp", "127.0.0.1:0")
+	for range 200 {
+		port := 20000 + rand.IntN(12000)
+		tl, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
-			t.Fatalf("listen: %v", err)
+			continue
 		}
-		port := tl.Addr().(*net.TCPAddr).Port
 		ul, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
 		tl.Close()
 		if err == nil {

@@ -298,11 +298,21 @@ func (n *Node) leave(ctx context.Context) {
 		if err := n.ml.UpdateNode(timeout); err != nil {
 			n.log.Warn("announcing leave in metadata", "err", err)
 		}
-		for _, m := range n.ml.Members() {
-			if m.Name != n.cfg.NodeID {
-				if err := n.ml.SendReliable(m, []byte(leaveNotice+n.cfg.NodeID)); err != nil {
-					n.log.Debug("sending leave notice", "to", m.Name, "err", err)
-				}
+		// Address peers from our own member table: the *Node values
+		// memberlist.Members returns are mutated by its packet handler
+		// (a data race under -race).
+		for _, m := range n.Members() {
+			if m.ID == n.cfg.NodeID || !m.Alive {
+				continue
+			}
+			host, port, err := splitHostPort(m.GossipAddr)
+			ip := net.ParseIP(host)
+			if err != nil || ip == nil {
+				continue
+			}
+			to := &memberlist.Node{Name: m.ID, Addr: ip, Port: uint16(port)}
+			if err := n.ml.SendReliable(to, []byte(leaveNotice+n.cfg.NodeID)); err != nil {
+				n.log.Debug("sending leave notice", "to", m.ID, "err", err)
 			}
 		}
 		if err := n.ml.Leave(timeout); err != nil {
