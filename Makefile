@@ -67,3 +67,23 @@ fuzz:
 
 clean:
 	rm -rf $(BIN) raftq-data
+
+# Chaos tests (test/chaos) need root, ip and iptables: nodes run in network
+# namespaces and faults are iptables rules inside them. As root, install
+# what is missing; the tests skip with a message saying what is missing
+# when they still cannot run. `make test` gets this prerequisite too, so CI
+# (root, fresh machine) runs the short chaos run instead of skipping it.
+.PHONY: chaos chaos-prereqs
+chaos-prereqs:
+	@if [ "$$(id -u)" = 0 ]; then \
+	  command -v ip >/dev/null || (apt-get update && apt-get install -y iproute2) || echo "warning: could not install iproute2; chaos tests will skip"; \
+	  command -v iptables >/dev/null || (apt-get update && apt-get install -y iptables) || echo "warning: could not install iptables; chaos tests will skip"; \
+	else echo "note: not root; chaos tests will skip"; fi
+test: chaos-prereqs
+
+# A longer chaos campaign: every fault on 3 and 5 nodes. Knobs (env):
+# RAFTQ_CHAOS_DURATION (fault phase per cluster size, default 3m),
+# RAFTQ_CHAOS_SEED (replay), RAFTQ_CHAOS_NODES (e.g. 3,5),
+# RAFTQ_CHAOS_FAULTS (e.g. pause,latency), RAFTQ_CHAOS_OUT (report dir).
+chaos: chaos-prereqs
+	RAFTQ_CHAOS=1 $(GO) test -race -count=1 -v -run 'TestChaosCampaign' -timeout 60m ./test/chaos

@@ -218,13 +218,28 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	case serveErr = <-errc:
 		log.Error("server failed", "err", serveErr)
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
+	// Hand leadership over first: the scheduler stops, Lease streams end
+	// with a redirect to the new leader, and writes keep flowing there.
+	// Only then drain the server, then leave the cluster - each step with
+	// its own deadline, so a slow one cannot starve the next.
+	if node.IsLeader() {
+		tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if id, err := node.TransferLeadership(tctx, ""); err != nil {
+			log.Info("no leadership hand-over before stopping", "err", err)
+		} else {
+			log.Info("handed leadership over", "new_leader", id)
+		}
+		cancel()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	srv.Stop(sctx)
 	if httpSrv != nil {
 		_ = httpSrv.Shutdown(sctx)
 	}
-	if err := node.Shutdown(sctx); err != nil {
+	cancel()
+	nctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := node.Shutdown(nctx); err != nil {
 		log.Warn("node shutdown", "err", err)
 	}
 	log.Info("stopped")

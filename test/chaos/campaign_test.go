@@ -1,0 +1,263 @@
+//go:build linux
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+// campaign is one chaos run on one cluster.
+type campaign struct {
+	Nodes    int
+	Seed     int64
+	Kinds    []FaultKind
+	Duration time.Duration // the fault phase (the plan's estimate)
+	Short    bool          // briefer holds
+}
+
+const (
+	visibility    = 3 * time.Second
+	maxDeliveries = 4
+	producers     = 4
+	consumersPerQ = 2
+)
+
+// runCampaign starts a cluster, runs the workload under the plan's faults,
+// heals, drains, verifies and checks. It fails t on any violation, naming
+// the seed and the file holding the history.
+func runCampaign(t *testing.T, cc campaign) *Report {
+	log := testLogger(t).With("nodes", cc.Nodes)
+	t.Logf("chaos seed %d — replay with RAFTQ_CHAOS_SEED=%d", cc.Seed, cc.Seed)
+	plan := Plan(cc.Seed, cc.Nodes, cc.Kinds, cc.Duration, cc.Short)
+	for i, s := range plan {
+		log.Info("planned fault", "n", i+1, "step", s.String())
+	}
+	// The whole campaign ends well before the test binary's own timeout
+	// (which would kill it without cleanup).
+	ctx, cancel := context.WithCancel(context.Background())
+	stopFaultsBy := time.Now().Add(cc.Duration + cc.Duration/2)
+	if d, ok := t.Deadline(); ok {
+		ctx, cancel = context.WithDeadline(context.Background(), d.Add(-30*time.Second))
+		stopFaultsBy = minTime(stopFaultsBy, d.Add(-4*time.Minute))
+	}
+	defer cancel()
+
+	queues := []QueueSpec{
+		{Name: "work-a", DeadLetter: "work-a.dlq", MaxDeliveries: maxDeliveries},
+		{Name: "work-b", DeadLetter: "work-b.dlq", MaxDeliveries: maxDeliveries},
+	}
+	rec := NewRecorder(cc.Seed, cc.Nodes, queues)
+	c := startCluster(t, log, cc.Nodes, rec.Crash)
+	clientLog := slog.New(slog.DiscardHandler)
+	if os.Getenv("RAFTQ_CHAOS_DEBUG") != "" {
+		clientLog = log.With("component", "client")
+	}
+	cl, err := c.Dial(ctx, clientLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, q := range queues {
+		cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := cl.CreateQueue(cctx, q.Name, &raftqv1.QueueConfig{
+			VisibilityTimeoutMs: visibility.Milliseconds(), MaxDeliveries: q.MaxDeliveries, DeadLetterQueue: q.DeadLetter})
+		ccancel()
+		if err != nil {
+			t.Fatalf("create %s: %v", q.Name, err)
+		}
+	}
+
+	w := NewWorkload(c, cl, rec, visibility, log)
+	work, stopWork := context.WithCancel(ctx)
+	var running sync.WaitGroup
+	// On an early exit too: stop the workload and wait for it before the
+	// client closes and the cluster goes.
+	defer w.Wait()
+	defer running.Wait()
+	defer stopWork()
+	rec.Update(func(h *History) { h.WorkloadStart = time.Now() })
+	for i := range producers {
+		rng := rand.New(rand.NewPCG(uint64(cc.Seed), uint64(i)))
+		running.Go(func() { w.Produce(work, fmt.Sprintf("p%d", i), queues, rng) })
+	}
+	for i, q := range queues {
+		for j := range consumersPerQ {
+			co := w.NewConsumer(fmt.Sprintf("c-%s-%d", q.Name, j), q.Name, false, uint64(cc.Seed)+uint64(10*i+j))
+			running.Go(func() { co.Run(work) })
+		}
+	}
+	if err := waitFor(ctx, 30*time.Second, func() error {
+		if n := w.Acked(); n < 20 {
+			return fmt.Errorf("only %d enqueues acknowledged", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("workload does not get going: %v", err)
+	}
+
+	nm := NewNemesis(c, rec, log)
+	nm.Run(ctx, plan, len(cc.Kinds), stopFaultsBy)
+	if err := nm.Heal(ctx); err != nil {
+		t.Errorf("final heal: %v", err)
+	}
+	healed := time.Now()
+	hctx, hcancel := context.WithTimeout(ctx, 60*time.Second)
+	leader, err := c.WaitHealthy(hctx)
+	hcancel()
+	recov := Recovery{HealedAt: healed, LeaderAt: time.Now(), OK: err == nil}
+	if err != nil {
+		recov.Err = err.Error()
+	} else {
+		recov.Leader = leader.ID
+	}
+	rec.Update(func(h *History) { h.Recovery = recov })
+	log.Info("healed", "leader", recov.Leader, "after", recov.LeaderAt.Sub(healed).Round(time.Millisecond), "err", recov.Err)
+
+	pause(ctx, 3*time.Second) // the workload runs on the healed cluster a little
+	stopWork()
+	running.Wait()
+	rec.Update(func(h *History) { h.WorkloadEnd = time.Now() })
+	w.Wait()
+	log.Info("workload stopped; draining", "acked_enqueue_calls", w.Acked())
+
+	drain := w.Drain(ctx, queues, 2*time.Minute)
+	drain.DataRaces = dataRaces(c)
+	rec.Update(func(h *History) { h.Drain = drain })
+	rec.Update(func(h *History) { h.Verify = verify(ctx, c) })
+
+	h := rec.Snapshot()
+	r := Check(&h)
+	t.Logf("\n%s", r.Table())
+	writeOutputs(t, &h, r)
+	return r
+}
+
+// verify waits (up to a minute) for every replica to report the same
+// digest, and returns the last answer.
+func verify(ctx context.Context, c *Cluster) VerifyResult {
+	var last VerifyResult
+	_ = waitFor(ctx, 60*time.Second, func() error {
+		v, err := c.Verify(ctx)
+		if err != nil {
+			last = VerifyResult{Err: err.Error()}
+			return err
+		}
+		last = VerifyResult{Consistent: v.GetConsistent()}
+		for _, n := range v.GetNodes() {
+			last.Nodes = append(last.Nodes, NodeDigest{ID: n.GetId(), AppliedIndex: n.GetAppliedIndex(),
+				Digest: n.GetDigest(), CountersOK: n.GetCountersOk(), Err: n.GetError()})
+		}
+		h := History{Nodes: len(c.Nodes), Verify: last}
+		if d := divergence(&h); d != "" {
+			return fmt.Errorf("%s", d)
+		}
+		return nil
+	})
+	return last
+}
+
+// dataRaces lists race detector reports in the nodes' logs.
+func dataRaces(c *Cluster) []string {
+	var out []string
+	for _, n := range c.Nodes {
+		b, err := os.ReadFile(n.LogPath)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		for i := strings.Index(s, "WARNING: DATA RACE"); i >= 0; {
+			out = append(out, fmt.Sprintf("%s (%s): %s", n.ID, n.LogPath, firstLines(s[i:], 12)))
+			next := strings.Index(s[i+1:], "WARNING: DATA RACE")
+			if next < 0 {
+				break
+			}
+			i += 1 + next
+		}
+	}
+	return out
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// writeOutputs writes the report and the history as JSON: into
+// RAFTQ_CHAOS_OUT if set, otherwise into a temporary folder that is kept
+// only when the run failed. A failed run names the seed and the history.
+func writeOutputs(t *testing.T, h *History, r *Report) {
+	dir := os.Getenv("RAFTQ_CHAOS_OUT")
+	keep := dir != "" || !r.OK()
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "raftq-chaos-"); err != nil {
+			t.Fatal(err)
+		}
+		if !keep {
+			defer os.RemoveAll(dir)
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("%dn-seed%d", h.Nodes, h.Seed)
+	reportPath := filepath.Join(dir, "report-"+base+".json")
+	historyPath := filepath.Join(dir, "history-"+base+".json")
+	if err := WriteJSON(reportPath, r); err != nil {
+		t.Error(err)
+	}
+	if err := WriteJSON(historyPath, h); err != nil {
+		t.Error(err)
+	}
+	if keep {
+		t.Logf("report: %s\nhistory: %s", reportPath, historyPath)
+	}
+	if r.OK() {
+		return
+	}
+	var b strings.Builder
+	for i, v := range r.Violations {
+		if i == 30 {
+			fmt.Fprintf(&b, "  ... and %d more (see the report)\n", len(r.Violations)-i)
+			break
+		}
+		fmt.Fprintf(&b, "  [%s] msg=%s payload=%s: %s\n", v.Invariant, v.MessageID, v.Payload, v.Detail)
+	}
+	t.Errorf("chaos: %d invariant violations with seed %d (replay: RAFTQ_CHAOS_SEED=%d; history: %s; re-check: RAFTQ_CHAOS_HISTORY=%s go test -run TestRecheckHistory ./test/chaos)\n%s",
+		len(r.Violations), h.Seed, h.Seed, historyPath, historyPath, b.String())
+}
+
+// waitFor polls cond until it returns nil or timeout passes.
+func waitFor(ctx context.Context, timeout time.Duration, cond func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if !pause(ctx, 100*time.Millisecond) {
+			return fmt.Errorf("%w: %v", ctx.Err(), err)
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,261 @@
+//go:build linux
+
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/raftq/raftq/client"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+// Cluster is N nodes of the binary, each on its own host of a Network,
+// with their Raft traffic relayed through a Proxy.
+type Cluster struct {
+	Net   *Network
+	Nodes []*Node
+	Proxy *Proxy
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// ClusterConfig says what to start.
+type ClusterConfig struct {
+	Bin   string
+	Dir   string
+	Nodes int
+	// Extra serve flags for every node.
+	Extra []string
+	// OnCrash hears of nodes that exit on their own.
+	OnCrash func(NodeCrash)
+}
+
+// StartCluster creates the network and proxy and starts every node; it
+// returns once a leader is known and every node is a voter. On error
+// (and in Close) it removes everything it created.
+func StartCluster(ctx context.Context, log *slog.Logger, cfg ClusterConfig) (c *Cluster, err error) {
+	c = &Cluster{log: log, conns: map[string]*grpc.ClientConn{}}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	if c.Net, err = NewNetwork(ctx, log, cfg.Nodes); err != nil {
+		return c, err
+	}
+	if c.Proxy, err = NewProxy(ctx, c.Net, log); err != nil {
+		return c, err
+	}
+	var join []string
+	for _, h := range c.Net.Hosts {
+		join = append(join, net.JoinHostPort(h.IP, strconv.Itoa(gossipPort)))
+	}
+	onCrash := cfg.OnCrash
+	if onCrash == nil {
+		onCrash = func(NodeCrash) {}
+	}
+	for _, h := range c.Net.Hosts {
+		c.Nodes = append(c.Nodes, newNode(cfg.Bin, cfg.Dir, h, []string{strings.Join(join, ",")}, cfg.Nodes, cfg.Extra, log, onCrash))
+	}
+	for _, n := range c.Nodes {
+		if err := n.Start(); err != nil {
+			return c, err
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	if _, err := c.WaitHealthy(wctx); err != nil {
+		return c, fmt.Errorf("cluster did not form: %w", err)
+	}
+	return c, nil
+}
+
+// Close kills every node and removes the proxy and the network.
+func (c *Cluster) Close() {
+	var wg sync.WaitGroup
+	for _, n := range c.Nodes {
+		wg.Go(n.Kill)
+	}
+	wg.Wait()
+	c.mu.Lock()
+	for _, cc := range c.conns {
+		cc.Close()
+	}
+	c.conns = map[string]*grpc.ClientConn{}
+	c.mu.Unlock()
+	if c.Proxy != nil {
+		c.Proxy.Close()
+	}
+	if c.Net != nil {
+		c.Net.Close()
+	}
+}
+
+// Seeds are the nodes' gRPC addresses.
+func (c *Cluster) Seeds() []string {
+	var s []string
+	for _, n := range c.Nodes {
+		s = append(s, n.GRPC)
+	}
+	return s
+}
+
+// Conn is a plain gRPC connection to addr (no retries), shared. Keepalive
+// pings notice a paused or cut-off node within seconds (the server allows
+// one every 5s).
+func (c *Cluster) Conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc, ok := c.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 6 * time.Second, Timeout: 3 * time.Second, PermitWithoutStream: false}))
+	if err != nil {
+		return nil, err
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// Dial returns a client of the cluster as users would have one: every
+// node as a seed, each attempt bounded so a paused node is passed over.
+func (c *Cluster) Dial(ctx context.Context, log *slog.Logger) (*client.Client, error) {
+	return client.Dial(ctx, c.Seeds(), client.WithLogger(log),
+		client.WithRetryPolicy(client.RetryPolicy{AttemptTimeout: 3 * time.Second, MaxBackoff: 500 * time.Millisecond}))
+}
+
+// Status asks one node for its own view.
+func (c *Cluster) Status(ctx context.Context, n *Node) (*raftqv1.StatusResponse, error) {
+	cc, err := c.Conn(n.GRPC)
+	if err != nil {
+		return nil, err
+	}
+	return raftqv1.NewClusterClient(cc).Status(ctx, &raftqv1.StatusRequest{})
+}
+
+// Leader returns the node that every running, unpaused node names as
+// leader and that says so itself.
+func (c *Cluster) Leader(ctx context.Context) (*Node, error) {
+	var leader string
+	var errs []error
+	for _, n := range c.Nodes {
+		if !n.Running() || n.Paused() {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := c.Status(sctx, n)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n.ID, err))
+			continue
+		}
+		switch {
+		case st.LeaderId == "":
+			errs = append(errs, fmt.Errorf("%s knows no leader", n.ID))
+		case leader == "":
+			leader = st.LeaderId
+		case leader != st.LeaderId:
+			errs = append(errs, fmt.Errorf("%s names %s, another node %s", n.ID, st.LeaderId, leader))
+		}
+	}
+	if len(errs) > 0 || leader == "" {
+		return nil, errors.Join(append(errs, errors.New("no agreed leader"))...)
+	}
+	for _, n := range c.Nodes {
+		if n.ID == leader {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("leader %q is not a node of this cluster", leader)
+}
+
+// WaitHealthy waits until every node runs, all agree on a leader and the
+// leader counts every node as a healthy voter; it returns the leader.
+func (c *Cluster) WaitHealthy(ctx context.Context) (*Node, error) {
+	var last error
+	for {
+		leader, err := c.Leader(ctx)
+		if err == nil {
+			err = c.checkVoters(ctx, leader)
+		}
+		if err == nil {
+			return leader, nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) checkVoters(ctx context.Context, leader *Node) error {
+	for _, n := range c.Nodes {
+		if !n.Running() || n.Paused() {
+			return fmt.Errorf("%s is down", n.ID)
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := c.Status(sctx, leader)
+	if err != nil {
+		return err
+	}
+	voters := 0
+	for _, nd := range st.Nodes {
+		if nd.Suffrage == "voter" && nd.Healthy {
+			voters++
+		}
+	}
+	if voters != len(c.Nodes) {
+		return fmt.Errorf("%d healthy voters of %d: %v", voters, len(c.Nodes), st.Nodes)
+	}
+	return nil
+}
+
+// Verify asks every node in turn (until one answers) to compare the
+// replicas' digests.
+func (c *Cluster) Verify(ctx context.Context) (*raftqv1.VerifyResponse, error) {
+	var errs []error
+	for _, n := range c.Nodes {
+		cc, err := c.Conn(n.GRPC)
+		if err != nil {
+			return nil, err
+		}
+		vctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		v, err := raftqv1.NewClusterClient(cc).Verify(vctx, &raftqv1.VerifyRequest{})
+		cancel()
+		if err == nil {
+			return v, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", n.ID, err))
+	}
+	return nil, errors.Join(errs...)
+}
+
+// Node returns the node with the given id.
+func (c *Cluster) Node(id string) *Node {
+	for _, n := range c.Nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	return nil
+}

@@ -1,0 +1,256 @@
+package chaos
+
+import (
+	"encoding/json"
+	"os"
+	"sync"
+	"time"
+)
+
+// History is everything one chaos run observed, in the form the checker
+// reads. Local times come from the test process's clock; lease deadlines
+// (DeadlineMs) from the leader's. All processes run on one machine, so the
+// two clocks are the same clock.
+type History struct {
+	Seed  int64 `json:"seed"`
+	Nodes int   `json:"nodes"`
+	// Queues are the work queues of the run with their limits.
+	Queues []QueueSpec `json:"queues"`
+	// WorkloadStart/End bound the time producers ran (for unavailability).
+	WorkloadStart time.Time `json:"workload_start"`
+	WorkloadEnd   time.Time `json:"workload_end"`
+
+	Enqueues   []EnqueueOp  `json:"enqueues"`
+	Deliveries []Delivery   `json:"deliveries"`
+	Settles    []Settle     `json:"settles"`
+	Drops      []StreamDrop `json:"drops"`
+	Faults     []FaultEvent `json:"faults"`
+	Crashes    []NodeCrash  `json:"crashes,omitempty"`
+
+	Drain    DrainResult  `json:"drain"`
+	Recovery Recovery     `json:"recovery"`
+	Verify   VerifyResult `json:"verify"`
+}
+
+// QueueSpec describes a queue the workload uses and its dead-letter queue.
+type QueueSpec struct {
+	Name          string `json:"name"`
+	DeadLetter    string `json:"dead_letter"`
+	MaxDeliveries int32  `json:"max_deliveries"`
+}
+
+// Outcome of a call as the caller knows it.
+type Outcome string
+
+const (
+	// OK: the broker answered success.
+	OK Outcome = "ok"
+	// Failed: the broker answered that it did not do it.
+	Failed Outcome = "failed"
+	// Unknown: no answer (timeout, connection lost, leadership lost): it
+	// may or may not have happened.
+	Unknown Outcome = "unknown"
+)
+
+// EnqueueOp is one Enqueue call (one all-or-nothing batch).
+type EnqueueOp struct {
+	Producer string    `json:"producer"`
+	Queue    string    `json:"queue"`
+	Payloads []string  `json:"payloads"`
+	DedupIDs []string  `json:"dedup_ids"`
+	Retry    bool      `json:"retry,omitempty"` // a user-level retry of an unknown outcome, same dedup ids
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+	Outcome  Outcome   `json:"outcome"`
+	IDs      []string  `json:"ids,omitempty"`
+	Err      string    `json:"err,omitempty"`
+}
+
+// Delivery is one message pushed on a Lease stream.
+type Delivery struct {
+	Consumer     string    `json:"consumer"`
+	Stream       int64     `json:"stream"`
+	Queue        string    `json:"queue"`
+	MessageID    string    `json:"message_id"`
+	Payload      string    `json:"payload"`
+	Token        string    `json:"token"`
+	Attempt      int32     `json:"attempt"`
+	DeadlineMs   int64     `json:"deadline_ms"`
+	VisibilityMs int64     `json:"visibility_ms"` // what the stream asked for
+	Recv         time.Time `json:"recv"`
+}
+
+// grantMs is when the lease was granted, by the leader's clock (at the
+// latest: when it was received, if the stream's timeout is not known).
+func (d Delivery) grantMs() int64 {
+	if d.VisibilityMs <= 0 {
+		return d.Recv.UnixMilli()
+	}
+	return d.DeadlineMs - d.VisibilityMs
+}
+
+// SettleKind names a call on a lease.
+type SettleKind string
+
+// Calls on a lease.
+const (
+	Ack    SettleKind = "ack"
+	Nack   SettleKind = "nack"
+	Extend SettleKind = "extend"
+)
+
+// Settle is one attempt of an Ack, Nack or ExtendLease of one lease.
+type Settle struct {
+	Kind       SettleKind `json:"kind"`
+	Consumer   string     `json:"consumer"`
+	Queue      string     `json:"queue"`
+	MessageID  string     `json:"message_id"`
+	Token      string     `json:"token"`
+	DeadLetter bool       `json:"dead_letter,omitempty"`
+	Start      time.Time  `json:"start"`
+	End        time.Time  `json:"end"`
+	Outcome    Outcome    `json:"outcome"`
+	Code       string     `json:"code,omitempty"`
+	// NewDeadlineMs is the deadline a successful extension returned.
+	NewDeadlineMs int64 `json:"new_deadline_ms,omitempty"`
+}
+
+// StreamDrop is a consumer closing its Lease stream on purpose without
+// settling what it holds (the broker then releases those leases).
+type StreamDrop struct {
+	Consumer string    `json:"consumer"`
+	Stream   int64     `json:"stream"`
+	At       time.Time `json:"at"`
+}
+
+// FaultEvent is one nemesis action, from injection to heal.
+type FaultEvent struct {
+	Kind    FaultKind `json:"kind"`
+	Targets []string  `json:"targets,omitempty"`
+	Detail  string    `json:"detail,omitempty"`
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end"`
+	Err     string    `json:"err,omitempty"`
+}
+
+// NodeCrash is a node process that exited without being told to.
+type NodeCrash struct {
+	Node   string    `json:"node"`
+	At     time.Time `json:"at"`
+	Status string    `json:"status"`
+	Log    string    `json:"log_tail,omitempty"`
+}
+
+// DrainResult is the final drain of every queue after the faults stopped.
+type DrainResult struct {
+	Complete bool `json:"complete"`
+	// Leftover describes what was still in the queues when the drain gave
+	// up (empty when complete).
+	Leftover string `json:"leftover,omitempty"`
+	// DataRaces counts race detector reports found in node logs.
+	DataRaces []string `json:"data_races,omitempty"`
+}
+
+// Recovery is the cluster coming back after the last fault was healed.
+type Recovery struct {
+	HealedAt time.Time `json:"healed_at"`
+	LeaderAt time.Time `json:"leader_at"`
+	Leader   string    `json:"leader"`
+	OK       bool      `json:"ok"`
+	Err      string    `json:"err,omitempty"`
+}
+
+// VerifyResult is the last answer of Cluster.Verify after the drain.
+type VerifyResult struct {
+	Consistent bool         `json:"consistent"`
+	Nodes      []NodeDigest `json:"nodes"`
+	Err        string       `json:"err,omitempty"`
+}
+
+// NodeDigest is one replica's state digest.
+type NodeDigest struct {
+	ID           string `json:"id"`
+	AppliedIndex uint64 `json:"applied_index"`
+	Digest       string `json:"digest"`
+	CountersOK   bool   `json:"counters_ok"`
+	Err          string `json:"err,omitempty"`
+}
+
+// Recorder collects a History from many goroutines.
+type Recorder struct {
+	mu sync.Mutex
+	h  History
+}
+
+// NewRecorder starts a history for a run.
+func NewRecorder(seed int64, nodes int, queues []QueueSpec) *Recorder {
+	return &Recorder{h: History{Seed: seed, Nodes: nodes, Queues: queues}}
+}
+
+func (r *Recorder) with(f func(h *History)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(&r.h)
+}
+
+// Enqueue records an Enqueue call.
+func (r *Recorder) Enqueue(op EnqueueOp) {
+	r.with(func(h *History) { h.Enqueues = append(h.Enqueues, op) })
+}
+
+// Delivery records a delivery.
+func (r *Recorder) Delivery(d Delivery) {
+	r.with(func(h *History) { h.Deliveries = append(h.Deliveries, d) })
+}
+
+// Settle records an ack, nack or extension attempt.
+func (r *Recorder) Settle(s Settle) { r.with(func(h *History) { h.Settles = append(h.Settles, s) }) }
+
+// Drop records a stream closed on purpose.
+func (r *Recorder) Drop(d StreamDrop) { r.with(func(h *History) { h.Drops = append(h.Drops, d) }) }
+
+// Fault records a nemesis action.
+func (r *Recorder) Fault(f FaultEvent) { r.with(func(h *History) { h.Faults = append(h.Faults, f) }) }
+
+// Crash records a node that died on its own.
+func (r *Recorder) Crash(c NodeCrash) { r.with(func(h *History) { h.Crashes = append(h.Crashes, c) }) }
+
+// Update changes the history's scalar parts (drain, recovery, ...).
+func (r *Recorder) Update(f func(h *History)) { r.with(f) }
+
+// Snapshot returns a copy of the history so far.
+func (r *Recorder) Snapshot() History {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.h
+	h.Queues = append([]QueueSpec(nil), r.h.Queues...)
+	h.Enqueues = append([]EnqueueOp(nil), r.h.Enqueues...)
+	h.Deliveries = append([]Delivery(nil), r.h.Deliveries...)
+	h.Settles = append([]Settle(nil), r.h.Settles...)
+	h.Drops = append([]StreamDrop(nil), r.h.Drops...)
+	h.Faults = append([]FaultEvent(nil), r.h.Faults...)
+	h.Crashes = append([]NodeCrash(nil), r.h.Crashes...)
+	return h
+}
+
+// WriteJSON writes v, indented, to path.
+func WriteJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// ReadHistory loads a history written by WriteJSON (to re-check it).
+func ReadHistory(path string) (*History, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var h History
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}

@@ -1,0 +1,239 @@
+//go:build linux
+
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Nemesis carries out a fault plan on a cluster, one step at a time,
+// healing each step before the next and recording each as a FaultEvent.
+type Nemesis struct {
+	c   *Cluster
+	rec *Recorder
+	log *slog.Logger
+}
+
+// NewNemesis returns a nemesis for c.
+func NewNemesis(c *Cluster, rec *Recorder, log *slog.Logger) *Nemesis {
+	return &Nemesis{c: c, rec: rec, log: log}
+}
+
+// Run executes plan until it ends or ctx does. Steps after the first
+// minSteps are skipped once stopAfter has passed.
+func (nm *Nemesis) Run(ctx context.Context, plan []Step, minSteps int, stopAfter time.Time) {
+	for i, s := range plan {
+		if ctx.Err() != nil || (i >= minSteps && time.Now().After(stopAfter)) {
+			return
+		}
+		ev := nm.step(ctx, s)
+		nm.rec.Fault(ev)
+		lvl := slog.LevelInfo
+		if ev.Err != "" {
+			lvl = slog.LevelWarn
+		}
+		nm.log.Log(ctx, lvl, "fault", "n", i+1, "of", len(plan), "kind", ev.Kind, "targets", ev.Targets, "detail", ev.Detail,
+			"took", ev.End.Sub(ev.Start).Round(time.Millisecond), "err", ev.Err)
+		pause(ctx, s.Quiet)
+	}
+}
+
+func (nm *Nemesis) step(ctx context.Context, s Step) (ev FaultEvent) {
+	ev = FaultEvent{Kind: s.Kind, Start: time.Now(), Detail: s.String()}
+	defer func() {
+		// Whatever happened, leave the cluster whole for the next step.
+		if err := nm.Heal(ctx); err != nil {
+			ev.Err = strings.TrimPrefix(ev.Err+"; heal: "+err.Error(), "; ")
+		}
+		ev.End = time.Now()
+	}()
+	err := nm.inject(ctx, s, &ev)
+	if err != nil {
+		ev.Err = err.Error()
+	}
+	return ev
+}
+
+func (nm *Nemesis) inject(ctx context.Context, s Step, ev *FaultEvent) error {
+	c := nm.c
+	nodes := c.Nodes
+	targets := func(ns ...*Node) {
+		for _, n := range ns {
+			ev.Targets = append(ev.Targets, n.ID)
+		}
+	}
+	switch s.Kind {
+	case KillRandom, KillLeader:
+		n := nodes[s.Node]
+		if s.Kind == KillLeader {
+			var err error
+			if n, err = nm.leader(ctx); err != nil {
+				return err
+			}
+		}
+		targets(n)
+		n.Kill()
+		pause(ctx, s.Hold)
+		return n.Start()
+	case Pause:
+		n := nodes[s.Node]
+		if s.Leader {
+			var err error
+			if n, err = nm.leader(ctx); err != nil {
+				return err
+			}
+		}
+		targets(n)
+		if err := n.Pause(); err != nil {
+			return err
+		}
+		pause(ctx, s.Hold)
+		return n.Resume()
+	case IsolateLeader:
+		l, err := nm.leader(ctx)
+		if err != nil {
+			return err
+		}
+		targets(l)
+		var rest []*Node
+		for _, n := range nodes {
+			if n != l {
+				rest = append(rest, n)
+			}
+		}
+		if err := nm.cut([]*Node{l}, rest); err != nil {
+			return err
+		}
+		pause(ctx, s.Hold)
+		return nil
+	case SplitMajority:
+		minority, majority := pick(nodes, s.Perm[:s.Minority]), pick(nodes, s.Perm[s.Minority:])
+		targets(minority...)
+		if err := nm.cut(minority, majority); err != nil {
+			return err
+		}
+		pause(ctx, s.Hold)
+		return nil
+	case Bridge:
+		// Perm's last node is the bridge; the others split in two halves
+		// that see the bridge but not each other.
+		others := s.Perm[:len(s.Perm)-1]
+		half := (len(others) + 1) / 2
+		a, b := pick(nodes, others[:half]), pick(nodes, others[half:])
+		targets(nodes[s.Node])
+		ev.Detail += fmt.Sprintf(" sides=%v|%v", ids(a), ids(b))
+		if err := nm.cut(a, b); err != nil {
+			return err
+		}
+		pause(ctx, s.Hold)
+		return nil
+	case PacketLoss:
+		lossy := pick(nodes, s.Perm[:s.Minority])
+		targets(lossy...)
+		for _, n := range lossy {
+			if err := c.Net.Lossy(ctx, n.Host, s.Prob); err != nil {
+				return err
+			}
+		}
+		pause(ctx, s.Hold)
+		return nil
+	case Latency:
+		if s.Node >= 0 {
+			targets(nodes[s.Node])
+		}
+		c.Proxy.SetDelay(s.Node, s.Delay)
+		pause(ctx, s.Hold)
+		return nil
+	case RollingRestart:
+		for _, i := range s.Perm {
+			n := nodes[i]
+			targets(n)
+			if _, err := nm.waitHealthy(ctx, 60*time.Second); err != nil {
+				return fmt.Errorf("before restarting %s: %w", n.ID, err)
+			}
+			n.Stop(20 * time.Second)
+			if err := n.Start(); err != nil {
+				return err
+			}
+		}
+		if _, err := nm.waitHealthy(ctx, 60*time.Second); err != nil {
+			return fmt.Errorf("after the rolling restart: %w", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown fault %q", s.Kind)
+}
+
+// Heal undoes every fault: nodes started and resumed, filters flushed,
+// delays cleared.
+func (nm *Nemesis) Heal(ctx context.Context) error {
+	var errs []error
+	for _, n := range nm.c.Nodes {
+		if n.Paused() {
+			errs = append(errs, n.Resume())
+		}
+		if !n.Running() {
+			errs = append(errs, n.Start())
+		}
+	}
+	nm.c.Proxy.SetDelay(-1, 0)
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	errs = append(errs, nm.c.Net.FlushFilters(hctx))
+	return errors.Join(errs...)
+}
+
+func (nm *Nemesis) cut(a, b []*Node) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, x := range a {
+		for _, y := range b {
+			if err := nm.c.Net.Cut(ctx, x.Host, y.Host); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// leader waits (up to 20s) for an agreed leader.
+func (nm *Nemesis) leader(ctx context.Context) (*Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for {
+		l, err := nm.c.Leader(ctx)
+		if err == nil {
+			return l, nil
+		}
+		if !pause(ctx, 100*time.Millisecond) {
+			return nil, fmt.Errorf("no leader to target: %w", err)
+		}
+	}
+}
+
+func (nm *Nemesis) waitHealthy(ctx context.Context, d time.Duration) (*Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return nm.c.WaitHealthy(ctx)
+}
+
+func pick(nodes []*Node, idx []int) []*Node {
+	out := make([]*Node, len(idx))
+	for i, j := range idx {
+		out[i] = nodes[j]
+	}
+	return out
+}
+
+func ids(ns []*Node) []string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.ID
+	}
+	return out
+}

@@ -1,0 +1,177 @@
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// FaultKind names a nemesis action.
+type FaultKind string
+
+// The nemesis actions.
+const (
+	// KillRandom: kill -9 a random node, restart it after the hold.
+	KillRandom FaultKind = "kill-random"
+	// KillLeader: kill -9 the leader, restart it after the hold.
+	KillLeader FaultKind = "kill-leader"
+	// Pause: SIGSTOP a node (the leader half the time) for longer than the
+	// election timeout, then SIGCONT.
+	Pause FaultKind = "pause"
+	// IsolateLeader: the leader loses every other node (iptables DROP).
+	IsolateLeader FaultKind = "partition-leader"
+	// SplitMajority: a random minority is cut from the majority.
+	SplitMajority FaultKind = "partition-split"
+	// Bridge: two sides that cannot see each other, and one node that
+	// sees both.
+	Bridge FaultKind = "partition-bridge"
+	// PacketLoss: some nodes drop a share of incoming packets at random.
+	PacketLoss FaultKind = "packet-loss"
+	// Latency: Raft traffic to and from a node (or all) goes through a
+	// delaying proxy.
+	Latency FaultKind = "latency"
+	// RollingRestart: every node in turn is stopped (SIGTERM) and started
+	// again once the cluster is whole.
+	RollingRestart FaultKind = "rolling-restart"
+)
+
+// AllFaults lists every nemesis action.
+var AllFaults = []FaultKind{KillRandom, KillLeader, Pause, IsolateLeader, SplitMajority, Bridge, PacketLoss, Latency, RollingRestart}
+
+// ParseFaults reads a comma-separated list of fault kinds ("" or "all" =
+// AllFaults).
+func ParseFaults(s string) ([]FaultKind, error) {
+	if s == "" || s == "all" {
+		return AllFaults, nil
+	}
+	var out []FaultKind
+	for _, f := range strings.Split(s, ",") {
+		k := FaultKind(strings.TrimSpace(f))
+		found := false
+		for _, known := range AllFaults {
+			found = found || k == known
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown fault %q (known: %v)", k, AllFaults)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// Step is one scheduled fault. Node indexes refer to the cluster's nodes;
+// "the leader" is resolved when the step runs.
+type Step struct {
+	Kind FaultKind `json:"kind"`
+	// Node is the target for kill-random, pause (unless Leader), latency
+	// (-1 = every link) and the bridge node of a bridge partition.
+	Node int `json:"node"`
+	// Leader targets the leader instead of Node (pause).
+	Leader bool `json:"leader,omitempty"`
+	// Perm orders the nodes: the minority of a split is Perm[:k], the
+	// sides of a bridge come from it, the rolling restart follows it.
+	Perm []int `json:"perm,omitempty"`
+	// Minority is the size of a split's minority side.
+	Minority int `json:"minority,omitempty"`
+	// Prob is the drop probability of packet loss; Targets its nodes.
+	Prob float64 `json:"prob,omitempty"`
+	// Delay is the one-way delay added by a latency fault.
+	Delay time.Duration `json:"delay,omitempty"`
+	// Hold is how long the fault lasts; Quiet the calm after healing.
+	Hold  time.Duration `json:"hold"`
+	Quiet time.Duration `json:"quiet"`
+}
+
+func (s Step) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s hold=%v", s.Kind, s.Hold)
+	switch s.Kind {
+	case KillRandom:
+		fmt.Fprintf(&b, " node=%d", s.Node)
+	case Pause:
+		if s.Leader {
+			b.WriteString(" node=leader")
+		} else {
+			fmt.Fprintf(&b, " node=%d", s.Node)
+		}
+	case SplitMajority:
+		fmt.Fprintf(&b, " minority=%v", s.Perm[:s.Minority])
+	case Bridge:
+		fmt.Fprintf(&b, " bridge=%d perm=%v", s.Node, s.Perm)
+	case PacketLoss:
+		fmt.Fprintf(&b, " nodes=%v p=%.2f", s.Perm[:s.Minority], s.Prob)
+	case Latency:
+		fmt.Fprintf(&b, " node=%d delay=%v", s.Node, s.Delay)
+	case RollingRestart:
+		fmt.Fprintf(&b, " order=%v", s.Perm)
+	}
+	return b.String()
+}
+
+// cost estimates a step's wall time, for fitting a plan into a duration.
+func (s Step) cost(nodes int) time.Duration {
+	overhead := 2 * time.Second // injection, heal, restarts
+	if s.Kind == RollingRestart {
+		overhead = time.Duration(nodes) * 6 * time.Second
+	}
+	return s.Hold + s.Quiet + overhead
+}
+
+// Plan draws a fault schedule from seed: every kind once first (in a
+// seeded order, so even a short run sees each), then kinds at random,
+// until the estimated time reaches total. short draws briefer holds. The
+// same arguments give the same plan.
+func Plan(seed int64, nodes int, kinds []FaultKind, total time.Duration, short bool) []Step {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x7261667471))
+	// dur draws from [lo, hi], hi shrunk towards lo for short runs.
+	dur := func(lo, hi time.Duration) time.Duration {
+		if short {
+			hi = lo + (hi-lo)/3
+		}
+		return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)).Round(100*time.Millisecond)
+	}
+	var plan []Step
+	var spent time.Duration
+	order := append([]FaultKind(nil), kinds...)
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	for i := 0; len(kinds) > 0; i++ {
+		k := kinds[rng.IntN(len(kinds))]
+		if i < len(order) {
+			k = order[i]
+		}
+		s := Step{Kind: k, Node: rng.IntN(nodes), Perm: rng.Perm(nodes), Quiet: dur(time.Second, 3*time.Second)}
+		switch k {
+		case KillRandom, KillLeader:
+			s.Hold = dur(500*time.Millisecond, 6*time.Second)
+		case Pause:
+			s.Leader = rng.IntN(2) == 0
+			s.Hold = dur(1500*time.Millisecond, 6*time.Second) // election timeout is 1s
+		case IsolateLeader, SplitMajority, Bridge:
+			s.Hold = dur(3*time.Second, 10*time.Second)
+			s.Minority = 1 + rng.IntN((nodes-1)/2)
+			s.Node = s.Perm[nodes-1] // the bridge sees both sides
+		case PacketLoss:
+			s.Hold = dur(3*time.Second, 10*time.Second)
+			s.Minority = 1 + rng.IntN(nodes)
+			s.Prob = float64(5+rng.IntN(26)) / 100
+		case Latency:
+			s.Hold = dur(3*time.Second, 10*time.Second)
+			if rng.IntN(3) == 0 {
+				s.Node = -1
+			}
+			s.Delay = time.Duration(20+rng.IntN(281)) * time.Millisecond
+		case RollingRestart:
+			s.Hold = 0
+		}
+		if i >= len(order) && spent+s.cost(nodes) > total {
+			break
+		}
+		plan = append(plan, s)
+		spent += s.cost(nodes)
+		if i >= len(order)-1 && spent >= total {
+			break
+		}
+	}
+	return plan
+}

@@ -1,0 +1,50 @@
+package chaos
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Table renders a report as the table a run prints.
+func (r *Report) Table() string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
+	fmt.Fprintf(&b, "chaos run: %d nodes, seed %d\n", r.Nodes, r.Seed)
+	row("operations", fmt.Sprintf("%d enqueue calls, %d deliveries, %d ack / %d nack / %d extend calls, %d stream drops",
+		r.EnqueueCalls, r.Deliveries, r.AckCalls, r.NackCalls, r.ExtendCalls, r.StreamDrops))
+	kinds := make([]string, 0, len(r.FaultsByKind))
+	total := 0
+	for k, n := range r.FaultsByKind {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
+		total += n
+	}
+	sort.Strings(kinds)
+	row("faults", fmt.Sprintf("%d (%s), %d with errors", total, strings.Join(kinds, " "), r.FaultErrors))
+	row("acked enqueues (messages)", r.AckedEnqueues)
+	row("failed enqueues", r.FailedEnqueue)
+	row("lost", r.Lost)
+	row("duplicate acks", r.DuplicateAcks)
+	row("redeliveries", r.Redeliveries)
+	row("dead-lettered", r.DeadLettered)
+	row("unknown enqueue outcomes", fmt.Sprintf("%d (present %d, absent %d)", r.UnknownEnqueues, r.UnknownResolvedPresent, r.UnknownResolvedAbsent))
+	row("settled by an unanswered ack", r.SettledByUnknownAck)
+	row("longest write unavailability", fmt.Sprintf("%v (from +%v)", time.Duration(r.LongestUnavailabilityMs)*time.Millisecond,
+		time.Duration(r.UnavailableFromMs)*time.Millisecond))
+	row("recovery after healing", time.Duration(r.RecoveryMs)*time.Millisecond)
+	row("replicas consistent", r.Consistent)
+	row("violations", len(r.Violations))
+	inv := make([]string, 0, len(r.ViolationsByInvariant))
+	for k, n := range r.ViolationsByInvariant {
+		inv = append(inv, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(inv)
+	if len(inv) > 0 {
+		row("violations by invariant", strings.Join(inv, " "))
+	}
+	tw.Flush()
+	return b.String()
+}
