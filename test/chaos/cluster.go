@@ -24,10 +24,11 @@ import (
 // Cluster is N nodes of the binary, each on its own host of a Network,
 // with their Raft traffic relayed through a Proxy.
 type Cluster struct {
-	Net   *Network
-	Nodes []*Node
-	Proxy *Proxy
-	log   *slog.Logger
+	onPanic func()
+	Net     *Network
+	Nodes   []*Node
+	Proxy   *Proxy
+	log     *slog.Logger
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -42,13 +43,16 @@ type ClusterConfig struct {
 	Extra []string
 	// OnCrash hears of nodes that exit on their own.
 	OnCrash func(NodeCrash)
+	// OnPanic runs when a harness goroutine panics, before the panic goes
+	// on (the tests tear every namespace down there).
+	OnPanic func()
 }
 
 // StartCluster creates the network and proxy and starts every node; it
 // returns once a leader is known and every node is a voter. On error
 // (and in Close) it removes everything it created.
 func StartCluster(ctx context.Context, log *slog.Logger, cfg ClusterConfig) (c *Cluster, err error) {
-	c = &Cluster{log: log, conns: map[string]*grpc.ClientConn{}}
+	c = &Cluster{log: log, conns: map[string]*grpc.ClientConn{}, onPanic: cfg.OnPanic}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -258,4 +262,15 @@ func (c *Cluster) Node(id string) *Node {
 		}
 	}
 	return nil
+}
+
+// guard is deferred at the top of every goroutine the harness starts: a
+// panic tears down what the tests registered before it goes on.
+func (c *Cluster) guard() {
+	if r := recover(); r != nil {
+		if c.onPanic != nil {
+			c.onPanic()
+		}
+		panic(r)
+	}
 }

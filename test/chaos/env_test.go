@@ -95,15 +95,6 @@ func teardownAll() {
 	}
 }
 
-// guard re-panics after tearing everything down; deferred at the top of
-// every goroutine the harness starts.
-func guard() {
-	if r := recover(); r != nil {
-		teardownAll()
-		panic(r)
-	}
-}
-
 func TestMain(m *testing.M) {
 	// An interrupt (^C during `make chaos`) or a termination would leave
 	// namespaces behind: tear down first. Nodes die with this process
@@ -158,7 +149,7 @@ func startCluster(t *testing.T, log *slog.Logger, n int, onCrash func(NodeCrash)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := StartCluster(ctx, log, ClusterConfig{
-		Bin: binary(t), Dir: t.TempDir(), Nodes: n, OnCrash: onCrash,
+		Bin: binary(t), Dir: t.TempDir(), Nodes: n, OnCrash: onCrash, OnPanic: teardownAll,
 		Extra: []string{"--lease-grace", "2s", "--snapshot-threshold", "1024", "--trailing-logs", "512"},
 	})
 	if c != nil {

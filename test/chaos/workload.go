@@ -60,7 +60,7 @@ func classify(err error) (Outcome, string) {
 // payloads and their own dedup ids; after an unknown outcome it sometimes
 // retries the same messages (same dedup ids), as a careful user would.
 func (w *Workload) Produce(ctx context.Context, name string, queues []QueueSpec, rng *rand.Rand) {
-	defer guard()
+	defer w.c.guard()
 	for seq := 0; ctx.Err() == nil; {
 		q := queues[rng.IntN(len(queues))].Name
 		n := 1
@@ -143,7 +143,7 @@ func (w *Workload) NewConsumer(name, queue string, drain bool, seed uint64) *Con
 // Run consumes until ctx ends; handlers it started may still be
 // settling (Workload.Wait waits for them).
 func (co *Consumer) Run(ctx context.Context) {
-	defer guard()
+	defer co.w.c.guard()
 	seeds := co.w.c.Seeds()
 	for failures := 0; ctx.Err() == nil; {
 		addr := co.hint
@@ -240,7 +240,7 @@ func (co *Consumer) choose() behaviour {
 // handle works on one delivery. A handler whose stream was dropped gives
 // its delivery up (the broker released it).
 func (co *Consumer) handle(ctx context.Context, d *raftqv1.Delivery, b behaviour, dropped *atomic.Bool) {
-	defer guard()
+	defer co.w.c.guard()
 	ref := &raftqv1.LeaseRef{MessageId: d.GetId(), LeaseToken: d.GetLeaseToken()}
 	live := func() bool { return ctx.Err() == nil && !dropped.Load() }
 	switch b {
