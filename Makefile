@@ -57,9 +57,33 @@ lint: $(BIN)/staticcheck
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
 	$(BIN)/staticcheck ./...
 
-# Benchmarks report figures; they never fail on speed.
+# Benchmarks report figures; they never fail on speed (docs/benchmarks.md).
+# `make bench` runs the workload against raftq with 1 and 3 nodes, then the
+# memory/snapshot/restart figures of one node; BENCH_FLAGS adds flags
+# (go run ./test/bench -h lists them). Full results go to bin/*.json.
+NATS_SERVER_VERSION := v2.15.2
+BENCH_FLAGS ?=
+.PHONY: bench-peers bench-peer-tools
+
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./test/bench/... 
+	$(GO) run ./test/bench -raftq-bin $(RAFTQ) -mode all -systems raftq-1,raftq-3 \
+	  -json $(BIN)/bench.json $(BENCH_FLAGS)
+
+# The same workload against NATS JetStream (3 nodes, R3 file streams, default
+# sync and sync_interval: always) and RabbitMQ quorum queues (3 nodes), with
+# raftq beside them. A peer that cannot be installed or started is reported
+# as NOT RUN with the reason; raftq's figures are printed regardless.
+bench-peers: build
+	@$(MAKE) --no-print-directory bench-peer-tools || \
+	  echo "bench-peers: WARNING: a peer could not be installed; it will be reported as not run"
+	$(GO) run ./test/bench -raftq-bin $(RAFTQ) -systems raftq-1,raftq-3,nats,nats-sync,rabbitmq \
+	  -nats-server $(BIN)/nats-server -json $(BIN)/bench-peers.json $(BENCH_FLAGS)
+
+bench-peer-tools:
+	@$(BIN)/nats-server --version 2>/dev/null | grep -q '$(NATS_SERVER_VERSION)' || \
+	  GOBIN=$(BIN) $(GO) install github.com/nats-io/nats-server/v2@$(NATS_SERVER_VERSION)
+	@test -x /usr/lib/rabbitmq/bin/rabbitmq-server || \
+	  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y rabbitmq-server)
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCommand -fuzztime 60s ./fsm

@@ -6,8 +6,11 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -42,23 +45,35 @@ func Build(dir string, race bool) (string, error) {
 	return bin, nil
 }
 
-// FreePorts reserves n distinct loopback ports (closed before returning;
-// the tiny window before the node binds them is acceptable in tests).
+// FreePorts reserves n distinct loopback ports, free for TCP and UDP
+// (gossip uses both), closed before returning. They are picked below
+// Linux's ephemeral range (32768+): a port the kernel handed out for :0 can
+// be reused as the source port of an outgoing connection before the node
+// binds it.
 func FreePorts(n int) ([]int, error) {
-	var ls []net.Listener
+	var held []io.Closer
 	defer func() {
-		for _, l := range ls {
-			l.Close()
+		for _, c := range held {
+			c.Close()
 		}
 	}()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
+	ports := make([]int, 0, n)
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, errors.New("no free loopback ports in 20000-31999")
 		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+		port := 20000 + rand.IntN(12000)
+		tl, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		ul, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			tl.Close()
+			continue
+		}
+		held = append(held, tl, ul)
+		ports = append(ports, port)
 	}
 	return ports, nil
 }
@@ -121,29 +136,9 @@ func tail(s string, n int) string {
 // Start launches the process.
 func (n *Node) Start() {
 	n.t.Helper()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cmd != nil {
-		n.t.Fatalf("node %s already running", n.ID)
-	}
-	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
+	if err := n.Launch(); err != nil {
 		n.t.Fatal(err)
 	}
-	args := append([]string{"serve",
-		"--node-id", n.ID, "--data-dir", n.DataDir,
-		"--grpc-addr", n.GRPC, "--raft-addr", n.Raft, "--gossip-addr", n.Gossip, "--http-addr", n.HTTP,
-	}, n.Args...)
-	cmd := exec.Command(n.bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		n.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	n.cmd, n.done = cmd, done
 }
 
 // Kill sends SIGKILL to the process group and waits for it to exit.

@@ -1,0 +1,327 @@
+// Command bench measures raftq — and, for comparison, NATS JetStream and
+// RabbitMQ quorum queues — under one workload definition. It starts every
+// broker itself on loopback, runs the phases of workload.Runner, verifies
+// exactly-once delivery, prints a table and writes JSON.
+//
+//	go run ./test/bench                                  # raftq, 1 and 3 nodes
+//	go run ./test/bench -systems raftq-1,raftq-3,nats,nats-sync,rabbitmq
+//	go run ./test/bench -mode memory                     # issue 2 figures
+//
+// See docs/benchmarks.md for how to read the output.
+package main
+
+import (
+	"context"
+	"debug/buildinfo"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/raftq/raftq/test/bench/systems"
+	"github.com/raftq/raftq/test/bench/workload"
+)
+
+type options struct {
+	mode        string
+	systems     string
+	base        string
+	jsonPath    string
+	raftqBin    string
+	natsServer  string
+	rabbitDir   string
+	profileDir  string
+	logLevel    string
+	noFsync     bool
+	memory      systems.MemoryOptions
+	cfg         workload.Config
+	setupTimout time.Duration
+	waitIdle    time.Duration
+}
+
+func main() {
+	o := options{cfg: workload.DefaultConfig(), memory: systems.DefaultMemoryOptions()}
+	fs := flag.NewFlagSet("bench", flag.ExitOnError)
+	fs.StringVar(&o.mode, "mode", "throughput", "throughput (the workload against -systems), memory (issue 2 figures, one raftq node) or all")
+	fs.StringVar(&o.systems, "systems", "raftq-1,raftq-3", "comma-separated systems: raftq-1, raftq-3, nats, nats-sync, rabbitmq")
+	fs.StringVar(&o.base, "base", "raftq-3", "system the comparison table divides by the others")
+	fs.StringVar(&o.jsonPath, "json", "", "write the full results as JSON to this file")
+	fs.StringVar(&o.raftqBin, "raftq-bin", "", "raftq binary to run (default: build ./cmd/raftq without -race)")
+	fs.StringVar(&o.natsServer, "nats-server", "", "nats-server binary (default: ./bin/nats-server, then $PATH)")
+	fs.StringVar(&o.rabbitDir, "rabbitmq-dir", "/usr/lib/rabbitmq/bin", "directory of rabbitmq-server and rabbitmqctl")
+	fs.StringVar(&o.profileDir, "profile-dir", "", "record a perf CPU profile of each raftq leader during the enqueue phase into this directory")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (progress goes to stderr)")
+	fs.BoolVar(&o.noFsync, "skip-fsync-probe", false, "do not measure the disk's fdatasync latency")
+	fs.DurationVar(&o.setupTimout, "setup-timeout", 2*time.Minute, "how long a system may take to start")
+	fs.DurationVar(&o.waitIdle, "wait-idle", 0, "before each system, wait up to this long for the machine to be idle (<15% busy over 10s): for shared machines")
+
+	c := &o.cfg
+	fs.IntVar(&c.PayloadSize, "payload", c.PayloadSize, "payload bytes per message")
+	fs.IntVar(&c.Producers, "producers", c.Producers, "producers (each its own connection)")
+	fs.IntVar(&c.Window, "window", c.Window, "outstanding enqueue calls per producer (enqueue, lifecycle)")
+	fs.IntVar(&c.BatchSize, "batch", c.BatchSize, "messages per call in enqueue-batch")
+	fs.IntVar(&c.BatchWindow, "batch-window", c.BatchWindow, "outstanding batch calls per producer in enqueue-batch")
+	fs.IntVar(&c.Consumers, "consumers", c.Consumers, "consumers (each its own connection)")
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "unsettled deliveries per consumer")
+	fs.Var(&c.Enqueue, "enqueue", "enqueue phase limit: a duration (10s), a message count (50000) or 0 (skip)")
+	fs.Var(&c.EnqueueSync, "enqueue-sync", "enqueue-sync phase limit (one outstanding call per producer)")
+	fs.Var(&c.EnqueueBatch, "enqueue-batch", "enqueue-batch phase limit")
+	fs.Var(&c.Lifecycle, "lifecycle", "lifecycle phase limit (producers and consumers together)")
+	fs.Float64Var(&c.LifecycleRate, "lifecycle-rate", c.LifecycleRate, "pace lifecycle producers to this many msgs/s in all (0: unpaced)")
+	fs.BoolVar(&c.Drain, "drain", c.Drain, "run the drain phase (consume the backlog)")
+	fs.DurationVar(&c.CallTimeout, "call-timeout", c.CallTimeout, "timeout of one enqueue call")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "give up waiting for deliveries after this long without one")
+	fs.Int64Var(&c.MaxErrors, "max-errors", c.MaxErrors, "abort a phase after this many failed calls")
+
+	m := &o.memory
+	fs.Int64Var(&m.Messages, "memory-messages", m.Messages, "memory mode: messages to enqueue")
+	fs.IntVar(&m.PayloadSize, "memory-payload", m.PayloadSize, "memory mode: payload bytes")
+	fs.IntVar(&m.Batch, "memory-batch", m.Batch, "memory mode: messages per Enqueue call")
+	fs.IntVar(&m.Concurrency, "memory-concurrency", m.Concurrency, "memory mode: outstanding Enqueue calls")
+	fs.Float64Var(&m.TrickleRate, "trickle-rate", m.TrickleRate, "memory mode: enqueues per second during the snapshot")
+	fs.DurationVar(&m.Baseline, "trickle-baseline", m.Baseline, "memory mode: trickle time before the snapshot")
+	_ = fs.Parse(os.Args[1:])
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -log-level:", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, log, &o); err != nil {
+		log.Error("bench failed", "err", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, log *slog.Logger, o *options) error {
+	if err := o.cfg.Validate(); err != nil {
+		return err
+	}
+	if o.mode != "throughput" && o.mode != "memory" && o.mode != "all" {
+		return fmt.Errorf("-mode %q: want throughput, memory or all", o.mode)
+	}
+	rep := &workload.Report{
+		Started: time.Now().UTC(),
+		Command: strings.Join(os.Args, " "),
+		Git:     gitDescribe(ctx),
+		Machine: systems.DescribeMachine(),
+		Config:  o.cfg,
+	}
+	if !o.noFsync {
+		fsync, err := systems.ProbeFsync(os.TempDir(), 500)
+		if err != nil {
+			log.Warn("fsync probe", "err", err)
+		} else {
+			rep.Machine.Fsync = &fsync
+		}
+	}
+	if o.raftqBin == "" {
+		dir, err := os.MkdirTemp("", "raftq-bench-bin-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		log.Info("building raftq (no -race)")
+		if o.raftqBin, err = systems.BuildRaftq(dir); err != nil {
+			return err
+		}
+	}
+	rep.RaftqBuild = buildStamp(o.raftqBin)
+	if o.mode != "memory" {
+		if err := throughput(ctx, log, o, rep); err != nil {
+			return err
+		}
+	}
+	if o.mode != "throughput" {
+		log.Info("memory mode: one raftq node", "messages", o.memory.Messages)
+		mr := systems.RunMemory(ctx, log, o.raftqBin, o.memory)
+		rep.Memory = &mr
+		fmt.Println()
+		workload.WriteMemory(os.Stdout, &mr)
+	}
+	printMachine(rep)
+	if o.jsonPath != "" {
+		if err := rep.WriteJSON(o.jsonPath); err != nil {
+			return err
+		}
+		fmt.Printf("results written to %s\n", o.jsonPath)
+	}
+	return ctx.Err()
+}
+
+func throughput(ctx context.Context, log *slog.Logger, o *options, rep *workload.Report) error {
+	starters := map[string]systems.Starter{
+		"raftq-1":   systems.RaftqStarter("raftq-1", o.raftqBin, 1),
+		"raftq-3":   systems.RaftqStarter("raftq-3", o.raftqBin, 3),
+		"nats":      systems.NATSStarter("nats", natsBinary(o.natsServer), 3, false),
+		"nats-sync": systems.NATSStarter("nats-sync", natsBinary(o.natsServer), 3, true),
+		"rabbitmq":  systems.RabbitStarter("rabbitmq", o.rabbitDir, 3),
+	}
+	runner := &workload.Runner{Cfg: o.cfg, Log: log}
+	if o.profileDir != "" {
+		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+			return err
+		}
+		runner.OnPhase = func(ctx context.Context, t workload.Target, phase string) func() {
+			if phase != workload.PhaseEnqueue || !strings.HasPrefix(t.Name, "raftq") {
+				return nil
+			}
+			procs := t.Procs()
+			p := procs[0]
+			for _, q := range procs {
+				if strings.HasSuffix(q.Name, "(L)") {
+					p = q
+				}
+			}
+			stop := systems.StartPerf(ctx, log, p.Pid, filepath.Join(o.profileDir, "perf-"+t.Name+".data"))
+			return func() {
+				prof := stop()
+				prof.System, prof.Process, prof.Phase = t.Name, p.Name, phase
+				rep.Profiles = append(rep.Profiles, prof)
+			}
+		}
+	}
+	for _, name := range strings.Split(o.systems, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		st, ok := starters[name]
+		if !ok {
+			return fmt.Errorf("-systems: unknown system %q", name)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if o.waitIdle > 0 {
+			waitIdle(ctx, log, o.waitIdle)
+		}
+		log.Info("starting system", "system", name)
+		sctx, cancel := context.WithTimeout(ctx, o.setupTimout)
+		sys, err := st.Start(sctx, log)
+		cancel()
+		if err != nil {
+			log.Error("system not run", "system", name, "err", err)
+			rep.Systems = append(rep.Systems, workload.SystemResult{System: name, Error: err.Error()})
+			continue
+		}
+		res := runner.Run(ctx, sys.Target)
+		sys.Close()
+		rep.Systems = append(rep.Systems, res)
+	}
+	fmt.Println()
+	if err := workload.WriteTable(os.Stdout, rep.Systems); err != nil {
+		return err
+	}
+	if len(rep.Systems) > 1 {
+		fmt.Println()
+		if err := workload.WriteComparison(os.Stdout, rep.Systems, o.base); err != nil {
+			return err
+		}
+	}
+	for _, p := range rep.Profiles {
+		fmt.Println()
+		workload.WriteProfile(os.Stdout, p)
+	}
+	return nil
+}
+
+// waitIdle waits until the machine's cores were less than 15% busy over
+// 10 seconds, or until max passes: other work on a shared machine skews
+// every figure (the table's "other CPU" column shows how much remained).
+func waitIdle(ctx context.Context, log *slog.Logger, max time.Duration) {
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		before, err := workload.MachineCPU()
+		if err != nil {
+			return
+		}
+		start := time.Now()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Second):
+		}
+		after, err := workload.MachineCPU()
+		if err != nil {
+			return
+		}
+		busy := (after - before).Seconds() / (time.Since(start).Seconds() * float64(runtime.NumCPU()))
+		if busy < 0.15 {
+			return
+		}
+		log.Info("machine busy; waiting", "busy", fmt.Sprintf("%.0f%%", busy*100))
+	}
+	log.Warn("machine still busy; running anyway", "waited", max)
+}
+
+func natsBinary(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if _, file, _, ok := runtime.Caller(0); ok {
+		p := filepath.Join(filepath.Dir(file), "..", "..", "bin", "nats-server")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("nats-server"); err == nil {
+		return p
+	}
+	return "nats-server"
+}
+
+// buildStamp reads the VCS revision Go stamped into a binary.
+func buildStamp(bin string) string {
+	bi, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return ""
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if rev == "" {
+		return "no vcs stamp"
+	}
+	if modified == "true" {
+		rev += " (modified)"
+	}
+	return rev
+}
+
+func gitDescribe(ctx context.Context) string {
+	cmd := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty")
+	if _, file, _, ok := runtime.Caller(0); ok {
+		cmd.Dir = filepath.Dir(file)
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func printMachine(rep *workload.Report) {
+	m := rep.Machine
+	fmt.Printf("\nmachine: %d CPUs (%s), %.0f GiB, kernel %s, %s; work tree %s; raftq binary %s\n", m.CPUs, m.CPUModel, float64(m.MemBytes)/(1<<30), m.Kernel, m.Go, rep.Git, rep.RaftqBuild)
+	if m.Fsync != nil {
+		fmt.Printf("disk: 4 KiB append + fdatasync p50 %.2f ms, p99 %.2f ms (%d samples, temp dir)\n", m.Fsync.P50, m.Fsync.P99, m.Fsync.Count)
+	}
+}

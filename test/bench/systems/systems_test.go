@@ -1,0 +1,153 @@
+package systems
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/raftq/raftq/test/bench/workload"
+)
+
+// raftqBin builds the broker once per test binary run.
+func raftqBin(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the raftq binary")
+	}
+	bin, err := BuildRaftq(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+func testLog(t *testing.T) *slog.Logger {
+	if os.Getenv("RAFTQ_BENCH_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// TestRaftqSmoke runs the whole workload, tiny, against one real node so
+// that the benchmark cannot rot unnoticed. It asserts counts and the
+// exactly-once verdict, never a speed.
+func TestRaftqSmoke(t *testing.T) {
+	bin := raftqBin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	log := testLog(t)
+	sys, err := RaftqStarter("raftq-1", bin, 1).Start(ctx, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Close()
+
+	cfg := workload.DefaultConfig()
+	cfg.Producers, cfg.Window = 2, 8
+	cfg.BatchSize, cfg.BatchWindow = 10, 2
+	cfg.Consumers, cfg.MaxInFlight = 2, 16
+	cfg.Enqueue = workload.Limit{Messages: 200}
+	cfg.EnqueueSync = workload.Limit{Messages: 20}
+	cfg.EnqueueBatch = workload.Limit{Messages: 100}
+	cfg.Lifecycle = workload.Limit{Messages: 100}
+	cfg.IdleTimeout = 20 * time.Second
+	res := (&workload.Runner{Cfg: cfg, Log: log}).Run(ctx, sys.Target)
+	if res.Error != "" {
+		t.Fatalf("run failed: %s", res.Error)
+	}
+	want := map[string]int64{
+		workload.PhaseEnqueue: 200, workload.PhaseEnqueueSync: 20, workload.PhaseEnqueueBatch: 100,
+		workload.PhaseDrain: 320, workload.PhaseLifecycle: 100,
+	}
+	if len(res.Phases) != len(want) {
+		t.Fatalf("%d phases: %+v", len(res.Phases), res.Phases)
+	}
+	for _, p := range res.Phases {
+		if p.Messages != want[p.Name] || p.Errors != 0 || p.Aborted {
+			t.Errorf("%s: %d messages, %d errors (%s), want %d and none", p.Name, p.Messages, p.Errors, p.FirstError, want[p.Name])
+		}
+		if len(p.ServerCPU) != 1 || p.ServerCPU[0].Name != "n1" {
+			t.Errorf("%s: server cpu %+v", p.Name, p.ServerCPU)
+		}
+	}
+	if c := res.Check; c == nil || !c.OK() || c.Acked != 420 {
+		t.Fatalf("check: %v", c)
+	}
+	if e := res.Phase(workload.PhaseLifecycle).EndToEnd; e == nil || e.Count != 100 {
+		t.Fatalf("lifecycle end-to-end latency: %+v", e)
+	}
+	var tbl strings.Builder
+	if err := workload.WriteTable(&tbl, []workload.SystemResult{res}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(tbl.String(), "raftq-1: exactly once: acked 420") {
+		t.Fatalf("table:\n%s", tbl.String())
+	}
+}
+
+// TestRaftqMemorySmoke runs the issue-2 mode on a few hundred messages:
+// fill, snapshot under a trickle, kill -9, restart.
+func TestRaftqMemorySmoke(t *testing.T) {
+	bin := raftqBin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	o := MemoryOptions{Messages: 500, PayloadSize: 256, Batch: 50, Concurrency: 2, TrickleRate: 50, Baseline: 200 * time.Millisecond}
+	m := RunMemory(ctx, testLog(t), bin, o)
+	if m.Error != "" {
+		t.Fatal(m.Error)
+	}
+	if m.RSSBytes <= 0 || m.RSSAfterRestart <= 0 || m.SnapshotBytes <= 0 {
+		t.Fatalf("memory readings missing: %+v", m)
+	}
+	if m.Expected < 500 || m.Found < m.Expected {
+		t.Fatalf("after restart found %d of %d", m.Found, m.Expected)
+	}
+	// A tiny snapshot may finish between two trickle calls, so only the
+	// baseline is sure to have samples.
+	if m.TrickleBaseline.Count == 0 || m.RestartReadySecs <= 0 || m.RestartAnswerSecs > m.RestartReadySecs {
+		t.Fatalf("snapshot/restart figures: %+v", m)
+	}
+}
+
+func TestPeersNotInstalledSayWhy(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	_, err := NATSStarter("nats", "/nonexistent/nats-server", 3, false).Start(ctx, log)
+	if err == nil || !strings.Contains(err.Error(), "nats-server binary") {
+		t.Fatalf("missing nats-server: %v", err)
+	}
+	_, err = RabbitStarter("rabbitmq", "/nonexistent", 3).Start(ctx, log)
+	if err == nil || !strings.Contains(err.Error(), "apt-get install rabbitmq-server") {
+		t.Fatalf("missing rabbitmq: %v", err)
+	}
+}
+
+func TestParsePerfReport(t *testing.T) {
+	out := []byte(`# Samples: 10K of event 'cpu-clock'
+#
+# Overhead  Shared Object      Symbol
+# ........  .................  ..............................
+#
+    12.50%  raftq              [.] runtime.scanobject                -      -
+     7.25%  [kernel.kallsyms]  [k] _raw_spin_unlock_irqrestore
+     3.00%  raftq              [.] google.golang.org/grpc/internal/transport.(*http2Server).operateHeaders
+`)
+	got := parsePerfReport(out, 2, "")
+	if len(got) != 2 || got[0].Percent != 12.5 || got[0].Symbol != "runtime.scanobject" ||
+		got[1].Symbol != "_raw_spin_unlock_irqrestore" {
+		t.Fatalf("parsed %+v", got)
+	}
+	if all := parsePerfReport(out, 10, ""); len(all) != 3 || !strings.Contains(all[2].Symbol, "operateHeaders") {
+		t.Fatalf("parsed %+v", all)
+	}
+	children := []byte(`    40.10%     0.50%  raftq  [.] github.com/raftq/raftq/transport.(*Server).Enqueue
+    30.00%    30.00%  raftq  [.] runtime.mallocgc
+`)
+	if got := parsePerfReport(children, 10, "raftq/raftq/"); len(got) != 1 || got[0].Percent != 40.1 ||
+		got[0].Symbol != "github.com/raftq/raftq/transport.(*Server).Enqueue" {
+		t.Fatalf("parsed children report %+v", got)
+	}
+}

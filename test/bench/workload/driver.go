@@ -1,0 +1,53 @@
+package workload
+
+import "context"
+
+// Driver runs the workload's operations against one broker. A Driver and
+// its Producers and Consumers are used from many goroutines at once.
+type Driver interface {
+	// CreateQueue makes a new, empty, durable and replicated queue.
+	CreateQueue(ctx context.Context, q QueueSpec) error
+	// NewProducer opens a producer (its own connection) for queue.
+	NewProducer(ctx context.Context, queue string) (Producer, error)
+	// StartConsumer opens a consumer (its own connection) that allows
+	// maxInFlight unsettled deliveries and calls handle for each delivery,
+	// from any goroutine; when handle returns the delivery is acked.
+	StartConsumer(ctx context.Context, queue string, maxInFlight int, handle func(payload []byte)) (Consumer, error)
+	// Depth is how many messages the broker still holds in queue, ready or
+	// delivered but not acknowledged.
+	Depth(ctx context.Context, queue string) (int64, error)
+}
+
+// QueueSpec describes a queue and how it will be consumed (some brokers
+// size their consumer objects up front).
+type QueueSpec struct {
+	Name        string
+	Consumers   int
+	MaxInFlight int
+}
+
+// Producer enqueues. Enqueue is called concurrently (Window calls at once
+// per producer) and returns nil once the broker acknowledged every payload
+// as durably stored.
+type Producer interface {
+	Enqueue(ctx context.Context, payloads [][]byte) error
+	Close() error
+}
+
+// Consumer is a running consumer. Stop stops taking deliveries, settles
+// what was handled and closes the connection.
+type Consumer interface {
+	Stop(ctx context.Context) error
+}
+
+// Target is one broker deployment under test.
+type Target struct {
+	// Name labels the system in reports ("raftq-3", "nats-sync", ...).
+	Name   string
+	Nodes  int
+	Driver Driver
+	// Procs lists the server processes whose CPU time is recorded.
+	Procs func() []Proc
+	// Notes are printed under the table (deviations, settings).
+	Notes []string
+}

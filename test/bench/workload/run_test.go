@@ -1,0 +1,224 @@
+package workload
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// memBroker is an in-process stand-in for a broker: a buffered channel per
+// queue. It can lose one message and deliver another twice, so that the
+// runner's exactly-once check is seen to catch both.
+type memBroker struct {
+	mu     sync.Mutex
+	queues map[string]chan []byte
+	// loseOne drops the first message enqueued to the backlog (after
+	// acknowledging it); dupOne delivers the first backlog delivery twice.
+	loseOne, dupOne bool
+	lost, duped     atomic.Bool
+}
+
+func newMemBroker() *memBroker { return &memBroker{queues: map[string]chan []byte{}} }
+
+func (b *memBroker) q(name string) chan []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.queues[name]
+}
+
+func (b *memBroker) CreateQueue(_ context.Context, q QueueSpec) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.queues[q.Name] = make(chan []byte, 1<<16)
+	return nil
+}
+
+type memProducer struct {
+	b     *memBroker
+	queue string
+}
+
+func (b *memBroker) NewProducer(_ context.Context, queue string) (Producer, error) {
+	return &memProducer{b, queue}, nil
+}
+
+func (p *memProducer) Enqueue(ctx context.Context, payloads [][]byte) error {
+	q := p.b.q(p.queue)
+	for _, m := range payloads {
+		if p.queue == BacklogQueue && p.b.loseOne && p.b.lost.CompareAndSwap(false, true) {
+			continue
+		}
+		select {
+		case q <- m:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (p *memProducer) Close() error { return nil }
+
+type memConsumer struct {
+	stop chan struct{}
+	done chan struct{}
+}
+
+func (b *memBroker) StartConsumer(_ context.Context, queue string, _ int, handle func([]byte)) (Consumer, error) {
+	q := b.q(queue)
+	c := &memConsumer{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		for {
+			select {
+			case <-c.stop:
+				return
+			case m := <-q:
+				handle(m)
+				if queue == BacklogQueue && b.dupOne && b.duped.CompareAndSwap(false, true) {
+					handle(m)
+				}
+			}
+		}
+	}()
+	return c, nil
+}
+
+func (c *memConsumer) Stop(context.Context) error {
+	close(c.stop)
+	<-c.done
+	return nil
+}
+
+func (b *memBroker) Depth(_ context.Context, queue string) (int64, error) {
+	return int64(len(b.q(queue))), nil
+}
+
+func smallConfig() Config {
+	c := DefaultConfig()
+	c.Producers, c.Window = 2, 4
+	c.BatchSize, c.BatchWindow = 10, 2
+	c.Consumers, c.MaxInFlight = 2, 8
+	c.PayloadSize = 64
+	c.Enqueue = Limit{Messages: 500}
+	c.EnqueueSync = Limit{Messages: 50}
+	c.EnqueueBatch = Limit{Messages: 305} // not a multiple of the batch
+	c.Lifecycle = Limit{Messages: 200}
+	c.IdleTimeout = 500 * time.Millisecond
+	c.CallTimeout = 5 * time.Second
+	return c
+}
+
+func TestRunnerRunsEveryPhaseExactlyOnce(t *testing.T) {
+	b := newMemBroker()
+	procs := []Proc{{Name: "self", Pid: os.Getpid()}}
+	var hooked []string
+	r := &Runner{Cfg: smallConfig(), Log: slog.New(slog.DiscardHandler),
+		OnPhase: func(_ context.Context, _ Target, phase string) func() {
+			hooked = append(hooked, phase)
+			return nil
+		}}
+	res := r.Run(context.Background(), Target{Name: "mem", Nodes: 1, Driver: b, Procs: func() []Proc { return procs }})
+	if res.Error != "" {
+		t.Fatalf("run failed: %s", res.Error)
+	}
+	want := []struct {
+		name  string
+		msgs  int64
+		calls int64
+	}{
+		{PhaseEnqueue, 500, 500},
+		{PhaseEnqueueSync, 50, 50},
+		{PhaseEnqueueBatch, 305, 31},
+		{PhaseDrain, 855, 0},
+		{PhaseLifecycle, 200, 200},
+	}
+	if len(res.Phases) != len(want) {
+		t.Fatalf("%d phases, want %d", len(res.Phases), len(want))
+	}
+	for i, w := range want {
+		p := res.Phases[i]
+		if p.Name != w.name || p.Messages != w.msgs || p.Calls != w.calls || p.Errors != 0 || p.Aborted {
+			t.Errorf("phase %d = %s: %d msgs, %d calls, %d errors (aborted %v); want %s: %d msgs, %d calls",
+				i, p.Name, p.Messages, p.Calls, p.Errors, p.Aborted, w.name, w.msgs, w.calls)
+		}
+		if p.Rate <= 0 || p.Seconds <= 0 {
+			t.Errorf("phase %s: rate %v over %vs", p.Name, p.Rate, p.Seconds)
+		}
+		if len(p.ServerCPU) != 1 || p.ServerCPU[0].Name != "self" {
+			t.Errorf("phase %s: server cpu %+v", p.Name, p.ServerCPU)
+		}
+		if hooked[i] != w.name {
+			t.Errorf("OnPhase saw %v", hooked)
+		}
+	}
+	if l := res.Phase(PhaseEnqueue).Latency; l == nil || l.Count != 500 {
+		t.Errorf("enqueue latency %+v, want 500 samples", l)
+	}
+	if e := res.Phase(PhaseLifecycle).EndToEnd; e == nil || e.Count != 200 {
+		t.Errorf("lifecycle end-to-end %+v, want 200 samples", e)
+	}
+	if d := res.Phase(PhaseDrain); d.Deliveries != 855 || d.DeliveryRate <= 0 {
+		t.Errorf("drain deliveries %d at %v/s", d.Deliveries, d.DeliveryRate)
+	}
+	if c := res.Check; c == nil || !c.OK() || c.Acked != 1055 || c.Delivered != 1055 {
+		t.Fatalf("check %v", c)
+	}
+}
+
+func TestRunnerReportsLossAndDuplicates(t *testing.T) {
+	b := newMemBroker()
+	b.loseOne, b.dupOne = true, true
+	cfg := smallConfig()
+	cfg.EnqueueSync, cfg.EnqueueBatch, cfg.Lifecycle = Limit{}, Limit{}, Limit{}
+	r := &Runner{Cfg: cfg, Log: slog.New(slog.DiscardHandler)}
+	res := r.Run(context.Background(), Target{Name: "mem", Driver: b})
+	c := res.Check
+	if c == nil {
+		t.Fatalf("no check: %s", res.Error)
+	}
+	if c.OK() || c.Missing != 1 || c.Duplicates != 1 || c.DuplicateKeys != 1 || c.Acked != 500 || c.Delivered != 499 {
+		t.Fatalf("check %v, want 1 missing and 1 duplicate of 500", c)
+	}
+	if d := res.Phase(PhaseDrain); d == nil || !d.Aborted || d.FirstError == "" {
+		t.Fatalf("drain should report the message it never saw: %+v", d)
+	}
+}
+
+// failingDriver refuses every enqueue.
+type failingDriver struct{ *memBroker }
+
+type failingProducer struct{}
+
+func (failingDriver) NewProducer(context.Context, string) (Producer, error) {
+	return failingProducer{}, nil
+}
+func (failingProducer) Enqueue(context.Context, [][]byte) error { return errRefused }
+func (failingProducer) Close() error                            { return nil }
+
+var errRefused = errorString("refused")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+func TestRunnerAbortsAPhaseAfterMaxErrors(t *testing.T) {
+	cfg := smallConfig()
+	cfg.MaxErrors = 20
+	cfg.Enqueue = Limit{Duration: time.Minute}
+	cfg.EnqueueSync, cfg.EnqueueBatch, cfg.Lifecycle, cfg.Drain = Limit{}, Limit{}, Limit{}, false
+	r := &Runner{Cfg: cfg, Log: slog.New(slog.DiscardHandler)}
+	start := time.Now()
+	res := r.Run(context.Background(), Target{Name: "bad", Driver: failingDriver{newMemBroker()}})
+	p := res.Phase(PhaseEnqueue)
+	if p == nil || !p.Aborted || p.Errors < 20 || p.Messages != 0 || p.FirstError != "refused" {
+		t.Fatalf("phase %+v", p)
+	}
+	if time.Since(start) > 30*time.Second {
+		t.Fatal("a failing phase ran to its time limit instead of aborting")
+	}
+}
