@@ -68,6 +68,11 @@ BENCH_FLAGS ?=
 bench: build
 	$(GO) run ./test/bench -raftq-bin $(RAFTQ) -mode all -systems raftq-1,raftq-3 \
 	  -json $(BIN)/bench.json $(BENCH_FLAGS)
+	@echo "== scheduler selection cost: plain FIFO vs DRR over 1, 100, 10,000 fairness keys =="
+	$(GO) test -run '^$$' -bench BenchmarkSelect -benchtime 2s ./scheduler
+	@echo "== FSM apply cost and the 1,000,000-message snapshot (heap, lock hold, persist, restore) =="
+	$(GO) test -run '^$$' -bench 'BenchmarkApplyEnqueue' -benchtime 2000x ./fsm
+	$(GO) test -run '^$$' -bench 'BenchmarkMillionMessages' -benchtime 1x ./fsm
 
 # The same workload against NATS JetStream (3 nodes, R3 file streams, default
 # sync and sync_interval: always) and RabbitMQ quorum queues (3 nodes), with
