@@ -33,6 +33,7 @@ type FSM struct {
 	dedupExp  *btree.BTreeG[dedupRef] // dedup entries by expiry
 	consumers map[string]map[queueMsg]struct{}
 
+	totalBytes   int64 // payload bytes across queues (derived, like the per-queue counters)
 	lastNow      int64
 	appliedIndex uint64
 	keySeq       uint64 // derived: activation order of fairness keys, not part of the digest
@@ -58,6 +59,7 @@ func (f *FSM) reset() {
 	f.dedupExp = btree.NewG(btreeDegree, lessDedupRef)
 	f.consumers = map[string]map[queueMsg]struct{}{}
 	f.lastNow = 0
+	f.totalBytes = 0
 	f.appliedIndex = 0
 	f.keySeq = 0
 	f.checkpoints = nil

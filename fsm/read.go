@@ -97,35 +97,42 @@ func (f *FSM) QueueConfig(name string) (*raftqv1.QueueConfig, error) {
 	return proto.Clone(q.cfg).(*raftqv1.QueueConfig), nil
 }
 
-// Admit is the leader's admission check before proposing an enqueue of n
-// messages totalling size bytes: per-queue max_depth and max_bytes.
-func (f *FSM) Admit(name string, n int, size int64) error {
+// CheckEnqueue is the leader's check before proposing an enqueue: every
+// message against the queue's limits, then admission by max_depth,
+// max_bytes and the node-wide maxTotalBytes (0 = unlimited). One read lock,
+// no copies: it runs for every Enqueue call.
+func (f *FSM) CheckEnqueue(name string, msgs []*raftqv1.EnqueueMessage, maxTotalBytes int64) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	q := f.queues[name]
 	if q == nil {
 		return fmt.Errorf("%w: %s", ErrQueueNotFound, name)
 	}
+	var size int64
+	for i, m := range msgs {
+		if err := ValidateMessage(i, m, q.cfg); err != nil {
+			return err
+		}
+		size += int64(len(m.Payload))
+	}
 	depth := q.ready + q.delayed + q.inFlight
-	if q.cfg.MaxDepth > 0 && depth+int64(n) > q.cfg.MaxDepth {
+	if q.cfg.MaxDepth > 0 && depth+int64(len(msgs)) > q.cfg.MaxDepth {
 		return fmt.Errorf("%w: %s holds %d messages, max_depth is %d", ErrQueueFull, name, depth, q.cfg.MaxDepth)
 	}
 	if q.cfg.MaxBytes > 0 && q.bytes+size > q.cfg.MaxBytes {
 		return fmt.Errorf("%w: %s holds %d bytes, max_bytes is %d", ErrQueueFull, name, q.bytes, q.cfg.MaxBytes)
 	}
+	if maxTotalBytes > 0 && f.totalBytes+size > maxTotalBytes {
+		return fmt.Errorf("%w: the node holds %d payload bytes, --max-queued-bytes is %d", ErrQueueFull, f.totalBytes, maxTotalBytes)
+	}
 	return nil
 }
 
-// TotalBytes is the payload bytes held across all queues (node-wide
-// admission control).
+// TotalBytes is the payload bytes held across all queues.
 func (f *FSM) TotalBytes() int64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	var n int64
-	for _, q := range f.queues {
-		n += q.bytes
-	}
-	return n
+	return f.totalBytes
 }
 
 // Peek lists up to limit ready messages in the order a fresh scheduler

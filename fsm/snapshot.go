@@ -179,7 +179,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.queues, f.delayed, f.ttl, f.leases = nf.queues, nf.delayed, nf.ttl, nf.leases
 	f.dedupExp, f.consumers = nf.dedupExp, nf.consumers
-	f.lastNow, f.appliedIndex, f.keySeq = nf.lastNow, nf.appliedIndex, nf.keySeq
+	f.lastNow, f.appliedIndex, f.keySeq, f.totalBytes = nf.lastNow, nf.appliedIndex, nf.keySeq, nf.totalBytes
 	f.checkpoints = nil
 	names := f.sortedQueueNames()
 	n := f.notifier

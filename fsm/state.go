@@ -198,6 +198,7 @@ func (f *FSM) unindex(q *queue, m *message) {
 		f.ttl.Delete(timedRef{at: m.expiresMs, queue: q.name, id: m.id})
 	}
 	q.bytes -= m.size()
+	f.totalBytes -= m.size()
 	if m.origin != "" {
 		if oq := f.queues[m.origin]; oq != nil {
 			oq.deadLettered--
@@ -234,6 +235,7 @@ func (f *FSM) index(q *queue, m *message) {
 		f.ttl.ReplaceOrInsert(timedRef{at: m.expiresMs, queue: q.name, id: m.id})
 	}
 	q.bytes += m.size()
+	f.totalBytes += m.size()
 	if m.origin != "" {
 		if oq := f.queues[m.origin]; oq != nil {
 			oq.deadLettered++

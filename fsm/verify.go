@@ -99,6 +99,13 @@ func (f *FSM) verifyLocked() error {
 				name, q.ready, q.delayed, q.inFlight, q.bytes, q.deadLettered, c.ready, c.delayed, c.inFlight, c.bytes, c.deadLettered)
 		}
 	}
+	var total int64
+	for _, c := range got {
+		total += c.bytes
+	}
+	if total != f.totalBytes {
+		return fmt.Errorf("node holds %d payload bytes, counter says %d", total, f.totalBytes)
+	}
 	if f.delayed.Len() != delayed || f.ttl.Len() != ttl || f.leases.Len() != leases {
 		return fmt.Errorf("global indexes delayed=%d ttl=%d leases=%d, messages delayed=%d ttl=%d leased=%d",
 			f.delayed.Len(), f.ttl.Len(), f.leases.Len(), delayed, ttl, leases)

@@ -8,8 +8,6 @@ import (
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/genproto/googleapis/rpc/code"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Request limits that are not per-queue settings.
@@ -118,24 +116,8 @@ func (s *Server) Enqueue(ctx context.Context, req *raftqv1.EnqueueRequest) (*raf
 	if n > MaxBatch {
 		return nil, invalid("messages: %d in one request, the limit is %d", n, MaxBatch)
 	}
-	cfg, err := s.state.QueueConfig(req.Queue)
-	if err != nil {
+	if err := s.state.CheckEnqueue(req.Queue, req.Messages, s.cfg.MaxQueuedBytes); err != nil {
 		return nil, err
-	}
-	var size int64
-	for i, m := range req.Messages {
-		if err := fsm.ValidateMessage(i, m, cfg); err != nil {
-			return nil, err
-		}
-		size += int64(len(m.Payload))
-	}
-	if err := s.state.Admit(req.Queue, n, size); err != nil {
-		return nil, err
-	}
-	if lim := s.cfg.MaxQueuedBytes; lim > 0 {
-		if held := s.state.TotalBytes(); held+size > lim {
-			return nil, status.Errorf(codes.ResourceExhausted, "node holds %d payload bytes, --max-queued-bytes is %d", held, lim)
-		}
 	}
 	out, err := s.enqueues.submit(ctx, &fsmv1.EnqueueBatch{Queue: req.Queue, Messages: req.Messages})
 	if err != nil {
