@@ -139,8 +139,8 @@ func (w *workload) produce(ctx context.Context, id int) {
 		_, err := w.c.Enqueue(cctx, w.queue, &raftqv1.EnqueueMessage{Payload: []byte(payload)})
 		cancel()
 		if err != nil {
-			w.lastErr.Store(err)
-			continue // outcome unknown: the client's dedup id made the retry safe
+			w.lastErr.Store(err.Error()) // a string: atomic.Value needs one concrete type
+			continue                     // outcome unknown: the client's dedup id made the retry safe
 		}
 		w.mu.Lock()
 		w.acked[payload] = true
@@ -205,7 +205,7 @@ func TestThreeNodeFailover(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if err := con.Run(runCtx); err != nil {
-				consumerErr.Store(err)
+				consumerErr.Store(err.Error())
 			}
 		}()
 	}
@@ -227,7 +227,7 @@ func TestThreeNodeFailover(t *testing.T) {
 	before := w.enqueued.Load()
 	killedAt := time.Now()
 	leader.Kill()
-	t.Logf("killed leader %s after %d acknowledged enqueues", leader.ID, before)
+	t.Logf("killed leader %s after %d acknowledged enqueues (last enqueue error before: %v)", leader.ID, before, w.lastErr.Load())
 	harness.Eventually(t, 60*time.Second, func() error {
 		if n := w.enqueued.Load(); n <= before {
 			return fmt.Errorf("no enqueue acknowledged since the kill (last error: %v)", w.lastErr.Load())
