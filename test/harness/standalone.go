@@ -52,7 +52,9 @@ func (n *Node) Launch() error {
 	}, n.Args...)
 	cmd := exec.Command(n.bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: if the test process dies abruptly (a -timeout panic, a
+	// kill), its nodes die with it instead of lingering.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("harness: start %s: %w", n.ID, err)
