@@ -62,39 +62,48 @@ func (f *FSM) freeze() *frozen {
 	return fr
 }
 
-// write streams the frozen state as length-delimited records.
+// write streams the frozen state as length-delimited records. It reuses
+// one record and one buffer for the messages: a snapshot of a million
+// messages otherwise allocates millions of short-lived objects, and the
+// garbage collector's assists then stall Apply on the same cores.
 func (fr *frozen) write(w io.Writer) error {
 	opts := proto.MarshalOptions{Deterministic: true}
+	var buf []byte
 	put := func(m proto.Message) error {
-		b, err := opts.Marshal(m)
+		var err error
+		buf, err = opts.MarshalAppend(buf[:0], m)
 		if err != nil {
 			return err
 		}
 		var lenBuf [10]byte
-		n := putUvarint(lenBuf[:], uint64(len(b)))
+		n := putUvarint(lenBuf[:], uint64(len(buf)))
 		if _, err := w.Write(lenBuf[:n]); err != nil {
 			return err
 		}
-		_, err = w.Write(b)
+		_, err = w.Write(buf)
 		return err
 	}
 	if err := put(&fsmv1.SnapshotHeader{Version: snapshotVersion, LastNowMs: fr.lastNow, AppliedIndex: fr.index, QueueCount: uint64(len(fr.queues))}); err != nil {
 		return err
 	}
+	rec := &fsmv1.MessageRecord{}
+	dedup := &fsmv1.DedupEntry{}
 	for _, fq := range fr.queues {
 		if err := put(fq.rec); err != nil {
 			return err
 		}
 		var err error
 		fq.msgs.Ascend(func(it msgItem) bool {
-			err = put(messageRecord(it.m))
+			fillMessageRecord(rec, it.m)
+			err = put(rec)
 			return err == nil
 		})
 		if err != nil {
 			return err
 		}
 		fq.dedup.Ascend(func(e dedupEntry) bool {
-			err = put(&fsmv1.DedupEntry{DedupId: e.dedupID, MessageId: e.messageID, ExpiresMs: e.expiresMs})
+			dedup.DedupId, dedup.MessageId, dedup.ExpiresMs = e.dedupID, e.messageID, e.expiresMs
+			err = put(dedup)
 			return err == nil
 		})
 		if err != nil {
@@ -115,8 +124,9 @@ func putUvarint(buf []byte, x uint64) int {
 	return i + 1
 }
 
-func messageRecord(m *message) *fsmv1.MessageRecord {
-	return &fsmv1.MessageRecord{
+// fillMessageRecord overwrites every field of r with m's.
+func fillMessageRecord(r *fsmv1.MessageRecord, m *message) {
+	*r = fsmv1.MessageRecord{
 		Id: m.id, Payload: m.payload, Headers: m.headers, Priority: m.priority,
 		FairnessKey: m.fairnessKey, Weight: m.weight, ThrottleKeys: m.throttleKeys,
 		EnqueuedMs: m.enqueuedMs, VisibleMs: m.visibleMs, ExpiresMs: m.expiresMs,
