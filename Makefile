@@ -17,8 +17,8 @@ build:
 	$(GO) build -o $(RAFTQ) ./cmd/raftq
 
 # A working single-node broker with no flags (data in ./raftq-data).
-run:
-	$(GO) run ./cmd/raftq serve
+run: build
+	$(RAFTQ) serve
 
 # A three-node cluster on loopback (ports 7400-7423), data in a temp dir.
 cluster:
