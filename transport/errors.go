@@ -43,7 +43,8 @@ func codeOf(err error) codes.Code {
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled
-	case errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrLeadershipLost), errors.Is(err, scheduler.ErrNotLeader):
+	case errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrLeadershipLost), errors.Is(err, scheduler.ErrNotLeader),
+		errors.Is(err, cluster.ErrShutdown), errors.Is(err, errStopping):
 		return codes.Unavailable
 	}
 	if s, ok := status.FromError(err); ok {
