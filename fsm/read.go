@@ -86,6 +86,17 @@ func (f *FSM) sortedQueueNames() []string {
 	return names
 }
 
+// HasQueue reports ErrQueueNotFound for an unknown queue; a cheap check
+// for hot paths that need no config.
+func (f *FSM) HasQueue(name string) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.queues[name] == nil {
+		return fmt.Errorf("%w: %s", ErrQueueNotFound, name)
+	}
+	return nil
+}
+
 // QueueConfig returns a queue's effective config (a copy).
 func (f *FSM) QueueConfig(name string) (*raftqv1.QueueConfig, error) {
 	f.mu.RLock()

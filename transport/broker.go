@@ -174,8 +174,8 @@ func itemResults(items []error) []*raftqv1.ItemResult {
 }
 
 // requireQueue answers NotFound for an unknown queue before proposing.
-func (s *Server) requireQueue(name string) (*raftqv1.QueueConfig, error) {
-	return s.state.QueueConfig(name)
+func (s *Server) requireQueue(name string) error {
+	return s.state.HasQueue(name)
 }
 
 func (s *Server) Ack(ctx context.Context, req *raftqv1.AckRequest) (*raftqv1.AckResponse, error) {
@@ -186,7 +186,7 @@ func (s *Server) Ack(ctx context.Context, req *raftqv1.AckRequest) (*raftqv1.Ack
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.requireQueue(req.Queue); err != nil {
+	if err := s.requireQueue(req.Queue); err != nil {
 		return nil, err
 	}
 	out, err := s.acks.submit(ctx, refs)
@@ -221,7 +221,7 @@ func (s *Server) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raftqv1.N
 		}
 		items[i] = &fsmv1.NackOne{Ref: ref, DelayMs: n.DelayMs, Reason: n.Reason, DeadLetter: n.DeadLetter, Uncounted: n.Unprocessed}
 	}
-	if _, err := s.requireQueue(req.Queue); err != nil {
+	if err := s.requireQueue(req.Queue); err != nil {
 		return nil, err
 	}
 	res, err := s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: items}}})
@@ -242,7 +242,7 @@ func (s *Server) ExtendLease(ctx context.Context, req *raftqv1.ExtendLeaseReques
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.requireQueue(req.Queue); err != nil {
+	if err := s.requireQueue(req.Queue); err != nil {
 		return nil, err
 	}
 	res, err := s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Extend{Extend: &fsmv1.Extend{Refs: refs, ExtendByMs: req.ExtendByMs}}})

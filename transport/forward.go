@@ -32,11 +32,27 @@ var leaderMethods = func() map[string]bool {
 		raftqv1.Cluster_TransferLeadership_FullMethodName: true,
 		raftqv1.Cluster_Checkpoint_FullMethodName:         true,
 	}
-	svc := raftqv1.File_raftq_v1_raftq_proto.Services().ByName("Broker")
-	for i := 0; i < svc.Methods().Len(); i++ {
-		md := svc.Methods().Get(i)
-		if !md.IsStreamingServer() && !md.IsStreamingClient() {
-			m[fmt.Sprintf("/%s/%s", svc.FullName(), md.Name())] = true
+	for name, md := range unaryMethods {
+		if md.Parent().Name() == "Broker" {
+			m[name] = true
+		}
+	}
+	return m
+}()
+
+// unaryMethods maps the full name of each unary method of ours
+// ("/raftq.v1.Broker/Enqueue") to its descriptor, built once so a
+// forwarded call finds its response type without a scan.
+var unaryMethods = func() map[string]protoreflect.MethodDescriptor {
+	m := map[string]protoreflect.MethodDescriptor{}
+	services := raftqv1.File_raftq_v1_raftq_proto.Services()
+	for i := 0; i < services.Len(); i++ {
+		svc := services.Get(i)
+		for j := 0; j < svc.Methods().Len(); j++ {
+			md := svc.Methods().Get(j)
+			if !md.IsStreamingServer() && !md.IsStreamingClient() {
+				m[fmt.Sprintf("/%s/%s", svc.FullName(), md.Name())] = md
+			}
 		}
 	}
 	return m
@@ -44,17 +60,11 @@ var leaderMethods = func() map[string]bool {
 
 // responseType finds the response message of a unary method of ours.
 func responseType(fullMethod string) (protoreflect.MessageType, error) {
-	services := raftqv1.File_raftq_v1_raftq_proto.Services()
-	for i := 0; i < services.Len(); i++ {
-		svc := services.Get(i)
-		for j := 0; j < svc.Methods().Len(); j++ {
-			md := svc.Methods().Get(j)
-			if fmt.Sprintf("/%s/%s", svc.FullName(), md.Name()) == fullMethod {
-				return protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
-			}
-		}
+	md, ok := unaryMethods[fullMethod]
+	if !ok {
+		return nil, fmt.Errorf("unknown method %s", fullMethod)
 	}
-	return nil, fmt.Errorf("unknown method %s", fullMethod)
+	return protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
 }
 
 // forwardUnary serves leader-only calls here when this node leads, and

@@ -48,7 +48,7 @@ func (s *Server) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseSer
 	if err := s.waitEstablished(stream.Context()); err != nil {
 		return err
 	}
-	if _, err := s.state.QueueConfig(req.Queue); err != nil {
+	if err := s.state.HasQueue(req.Queue); err != nil {
 		return toStatus(err)
 	}
 	maxInFlight := int(req.MaxInFlight)
