@@ -129,7 +129,9 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err != nil {
 		return nil, fmt.Errorf("raft store: %w", err)
 	}
-	logs, err := raft.NewLogCache(logCacheSize, n.store)
+	// The cache sits above the chunking: LogCache.DeleteRange empties the
+	// whole cache, and should do so once per compaction, not once per chunk.
+	logs, err := raft.NewLogCache(logCacheSize, newChunkedLogStore(n.store, compactChunk))
 	if err != nil {
 		return nil, fmt.Errorf("log cache: %w", err)
 	}
@@ -192,7 +194,8 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("raft config: %w", err)
 	}
-	n.raft, err = raft.NewRaft(rc, fsm, logs, n.store, n.snaps, n.trans)
+	snaps := &writeBehindStore{FileSnapshotStore: n.snaps, dir: filepath.Join(cfg.DataDir, "snapshots"), chunk: writeBehindChunk, log: n.log}
+	n.raft, err = raft.NewRaft(rc, fsm, logs, n.store, snaps, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("raft: %w", err)
 	}

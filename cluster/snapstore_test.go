@@ -1,0 +1,117 @@
+package cluster
+
+import (
+	"bytes"
+	"io"
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+func newTestSnapStore(t *testing.T, chunk int64) *writeBehindStore {
+	t.Helper()
+	dir := t.TempDir()
+	fs, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &writeBehindStore{FileSnapshotStore: fs, dir: filepath.Join(dir, "snapshots"), chunk: chunk, log: testLogger()}
+}
+
+func createSink(t *testing.T, s *writeBehindStore, index uint64) *writeBehindSink {
+	t.Helper()
+	sink, err := s.Create(raft.SnapshotVersionMax, index, 1, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb, ok := sink.(*writeBehindSink)
+	if !ok {
+		// raft's FileSnapshotStore no longer keeps its state file at
+		// snapshots/<id>.tmp/state.bin: write-behind is silently off.
+		t.Fatalf("Create returned %T, not the write-behind sink", sink)
+	}
+	return wb
+}
+
+func TestWriteBehindSink(t *testing.T) {
+	const chunk = 64 << 10
+	tests := []struct {
+		name       string
+		size       int
+		writeSize  int
+		wantWaited bool // some chunk was waited for before Close
+	}{
+		{"empty", 0, 1, false},
+		{"under a chunk", chunk - 1, 4096, false},
+		{"one chunk", chunk, 4096, false},
+		{"many chunks, small writes", 10*chunk + 123, 1000, true},
+		{"many chunks, writes larger than a chunk", 10*chunk + 123, 3*chunk + 7, true},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestSnapStore(t, chunk)
+			sink := createSink(t, s, uint64(i+1))
+			want := make([]byte, tc.size)
+			for j := range want {
+				want[j] = byte(j*7 + j/251)
+			}
+			for rest := want; len(rest) > 0; {
+				n := min(len(rest), tc.writeSize)
+				if _, err := sink.Write(rest[:n]); err != nil {
+					t.Fatal(err)
+				}
+				rest = rest[n:]
+			}
+			if got := sink.f != nil; !got {
+				t.Fatal("write-behind was switched off while writing")
+			}
+			if (sink.waited > 0) != tc.wantWaited {
+				t.Errorf("waited for %d bytes of writeback, want some: %v", sink.waited, tc.wantWaited)
+			}
+			if sink.started > int64(tc.size) || sink.waited > sink.started {
+				t.Errorf("writeback started %d, waited %d, of %d bytes", sink.started, sink.waited, tc.size)
+			}
+			if err := sink.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := sink.Close(); err != nil {
+				t.Fatalf("second Close: %v", err)
+			}
+			metas, err := s.List()
+			if err != nil || len(metas) != 1 {
+				t.Fatalf("List = %v, %v; want one snapshot", metas, err)
+			}
+			meta, rc, err := s.Open(metas[0].ID) // checks the CRC
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			got, err := io.ReadAll(rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if meta.Size != int64(tc.size) || !bytes.Equal(got, want) {
+				t.Fatalf("snapshot holds %d bytes (meta %d), want the %d written", len(got), meta.Size, tc.size)
+			}
+		})
+	}
+}
+
+func TestWriteBehindSinkCancel(t *testing.T) {
+	s := newTestSnapStore(t, 4096)
+	sink := createSink(t, s, 1)
+	if _, err := sink.Write(make([]byte, 5*4096)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Cancel(); err != nil {
+		t.Fatal(err)
+	}
+	if sink.f != nil {
+		t.Error("state file left open after Cancel")
+	}
+	if metas, err := s.List(); err != nil || len(metas) != 0 {
+		t.Fatalf("List after Cancel = %v, %v; want none", metas, err)
+	}
+}
