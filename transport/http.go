@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -19,6 +20,18 @@ type metrics struct {
 	rpcs      *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	delivered prometheus.Counter
+	// streamedReqs counts EnqueueStream requests by code; streamedOK is
+	// its OK child, resolved once because it is bumped per message.
+	streamedReqs *prometheus.CounterVec
+	streamedOK   prometheus.Counter
+}
+
+func (m *metrics) streamed(code codes.Code) {
+	if code == codes.OK {
+		m.streamedOK.Inc()
+		return
+	}
+	m.streamedReqs.WithLabelValues(code.String()).Inc()
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -33,8 +46,12 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		delivered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "raftq_deliveries_total", Help: "Deliveries pushed on Lease streams by this node.",
 		}),
+		streamedReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "raftq_enqueue_stream_requests_total", Help: "Enqueue requests served on EnqueueStream streams, by status code.",
+		}, []string{"code"}),
 	}
-	reg.MustRegister(m.rpcs, m.latency, m.delivered,
+	m.streamedOK = m.streamedReqs.WithLabelValues(codes.OK.String())
+	reg.MustRegister(m.rpcs, m.latency, m.delivered, m.streamedReqs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raftq_is_leader", Help: "1 if this node is the Raft leader."}, func() float64 {
 			if s.node.IsLeader() {

@@ -35,6 +35,7 @@ func TestInprocCluster(t *testing.T) {
 	step("status lists three voters", func(t *testing.T) { testStatus(t, c) })
 	step("bad input is refused and changes nothing", func(t *testing.T) { testValidation(t, c) })
 	step("forwarding and redirects", func(t *testing.T) { testForwarding(t, c) })
+	step("enqueue stream", func(t *testing.T) { testEnqueueStream(t, c) })
 	t.Run("cluster admin bad input", func(t *testing.T) { testAdminValidation(t, c) })
 	step("stream close releases leases", func(t *testing.T) { testRelease(t, c) })
 	step("lease limit and hand-back", func(t *testing.T) { testLimitAndHandBack(t, c) })

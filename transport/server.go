@@ -82,6 +82,9 @@ type Server struct {
 	enqueues *coalescer[*fsmv1.EnqueueBatch]
 	acks     *coalescer[[]*fsmv1.Ref]
 
+	// stopping is closed when Stop begins, ending EnqueueStreams that
+	// would otherwise hold GracefulStop until its deadline.
+	stopping  chan struct{}
 	closeOnce sync.Once
 }
 
@@ -97,13 +100,14 @@ func New(cfg Config, node Raft, state *fsm.FSM, sched Scheduler) *Server {
 		cfg.Registry = prometheus.NewRegistry()
 	}
 	s := &Server{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		node:   node,
-		state:  state,
-		sched:  sched,
-		peers:  newPeerPool(),
-		health: health.NewServer(),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		node:     node,
+		state:    state,
+		sched:    sched,
+		peers:    newPeerPool(),
+		health:   health.NewServer(),
+		stopping: make(chan struct{}),
 	}
 	s.metrics = newMetrics(cfg.Registry, s)
 	propose := Proposer{Node: node}.Propose
@@ -154,6 +158,7 @@ func (s *Server) Serve(lis net.Listener) error {
 // in-flight unary calls.
 func (s *Server) Stop(ctx context.Context) {
 	s.closeOnce.Do(func() {
+		close(s.stopping)
 		s.health.Shutdown()
 		done := make(chan struct{})
 		go func() { s.grpc.GracefulStop(); close(done) }()

@@ -10,6 +10,7 @@
 package raftqv1
 
 import (
+	status "google.golang.org/genproto/googleapis/rpc/status"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -1639,6 +1640,121 @@ func (x *EnqueueResponse) GetMessageIds() []string {
 	return nil
 }
 
+type EnqueueStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client to match the response; never interpreted.
+	Seq           uint64          `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Request       *EnqueueRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueStreamRequest) Reset() {
+	*x = EnqueueStreamRequest{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueStreamRequest) ProtoMessage() {}
+
+func (x *EnqueueStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueStreamRequest.ProtoReflect.Descriptor instead.
+func (*EnqueueStreamRequest) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *EnqueueStreamRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *EnqueueStreamRequest) GetRequest() *EnqueueRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type EnqueueStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Exactly one of response (success) and error (the status code and
+	// details a unary Enqueue would have failed with) is set.
+	Response      *EnqueueResponse `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	Error         *status.Status   `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueStreamResponse) Reset() {
+	*x = EnqueueStreamResponse{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueStreamResponse) ProtoMessage() {}
+
+func (x *EnqueueStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueStreamResponse.ProtoReflect.Descriptor instead.
+func (*EnqueueStreamResponse) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *EnqueueStreamResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *EnqueueStreamResponse) GetResponse() *EnqueueResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *EnqueueStreamResponse) GetError() *status.Status {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 type LeaseRequest struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Queue               string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
@@ -1655,7 +1771,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1783,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1796,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{25}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LeaseRequest) GetQueue() string {
@@ -1727,7 +1843,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1855,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1868,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{26}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeaseResponse) GetMessages() []*Delivery {
@@ -1772,7 +1888,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +1900,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +1913,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{27}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AckRequest) GetQueue() string {
@@ -1823,7 +1939,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +1951,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +1964,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{28}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AckResponse) GetResults() []*ItemResult {
@@ -1868,7 +1984,7 @@ type NackRequest struct {
 
 func (x *NackRequest) Reset() {
 	*x = NackRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +1996,7 @@ func (x *NackRequest) String() string {
 func (*NackRequest) ProtoMessage() {}
 
 func (x *NackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +2009,7 @@ func (x *NackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackRequest.ProtoReflect.Descriptor instead.
 func (*NackRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{29}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *NackRequest) GetQueue() string {
@@ -1919,7 +2035,7 @@ type NackResponse struct {
 
 func (x *NackResponse) Reset() {
 	*x = NackResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2047,7 @@ func (x *NackResponse) String() string {
 func (*NackResponse) ProtoMessage() {}
 
 func (x *NackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2060,7 @@ func (x *NackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
 func (*NackResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{30}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NackResponse) GetResults() []*ItemResult {
@@ -1965,7 +2081,7 @@ type ExtendLeaseRequest struct {
 
 func (x *ExtendLeaseRequest) Reset() {
 	*x = ExtendLeaseRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2093,7 @@ func (x *ExtendLeaseRequest) String() string {
 func (*ExtendLeaseRequest) ProtoMessage() {}
 
 func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2106,7 @@ func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{31}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ExtendLeaseRequest) GetQueue() string {
@@ -2024,7 +2140,7 @@ type ExtendLeaseResponse struct {
 
 func (x *ExtendLeaseResponse) Reset() {
 	*x = ExtendLeaseResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2152,7 @@ func (x *ExtendLeaseResponse) String() string {
 func (*ExtendLeaseResponse) ProtoMessage() {}
 
 func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2165,7 @@ func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{32}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ExtendLeaseResponse) GetResults() []*ItemResult {
@@ -2077,7 +2193,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2205,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2218,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{33}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PeekRequest) GetQueue() string {
@@ -2135,7 +2251,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2263,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2276,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{34}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PeekResponse) GetMessages() []*Delivery {
@@ -2180,7 +2296,7 @@ type RedriveRequest struct {
 
 func (x *RedriveRequest) Reset() {
 	*x = RedriveRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2308,7 @@ func (x *RedriveRequest) String() string {
 func (*RedriveRequest) ProtoMessage() {}
 
 func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2321,7 @@ func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveRequest.ProtoReflect.Descriptor instead.
 func (*RedriveRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{35}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RedriveRequest) GetQueue() string {
@@ -2231,7 +2347,7 @@ type RedriveResponse struct {
 
 func (x *RedriveResponse) Reset() {
 	*x = RedriveResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2359,7 @@ func (x *RedriveResponse) String() string {
 func (*RedriveResponse) ProtoMessage() {}
 
 func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2372,7 @@ func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveResponse.ProtoReflect.Descriptor instead.
 func (*RedriveResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{36}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RedriveResponse) GetMoved() int64 {
@@ -2283,7 +2399,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2411,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2424,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{37}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Node) GetId() string {
@@ -2382,7 +2498,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2510,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2523,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{38}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{40}
 }
 
 type StatusResponse struct {
@@ -2424,7 +2540,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2552,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2565,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{39}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StatusResponse) GetLeaderId() string {
@@ -2503,7 +2619,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2515,7 +2631,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2528,7 +2644,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{40}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -2546,7 +2662,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2674,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2687,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{41}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{43}
 }
 
 type TransferLeadershipRequest struct {
@@ -2583,7 +2699,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2711,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2724,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{42}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TransferLeadershipRequest) GetToId() string {
@@ -2627,7 +2743,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2755,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2768,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{43}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TransferLeadershipResponse) GetNewLeaderId() string {
@@ -2670,7 +2786,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2682,7 +2798,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2695,7 +2811,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
 }
 
 type SnapshotResponse struct {
@@ -2707,7 +2823,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2719,7 +2835,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2732,7 +2848,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -2755,7 +2871,7 @@ type NodeDigest struct {
 
 func (x *NodeDigest) Reset() {
 	*x = NodeDigest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +2883,7 @@ func (x *NodeDigest) String() string {
 func (*NodeDigest) ProtoMessage() {}
 
 func (x *NodeDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2780,7 +2896,7 @@ func (x *NodeDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDigest.ProtoReflect.Descriptor instead.
 func (*NodeDigest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NodeDigest) GetId() string {
@@ -2826,7 +2942,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2838,7 +2954,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2851,7 +2967,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
 }
 
 type VerifyResponse struct {
@@ -2865,7 +2981,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +2993,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +3006,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *VerifyResponse) GetNodes() []*NodeDigest {
@@ -2915,7 +3031,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2927,7 +3043,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2940,7 +3056,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
 }
 
 type CheckpointResponse struct {
@@ -2952,7 +3068,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2964,7 +3080,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2977,7 +3093,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CheckpointResponse) GetIndex() uint64 {
@@ -2996,7 +3112,7 @@ type LocalDigestRequest struct {
 
 func (x *LocalDigestRequest) Reset() {
 	*x = LocalDigestRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3008,7 +3124,7 @@ func (x *LocalDigestRequest) String() string {
 func (*LocalDigestRequest) ProtoMessage() {}
 
 func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3021,7 +3137,7 @@ func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalDigestRequest.ProtoReflect.Descriptor instead.
 func (*LocalDigestRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *LocalDigestRequest) GetIndex() uint64 {
@@ -3035,7 +3151,7 @@ var File_raftq_v1_raftq_proto protoreflect.FileDescriptor
 
 const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\n" +
-	"\x14raftq/v1/raftq.proto\x12\braftq.v1\x1a google/protobuf/field_mask.proto\"F\n" +
+	"\x14raftq/v1/raftq.proto\x12\braftq.v1\x1a google/protobuf/field_mask.proto\x1a\x17google/rpc/status.proto\"F\n" +
 	"\fThrottleRule\x12 \n" +
 	"\frate_per_sec\x18\x01 \x01(\x01R\n" +
 	"ratePerSec\x12\x14\n" +
@@ -3173,7 +3289,14 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\bmessages\x18\x02 \x03(\v2\x18.raftq.v1.EnqueueMessageR\bmessages\"2\n" +
 	"\x0fEnqueueResponse\x12\x1f\n" +
 	"\vmessage_ids\x18\x01 \x03(\tR\n" +
-	"messageIds\"\xb7\x01\n" +
+	"messageIds\"\\\n" +
+	"\x14EnqueueStreamRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x122\n" +
+	"\arequest\x18\x02 \x01(\v2\x18.raftq.v1.EnqueueRequestR\arequest\"\x8a\x01\n" +
+	"\x15EnqueueStreamResponse\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x125\n" +
+	"\bresponse\x18\x02 \x01(\v2\x19.raftq.v1.EnqueueResponseR\bresponse\x12(\n" +
+	"\x05error\x18\x03 \x01(\v2\x12.google.rpc.StatusR\x05error\"\xb7\x01\n" +
 	"\fLeaseRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12#\n" +
 	"\rconsumer_name\x18\x02 \x01(\tR\fconsumerName\x12\"\n" +
@@ -3260,7 +3383,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x12CheckpointResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"*\n" +
 	"\x12LocalDigestRequest\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index2\xeb\x06\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index2\xc1\a\n" +
 	"\x06Broker\x12J\n" +
 	"\vCreateQueue\x12\x1c.raftq.v1.CreateQueueRequest\x1a\x1d.raftq.v1.CreateQueueResponse\x12J\n" +
 	"\vUpdateQueue\x12\x1c.raftq.v1.UpdateQueueRequest\x1a\x1d.raftq.v1.UpdateQueueResponse\x12J\n" +
@@ -3270,7 +3393,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"ListQueues\x12\x1b.raftq.v1.ListQueuesRequest\x1a\x1c.raftq.v1.ListQueuesResponse\x12G\n" +
 	"\n" +
 	"PurgeQueue\x12\x1b.raftq.v1.PurgeQueueRequest\x1a\x1c.raftq.v1.PurgeQueueResponse\x12>\n" +
-	"\aEnqueue\x12\x18.raftq.v1.EnqueueRequest\x1a\x19.raftq.v1.EnqueueResponse\x12:\n" +
+	"\aEnqueue\x12\x18.raftq.v1.EnqueueRequest\x1a\x19.raftq.v1.EnqueueResponse\x12T\n" +
+	"\rEnqueueStream\x12\x1e.raftq.v1.EnqueueStreamRequest\x1a\x1f.raftq.v1.EnqueueStreamResponse(\x010\x01\x12:\n" +
 	"\x05Lease\x12\x16.raftq.v1.LeaseRequest\x1a\x17.raftq.v1.LeaseResponse0\x01\x122\n" +
 	"\x03Ack\x12\x14.raftq.v1.AckRequest\x1a\x15.raftq.v1.AckResponse\x125\n" +
 	"\x04Nack\x12\x15.raftq.v1.NackRequest\x1a\x16.raftq.v1.NackResponse\x12J\n" +
@@ -3300,7 +3424,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -3327,110 +3451,118 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*PurgeQueueResponse)(nil),         // 22: raftq.v1.PurgeQueueResponse
 	(*EnqueueRequest)(nil),             // 23: raftq.v1.EnqueueRequest
 	(*EnqueueResponse)(nil),            // 24: raftq.v1.EnqueueResponse
-	(*LeaseRequest)(nil),               // 25: raftq.v1.LeaseRequest
-	(*LeaseResponse)(nil),              // 26: raftq.v1.LeaseResponse
-	(*AckRequest)(nil),                 // 27: raftq.v1.AckRequest
-	(*AckResponse)(nil),                // 28: raftq.v1.AckResponse
-	(*NackRequest)(nil),                // 29: raftq.v1.NackRequest
-	(*NackResponse)(nil),               // 30: raftq.v1.NackResponse
-	(*ExtendLeaseRequest)(nil),         // 31: raftq.v1.ExtendLeaseRequest
-	(*ExtendLeaseResponse)(nil),        // 32: raftq.v1.ExtendLeaseResponse
-	(*PeekRequest)(nil),                // 33: raftq.v1.PeekRequest
-	(*PeekResponse)(nil),               // 34: raftq.v1.PeekResponse
-	(*RedriveRequest)(nil),             // 35: raftq.v1.RedriveRequest
-	(*RedriveResponse)(nil),            // 36: raftq.v1.RedriveResponse
-	(*Node)(nil),                       // 37: raftq.v1.Node
-	(*StatusRequest)(nil),              // 38: raftq.v1.StatusRequest
-	(*StatusResponse)(nil),             // 39: raftq.v1.StatusResponse
-	(*RemoveNodeRequest)(nil),          // 40: raftq.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 41: raftq.v1.RemoveNodeResponse
-	(*TransferLeadershipRequest)(nil),  // 42: raftq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 43: raftq.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 44: raftq.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 45: raftq.v1.SnapshotResponse
-	(*NodeDigest)(nil),                 // 46: raftq.v1.NodeDigest
-	(*VerifyRequest)(nil),              // 47: raftq.v1.VerifyRequest
-	(*VerifyResponse)(nil),             // 48: raftq.v1.VerifyResponse
-	(*CheckpointRequest)(nil),          // 49: raftq.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),         // 50: raftq.v1.CheckpointResponse
-	(*LocalDigestRequest)(nil),         // 51: raftq.v1.LocalDigestRequest
-	nil,                                // 52: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 53: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 54: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 55: google.protobuf.FieldMask
+	(*EnqueueStreamRequest)(nil),       // 25: raftq.v1.EnqueueStreamRequest
+	(*EnqueueStreamResponse)(nil),      // 26: raftq.v1.EnqueueStreamResponse
+	(*LeaseRequest)(nil),               // 27: raftq.v1.LeaseRequest
+	(*LeaseResponse)(nil),              // 28: raftq.v1.LeaseResponse
+	(*AckRequest)(nil),                 // 29: raftq.v1.AckRequest
+	(*AckResponse)(nil),                // 30: raftq.v1.AckResponse
+	(*NackRequest)(nil),                // 31: raftq.v1.NackRequest
+	(*NackResponse)(nil),               // 32: raftq.v1.NackResponse
+	(*ExtendLeaseRequest)(nil),         // 33: raftq.v1.ExtendLeaseRequest
+	(*ExtendLeaseResponse)(nil),        // 34: raftq.v1.ExtendLeaseResponse
+	(*PeekRequest)(nil),                // 35: raftq.v1.PeekRequest
+	(*PeekResponse)(nil),               // 36: raftq.v1.PeekResponse
+	(*RedriveRequest)(nil),             // 37: raftq.v1.RedriveRequest
+	(*RedriveResponse)(nil),            // 38: raftq.v1.RedriveResponse
+	(*Node)(nil),                       // 39: raftq.v1.Node
+	(*StatusRequest)(nil),              // 40: raftq.v1.StatusRequest
+	(*StatusResponse)(nil),             // 41: raftq.v1.StatusResponse
+	(*RemoveNodeRequest)(nil),          // 42: raftq.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 43: raftq.v1.RemoveNodeResponse
+	(*TransferLeadershipRequest)(nil),  // 44: raftq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 45: raftq.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 46: raftq.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 47: raftq.v1.SnapshotResponse
+	(*NodeDigest)(nil),                 // 48: raftq.v1.NodeDigest
+	(*VerifyRequest)(nil),              // 49: raftq.v1.VerifyRequest
+	(*VerifyResponse)(nil),             // 50: raftq.v1.VerifyResponse
+	(*CheckpointRequest)(nil),          // 51: raftq.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 52: raftq.v1.CheckpointResponse
+	(*LocalDigestRequest)(nil),         // 53: raftq.v1.LocalDigestRequest
+	nil,                                // 54: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 55: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 56: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 57: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 58: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	52, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	54, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
 	1,  // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
 	2,  // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
 	3,  // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
 	4,  // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
-	53, // 5: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	54, // 6: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	55, // 5: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	56, // 6: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
 	1,  // 7: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
 	5,  // 8: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	1,  // 9: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	55, // 10: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	57, // 10: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
 	5,  // 11: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 12: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 13: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
 	6,  // 14: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
-	7,  // 15: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
-	8,  // 16: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
-	10, // 17: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
-	9,  // 18: raftq.v1.NackRequest.nacks:type_name -> raftq.v1.NackItem
-	10, // 19: raftq.v1.NackResponse.results:type_name -> raftq.v1.ItemResult
-	8,  // 20: raftq.v1.ExtendLeaseRequest.leases:type_name -> raftq.v1.LeaseRef
-	10, // 21: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
-	7,  // 22: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
-	37, // 23: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
-	46, // 24: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
-	0,  // 25: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
-	11, // 26: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
-	13, // 27: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
-	15, // 28: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
-	17, // 29: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
-	19, // 30: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
-	21, // 31: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
-	23, // 32: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
-	25, // 33: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
-	27, // 34: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
-	29, // 35: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
-	31, // 36: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
-	33, // 37: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
-	35, // 38: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	38, // 39: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
-	40, // 40: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
-	42, // 41: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
-	44, // 42: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	47, // 43: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	49, // 44: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	51, // 45: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
-	12, // 46: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	14, // 47: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	16, // 48: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	18, // 49: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	20, // 50: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	22, // 51: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	24, // 52: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	26, // 53: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	28, // 54: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	30, // 55: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	32, // 56: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	34, // 57: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	36, // 58: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	39, // 59: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	41, // 60: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	43, // 61: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	45, // 62: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	48, // 63: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	50, // 64: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	46, // 65: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	46, // [46:66] is the sub-list for method output_type
-	26, // [26:46] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	23, // 15: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
+	24, // 16: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
+	58, // 17: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	7,  // 18: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
+	8,  // 19: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
+	10, // 20: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
+	9,  // 21: raftq.v1.NackRequest.nacks:type_name -> raftq.v1.NackItem
+	10, // 22: raftq.v1.NackResponse.results:type_name -> raftq.v1.ItemResult
+	8,  // 23: raftq.v1.ExtendLeaseRequest.leases:type_name -> raftq.v1.LeaseRef
+	10, // 24: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
+	7,  // 25: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
+	39, // 26: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
+	48, // 27: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
+	0,  // 28: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
+	11, // 29: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
+	13, // 30: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
+	15, // 31: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
+	17, // 32: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
+	19, // 33: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
+	21, // 34: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
+	23, // 35: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
+	25, // 36: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
+	27, // 37: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
+	29, // 38: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
+	31, // 39: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
+	33, // 40: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
+	35, // 41: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
+	37, // 42: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
+	40, // 43: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
+	42, // 44: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
+	44, // 45: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
+	46, // 46: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
+	49, // 47: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	51, // 48: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	53, // 49: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	12, // 50: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	14, // 51: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	16, // 52: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	18, // 53: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	20, // 54: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	22, // 55: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	24, // 56: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	26, // 57: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
+	28, // 58: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	30, // 59: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	32, // 60: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	34, // 61: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	36, // 62: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	38, // 63: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	41, // 64: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	43, // 65: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	45, // 66: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	47, // 67: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	50, // 68: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	52, // 69: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	48, // 70: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	50, // [50:71] is the sub-list for method output_type
+	29, // [29:50] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_raftq_v1_raftq_proto_init() }
@@ -3444,7 +3576,7 @@ func file_raftq_v1_raftq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   55,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -22,19 +22,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Broker_CreateQueue_FullMethodName = "/raftq.v1.Broker/CreateQueue"
-	Broker_UpdateQueue_FullMethodName = "/raftq.v1.Broker/UpdateQueue"
-	Broker_DeleteQueue_FullMethodName = "/raftq.v1.Broker/DeleteQueue"
-	Broker_GetQueue_FullMethodName    = "/raftq.v1.Broker/GetQueue"
-	Broker_ListQueues_FullMethodName  = "/raftq.v1.Broker/ListQueues"
-	Broker_PurgeQueue_FullMethodName  = "/raftq.v1.Broker/PurgeQueue"
-	Broker_Enqueue_FullMethodName     = "/raftq.v1.Broker/Enqueue"
-	Broker_Lease_FullMethodName       = "/raftq.v1.Broker/Lease"
-	Broker_Ack_FullMethodName         = "/raftq.v1.Broker/Ack"
-	Broker_Nack_FullMethodName        = "/raftq.v1.Broker/Nack"
-	Broker_ExtendLease_FullMethodName = "/raftq.v1.Broker/ExtendLease"
-	Broker_Peek_FullMethodName        = "/raftq.v1.Broker/Peek"
-	Broker_Redrive_FullMethodName     = "/raftq.v1.Broker/Redrive"
+	Broker_CreateQueue_FullMethodName   = "/raftq.v1.Broker/CreateQueue"
+	Broker_UpdateQueue_FullMethodName   = "/raftq.v1.Broker/UpdateQueue"
+	Broker_DeleteQueue_FullMethodName   = "/raftq.v1.Broker/DeleteQueue"
+	Broker_GetQueue_FullMethodName      = "/raftq.v1.Broker/GetQueue"
+	Broker_ListQueues_FullMethodName    = "/raftq.v1.Broker/ListQueues"
+	Broker_PurgeQueue_FullMethodName    = "/raftq.v1.Broker/PurgeQueue"
+	Broker_Enqueue_FullMethodName       = "/raftq.v1.Broker/Enqueue"
+	Broker_EnqueueStream_FullMethodName = "/raftq.v1.Broker/EnqueueStream"
+	Broker_Lease_FullMethodName         = "/raftq.v1.Broker/Lease"
+	Broker_Ack_FullMethodName           = "/raftq.v1.Broker/Ack"
+	Broker_Nack_FullMethodName          = "/raftq.v1.Broker/Nack"
+	Broker_ExtendLease_FullMethodName   = "/raftq.v1.Broker/ExtendLease"
+	Broker_Peek_FullMethodName          = "/raftq.v1.Broker/Peek"
+	Broker_Redrive_FullMethodName       = "/raftq.v1.Broker/Redrive"
 )
 
 // BrokerClient is the client API for Broker service.
@@ -50,6 +51,12 @@ type BrokerClient interface {
 	ListQueues(ctx context.Context, in *ListQueuesRequest, opts ...grpc.CallOption) (*ListQueuesResponse, error)
 	PurgeQueue(ctx context.Context, in *PurgeQueueRequest, opts ...grpc.CallOption) (*PurgeQueueResponse, error)
 	Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*EnqueueResponse, error)
+	// EnqueueStream carries many Enqueue calls over one long-lived stream:
+	// each request is served exactly as Enqueue would serve it and answered
+	// by one response with the same seq, in completion order. It saves the
+	// per-call cost of a unary RPC when a producer keeps many enqueues
+	// outstanding. A follower forwards each request to the leader.
+	EnqueueStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[EnqueueStreamRequest, EnqueueStreamResponse], error)
 	// Lease opens a server-push stream of deliveries, each under a lease.
 	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaseResponse], error)
 	Ack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResponse, error)
@@ -137,9 +144,22 @@ func (c *brokerClient) Enqueue(ctx context.Context, in *EnqueueRequest, opts ...
 	return out, nil
 }
 
+func (c *brokerClient) EnqueueStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[EnqueueStreamRequest, EnqueueStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Broker_ServiceDesc.Streams[0], Broker_EnqueueStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[EnqueueStreamRequest, EnqueueStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Broker_EnqueueStreamClient = grpc.BidiStreamingClient[EnqueueStreamRequest, EnqueueStreamResponse]
+
 func (c *brokerClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaseResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Broker_ServiceDesc.Streams[0], Broker_Lease_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Broker_ServiceDesc.Streams[1], Broker_Lease_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -219,6 +239,12 @@ type BrokerServer interface {
 	ListQueues(context.Context, *ListQueuesRequest) (*ListQueuesResponse, error)
 	PurgeQueue(context.Context, *PurgeQueueRequest) (*PurgeQueueResponse, error)
 	Enqueue(context.Context, *EnqueueRequest) (*EnqueueResponse, error)
+	// EnqueueStream carries many Enqueue calls over one long-lived stream:
+	// each request is served exactly as Enqueue would serve it and answered
+	// by one response with the same seq, in completion order. It saves the
+	// per-call cost of a unary RPC when a producer keeps many enqueues
+	// outstanding. A follower forwards each request to the leader.
+	EnqueueStream(grpc.BidiStreamingServer[EnqueueStreamRequest, EnqueueStreamResponse]) error
 	// Lease opens a server-push stream of deliveries, each under a lease.
 	Lease(*LeaseRequest, grpc.ServerStreamingServer[LeaseResponse]) error
 	Ack(context.Context, *AckRequest) (*AckResponse, error)
@@ -256,6 +282,9 @@ func (UnimplementedBrokerServer) PurgeQueue(context.Context, *PurgeQueueRequest)
 }
 func (UnimplementedBrokerServer) Enqueue(context.Context, *EnqueueRequest) (*EnqueueResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Enqueue not implemented")
+}
+func (UnimplementedBrokerServer) EnqueueStream(grpc.BidiStreamingServer[EnqueueStreamRequest, EnqueueStreamResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method EnqueueStream not implemented")
 }
 func (UnimplementedBrokerServer) Lease(*LeaseRequest, grpc.ServerStreamingServer[LeaseResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method Lease not implemented")
@@ -422,6 +451,13 @@ func _Broker_Enqueue_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Broker_EnqueueStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(BrokerServer).EnqueueStream(&grpc.GenericServerStream[EnqueueStreamRequest, EnqueueStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Broker_EnqueueStreamServer = grpc.BidiStreamingServer[EnqueueStreamRequest, EnqueueStreamResponse]
+
 func _Broker_Lease_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(LeaseRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -580,6 +616,12 @@ var Broker_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "EnqueueStream",
+			Handler:       _Broker_EnqueueStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "Lease",
 			Handler:       _Broker_Lease_Handler,
