@@ -6,6 +6,7 @@ import (
 	"path"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -36,8 +37,21 @@ func (c *Client) Enqueue(ctx context.Context, queue string, msgs ...*raftqv1.Enq
 			m.DedupId = NewDedupID()
 		}
 	}
+	req := &raftqv1.EnqueueRequest{Queue: queue, Messages: msgs}
 	resp := &raftqv1.EnqueueResponse{}
-	err := c.broker(ctx, raftqv1.Broker_Enqueue_FullMethodName, &raftqv1.EnqueueRequest{Queue: queue, Messages: msgs}, resp)
+	if c.unaryEnqueue {
+		if err := c.broker(ctx, raftqv1.Broker_Enqueue_FullMethodName, req, resp); err != nil {
+			return nil, err
+		}
+		return resp.GetMessageIds(), nil
+	}
+	err := c.retrying(ctx, "Enqueue", c.pool.target, func(ctx context.Context, addr string, cc *grpc.ClientConn) error {
+		m, err := c.pool.enqueuer(addr, cc)
+		if err != nil {
+			return err
+		}
+		return m.enqueue(ctx, req, resp)
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -24,9 +24,10 @@ var ErrClosed = errors.New("raftq client: closed")
 // go to the last known leader (saving the follower's forwarding hop) or to a
 // seed; the Lease stream of a Consumer always follows the leader.
 type Client struct {
-	log   *slog.Logger
-	retry RetryPolicy
-	pool  *pool
+	log          *slog.Logger
+	retry        RetryPolicy
+	pool         *pool
+	unaryEnqueue bool
 }
 
 // Option configures Dial.
@@ -38,6 +39,7 @@ type options struct {
 	creds    credentials.TransportCredentials
 	dialOpts []grpc.DialOption
 	wait     bool
+	unary    bool
 }
 
 // WithLogger sets the logger for retries, redirects and consumer events.
@@ -79,6 +81,14 @@ func WithWaitForConnection() Option {
 	return func(o *options) { o.wait = true }
 }
 
+// WithUnaryEnqueue sends every Enqueue as its own unary RPC. By default
+// concurrent Enqueue calls to a node share one EnqueueStream (falling back
+// to unary calls on a node without it), which costs the broker and the
+// client far less CPU per call; the results and retries are the same.
+func WithUnaryEnqueue() Option {
+	return func(o *options) { o.unary = true }
+}
+
 // Dial returns a Client for the cluster reachable through seeds, a list of
 // host:port gRPC addresses of any of its nodes. Connections are made lazily
 // and one is kept per address until Close.
@@ -118,9 +128,10 @@ func Dial(ctx context.Context, seeds []string, opts ...Option) (*Client, error) 
 		}),
 	}, o.dialOpts...)
 	c := &Client{
-		log:   o.log,
-		retry: o.retry,
-		pool:  newPool(clean, dialOpts),
+		log:          o.log,
+		retry:        o.retry,
+		pool:         newPool(clean, dialOpts),
+		unaryEnqueue: o.unary,
 	}
 	if o.wait {
 		if err := c.pool.waitReady(ctx, o.retry.withDefaults()); err != nil {

@@ -34,81 +34,87 @@ func TestDialValidatesSeeds(t *testing.T) {
 }
 
 func TestUnaryFollowsNotLeaderRedirect(t *testing.T) {
-	rec := newRecorder()
-	leader := serve(t, &fakeBroker{name: "B", rec: rec})
-	follower := serve(t, &fakeBroker{name: "A", rec: rec, unary: func(string) error { return notLeader(leader) }})
-	c := dial(t, follower)
+	forEachEnqueuePath(t, func(t *testing.T, streams bool) {
+		rec := newRecorder()
+		leader := serve(t, &fakeBroker{streams: streams, name: "B", rec: rec})
+		follower := serve(t, &fakeBroker{streams: streams, name: "A", rec: rec, unary: func(string) error { return notLeader(leader) }})
+		c := dial(t, follower)
 
-	for range 2 {
-		ids, err := c.EnqueuePayloads(context.Background(), "q", []byte("x"))
-		if err != nil {
-			t.Fatal(err)
+		for range 2 {
+			ids, err := c.EnqueuePayloads(context.Background(), "q", []byte("x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ids) != 1 || ids[0] != "B-0" {
+				t.Fatalf("ids = %v, want [B-0]", ids)
+			}
 		}
-		if len(ids) != 1 || ids[0] != "B-0" {
-			t.Fatalf("ids = %v, want [B-0]", ids)
+		calls, _ := rec.snapshot()
+		// The second call goes straight to the leader it learned of.
+		if got := strings.Join(describe(calls), " "); got != "A:Enqueue B:Enqueue B:Enqueue" {
+			t.Fatalf("calls = %s", got)
 		}
-	}
-	calls, _ := rec.snapshot()
-	// The second call goes straight to the leader it learned of.
-	if got := strings.Join(describe(calls), " "); got != "A:Enqueue B:Enqueue B:Enqueue" {
-		t.Fatalf("calls = %s", got)
-	}
+	})
 }
 
 func TestRetriesUnavailableThenSucceeds(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		err  error
-	}{
-		{"plain unavailable", status.Error(codes.Unavailable, "down")},
-		{"no leader", noLeader()},
-		{"not leader, leader unknown", notLeader("")},
-		{"attempt timeout", status.Error(codes.DeadlineExceeded, "slow")},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var attempts atomic.Int32
-			addr := serve(t, &fakeBroker{name: "A", rec: newRecorder(), unary: func(string) error {
-				if attempts.Add(1) <= 2 {
-					return tc.err
+	forEachEnqueuePath(t, func(t *testing.T, streams bool) {
+		for _, tc := range []struct {
+			name string
+			err  error
+		}{
+			{"plain unavailable", status.Error(codes.Unavailable, "down")},
+			{"no leader", noLeader()},
+			{"not leader, leader unknown", notLeader("")},
+			{"attempt timeout", status.Error(codes.DeadlineExceeded, "slow")},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				var attempts atomic.Int32
+				addr := serve(t, &fakeBroker{streams: streams, name: "A", rec: newRecorder(), unary: func(string) error {
+					if attempts.Add(1) <= 2 {
+						return tc.err
+					}
+					return nil
+				}})
+				c := dial(t, addr)
+				if _, err := c.EnqueuePayloads(context.Background(), "q", []byte("x")); err != nil {
+					t.Fatal(err)
 				}
-				return nil
-			}})
-			c := dial(t, addr)
-			if _, err := c.EnqueuePayloads(context.Background(), "q", []byte("x")); err != nil {
-				t.Fatal(err)
-			}
-			if got := attempts.Load(); got != 3 {
-				t.Fatalf("attempts = %d, want 3", got)
-			}
-		})
-	}
+				if got := attempts.Load(); got != 3 {
+					t.Fatalf("attempts = %d, want 3", got)
+				}
+			})
+		}
+	})
 }
 
 func TestNoRetryOnFinalCodes(t *testing.T) {
-	for _, code := range []codes.Code{
-		codes.InvalidArgument, codes.NotFound, codes.AlreadyExists,
-		codes.FailedPrecondition, codes.ResourceExhausted, codes.Unimplemented,
-	} {
-		t.Run(code.String(), func(t *testing.T) {
-			var attempts atomic.Int32
-			addr := serve(t, &fakeBroker{name: "A", rec: newRecorder(), unary: func(string) error {
-				attempts.Add(1)
-				return status.Error(code, "nope")
-			}})
-			c := dial(t, addr)
-			_, err := c.EnqueuePayloads(context.Background(), "q", []byte("x"))
-			if got := status.Code(err); got != code {
-				t.Fatalf("code = %v, want %v (err %v)", got, code, err)
-			}
-			var se interface{ GRPCStatus() *status.Status }
-			if !errors.As(err, &se) || se.GRPCStatus().Message() != "nope" {
-				t.Fatalf("status not reachable with errors.As: %v", err)
-			}
-			if got := attempts.Load(); got != 1 {
-				t.Fatalf("attempts = %d, want 1", got)
-			}
-		})
-	}
+	forEachEnqueuePath(t, func(t *testing.T, streams bool) {
+		for _, code := range []codes.Code{
+			codes.InvalidArgument, codes.NotFound, codes.AlreadyExists,
+			codes.FailedPrecondition, codes.ResourceExhausted, codes.Unimplemented,
+		} {
+			t.Run(code.String(), func(t *testing.T) {
+				var attempts atomic.Int32
+				addr := serve(t, &fakeBroker{streams: streams, name: "A", rec: newRecorder(), unary: func(string) error {
+					attempts.Add(1)
+					return status.Error(code, "nope")
+				}})
+				c := dial(t, addr)
+				_, err := c.EnqueuePayloads(context.Background(), "q", []byte("x"))
+				if got := status.Code(err); got != code {
+					t.Fatalf("code = %v, want %v (err %v)", got, code, err)
+				}
+				var se interface{ GRPCStatus() *status.Status }
+				if !errors.As(err, &se) || se.GRPCStatus().Message() != "nope" {
+					t.Fatalf("status not reachable with errors.As: %v", err)
+				}
+				if got := attempts.Load(); got != 1 {
+					t.Fatalf("attempts = %d, want 1", got)
+				}
+			})
+		}
+	})
 }
 
 func TestRetryLimits(t *testing.T) {
@@ -169,50 +175,52 @@ func TestRotatesOverSeeds(t *testing.T) {
 }
 
 func TestEnqueueDedupIDsStableAcrossRetries(t *testing.T) {
-	var mu sync.Mutex
-	var seen [][]string
-	addr := serve(t, &fakeBroker{name: "A", rec: newRecorder(), enqueue: func(req *raftqv1.EnqueueRequest) (*raftqv1.EnqueueResponse, error) {
-		var ids []string
-		for _, m := range req.GetMessages() {
-			ids = append(ids, m.GetDedupId())
+	forEachEnqueuePath(t, func(t *testing.T, streams bool) {
+		var mu sync.Mutex
+		var seen [][]string
+		addr := serve(t, &fakeBroker{streams: streams, name: "A", rec: newRecorder(), enqueue: func(req *raftqv1.EnqueueRequest) (*raftqv1.EnqueueResponse, error) {
+			var ids []string
+			for _, m := range req.GetMessages() {
+				ids = append(ids, m.GetDedupId())
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, ids)
+			if len(seen) == 1 {
+				// The broker committed the batch but the answer is lost.
+				return nil, status.Error(codes.Unavailable, "leadership lost")
+			}
+			return &raftqv1.EnqueueResponse{MessageIds: []string{"1", "2", "3"}}, nil
+		}})
+		c := dial(t, addr)
+		msgs := []*raftqv1.EnqueueMessage{
+			{Payload: []byte("a")},
+			{Payload: []byte("b"), DedupId: "mine"},
+			{Payload: []byte("c")},
+		}
+		if _, err := c.Enqueue(context.Background(), "q", msgs...); err != nil {
+			t.Fatal(err)
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		seen = append(seen, ids)
-		if len(seen) == 1 {
-			// The broker committed the batch but the answer is lost.
-			return nil, status.Error(codes.Unavailable, "leadership lost")
+		if len(seen) != 2 {
+			t.Fatalf("attempts = %d, want 2", len(seen))
 		}
-		return &raftqv1.EnqueueResponse{MessageIds: []string{"1", "2", "3"}}, nil
-	}})
-	c := dial(t, addr)
-	msgs := []*raftqv1.EnqueueMessage{
-		{Payload: []byte("a")},
-		{Payload: []byte("b"), DedupId: "mine"},
-		{Payload: []byte("c")},
-	}
-	if _, err := c.Enqueue(context.Background(), "q", msgs...); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) != 2 {
-		t.Fatalf("attempts = %d, want 2", len(seen))
-	}
-	first, second := seen[0], seen[1]
-	if strings.Join(first, ",") != strings.Join(second, ",") {
-		t.Fatalf("dedup ids changed between attempts: %v then %v", first, second)
-	}
-	if first[1] != "mine" {
-		t.Fatalf("caller's dedup id replaced: %v", first)
-	}
-	if first[0] == "" || first[2] == "" || first[0] == first[2] {
-		t.Fatalf("generated dedup ids not unique: %v", first)
-	}
-	// Written back, so the caller can resend the same messages safely.
-	if msgs[0].DedupId != first[0] {
-		t.Fatalf("message carries %q, broker saw %q", msgs[0].DedupId, first[0])
-	}
+		first, second := seen[0], seen[1]
+		if strings.Join(first, ",") != strings.Join(second, ",") {
+			t.Fatalf("dedup ids changed between attempts: %v then %v", first, second)
+		}
+		if first[1] != "mine" {
+			t.Fatalf("caller's dedup id replaced: %v", first)
+		}
+		if first[0] == "" || first[2] == "" || first[0] == first[2] {
+			t.Fatalf("generated dedup ids not unique: %v", first)
+		}
+		// Written back, so the caller can resend the same messages safely.
+		if msgs[0].DedupId != first[0] {
+			t.Fatalf("message carries %q, broker saw %q", msgs[0].DedupId, first[0])
+		}
+	})
 }
 
 func TestUpdateQueueMask(t *testing.T) {
@@ -319,15 +327,17 @@ func TestBackoffBounds(t *testing.T) {
 }
 
 func TestAttemptTimeoutMovesPastHungNode(t *testing.T) {
-	live := serve(t, &fakeBroker{name: "live", rec: newRecorder()})
-	c := dial(t, hungAddr(t), live).WithRetryPolicy(RetryPolicy{AttemptTimeout: 100 * time.Millisecond, InitialBackoff: time.Millisecond})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ids, err := c.EnqueuePayloads(ctx, "q", []byte("x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ids[0] != "live-0" {
-		t.Fatalf("ids = %v", ids)
-	}
+	forEachEnqueuePath(t, func(t *testing.T, streams bool) {
+		live := serve(t, &fakeBroker{streams: streams, name: "live", rec: newRecorder()})
+		c := dial(t, hungAddr(t), live).WithRetryPolicy(RetryPolicy{AttemptTimeout: 100 * time.Millisecond, InitialBackoff: time.Millisecond})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ids, err := c.EnqueuePayloads(ctx, "q", []byte("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ids[0] != "live-0" {
+			t.Fatalf("ids = %v", ids)
+		}
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,6 +151,39 @@ type fakeBroker struct {
 	lease   func(*raftqv1.LeaseRequest, grpc.ServerStreamingServer[raftqv1.LeaseResponse]) error
 	extend  func(*raftqv1.ExtendLeaseRequest) (*raftqv1.ExtendLeaseResponse, error)
 	members func() []string // gRPC addresses Status lists
+
+	// streams makes EnqueueStream serve (otherwise it is Unimplemented, as
+	// on an older broker): each request goes through Enqueue above, then
+	// breakAfter, if set, may end the stream without sending the answer.
+	streams    bool
+	breakAfter func(n int) bool
+	opened     atomic.Int32 // EnqueueStreams opened
+}
+
+func (f *fakeBroker) EnqueueStream(s grpc.BidiStreamingServer[raftqv1.EnqueueStreamRequest, raftqv1.EnqueueStreamResponse]) error {
+	f.opened.Add(1)
+	if !f.streams {
+		return status.Error(codes.Unimplemented, "unknown method EnqueueStream")
+	}
+	for n := 1; ; n++ {
+		req, err := s.Recv()
+		if err != nil {
+			return nil
+		}
+		resp := &raftqv1.EnqueueStreamResponse{Seq: req.Seq}
+		r, err := f.Enqueue(s.Context(), req.Request)
+		if err != nil {
+			resp.Error = status.Convert(err).Proto()
+		} else {
+			resp.Response = r
+		}
+		if f.breakAfter != nil && f.breakAfter(n) {
+			return status.Error(codes.Unavailable, "stream broken after the request was served")
+		}
+		if err := s.Send(resp); err != nil {
+			return err
+		}
+	}
 }
 
 func (f *fakeBroker) pre(method string, req proto.Message) error {

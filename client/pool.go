@@ -22,6 +22,7 @@ type pool struct {
 	cursor int
 	leader string
 	conns  map[string]*grpc.ClientConn
+	muxes  map[string]*enqueueMux
 	closed bool
 }
 
@@ -30,6 +31,7 @@ func newPool(seeds []string, dialOpts []grpc.DialOption) *pool {
 		dialOpts: dialOpts,
 		seeds:    seeds,
 		conns:    make(map[string]*grpc.ClientConn),
+		muxes:    make(map[string]*enqueueMux),
 	}
 }
 
@@ -131,6 +133,22 @@ func (p *pool) conn(addr string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
+// enqueuer returns the EnqueueStream multiplexer for addr, whose
+// connection is cc.
+func (p *pool) enqueuer(addr string, cc *grpc.ClientConn) (*enqueueMux, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	m, ok := p.muxes[addr]
+	if !ok {
+		m = newEnqueueMux(cc)
+		p.muxes[addr] = m
+	}
+	return m, nil
+}
+
 func (p *pool) isClosed() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -139,10 +157,13 @@ func (p *pool) isClosed() bool {
 
 func (p *pool) close() error {
 	p.mu.Lock()
-	conns := p.conns
-	p.conns = nil
+	conns, muxes := p.conns, p.muxes
+	p.conns, p.muxes = nil, nil
 	p.closed = true
 	p.mu.Unlock()
+	for _, m := range muxes {
+		m.close()
+	}
 	var first error
 	for _, cc := range conns {
 		if err := cc.Close(); err != nil && first == nil {

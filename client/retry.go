@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -158,11 +159,19 @@ func (p *pool) classify(ctx context.Context, addr string, err error) action {
 // invoke runs one unary RPC with leader following and retries. resp is
 // overwritten by each attempt that gets a response.
 func (c *Client) invoke(ctx context.Context, op, method string, req, resp proto.Message, pick func() string) error {
+	return c.retrying(ctx, op, pick, func(ctx context.Context, _ string, cc *grpc.ClientConn) error {
+		return cc.Invoke(ctx, method, req, resp)
+	})
+}
+
+// retrying runs attempt against the node pick names until it succeeds, the
+// retry policy gives up, or an error is final.
+func (c *Client) retrying(ctx context.Context, op string, pick func() string, attempt func(ctx context.Context, addr string, cc *grpc.ClientConn) error) error {
 	rp := c.retry.withDefaults()
 	limit := rp.attempts(ctx)
 	var lastErr error
 	redirects := 0
-	for attempt := 1; ; attempt++ {
+	for n := 1; ; n++ {
 		addr := pick()
 		cc, err := c.pool.conn(addr)
 		if err != nil {
@@ -172,7 +181,7 @@ func (c *Client) invoke(ctx context.Context, op, method string, req, resp proto.
 		if rp.AttemptTimeout > 0 {
 			actx, cancel = context.WithTimeout(ctx, rp.AttemptTimeout)
 		}
-		err = cc.Invoke(actx, method, req, resp)
+		err = attempt(actx, addr, cc)
 		cancel()
 		if err == nil {
 			return nil
@@ -190,8 +199,8 @@ func (c *Client) invoke(ctx context.Context, op, method string, req, resp proto.
 			return fmt.Errorf("raftq %s: %w", op, err)
 		}
 		lastErr = err
-		if limit > 0 && attempt >= limit {
-			return fmt.Errorf("raftq %s: giving up after %d attempts: %w", op, attempt, lastErr)
+		if limit > 0 && n >= limit {
+			return fmt.Errorf("raftq %s: giving up after %d attempts: %w", op, n, lastErr)
 		}
 		// A redirect is followed at once, but two in a row means nodes
 		// disagree about the leader (an election in progress): back off.
@@ -200,9 +209,9 @@ func (c *Client) invoke(ctx context.Context, op, method string, req, resp proto.
 			redirects++
 		} else {
 			redirects = 0
-			wait = rp.backoff(attempt)
+			wait = rp.backoff(n)
 		}
-		c.log.Debug("raftq: retrying", "op", op, "addr", addr, "attempt", attempt,
+		c.log.Debug("raftq: retrying", "op", op, "addr", addr, "attempt", n,
 			"code", status.Code(err).String(), "wait", wait, "next", c.pool.target())
 		if err := sleepCtx(ctx, wait); err != nil {
 			return fmt.Errorf("raftq %s: %w (last error: %w)", op, err, lastErr)

@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/raftq/raftq/client"
 	"github.com/raftq/raftq/test/bench/systems"
 	"github.com/raftq/raftq/test/bench/workload"
 )
@@ -50,7 +51,7 @@ func main() {
 	o := options{cfg: workload.DefaultConfig(), memory: systems.DefaultMemoryOptions()}
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
 	fs.StringVar(&o.mode, "mode", "throughput", "throughput (the workload against -systems), memory (issue 2 figures, one raftq node) or all")
-	fs.StringVar(&o.systems, "systems", "raftq-1,raftq-3", "comma-separated systems: raftq-1, raftq-3, nats, nats-sync, rabbitmq")
+	fs.StringVar(&o.systems, "systems", "raftq-1,raftq-3", "comma-separated systems: raftq-1, raftq-3, raftq-1-unary, raftq-3-unary (producers without EnqueueStream), nats, nats-sync, rabbitmq")
 	fs.StringVar(&o.base, "base", "raftq-3", "system the comparison table divides by the others")
 	fs.StringVar(&o.jsonPath, "json", "", "write the full results as JSON to this file")
 	fs.StringVar(&o.raftqBin, "raftq-bin", "", "raftq binary to run (default: build ./cmd/raftq without -race)")
@@ -162,11 +163,14 @@ func run(ctx context.Context, log *slog.Logger, o *options) error {
 
 func throughput(ctx context.Context, log *slog.Logger, o *options, rep *workload.Report) error {
 	starters := map[string]systems.Starter{
-		"raftq-1":   systems.RaftqStarter("raftq-1", o.raftqBin, 1),
-		"raftq-3":   systems.RaftqStarter("raftq-3", o.raftqBin, 3),
-		"nats":      systems.NATSStarter("nats", natsBinary(o.natsServer), 3, false),
-		"nats-sync": systems.NATSStarter("nats-sync", natsBinary(o.natsServer), 3, true),
-		"rabbitmq":  systems.RabbitStarter("rabbitmq", o.rabbitDir, 3),
+		"raftq-1": systems.RaftqStarter("raftq-1", o.raftqBin, 1),
+		"raftq-3": systems.RaftqStarter("raftq-3", o.raftqBin, 3),
+		// The SDK before EnqueueStream: one unary RPC per Enqueue call.
+		"raftq-1-unary": systems.RaftqStarter("raftq-1-unary", o.raftqBin, 1, client.WithUnaryEnqueue()),
+		"raftq-3-unary": systems.RaftqStarter("raftq-3-unary", o.raftqBin, 3, client.WithUnaryEnqueue()),
+		"nats":          systems.NATSStarter("nats", natsBinary(o.natsServer), 3, false),
+		"nats-sync":     systems.NATSStarter("nats-sync", natsBinary(o.natsServer), 3, true),
+		"rabbitmq":      systems.RabbitStarter("rabbitmq", o.rabbitDir, 3),
 	}
 	runner := &workload.Runner{Cfg: o.cfg, Log: log}
 	if o.profileDir != "" {

@@ -167,12 +167,12 @@ func (c *RaftqCluster) Leader(ctx context.Context) (*harness.Node, error) {
 // Target returns the workload target for the cluster, named name. Clients
 // list the leader first so that producers call it directly (a follower
 // would forward every call: one more hop).
-func (c *RaftqCluster) Target(ctx context.Context, name string) (workload.Target, *RaftqDriver, error) {
+func (c *RaftqCluster) Target(ctx context.Context, name string, producerOpts ...client.Option) (workload.Target, *RaftqDriver, error) {
 	leader, err := c.Leader(ctx)
 	if err != nil {
 		return workload.Target{}, nil, err
 	}
-	d, err := NewRaftqDriver(ctx, c.Seeds(leader))
+	d, err := NewRaftqDriver(ctx, c.Seeds(leader), producerOpts...)
 	if err != nil {
 		return workload.Target{}, nil, err
 	}
@@ -199,14 +199,16 @@ func (c *RaftqCluster) Target(ctx context.Context, name string) (workload.Target
 	return t, d, nil
 }
 
-// RaftqStarter starts an n-node raftq cluster of bin as a System.
-func RaftqStarter(name, bin string, n int) Starter {
+// RaftqStarter starts an n-node raftq cluster of bin as a System; its
+// producers' clients get producerOpts (client.WithUnaryEnqueue for the
+// unary baseline).
+func RaftqStarter(name, bin string, n int, producerOpts ...client.Option) Starter {
 	return Starter{Name: name, Start: func(ctx context.Context, log *slog.Logger) (*System, error) {
 		c, err := StartRaftq(ctx, log, bin, n)
 		if err != nil {
 			return nil, err
 		}
-		t, d, err := c.Target(ctx, name)
+		t, d, err := c.Target(ctx, name, producerOpts...)
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -219,17 +221,19 @@ func RaftqStarter(name, bin string, n int) Starter {
 // set) per producer and per consumer, Enqueue for producers and
 // client.Consumer for consumers.
 type RaftqDriver struct {
-	seeds []string
-	admin *client.Client
+	seeds        []string
+	admin        *client.Client
+	producerOpts []client.Option
 }
 
-// NewRaftqDriver returns a driver for the cluster reachable through seeds.
-func NewRaftqDriver(ctx context.Context, seeds []string) (*RaftqDriver, error) {
+// NewRaftqDriver returns a driver for the cluster reachable through seeds;
+// producerOpts are added to each producer's client.
+func NewRaftqDriver(ctx context.Context, seeds []string, producerOpts ...client.Option) (*RaftqDriver, error) {
 	admin, err := client.Dial(ctx, seeds)
 	if err != nil {
 		return nil, fmt.Errorf("raftq: %w", err)
 	}
-	return &RaftqDriver{seeds: seeds, admin: admin}, nil
+	return &RaftqDriver{seeds: seeds, admin: admin, producerOpts: producerOpts}, nil
 }
 
 // Close closes the admin client.
@@ -249,7 +253,7 @@ type raftqProducer struct {
 }
 
 func (d *RaftqDriver) NewProducer(ctx context.Context, queue string) (workload.Producer, error) {
-	c, err := client.Dial(ctx, d.seeds)
+	c, err := client.Dial(ctx, d.seeds, d.producerOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("raftq producer: %w", err)
 	}
