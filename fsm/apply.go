@@ -128,10 +128,12 @@ func (f *FSM) advance(touched *touchSet) {
 		if !ok || r.at > now {
 			break
 		}
-		f.dedupExp.Delete(r)
+		f.dedupExp.DeleteMin()
 		if q := f.queues[r.queue]; q != nil {
-			if e, ok := q.dedup.Get(dedupEntry{dedupID: r.dedupID}); ok && e.expiresMs == r.at {
-				q.dedup.Delete(e)
+			// One removal instead of a lookup and a removal; an entry that
+			// is not this ref's (never expected) is put back.
+			if e, ok := q.dedup.Delete(dedupEntry{dedupID: r.dedupID}); ok && e.messageID != r.messageID {
+				q.dedup.ReplaceOrInsert(e)
 			}
 		}
 	}
@@ -304,7 +306,7 @@ func (f *FSM) dropQueue(q *queue) {
 		f.put(q, m, nil)
 	}
 	q.dedup.Ascend(func(e dedupEntry) bool {
-		f.dedupExp.Delete(dedupRef{at: e.expiresMs, queue: q.name, dedupID: e.dedupID})
+		f.dedupExp.Delete(dedupRef{at: e.expiresMs, messageID: e.messageID})
 		return true
 	})
 	delete(f.queues, q.name)
@@ -368,17 +370,19 @@ func (f *FSM) enqueue(index uint64, c *fsmv1.Enqueue, touched *touchSet) *Result
 			id := index<<20 | pos
 			pos++
 			if em.DedupId != "" {
-				old, ok := q.dedup.Get(dedupEntry{dedupID: em.DedupId})
+				// Insert first and look at what it replaced: new ids (the
+				// common case) cost one tree walk, not a lookup and an insert.
+				exp := now + q.cfg.DedupWindowMs
+				old, ok := q.dedup.ReplaceOrInsert(dedupEntry{dedupID: em.DedupId, messageID: id, expiresMs: exp})
 				if ok && old.expiresMs > now {
+					q.dedup.ReplaceOrInsert(old) // a duplicate: the original stands
 					ids[i] = FormatID(old.messageID)
 					continue
 				}
-				exp := now + q.cfg.DedupWindowMs
 				if ok {
-					f.dedupExp.Delete(dedupRef{at: old.expiresMs, queue: q.name, dedupID: em.DedupId})
+					f.dedupExp.Delete(dedupRef{at: old.expiresMs, messageID: old.messageID})
 				}
-				q.dedup.ReplaceOrInsert(dedupEntry{dedupID: em.DedupId, messageID: id, expiresMs: exp})
-				f.dedupExp.ReplaceOrInsert(dedupRef{at: exp, queue: q.name, dedupID: em.DedupId})
+				f.dedupExp.ReplaceOrInsert(dedupRef{at: exp, messageID: id, queue: q.name, dedupID: em.DedupId})
 			}
 			m := &message{
 				id:           id,

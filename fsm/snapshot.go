@@ -277,7 +277,7 @@ func (f *FSM) load(r *bufio.Reader) error {
 				return fmt.Errorf("%w: dedup record: %v", ErrInvalid, err)
 			}
 			q.dedup.ReplaceOrInsert(dedupEntry{dedupID: de.DedupId, messageID: de.MessageId, expiresMs: de.ExpiresMs})
-			f.dedupExp.ReplaceOrInsert(dedupRef{at: de.ExpiresMs, queue: q.name, dedupID: de.DedupId})
+			f.dedupExp.ReplaceOrInsert(dedupRef{at: de.ExpiresMs, messageID: de.MessageId, queue: q.name, dedupID: de.DedupId})
 		}
 	}
 	for _, p := range dlqMsgs {

@@ -93,20 +93,23 @@ type level struct {
 	active   *btree.BTreeG[keyRef] // keys with ready messages, in activation order
 }
 
+// dedupRef is a dedup entry in the expiry index, ordered by (at,
+// messageID): the id of the message that created the entry is unique, so
+// no string is compared on this hot path (one insert and one removal per
+// enqueued message). queue and dedupID find the entry; they are not part
+// of the order.
 type dedupRef struct {
-	at      int64
-	queue   string
-	dedupID string
+	at        int64
+	messageID uint64
+	queue     string
+	dedupID   string
 }
 
 func lessDedupRef(a, b dedupRef) bool {
 	if a.at != b.at {
 		return a.at < b.at
 	}
-	if a.queue != b.queue {
-		return a.queue < b.queue
-	}
-	return a.dedupID < b.dedupID
+	return a.messageID < b.messageID
 }
 
 type dedupEntry struct {
