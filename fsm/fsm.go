@@ -39,6 +39,10 @@ type FSM struct {
 	keySeq       uint64 // derived: activation order of fairness keys, not part of the digest
 
 	checkpoints []*checkpointState // states frozen at Checkpoint commands, newest last
+
+	// proposed maps the first byte of an entry this node is proposing to
+	// the command it encodes (see Proposed); not part of the state.
+	proposed sync.Map
 }
 
 // New returns an empty state machine.
@@ -86,6 +90,33 @@ func Decode(data []byte) (*fsmv1.Command, error) {
 	return cmd, nil
 }
 
+// Proposed records that data, about to be proposed by this node, is the
+// encoding of cmd. The leader's Raft hands the FSM the very slice it was
+// given, so when the entry commits ApplyBatch takes cmd instead of
+// decoding data again: that decode was the leader's third copy of every
+// payload. cmd must not change afterwards. Call forget once the proposal
+// has returned, whatever its outcome; an entry applied after that (or on
+// any other node) is decoded as usual, to the same command.
+func (f *FSM) Proposed(data []byte, cmd *fsmv1.Command) (forget func()) {
+	if len(data) == 0 {
+		return func() {}
+	}
+	key := &data[0]
+	f.proposed.Store(key, cmd)
+	return func() { f.proposed.Delete(key) }
+}
+
+// command returns the entry's command: the one its proposer recorded, if
+// this node proposed it, otherwise decoded.
+func (f *FSM) command(data []byte) (*fsmv1.Command, error) {
+	if len(data) > 0 {
+		if cmd, ok := f.proposed.LoadAndDelete(&data[0]); ok {
+			return cmd.(*fsmv1.Command), nil
+		}
+	}
+	return Decode(data)
+}
+
 // Apply implements raft.FSM.
 func (f *FSM) Apply(l *raft.Log) interface{} {
 	return f.ApplyBatch([]*raft.Log{l})[0]
@@ -99,7 +130,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	f.mu.Lock()
 	for i, l := range logs {
 		if l.Type == raft.LogCommand {
-			cmd, err := Decode(l.Data)
+			cmd, err := f.command(l.Data)
 			if err != nil {
 				out[i] = &Result{Err: err}
 			} else {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/raft"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
@@ -443,5 +444,39 @@ func TestNackUnprocessedDoesNotCountAttempt(t *testing.T) {
 	}
 	if again := h.grant("q", "c", 1000, ids[0])[0]; again.Attempt != 1 {
 		t.Fatalf("attempt = %d, want 1", again.Attempt)
+	}
+}
+
+// TestProposedCommandSkipsDecode: an entry this node proposed is applied
+// from the recorded command, not decoded again, and only once; after the
+// proposer forgets it (or on another node) the data is decoded.
+func TestProposedCommandSkipsDecode(t *testing.T) {
+	h := newHarness(t)
+	h.create("q", nil)
+	enqueue := func(payload string) *fsmv1.Command {
+		return &fsmv1.Command{NowMs: 5, Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{
+			{Queue: "q", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte(payload)}}}}}}}
+	}
+	data, err := Encode(enqueue("decoded"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A recorded command that differs from the data shows which was used;
+	// real proposers record exactly what they encoded.
+	forget := h.f.Proposed(data, enqueue("recorded"))
+	h.f.Apply(&raft.Log{Index: 100, Type: raft.LogCommand, Data: data})
+	h.f.Apply(&raft.Log{Index: 101, Type: raft.LogCommand, Data: data})
+	forget()
+	h.f.Apply(&raft.Log{Index: 102, Type: raft.LogCommand, Data: data})
+	ds, err := h.f.Peek("q", 10, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range ds {
+		got = append(got, string(d.Payload))
+	}
+	if want := []string{"recorded", "decoded", "decoded"}; !slices.Equal(got, want) {
+		t.Fatalf("payloads %q, want %q", got, want)
 	}
 }

@@ -152,7 +152,9 @@ func (m *memSink) Cancel() error { return nil }
 func (m *memSink) Close() error  { return nil }
 
 // TestRandomSequences: replicas applying the same log agree, whether they
-// apply entry by entry or in batches; Verify holds after every step; a
+// apply entry by entry or in batches, and whether they decode each entry or
+// (as the leader does) take the command they proposed; Verify holds after
+// every step; a
 // snapshot restores to the same digest and the restored replica keeps
 // agreeing as the log goes on.
 func TestRandomSequences(t *testing.T) {
@@ -168,12 +170,15 @@ func TestRandomSequences(t *testing.T) {
 			var pending []*raft.Log
 			var restored *FSM
 			for i := 1; i <= steps; i++ {
-				data, err := Encode(g.next())
+				cmd := g.next()
+				data, err := Encode(cmd)
 				if err != nil {
 					t.Fatal(err)
 				}
 				l := &raft.Log{Index: uint64(i), Type: raft.LogCommand, Data: data}
+				forget := single.Proposed(data, cmd)
 				res := single.Apply(l).(*Result)
+				forget()
 				g.observe(res)
 				if err := single.Verify(); err != nil {
 					t.Fatalf("step %d: %v", i, err)

@@ -75,6 +75,7 @@ type inprocCluster struct {
 type testLateProposer struct {
 	ready chan struct{}
 	node  Raft
+	state *fsm.FSM
 }
 
 func (p *testLateProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, error) {
@@ -83,7 +84,7 @@ func (p *testLateProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (*fs
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return Proposer{Node: p.node}.Propose(ctx, cmd)
+	return Proposer{Node: p.node, FSM: p.state}.Propose(ctx, cmd)
 }
 
 func inprocLogger() *slog.Logger {
@@ -115,7 +116,7 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 		n := &inprocNode{id: id, addr: lis.Addr().String(), served: make(chan error, 1)}
 		l := log.With("node", id)
 		n.state = fsm.New(l.With("component", "fsm"))
-		prop := &testLateProposer{ready: make(chan struct{})}
+		prop := &testLateProposer{ready: make(chan struct{}), state: n.state}
 		n.sched = scheduler.New(scheduler.Config{Logger: l, NodeID: id}, n.state, prop)
 		n.state.SetNotifier(n.sched)
 		var join []string

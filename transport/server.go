@@ -110,7 +110,7 @@ func New(cfg Config, node Raft, state *fsm.FSM, sched Scheduler) *Server {
 		stopping: make(chan struct{}),
 	}
 	s.metrics = newMetrics(cfg.Registry, s)
-	propose := Proposer{Node: node}.Propose
+	propose := Proposer{Node: node, FSM: state}.Propose
 	s.enqueues = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, propose,
 		func(reqs []*fsmv1.EnqueueBatch) *fsmv1.Command {
 			return &fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: reqs}}}
@@ -183,7 +183,7 @@ func (s *Server) apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, er
 	if cmd.NowMs == 0 {
 		cmd.NowMs = now()
 	}
-	res, err := Proposer{Node: s.node}.Propose(ctx, cmd)
+	res, err := Proposer{Node: s.node, FSM: s.state}.Propose(ctx, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -191,13 +191,21 @@ func (s *Server) apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, er
 }
 
 // Proposer adapts a Raft node to scheduler.Proposer.
-type Proposer struct{ Node Raft }
+type Proposer struct {
+	Node Raft
+	// FSM, when set, is told what each proposal encodes, so that it need
+	// not decode the leader's own entries (fsm.FSM.Proposed).
+	FSM *fsm.FSM
+}
 
 // Propose encodes and applies cmd, returning the FSM result.
 func (p Proposer) Propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, error) {
 	data, err := fsm.Encode(cmd)
 	if err != nil {
 		return nil, err
+	}
+	if p.FSM != nil {
+		defer p.FSM.Proposed(data, cmd)()
 	}
 	out, err := p.Node.Apply(ctx, data)
 	if err != nil {

@@ -132,6 +132,7 @@ func advertise(bind, host string) (string, error) {
 type lateProposer struct {
 	ready chan struct{}
 	node  transport.Raft
+	state *fsm.FSM
 }
 
 func (p *lateProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, error) {
@@ -140,7 +141,7 @@ func (p *lateProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Re
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return transport.Proposer{Node: p.node}.Propose(ctx, cmd)
+	return transport.Proposer{Node: p.node, FSM: p.state}.Propose(ctx, cmd)
 }
 
 func runServe(ctx context.Context, o *serveOptions) error {
@@ -176,7 +177,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	}
 
 	state := fsm.New(log.With("component", "fsm"))
-	prop := &lateProposer{ready: make(chan struct{})}
+	prop := &lateProposer{ready: make(chan struct{}), state: state}
 	sched := scheduler.New(scheduler.Config{Logger: log.With("component", "scheduler"), NodeID: o.nodeID, LeaseGrace: o.leaseGrace}, state, prop)
 	state.SetNotifier(sched)
 	node, err := cluster.New(ctx, cluster.Config{
