@@ -72,6 +72,7 @@ func main() {
 	fs.IntVar(&c.Consumers, "consumers", c.Consumers, "consumers (each its own connection)")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "unsettled deliveries per consumer")
 	fs.Var(&c.Enqueue, "enqueue", "enqueue phase limit: a duration (10s), a message count (50000) or 0 (skip)")
+	fs.Var(&c.EnqueueHalf, "enqueue-half", "enqueue-half phase limit (the enqueue workload paced to half the rate the enqueue phase reached)")
 	fs.Var(&c.EnqueueSync, "enqueue-sync", "enqueue-sync phase limit (one outstanding call per producer)")
 	fs.Var(&c.EnqueueBatch, "enqueue-batch", "enqueue-batch phase limit")
 	fs.Var(&c.Lifecycle, "lifecycle", "lifecycle phase limit (producers and consumers together)")

@@ -50,6 +50,7 @@ func TestRaftqSmoke(t *testing.T) {
 	cfg.BatchSize, cfg.BatchWindow = 10, 2
 	cfg.Consumers, cfg.MaxInFlight = 2, 16
 	cfg.Enqueue = workload.Limit{Messages: 200}
+	cfg.EnqueueHalf = workload.Limit{Messages: 50}
 	cfg.EnqueueSync = workload.Limit{Messages: 20}
 	cfg.EnqueueBatch = workload.Limit{Messages: 100}
 	cfg.Lifecycle = workload.Limit{Messages: 100}
@@ -59,8 +60,8 @@ func TestRaftqSmoke(t *testing.T) {
 		t.Fatalf("run failed: %s", res.Error)
 	}
 	want := map[string]int64{
-		workload.PhaseEnqueue: 200, workload.PhaseEnqueueSync: 20, workload.PhaseEnqueueBatch: 100,
-		workload.PhaseDrain: 320, workload.PhaseLifecycle: 100,
+		workload.PhaseEnqueue: 200, workload.PhaseEnqueueHalf: 50, workload.PhaseEnqueueSync: 20, workload.PhaseEnqueueBatch: 100,
+		workload.PhaseDrain: 370, workload.PhaseLifecycle: 100,
 	}
 	if len(res.Phases) != len(want) {
 		t.Fatalf("%d phases: %+v", len(res.Phases), res.Phases)
@@ -73,7 +74,7 @@ func TestRaftqSmoke(t *testing.T) {
 			t.Errorf("%s: server cpu %+v", p.Name, p.ServerCPU)
 		}
 	}
-	if c := res.Check; c == nil || !c.OK() || c.Acked != 420 {
+	if c := res.Check; c == nil || !c.OK() || c.Acked != 470 {
 		t.Fatalf("check: %v", c)
 	}
 	if e := res.Phase(workload.PhaseLifecycle).EndToEnd; e == nil || e.Count != 100 {
@@ -83,7 +84,7 @@ func TestRaftqSmoke(t *testing.T) {
 	if err := workload.WriteTable(&tbl, []workload.SystemResult{res}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(tbl.String(), "raftq-1: exactly once: acked 420") {
+	if !strings.Contains(tbl.String(), "raftq-1: exactly once: acked 470") {
 		t.Fatalf("table:\n%s", tbl.String())
 	}
 }

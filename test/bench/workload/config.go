@@ -80,7 +80,10 @@ type Config struct {
 	Consumers   int `json:"consumers"`
 	MaxInFlight int `json:"max_in_flight"`
 
-	Enqueue      Limit `json:"enqueue"`
+	Enqueue Limit `json:"enqueue"`
+	// EnqueueHalf runs the enqueue workload again, paced to half the rate
+	// the enqueue phase reached: latency under load short of saturation.
+	EnqueueHalf  Limit `json:"enqueue_half"`
 	EnqueueSync  Limit `json:"enqueue_sync"`
 	EnqueueBatch Limit `json:"enqueue_batch"`
 	Lifecycle    Limit `json:"lifecycle"`
@@ -112,6 +115,7 @@ func DefaultConfig() Config {
 		Consumers:    4,
 		MaxInFlight:  64,
 		Enqueue:      Limit{Duration: 10 * time.Second},
+		EnqueueHalf:  Limit{Duration: 5 * time.Second},
 		EnqueueSync:  Limit{Duration: 5 * time.Second},
 		EnqueueBatch: Limit{Duration: 10 * time.Second},
 		Lifecycle:    Limit{Duration: 10 * time.Second},

@@ -178,6 +178,8 @@ var comparisonRows = []struct {
 }{
 	{PhaseEnqueue, "enqueue msgs/s", true, func(p *PhaseResult) float64 { return p.Rate }},
 	{PhaseEnqueue, "enqueue p99 ms", false, func(p *PhaseResult) float64 { return latOf(p.Latency).P99 }},
+	{PhaseEnqueueHalf, "enqueue @50% p50 ms", false, func(p *PhaseResult) float64 { return latOf(p.Latency).P50 }},
+	{PhaseEnqueueHalf, "enqueue @50% p99 ms", false, func(p *PhaseResult) float64 { return latOf(p.Latency).P99 }},
 	{PhaseEnqueueSync, "enqueue-sync msgs/s", true, func(p *PhaseResult) float64 { return p.Rate }},
 	{PhaseEnqueueSync, "enqueue-sync p50 ms", false, func(p *PhaseResult) float64 { return latOf(p.Latency).P50 }},
 	{PhaseEnqueueBatch, "enqueue-batch msgs/s", true, func(p *PhaseResult) float64 { return p.Rate }},

@@ -13,6 +13,7 @@ import (
 // Phase names, in the order Run performs them.
 const (
 	PhaseEnqueue      = "enqueue"
+	PhaseEnqueueHalf  = "enqueue-half"
 	PhaseEnqueueSync  = "enqueue-sync"
 	PhaseEnqueueBatch = "enqueue-batch"
 	PhaseDrain        = "drain"
@@ -130,16 +131,31 @@ func (rn *run) do(ctx context.Context, res *SystemResult) error {
 		window int
 		batch  int
 	}
-	for i, s := range []step{
-		{PhaseEnqueue, c.Enqueue, c.Window, 1},
-		{PhaseEnqueueSync, c.EnqueueSync, 1, 1},
-		{PhaseEnqueueBatch, c.EnqueueBatch, c.BatchWindow, c.BatchSize},
+	// Phase indexes (1-5) keep message keys of different phases apart.
+	for _, s := range []struct {
+		step
+		idx int
+	}{
+		{step{PhaseEnqueue, c.Enqueue, c.Window, 1}, 1},
+		{step{PhaseEnqueueHalf, c.EnqueueHalf, c.Window, 1}, 5},
+		{step{PhaseEnqueueSync, c.EnqueueSync, 1, 1}, 2},
+		{step{PhaseEnqueueBatch, c.EnqueueBatch, c.BatchWindow, c.BatchSize}, 3},
 	} {
 		if s.limit.Off() {
 			continue
 		}
+		rate := 0.0
+		if s.name == PhaseEnqueueHalf {
+			// Half of the peak just measured: the latency a system
+			// offers when it is busy but not saturated.
+			peak := res.Phase(PhaseEnqueue)
+			if peak == nil || peak.Rate <= 0 {
+				continue
+			}
+			rate = peak.Rate / 2
+		}
 		p := rn.phase(ctx, s.name, func(ctx context.Context, pr *PhaseResult) error {
-			return rn.enqueue(ctx, pr, BacklogQueue, i+1, s.window, s.batch, s.limit, 0)
+			return rn.enqueue(ctx, pr, BacklogQueue, s.idx, s.window, s.batch, s.limit, rate)
 		})
 		res.Phases = append(res.Phases, p)
 		if ctx.Err() != nil {

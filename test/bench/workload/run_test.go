@@ -105,6 +105,7 @@ func smallConfig() Config {
 	c.Consumers, c.MaxInFlight = 2, 8
 	c.PayloadSize = 64
 	c.Enqueue = Limit{Messages: 500}
+	c.EnqueueHalf = Limit{Messages: 100}
 	c.EnqueueSync = Limit{Messages: 50}
 	c.EnqueueBatch = Limit{Messages: 305} // not a multiple of the batch
 	c.Lifecycle = Limit{Messages: 200}
@@ -132,9 +133,10 @@ func TestRunnerRunsEveryPhaseExactlyOnce(t *testing.T) {
 		calls int64
 	}{
 		{PhaseEnqueue, 500, 500},
+		{PhaseEnqueueHalf, 100, 100},
 		{PhaseEnqueueSync, 50, 50},
 		{PhaseEnqueueBatch, 305, 31},
-		{PhaseDrain, 855, 0},
+		{PhaseDrain, 955, 0},
 		{PhaseLifecycle, 200, 200},
 	}
 	if len(res.Phases) != len(want) {
@@ -162,10 +164,10 @@ func TestRunnerRunsEveryPhaseExactlyOnce(t *testing.T) {
 	if e := res.Phase(PhaseLifecycle).EndToEnd; e == nil || e.Count != 200 {
 		t.Errorf("lifecycle end-to-end %+v, want 200 samples", e)
 	}
-	if d := res.Phase(PhaseDrain); d.Deliveries != 855 || d.DeliveryRate <= 0 {
+	if d := res.Phase(PhaseDrain); d.Deliveries != 955 || d.DeliveryRate <= 0 {
 		t.Errorf("drain deliveries %d at %v/s", d.Deliveries, d.DeliveryRate)
 	}
-	if c := res.Check; c == nil || !c.OK() || c.Acked != 1055 || c.Delivered != 1055 {
+	if c := res.Check; c == nil || !c.OK() || c.Acked != 1155 || c.Delivered != 1155 {
 		t.Fatalf("check %v", c)
 	}
 }
@@ -174,7 +176,7 @@ func TestRunnerReportsLossAndDuplicates(t *testing.T) {
 	b := newMemBroker()
 	b.loseOne, b.dupOne = true, true
 	cfg := smallConfig()
-	cfg.EnqueueSync, cfg.EnqueueBatch, cfg.Lifecycle = Limit{}, Limit{}, Limit{}
+	cfg.EnqueueHalf, cfg.EnqueueSync, cfg.EnqueueBatch, cfg.Lifecycle = Limit{}, Limit{}, Limit{}, Limit{}
 	r := &Runner{Cfg: cfg, Log: slog.New(slog.DiscardHandler)}
 	res := r.Run(context.Background(), Target{Name: "mem", Driver: b})
 	c := res.Check
