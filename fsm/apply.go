@@ -132,7 +132,7 @@ func (f *FSM) advance(touched *touchSet) {
 		if q := f.queues[r.queue]; q != nil {
 			// One removal instead of a lookup and a removal; an entry that
 			// is not this ref's (never expected) is put back.
-			if e, ok := q.dedup.Delete(dedupEntry{dedupID: r.dedupID}); ok && e.messageID != r.messageID {
+			if e, ok := q.dedup.Delete(r.key); ok && e.messageID != r.messageID {
 				q.dedup.ReplaceOrInsert(e)
 			}
 		}
@@ -373,7 +373,10 @@ func (f *FSM) enqueue(index uint64, c *fsmv1.Enqueue, touched *touchSet) *Result
 				// Insert first and look at what it replaced: new ids (the
 				// common case) cost one tree walk, not a lookup and an insert.
 				exp := now + q.cfg.DedupWindowMs
-				old, ok := q.dedup.ReplaceOrInsert(dedupEntry{dedupID: em.DedupId, messageID: id, expiresMs: exp})
+				key := dedupKey(em.DedupId)
+				entry := key
+				entry.messageID, entry.expiresMs = id, exp
+				old, ok := q.dedup.ReplaceOrInsert(entry)
 				if ok && old.expiresMs > now {
 					q.dedup.ReplaceOrInsert(old) // a duplicate: the original stands
 					ids[i] = FormatID(old.messageID)
@@ -382,7 +385,7 @@ func (f *FSM) enqueue(index uint64, c *fsmv1.Enqueue, touched *touchSet) *Result
 				if ok {
 					f.dedupExp.Delete(dedupRef{at: old.expiresMs, messageID: old.messageID})
 				}
-				f.dedupExp.ReplaceOrInsert(dedupRef{at: exp, messageID: id, queue: q.name, dedupID: em.DedupId})
+				f.dedupExp.ReplaceOrInsert(dedupRef{at: exp, messageID: id, queue: q.name, key: key})
 			}
 			m := &message{
 				id:           id,

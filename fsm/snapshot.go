@@ -276,8 +276,11 @@ func (f *FSM) load(r *bufio.Reader) error {
 			if err := opts.UnmarshalFrom(r, de); err != nil {
 				return fmt.Errorf("%w: dedup record: %v", ErrInvalid, err)
 			}
-			q.dedup.ReplaceOrInsert(dedupEntry{dedupID: de.DedupId, messageID: de.MessageId, expiresMs: de.ExpiresMs})
-			f.dedupExp.ReplaceOrInsert(dedupRef{at: de.ExpiresMs, messageID: de.MessageId, queue: q.name, dedupID: de.DedupId})
+			key := dedupKey(de.DedupId)
+			entry := key
+			entry.messageID, entry.expiresMs = de.MessageId, de.ExpiresMs
+			q.dedup.ReplaceOrInsert(entry)
+			f.dedupExp.ReplaceOrInsert(dedupRef{at: de.ExpiresMs, messageID: de.MessageId, queue: q.name, key: key})
 		}
 	}
 	for _, p := range dlqMsgs {
