@@ -81,7 +81,7 @@ bench: build
 bench-peers: build
 	@$(MAKE) --no-print-directory bench-peer-tools || \
 	  echo "bench-peers: WARNING: a peer could not be installed; it will be reported as not run"
-	$(GO) run ./test/bench -raftq-bin $(RAFTQ) -systems raftq-1,raftq-3,nats,nats-sync,rabbitmq \
+	$(GO) run ./test/bench -raftq-bin $(RAFTQ) -systems raftq-1,raftq-3,raftq-3-unary,nats,nats-sync,rabbitmq \
 	  -nats-server $(BIN)/nats-server -json $(BIN)/bench-peers.json $(BENCH_FLAGS)
 
 bench-peer-tools:
