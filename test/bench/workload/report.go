@@ -33,12 +33,15 @@ type MemoryResult struct {
 	PayloadBytes int64   `json:"payload_bytes"`
 	// Snapshot: how long the Snapshot RPC took, and the latency of a
 	// steady trickle of enqueues before and while it ran.
-	SnapshotSecs     float64        `json:"snapshot_seconds"`
-	SnapshotBytes    int64          `json:"snapshot_dir_bytes"`
-	TrickleRate      float64        `json:"trickle_per_sec"`
-	TrickleBaseline  LatencySummary `json:"trickle_baseline_latency"`
-	TrickleSnapshot  LatencySummary `json:"trickle_during_snapshot_latency"`
-	RSSAfterSnapshot int64          `json:"rss_after_snapshot_bytes"`
+	SnapshotSecs    float64        `json:"snapshot_seconds"`
+	SnapshotBytes   int64          `json:"snapshot_dir_bytes"`
+	TrickleRate     float64        `json:"trickle_per_sec"`
+	TrickleBaseline LatencySummary `json:"trickle_baseline_latency"`
+	TrickleSnapshot LatencySummary `json:"trickle_during_snapshot_latency"`
+	// SnapshotOtherCores is the CPU the rest of the machine used while the
+	// snapshot ran (cores): above ~0.1 the stall figures are disturbed.
+	SnapshotOtherCores float64 `json:"snapshot_other_cores"`
+	RSSAfterSnapshot   int64   `json:"rss_after_snapshot_bytes"`
 	// Restart after kill -9: until the gRPC API answers at all, and until
 	// GetQueue shows every message.
 	RestartAnswerSecs float64 `json:"restart_first_answer_seconds"`
@@ -294,7 +297,7 @@ func WriteMemory(w io.Writer, m *MemoryResult) {
 	mib := func(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 	fmt.Fprintf(w, "memory: %d messages of %d B enqueued in %.1fs (%.0f msgs/s)\n", m.Messages, m.PayloadSize, m.EnqueueSecs, m.EnqueueRate)
 	fmt.Fprintf(w, "memory: VmRSS %s for %s of payload (%.2fx)\n", mib(m.RSSBytes), mib(m.PayloadBytes), float64(m.RSSBytes)/float64(max(m.PayloadBytes, 1)))
-	fmt.Fprintf(w, "snapshot: took %.2fs, snapshot dir %s, VmRSS after %s\n", m.SnapshotSecs, mib(m.SnapshotBytes), mib(m.RSSAfterSnapshot))
+	fmt.Fprintf(w, "snapshot: took %.2fs, snapshot dir %s, VmRSS after %s, other CPU during it %.2f cores\n", m.SnapshotSecs, mib(m.SnapshotBytes), mib(m.RSSAfterSnapshot), m.SnapshotOtherCores)
 	fmt.Fprintf(w, "snapshot: trickle of %.0f enqueues/s: before p50 %.1f / p99 %.1f / max %.1f ms; during snapshot p50 %.1f / p99 %.1f / max %.1f ms (%d calls)\n",
 		m.TrickleRate, m.TrickleBaseline.P50, m.TrickleBaseline.P99, m.TrickleBaseline.Max,
 		m.TrickleSnapshot.P50, m.TrickleSnapshot.P99, m.TrickleSnapshot.Max, m.TrickleSnapshot.Count)

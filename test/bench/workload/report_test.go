@@ -122,11 +122,11 @@ func TestReportJSONRoundTrip(t *testing.T) {
 func TestWriteMemoryAndProfile(t *testing.T) {
 	var buf bytes.Buffer
 	WriteMemory(&buf, &MemoryResult{Messages: 1000, PayloadSize: 1024, PayloadBytes: 1024000, RSSBytes: 3 * 1024000,
-		TrickleSnapshot: LatencySummary{Count: 5, P99: 250, Max: 300}, RestartReadySecs: 1.5, Expected: 1000, Found: 1000})
+		TrickleSnapshot: LatencySummary{Count: 5, P99: 250, Max: 300}, SnapshotOtherCores: 0.25, RestartReadySecs: 1.5, Expected: 1000, Found: 1000})
 	WriteProfile(&buf, Profile{System: "raftq-1", Process: "n1", Phase: "enqueue", Tool: "perf",
 		Top: []ProfileEntry{{Percent: 9.87, Symbol: "syscall.Syscall6"}}})
 	out := buf.String()
-	for _, s := range []string{"VmRSS 3 MiB for 1 MiB of payload (3.00x)", "p99 250.0 / max 300.0 ms (5 calls)",
+	for _, s := range []string{"VmRSS 3 MiB for 1 MiB of payload (3.00x)", "p99 250.0 / max 300.0 ms (5 calls)", "other CPU during it 0.25 cores",
 		"all 1000 messages visible after 1.50s", "   9.87%  syscall.Syscall6"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
