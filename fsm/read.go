@@ -325,6 +325,27 @@ func (qv QueueView) NextReady(prio int32, key string, afterID uint64) (ReadyMess
 // LeasesHeld counts the leases a consumer holds across queues.
 func (v View) LeasesHeld(consumerID string) int { return len(v.f.consumers[consumerID]) }
 
+// Lease says who holds message id of queue under which token; ok is false
+// when the message is not leased (or does not exist).
+func (v View) Lease(queue string, id uint64) (consumerID string, token uint64, ok bool) {
+	q := v.f.queues[queue]
+	if q == nil {
+		return "", 0, false
+	}
+	m := q.get(id)
+	if m == nil || m.state != stateLeased {
+		return "", 0, false
+	}
+	return m.consumerID, m.leaseToken, true
+}
+
+// HoldsLease reports whether consumerID holds the lease of message id of
+// queue.
+func (v View) HoldsLease(consumerID, queue string, id uint64) bool {
+	_, ok := v.f.consumers[consumerID][queueMsg{queue: queue, id: id}]
+	return ok
+}
+
 // Now is the FSM clock.
 func (v View) Now() int64 { return v.f.lastNow }
 

@@ -49,6 +49,9 @@ type Consumer struct {
 	pending   int // grants proposed to it, not yet handled
 	delivered int // pushed to its buffer
 	ended     bool
+	// settling holds ids of its leases whose acks are being committed
+	// (Scheduler.Settling): settled from the consumer's side.
+	settling map[uint64]struct{}
 }
 
 // Register adds a consumer to a queue's round-robin. ctx bounds only the

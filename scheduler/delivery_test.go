@@ -561,3 +561,38 @@ func TestCloseRollsBackUnsentDeliveries(t *testing.T) {
 		}
 	}
 }
+
+// TestSettlingFreesCreditBeforeTheAckApplies: leases whose acks are being
+// committed count as settled, exactly once: not before Settling, not twice
+// once the ack has applied, and not for a ref with a stale token.
+func TestSettlingFreesCreditBeforeTheAckApplies(t *testing.T) {
+	e := newEnv(t)
+	e.createQueue("q", nil)
+	c := e.register("q", 2)
+	e.enqueueN("q", 5, nil)
+	ds := e.recvN(c, 2)
+	e.expectNone(c) // credit used up
+
+	stale := ref(t, ds[1])
+	stale.LeaseToken++
+	e.s.Settling([]*fsmv1.Ref{stale})()
+	e.expectNone(c)
+
+	done := e.s.Settling([]*fsmv1.Ref{ref(t, ds[0])})
+	third := e.recv(c) // granted while the ack of ds[0] is not applied
+	e.expectNone(c)    // 3 held, 1 of them settling: no more credit
+
+	e.ack(ds[0]) // the ack applies: its lease leaves the view and the count together
+	e.expectNone(c)
+	done()
+	e.expectNone(c)
+	if n := e.leasesHeld(c.ID()); n != 2 {
+		t.Fatalf("LeasesHeld = %d, want 2", n)
+	}
+
+	e.ack(ds[1], third)
+	if got := e.recvN(c, 2); len(got) != 2 {
+		t.Fatalf("credit after acks: %d deliveries", len(got))
+	}
+	e.expectNone(c)
+}

@@ -438,6 +438,61 @@ func (s *Scheduler) timeWork(v fsm.View, ps *passState) {
 	}
 }
 
+// Settling is told, before acks are proposed, which leases they settle. A
+// consumer that acked a message is done with it, so from now until the ack
+// applies that lease stops counting against its credit: the next grant is
+// proposed alongside the ack instead of after its commit, which takes one
+// of the two commits out of every delivery cycle. Only leases the view
+// shows held under the ref's token count; done forgets them and must be
+// called once the acks have been applied or have failed. A failed ack
+// leaves the lease counted again: the consumer was over its credit by at
+// most the leases of that ack, for as long as it took.
+func (s *Scheduler) Settling(refs []*fsmv1.Ref) (done func()) {
+	type mark struct {
+		c  *Consumer
+		id uint64
+	}
+	var marks []mark
+	s.mu.Lock()
+	if s.running {
+		s.state.Read(func(v fsm.View) {
+			for _, r := range refs {
+				holder, token, ok := v.Lease(r.GetQueue(), r.GetMessageId())
+				if !ok || token != r.GetLeaseToken() {
+					continue
+				}
+				qs := s.queues[r.GetQueue()]
+				if qs == nil {
+					continue
+				}
+				for _, c := range qs.consumers {
+					if c.id != holder {
+						continue
+					}
+					if c.settling == nil {
+						c.settling = map[uint64]struct{}{}
+					}
+					c.settling[r.GetMessageId()] = struct{}{}
+					marks = append(marks, mark{c, r.GetMessageId()})
+					break
+				}
+			}
+		})
+	}
+	s.mu.Unlock()
+	if len(marks) == 0 {
+		return func() {}
+	}
+	s.kick()
+	return func() {
+		s.mu.Lock()
+		for _, m := range marks {
+			delete(m.c.settling, m.id)
+		}
+		s.mu.Unlock()
+	}
+}
+
 // Consumers is the number of consumers registered on queue.
 func (s *Scheduler) Consumers(queue string) int {
 	s.mu.Lock()

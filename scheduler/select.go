@@ -37,6 +37,15 @@ func (s *Scheduler) selectQueue(v fsm.View, qv fsm.QueueView, qs *queueSched, ps
 		// takes buffer space, so the buffer caps credit too; nothing
 		// signals when the stream reads it, hence the recheck.
 		used := v.LeasesHeld(c.id)
+		for id := range c.settling {
+			// Acked by the consumer, the ack not yet applied: the
+			// consumer is done with it, so it frees credit now. Once the
+			// ack applies the lease is gone from the view and from this
+			// count at the same time.
+			if v.HoldsLease(c.id, qs.name, id) {
+				used--
+			}
+		}
 		if b := len(c.ch); b > used {
 			used = b
 			ps.wakeAt(ps.now.Add(bufferRecheck))

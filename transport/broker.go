@@ -189,6 +189,11 @@ func (s *Server) Ack(ctx context.Context, req *raftqv1.AckRequest) (*raftqv1.Ack
 	if err := s.requireQueue(req.Queue); err != nil {
 		return nil, err
 	}
+	if s.sched != nil {
+		// The consumer is done with these: its next deliveries can be
+		// granted while the ack commits, not after.
+		defer s.sched.Settling(refs)()
+	}
 	out, err := s.acks.submit(ctx, refs)
 	if err != nil {
 		return nil, err

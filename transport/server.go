@@ -41,6 +41,9 @@ type Scheduler interface {
 	Register(ctx context.Context, req scheduler.ConsumerRequest) (*scheduler.Consumer, error)
 	Consumers(queue string) int
 	KeyStats(queue string) ([]*raftqv1.FairnessKeyStats, []*raftqv1.ThrottleKeyStats)
+	// Settling marks leases whose acks are about to be proposed; done is
+	// called once they have been applied or have failed.
+	Settling(refs []*fsmv1.Ref) (done func())
 }
 
 // Config tunes the server.
