@@ -20,9 +20,11 @@ import (
 // ErrClosed is returned by calls made on, or interrupted by, a closed Client.
 var ErrClosed = errors.New("raftq client: closed")
 
-// Client talks to a raftq cluster. It is safe for concurrent use. Unary calls
-// go to the last known leader (saving the follower's forwarding hop) or to a
-// seed; the Lease stream of a Consumer always follows the leader.
+// Client talks to a raftq cluster. It is safe for concurrent use. Calls go
+// to the last known leader (saving the follower's forwarding hop) or to a
+// seed; concurrent Enqueue calls to a node share one EnqueueStream (see
+// WithUnaryEnqueue); the Lease stream of a Consumer always follows the
+// leader.
 type Client struct {
 	log          *slog.Logger
 	retry        RetryPolicy
