@@ -24,6 +24,15 @@ type metrics struct {
 	// its OK child, resolved once because it is bumped per message.
 	streamedReqs *prometheus.CounterVec
 	streamedOK   prometheus.Counter
+	// perMethod holds each of our unary methods' latency and OK-count
+	// children, resolved once: looking labels up on every call was ~6 % of
+	// a busy leader's CPU. Read-only after newMetrics.
+	perMethod map[string]methodMetrics
+}
+
+type methodMetrics struct {
+	latency prometheus.Observer
+	ok      prometheus.Counter
 }
 
 func (m *metrics) streamed(code codes.Code) {
@@ -51,6 +60,13 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		}, []string{"code"}),
 	}
 	m.streamedOK = m.streamedReqs.WithLabelValues(codes.OK.String())
+	m.perMethod = make(map[string]methodMetrics, len(unaryMethods))
+	for name := range unaryMethods {
+		m.perMethod[name] = methodMetrics{
+			latency: m.latency.WithLabelValues(name),
+			ok:      m.rpcs.WithLabelValues(name, codes.OK.String()),
+		}
+	}
 	reg.MustRegister(m.rpcs, m.latency, m.delivered, m.streamedReqs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raftq_is_leader", Help: "1 if this node is the Raft leader."}, func() float64 {
@@ -72,8 +88,16 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 func (m *metrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	resp, err := handler(ctx, req)
-	m.latency.WithLabelValues(info.FullMethod).Observe(time.Since(start).Seconds())
-	m.rpcs.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+	mm, known := m.perMethod[info.FullMethod]
+	if !known { // health, reflection
+		mm.latency = m.latency.WithLabelValues(info.FullMethod)
+	}
+	mm.latency.Observe(time.Since(start).Seconds())
+	if known && err == nil {
+		mm.ok.Inc()
+	} else {
+		m.rpcs.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+	}
 	return resp, err
 }
 
