@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -75,12 +76,13 @@ func (m *enqueueMux) enqueue(ctx context.Context, req *raftqv1.EnqueueRequest, r
 	}
 	select {
 	case r := <-ch:
-		if r.Error != nil {
-			return status.ErrorProto(r.Error)
-		}
-		resp.MessageIds = r.GetResponse().GetMessageIds()
-		return nil
+		return answer(r, resp)
 	case <-s.done:
+		select {
+		case r := <-ch: // answered just before the stream ended
+			return answer(r, resp)
+		default:
+		}
 		// The stream broke after the request went out: it may or may not
 		// have committed, which the message's dedup id makes safe to retry.
 		return m.fallback(ctx, s.failure(), req, resp)
@@ -88,6 +90,15 @@ func (m *enqueueMux) enqueue(ctx context.Context, req *raftqv1.EnqueueRequest, r
 		s.forget(seq)
 		return status.FromContextError(ctx.Err()).Err()
 	}
+}
+
+// answer turns a streamed response into the unary call's result.
+func answer(r *raftqv1.EnqueueStreamResponse, resp *raftqv1.EnqueueResponse) error {
+	if r.Error != nil {
+		return status.ErrorProto(r.Error)
+	}
+	resp.MessageIds = r.GetResponse().GetMessageIds()
+	return nil
 }
 
 // fallback turns "the node has no EnqueueStream" into a unary attempt and
@@ -157,11 +168,17 @@ func (m *enqueueMux) ended(s *muxStream, err error) {
 	if m.cur == s {
 		m.cur = nil
 	}
-	if status.Code(err) == codes.Unimplemented {
+	switch {
+	case status.Code(err) == codes.Unimplemented:
 		m.unary = true
 		err = errStreamUnsupported
-	} else if m.closed {
+	case m.closed:
 		err = ErrClosed
+	case errors.Is(err, io.EOF):
+		// The server ended the stream with OK, which it does only after
+		// the client closes its side: treat it as a lost stream, so the
+		// calls on it are retried rather than failed.
+		err = status.Error(codes.Unavailable, "raftq client: enqueue stream ended by the server")
 	}
 	m.mu.Unlock()
 	s.fail(err)

@@ -72,9 +72,19 @@ func TestEnqueueStreamCarriesConcurrentCalls(t *testing.T) {
 }
 
 func TestEnqueueStreamBrokenAfterCommitRetriesWithSameDedupID(t *testing.T) {
+	for _, endOK := range []bool{false, true} {
+		name := "ends UNAVAILABLE"
+		if endOK {
+			name = "ends OK"
+		}
+		t.Run(name, func(t *testing.T) { testBrokenAfterCommit(t, endOK) })
+	}
+}
+
+func testBrokenAfterCommit(t *testing.T, endOK bool) {
 	var first atomic.Bool
-	f := &fakeBroker{name: "A", rec: newRecorder(), streams: true, enqueue: echoDedupIDs,
-		// The first request is served, then the stream dies before the
+	f := &fakeBroker{name: "A", rec: newRecorder(), streams: true, enqueue: echoDedupIDs, breakOK: endOK,
+		// The first request is served, then the stream ends before the
 		// answer leaves: the caller cannot know it committed.
 		breakAfter: func(int) bool { return first.CompareAndSwap(false, true) }}
 	c := dial(t, serve(t, f))

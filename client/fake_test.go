@@ -157,6 +157,7 @@ type fakeBroker struct {
 	// breakAfter, if set, may end the stream without sending the answer.
 	streams    bool
 	breakAfter func(n int) bool
+	breakOK    bool         // end the broken stream with OK, not UNAVAILABLE
 	opened     atomic.Int32 // EnqueueStreams opened
 }
 
@@ -178,6 +179,9 @@ func (f *fakeBroker) EnqueueStream(s grpc.BidiStreamingServer[raftqv1.EnqueueStr
 			resp.Response = r
 		}
 		if f.breakAfter != nil && f.breakAfter(n) {
+			if f.breakOK {
+				return nil
+			}
 			return status.Error(codes.Unavailable, "stream broken after the request was served")
 		}
 		if err := s.Send(resp); err != nil {
