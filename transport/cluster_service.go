@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/raftq/raftq/fsm"
@@ -20,7 +21,11 @@ type clusterService struct {
 	s *Server
 }
 
-func (c *clusterService) Status(ctx context.Context, _ *raftqv1.StatusRequest) (*raftqv1.StatusResponse, error) {
+// peerStatusTimeout bounds asking another node for its applied index: a
+// slow or unreachable node keeps 0 rather than delaying the answer.
+const peerStatusTimeout = time.Second
+
+func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest) (*raftqv1.StatusResponse, error) {
 	st := c.s.node.Status()
 	out := &raftqv1.StatusResponse{
 		LeaderId: st.LeaderID, LeaderAddr: st.LeaderAddr, Term: st.Term,
@@ -33,7 +38,34 @@ func (c *clusterService) Status(ctx context.Context, _ *raftqv1.StatusRequest) (
 			LastContactMs: n.LastContactMs, AppliedIndex: n.AppliedIndex,
 		})
 	}
+	if !req.GetLocalOnly() {
+		c.peerApplied(ctx, out.Nodes)
+	}
 	return out, nil
+}
+
+// peerApplied fills in other nodes' applied index, which only each node
+// knows of itself, by asking them (local_only, so they do not ask on).
+func (c *clusterService) peerApplied(ctx context.Context, nodes []*raftqv1.Node) {
+	ctx, cancel := context.WithTimeout(ctx, peerStatusTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		if n.Id == c.s.cfg.NodeID || n.GrpcAddr == "" || n.State == "unreachable" {
+			continue
+		}
+		conn, err := c.s.peers.get(n.GrpcAddr)
+		if err != nil {
+			continue
+		}
+		wg.Go(func() {
+			st, err := raftqv1.NewClusterClient(conn).Status(ctx, &raftqv1.StatusRequest{LocalOnly: true})
+			if err == nil {
+				n.AppliedIndex = st.GetAppliedIndex()
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func (c *clusterService) RemoveNode(ctx context.Context, req *raftqv1.RemoveNodeRequest) (*raftqv1.RemoveNodeResponse, error) {

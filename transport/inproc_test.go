@@ -64,9 +64,23 @@ func testStatus(t *testing.T, c *inprocCluster) {
 				if nd.Suffrage != "voter" || nd.State != want || !nd.Healthy || nd.GrpcAddr != c.byID(nd.Id).addr || nd.RaftAddr == "" {
 					return fmt.Errorf("Status node %v, want a healthy voter %s at %s", nd, want, c.byID(nd.Id).addr)
 				}
+				// Each node knows only its own applied index; the one asked
+				// collects the others'.
+				if nd.AppliedIndex == 0 {
+					return fmt.Errorf("Status via %s: no applied index for %s", n.id, nd.Id)
+				}
 			}
 			return nil
 		})
+		local, err := n.admin.Status(tctx(t, 5*time.Second), &raftqv1.StatusRequest{LocalOnly: true})
+		if err != nil {
+			t.Fatalf("local Status: %v", err)
+		}
+		for _, nd := range local.Nodes {
+			if (nd.Id == n.id) != (nd.AppliedIndex > 0) {
+				t.Fatalf("local-only Status via %s: %s applied index %d (only its own is known)", n.id, nd.Id, nd.AppliedIndex)
+			}
+		}
 	}
 }
 

@@ -2491,7 +2491,11 @@ func (x *Node) GetAppliedIndex() uint64 {
 }
 
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Answer from this node alone. Without it, the node asks the others for
+	// their applied index (which only each node knows of itself); nodes set
+	// it when they ask each other.
+	LocalOnly     bool `protobuf:"varint,1,opt,name=local_only,json=localOnly,proto3" json:"local_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2524,6 +2528,13 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *StatusRequest) GetLocalOnly() bool {
+	if x != nil {
+		return x.LocalOnly
+	}
+	return false
 }
 
 type StatusResponse struct {
@@ -3345,8 +3356,10 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x05state\x18\x06 \x01(\tR\x05state\x12\x18\n" +
 	"\ahealthy\x18\a \x01(\bR\ahealthy\x12&\n" +
 	"\x0flast_contact_ms\x18\b \x01(\x03R\rlastContactMs\x12#\n" +
-	"\rapplied_index\x18\t \x01(\x04R\fappliedIndex\"\x0f\n" +
-	"\rStatusRequest\"\xd0\x01\n" +
+	"\rapplied_index\x18\t \x01(\x04R\fappliedIndex\".\n" +
+	"\rStatusRequest\x12\x1d\n" +
+	"\n" +
+	"local_only\x18\x01 \x01(\bR\tlocalOnly\"\xd0\x01\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
