@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -127,6 +128,27 @@ func advertise(bind, host string) (string, error) {
 	return bind, nil
 }
 
+// startingHandler serves the operator port while the node starts: the
+// process is alive (/healthz 200) but not ready (everything else 503),
+// until ready installs the node's own handler.
+type startingHandler struct {
+	node atomic.Pointer[http.Handler]
+}
+
+func (h *startingHandler) ready(node http.Handler) { h.node.Store(&node) }
+
+func (h *startingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if node := h.node.Load(); node != nil {
+		(*node).ServeHTTP(w, r)
+		return
+	}
+	if r.URL.Path == "/healthz" {
+		_, _ = w.Write([]byte("starting\n"))
+		return
+	}
+	http.Error(w, "starting: restoring state from the data dir", http.StatusServiceUnavailable)
+}
+
 // lateProposer lets the scheduler exist before the Raft node it proposes
 // through: proposals wait until the node is set.
 type lateProposer struct {
@@ -168,14 +190,29 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("--grpc-addr: %w", err)
 	}
 	defer grpcLis.Close()
-	var httpLis net.Listener
+	errc := make(chan error, 2)
+	// The operator port answers from the start: restoring a large state
+	// takes seconds (13 s for a million messages), during which a liveness
+	// probe must see the process alive and a readiness probe must not see
+	// it ready.
+	httpHandler := &startingHandler{}
+	var httpSrv *http.Server
 	if o.httpAddr != "" {
-		if httpLis, err = net.Listen("tcp", o.httpAddr); err != nil {
+		httpLis, err := net.Listen("tcp", o.httpAddr)
+		if err != nil {
 			return fmt.Errorf("--http-addr: %w", err)
 		}
-		defer httpLis.Close()
+		httpSrv = &http.Server{Handler: httpHandler, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+		defer httpSrv.Close() // on an early return; the normal path shuts down first
 	}
 
+	log.Info("starting node: restoring state from the data dir", "node_id", o.nodeID, "data_dir", o.dataDir)
+	started := time.Now()
 	state := fsm.New(log.With("component", "fsm"))
 	prop := &lateProposer{ready: make(chan struct{}), state: state}
 	sched := scheduler.New(scheduler.Config{Logger: log.With("component", "scheduler"), NodeID: o.nodeID, LeaseGrace: o.leaseGrace}, state, prop)
@@ -203,18 +240,10 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	close(prop.ready)
 
 	srv := transport.New(transport.Config{NodeID: o.nodeID, Logger: log.With("component", "transport"), MaxQueuedBytes: o.maxQueuedBytes}, node, state, sched)
-	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(grpcLis) }()
-	var httpSrv *http.Server
-	if httpLis != nil {
-		httpSrv = &http.Server{Handler: srv.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
-				errc <- err
-			}
-		}()
-	}
-	log.Info("raftq node started", "node_id", o.nodeID, "grpc", adv["grpc"], "raft", adv["raft"], "gossip", adv["gossip"], "http", adv["http"], "data_dir", o.dataDir)
+	httpHandler.ready(srv.HTTPHandler())
+	log.Info("raftq node started", "node_id", o.nodeID, "grpc", adv["grpc"], "raft", adv["raft"], "gossip", adv["gossip"], "http", adv["http"], "data_dir", o.dataDir,
+		"applied_index", state.AppliedIndex(), "startup", time.Since(started).Round(time.Millisecond))
 
 	var serveErr error
 	select {
