@@ -55,11 +55,8 @@ type muxStream struct {
 // enqueue runs one Enqueue attempt on the node's stream.
 func (m *enqueueMux) enqueue(ctx context.Context, req *raftqv1.EnqueueRequest, resp *raftqv1.EnqueueResponse) error {
 	s, err := m.stream()
-	if errors.Is(err, errStreamUnsupported) {
-		return m.cc.Invoke(ctx, raftqv1.Broker_Enqueue_FullMethodName, req, resp)
-	}
 	if err != nil {
-		return err
+		return m.fallback(ctx, err, req, resp)
 	}
 	seq, ch, err := s.register()
 	if err != nil {

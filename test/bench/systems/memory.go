@@ -121,13 +121,16 @@ func runMemory(ctx context.Context, log *slog.Logger, bin string, o MemoryOption
 		<-trickleDone
 		return err
 	}
-	other := startOtherCPU(pid)
+	otherCPU := workload.StartOtherCPU(pid)
 	snapStart := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	_, serr := cl.Snapshot(sctx)
 	cancel()
 	snapEnd := time.Now()
-	res.SnapshotOtherCores = other(snapEnd.Sub(snapStart))
+	res.SnapshotOtherCores = -1 // unknown unless /proc could be read
+	if other, err := otherCPU(); err == nil {
+		res.SnapshotOtherCores = other.Seconds() / snapEnd.Sub(snapStart).Seconds()
+	}
 	_ = sleepCtx(ctx, time.Second)
 	stopTrickle()
 	<-trickleDone
@@ -180,31 +183,6 @@ func runMemory(ctx context.Context, log *slog.Logger, bin string, o MemoryOption
 		res.RSSAfterRestart, _ = workload.RSS(pid)
 	}
 	return nil
-}
-
-// startOtherCPU starts measuring the CPU the machine spends outside the
-// broker (pid) and this process; the returned func gives it in cores over
-// wall, or -1 if /proc could not be read.
-func startOtherCPU(pid int) func(wall time.Duration) float64 {
-	read := func() (time.Duration, bool) {
-		machine, err := workload.MachineCPU()
-		if err != nil {
-			return 0, false
-		}
-		broker, err := workload.CPU(pid)
-		if err != nil {
-			return 0, false
-		}
-		return machine - broker - workload.SelfCPU(), true
-	}
-	start, ok := read()
-	return func(wall time.Duration) float64 {
-		end, ok2 := read()
-		if !ok || !ok2 || wall <= 0 {
-			return -1
-		}
-		return max(0, (end-start).Seconds()/wall.Seconds())
-	}
 }
 
 // trickle is an open-loop stream of single-message enqueues.

@@ -3,6 +3,7 @@ package workload
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -150,6 +151,35 @@ func rss(root string, pid int) (int64, error) {
 		return 0, err
 	}
 	return 0, fmt.Errorf("no VmRSS for pid %d (a zombie?)", pid)
+}
+
+// StartOtherCPU starts measuring the CPU time the rest of the machine
+// spends: busy time of all cores less this process's and pids' (with their
+// descendants). stop returns it for the interval since the start.
+func StartOtherCPU(pids ...int) (stop func() (time.Duration, error)) {
+	read := func() (time.Duration, error) {
+		t, err := MachineCPU()
+		if err != nil {
+			return 0, err
+		}
+		t -= SelfCPU()
+		for _, pid := range pids {
+			c, err := CPU(pid)
+			if err != nil {
+				return 0, err
+			}
+			t -= c
+		}
+		return t, nil
+	}
+	start, startErr := read()
+	return func() (time.Duration, error) {
+		end, err := read()
+		if err = errors.Join(startErr, err); err != nil {
+			return 0, err
+		}
+		return max(end-start, 0), nil
+	}
 }
 
 // MachineCPU is the busy (not idle, not iowait) CPU time of all cores

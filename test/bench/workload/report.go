@@ -39,7 +39,8 @@ type MemoryResult struct {
 	TrickleBaseline LatencySummary `json:"trickle_baseline_latency"`
 	TrickleSnapshot LatencySummary `json:"trickle_during_snapshot_latency"`
 	// SnapshotOtherCores is the CPU the rest of the machine used while the
-	// snapshot ran (cores): above ~0.1 the stall figures are disturbed.
+	// snapshot ran (cores; -1 if unknown): above ~0.1 the stall figures
+	// are disturbed.
 	SnapshotOtherCores float64 `json:"snapshot_other_cores"`
 	RSSAfterSnapshot   int64   `json:"rss_after_snapshot_bytes"`
 	// Restart after kill -9: until the gRPC API answers at all, and until
@@ -297,7 +298,11 @@ func WriteMemory(w io.Writer, m *MemoryResult) {
 	mib := func(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 	fmt.Fprintf(w, "memory: %d messages of %d B enqueued in %.1fs (%.0f msgs/s)\n", m.Messages, m.PayloadSize, m.EnqueueSecs, m.EnqueueRate)
 	fmt.Fprintf(w, "memory: VmRSS %s for %s of payload (%.2fx)\n", mib(m.RSSBytes), mib(m.PayloadBytes), float64(m.RSSBytes)/float64(max(m.PayloadBytes, 1)))
-	fmt.Fprintf(w, "snapshot: took %.2fs, snapshot dir %s, VmRSS after %s, other CPU during it %.2f cores\n", m.SnapshotSecs, mib(m.SnapshotBytes), mib(m.RSSAfterSnapshot), m.SnapshotOtherCores)
+	other := "unknown"
+	if m.SnapshotOtherCores >= 0 {
+		other = fmt.Sprintf("%.2f cores", m.SnapshotOtherCores)
+	}
+	fmt.Fprintf(w, "snapshot: took %.2fs, snapshot dir %s, VmRSS after %s, other CPU during it %s\n", m.SnapshotSecs, mib(m.SnapshotBytes), mib(m.RSSAfterSnapshot), other)
 	fmt.Fprintf(w, "snapshot: trickle of %.0f enqueues/s: before p50 %.1f / p99 %.1f / max %.1f ms; during snapshot p50 %.1f / p99 %.1f / max %.1f ms (%d calls)\n",
 		m.TrickleRate, m.TrickleBaseline.P50, m.TrickleBaseline.P99, m.TrickleBaseline.Max,
 		m.TrickleSnapshot.P50, m.TrickleSnapshot.P99, m.TrickleSnapshot.Max, m.TrickleSnapshot.Count)

@@ -223,7 +223,11 @@ func (rn *run) phase(ctx context.Context, name string, body func(context.Context
 		before[i], _ = CPU(p.Pid)
 	}
 	selfBefore := SelfCPU()
-	machineBefore, merr := MachineCPU()
+	pids := make([]int, len(procs))
+	for i, p := range procs {
+		pids[i] = p.Pid
+	}
+	otherCPU := StartOtherCPU(pids...)
 	start := time.Now()
 	var stop func()
 	if rn.OnPhase != nil {
@@ -245,13 +249,8 @@ func (rn *run) phase(ctx context.Context, name string, body func(context.Context
 	}
 	cs := (SelfCPU() - selfBefore).Seconds()
 	pr.ClientCPU = ProcCPU{Name: "bench", Seconds: cs, Cores: cs / wall}
-	if machineAfter, err := MachineCPU(); err == nil && merr == nil {
-		other := (machineAfter - machineBefore).Seconds() - cs
-		for _, c := range pr.ServerCPU {
-			other -= c.Seconds
-		}
-		other = max(other, 0)
-		pr.OtherCPU = ProcCPU{Name: "other", Seconds: other, Cores: other / wall}
+	if other, err := otherCPU(); err == nil {
+		pr.OtherCPU = ProcCPU{Name: "other", Seconds: other.Seconds(), Cores: other.Seconds() / wall}
 	}
 	if err != nil {
 		pr.Aborted = true

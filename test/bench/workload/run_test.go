@@ -154,6 +154,9 @@ func TestRunnerRunsEveryPhaseExactlyOnce(t *testing.T) {
 		if len(p.ServerCPU) != 1 || p.ServerCPU[0].Name != "self" {
 			t.Errorf("phase %s: server cpu %+v", p.Name, p.ServerCPU)
 		}
+		if p.OtherCPU.Name != "other" || p.OtherCPU.Seconds < 0 {
+			t.Errorf("phase %s: other cpu %+v", p.Name, p.OtherCPU)
+		}
 		if hooked[i] != w.name {
 			t.Errorf("OnPhase saw %v", hooked)
 		}
