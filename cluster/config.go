@@ -99,6 +99,7 @@ type Config struct {
 	reconcileInterval time.Duration
 	joinRetry         time.Duration
 	tuneGossip        func(*memberlist.Config)
+	onLeadership      func(Leadership) // sees every published value, in order
 }
 
 // withDefaults returns a copy of c with defaults filled in, or an error

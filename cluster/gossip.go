@@ -182,6 +182,7 @@ func (n *Node) updateMember(mn *memberlist.Node, state memberState, joined bool)
 	}
 	notify(n.memberEv)
 	notify(n.bootEv)
+	n.lead.refresh() // the leader's metadata may have arrived or changed
 }
 
 // Members returns this node's gossip view, sorted by id: every member it has

@@ -240,3 +240,20 @@ func checkGoroutines(t *testing.T, base int) {
 		t.Errorf("goroutines left behind: %d now, %d before\n%s", runtime.NumGoroutine(), base, b.String())
 	}
 }
+
+// poll calls cond every interval until it returns true or ctx ends (tests
+// only: the package itself waits on events).
+func poll(ctx context.Context, interval time.Duration, cond func() bool) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

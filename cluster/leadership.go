@@ -3,196 +3,370 @@ package cluster
 import (
 	"context"
 	"errors"
-	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
 )
 
-// IsLeader reports whether this node is the Raft leader right now.
-func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+// Role is this node's Raft role as published in a Leadership value.
+type Role uint8
 
-// LeaderReady reports whether this node leads and has applied everything
-// committed before its term (its Barrier completed): reads served now see
-// every acknowledged write.
-func (n *Node) LeaderReady() bool { return n.established.Load() && n.IsLeader() }
+// Roles. The zero value is RoleFollower, what a node is until it hears of
+// or wins an election.
+const (
+	RoleFollower Role = iota
+	RoleCandidate
+	RoleLeader
+	// RoleShutdown is the final role: the node has stopped.
+	RoleShutdown
+)
 
-// Leader returns the current leader as this node knows it; ID is empty if
-// no leader is known.
-func (n *Node) Leader() LeaderInfo {
-	addr, id := n.raft.LeaderWithID()
-	if id == "" {
-		return LeaderInfo{}
+func (r Role) String() string {
+	switch r {
+	case RoleFollower:
+		return "follower"
+	case RoleCandidate:
+		return "candidate"
+	case RoleLeader:
+		return "leader"
+	case RoleShutdown:
+		return "shutdown"
 	}
-	li := LeaderInfo{ID: string(id), RaftAddr: string(addr)}
-	if meta, ok := n.memberMeta(li.ID); ok {
-		li.GRPCAddr = meta.GRPC
-	}
-	return li
+	return "unknown"
 }
 
-// WaitLeader blocks until a leader is known, together with its gossip
-// metadata (so GRPCAddr is filled in when the leader advertises one), or
-// until ctx ends.
-func (n *Node) WaitLeader(ctx context.Context) (LeaderInfo, error) {
-	t := time.NewTicker(25 * time.Millisecond)
-	defer t.Stop()
-	for {
-		changed := n.LeaderChanges()
-		if li := n.Leader(); li.ID != "" {
-			if _, ok := n.memberMeta(li.ID); ok {
-				return li, nil
-			}
+// Leadership is one published state of this node's view of leadership. It
+// is an immutable value: every transition (a leader becomes known, this
+// node's term is established, leadership is lost, the leader's gossip
+// metadata arrives, the node stops) publishes a new one and closes the
+// previous value's Changed.
+//
+// A watcher loops: read Node.Leadership, act on it, wait on Changed (and its
+// own ctx). Values may be coalesced (a watcher that is slow sees only the
+// latest), but never reordered.
+type Leadership struct {
+	// Role is this node's role.
+	Role Role
+	// Term is the Raft term read when the value was published; it is the
+	// leader's term when LeaderID is set. A candidate's repeated rounds are
+	// not transitions and do not republish it.
+	Term uint64
+	// LeaderID is the leader this node knows of, "" if none. It is never
+	// this node's id unless Role is RoleLeader.
+	LeaderID string
+	// LeaderRaftAddr is the leader's Raft address.
+	LeaderRaftAddr string
+	// LeaderGRPCAddr is the gRPC address the leader advertises in gossip:
+	// where clients are sent. Empty until its metadata is known (see
+	// LeaderKnown) or if it advertises none.
+	LeaderGRPCAddr string
+	// Established is true only while Role is RoleLeader and this term's
+	// Barrier has completed: the local state then holds every entry
+	// committed before the term, so the node may answer reads and run
+	// leader-only work.
+	Established bool
+	// Changed is closed when a newer value is available. The final value
+	// (RoleShutdown) has a Changed that is never closed.
+	Changed <-chan struct{}
+
+	// leaderMeta: the leader's gossip metadata is known (so LeaderGRPCAddr
+	// is what it advertises, even if empty).
+	leaderMeta bool
+}
+
+// LeaderKnown reports whether a leader and its gossip metadata are known:
+// a caller can then route to LeaderGRPCAddr.
+func (l Leadership) LeaderKnown() bool { return l.LeaderID != "" && l.leaderMeta }
+
+// same reports whether l and o publish the same state (Changed aside).
+func (l Leadership) same(o Leadership) bool {
+	l.Changed, o.Changed = nil, nil
+	return l == o
+}
+
+// leadership publishes this node's Leadership values and runs the leader
+// term: on gaining leadership, a Barrier, then the leader-only services
+// until leadership is lost or the node stops. It also keeps the leader's
+// record of peers failing heartbeats (for Status), which arrives on the
+// same Raft observer.
+type leadership struct {
+	self     string
+	selfGRPC string
+	r        *raft.Raft
+	log      *slog.Logger
+	// meta returns a member's last gossip metadata.
+	meta func(id string) (nodeMeta, bool)
+	// services run during every established term, each until ctx ends.
+	services []func(ctx context.Context)
+	// hook, if set (tests), sees every published value in order.
+	hook func(Leadership)
+
+	obsCh    chan raft.Observation
+	observer *raft.Observer
+	loopDone chan struct{} // closed when the term loop has ended
+
+	mu       sync.Mutex
+	cur      Leadership
+	changed  chan struct{}
+	estTerm  uint64 // the term whose Barrier completed; 0 if none
+	final    bool
+	hbFailed map[string]time.Time // leader's view: peers failing heartbeats, since
+}
+
+func newLeadership(self, selfGRPC string, r *raft.Raft, log *slog.Logger, meta func(string) (nodeMeta, bool), hook func(Leadership)) *leadership {
+	l := &leadership{
+		self: self, selfGRPC: selfGRPC, r: r, log: log, meta: meta, hook: hook,
+		// Raft drops observations when this is full; the loop only
+		// recomputes from Raft's live state, so a dropped one is repaired
+		// by the next, but a large buffer keeps that rare.
+		obsCh:    make(chan raft.Observation, 256),
+		changed:  make(chan struct{}),
+		hbFailed: map[string]time.Time{},
+	}
+	l.cur.Changed = l.changed
+	return l
+}
+
+// get returns the current value.
+func (l *leadership) get() Leadership {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cur
+}
+
+// refresh recomputes the value from Raft's live state and publishes it if
+// anything changed.
+func (l *leadership) refresh() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.final {
+		return
+	}
+	v := Leadership{Term: l.r.CurrentTerm()}
+	switch l.r.State() {
+	case raft.Leader:
+		v.Role = RoleLeader
+	case raft.Candidate:
+		v.Role = RoleCandidate
+	case raft.Shutdown:
+		v.Role = RoleShutdown
+	}
+	addr, id := l.r.LeaderWithID()
+	if id != "" && (string(id) != l.self || v.Role == RoleLeader) {
+		v.LeaderID, v.LeaderRaftAddr = string(id), string(addr)
+		if v.LeaderID == l.self {
+			v.LeaderGRPCAddr, v.leaderMeta = l.selfGRPC, true
+		} else if m, ok := l.meta(v.LeaderID); ok {
+			v.LeaderGRPCAddr, v.leaderMeta = m.GRPC, true
 		}
+	}
+	v.Established = v.Role == RoleLeader && v.LeaderID == l.self && l.estTerm != 0 && l.estTerm == v.Term
+	l.publishLocked(v)
+}
+
+func (l *leadership) publishLocked(v Leadership) {
+	if v.same(l.cur) {
+		return
+	}
+	next := make(chan struct{})
+	v.Changed = next
+	l.cur = v
+	close(l.changed)
+	l.changed = next
+	if l.hook != nil {
+		l.hook(v)
+	}
+}
+
+// setEstablished records that term's Barrier completed.
+func (l *leadership) setEstablished(term uint64) {
+	// Publish "leader, not yet established" first if the observation of
+	// the election has not been handled yet: watchers see the leader
+	// known before they see it established.
+	l.refresh()
+	l.mu.Lock()
+	l.estTerm = term
+	l.mu.Unlock()
+	l.refresh()
+}
+
+func (l *leadership) clearEstablished() {
+	l.mu.Lock()
+	l.estTerm = 0
+	l.mu.Unlock()
+	l.refresh()
+}
+
+// close publishes the final value. Raft has stopped; the value never
+// changes again, and its Changed is never closed.
+func (l *leadership) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.final {
+		return
+	}
+	l.publishLocked(Leadership{Role: RoleShutdown, Term: l.cur.Term})
+	l.final = true
+}
+
+// failedHeartbeats returns the peers the leader sees failing heartbeats,
+// with since when.
+func (l *leadership) failedHeartbeats() map[string]time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]time.Time, len(l.hbFailed))
+	for id, t := range l.hbFailed {
+		out[id] = t
+	}
+	return out
+}
+
+// start registers the Raft observer and starts the observation and term
+// loops under ctx; the observation loop is counted in wg, the term loop
+// closes loopDone.
+func (l *leadership) start(ctx context.Context, wg *sync.WaitGroup) {
+	l.observer = raft.NewObserver(l.obsCh, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.RaftState, raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
+			return true
+		}
+		return false
+	})
+	l.r.RegisterObserver(l.observer)
+	l.refresh() // the state before the observer was registered
+	wg.Add(1)
+	go l.observeLoop(ctx, wg)
+	l.loopDone = make(chan struct{})
+	go l.termLoop(ctx)
+}
+
+// stopObserving deregisters the observer (after Raft has shut down).
+func (l *leadership) stopObserving() {
+	if l.observer != nil {
+		l.r.DeregisterObserver(l.observer)
+	}
+}
+
+// observeLoop consumes Raft observations: role and leader changes (a new
+// value) and the leader's heartbeat failures (for Status).
+func (l *leadership) observeLoop(ctx context.Context, wg *sync.WaitGroup) {
+	defer wg.Done()
+	for {
 		select {
 		case <-ctx.Done():
-			return LeaderInfo{}, fmt.Errorf("cluster: wait for leader: %w", ctx.Err())
-		case <-n.ctx.Done():
-			return LeaderInfo{}, ErrShutdown
-		case <-changed:
-		case <-t.C: // gossip metadata may arrive after the leader is known
-		}
-	}
-}
-
-// LeaderChanges returns a channel that is closed at the next change of
-// leader (including to "no leader") after the call; call it again for the
-// change after that. Many goroutines may wait on it at once, and changes
-// that happen between calls are coalesced. After Shutdown it returns a
-// closed channel.
-func (n *Node) LeaderChanges() <-chan struct{} {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.leaderCh
-}
-
-func (n *Node) notifyLeaderChange() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	close(n.leaderCh)
-	n.leaderCh = make(chan struct{})
-}
-
-// observeLoop consumes Raft observations: leader changes (for
-// LeaderChanges) and the leader's heartbeat failures (for Status).
-func (n *Node) observeLoop() {
-	defer n.wg.Done()
-	for {
-		select {
-		case <-n.ctx.Done():
 			return
-		case o := <-n.obsCh:
+		case o := <-l.obsCh:
 			switch d := o.Data.(type) {
 			case raft.LeaderObservation:
-				n.log.Info("leader changed", "leader", string(d.LeaderID), "leader_raft_addr", string(d.LeaderAddr))
-				if string(d.LeaderID) != n.cfg.NodeID {
-					n.mu.Lock()
-					clear(n.hbFailed)
-					n.mu.Unlock()
+				l.log.Info("leader changed", "leader", string(d.LeaderID), "leader_raft_addr", string(d.LeaderAddr))
+				if string(d.LeaderID) != l.self {
+					l.mu.Lock()
+					clear(l.hbFailed)
+					l.mu.Unlock()
 				}
-				n.notifyLeaderChange()
+				l.refresh()
+			case raft.RaftState:
+				l.refresh()
 			case raft.FailedHeartbeatObservation:
-				n.mu.Lock()
-				if _, ok := n.hbFailed[string(d.PeerID)]; !ok {
-					n.hbFailed[string(d.PeerID)] = d.LastContact
+				l.mu.Lock()
+				if _, ok := l.hbFailed[string(d.PeerID)]; !ok {
+					l.hbFailed[string(d.PeerID)] = d.LastContact
 				}
-				n.mu.Unlock()
+				l.mu.Unlock()
 			case raft.ResumedHeartbeatObservation:
-				n.mu.Lock()
-				delete(n.hbFailed, string(d.PeerID))
-				n.mu.Unlock()
+				l.mu.Lock()
+				delete(l.hbFailed, string(d.PeerID))
+				l.mu.Unlock()
 			}
 		}
 	}
 }
 
-// leaderTerm is one stretch of leadership: the leader service and the
-// reconciler run under ctx until it is cancelled.
+// leaderTerm is one stretch of leadership: the services run under ctx until
+// it is cancelled.
 type leaderTerm struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-// leadershipLoop follows raft's LeaderCh. LeaderCh keeps only the latest
-// value, so a true may hide a false before it: every true therefore ends
-// the running term (if any) and starts a fresh one.
-func (n *Node) leadershipLoop() {
-	defer close(n.leaderLoopDone)
+// termLoop follows raft's LeaderCh. LeaderCh keeps only the latest value,
+// so a true may hide a false before it: every true therefore ends the
+// running term (if any) and starts a fresh one.
+func (l *leadership) termLoop(ctx context.Context) {
+	defer close(l.loopDone)
 	var term *leaderTerm
 	stop := func() {
-		n.established.Store(false)
 		if term != nil {
 			term.cancel()
 			<-term.done
 			term = nil
 		}
+		l.clearEstablished()
 	}
 	defer stop()
 	for {
 		select {
-		case <-n.ctx.Done():
+		case <-ctx.Done():
 			return
-		case isLeader := <-n.raft.LeaderCh():
+		case isLeader := <-l.r.LeaderCh():
 			stop()
 			if isLeader {
-				term = n.startTerm()
+				term = l.startTerm(ctx)
 			}
 		}
 	}
 }
 
-func (n *Node) startTerm() *leaderTerm {
-	ctx, cancel := context.WithCancel(n.ctx)
+func (l *leadership) startTerm(parent context.Context) *leaderTerm {
+	ctx, cancel := context.WithCancel(parent)
 	t := &leaderTerm{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(t.done)
-		if !n.establishLeadership(ctx) {
+		term, ok := l.establish(ctx)
+		if !ok {
 			return
 		}
-		n.established.Store(true)
+		l.setEstablished(term)
 		var wg sync.WaitGroup
-		if n.leader != nil {
+		for _, run := range l.services {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				n.log.Info("starting leader service")
-				n.leader.RunLeader(ctx)
-				n.log.Info("leader service stopped")
+				run(ctx)
 			}()
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n.reconcileLoop(ctx)
-		}()
 		wg.Wait()
 	}()
 	return t
 }
 
-// establishLeadership issues a Barrier so that everything committed by
-// earlier leaders is applied before the leader service starts (LeaderCh
-// fires before the new leader's no-op commits). It retries transient
-// failures while still leader and reports whether it succeeded.
-func (n *Node) establishLeadership(ctx context.Context) bool {
+// establish issues a Barrier so that everything committed by earlier
+// leaders is applied before the term counts as established (LeaderCh fires
+// before the new leader's no-op commits). It retries transient failures
+// while still leader and returns the term the Barrier was issued in.
+func (l *leadership) establish(ctx context.Context) (uint64, bool) {
 	for {
+		// Read before the Barrier: if the term moved on meanwhile, the
+		// value published for the newer term is not established by it.
+		term := l.r.CurrentTerm()
 		// The future resolves on commit, loss of leadership or shutdown;
 		// waiting on it directly keeps no goroutine behind.
-		err := n.raft.Barrier(0).Error()
+		err := l.r.Barrier(0).Error()
 		if err == nil {
-			n.log.Info("gained leadership", "term", n.raft.CurrentTerm())
-			return true
+			l.log.Info("gained leadership", "term", term)
+			return term, true
 		}
-		if ctx.Err() != nil || n.raft.State() != raft.Leader ||
+		if ctx.Err() != nil || l.r.State() != raft.Leader ||
 			errors.Is(err, raft.ErrRaftShutdown) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			n.log.Info("barrier on gaining leadership failed; not leading", "err", err)
-			return false
+			l.log.Info("barrier on gaining leadership failed; not leading", "err", err)
+			return 0, false
 		}
-		n.log.Warn("barrier on gaining leadership failed; retrying", "err", err)
+		l.log.Warn("barrier on gaining leadership failed; retrying", "err", err)
 		select {
 		case <-ctx.Done():
-			return false
+			return 0, false
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -42,13 +42,12 @@ type Node struct {
 	log    *slog.Logger
 	leader LeaderService
 
-	raft     *raft.Raft
-	store    *raftboltdb.BoltStore
-	snaps    *raft.FileSnapshotStore
-	trans    *raft.NetworkTransport
-	ml       *memberlist.Memberlist
-	observer *raft.Observer
-	obsCh    chan raft.Observation
+	raft  *raft.Raft
+	store *raftboltdb.BoltStore
+	snaps *raft.FileSnapshotStore
+	trans *raft.NetworkTransport
+	ml    *memberlist.Memberlist
+	lead  *leadership
 
 	raftAddr   string // advertised Raft address
 	gossipAddr string // advertised gossip address
@@ -60,13 +59,6 @@ type Node struct {
 	wg     sync.WaitGroup
 	// raftDone is closed once Raft has shut down.
 	raftDone chan struct{}
-	// leaderLoopDone is closed when the leadership loop (and so any leader
-	// term) has ended.
-	leaderLoopDone chan struct{}
-	// established is true while this node leads and its Barrier for the
-	// term has completed: its state then reflects every committed entry,
-	// so it may answer reads.
-	established atomic.Bool
 
 	metaMu     sync.Mutex   // serialises metadata updates with leaving
 	hasState   atomic.Bool  // published in gossip metadata
@@ -76,10 +68,8 @@ type Node struct {
 	memberEv chan struct{} // gossip changed: wake the reconciler
 	bootEv   chan struct{} // gossip changed: wake the bootstrap loop
 
-	mu       sync.Mutex
-	members  map[string]*member
-	hbFailed map[string]time.Time // leader's view: peers failing heartbeats, since
-	leaderCh chan struct{}        // closed at the next leader change
+	mu      sync.Mutex
+	members map[string]*member
 
 	shutMu      sync.Mutex
 	shutStarted bool
@@ -105,12 +95,9 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		cfg:      cfg,
 		log:      cfg.Logger.With(slog.String("node", cfg.NodeID)),
 		leader:   leader,
-		obsCh:    make(chan raft.Observation, 64),
 		memberEv: make(chan struct{}, 1),
 		bootEv:   make(chan struct{}, 1),
 		members:  map[string]*member{},
-		hbFailed: map[string]time.Time{},
-		leaderCh: make(chan struct{}),
 		shutDone: make(chan struct{}),
 		raftDone: make(chan struct{}),
 	}
@@ -217,14 +204,15 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err != nil {
 		return nil, fmt.Errorf("raft: %w", err)
 	}
-	n.observer = raft.NewObserver(n.obsCh, false, func(o *raft.Observation) bool {
-		switch o.Data.(type) {
-		case raft.LeaderObservation, raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
-			return true
-		}
-		return false
-	})
-	n.raft.RegisterObserver(n.observer)
+	n.lead = newLeadership(cfg.NodeID, cfg.GRPCAdvertise, n.raft, n.log, n.memberMeta, cfg.onLeadership)
+	if leader != nil {
+		n.lead.services = append(n.lead.services, func(ctx context.Context) {
+			n.log.Info("starting leader service")
+			leader.RunLeader(ctx)
+			n.log.Info("leader service stopped")
+		})
+	}
+	n.lead.services = append(n.lead.services, n.reconcileLoop)
 
 	n.ml, err = n.newMemberlist(ctx, hcl)
 	if err != nil {
@@ -232,10 +220,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	}
 	n.gossipAddr = n.ml.LocalNode().Address()
 
-	n.wg.Add(1)
-	go n.observeLoop()
-	n.leaderLoopDone = make(chan struct{})
-	go n.leadershipLoop()
+	n.lead.start(n.ctx, &n.wg)
 
 	joined := make(chan struct{})
 	n.wg.Add(1)
@@ -346,10 +331,7 @@ func (n *Node) leave(ctx context.Context) {
 	// so that a small cluster does not lose quorum for the removal.
 	if !n.IsLeader() && n.otherVoters() > 0 {
 		wctx, cancel := context.WithTimeout(ctx, leaveDrainTimeout)
-		err := poll(wctx, 50*time.Millisecond, func() bool {
-			servers, err := n.servers()
-			return err != nil || !hasServer(servers, n.cfg.NodeID) || n.Leader().ID == ""
-		})
+		err := n.waitRemoved(wctx)
 		cancel()
 		if err != nil {
 			n.log.Warn("left gossip but not yet removed from the raft configuration", "err", err)
@@ -365,10 +347,10 @@ func (n *Node) leave(ctx context.Context) {
 func (n *Node) closeAll() error {
 	var errs []error
 	n.cancel() // ends the loops and the leader term
-	if n.leaderLoopDone != nil {
+	if n.lead != nil && n.lead.loopDone != nil {
 		// The leader service stops (and is waited for) while Raft still
 		// runs, so its in-flight proposals resolve.
-		<-n.leaderLoopDone
+		<-n.lead.loopDone
 	}
 	if n.ml != nil {
 		if err := n.ml.Shutdown(); err != nil {
@@ -380,9 +362,7 @@ func (n *Node) closeAll() error {
 			errs = append(errs, fmt.Errorf("raft: %w", err))
 		}
 		close(n.raftDone)
-		if n.observer != nil {
-			n.raft.DeregisterObserver(n.observer)
-		}
+		n.lead.stopObserving()
 	} else if n.trans != nil {
 		if err := n.trans.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("raft transport: %w", err))
@@ -394,26 +374,32 @@ func (n *Node) closeAll() error {
 			errs = append(errs, fmt.Errorf("raft store: %w", err))
 		}
 	}
-	n.mu.Lock()
-	close(n.leaderCh) // final notification; later LeaderChanges calls get a closed channel
-	n.mu.Unlock()
+	if n.lead != nil {
+		n.lead.close() // the final value: RoleShutdown
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cluster: shutdown: %w", err)
 	}
 	return nil
 }
 
-// poll calls cond every interval until it returns true or ctx ends.
-func poll(ctx context.Context, interval time.Duration, cond func() bool) error {
-	t := time.NewTicker(interval)
+// waitRemoved waits until this node is out of the Raft configuration or
+// knows no leader (the leader stopped replicating to it). Raft publishes no
+// event when a follower's configuration changes, so the configuration is
+// re-read on a short ticker; the loss of the leader wakes it at once.
+func (n *Node) waitRemoved(ctx context.Context) error {
+	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if cond() {
+		l := n.Leadership()
+		servers, err := n.servers()
+		if err != nil || !hasServer(servers, n.cfg.NodeID) || l.LeaderID == "" {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-l.Changed:
 		case <-t.C:
 		}
 	}

@@ -58,13 +58,21 @@ func TestSingleNodeBootstrapAndRestart(t *testing.T) {
 		st.AppliedIndex < idx || st.Nodes[0].AppliedIndex != st.AppliedIndex {
 		t.Fatalf("status = %+v", st)
 	}
-	changed := n.LeaderChanges()
+	changed := n.Leadership().Changed
 	shutdown(t, n)
 	shutdown(t, n) // idempotent
 	select {
 	case <-changed:
 	default:
-		t.Fatal("LeaderChanges not closed by shutdown")
+		t.Fatal("Leadership().Changed not closed by shutdown")
+	}
+	if l := n.Leadership(); l.Role != RoleShutdown || l.LeaderID != "" || l.Established {
+		t.Fatalf("leadership after shutdown = %+v", l)
+	}
+	select {
+	case <-n.Leadership().Changed:
+		t.Fatal("the final leadership value's Changed is closed")
+	default:
 	}
 	if n.svc.running.Load() != 0 || n.svc.stops.Load() != 1 {
 		t.Fatalf("leader service not stopped: running %d stops %d", n.svc.running.Load(), n.svc.stops.Load())
@@ -268,7 +276,7 @@ func TestCluster(t *testing.T) {
 	step("transfer leadership and snapshot", func(t *testing.T) {
 		old := c.leader()
 		target := c.follower()
-		changed := target.LeaderChanges()
+		changed := target.Leadership().Changed
 		startsBefore := target.svc.starts.Load()
 		got, err := old.TransferLeadership(ctxTimeout(t, 10*time.Second), target.ID())
 		if err != nil || got != target.ID() {
@@ -277,7 +285,12 @@ func TestCluster(t *testing.T) {
 		select {
 		case <-changed:
 		case <-time.After(5 * time.Second):
-			t.Fatal("LeaderChanges not notified")
+			t.Fatal("Leadership().Changed not notified")
+		}
+		if _, err := target.waitLeadership(ctxTimeout(t, 5*time.Second), func(l Leadership) bool {
+			return l.Role == RoleLeader && l.LeaderID == target.ID() && l.Established
+		}); err != nil {
+			t.Fatalf("target never published itself established leader: %v", err)
 		}
 		waitFor(t, 5*time.Second, "leader service moved", func() bool {
 			return target.svc.starts.Load() == startsBefore+1 && target.svc.running.Load() == 1 && old.svc.running.Load() == 0
@@ -363,7 +376,7 @@ func TestCluster(t *testing.T) {
 		changedOn := map[string]<-chan struct{}{}
 		starts := map[string]int32{}
 		for _, n := range c.alive() {
-			changedOn[n.ID()] = n.LeaderChanges()
+			changedOn[n.ID()] = n.Leadership().Changed
 			starts[n.ID()] = n.svc.starts.Load()
 		}
 		crash(t, old)
@@ -381,7 +394,7 @@ func TestCluster(t *testing.T) {
 			select {
 			case <-changedOn[n.ID()]:
 			default:
-				t.Fatalf("%s: LeaderChanges not notified", n.ID())
+				t.Fatalf("%s: Leadership().Changed not notified", n.ID())
 			}
 		}
 		if _, err := l.Apply(ctxTimeout(t, 5*time.Second), []byte("x3")); err != nil {

@@ -136,14 +136,13 @@ func (n *Node) TransferLeadership(ctx context.Context, toID string) (string, err
 	}
 	// The transfer succeeded once the target started its election; wait
 	// until some other node is known as leader.
-	var newID string
-	err := poll(ctx, 20*time.Millisecond, func() bool {
-		newID = n.Leader().ID
-		return newID != "" && newID != n.cfg.NodeID
+	l, err := n.waitLeadership(ctx, func(l Leadership) bool {
+		return l.LeaderID != "" && l.LeaderID != n.cfg.NodeID
 	})
 	if err != nil {
 		return "", fmt.Errorf("cluster: transfer leadership: waiting for the new leader: %w", err)
 	}
+	newID := l.LeaderID
 	return newID, nil
 }
 
@@ -219,6 +218,7 @@ func (n *Node) Status() Status {
 	servers, _ := n.servers() // empty after shutdown
 	now := time.Now()
 	selfState := n.raft.State()
+	hbFailed := n.lead.failedHeartbeats()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, s := range servers {
@@ -250,7 +250,7 @@ func (n *Node) Status() Status {
 			ns.Healthy = selfState != raft.Shutdown && leader.ID != ""
 		default:
 			m, known := n.members[id]
-			failedSince, hbFailed := n.hbFailed[id]
+			failedSince, hbFailed := hbFailed[id]
 			switch {
 			case !known || m.state != memberAlive || hbFailed:
 				ns.State = "unreachable"

@@ -1,0 +1,70 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/raft"
+)
+
+// Leadership returns this node's current leadership state. Wait on its
+// Changed for the next one.
+func (n *Node) Leadership() Leadership { return n.lead.get() }
+
+// IsLeader reports whether this node is the Raft leader right now. It reads
+// Raft's state directly; Leadership publishes the same transitions as
+// events, one observation later.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// LeaderReady reports whether this node leads and has applied everything
+// committed before its term (its Barrier completed): reads served now see
+// every acknowledged write.
+func (n *Node) LeaderReady() bool { return n.Leadership().Established && n.IsLeader() }
+
+// Leader returns the current leader as this node knows it; ID is empty if
+// no leader is known.
+func (n *Node) Leader() LeaderInfo {
+	l := n.Leadership()
+	return LeaderInfo{ID: l.LeaderID, RaftAddr: l.LeaderRaftAddr, GRPCAddr: l.LeaderGRPCAddr}
+}
+
+// WaitLeader blocks until a leader is known, together with its gossip
+// metadata (so GRPCAddr is filled in when the leader advertises one), or
+// until ctx ends or the node shuts down.
+func (n *Node) WaitLeader(ctx context.Context) (LeaderInfo, error) {
+	for {
+		l := n.Leadership()
+		if l.LeaderKnown() {
+			return LeaderInfo{ID: l.LeaderID, RaftAddr: l.LeaderRaftAddr, GRPCAddr: l.LeaderGRPCAddr}, nil
+		}
+		if l.Role == RoleShutdown {
+			return LeaderInfo{}, ErrShutdown
+		}
+		select {
+		case <-ctx.Done():
+			return LeaderInfo{}, fmt.Errorf("cluster: wait for leader: %w", ctx.Err())
+		case <-n.ctx.Done():
+			return LeaderInfo{}, ErrShutdown
+		case <-l.Changed:
+		}
+	}
+}
+
+// waitLeadership waits until cond holds for the published value, ctx ends
+// or the node stops, and returns the value that satisfied cond.
+func (n *Node) waitLeadership(ctx context.Context, cond func(Leadership) bool) (Leadership, error) {
+	for {
+		l := n.Leadership()
+		if cond(l) {
+			return l, nil
+		}
+		if l.Role == RoleShutdown {
+			return l, ErrShutdown
+		}
+		select {
+		case <-ctx.Done():
+			return l, ctx.Err()
+		case <-l.Changed:
+		}
+	}
+}
