@@ -56,7 +56,11 @@ func ParseID(s string) (uint64, error) {
 	return v, nil
 }
 
-func (f *FSM) applyCommand(index uint64, cmd *fsmv1.Command, touched *touchSet) *Result {
+// applyCommand applies one decoded entry by the rules of its log version
+// (e.version): a command or rule introduced in version N is recognised
+// only in entries of version >= N, exactly as older builds saw them.
+func (f *FSM) applyCommand(e entry, cmd *fsmv1.Command) *Result {
+	index, touched := e.index, e.touched
 	if cmd.NowMs > f.lastNow {
 		f.lastNow = cmd.NowMs
 	}
@@ -93,9 +97,31 @@ func (f *FSM) applyCommand(index uint64, cmd *fsmv1.Command, touched *touchSet) 
 	case *fsmv1.Command_Checkpoint:
 		f.checkpoint(index)
 		return &Result{Index: index}
+	case *fsmv1.Command_SetClusterVersion:
+		if e.version < 2 {
+			// Version 1 has no such command: a version-1 build read it
+			// as an empty command, and so must this one.
+			return &Result{Err: fmt.Errorf("%w: empty or unknown command", ErrInvalid)}
+		}
+		return f.setClusterVersion(e, op.SetClusterVersion)
 	default:
 		return &Result{Err: fmt.Errorf("%w: empty or unknown command", ErrInvalid)}
 	}
+}
+
+// setClusterVersion raises the cluster version. It never lowers it (a
+// late or repeated proposal changes nothing) and never raises it past the
+// entry's own version: an entry cannot vouch for rules newer than its own.
+func (f *FSM) setClusterVersion(e entry, c *fsmv1.SetClusterVersion) *Result {
+	v := c.GetVersion()
+	switch {
+	case v > e.version:
+		return &Result{Err: fmt.Errorf("%w: cluster version %d proposed in a version-%d entry", ErrInvalid, v, e.version)}
+	case v <= f.clusterVersion:
+		return &Result{Err: fmt.Errorf("%w: cluster version is already %d, not raised to %d", ErrInvalid, f.clusterVersion, v)}
+	}
+	f.clusterVersion = v
+	return &Result{}
 }
 
 // advance applies what the passage of time does: delayed messages become
@@ -188,15 +214,15 @@ func (f *FSM) createQueue(c *fsmv1.CreateQueue, touched *touchSet) *Result {
 	}
 	if dlq == nil {
 		dlq = newQueue(dlqName)
-		dlq.raw = &raftqv1.QueueConfig{}
+		dlq.raw = &fsmv1.QueueConfig{}
 		dlq.autoDLQ = true
 		f.queues[dlqName] = dlq
 	}
 	f.makeDLQ(dlq)
 	q := newQueue(c.Name)
-	q.raw = &raftqv1.QueueConfig{}
+	q.raw = &fsmv1.QueueConfig{}
 	if raw != nil {
-		q.raw = proto.Clone(raw).(*raftqv1.QueueConfig)
+		q.raw = proto.Clone(raw).(*fsmv1.QueueConfig)
 	}
 	q.raw.DeadLetterQueue = dlqName
 	q.cfg = effectiveConfig(q.raw, dlqName)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
 func enqueueLog(index uint64, queue string, n int, payload []byte) *raft.Log {
@@ -19,9 +18,9 @@ func enqueueLog(index uint64, queue string, n int, payload []byte) *raft.Log {
 }
 
 func enqueueLogAt(index uint64, nowMs int64, queue string, n int, payload []byte, dedupID func(int) string) *raft.Log {
-	msgs := make([]*raftqv1.EnqueueMessage, n)
+	msgs := make([]*fsmv1.EnqueueMessage, n)
 	for i := range msgs {
-		msgs[i] = &raftqv1.EnqueueMessage{Payload: payload, DedupId: dedupID(i)}
+		msgs[i] = &fsmv1.EnqueueMessage{Payload: payload, DedupId: dedupID(i)}
 	}
 	data, _ := Encode(&fsmv1.Command{NowMs: nowMs, Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: queue, Messages: msgs}}}}})
 	return &raft.Log{Index: index, Type: raft.LogCommand, Data: data}
@@ -43,7 +42,7 @@ func BenchmarkApplyEnqueue(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			h := newHarness(b)
-			h.create("q", &raftqv1.QueueConfig{DedupWindowMs: tc.window})
+			h.create("q", &fsmv1.QueueConfig{DedupWindowMs: tc.window})
 			payload := make([]byte, 1024)
 			rng := rand.New(rand.NewPCG(1, 2))
 			randomID := func(int) string {
@@ -81,19 +80,19 @@ func BenchmarkApplyEnqueue(b *testing.B) {
 func BenchmarkMillionMessages(b *testing.B) {
 	for range b.N {
 		const total, perEntry = 1_000_000, 100
-		f := New(nil)
+		f := New(Options{})
 		f.ApplyCommand(1, &fsmv1.Command{NowMs: 1, Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: "q"}}})
 		var before runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		for i := 0; i < total/perEntry; i++ {
 			payload := make([]byte, 1024*perEntry) // one allocation per entry, as a decoded log entry would share
-			msgs := make([]*raftqv1.EnqueueMessage, perEntry)
+			msgs := make([]*fsmv1.EnqueueMessage, perEntry)
 			for j := range msgs {
-				msgs[j] = &raftqv1.EnqueueMessage{Payload: payload[j*1024 : (j+1)*1024 : (j+1)*1024], DedupId: fmt.Sprint(i, "-", j)}
+				msgs[j] = &fsmv1.EnqueueMessage{Payload: payload[j*1024 : (j+1)*1024 : (j+1)*1024], DedupId: fmt.Sprint(i, "-", j)}
 			}
 			f.mu.Lock()
-			f.applyCommand(uint64(i+2), &fsmv1.Command{NowMs: int64(i + 2), Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}}}}, newTouchSet())
+			f.applyCommand(entry{index: uint64(i + 2), version: 1, touched: newTouchSet()}, &fsmv1.Command{NowMs: int64(i + 2), Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}}}})
 			f.mu.Unlock()
 		}
 		var after runtime.MemStats
@@ -111,7 +110,7 @@ func BenchmarkMillionMessages(b *testing.B) {
 		}
 		b.ReportMetric(time.Since(start).Seconds(), "persist-s")
 		b.ReportMetric(float64(sink.Len())/(1<<20), "snapshot-MiB")
-		g := New(nil)
+		g := New(Options{})
 		start = time.Now()
 		if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
 			b.Fatal(err)

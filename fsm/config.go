@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -56,7 +56,7 @@ func ValidateQueueName(name string) error {
 
 // validateConfig checks the ranges of a client-supplied config (zeros allowed:
 // they mean the default).
-func validateConfig(c *raftqv1.QueueConfig) error {
+func validateConfig(c *fsmv1.QueueConfig) error {
 	if c == nil {
 		return nil
 	}
@@ -107,10 +107,10 @@ func validateConfig(c *raftqv1.QueueConfig) error {
 // effectiveConfig returns a copy of c with every default filled in, as
 // QueueInfo reports it. dlq is the resolved dead-letter queue name ("" for a
 // queue that is itself a dead-letter queue).
-func effectiveConfig(c *raftqv1.QueueConfig, dlq string) *raftqv1.QueueConfig {
-	out := &raftqv1.QueueConfig{}
+func effectiveConfig(c *fsmv1.QueueConfig, dlq string) *fsmv1.QueueConfig {
+	out := &fsmv1.QueueConfig{}
 	if c != nil {
-		out = proto.Clone(c).(*raftqv1.QueueConfig)
+		out = proto.Clone(c).(*fsmv1.QueueConfig)
 	}
 	if out.VisibilityTimeoutMs == 0 {
 		out.VisibilityTimeoutMs = DefaultVisibilityTimeoutMs
@@ -155,14 +155,14 @@ func ValidateMask(paths []string) error {
 
 // mergeConfig applies the masked fields of upd onto cur (both raw, not
 // effective). An empty mask replaces every field.
-func mergeConfig(cur, upd *raftqv1.QueueConfig, mask []string) *raftqv1.QueueConfig {
+func mergeConfig(cur, upd *fsmv1.QueueConfig, mask []string) *fsmv1.QueueConfig {
 	if upd == nil {
-		upd = &raftqv1.QueueConfig{}
+		upd = &fsmv1.QueueConfig{}
 	}
 	if len(mask) == 0 {
-		return proto.Clone(upd).(*raftqv1.QueueConfig)
+		return proto.Clone(upd).(*fsmv1.QueueConfig)
 	}
-	out := proto.Clone(cur).(*raftqv1.QueueConfig)
+	out := proto.Clone(cur).(*fsmv1.QueueConfig)
 	for _, p := range mask {
 		switch strings.TrimPrefix(p, "config.") {
 		case "visibility_timeout_ms":
@@ -183,9 +183,9 @@ func mergeConfig(cur, upd *raftqv1.QueueConfig, mask []string) *raftqv1.QueueCon
 			out.Throttles = nil
 			for k, r := range upd.Throttles {
 				if out.Throttles == nil {
-					out.Throttles = map[string]*raftqv1.ThrottleRule{}
+					out.Throttles = map[string]*fsmv1.ThrottleRule{}
 				}
-				out.Throttles[k] = proto.Clone(r).(*raftqv1.ThrottleRule)
+				out.Throttles[k] = proto.Clone(r).(*fsmv1.ThrottleRule)
 			}
 		case "max_message_bytes":
 			out.MaxMessageBytes = upd.MaxMessageBytes
@@ -199,7 +199,7 @@ func mergeConfig(cur, upd *raftqv1.QueueConfig, mask []string) *raftqv1.QueueCon
 // ValidateMessage checks one message against a queue's effective config.
 // The transport calls it before proposing; the FSM calls it again so a bad
 // command changes nothing.
-func ValidateMessage(i int, m *raftqv1.EnqueueMessage, cfg *raftqv1.QueueConfig) error {
+func ValidateMessage(i int, m *fsmv1.EnqueueMessage, cfg *fsmv1.QueueConfig) error {
 	if m == nil {
 		return fmt.Errorf("%w: messages[%d] is null", ErrInvalid, i)
 	}

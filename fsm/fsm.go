@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -16,6 +17,35 @@ import (
 // released and must not block: the scheduler coalesces the signal.
 type Notifier interface {
 	QueuesChanged(queues []string)
+}
+
+// MaxLogVersion is the newest log version this build understands: it
+// applies entries of versions 1..MaxLogVersion by each entry's own rules
+// and stops (Options.Fatal) at a newer one. Version 1 is the format
+// before versioning (entries carry no version); version 2 adds only the
+// SetClusterVersion command. fsm/DESIGN.md lists every version.
+const MaxLogVersion uint32 = 2
+
+// ErrNewerVersion marks an entry or snapshot written under a log version
+// newer than MaxLogVersion: this node must not apply it (it would guess
+// at rules it does not know) and stops instead.
+var ErrNewerVersion = errors.New("written by a newer raftq version")
+
+// ErrHalted is every result after the FSM met a newer version: nothing
+// more is applied, so this replica's state stays a true prefix of the log.
+var ErrHalted = errors.New("state machine halted")
+
+// Options configure a new FSM. The zero value is usable.
+type Options struct {
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Notifier, if set, learns which queues each applied batch touched.
+	Notifier Notifier
+	// Fatal stops the node when the FSM meets an entry or snapshot of a
+	// log version newer than MaxLogVersion. It is called without locks
+	// held. The default panics with the error's message; a composition
+	// root may log and exit instead. The FSM stops applying either way.
+	Fatal func(error)
 }
 
 // FSM is the replicated state. It implements raft.FSM and raft.BatchingFSM.
@@ -40,17 +70,27 @@ type FSM struct {
 
 	checkpoints []*checkpointState // states frozen at Checkpoint commands, newest last
 
+	// clusterVersion is the replicated cluster version: the log version
+	// every voter supports, raised by SetClusterVersion. Part of the state.
+	clusterVersion uint32
+
+	fatal  func(error)
+	halted error // set once a newer version was met; nothing applies after
+
 	// proposed maps the first byte of an entry this node is proposing to
 	// the command it encodes (see Proposed); not part of the state.
 	proposed sync.Map
 }
 
 // New returns an empty state machine.
-func New(logger *slog.Logger) *FSM {
-	if logger == nil {
-		logger = slog.Default()
+func New(opts Options) *FSM {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
-	f := &FSM{log: logger}
+	if opts.Fatal == nil {
+		opts.Fatal = func(err error) { panic(err.Error()) }
+	}
+	f := &FSM{log: opts.Logger, notifier: opts.Notifier, fatal: opts.Fatal}
 	f.reset()
 	return f
 }
@@ -67,6 +107,7 @@ func (f *FSM) reset() {
 	f.appliedIndex = 0
 	f.keySeq = 0
 	f.checkpoints = nil
+	f.clusterVersion = 1
 }
 
 // SetNotifier installs the change listener (the leader's scheduler).
@@ -123,18 +164,33 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 }
 
 // ApplyBatch implements raft.BatchingFSM: one lock acquisition and one
-// notification for many entries.
+// notification for many entries. Each entry is applied by the rules of the
+// log version it was proposed under; an entry newer than MaxLogVersion
+// halts the FSM (see Options.Fatal) before anything of it is applied.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
 	touched := newTouchSet()
+	var halt error
 	f.mu.Lock()
 	for i, l := range logs {
+		if f.halted != nil {
+			out[i] = &Result{Err: f.halted}
+			continue
+		}
 		if l.Type == raft.LogCommand {
 			cmd, err := f.command(l.Data)
-			if err != nil {
+			switch {
+			case err != nil:
 				out[i] = &Result{Err: err}
-			} else {
-				out[i] = f.applyCommand(l.Index, cmd, touched)
+			case entryVersion(cmd) > MaxLogVersion:
+				f.halted = fmt.Errorf("%w: raft log entry %d is log version %d, this build applies versions up to %d; "+
+					"upgrade this node's raftq binary (the node stops so it never guesses at rules it does not know): %w",
+					ErrNewerVersion, l.Index, entryVersion(cmd), MaxLogVersion, ErrHalted)
+				halt = f.halted
+				out[i] = &Result{Err: f.halted}
+				continue
+			default:
+				out[i] = f.applyCommand(entry{index: l.Index, version: entryVersion(cmd), touched: touched}, cmd)
 			}
 		}
 		if l.Index > f.appliedIndex {
@@ -143,11 +199,30 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 	f.dropOldCheckpoints()
 	n := f.notifier
+	fatal := f.fatal
 	f.mu.Unlock()
 	if n != nil && len(touched.list) > 0 {
 		n.QueuesChanged(touched.list)
 	}
+	if halt != nil {
+		fatal(halt)
+	}
 	return out
+}
+
+// entryVersion is the log version an entry was proposed under: entries
+// written before versioning carry none, which means 1.
+func entryVersion(cmd *fsmv1.Command) uint32 {
+	return max(cmd.GetVersion(), 1)
+}
+
+// entry is one log entry being applied: where it is, which version's rules
+// apply to it, and the queues it touched. A rule that changes in log
+// version N branches on e.version >= N, so an old log replays as it did.
+type entry struct {
+	index   uint64
+	version uint32
+	touched *touchSet
 }
 
 // ApplyCommand applies one command at a given index without Raft; tests and
@@ -180,6 +255,16 @@ func (f *FSM) AppliedIndex() uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.appliedIndex
+}
+
+// ClusterVersion is the replicated cluster version: the newest log version
+// every voter supported when it was last raised (1 until the first
+// SetClusterVersion). The leader proposes entries under this version, and
+// proposes SetClusterVersion once every voter advertises a newer one.
+func (f *FSM) ClusterVersion() uint32 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.clusterVersion
 }
 
 // Now is the FSM's clock: the largest now_ms of any applied command.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
 func TestCreateQueueDefaultsAndDLQ(t *testing.T) {
@@ -42,8 +41,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"empty name", &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: ""}}}, ErrInvalid},
 		{"long name", &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: long}}}, ErrInvalid},
 		{"bad char", &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: "a/b"}}}, ErrInvalid},
-		{"negative visibility", &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: "x", Config: &raftqv1.QueueConfig{VisibilityTimeoutMs: -1}}}}, ErrInvalid},
-		{"bad throttle", &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: "x", Config: &raftqv1.QueueConfig{Throttles: map[string]*raftqv1.ThrottleRule{"k": {RatePerSec: 0}}}}}}, ErrInvalid},
+		{"negative visibility", &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: "x", Config: &fsmv1.QueueConfig{VisibilityTimeoutMs: -1}}}}, ErrInvalid},
+		{"bad throttle", &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: "x", Config: &fsmv1.QueueConfig{Throttles: map[string]*fsmv1.ThrottleRule{"k": {RatePerSec: 0}}}}}}, ErrInvalid},
 		{"update unknown", &fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: "nope"}}}, ErrQueueNotFound},
 		{"update bad mask", &fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: "q", Mask: []string{"colour"}}}}, ErrInvalid},
 		{"delete unknown", &fsmv1.Command{Op: &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: "nope"}}}, ErrQueueNotFound},
@@ -65,12 +64,12 @@ func TestBadInputChangesNothing(t *testing.T) {
 		b    *fsmv1.EnqueueBatch
 		want error
 	}{
-		{"unknown queue", &fsmv1.EnqueueBatch{Queue: "nope", Messages: []*raftqv1.EnqueueMessage{{}}}, ErrQueueNotFound},
+		{"unknown queue", &fsmv1.EnqueueBatch{Queue: "nope", Messages: []*fsmv1.EnqueueMessage{{}}}, ErrQueueNotFound},
 		{"zero messages", &fsmv1.EnqueueBatch{Queue: "q"}, ErrInvalid},
-		{"oversized payload", &fsmv1.EnqueueBatch{Queue: "q", Messages: []*raftqv1.EnqueueMessage{{}, {Payload: make([]byte, 1<<20+1)}}}, ErrInvalid},
-		{"negative delay", &fsmv1.EnqueueBatch{Queue: "q", Messages: []*raftqv1.EnqueueMessage{{DelayMs: -5}}}, ErrInvalid},
-		{"negative ttl", &fsmv1.EnqueueBatch{Queue: "q", Messages: []*raftqv1.EnqueueMessage{{TtlMs: -5}}}, ErrInvalid},
-		{"empty throttle key", &fsmv1.EnqueueBatch{Queue: "q", Messages: []*raftqv1.EnqueueMessage{{ThrottleKeys: []string{""}}}}, ErrInvalid},
+		{"oversized payload", &fsmv1.EnqueueBatch{Queue: "q", Messages: []*fsmv1.EnqueueMessage{{}, {Payload: make([]byte, 1<<20+1)}}}, ErrInvalid},
+		{"negative delay", &fsmv1.EnqueueBatch{Queue: "q", Messages: []*fsmv1.EnqueueMessage{{DelayMs: -5}}}, ErrInvalid},
+		{"negative ttl", &fsmv1.EnqueueBatch{Queue: "q", Messages: []*fsmv1.EnqueueMessage{{TtlMs: -5}}}, ErrInvalid},
+		{"empty throttle key", &fsmv1.EnqueueBatch{Queue: "q", Messages: []*fsmv1.EnqueueMessage{{ThrottleKeys: []string{""}}}}, ErrInvalid},
 	}
 	for _, tc := range batchCases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,7 +123,7 @@ func TestFIFOAndLeaseVisible(t *testing.T) {
 
 func TestStaleAckChangesNothing(t *testing.T) {
 	h := newHarness(t)
-	h.create("q", &raftqv1.QueueConfig{VisibilityTimeoutMs: 100})
+	h.create("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 100})
 	ids := h.enqueuePayloads("q", "x")
 	d1 := h.grant("q", "c1", 100, ids[0])[0]
 	h.now += 200
@@ -164,7 +163,7 @@ func TestExpireBeforeDeadlineRefused(t *testing.T) {
 
 func TestNackPastMaxDeliveriesAndRedrive(t *testing.T) {
 	h := newHarness(t)
-	h.create("q", &raftqv1.QueueConfig{MaxDeliveries: 3})
+	h.create("q", &fsmv1.QueueConfig{MaxDeliveries: 3})
 	ids := h.enqueuePayloads("q", "x")
 	for i := 1; i <= 3; i++ {
 		d := h.grant("q", "c", 1000, ids[0])[0]
@@ -222,10 +221,10 @@ func TestPriorities(t *testing.T) {
 	h := newHarness(t)
 	h.create("q", nil)
 	h.enqueue("q",
-		&raftqv1.EnqueueMessage{Payload: []byte("low"), Priority: -1},
-		&raftqv1.EnqueueMessage{Payload: []byte("mid")},
-		&raftqv1.EnqueueMessage{Payload: []byte("high"), Priority: 5},
-		&raftqv1.EnqueueMessage{Payload: []byte("mid2")},
+		&fsmv1.EnqueueMessage{Payload: []byte("low"), Priority: -1},
+		&fsmv1.EnqueueMessage{Payload: []byte("mid")},
+		&fsmv1.EnqueueMessage{Payload: []byte("high"), Priority: 5},
+		&fsmv1.EnqueueMessage{Payload: []byte("mid2")},
 	)
 	if got, want := h.readyIDs("q"), []string{"high", "mid", "mid2", "low"}; !slices.Equal(got, want) {
 		t.Fatalf("order = %v, want %v", got, want)
@@ -243,12 +242,12 @@ func TestPriorities(t *testing.T) {
 func TestPeekWeightedFairness(t *testing.T) {
 	h := newHarness(t)
 	h.create("q", nil)
-	var msgs []*raftqv1.EnqueueMessage
+	var msgs []*fsmv1.EnqueueMessage
 	for i := 0; i < 4; i++ {
-		msgs = append(msgs, &raftqv1.EnqueueMessage{Payload: []byte("a"), FairnessKey: "a"})
+		msgs = append(msgs, &fsmv1.EnqueueMessage{Payload: []byte("a"), FairnessKey: "a"})
 	}
 	for i := 0; i < 4; i++ {
-		msgs = append(msgs, &raftqv1.EnqueueMessage{Payload: []byte("b"), FairnessKey: "b", Weight: 2})
+		msgs = append(msgs, &fsmv1.EnqueueMessage{Payload: []byte("b"), FairnessKey: "b", Weight: 2})
 	}
 	h.enqueue("q", msgs...)
 	if got, want := h.readyIDs("q"), []string{"a", "b", "b", "a", "b", "b", "a", "a"}; !slices.Equal(got, want) {
@@ -259,7 +258,7 @@ func TestPeekWeightedFairness(t *testing.T) {
 func TestDelayedNotReadyEarly(t *testing.T) {
 	h := newHarness(t)
 	h.create("q", nil)
-	ids := h.enqueue("q", &raftqv1.EnqueueMessage{Payload: []byte("later"), DelayMs: 1000})
+	ids := h.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte("later"), DelayMs: 1000})
 	id, _ := ParseID(ids[0])
 	res := h.apply(&fsmv1.Command{Op: &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: []*fsmv1.Grant{{Queue: "q", MessageId: id, ConsumerId: "c", DeadlineMs: h.now + 10}}}}})
 	if !errors.Is(res.Items[0], ErrStaleLease) {
@@ -276,12 +275,12 @@ func TestDelayedNotReadyEarly(t *testing.T) {
 
 func TestDedupWithinWindow(t *testing.T) {
 	h := newHarness(t)
-	h.create("q", &raftqv1.QueueConfig{DedupWindowMs: 1000})
-	a := h.enqueue("q", &raftqv1.EnqueueMessage{Payload: []byte("1"), DedupId: "x"}, &raftqv1.EnqueueMessage{Payload: []byte("1b"), DedupId: "x"})
+	h.create("q", &fsmv1.QueueConfig{DedupWindowMs: 1000})
+	a := h.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte("1"), DedupId: "x"}, &fsmv1.EnqueueMessage{Payload: []byte("1b"), DedupId: "x"})
 	if a[0] != a[1] {
 		t.Fatalf("same batch dedup: %v", a)
 	}
-	b := h.enqueue("q", &raftqv1.EnqueueMessage{Payload: []byte("2"), DedupId: "x"})
+	b := h.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte("2"), DedupId: "x"})
 	if b[0] != a[0] {
 		t.Fatalf("dedup returned %s, want %s", b[0], a[0])
 	}
@@ -289,7 +288,7 @@ func TestDedupWithinWindow(t *testing.T) {
 		t.Fatalf("stats = %v", st)
 	}
 	h.now += 1001
-	c := h.enqueue("q", &raftqv1.EnqueueMessage{Payload: []byte("3"), DedupId: "x"})
+	c := h.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte("3"), DedupId: "x"})
 	if c[0] == a[0] {
 		t.Fatalf("dedup outlived its window")
 	}
@@ -298,7 +297,7 @@ func TestDedupWithinWindow(t *testing.T) {
 func TestTTLGoesToDLQ(t *testing.T) {
 	h := newHarness(t)
 	h.create("q", nil)
-	ids := h.enqueue("q", &raftqv1.EnqueueMessage{Payload: []byte("a"), TtlMs: 100}, &raftqv1.EnqueueMessage{Payload: []byte("b"), TtlMs: 100})
+	ids := h.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte("a"), TtlMs: 100}, &fsmv1.EnqueueMessage{Payload: []byte("b"), TtlMs: 100})
 	d := h.grant("q", "c", 1000, ids[1])[0]
 	h.now += 100
 	h.tick()
@@ -330,7 +329,7 @@ func TestReleaseConsumerAndRollback(t *testing.T) {
 
 func TestExtend(t *testing.T) {
 	h := newHarness(t)
-	h.create("q", &raftqv1.QueueConfig{VisibilityTimeoutMs: 5000})
+	h.create("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 5000})
 	ids := h.enqueuePayloads("q", "a")
 	d := h.grant("q", "c", 100, ids[0])[0]
 	h.now += 50
@@ -348,7 +347,7 @@ func TestPurgeKeepsLeased(t *testing.T) {
 	h := newHarness(t)
 	h.create("q", nil)
 	ids := h.enqueuePayloads("q", "a", "b")
-	h.enqueue("q", &raftqv1.EnqueueMessage{DelayMs: 100})
+	h.enqueue("q", &fsmv1.EnqueueMessage{DelayMs: 100})
 	h.grant("q", "c", 1000, ids[0])
 	res := h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: "q"}}})
 	if res.Count != 2 {
@@ -362,8 +361,8 @@ func TestPurgeKeepsLeased(t *testing.T) {
 func TestSharedDLQAndDelete(t *testing.T) {
 	h := newHarness(t)
 	h.create("errors", nil)
-	h.create("a", &raftqv1.QueueConfig{DeadLetterQueue: "errors", MaxDeliveries: 1})
-	h.create("b", &raftqv1.QueueConfig{DeadLetterQueue: "errors", MaxDeliveries: 1})
+	h.create("a", &fsmv1.QueueConfig{DeadLetterQueue: "errors", MaxDeliveries: 1})
+	h.create("b", &fsmv1.QueueConfig{DeadLetterQueue: "errors", MaxDeliveries: 1})
 	if _, err := h.f.GetQueue("errors.dlq"); !errors.Is(err, ErrQueueNotFound) {
 		t.Fatalf("errors.dlq should be gone once errors became a DLQ: %v", err)
 	}
@@ -392,12 +391,12 @@ func TestSharedDLQAndDelete(t *testing.T) {
 
 func TestUpdateQueueMask(t *testing.T) {
 	h := newHarness(t)
-	h.create("q", &raftqv1.QueueConfig{MaxDeliveries: 3, VisibilityTimeoutMs: 1000})
-	res := h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: "q", Config: &raftqv1.QueueConfig{VisibilityTimeoutMs: 2000, MaxDeliveries: 99}, Mask: []string{"visibility_timeout_ms"}}}})
+	h.create("q", &fsmv1.QueueConfig{MaxDeliveries: 3, VisibilityTimeoutMs: 1000})
+	res := h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: "q", Config: &fsmv1.QueueConfig{VisibilityTimeoutMs: 2000, MaxDeliveries: 99}, Mask: []string{"visibility_timeout_ms"}}}})
 	if res.Queue.Config.VisibilityTimeoutMs != 2000 || res.Queue.Config.MaxDeliveries != 3 {
 		t.Fatalf("config = %v", res.Queue.Config)
 	}
-	res = h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: "q", Config: &raftqv1.QueueConfig{Throttles: map[string]*raftqv1.ThrottleRule{"t": {RatePerSec: 5}}}}}})
+	res = h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: "q", Config: &fsmv1.QueueConfig{Throttles: map[string]*fsmv1.ThrottleRule{"t": {RatePerSec: 5}}}}}})
 	if res.Queue.Config.VisibilityTimeoutMs != 30000 || res.Queue.Config.Throttles["t"].Burst != 1 || res.Queue.Config.DeadLetterQueue != "q.dlq" {
 		t.Fatalf("full replace = %v", res.Queue.Config)
 	}
@@ -434,7 +433,7 @@ func TestIDFormatRoundTrip(t *testing.T) {
 
 func TestNackUnprocessedDoesNotCountAttempt(t *testing.T) {
 	h := newHarness(t)
-	h.create("q", &raftqv1.QueueConfig{MaxDeliveries: 1})
+	h.create("q", &fsmv1.QueueConfig{MaxDeliveries: 1})
 	ids := h.enqueuePayloads("q", "a")
 	d := h.grant("q", "c", 1000, ids[0])[0]
 	res := h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: []*fsmv1.NackOne{{Ref: ref(d), Uncounted: true}}}}})
@@ -455,7 +454,7 @@ func TestProposedCommandSkipsDecode(t *testing.T) {
 	h.create("q", nil)
 	enqueue := func(payload string) *fsmv1.Command {
 		return &fsmv1.Command{NowMs: 5, Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{
-			{Queue: "q", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte(payload)}}}}}}}
+			{Queue: "q", Messages: []*fsmv1.EnqueueMessage{{Payload: []byte(payload)}}}}}}}
 	}
 	data, err := Encode(enqueue("decoded"))
 	if err != nil {

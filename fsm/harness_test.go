@@ -17,7 +17,7 @@ type harness struct {
 }
 
 func newHarness(t testing.TB) *harness {
-	return &harness{t: t, f: New(nil), now: 1_000_000}
+	return &harness{t: t, f: New(Options{}), now: 1_000_000}
 }
 
 func (h *harness) apply(cmd *fsmv1.Command) *Result {
@@ -50,21 +50,21 @@ func (h *harness) mustOK(cmd *fsmv1.Command) *Result {
 	return res
 }
 
-func (h *harness) create(name string, cfg *raftqv1.QueueConfig) {
+func (h *harness) create(name string, cfg *fsmv1.QueueConfig) {
 	h.t.Helper()
 	h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: name, Config: cfg}}})
 }
 
-func (h *harness) enqueue(q string, msgs ...*raftqv1.EnqueueMessage) []string {
+func (h *harness) enqueue(q string, msgs ...*fsmv1.EnqueueMessage) []string {
 	h.t.Helper()
 	res := h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: q, Messages: msgs}}}}})
 	return res.IDs[0]
 }
 
 func (h *harness) enqueuePayloads(q string, payloads ...string) []string {
-	msgs := make([]*raftqv1.EnqueueMessage, len(payloads))
+	msgs := make([]*fsmv1.EnqueueMessage, len(payloads))
 	for i, p := range payloads {
-		msgs[i] = &raftqv1.EnqueueMessage{Payload: []byte(p)}
+		msgs[i] = &fsmv1.EnqueueMessage{Payload: []byte(p)}
 	}
 	return h.enqueue(q, msgs...)
 }

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -33,7 +34,7 @@ func (g *cmdGen) next() *fsmv1.Command {
 	c := &fsmv1.Command{NowMs: g.now}
 	switch n := g.r.IntN(100); {
 	case n < 4:
-		cfg := &raftqv1.QueueConfig{MaxDeliveries: int32(g.r.IntN(4)), VisibilityTimeoutMs: int64(g.r.IntN(300)), MessageTtlMs: int64(g.r.IntN(2) * 500)}
+		cfg := &fsmv1.QueueConfig{MaxDeliveries: int32(g.r.IntN(4)), VisibilityTimeoutMs: int64(g.r.IntN(300)), MessageTtlMs: int64(g.r.IntN(2) * 500)}
 		if g.r.IntN(3) == 0 {
 			cfg.DeadLetterQueue = "shared"
 		}
@@ -41,7 +42,7 @@ func (g *cmdGen) next() *fsmv1.Command {
 	case n < 6:
 		c.Op = &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: g.queue()}}
 	case n < 8:
-		c.Op = &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: g.queue(), Config: &raftqv1.QueueConfig{MaxDeliveries: int32(g.r.IntN(5))}, Mask: []string{"max_deliveries"}}}
+		c.Op = &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: g.queue(), Config: &fsmv1.QueueConfig{MaxDeliveries: int32(g.r.IntN(5))}, Mask: []string{"max_deliveries"}}}
 	case n < 9:
 		c.Op = &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: g.queue()}}
 	case n < 11:
@@ -49,9 +50,9 @@ func (g *cmdGen) next() *fsmv1.Command {
 	case n < 35:
 		var batches []*fsmv1.EnqueueBatch
 		for b := 0; b < 1+g.r.IntN(2); b++ {
-			var msgs []*raftqv1.EnqueueMessage
+			var msgs []*fsmv1.EnqueueMessage
 			for i := 0; i < 1+g.r.IntN(5); i++ {
-				m := &raftqv1.EnqueueMessage{
+				m := &fsmv1.EnqueueMessage{
 					Payload:     []byte(fmt.Sprint(g.r.IntN(1000))),
 					Priority:    int32(g.r.IntN(3)),
 					FairnessKey: fmt.Sprint("k", g.r.IntN(4)),
@@ -165,7 +166,7 @@ func TestRandomSequences(t *testing.T) {
 	}
 	for seed := range seeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			single, batched := New(nil), New(nil)
+			single, batched := New(Options{}), New(Options{})
 			g := &cmdGen{r: rand.New(rand.NewPCG(uint64(seed), 7)), f: single, now: 1_000, queues: []string{"a", "b", "shared", "a.dlq"}}
 			var pending []*raft.Log
 			var restored *FSM
@@ -198,7 +199,7 @@ func TestRandomSequences(t *testing.T) {
 					}
 				}
 				if i == steps/2 {
-					restored = New(nil)
+					restored = New(Options{})
 					if err := restored.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, single)))); err != nil {
 						t.Fatalf("restore: %v", err)
 					}
@@ -259,9 +260,17 @@ func FuzzDecodeCommand(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fsm := seedFSM(t)
-		fsm.Apply(&raft.Log{Index: 100, Type: raft.LogCommand, Data: data})
+		var fatal error
+		fsm.fatal = func(err error) { fatal = err } // bytes may claim a newer log version
+		_, before, _ := fsm.Digest()
+		res := fsm.Apply(&raft.Log{Index: 100, Type: raft.LogCommand, Data: data}).(*Result)
 		if err := fsm.Verify(); err != nil {
 			t.Fatal(err)
+		}
+		if fatal != nil {
+			if _, after, _ := fsm.Digest(); after != before || !errors.Is(res.Err, ErrHalted) {
+				t.Fatalf("an entry of a newer version changed the state or applied: %v", res.Err)
+			}
 		}
 	})
 }
@@ -273,14 +282,14 @@ func FuzzRestore(f *testing.F) {
 	h.create("q", nil)
 	ids := h.enqueuePayloads("q", "a", "b", "c")
 	h.grant("q", "c", 1000, ids[0])
-	h.enqueue("q", &raftqv1.EnqueueMessage{DelayMs: 100, DedupId: "d"})
+	h.enqueue("q", &fsmv1.EnqueueMessage{DelayMs: 100, DedupId: "d"})
 	s, _ := h.f.Snapshot()
 	sink := &memSink{}
 	_ = s.Persist(sink)
 	f.Add(sink.Bytes())
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		target := New(nil)
+		target := New(Options{Fatal: func(error) {}}) // bytes may claim a newer version
 		before, _, _ := target.Digest()
 		if err := target.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
 			if after, _, _ := target.Digest(); after != before {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/raftq/raftq/fsm/logconv"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/protobuf/proto"
@@ -36,7 +37,7 @@ func (f *FSM) queueInfo(q *queue) *raftqv1.QueueInfo {
 	dl := q.deadLettered
 	return &raftqv1.QueueInfo{
 		Name:              q.name,
-		Config:            proto.Clone(q.cfg).(*raftqv1.QueueConfig),
+		Config:            logconv.APIQueueConfig(q.cfg),
 		IsDeadLetterQueue: q.isDLQ,
 		Stats: &raftqv1.QueueStats{
 			Ready:         q.ready,
@@ -98,21 +99,21 @@ func (f *FSM) HasQueue(name string) error {
 }
 
 // QueueConfig returns a queue's effective config (a copy).
-func (f *FSM) QueueConfig(name string) (*raftqv1.QueueConfig, error) {
+func (f *FSM) QueueConfig(name string) (*fsmv1.QueueConfig, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	q := f.queues[name]
 	if q == nil {
 		return nil, fmt.Errorf("%w: %s", ErrQueueNotFound, name)
 	}
-	return proto.Clone(q.cfg).(*raftqv1.QueueConfig), nil
+	return proto.Clone(q.cfg).(*fsmv1.QueueConfig), nil
 }
 
 // CheckEnqueue is the leader's check before proposing an enqueue: every
 // message against the queue's limits, then admission by max_depth,
 // max_bytes and the node-wide maxTotalBytes (0 = unlimited). One read lock,
 // no copies: it runs for every Enqueue call.
-func (f *FSM) CheckEnqueue(name string, msgs []*raftqv1.EnqueueMessage, maxTotalBytes int64) error {
+func (f *FSM) CheckEnqueue(name string, msgs []*fsmv1.EnqueueMessage, maxTotalBytes int64) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	q := f.queues[name]
@@ -259,7 +260,7 @@ func (v View) Queue(name string) (QueueView, bool) {
 func (v View) QueueNames() []string { return v.f.sortedQueueNames() }
 
 // Config is the effective config; callers must not modify it.
-func (qv QueueView) Config() *raftqv1.QueueConfig { return qv.q.cfg }
+func (qv QueueView) Config() *fsmv1.QueueConfig { return qv.q.cfg }
 
 // Ready is the number of ready messages.
 func (qv QueueView) Ready() int64 { return qv.q.ready }

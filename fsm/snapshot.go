@@ -11,12 +11,20 @@ import (
 	"github.com/google/btree"
 	"github.com/hashicorp/raft"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
 )
 
-const snapshotVersion = 1
+// Snapshot format versions. Version 1 is the format before versioning; a
+// state whose cluster version is 1 is still written as version 1, byte for
+// byte, so its digest matches older builds'. Version 2 adds the header's
+// cluster_version, written only when it is not 1 (an older build refuses
+// such a snapshot instead of dropping the field).
+const (
+	snapshotV1         = 1
+	snapshotV2         = 2
+	maxSnapshotVersion = snapshotV2
+)
 
 // maxRecordBytes bounds one snapshot record on restore: the largest message
 // plus headers and metadata, with room to spare.
@@ -26,9 +34,10 @@ const maxRecordBytes = MaxMessageBytesCap + 4*MaxHeaderBytes + 1<<20
 // message and dedup trees are cloned copy-on-write and messages are
 // immutable, so nothing large is copied while Apply waits.
 type frozen struct {
-	index   uint64
-	lastNow int64
-	queues  []frozenQueue
+	index          uint64
+	lastNow        int64
+	clusterVersion uint32
+	queues         []frozenQueue
 }
 
 type frozenQueue struct {
@@ -39,13 +48,13 @@ type frozenQueue struct {
 
 // freeze must be called with the write lock held (Clone marks the trees).
 func (f *FSM) freeze() *frozen {
-	fr := &frozen{index: f.appliedIndex, lastNow: f.lastNow}
+	fr := &frozen{index: f.appliedIndex, lastNow: f.lastNow, clusterVersion: f.clusterVersion}
 	for _, name := range f.sortedQueueNames() {
 		q := f.queues[name]
 		fr.queues = append(fr.queues, frozenQueue{
 			rec: &fsmv1.QueueRecord{
 				Name:          q.name,
-				Config:        proto.Clone(q.raw).(*raftqv1.QueueConfig),
+				Config:        proto.Clone(q.raw).(*fsmv1.QueueConfig),
 				AutoDlq:       q.autoDLQ,
 				IsDlq:         q.isDLQ,
 				EnqueuedTotal: q.enqueuedTotal,
@@ -83,7 +92,11 @@ func (fr *frozen) write(w io.Writer) error {
 		_, err = w.Write(buf)
 		return err
 	}
-	if err := put(&fsmv1.SnapshotHeader{Version: snapshotVersion, LastNowMs: fr.lastNow, AppliedIndex: fr.index, QueueCount: uint64(len(fr.queues))}); err != nil {
+	hdr := &fsmv1.SnapshotHeader{Version: snapshotV1, LastNowMs: fr.lastNow, AppliedIndex: fr.index, QueueCount: uint64(len(fr.queues))}
+	if fr.clusterVersion != 1 {
+		hdr.Version, hdr.ClusterVersion = snapshotV2, fr.clusterVersion
+	}
+	if err := put(hdr); err != nil {
 		return err
 	}
 	rec := &fsmv1.MessageRecord{}
@@ -179,9 +192,18 @@ func (s *fsmSnapshot) Release() {}
 // previous state in place.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	nf := New(f.log)
+	nf := New(Options{Logger: f.log})
 	if err := nf.load(bufio.NewReaderSize(rc, 1<<20)); err != nil {
-		return fmt.Errorf("restore snapshot: %w", err)
+		err = fmt.Errorf("restore snapshot: %w", err)
+		if errors.Is(err, ErrNewerVersion) {
+			// Never guess at a newer state: stop, as for a newer entry.
+			f.mu.Lock()
+			f.halted = fmt.Errorf("%w: %w", err, ErrHalted)
+			fatal := f.fatal
+			f.mu.Unlock()
+			fatal(err)
+		}
+		return err
 	}
 	if err := nf.Verify(); err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
@@ -190,6 +212,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.queues, f.delayed, f.ttl, f.leases = nf.queues, nf.delayed, nf.ttl, nf.leases
 	f.dedupExp, f.consumers = nf.dedupExp, nf.consumers
 	f.lastNow, f.appliedIndex, f.keySeq, f.totalBytes = nf.lastNow, nf.appliedIndex, nf.keySeq, nf.totalBytes
+	f.clusterVersion = nf.clusterVersion
 	f.checkpoints = nil
 	names := f.sortedQueueNames()
 	n := f.notifier
@@ -206,8 +229,19 @@ func (f *FSM) load(r *bufio.Reader) error {
 	if err := opts.UnmarshalFrom(r, hdr); err != nil {
 		return fmt.Errorf("%w: header: %v", ErrInvalid, err)
 	}
-	if hdr.Version != snapshotVersion {
-		return fmt.Errorf("%w: snapshot version %d, want %d", ErrInvalid, hdr.Version, snapshotVersion)
+	switch {
+	case hdr.Version > maxSnapshotVersion:
+		return fmt.Errorf("%w: snapshot format version %d, this build reads versions up to %d; upgrade this node's raftq binary",
+			ErrNewerVersion, hdr.Version, maxSnapshotVersion)
+	case hdr.Version == snapshotV1 && hdr.ClusterVersion == 0:
+		f.clusterVersion = 1
+	case hdr.Version == snapshotV2 && hdr.ClusterVersion > MaxLogVersion:
+		return fmt.Errorf("%w: snapshot of a cluster at log version %d, this build applies versions up to %d; upgrade this node's raftq binary",
+			ErrNewerVersion, hdr.ClusterVersion, MaxLogVersion)
+	case hdr.Version == snapshotV2 && hdr.ClusterVersion >= 2:
+		f.clusterVersion = hdr.ClusterVersion
+	default:
+		return fmt.Errorf("%w: snapshot version %d with cluster version %d", ErrInvalid, hdr.Version, hdr.ClusterVersion)
 	}
 	f.lastNow, f.appliedIndex = hdr.LastNowMs, hdr.AppliedIndex
 	type pendingDLQ struct {
@@ -232,7 +266,7 @@ func (f *FSM) load(r *bufio.Reader) error {
 		q := newQueue(rec.Name)
 		q.raw = rec.Config
 		if q.raw == nil {
-			q.raw = &raftqv1.QueueConfig{}
+			q.raw = &fsmv1.QueueConfig{}
 		}
 		q.autoDLQ, q.isDLQ = rec.AutoDlq, rec.IsDlq
 		q.cfg = effectiveConfig(q.raw, q.raw.DeadLetterQueue)

@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	"github.com/google/btree"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 )
 
 type msgState uint8
@@ -143,10 +143,10 @@ func lessDedupEntry(a, b dedupEntry) bool {
 
 type queue struct {
 	name    string
-	raw     *raftqv1.QueueConfig // as the client set it (zeros = default)
-	cfg     *raftqv1.QueueConfig // effective
-	autoDLQ bool                 // created implicitly as some queue's DLQ
-	isDLQ   bool                 // some queue names it as dead-letter queue
+	raw     *fsmv1.QueueConfig // as the client set it (zeros = default)
+	cfg     *fsmv1.QueueConfig // effective
+	autoDLQ bool               // created implicitly as some queue's DLQ
+	isDLQ   bool               // some queue names it as dead-letter queue
 
 	msgs   *btree.BTreeG[msgItem]
 	levels []*level // sorted by priority, highest first

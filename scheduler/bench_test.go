@@ -7,7 +7,6 @@ import (
 
 	"github.com/raftq/raftq/fsm"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
 const benchPicks = 256
@@ -16,7 +15,7 @@ const benchPicks = 256
 // fairness keys (round-robin, so every key is backlogged).
 func benchState(b *testing.B, keys int) *fsm.FSM {
 	b.Helper()
-	f := fsm.New(discard)
+	f := fsm.New(fsm.Options{Logger: discard})
 	idx := uint64(0)
 	apply := func(cmd *fsmv1.Command) {
 		idx++
@@ -27,9 +26,9 @@ func benchState(b *testing.B, keys int) *fsm.FSM {
 	apply(&fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: "q"}}})
 	const total = 100_000
 	for i := 0; i < total; i += 10_000 {
-		msgs := make([]*raftqv1.EnqueueMessage, 10_000)
+		msgs := make([]*fsmv1.EnqueueMessage, 10_000)
 		for j := range msgs {
-			msgs[j] = &raftqv1.EnqueueMessage{FairnessKey: fmt.Sprintf("k%d", (i+j)%keys), Weight: uint32(1 + (i+j)%3)}
+			msgs[j] = &fsmv1.EnqueueMessage{FairnessKey: fmt.Sprintf("k%d", (i+j)%keys), Weight: uint32(1 + (i+j)%3)}
 		}
 		apply(&fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}}}})
 	}

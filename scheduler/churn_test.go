@@ -84,7 +84,7 @@ func TestRoundRobinSkipsConsumersWithoutCredit(t *testing.T) {
 func TestStress(t *testing.T) {
 	const total = 3000
 	e := newEnv(t, func(c *Config) { c.MaxGrantBatch = 16; c.MaxInFlightGrants = 3 })
-	e.createQueue("q", &raftqv1.QueueConfig{VisibilityTimeoutMs: 24 * 3600 * 1000, MaxDeliveries: 1000})
+	e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 24 * 3600 * 1000, MaxDeliveries: 1000})
 	var failN atomic.Int64
 	e.p.setHook(func(ctx context.Context, cmd *fsmv1.Command) error {
 		if _, ok := cmd.Op.(*fsmv1.Command_LeaseGrant); ok && failN.Add(1)%7 == 0 {
@@ -93,9 +93,9 @@ func TestStress(t *testing.T) {
 		return nil
 	})
 	for i := 0; i < total; i += 500 {
-		var msgs []*raftqv1.EnqueueMessage
+		var msgs []*fsmv1.EnqueueMessage
 		for j := range 500 {
-			msgs = append(msgs, &raftqv1.EnqueueMessage{FairnessKey: fmt.Sprintf("k%d", (i+j)%13), Priority: int32(j % 3)})
+			msgs = append(msgs, &fsmv1.EnqueueMessage{FairnessKey: fmt.Sprintf("k%d", (i+j)%13), Priority: int32(j % 3)})
 		}
 		e.enqueue("q", msgs...)
 	}

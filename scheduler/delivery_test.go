@@ -19,7 +19,7 @@ func TestImmediateDeliveryCreatesLease(t *testing.T) {
 	if c.MaxInFlight() != DefaultMaxInFlight || cap(c.Deliveries()) != DefaultMaxInFlight {
 		t.Fatalf("max in flight %d, buffer %d; want %d", c.MaxInFlight(), cap(c.Deliveries()), DefaultMaxInFlight)
 	}
-	ids := e.enqueue("q", &raftqv1.EnqueueMessage{Payload: []byte("hello")})
+	ids := e.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte("hello")})
 	d := e.recv(c) // no clock advance: pushed as soon as the enqueue applied
 	if d.Id != ids[0] || string(d.Payload) != "hello" || d.Attempt != 1 || d.LeaseToken == "" {
 		t.Fatalf("delivery %+v", d)
@@ -45,7 +45,7 @@ func TestImmediateDeliveryCreatesLease(t *testing.T) {
 
 func TestConsumerVisibilityOverride(t *testing.T) {
 	e := newEnv(t)
-	e.createQueue("q", &raftqv1.QueueConfig{VisibilityTimeoutMs: 60_000})
+	e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 60_000})
 	c, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "q", MaxInFlight: 1, VisibilityTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func TestFIFO(t *testing.T) {
 			}
 			var ids []string
 			for i := range 10 {
-				ids = append(ids, e.enqueue("q", &raftqv1.EnqueueMessage{Payload: []byte{byte(i)}})...)
+				ids = append(ids, e.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte{byte(i)}})...)
 			}
 			if c == nil {
 				c = e.register("q", 100)
@@ -186,7 +186,7 @@ func TestLeaseExpiryRedelivers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, func(c *Config) { c.LeaseGrace = tc.grace })
-			e.createQueue("q", &raftqv1.QueueConfig{VisibilityTimeoutMs: 1000})
+			e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 1000})
 			c := e.register("q", 10)
 			e.enqueueN("q", 1, nil)
 			d1 := e.recv(c)
@@ -221,9 +221,9 @@ func TestPriorities(t *testing.T) {
 	e := newEnv(t)
 	e.createQueue("q", nil)
 	prios := []int32{0, 5, 1, -3, 5, 0, 1}
-	var msgs []*raftqv1.EnqueueMessage
+	var msgs []*fsmv1.EnqueueMessage
 	for i := range 70 {
-		msgs = append(msgs, &raftqv1.EnqueueMessage{Priority: prios[i%len(prios)]})
+		msgs = append(msgs, &fsmv1.EnqueueMessage{Priority: prios[i%len(prios)]})
 	}
 	e.enqueue("q", msgs...)
 	c := e.register("q", 1)
@@ -237,9 +237,9 @@ func TestPriorities(t *testing.T) {
 		e.ack(d)
 	}
 	// A higher priority arriving later jumps the queue.
-	e.enqueueN("q", 5, &raftqv1.EnqueueMessage{Priority: 0})
+	e.enqueueN("q", 5, &fsmv1.EnqueueMessage{Priority: 0})
 	d := e.recv(c) // credit 1: one prio-0 message is out
-	e.enqueueN("q", 1, &raftqv1.EnqueueMessage{Priority: 9})
+	e.enqueueN("q", 1, &fsmv1.EnqueueMessage{Priority: 9})
 	e.ack(d)
 	if d := e.recv(c); d.Priority != 9 {
 		t.Fatalf("got priority %d, want 9", d.Priority)
@@ -250,7 +250,7 @@ func TestDelayedNotEarly(t *testing.T) {
 	e := newEnv(t)
 	e.createQueue("q", nil)
 	c := e.register("q", 10)
-	ids := e.enqueue("q", &raftqv1.EnqueueMessage{DelayMs: 5000}, &raftqv1.EnqueueMessage{DelayMs: 8000})
+	ids := e.enqueue("q", &fsmv1.EnqueueMessage{DelayMs: 5000}, &fsmv1.EnqueueMessage{DelayMs: 8000})
 	e.clock.Advance(4999 * time.Millisecond)
 	e.expectNone(c)
 	e.clock.Advance(time.Millisecond)
@@ -270,7 +270,7 @@ func TestDelayedNotEarly(t *testing.T) {
 
 func TestTTLTicksToDLQWithoutConsumers(t *testing.T) {
 	e := newEnv(t)
-	e.createQueue("q", &raftqv1.QueueConfig{MessageTtlMs: 1000})
+	e.createQueue("q", &fsmv1.QueueConfig{MessageTtlMs: 1000})
 	e.enqueueN("q", 3, nil)
 	e.clock.Advance(time.Second)
 	e.idle()
@@ -322,7 +322,7 @@ func TestRollbackWhenConsumerGone(t *testing.T) {
 // stream reads the buffer it is redelivered.
 func TestStaleBufferedDeliveryNoSpin(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.LeaseGrace = -1 })
-	e.createQueue("q", &raftqv1.QueueConfig{VisibilityTimeoutMs: 1000})
+	e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 1000})
 	c := e.register("q", 1)
 	e.enqueueN("q", 1, nil)
 	e.idle()
@@ -366,7 +366,7 @@ func TestRegisterErrors(t *testing.T) {
 
 func TestLeadershipLossAndNewTerm(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.LeaseGrace = 2 * time.Second })
-	e.createQueue("q", &raftqv1.QueueConfig{VisibilityTimeoutMs: 1000})
+	e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 1000})
 	a := e.register("q", 10)
 	e.enqueueN("q", 3, nil)
 	old := e.recvN(a, 3)
@@ -490,11 +490,11 @@ func TestGrantFailureBacksOffAndRetries(t *testing.T) {
 
 func TestKeyStats(t *testing.T) {
 	e := newEnv(t)
-	e.createQueue("q", &raftqv1.QueueConfig{Throttles: map[string]*raftqv1.ThrottleRule{
+	e.createQueue("q", &fsmv1.QueueConfig{Throttles: map[string]*fsmv1.ThrottleRule{
 		"t": {RatePerSec: 10, Burst: 4}, "u": {RatePerSec: 1},
 	}})
-	e.enqueueN("q", 3, &raftqv1.EnqueueMessage{FairnessKey: "a", Weight: 2})
-	e.enqueueN("q", 6, &raftqv1.EnqueueMessage{FairnessKey: "b", ThrottleKeys: []string{"t"}})
+	e.enqueueN("q", 3, &fsmv1.EnqueueMessage{FairnessKey: "a", Weight: 2})
+	e.enqueueN("q", 6, &fsmv1.EnqueueMessage{FairnessKey: "b", ThrottleKeys: []string{"t"}})
 	c := e.register("q", 3)
 	e.idle()
 	keys, thr := e.s.KeyStats("q")

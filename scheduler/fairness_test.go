@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 )
 
 // TestWeightedShares: keys of weight 1..5, all backlogged, one consumer
@@ -25,10 +25,10 @@ func TestWeightedShares(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
-			e.createQueue("q", &raftqv1.QueueConfig{FairnessQuantum: tc.quantum})
+			e.createQueue("q", &fsmv1.QueueConfig{FairnessQuantum: tc.quantum})
 			const total = 15_000
 			for w := 1; w <= 5; w++ {
-				e.enqueueN("q", total*w/15+200, &raftqv1.EnqueueMessage{FairnessKey: fmt.Sprintf("k%d", w), Weight: uint32(w)})
+				e.enqueueN("q", total*w/15+200, &fsmv1.EnqueueMessage{FairnessKey: fmt.Sprintf("k%d", w), Weight: uint32(w)})
 			}
 			c := e.register("q", tc.inFlight)
 			counts := map[string]int{}
@@ -56,8 +56,8 @@ func TestSmallKeyInterleaves(t *testing.T) {
 		t.Run(fmt.Sprintf("credit %d", credit), func(t *testing.T) {
 			e := newEnv(t)
 			e.createQueue("q", nil)
-			e.enqueueN("q", 1000, &raftqv1.EnqueueMessage{FairnessKey: "big"})
-			e.enqueueN("q", 10, &raftqv1.EnqueueMessage{FairnessKey: "small"})
+			e.enqueueN("q", 1000, &fsmv1.EnqueueMessage{FairnessKey: "big"})
+			e.enqueueN("q", 10, &fsmv1.EnqueueMessage{FairnessKey: "small"})
 			c := e.register("q", credit)
 			for i := range 20 {
 				d := e.recv(c)
@@ -79,15 +79,15 @@ func TestSmallKeyInterleaves(t *testing.T) {
 func TestReenteringKeyNoBurst(t *testing.T) {
 	e := newEnv(t)
 	e.createQueue("q", nil)
-	e.enqueueN("q", 1, &raftqv1.EnqueueMessage{FairnessKey: "heavy", Weight: 10})
-	e.enqueueN("q", 50, &raftqv1.EnqueueMessage{FairnessKey: "a"})
-	e.enqueueN("q", 50, &raftqv1.EnqueueMessage{FairnessKey: "b"})
+	e.enqueueN("q", 1, &fsmv1.EnqueueMessage{FairnessKey: "heavy", Weight: 10})
+	e.enqueueN("q", 50, &fsmv1.EnqueueMessage{FairnessKey: "a"})
+	e.enqueueN("q", 50, &fsmv1.EnqueueMessage{FairnessKey: "b"})
 	c := e.register("q", 1)
 	d := e.recv(c) // heavy's only message; heavy empties with deficit left
 	if d.FairnessKey != "heavy" {
 		t.Fatalf("first from %q", d.FairnessKey)
 	}
-	e.enqueueN("q", 20, &raftqv1.EnqueueMessage{FairnessKey: "heavy", Weight: 10})
+	e.enqueueN("q", 20, &fsmv1.EnqueueMessage{FairnessKey: "heavy", Weight: 10})
 	e.ack(d)
 	var order []string
 	for range 4 {
@@ -105,7 +105,7 @@ func TestPeekOrderMatchesDelivery(t *testing.T) {
 	e := newEnv(t)
 	e.createQueue("q", nil)
 	for i, k := range []string{"x", "y", "z"} {
-		e.enqueueN("q", 10, &raftqv1.EnqueueMessage{FairnessKey: k, Weight: uint32(i + 1)})
+		e.enqueueN("q", 10, &fsmv1.EnqueueMessage{FairnessKey: k, Weight: uint32(i + 1)})
 	}
 	peek, err := e.f.Peek("q", 30, false)
 	if err != nil {

@@ -93,7 +93,7 @@ type envOpt func(*Config)
 
 func newEnv(t testing.TB, opts ...envOpt) *env {
 	t.Helper()
-	f := fsm.New(discard)
+	f := fsm.New(fsm.Options{Logger: discard})
 	clock := NewFakeClock(time.UnixMilli(1_700_000_000_000))
 	p := &fakeProposer{f: f}
 	cfg := Config{Logger: discard, Clock: clock, NodeID: "n1", LeaseGrace: time.Second}
@@ -179,17 +179,17 @@ func (e *env) apply(cmd *fsmv1.Command) *fsm.Result {
 	return res
 }
 
-func (e *env) createQueue(name string, cfg *raftqv1.QueueConfig) {
+func (e *env) createQueue(name string, cfg *fsmv1.QueueConfig) {
 	e.t.Helper()
 	e.apply(&fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: name, Config: cfg}}})
 }
 
-func (e *env) updateQueue(name string, cfg *raftqv1.QueueConfig, mask ...string) {
+func (e *env) updateQueue(name string, cfg *fsmv1.QueueConfig, mask ...string) {
 	e.t.Helper()
 	e.apply(&fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: name, Config: cfg, Mask: mask}}})
 }
 
-func (e *env) enqueue(queue string, msgs ...*raftqv1.EnqueueMessage) []string {
+func (e *env) enqueue(queue string, msgs ...*fsmv1.EnqueueMessage) []string {
 	e.t.Helper()
 	res := e.apply(&fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: queue, Messages: msgs}}}}})
 	if res.BatchErrs[0] != nil {
@@ -198,11 +198,11 @@ func (e *env) enqueue(queue string, msgs ...*raftqv1.EnqueueMessage) []string {
 	return res.IDs[0]
 }
 
-func (e *env) enqueueN(queue string, n int, tmpl *raftqv1.EnqueueMessage) []string {
+func (e *env) enqueueN(queue string, n int, tmpl *fsmv1.EnqueueMessage) []string {
 	e.t.Helper()
-	msgs := make([]*raftqv1.EnqueueMessage, n)
+	msgs := make([]*fsmv1.EnqueueMessage, n)
 	for i := range msgs {
-		m := &raftqv1.EnqueueMessage{}
+		m := &fsmv1.EnqueueMessage{}
 		if tmpl != nil {
 			m = cloneMsg(tmpl)
 		}
@@ -211,8 +211,8 @@ func (e *env) enqueueN(queue string, n int, tmpl *raftqv1.EnqueueMessage) []stri
 	return e.enqueue(queue, msgs...)
 }
 
-func cloneMsg(m *raftqv1.EnqueueMessage) *raftqv1.EnqueueMessage {
-	return &raftqv1.EnqueueMessage{Payload: m.Payload, Priority: m.Priority, FairnessKey: m.FairnessKey, Weight: m.Weight, ThrottleKeys: m.ThrottleKeys, DelayMs: m.DelayMs, TtlMs: m.TtlMs}
+func cloneMsg(m *fsmv1.EnqueueMessage) *fsmv1.EnqueueMessage {
+	return &fsmv1.EnqueueMessage{Payload: m.Payload, Priority: m.Priority, FairnessKey: m.FairnessKey, Weight: m.Weight, ThrottleKeys: m.ThrottleKeys, DelayMs: m.DelayMs, TtlMs: m.TtlMs}
 }
 
 func ref(t testing.TB, d *raftqv1.Delivery) *fsmv1.Ref {

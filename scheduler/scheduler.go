@@ -137,9 +137,9 @@ type queueSched struct {
 	rrLast    uint64      // seq of the consumer that got the latest grant
 	levels    map[int32]*drrLevel
 	buckets   map[string]*bucket
-	cfg       *raftqv1.QueueConfig // the config buckets were last synced with
-	pending   map[uint64]struct{}  // message ids in uncommitted grants
-	credit    []int                // scratch, parallel to consumers
+	cfg       *fsmv1.QueueConfig  // the config buckets were last synced with
+	pending   map[uint64]struct{} // message ids in uncommitted grants
+	credit    []int               // scratch, parallel to consumers
 }
 
 // drrLevel is the deficit round-robin cursor of one priority: the key in

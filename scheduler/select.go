@@ -5,7 +5,6 @@ import (
 
 	"github.com/raftq/raftq/fsm"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
 func (s *Scheduler) queueSched(name string) *queueSched {
@@ -100,7 +99,7 @@ func nextKey(qv fsm.QueueView, prio int32, seq uint64) (fsm.KeyInfo, bool) {
 // gives a key quantum*weight messages; a key that runs out of deliverable
 // messages (empty, all pending, or throttled) forfeits the rest of its
 // turn. It stops after picking limit, or after a full round without a pick.
-func (s *Scheduler) drr(qv fsm.QueueView, qs *queueSched, cfg *raftqv1.QueueConfig, prio int32, L *drrLevel, ps *passState, limit int) int {
+func (s *Scheduler) drr(qv fsm.QueueView, qs *queueSched, cfg *fsmv1.QueueConfig, prio int32, L *drrLevel, ps *passState, limit int) int {
 	quantum := int64(max(cfg.GetFairnessQuantum(), 1))
 	var k fsm.KeyInfo
 	fresh := true
@@ -160,7 +159,7 @@ func (s *Scheduler) drr(qv fsm.QueueView, qs *queueSched, cfg *raftqv1.QueueConf
 // serveKey takes up to limit messages of one key in FIFO order, skipping
 // pending and throttled ones. done reports that the key has nothing more to
 // give this pass.
-func (s *Scheduler) serveKey(qv fsm.QueueView, qs *queueSched, cfg *raftqv1.QueueConfig, prio int32, key string, ps *passState, limit int) (n int, done bool) {
+func (s *Scheduler) serveKey(qv fsm.QueueView, qs *queueSched, cfg *fsmv1.QueueConfig, prio int32, key string, ps *passState, limit int) (n int, done bool) {
 	cur := ps.cursor[key]
 	defer func() { ps.cursor[key] = cur }()
 	for !cur.done && n < limit {
@@ -189,7 +188,7 @@ func (s *Scheduler) serveKey(qv fsm.QueueView, qs *queueSched, cfg *raftqv1.Queu
 // syncRules brings the buckets in line with the queue's throttle rules when
 // its config changed (UpdateQueue): changed rules keep their tokens, clamped;
 // removed rules drop their bucket.
-func (qs *queueSched) syncRules(cfg *raftqv1.QueueConfig, now float64) {
+func (qs *queueSched) syncRules(cfg *fsmv1.QueueConfig, now float64) {
 	if cfg == qs.cfg {
 		return
 	}
@@ -206,7 +205,7 @@ func (qs *queueSched) syncRules(cfg *raftqv1.QueueConfig, now float64) {
 
 // admit reports whether every throttle key of a message that has a rule
 // has a token, and if so spends one from each (once per distinct key).
-func (qs *queueSched) admit(keys []string, rules map[string]*raftqv1.ThrottleRule, ps *passState) bool {
+func (qs *queueSched) admit(keys []string, rules map[string]*fsmv1.ThrottleRule, ps *passState) bool {
 	if len(keys) == 0 || len(rules) == 0 {
 		return true
 	}
@@ -260,7 +259,7 @@ func (qs *queueSched) nextConsumer() int {
 
 // emit assigns a picked message to the next consumer with credit and adds
 // the grant to the batch, proposing the batch when it is full.
-func (s *Scheduler) emit(qs *queueSched, cfg *raftqv1.QueueConfig, id uint64, ps *passState) {
+func (s *Scheduler) emit(qs *queueSched, cfg *fsmv1.QueueConfig, id uint64, ps *passState) {
 	i := qs.nextConsumer()
 	c := qs.consumers[i]
 	qs.credit[i]--

@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 )
 
 // bucket is a token bucket kept as GCRA state: tat is the theoretical
@@ -23,7 +23,7 @@ type bucket struct {
 // maxInterval keeps tiny rates from producing infinities.
 const maxInterval = 1e18
 
-func newBucket(r *raftqv1.ThrottleRule, now float64) *bucket {
+func newBucket(r *fsmv1.ThrottleRule, now float64) *bucket {
 	b := &bucket{}
 	b.setRule(r, now, true)
 	return b
@@ -31,7 +31,7 @@ func newBucket(r *raftqv1.ThrottleRule, now float64) *bucket {
 
 // setRule applies a (possibly changed) rule. A new bucket starts full; a
 // changed one keeps its tokens, clamped to the new burst.
-func (b *bucket) setRule(r *raftqv1.ThrottleRule, now float64, fresh bool) {
+func (b *bucket) setRule(r *fsmv1.ThrottleRule, now float64, fresh bool) {
 	if !fresh && r.GetRatePerSec() == b.rate && r.GetBurst() == b.burstCfg {
 		return
 	}

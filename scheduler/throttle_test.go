@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
-func throttles(kv ...any) *raftqv1.QueueConfig {
-	cfg := &raftqv1.QueueConfig{Throttles: map[string]*raftqv1.ThrottleRule{}}
+func throttles(kv ...any) *fsmv1.QueueConfig {
+	cfg := &fsmv1.QueueConfig{Throttles: map[string]*fsmv1.ThrottleRule{}}
 	for i := 0; i < len(kv); i += 3 {
-		cfg.Throttles[kv[i].(string)] = &raftqv1.ThrottleRule{RatePerSec: kv[i+1].(float64), Burst: int32(kv[i+2].(int))}
+		cfg.Throttles[kv[i].(string)] = &fsmv1.ThrottleRule{RatePerSec: kv[i+1].(float64), Burst: int32(kv[i+2].(int))}
 	}
 	return cfg
 }
@@ -41,7 +42,7 @@ func TestThrottleRate(t *testing.T) {
 			e := newEnv(t)
 			e.createQueue("q", throttles("t", 100.0, 10))
 			c := e.register("q", 1000)
-			e.enqueueN("q", 600, &raftqv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
+			e.enqueueN("q", 600, &fsmv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
 			if got := len(e.drain(c)); got != 10 {
 				t.Fatalf("burst: %d, want 10", got)
 			}
@@ -61,7 +62,7 @@ func TestThrottleNoSpin(t *testing.T) {
 	e := newEnv(t)
 	e.createQueue("q", throttles("t", 1.0, 1))
 	c := e.register("q", 1000)
-	e.enqueueN("q", 100, &raftqv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
+	e.enqueueN("q", 100, &fsmv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
 	if got := len(e.drain(c)); got != 1 {
 		t.Fatalf("got %d", got)
 	}
@@ -89,8 +90,8 @@ func TestTwoThrottleKeys(t *testing.T) {
 	e := newEnv(t)
 	e.createQueue("q", throttles("a", 100.0, 5, "b", 20.0, 2))
 	c := e.register("q", 5000)
-	e.enqueueN("q", 300, &raftqv1.EnqueueMessage{FairnessKey: "ab", ThrottleKeys: []string{"a", "b"}})
-	e.enqueueN("q", 300, &raftqv1.EnqueueMessage{FairnessKey: "a", ThrottleKeys: []string{"a", "a"}})
+	e.enqueueN("q", 300, &fsmv1.EnqueueMessage{FairnessKey: "ab", ThrottleKeys: []string{"a", "b"}})
+	e.enqueueN("q", 300, &fsmv1.EnqueueMessage{FairnessKey: "a", ThrottleKeys: []string{"a", "a"}})
 	got := e.drain(c)
 	got = append(got, e.countFor(c, time.Second, 5*time.Millisecond)...)
 	n := map[string]int{}
@@ -118,8 +119,8 @@ func TestThrottledKeyDoesNotDelayOthers(t *testing.T) {
 			e := newEnv(t)
 			e.createQueue("q", throttles("slow", 1.0, 1))
 			c := e.register("q", 200)
-			e.enqueueN("q", 50, &raftqv1.EnqueueMessage{FairnessKey: tc.slowKey, ThrottleKeys: []string{"slow"}})
-			e.enqueueN("q", 50, &raftqv1.EnqueueMessage{FairnessKey: tc.fastKey, ThrottleKeys: []string{"unruled"}})
+			e.enqueueN("q", 50, &fsmv1.EnqueueMessage{FairnessKey: tc.slowKey, ThrottleKeys: []string{"slow"}})
+			e.enqueueN("q", 50, &fsmv1.EnqueueMessage{FairnessKey: tc.fastKey, ThrottleKeys: []string{"unruled"}})
 			n := map[bool]int{}
 			for _, d := range e.drain(c) {
 				n[len(d.ThrottleKeys) > 0 && d.ThrottleKeys[0] == "slow"]++
@@ -136,7 +137,7 @@ func TestThrottleRuleChanges(t *testing.T) {
 	e := newEnv(t)
 	e.createQueue("q", throttles("t", 1.0, 1))
 	c := e.register("q", 5000)
-	e.enqueueN("q", 1000, &raftqv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
+	e.enqueueN("q", 1000, &fsmv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
 	if got := len(e.drain(c)); got != 1 {
 		t.Fatalf("got %d", got)
 	}
@@ -145,7 +146,7 @@ func TestThrottleRuleChanges(t *testing.T) {
 	if got := len(e.countFor(c, 100*time.Millisecond, 10*time.Millisecond)); !within(got, 100, 0.02) {
 		t.Fatalf("after raising the rate: %d in 100ms, want 100", got)
 	}
-	e.updateQueue("q", &raftqv1.QueueConfig{}, "throttles")
+	e.updateQueue("q", &fsmv1.QueueConfig{}, "throttles")
 	if got := len(e.drain(c)); got != 1000-101 {
 		t.Fatalf("after removing the rule: %d, want the rest (%d)", got, 1000-101)
 	}

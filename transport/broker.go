@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/fsm/logconv"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/genproto/googleapis/rpc/code"
@@ -30,7 +31,7 @@ func (s *Server) CreateQueue(ctx context.Context, req *raftqv1.CreateQueueReques
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	res, err := s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: req.Name, Config: req.Config}}})
+	res, err := s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: req.Name, Config: logconv.QueueConfig(req.Config)}}})
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +46,7 @@ func (s *Server) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueueReques
 	if err := fsm.ValidateMask(mask); err != nil {
 		return nil, err
 	}
-	res, err := s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: req.Name, Config: req.Config, Mask: mask}}})
+	res, err := s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: req.Name, Config: logconv.QueueConfig(req.Config), Mask: mask}}})
 	if err != nil {
 		return nil, err
 	}
@@ -116,10 +117,11 @@ func (s *Server) Enqueue(ctx context.Context, req *raftqv1.EnqueueRequest) (*raf
 	if n > MaxBatch {
 		return nil, invalid("messages: %d in one request, the limit is %d", n, MaxBatch)
 	}
-	if err := s.state.CheckEnqueue(req.Queue, req.Messages, s.cfg.MaxQueuedBytes); err != nil {
+	msgs := logconv.EnqueueMessages(req.Messages)
+	if err := s.state.CheckEnqueue(req.Queue, msgs, s.cfg.MaxQueuedBytes); err != nil {
 		return nil, err
 	}
-	out, err := s.enqueues.submit(ctx, &fsmv1.EnqueueBatch{Queue: req.Queue, Messages: req.Messages})
+	out, err := s.enqueues.submit(ctx, &fsmv1.EnqueueBatch{Queue: req.Queue, Messages: msgs})
 	if err != nil {
 		return nil, err
 	}

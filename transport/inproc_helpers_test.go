@@ -115,7 +115,7 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 		}
 		n := &inprocNode{id: id, addr: lis.Addr().String(), served: make(chan error, 1)}
 		l := log.With("node", id)
-		n.state = fsm.New(l.With("component", "fsm"))
+		n.state = fsm.New(fsm.Options{Logger: l.With("component", "fsm")})
 		prop := &testLateProposer{ready: make(chan struct{}), state: n.state}
 		n.sched = scheduler.New(scheduler.Config{Logger: l, NodeID: id}, n.state, prop)
 		n.state.SetNotifier(n.sched)

@@ -213,7 +213,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 
 	log.Info("starting node: restoring state from the data dir", "node_id", o.nodeID, "data_dir", o.dataDir)
 	started := time.Now()
-	state := fsm.New(log.With("component", "fsm"))
+	state := fsm.New(fsm.Options{Logger: log.With("component", "fsm")})
 	prop := &lateProposer{ready: make(chan struct{}), state: state}
 	sched := scheduler.New(scheduler.Config{Logger: log.With("component", "scheduler"), NodeID: o.nodeID, LeaseGrace: o.leaseGrace}, state, prop)
 	state.SetNotifier(sched)
