@@ -3,6 +3,7 @@
 package test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"testing"
@@ -18,7 +19,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary, err = harness.Build(dir, os.Getenv("RAFTQ_TEST_NORACE") == "")
+	binary, err = harness.Build(context.Background(), dir, os.Getenv("RAFTQ_TEST_NORACE") == "")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)

@@ -19,7 +19,7 @@ import (
 
 func startSingle(t *testing.T, extra ...string) (*harness.Node, *client.Client) {
 	t.Helper()
-	n := harness.NewNode(t, binary, "n1", extra...)
+	n := harness.TestNode(t, binary, "n1", extra...)
 	n.Start()
 	c := harness.Dial(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -28,6 +28,7 @@ import (
 	"github.com/raftq/raftq/client"
 	"github.com/raftq/raftq/test/bench/systems"
 	"github.com/raftq/raftq/test/bench/workload"
+	"github.com/raftq/raftq/test/harness"
 )
 
 type options struct {
@@ -135,7 +136,7 @@ func run(ctx context.Context, log *slog.Logger, o *options) error {
 		}
 		defer os.RemoveAll(dir)
 		log.Info("building raftq (no -race)")
-		if o.raftqBin, err = systems.BuildRaftq(dir); err != nil {
+		if o.raftqBin, err = systems.BuildRaftq(ctx, dir); err != nil {
 			return err
 		}
 	}
@@ -253,10 +254,8 @@ func waitIdle(ctx context.Context, log *slog.Logger, max time.Duration) {
 			return
 		}
 		start := time.Now()
-		select {
-		case <-ctx.Done():
+		if harness.Sleep(ctx, 10*time.Second) != nil { // the measuring window
 			return
-		case <-time.After(10 * time.Second):
 		}
 		after, err := workload.MachineCPU()
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/test/harness"
 )
 
 // campaign is one chaos run on one cluster.
@@ -97,7 +98,7 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 			running.Go(func() { co.Run(work) })
 		}
 	}
-	if err := waitFor(ctx, 30*time.Second, func() error {
+	if err := harness.WaitFor(ctx, 30*time.Second, 100*time.Millisecond, func(context.Context) error {
 		if n := w.Acked(); n < 20 {
 			return fmt.Errorf("only %d enqueues acknowledged", n)
 		}
@@ -112,9 +113,7 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 		t.Errorf("final heal: %v", err)
 	}
 	healed := time.Now()
-	hctx, hcancel := context.WithTimeout(ctx, 60*time.Second)
-	leader, err := c.WaitHealthy(hctx)
-	hcancel()
+	leader, err := c.WaitHealthy(ctx, 60*time.Second)
 	recov := Recovery{HealedAt: healed, LeaderAt: time.Now(), OK: err == nil}
 	if err != nil {
 		recov.Err = err.Error()
@@ -124,7 +123,7 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 	rec.Update(func(h *History) { h.Recovery = recov })
 	log.Info("healed", "leader", recov.Leader, "after", recov.LeaderAt.Sub(healed).Round(time.Millisecond), "err", recov.Err)
 
-	pause(ctx, 3*time.Second) // the workload runs on the healed cluster a little
+	_ = harness.Sleep(ctx, 3*time.Second) // the workload runs on the healed cluster a little
 	stopWork()
 	running.Wait()
 	rec.Update(func(h *History) { h.WorkloadEnd = time.Now() })
@@ -147,7 +146,7 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 // digest, and returns the last answer.
 func verify(ctx context.Context, c *Cluster) VerifyResult {
 	var last VerifyResult
-	_ = waitFor(ctx, 60*time.Second, func() error {
+	_ = harness.WaitFor(ctx, 60*time.Second, 100*time.Millisecond, func(ctx context.Context) error {
 		v, err := c.Verify(ctx)
 		if err != nil {
 			last = VerifyResult{Err: err.Error()}
@@ -238,21 +237,6 @@ func writeOutputs(t *testing.T, h *History, r *Report) {
 	}
 	t.Errorf("chaos: %d invariant violations with seed %d (replay: RAFTQ_CHAOS_SEED=%d; history: %s; re-check: RAFTQ_CHAOS_HISTORY=%s go test -run TestRecheckHistory ./test/chaos)\n%s",
 		len(r.Violations), h.Seed, h.Seed, historyPath, historyPath, b.String())
-}
-
-// waitFor polls cond until it returns nil or timeout passes.
-func waitFor(ctx context.Context, timeout time.Duration, cond func() error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		if !pause(ctx, 100*time.Millisecond) {
-			return fmt.Errorf("%w: %v", ctx.Err(), err)
-		}
-	}
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/raftq/raftq/client"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/test/harness"
 )
 
 // Cluster is N nodes of the binary, each on its own host of a Network,
@@ -73,16 +74,18 @@ func StartCluster(ctx context.Context, log *slog.Logger, cfg ClusterConfig) (c *
 		onCrash = func(NodeCrash) {}
 	}
 	for _, h := range c.Net.Hosts {
-		c.Nodes = append(c.Nodes, newNode(cfg.Bin, cfg.Dir, h, []string{strings.Join(join, ",")}, cfg.Nodes, cfg.Extra, log, onCrash))
+		n, err := newNode(cfg.Bin, cfg.Dir, h, []string{strings.Join(join, ",")}, cfg.Nodes, cfg.Extra, log, onCrash)
+		if err != nil {
+			return c, err
+		}
+		c.Nodes = append(c.Nodes, n)
 	}
 	for _, n := range c.Nodes {
-		if err := n.Start(); err != nil {
+		if err := n.Launch(); err != nil {
 			return c, err
 		}
 	}
-	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	if _, err := c.WaitHealthy(wctx); err != nil {
+	if _, err := c.WaitHealthy(ctx, 90*time.Second); err != nil {
 		return c, fmt.Errorf("cluster did not form: %w", err)
 	}
 	return c, nil
@@ -189,25 +192,23 @@ func (c *Cluster) Leader(ctx context.Context) (*Node, error) {
 	return nil, fmt.Errorf("leader %q is not a node of this cluster", leader)
 }
 
-// WaitHealthy waits until every node runs, all agree on a leader and the
-// leader counts every node as a healthy voter; it returns the leader.
-func (c *Cluster) WaitHealthy(ctx context.Context) (*Node, error) {
-	var last error
-	for {
-		leader, err := c.Leader(ctx)
+// WaitHealthy waits (up to timeout) until every node runs, all agree on a
+// leader and the leader counts every node as a healthy voter; it returns
+// the leader.
+func (c *Cluster) WaitHealthy(ctx context.Context, timeout time.Duration) (*Node, error) {
+	var leader *Node
+	err := harness.WaitFor(ctx, timeout, 100*time.Millisecond, func(ctx context.Context) error {
+		l, err := c.Leader(ctx)
 		if err == nil {
-			err = c.checkVoters(ctx, leader)
+			err = c.checkVoters(ctx, l)
 		}
-		if err == nil {
-			return leader, nil
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), last)
-		case <-time.After(100 * time.Millisecond):
-		}
+		leader = l
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return leader, nil
 }
 
 func (c *Cluster) checkVoters(ctx context.Context, leader *Node) error {

@@ -4,10 +4,12 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/test/harness"
 )
 
 // TestClusterInNamespaces: three nodes on three hosts form a cluster that
@@ -48,16 +50,15 @@ func TestClusterInNamespaces(t *testing.T) {
 			}
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	err = harness.WaitFor(ctx, 30*time.Second, 50*time.Millisecond, func(ctx context.Context) error {
 		st, err := c.Status(ctx, c.Nodes[(indexOf(c, old)+1)%3])
-		if err == nil && st.LeaderId != "" && st.LeaderId != old.ID {
-			break
+		if err == nil && (st.LeaderId == "" || st.LeaderId == old.ID) {
+			err = fmt.Errorf("leader %q", st.LeaderId)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no new leader after isolating %s: %v %v", old.ID, st, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("no new leader after isolating %s: %v", old.ID, err)
 	}
 	if _, err := cl.Enqueue(ctx, "smoke", &raftqv1.EnqueueMessage{Payload: []byte("after cut")}); err != nil {
 		t.Fatal(err)
@@ -65,9 +66,7 @@ func TestClusterInNamespaces(t *testing.T) {
 	if err := c.Net.FlushFilters(ctx); err != nil {
 		t.Fatal(err)
 	}
-	hctx, hcancel := context.WithTimeout(ctx, 60*time.Second)
-	defer hcancel()
-	if _, err := c.WaitHealthy(hctx); err != nil {
+	if _, err := c.WaitHealthy(ctx, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
 }

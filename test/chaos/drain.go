@@ -4,10 +4,13 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 // Drain consumes every queue and its dead-letter queue with consumers that
@@ -28,18 +31,22 @@ func (w *Workload) Drain(ctx context.Context, queues []QueueSpec, timeout time.D
 		consumers.Wait()
 		w.Wait()
 	}()
-	deadline := time.Now().Add(timeout)
 	empty := 0
 	var last string
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	err := harness.WaitFor(ctx, timeout, 250*time.Millisecond, func(ctx context.Context) error {
 		ok, desc := w.queuesEmpty(ctx, queues)
 		last = desc
 		if !ok {
 			empty = 0
-		} else if empty++; empty >= 2 {
-			return DrainResult{Complete: true}
+			return errors.New(desc)
 		}
-		pause(ctx, 250*time.Millisecond)
+		if empty++; empty < 2 {
+			return errors.New("empty once; asking again")
+		}
+		return nil
+	})
+	if err == nil {
+		return DrainResult{Complete: true}
 	}
 	return DrainResult{Leftover: fmt.Sprintf("after %v: %s", timeout, last)}
 }

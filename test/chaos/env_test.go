@@ -56,7 +56,7 @@ func binary(t *testing.T) string {
 	binOnce.Do(func() {
 		binDir, binErr = os.MkdirTemp("", "raftq-chaos-bin-")
 		if binErr == nil {
-			binPath, binErr = harness.Build(binDir, os.Getenv("RAFTQ_TEST_NORACE") == "")
+			binPath, binErr = harness.Build(context.Background(), binDir, os.Getenv("RAFTQ_TEST_NORACE") == "")
 		}
 	})
 	if binErr != nil {
@@ -168,16 +168,12 @@ func startCluster(t *testing.T, log *slog.Logger, n int, onCrash func(NodeCrash)
 		}
 		if t.Failed() {
 			for _, nd := range c.Nodes {
-				if b, err := os.ReadFile(nd.LogPath); err == nil {
-					t.Logf("---- log of %s (%s, last 16 KiB) ----\n%s", nd.ID, nd.LogPath, tail(string(b), 16<<10))
-				}
+				t.Logf("---- log of %s (%s, last 16 KiB) ----\n%s", nd.ID, nd.LogPath, nd.LogTail(16<<10))
 			}
 		}
 		c.Close()
 		untrack(c)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if left := waitNoLeftovers(ctx, c.Net.Prefix); len(left) > 0 {
+		if left := waitNoLeftovers(context.Background(), c.Net.Prefix); len(left) > 0 {
 			t.Errorf("left behind after teardown: %v", left)
 		}
 	})
@@ -187,24 +183,25 @@ func startCluster(t *testing.T, log *slog.Logger, n int, onCrash func(NodeCrash)
 	return c
 }
 
-// waitNoLeftovers waits for the kernel to finish removing what a network
-// created; it returns what is still there at the deadline.
+// waitNoLeftovers waits (up to 10 s) for the kernel to finish removing
+// what a network created; it returns what is still there at the deadline.
 func waitNoLeftovers(ctx context.Context, prefix string) []string {
-	for {
-		left, err := Leftovers(ctx, prefix+"-")
+	var left []string
+	_ = harness.WaitFor(ctx, 10*time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+		l, err := Leftovers(ctx, prefix+"-")
 		if err == nil {
 			var l2 []string
 			if l2, err = Leftovers(ctx, prefix+"h"); err == nil {
-				left = append(left, l2...)
+				l = append(l, l2...)
 			}
 		}
-		if err == nil && len(left) == 0 {
-			return nil
+		if err != nil {
+			return err // keep what the last full listing found
 		}
-		select {
-		case <-ctx.Done():
-			return left
-		case <-time.After(100 * time.Millisecond):
+		if left = l; len(left) > 0 {
+			return fmt.Errorf("left: %v", left)
 		}
-	}
+		return nil
+	})
+	return left
 }

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 // Nemesis carries out a fault plan on a cluster, one step at a time,
@@ -39,7 +41,7 @@ func (nm *Nemesis) Run(ctx context.Context, plan []Step, minSteps int, stopAfter
 		}
 		nm.log.Log(ctx, lvl, "fault", "n", i+1, "of", len(plan), "kind", ev.Kind, "targets", ev.Targets, "detail", ev.Detail,
 			"took", ev.End.Sub(ev.Start).Round(time.Millisecond), "err", ev.Err)
-		pause(ctx, s.Quiet)
+		_ = harness.Sleep(ctx, s.Quiet)
 	}
 }
 
@@ -78,8 +80,8 @@ func (nm *Nemesis) inject(ctx context.Context, s Step, ev *FaultEvent) error {
 		}
 		targets(n)
 		n.Kill()
-		pause(ctx, s.Hold)
-		return n.Start()
+		_ = harness.Sleep(ctx, s.Hold)
+		return n.Launch()
 	case Pause:
 		n := nodes[s.Node]
 		if s.Leader {
@@ -92,7 +94,7 @@ func (nm *Nemesis) inject(ctx context.Context, s Step, ev *FaultEvent) error {
 		if err := n.Pause(); err != nil {
 			return err
 		}
-		pause(ctx, s.Hold)
+		_ = harness.Sleep(ctx, s.Hold)
 		return n.Resume()
 	case IsolateLeader:
 		l, err := nm.leader(ctx)
@@ -109,7 +111,7 @@ func (nm *Nemesis) inject(ctx context.Context, s Step, ev *FaultEvent) error {
 		if err := nm.cut([]*Node{l}, rest); err != nil {
 			return err
 		}
-		pause(ctx, s.Hold)
+		_ = harness.Sleep(ctx, s.Hold)
 		return nil
 	case SplitMajority:
 		minority, majority := pick(nodes, s.Perm[:s.Minority]), pick(nodes, s.Perm[s.Minority:])
@@ -117,7 +119,7 @@ func (nm *Nemesis) inject(ctx context.Context, s Step, ev *FaultEvent) error {
 		if err := nm.cut(minority, majority); err != nil {
 			return err
 		}
-		pause(ctx, s.Hold)
+		_ = harness.Sleep(ctx, s.Hold)
 		return nil
 	case Bridge:
 		// Perm's last node is the bridge; the others split in two halves
@@ -130,7 +132,7 @@ func (nm *Nemesis) inject(ctx context.Context, s Step, ev *FaultEvent) error {
 		if err := nm.cut(a, b); err != nil {
 			return err
 		}
-		pause(ctx, s.Hold)
+		_ = harness.Sleep(ctx, s.Hold)
 		return nil
 	case PacketLoss:
 		lossy := pick(nodes, s.Perm[:s.Minority])
@@ -140,28 +142,30 @@ func (nm *Nemesis) inject(ctx context.Context, s Step, ev *FaultEvent) error {
 				return err
 			}
 		}
-		pause(ctx, s.Hold)
+		_ = harness.Sleep(ctx, s.Hold)
 		return nil
 	case Latency:
 		if s.Node >= 0 {
 			targets(nodes[s.Node])
 		}
 		c.Proxy.SetDelay(s.Node, s.Delay)
-		pause(ctx, s.Hold)
+		_ = harness.Sleep(ctx, s.Hold)
 		return nil
 	case RollingRestart:
 		for _, i := range s.Perm {
 			n := nodes[i]
 			targets(n)
-			if _, err := nm.waitHealthy(ctx, 60*time.Second); err != nil {
+			if _, err := nm.c.WaitHealthy(ctx, 60*time.Second); err != nil {
 				return fmt.Errorf("before restarting %s: %w", n.ID, err)
 			}
-			n.Stop(20 * time.Second)
-			if err := n.Start(); err != nil {
+			if err := n.Stop(20 * time.Second); err != nil {
+				nm.log.Warn("node did not stop", "node", n.ID, "err", err)
+			}
+			if err := n.Launch(); err != nil {
 				return err
 			}
 		}
-		if _, err := nm.waitHealthy(ctx, 60*time.Second); err != nil {
+		if _, err := nm.c.WaitHealthy(ctx, 60*time.Second); err != nil {
 			return fmt.Errorf("after the rolling restart: %w", err)
 		}
 		return nil
@@ -178,7 +182,7 @@ func (nm *Nemesis) Heal(ctx context.Context) error {
 			errs = append(errs, n.Resume())
 		}
 		if !n.Running() {
-			errs = append(errs, n.Start())
+			errs = append(errs, n.Launch())
 		}
 	}
 	nm.c.Proxy.SetDelay(-1, 0)
@@ -203,23 +207,15 @@ func (nm *Nemesis) cut(a, b []*Node) error {
 
 // leader waits (up to 20s) for an agreed leader.
 func (nm *Nemesis) leader(ctx context.Context) (*Node, error) {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	for {
-		l, err := nm.c.Leader(ctx)
-		if err == nil {
-			return l, nil
-		}
-		if !pause(ctx, 100*time.Millisecond) {
-			return nil, fmt.Errorf("no leader to target: %w", err)
-		}
+	var l *Node
+	err := harness.WaitFor(ctx, 20*time.Second, 100*time.Millisecond, func(ctx context.Context) (err error) {
+		l, err = nm.c.Leader(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no leader to target: %w", err)
 	}
-}
-
-func (nm *Nemesis) waitHealthy(ctx context.Context, d time.Duration) (*Node, error) {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	return nm.c.WaitHealthy(ctx)
+	return l, nil
 }
 
 func pick(nodes []*Node, idx []int) []*Node {

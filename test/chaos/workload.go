@@ -17,6 +17,7 @@ import (
 
 	"github.com/raftq/raftq/client"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/test/harness"
 )
 
 // Workload drives producers and consumers through the Go client and the
@@ -82,7 +83,7 @@ func (w *Workload) Produce(ctx context.Context, name string, queues []QueueSpec,
 			op.Retry = true
 			w.enqueue(ctx, op, msgs)
 		}
-		pause(ctx, time.Duration(5+rng.IntN(20))*time.Millisecond)
+		_ = harness.Sleep(ctx, time.Duration(5+rng.IntN(20))*time.Millisecond)
 	}
 }
 
@@ -162,7 +163,7 @@ func (co *Consumer) Run(ctx context.Context) {
 		co.hint = ""
 		failures = 0
 		co.w.log.Debug("lease stream ended", "consumer", co.name, "addr", addr, "err", err)
-		pause(ctx, time.Duration(100+co.rng.IntN(200))*time.Millisecond)
+		_ = harness.Sleep(ctx, time.Duration(100+co.rng.IntN(200))*time.Millisecond)
 	}
 }
 
@@ -247,7 +248,7 @@ func (co *Consumer) handle(ctx context.Context, d *raftqv1.Delivery, b behaviour
 	case drainAck:
 		co.settle(ctx, Ack, ref, false)
 	case ackFast:
-		if pause(ctx, time.Duration(co.randN(10))*time.Millisecond) && live() {
+		if harness.Sleep(ctx, time.Duration(co.randN(10))*time.Millisecond) == nil && live() {
 			co.settle(ctx, Ack, ref, false)
 		}
 	case nack, nackDLQ:
@@ -255,12 +256,12 @@ func (co *Consumer) handle(ctx context.Context, d *raftqv1.Delivery, b behaviour
 			co.settle(ctx, Nack, ref, b == nackDLQ)
 		}
 	case slowWork:
-		if pause(ctx, co.vis/2) && live() && co.settle(ctx, Extend, ref, false) == OK &&
-			pause(ctx, co.vis*3/10) && live() {
+		if harness.Sleep(ctx, co.vis/2) == nil && live() && co.settle(ctx, Extend, ref, false) == OK &&
+			harness.Sleep(ctx, co.vis*3/10) == nil && live() {
 			co.settle(ctx, Ack, ref, false)
 		}
 	case holdPast:
-		if pause(ctx, co.vis+time.Duration(300+co.randN(500))*time.Millisecond) && live() {
+		if harness.Sleep(ctx, co.vis+time.Duration(300+co.randN(500))*time.Millisecond) == nil && live() {
 			co.settle(ctx, Ack, ref, false)
 		}
 	case abandon:
@@ -327,26 +328,10 @@ func (co *Consumer) settle(ctx context.Context, kind SettleKind, ref *raftqv1.Le
 		if out != Unknown || errors.Is(err, client.ErrClosed) {
 			return out
 		}
-		pause(base, 200*time.Millisecond)
+		_ = harness.Sleep(base, 200*time.Millisecond)
 	}
 	return out
 }
 
 // Wait waits for every handler to finish settling.
 func (w *Workload) Wait() { w.handlers.Wait() }
-
-// pause waits d or until ctx ends; it reports whether the full time passed.
-// It schedules work over time; conditions are waited for elsewhere.
-func pause(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

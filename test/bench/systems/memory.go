@@ -13,6 +13,7 @@ import (
 	"github.com/raftq/raftq/client"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/test/bench/workload"
+	"github.com/raftq/raftq/test/harness"
 )
 
 // MemoryOptions shape the issue-2 run.
@@ -116,7 +117,7 @@ func runMemory(ctx context.Context, log *slog.Logger, bin string, o MemoryOption
 	tctx, stopTrickle := context.WithCancel(ctx)
 	trickleDone := make(chan struct{})
 	go func() { defer close(trickleDone); tr.run(tctx) }()
-	if err := sleepCtx(ctx, o.Baseline); err != nil {
+	if err := harness.Sleep(ctx, o.Baseline); err != nil {
 		stopTrickle()
 		<-trickleDone
 		return err
@@ -131,7 +132,7 @@ func runMemory(ctx context.Context, log *slog.Logger, bin string, o MemoryOption
 	if other, err := otherCPU(); err == nil {
 		res.SnapshotOtherCores = other.Seconds() / snapEnd.Sub(snapStart).Seconds()
 	}
-	_ = sleepCtx(ctx, time.Second)
+	_ = harness.Sleep(ctx, time.Second)
 	stopTrickle()
 	<-trickleDone
 	if serr != nil {
@@ -252,15 +253,4 @@ func (t *trickle) split(from, to time.Time) (before, during workload.LatencySumm
 		}
 	}
 	return workload.Summarize(b), workload.Summarize(d)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

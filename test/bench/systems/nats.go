@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/raftq/raftq/test/bench/workload"
+	"github.com/raftq/raftq/test/harness"
 )
 
 // NATSStarter starts n nats-server processes of bin as one JetStream
@@ -35,14 +36,14 @@ func startNATS(ctx context.Context, log *slog.Logger, name, bin string, n int, s
 	if err != nil {
 		return nil, err
 	}
-	var procs []*process
+	var procs []*harness.Process
 	cleanup := func() {
 		for _, p := range procs {
-			p.kill()
+			p.Kill()
 		}
 		_ = os.RemoveAll(dir)
 	}
-	ports, err := freePorts(2 * n)
+	ports, err := harness.FreePorts(2 * n)
 	if err != nil {
 		cleanup()
 		return nil, err
@@ -87,8 +88,8 @@ jetstream {
 	d := &natsDriver{urls: strings.Join(urls, ","), replicas: n}
 	err = poll(ctx, 60*time.Second, 200*time.Millisecond, "nats jetstream ready", func(ctx context.Context) error {
 		for _, p := range procs {
-			if !p.running() {
-				return errors.New(p.name + " exited: " + p.logTail())
+			if !p.Running() {
+				return errors.New(p.Name() + " exited: " + p.LogTail(2000))
 			}
 		}
 		nc, js, err := d.connect()
@@ -107,7 +108,7 @@ jetstream {
 	}
 	var wp []workload.Proc
 	for i, p := range procs {
-		wp = append(wp, workload.Proc{Name: fmt.Sprintf("n%d", i+1), Pid: p.pid()})
+		wp = append(wp, workload.Proc{Name: fmt.Sprintf("n%d", i+1), Pid: p.Pid()})
 	}
 	syncNote := "default sync (fsync every 2 min: an acknowledged publish is in the page cache of a quorum)"
 	if syncAlways {

@@ -34,15 +34,11 @@ func StartPerf(ctx context.Context, log *slog.Logger, pid int, file string) func
 		return func() workload.Profile { return prof }
 	}
 	return func() workload.Profile {
-		_ = syscall.Kill(p.pid(), syscall.SIGINT)
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			p.kill()
-		}
+		// SIGINT: perf writes its file and exits.
+		_ = p.Signal(syscall.SIGINT, 30*time.Second)
 		top, err := perfTop(ctx, perf, file, 15, false, "")
 		if err != nil {
-			prof.Error = fmt.Sprintf("%v; perf said: %s", err, p.logTail())
+			prof.Error = fmt.Sprintf("%v; perf said: %s", err, p.LogTail(2000))
 			log.Warn("perf report", "err", prof.Error)
 		}
 		prof.Top = top

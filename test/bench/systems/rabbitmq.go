@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/raftq/raftq/test/bench/workload"
+	"github.com/raftq/raftq/test/harness"
 )
 
 // RabbitStarter starts n RabbitMQ nodes (Debian's rabbitmq-server, from
@@ -43,10 +44,10 @@ func startRabbit(ctx context.Context, log *slog.Logger, name, binDir string, n i
 	if err != nil {
 		return nil, err
 	}
-	var procs []*process
+	var procs []*harness.Process
 	cleanup := func() {
 		for i := len(procs) - 1; i >= 0; i-- { // nodes first, epmd last
-			procs[i].kill()
+			procs[i].Kill()
 		}
 		_ = os.RemoveAll(dir)
 	}
@@ -60,7 +61,7 @@ func startRabbit(ctx context.Context, log *slog.Logger, name, binDir string, n i
 		cleanup()
 		return nil, err
 	}
-	ports, err := freePorts(1 + 2*n)
+	ports, err := harness.FreePorts(1 + 2*n)
 	if err != nil {
 		cleanup()
 		return nil, err
@@ -78,7 +79,7 @@ func startRabbit(ctx context.Context, log *slog.Logger, name, binDir string, n i
 		names = append(names, fmt.Sprintf("rabbit%d@localhost", i+1))
 	}
 	var urls []string
-	var nodeProcs []*process
+	var nodeProcs []*harness.Process
 	for i := range n {
 		id := fmt.Sprintf("rabbit%d", i+1)
 		conf := fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nloopback_users = none\n", ports[1+i])
@@ -122,8 +123,8 @@ func startRabbit(ctx context.Context, log *slog.Logger, name, binDir string, n i
 	}
 	for i, nn := range names {
 		err := poll(ctx, 90*time.Second, 500*time.Millisecond, "rabbitmq "+nn+" startup", func(ctx context.Context) error {
-			if !nodeProcs[i].running() {
-				return errors.New(nn + " exited: " + nodeProcs[i].logTail())
+			if !nodeProcs[i].Running() {
+				return errors.New(nn + " exited: " + nodeProcs[i].LogTail(2000))
 			}
 			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			defer cancel()
@@ -147,7 +148,7 @@ func startRabbit(ctx context.Context, log *slog.Logger, name, binDir string, n i
 	}
 	var wp []workload.Proc
 	for i, p := range nodeProcs {
-		wp = append(wp, workload.Proc{Name: fmt.Sprintf("r%d", i+1), Pid: p.pid()})
+		wp = append(wp, workload.Proc{Name: fmt.Sprintf("r%d", i+1), Pid: p.Pid()})
 	}
 	return &System{
 		Target: workload.Target{

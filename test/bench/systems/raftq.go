@@ -18,8 +18,8 @@ import (
 )
 
 // BuildRaftq compiles cmd/raftq without the race detector into dir.
-func BuildRaftq(dir string) (string, error) {
-	bin, err := harness.Build(dir, false)
+func BuildRaftq(ctx context.Context, dir string) (string, error) {
+	bin, err := harness.Build(ctx, dir, false)
 	if err != nil {
 		return "", fmt.Errorf("build raftq: %w", err)
 	}
@@ -44,7 +44,7 @@ func StartRaftq(ctx context.Context, log *slog.Logger, bin string, n int, extra 
 	c := &RaftqCluster{dir: dir, log: log}
 	for i := range n {
 		id := fmt.Sprintf("n%d", i+1)
-		node, err := harness.NewStandaloneNode(bin, id, filepath.Join(dir, id), extra...)
+		node, err := harness.NewNode(harness.NodeConfig{ID: id, Bin: bin, Dir: filepath.Join(dir, id), Args: extra})
 		if err != nil {
 			c.Close()
 			return nil, err

@@ -17,7 +17,7 @@ func raftqBin(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("builds and runs the raftq binary")
 	}
-	bin, err := BuildRaftq(t.TempDir())
+	bin, err := BuildRaftq(context.Background(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat:
@@ -58,40 +60,12 @@ func cpuOf(f []string) (time.Duration, error) {
 	return time.Duration(u+s) * time.Second / clockTicks, nil
 }
 
-// Tree returns pid and all its living descendants, read from /proc.
-func Tree(pid int) ([]int, error) { return tree("/proc", pid) }
-
-func tree(root string, pid int) ([]int, error) {
-	ents, err := os.ReadDir(root)
-	if err != nil {
-		return nil, err
-	}
-	children := map[int][]int{}
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		f, err := statFields(root, p)
-		if err != nil {
-			continue // exited meanwhile
-		}
-		pp, _ := strconv.Atoi(f[1])
-		children[pp] = append(children[pp], p)
-	}
-	out := []int{pid}
-	for i := 0; i < len(out); i++ {
-		out = append(out, children[out[i]]...)
-	}
-	return out, nil
-}
-
 // CPU returns the user+system CPU time used so far by pid and its living
 // descendants (a RabbitMQ node is a shell script, beam.smp and helpers).
 func CPU(pid int) (time.Duration, error) { return cpuTree("/proc", pid) }
 
 func cpuTree(root string, pid int) (time.Duration, error) {
-	pids, err := tree(root, pid)
+	pids, err := harness.Tree(pid)
 	if err != nil {
 		return 0, err
 	}

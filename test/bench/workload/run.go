@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 // Phase names, in the order Run performs them.
@@ -185,29 +187,25 @@ func (rn *run) do(ctx context.Context, res *SystemResult) error {
 // leftInQueue sums both queues' depth once it stops falling: acks of some
 // brokers are asynchronous and may still be landing.
 func (rn *run) leftInQueue(ctx context.Context) int64 {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var last int64 = -1
-	for {
-		var total int64
+	var last, total int64 = -1, 0
+	_ = harness.WaitFor(ctx, 10*time.Second, 500*time.Millisecond, func(ctx context.Context) error {
+		total = 0
 		for _, q := range []string{BacklogQueue, LifecycleQueue} {
 			n, err := rn.t.Driver.Depth(ctx, q)
 			if err != nil {
 				rn.Log.Warn("reading queue depth", "system", rn.t.Name, "queue", q, "err", err)
-				return -1
+				total = -1
+				return nil // give up: the depth is unknown
 			}
 			total += n
 		}
 		if total == 0 || (last >= 0 && total >= last) {
-			return total
+			return nil
 		}
 		last = total
-		select {
-		case <-ctx.Done():
-			return total
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+		return errors.New("queue depth still falling")
+	})
+	return total
 }
 
 // phase runs body with CPU accounting and the OnPhase hook around it.
@@ -334,12 +332,8 @@ func (rn *run) enqueue(ctx context.Context, pr *PhaseResult, queue string, phase
 					if rate > 0 {
 						slot := paced.Add(int64(n)) - int64(n)
 						at := start.Add(time.Duration(float64(slot) / rate * float64(time.Second)))
-						if d := time.Until(at); d > 0 {
-							select {
-							case <-ctx.Done():
-								return
-							case <-time.After(d):
-							}
+						if harness.Sleep(ctx, time.Until(at)) != nil {
+							return
 						}
 					}
 					first := seq.Add(uint64(n)) - uint64(n)

@@ -1,0 +1,79 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/raftq/raftq/client"
+)
+
+// TestNode prepares (does not start) a node of bin for t: fresh loopback
+// ports, data and log in a temp dir. When t ends the node is killed, and
+// if t failed the end of its log is printed (after a goroutine dump into
+// it with RAFTQ_TEST_DUMP set).
+func TestNode(t testing.TB, bin, id string, extra ...string) *Node {
+	t.Helper()
+	n, err := NewNode(NodeConfig{ID: id, Bin: bin, Dir: t.TempDir(), Args: extra})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.t = t
+	t.Cleanup(func() {
+		if p := n.process(); p != nil && t.Failed() && os.Getenv("RAFTQ_TEST_DUMP") != "" {
+			_ = p.Signal(syscall.SIGQUIT, StopTimeout) // goroutine dump into the log
+		}
+		n.Kill()
+		if t.Failed() {
+			if b, err := os.ReadFile(n.LogPath); err == nil {
+				t.Logf("---- log of %s (last 1 MiB) ----\n%s", n.ID, tail(string(b), 1<<20))
+			}
+		}
+	})
+	return n
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
+
+// Dial connects a client to the given nodes; it is closed when t ends.
+func Dial(t testing.TB, nodes ...*Node) *client.Client {
+	t.Helper()
+	var seeds []string
+	for _, n := range nodes {
+		seeds = append(seeds, n.GRPC)
+	}
+	var opts []client.Option
+	if os.Getenv("RAFTQ_TEST_CLIENT_LOG") != "" {
+		opts = append(opts, client.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	}
+	c, err := client.Dial(context.Background(), seeds, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// WaitReady waits until ListQueues through c answers, which needs a
+// leader, or until ctx ends.
+func WaitReady(ctx context.Context, c *client.Client) error {
+	err := WaitFor(ctx, 0, 50*time.Millisecond, func(ctx context.Context) error {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := c.ListQueues(cctx, "")
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("not ready: %w", err)
+	}
+	return nil
+}
