@@ -68,6 +68,13 @@ type Config struct {
 	// other nodes can reach this node's API. Optional.
 	GRPCAdvertise, HTTPAdvertise string
 
+	// LogVersion is the newest replicated log format/semantics version this
+	// binary can apply; it is advertised in gossip metadata so the leader
+	// can raise the cluster's version once every voter supports it
+	// (Node.VoterVersions). Default 1, which is also what a node that
+	// advertises no version (an older build) counts as.
+	LogVersion uint32
+
 	// Join lists gossip addresses (host:port) of other nodes. Unreachable
 	// seeds are retried in the background until one answers.
 	Join []string
@@ -133,6 +140,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BootstrapExpect == 0 {
 		c.BootstrapExpect = DefaultBootstrapExpect
+	}
+	if c.LogVersion == 0 {
+		c.LogVersion = 1
 	}
 	if c.DeadNodeTimeout <= 0 {
 		c.DeadNodeTimeout = DefaultDeadNodeTimeout

@@ -30,7 +30,13 @@ type nodeMeta struct {
 	// Leaving: the node is shutting down gracefully; its coming departure
 	// is a leave, not a failure.
 	Leaving bool `json:"leaving,omitempty"`
+	// LogVersion: the newest log version the node can apply. Builds before
+	// it was advertised omit it; they count as version 1.
+	LogVersion uint32 `json:"log_version,omitempty"`
 }
+
+// logVersion is the advertised log version, 1 if none is.
+func (m nodeMeta) logVersion() uint32 { return max(m.LogVersion, 1) }
 
 // leaveNotice is the prefix of the user message a leaving node sends to
 // every member (besides setting Leaving in its metadata), followed by its id.
@@ -80,18 +86,22 @@ type Member struct {
 	Alive      bool
 	// State is "alive", "failed" or "left".
 	State string
+	// LogVersion is the newest log version the member advertises (1 for a
+	// build that advertises none; 0 while its metadata is unknown).
+	LogVersion uint32
 }
 
 // localMeta is this node's current metadata.
 func (n *Node) localMeta() nodeMeta {
 	return nodeMeta{
-		ID:      n.cfg.NodeID,
-		Raft:    n.raftAddr,
-		GRPC:    n.cfg.GRPCAdvertise,
-		HTTP:    n.cfg.HTTPAdvertise,
-		Expect:  n.cfg.BootstrapExpect,
-		State:   n.hasState.Load(),
-		Leaving: n.leaving.Load(),
+		ID:         n.cfg.NodeID,
+		Raft:       n.raftAddr,
+		GRPC:       n.cfg.GRPCAdvertise,
+		HTTP:       n.cfg.HTTPAdvertise,
+		Expect:     n.cfg.BootstrapExpect,
+		State:      n.hasState.Load(),
+		Leaving:    n.leaving.Load(),
+		LogVersion: n.cfg.LogVersion,
 	}
 }
 
@@ -182,7 +192,16 @@ func (n *Node) updateMember(mn *memberlist.Node, state memberState, joined bool)
 	}
 	notify(n.memberEv)
 	notify(n.bootEv)
+	n.membersChanged()
 	n.lead.refresh() // the leader's metadata may have arrived or changed
+}
+
+// membersChanged wakes everyone waiting for a change of members or peers.
+func (n *Node) membersChanged() {
+	n.mu.Lock()
+	close(n.membersCh)
+	n.membersCh = make(chan struct{})
+	n.mu.Unlock()
 }
 
 // Members returns this node's gossip view, sorted by id: every member it has
@@ -191,7 +210,7 @@ func (n *Node) Members() []Member {
 	n.mu.Lock()
 	out := make([]Member, 0, len(n.members))
 	for id, m := range n.members {
-		out = append(out, Member{
+		mm := Member{
 			ID:         id,
 			GRPCAddr:   m.meta.GRPC,
 			RaftAddr:   m.meta.Raft,
@@ -199,7 +218,11 @@ func (n *Node) Members() []Member {
 			GossipAddr: m.gossipAddr,
 			Alive:      m.state == memberAlive,
 			State:      m.state.String(),
-		})
+		}
+		if m.metaOK {
+			mm.LogVersion = m.meta.logVersion()
+		}
+		out = append(out, mm)
 	}
 	n.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

@@ -102,6 +102,9 @@ type leadership struct {
 	services []func(ctx context.Context)
 	// hook, if set (tests), sees every published value in order.
 	hook func(Leadership)
+	// peersChanged, if set, is called when the leader starts or stops
+	// replicating to a server (a configuration change).
+	peersChanged func()
 
 	obsCh    chan raft.Observation
 	observer *raft.Observer
@@ -229,7 +232,8 @@ func (l *leadership) failedHeartbeats() map[string]time.Time {
 func (l *leadership) start(ctx context.Context, wg *sync.WaitGroup) {
 	l.observer = raft.NewObserver(l.obsCh, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
-		case raft.LeaderObservation, raft.RaftState, raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
+		case raft.LeaderObservation, raft.RaftState, raft.PeerObservation,
+			raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
 			return true
 		}
 		return false
@@ -269,6 +273,10 @@ func (l *leadership) observeLoop(ctx context.Context, wg *sync.WaitGroup) {
 				l.refresh()
 			case raft.RaftState:
 				l.refresh()
+			case raft.PeerObservation:
+				if l.peersChanged != nil {
+					l.peersChanged()
+				}
 			case raft.FailedHeartbeatObservation:
 				l.mu.Lock()
 				if _, ok := l.hbFailed[string(d.PeerID)]; !ok {

@@ -68,8 +68,9 @@ type Node struct {
 	memberEv chan struct{} // gossip changed: wake the reconciler
 	bootEv   chan struct{} // gossip changed: wake the bootstrap loop
 
-	mu      sync.Mutex
-	members map[string]*member
+	mu        sync.Mutex
+	members   map[string]*member
+	membersCh chan struct{} // closed at the next change of members or peers
 
 	shutMu      sync.Mutex
 	shutStarted bool
@@ -92,14 +93,15 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		return nil, err
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger.With(slog.String("node", cfg.NodeID)),
-		leader:   leader,
-		memberEv: make(chan struct{}, 1),
-		bootEv:   make(chan struct{}, 1),
-		members:  map[string]*member{},
-		shutDone: make(chan struct{}),
-		raftDone: make(chan struct{}),
+		cfg:       cfg,
+		log:       cfg.Logger.With(slog.String("node", cfg.NodeID)),
+		leader:    leader,
+		memberEv:  make(chan struct{}, 1),
+		bootEv:    make(chan struct{}, 1),
+		members:   map[string]*member{},
+		membersCh: make(chan struct{}),
+		shutDone:  make(chan struct{}),
+		raftDone:  make(chan struct{}),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -213,6 +215,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		})
 	}
 	n.lead.services = append(n.lead.services, n.reconcileLoop)
+	n.lead.peersChanged = n.membersChanged
 
 	n.ml, err = n.newMemberlist(ctx, hcl)
 	if err != nil {

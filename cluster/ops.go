@@ -202,6 +202,9 @@ type NodeStatus struct {
 	LastContactMs int64
 	// AppliedIndex is known only for this node (0 for others).
 	AppliedIndex uint64
+	// LogVersion is the newest log version the node advertises (1 for a
+	// build that advertises none; 0 while its metadata is unknown).
+	LogVersion uint32
 }
 
 // Status returns this node's view of the cluster: the servers of the Raft
@@ -228,11 +231,11 @@ func (n *Node) Status() Status {
 			ns.Suffrage = "voter"
 		}
 		if m, ok := n.members[id]; ok && m.metaOK {
-			ns.GRPCAddr, ns.HTTPAddr = m.meta.GRPC, m.meta.HTTP
+			ns.GRPCAddr, ns.HTTPAddr, ns.LogVersion = m.meta.GRPC, m.meta.HTTP, m.meta.logVersion()
 		}
 		switch {
 		case id == n.cfg.NodeID:
-			ns.GRPCAddr, ns.HTTPAddr = n.cfg.GRPCAdvertise, n.cfg.HTTPAdvertise
+			ns.GRPCAddr, ns.HTTPAddr, ns.LogVersion = n.cfg.GRPCAdvertise, n.cfg.HTTPAdvertise, n.cfg.LogVersion
 			ns.AppliedIndex = st.AppliedIndex
 			switch selfState {
 			case raft.Leader:

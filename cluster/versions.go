@@ -1,0 +1,54 @@
+package cluster
+
+import "github.com/hashicorp/raft"
+
+// VoterVersions is what the current Raft configuration's voters advertise
+// about the log versions they can apply.
+type VoterVersions struct {
+	// Min is the lowest LogVersion advertised by a voter whose metadata is
+	// known (a voter that advertises none counts as 1); 0 if none is known.
+	Min uint32
+	// Complete is true when every voter's metadata is known, so Min covers
+	// them all. Only then may the leader raise the cluster's version to
+	// Min.
+	Complete bool
+	// Voters is the number of voters in the configuration.
+	Voters int
+	// Changed is closed when gossip membership or metadata, or the
+	// leader's set of peers, may have changed: read VoterVersions again.
+	Changed <-chan struct{}
+}
+
+// VoterVersions returns the log versions advertised by the voters of the
+// latest Raft configuration. A voter's version is the one in its last
+// gossip metadata, even if it has failed since: a node that restarts
+// re-advertises its own, and Changed fires then.
+func (n *Node) VoterVersions() VoterVersions {
+	n.mu.Lock()
+	changed := n.membersCh // taken first, so no change after the read is missed
+	n.mu.Unlock()
+	v := VoterVersions{Changed: changed}
+	servers, err := n.servers()
+	if err != nil {
+		return v
+	}
+	v.Complete = true
+	for _, s := range servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		v.Voters++
+		meta, ok := n.memberMeta(string(s.ID))
+		if !ok {
+			v.Complete = false
+			continue
+		}
+		if lv := meta.logVersion(); v.Min == 0 || lv < v.Min {
+			v.Min = lv
+		}
+	}
+	if v.Voters == 0 {
+		v.Complete = false
+	}
+	return v
+}
