@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -43,27 +44,26 @@ func BenchmarkSelect(b *testing.B) {
 	for _, keys := range []int{1, 100, 10_000} {
 		b.Run(fmt.Sprintf("drr/keys=%d", keys), func(b *testing.B) {
 			f := benchState(b, keys)
-			s := New(Config{Logger: discard, Clock: NewFakeClock(time.UnixMilli(1_700_000_000_000)), MaxGrantBatch: 1 << 30}, f, nil)
-			s.queues = map[string]*queueSched{}
-			s.anchor = s.clock.Now()
-			qs := s.queueSched("q")
+			s := New(Config{Logger: discard, MaxGrantBatch: 1 << 30}, f, nil)
+			t := s.newTerm(context.Background(), 1, time.UnixMilli(1_700_000_000_000))
 			for i := range 4 {
-				qs.consumers = append(qs.consumers, &Consumer{id: fmt.Sprintf("c%d", i), seq: uint64(i + 1), max: 1 << 30})
+				if err := t.reg.add(&Consumer{id: fmt.Sprintf("c%d", i), queue: "q", seq: uint64(i + 1), max: 1 << 30}); err != nil {
+					b.Fatal(err)
+				}
 			}
-			ps := &passState{cursor: map[string]keyCursor{}, now: s.clock.Now(), anchor: s.anchor}
-			ps.nowMs = ps.now.UnixMilli()
+			ps := &passState{now: t.anchor, nowMs: t.anchor.UnixMilli(), anchor: t.anchor}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
 				f.Read(func(v fsm.View) {
 					qv, _ := v.Queue("q")
-					if n := s.selectQueue(v, qv, qs, ps, benchPicks); n != benchPicks {
+					if n := t.selectQueue(v, qv, "q", ps, benchPicks); n != benchPicks {
 						b.Fatalf("picked %d", n)
 					}
 				})
-				s.batch, s.batchTo = s.batch[:0], s.batchTo[:0]
-				clear(qs.pending)
-				for _, c := range qs.consumers {
+				t.pipe.batch, t.pipe.batchTo = t.pipe.batch[:0], t.pipe.batchTo[:0]
+				clear(t.pipe.pending["q"])
+				for _, c := range t.reg.queues["q"] {
 					c.pending = 0
 				}
 			}

@@ -31,36 +31,38 @@ func TestRoundRobinAcrossChurn(t *testing.T) {
 		{"one by one", []phase{{join: 2, msgs: 11, oneByOne: true}, {join: 1, msgs: 10, oneByOne: true}, {leave: 1, msgs: 7, oneByOne: true}, {join: 3, msgs: 25, oneByOne: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
-			e.createQueue("q", nil)
-			var cs []*Consumer
-			for pi, ph := range tc.phases {
-				for range ph.join {
-					cs = append(cs, e.register("q", 1000))
-				}
-				for range ph.leave {
-					cs[0].Close()
-					cs = cs[1:]
-				}
-				if ph.oneByOne {
-					for range ph.msgs {
-						e.enqueueN("q", 1, nil)
+			bubble(t, func(t *testing.T) {
+				e := newEnv(t)
+				e.createQueue("q", nil)
+				var cs []*Consumer
+				for pi, ph := range tc.phases {
+					for range ph.join {
+						cs = append(cs, e.register("q", 1000))
 					}
-				} else {
-					e.enqueueN("q", ph.msgs, nil)
-				}
-				lo, hi, sum := 1<<30, 0, 0
-				for _, c := range cs {
-					got := e.drain(c)
-					lo, hi, sum = min(lo, len(got)), max(hi, len(got)), sum+len(got)
-					if len(got) > 0 {
-						e.ack(got...)
+					for range ph.leave {
+						cs[0].Close()
+						cs = cs[1:]
+					}
+					if ph.oneByOne {
+						for range ph.msgs {
+							e.enqueueN("q", 1, nil)
+						}
+					} else {
+						e.enqueueN("q", ph.msgs, nil)
+					}
+					lo, hi, sum := 1<<30, 0, 0
+					for _, c := range cs {
+						got := e.drain(c)
+						lo, hi, sum = min(lo, len(got)), max(hi, len(got)), sum+len(got)
+						if len(got) > 0 {
+							e.ack(got...)
+						}
+					}
+					if sum != ph.msgs || hi-lo > 1 {
+						t.Fatalf("phase %d: %d consumers got %d..%d (sum %d of %d)", pi, len(cs), lo, hi, sum, ph.msgs)
 					}
 				}
-				if sum != ph.msgs || hi-lo > 1 {
-					t.Fatalf("phase %d: %d consumers got %d..%d (sum %d of %d)", pi, len(cs), lo, hi, sum, ph.msgs)
-				}
-			}
+			})
 		})
 	}
 }
@@ -68,138 +70,149 @@ func TestRoundRobinAcrossChurn(t *testing.T) {
 // TestRoundRobinSkipsConsumersWithoutCredit: a full consumer is passed
 // over; the others keep even shares.
 func TestRoundRobinSkipsConsumersWithoutCredit(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", nil)
-	small := e.register("q", 2)
-	a, b := e.register("q", 100), e.register("q", 100)
-	e.enqueueN("q", 42, nil)
-	if s, x, y := len(e.drain(small)), len(e.drain(a)), len(e.drain(b)); s != 2 || x != 20 || y != 20 {
-		t.Fatalf("shares %d/%d/%d, want 2/20/20", s, x, y)
-	}
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		small := e.register("q", 2)
+		a, b := e.register("q", 100), e.register("q", 100)
+		e.enqueueN("q", 42, nil)
+		if s, x, y := len(e.drain(small)), len(e.drain(a)), len(e.drain(b)); s != 2 || x != 20 || y != 20 {
+			t.Fatalf("shares %d/%d/%d, want 2/20/20", s, x, y)
+		}
+	})
 }
 
 // TestStress: several consumers ack, nack and close concurrently while
 // grants fail now and then and proposals race. Every message ends acked
 // exactly once, no message is held twice, nothing leaks.
 func TestStress(t *testing.T) {
-	const total = 3000
-	e := newEnv(t, func(c *Config) { c.MaxGrantBatch = 16; c.MaxInFlightGrants = 3 })
-	e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 24 * 3600 * 1000, MaxDeliveries: 1000})
-	var failN atomic.Int64
-	e.p.setHook(func(ctx context.Context, cmd *fsmv1.Command) error {
-		if _, ok := cmd.Op.(*fsmv1.Command_LeaseGrant); ok && failN.Add(1)%7 == 0 {
-			return errInjected
+	bubble(t, func(t *testing.T) {
+		const total = 3000
+		e := newEnv(t, func(c *Config) { c.MaxGrantBatch = 16; c.MaxInFlightGrants = 3 })
+		e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 24 * 3600 * 1000, MaxDeliveries: 1000})
+		var failN atomic.Int64
+		e.p.setHook(func(ctx context.Context, cmd *fsmv1.Command) error {
+			if _, ok := cmd.Op.(*fsmv1.Command_LeaseGrant); ok && failN.Add(1)%7 == 0 {
+				return errInjected
+			}
+			return nil
+		})
+		for i := 0; i < total; i += 500 {
+			var msgs []*fsmv1.EnqueueMessage
+			for j := range 500 {
+				msgs = append(msgs, &fsmv1.EnqueueMessage{FairnessKey: fmt.Sprintf("k%d", (i+j)%13), Priority: int32(j % 3)})
+			}
+			e.enqueue("q", msgs...)
 		}
-		return nil
-	})
-	for i := 0; i < total; i += 500 {
-		var msgs []*fsmv1.EnqueueMessage
-		for j := range 500 {
-			msgs = append(msgs, &fsmv1.EnqueueMessage{FairnessKey: fmt.Sprintf("k%d", (i+j)%13), Priority: int32(j % 3)})
-		}
-		e.enqueue("q", msgs...)
-	}
 
-	var (
-		mu     sync.Mutex
-		acked  = map[string]bool{}
-		holder = map[string]string{} // message -> consumer currently pushed to
-	)
-	var ackedN atomic.Int64
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	worker := func(seed uint64) {
-		defer wg.Done()
-		r := rand.New(rand.NewPCG(seed, seed))
-		for ctx.Err() == nil {
-			c, err := e.s.Register(ctx, ConsumerRequest{Queue: "q", MaxInFlight: 1 + r.IntN(20)})
-			if err != nil {
-				t.Errorf("register: %v", err)
-				return
-			}
-			for n := 50 + r.IntN(200); n > 0 && ctx.Err() == nil; n-- {
-				var d *raftqv1.Delivery
-				select {
-				case d = <-c.Deliveries():
-				case <-ctx.Done():
-					continue
+		var (
+			mu     sync.Mutex
+			acked  = map[string]bool{}
+			holder = map[string]string{} // message -> consumer currently pushed to
+		)
+		var ackedN atomic.Int64
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		worker := func(seed uint64) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seed, seed))
+			for ctx.Err() == nil {
+				c, err := e.s.Register(ctx, ConsumerRequest{Queue: "q", MaxInFlight: 1 + r.IntN(20)})
+				if err != nil {
+					t.Errorf("register: %v", err)
+					return
 				}
-				mu.Lock()
-				if h, ok := holder[d.Id]; ok && h != c.ID() {
-					t.Errorf("message %s pushed to %s while %s holds it", d.Id, c.ID(), h)
-				}
-				if acked[d.Id] {
-					t.Errorf("acked message %s delivered again", d.Id)
-				}
-				holder[d.Id] = c.ID()
-				mu.Unlock()
-				ref := ref(t, d)
-				var cmd *fsmv1.Command
-				nack := r.IntN(10) == 0
-				if nack {
-					cmd = &fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: []*fsmv1.NackOne{{Ref: ref}}}}}
-				} else {
-					cmd = &fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: []*fsmv1.Ref{ref}}}}
-				}
-				mu.Lock()
-				delete(holder, d.Id)
-				mu.Unlock()
-				cmd.NowMs = e.clock.Now().UnixMilli()
-				res, err := e.p.Propose(context.Background(), cmd)
-				if err != nil || res.Items[0] != nil {
-					t.Errorf("ack/nack %s: %v %v", d.Id, err, res.Items)
-					continue
-				}
-				if !nack {
+				for n := 50 + r.IntN(200); n > 0 && ctx.Err() == nil; n-- {
+					var d *raftqv1.Delivery
+					select {
+					case d = <-c.Deliveries():
+					case <-ctx.Done():
+						continue
+					}
 					mu.Lock()
-					acked[d.Id] = true
+					if h, ok := holder[d.Id]; ok && h != c.ID() {
+						t.Errorf("message %s pushed to %s while %s holds it", d.Id, c.ID(), h)
+					}
+					if acked[d.Id] {
+						t.Errorf("acked message %s delivered again", d.Id)
+					}
+					holder[d.Id] = c.ID()
 					mu.Unlock()
-					ackedN.Add(1)
+					ref := ref(t, d)
+					var cmd *fsmv1.Command
+					nack := r.IntN(10) == 0
+					if nack {
+						cmd = &fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: []*fsmv1.NackOne{{Ref: ref}}}}}
+					} else {
+						cmd = &fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: []*fsmv1.Ref{ref}}}}
+					}
+					mu.Lock()
+					delete(holder, d.Id)
+					mu.Unlock()
+					cmd.NowMs = time.Now().UnixMilli()
+					res, err := e.p.Propose(context.Background(), cmd)
+					if err != nil || res.Items[0] != nil {
+						t.Errorf("ack/nack %s: %v %v", d.Id, err, res.Items)
+						continue
+					}
+					if !nack {
+						mu.Lock()
+						acked[d.Id] = true
+						mu.Unlock()
+						ackedN.Add(1)
+					}
 				}
-			}
-			// Close with deliveries possibly still buffered: released.
-			mu.Lock()
-			for len(c.Deliveries()) > 0 {
-				delete(holder, (<-c.Deliveries()).Id)
-			}
-			mu.Unlock()
-			c.Close()
-		}
-	}
-	for i := range 4 {
-		wg.Add(1)
-		go worker(uint64(i + 1))
-	}
-	// Failed grants back off on the fake clock: keep time moving.
-	e.waitFor("all acked", func() bool {
-		e.clock.Advance(5 * time.Millisecond)
-		return ackedN.Load() == total
-	})
-	cancel()
-	wg.Wait()
-	e.idle()
-	if len(acked) != total {
-		t.Fatalf("%d acked, want %d", len(acked), total)
-	}
-	if st := e.info("q").Stats; st.Ready+st.InFlight+st.Delayed != 0 || st.AckedTotal != total {
-		t.Fatalf("stats %+v", st)
-	}
-	e.f.Read(func(v fsm.View) {
-		e.s.mu.Lock()
-		defer e.s.mu.Unlock()
-		for _, qs := range e.s.queues {
-			if len(qs.pending) != 0 {
-				t.Errorf("pending marks left: %d", len(qs.pending))
-			}
-			for _, c := range qs.consumers {
-				if c.pending != 0 || v.LeasesHeld(c.id) != 0 {
-					t.Errorf("%s: pending %d, held %d", c.id, c.pending, v.LeasesHeld(c.id))
+				// Close with deliveries possibly still buffered: released.
+				mu.Lock()
+				for len(c.Deliveries()) > 0 {
+					delete(holder, (<-c.Deliveries()).Id)
 				}
+				mu.Unlock()
+				c.Close()
 			}
 		}
+		for i := range 4 {
+			wg.Add(1)
+			go worker(uint64(i + 1))
+		}
+		// Failed grants back off on the fake clock: keep time moving.
+		for start := time.Now(); ackedN.Load() != total; {
+			if time.Since(start) > waitTimeout {
+				t.Fatalf("%d of %d acked after %v", ackedN.Load(), total, waitTimeout)
+			}
+			e.advance(5 * time.Millisecond)
+		}
+		cancel()
+		wg.Wait()
+		e.idle()
+		if len(acked) != total {
+			t.Fatalf("%d acked, want %d", len(acked), total)
+		}
+		if st := e.info("q").Stats; st.Ready+st.InFlight+st.Delayed != 0 || st.AckedTotal != total {
+			t.Fatalf("stats %+v", st)
+		}
+		e.f.Read(func(v fsm.View) {
+			tm := e.term
+			tm.pipe.mu.Lock()
+			defer tm.pipe.mu.Unlock()
+			tm.reg.mu.Lock()
+			defer tm.reg.mu.Unlock()
+			for q, pend := range tm.pipe.pending {
+				if len(pend) != 0 {
+					t.Errorf("pending marks left on %s: %d", q, len(pend))
+				}
+			}
+			for _, cs := range tm.reg.queues {
+				for _, c := range cs {
+					if c.pending != 0 || v.LeasesHeld(c.id) != 0 {
+						t.Errorf("%s: pending %d, held %d", c.id, c.pending, v.LeasesHeld(c.id))
+					}
+				}
+			}
+		})
+		if err := e.f.Verify(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("grants %d (failed %d), rollbacks %d, releases %d", e.p.proposed("grant"), failN.Load()/7, e.p.proposed("rollback"), e.p.proposed("release"))
 	})
-	if err := e.f.Verify(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("grants %d (failed %d), rollbacks %d, releases %d", e.p.proposed("grant"), failN.Load()/7, e.p.proposed("rollback"), e.p.proposed("release"))
 }

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -32,20 +31,19 @@ type ConsumerRequest struct {
 // saying why. Deliveries is never closed: select on Done too.
 type Consumer struct {
 	s            *Scheduler
+	t            *term // the term it registered in
 	id           string
 	queue, name  string
 	seq          uint64
-	term         uint64
 	max          int
 	visibilityMs int64
+	limit        int // total deliveries wanted, 0 = unlimited
 	ch           chan *raftqv1.Delivery
 	done         chan struct{}
 	err          error
 	closeOnce    sync.Once
 
-	limit int // total deliveries wanted, 0 = unlimited
-
-	// guarded by s.mu
+	// guarded by t.reg.mu
 	pending   int // grants proposed to it, not yet handled
 	delivered int // pushed to its buffer
 	ended     bool
@@ -74,9 +72,8 @@ func (s *Scheduler) Register(ctx context.Context, req ConsumerRequest) (*Consume
 	if req.VisibilityTimeout > 0 {
 		vis = min(max(req.VisibilityTimeout.Milliseconds(), 1), fsm.MaxDurationMs)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.running {
+	t := s.current()
+	if t == nil {
 		return nil, ErrNotLeader
 	}
 	exists := false
@@ -87,19 +84,20 @@ func (s *Scheduler) Register(ctx context.Context, req ConsumerRequest) (*Consume
 	seq := s.nextSeq.Add(1)
 	c := &Consumer{
 		s:            s,
+		t:            t,
 		id:           fmt.Sprintf("%s-%d-%d", s.cfg.NodeID, s.startNanos, seq),
 		queue:        req.Queue,
 		name:         req.Name,
 		seq:          seq,
-		term:         s.term,
 		max:          maxIF,
 		visibilityMs: vis,
 		limit:        max(req.Limit, 0),
 		ch:           make(chan *raftqv1.Delivery, maxIF),
 		done:         make(chan struct{}),
 	}
-	qs := s.queueSched(req.Queue)
-	qs.consumers = append(qs.consumers, c) // seq grows: stays sorted
+	if err := t.reg.add(c); err != nil {
+		return nil, err
+	}
 	s.kick()
 	s.log.Debug("consumer registered", "queue", req.Queue, "consumer", c.id, "name", req.Name, "max_in_flight", maxIF)
 	return c, nil
@@ -140,20 +138,13 @@ func (c *Consumer) Err() error {
 // ends; the leases then expire as usual).
 func (c *Consumer) Close() {
 	c.closeOnce.Do(func() {
-		s := c.s
-		s.mu.Lock()
-		release := !c.ended && s.running && s.term == c.term
-		if !c.ended {
-			s.unregister(c)
-			c.end(ErrClosed)
-		}
-		ctx := s.ctx
-		s.mu.Unlock()
+		s, t := c.s, c.t
+		release := t.reg.remove(c, ErrClosed) && t.ctx.Err() == nil
 		if !release {
 			return
 		}
 		s.kick()
-		ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+		ctx, cancel := context.WithTimeout(t.ctx, releaseTimeout)
 		defer cancel()
 		// Deliveries still in the buffer never reached the client: roll
 		// them back so they do not count as attempts. The rest were sent
@@ -176,18 +167,7 @@ func (c *Consumer) Close() {
 	})
 }
 
-// unregister removes c from its queue's round-robin (s.mu held).
-func (s *Scheduler) unregister(c *Consumer) {
-	qs := s.queues[c.queue]
-	if qs == nil {
-		return
-	}
-	if i := slices.Index(qs.consumers, c); i >= 0 {
-		qs.consumers = slices.Delete(qs.consumers, i, i+1)
-	}
-}
-
-// end marks c over with err (s.mu held).
+// end marks c over with err (t.reg.mu held).
 func (c *Consumer) end(err error) {
 	if c.ended {
 		return
@@ -197,7 +177,7 @@ func (c *Consumer) end(err error) {
 	close(c.done)
 }
 
-// push hands a committed delivery to the stream without blocking (s.mu
+// push hands a committed delivery to the stream without blocking (t.reg.mu
 // held). It fails if the consumer is gone or, exceptionally, its buffer is
 // full (a lease of a buffered delivery expired and its credit was reused).
 func (c *Consumer) push(d *raftqv1.Delivery) bool {

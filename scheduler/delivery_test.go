@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -13,62 +12,68 @@ import (
 )
 
 func TestImmediateDeliveryCreatesLease(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", nil)
-	c := e.register("q", 0)
-	if c.MaxInFlight() != DefaultMaxInFlight || cap(c.Deliveries()) != DefaultMaxInFlight {
-		t.Fatalf("max in flight %d, buffer %d; want %d", c.MaxInFlight(), cap(c.Deliveries()), DefaultMaxInFlight)
-	}
-	ids := e.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte("hello")})
-	d := e.recv(c) // no clock advance: pushed as soon as the enqueue applied
-	if d.Id != ids[0] || string(d.Payload) != "hello" || d.Attempt != 1 || d.LeaseToken == "" {
-		t.Fatalf("delivery %+v", d)
-	}
-	if want := e.clock.Now().UnixMilli() + fsm.DefaultVisibilityTimeoutMs; d.LeaseDeadlineMs != want {
-		t.Fatalf("deadline %d, want %d", d.LeaseDeadlineMs, want)
-	}
-	if n := e.leasesHeld(c.ID()); n != 1 {
-		t.Fatalf("LeasesHeld = %d, want 1", n)
-	}
-	if st := e.info("q").Stats; st.InFlight != 1 || st.Ready != 0 {
-		t.Fatalf("stats %+v", st)
-	}
-	if got := e.s.Consumers("q"); got != 1 {
-		t.Fatalf("Consumers = %d", got)
-	}
-	e.ack(d)
-	e.idle()
-	if n := e.leasesHeld(c.ID()); n != 0 {
-		t.Fatalf("LeasesHeld after ack = %d", n)
-	}
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		c := e.register("q", 0)
+		if c.MaxInFlight() != DefaultMaxInFlight || cap(c.Deliveries()) != DefaultMaxInFlight {
+			t.Fatalf("max in flight %d, buffer %d; want %d", c.MaxInFlight(), cap(c.Deliveries()), DefaultMaxInFlight)
+		}
+		ids := e.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte("hello")})
+		d := e.recv(c) // no clock advance: pushed as soon as the enqueue applied
+		if d.Id != ids[0] || string(d.Payload) != "hello" || d.Attempt != 1 || d.LeaseToken == "" {
+			t.Fatalf("delivery %+v", d)
+		}
+		if want := time.Now().UnixMilli() + fsm.DefaultVisibilityTimeoutMs; d.LeaseDeadlineMs != want {
+			t.Fatalf("deadline %d, want %d", d.LeaseDeadlineMs, want)
+		}
+		if n := e.leasesHeld(c.ID()); n != 1 {
+			t.Fatalf("LeasesHeld = %d, want 1", n)
+		}
+		if st := e.info("q").Stats; st.InFlight != 1 || st.Ready != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+		if got := e.s.Consumers("q"); got != 1 {
+			t.Fatalf("Consumers = %d", got)
+		}
+		e.ack(d)
+		e.idle()
+		if n := e.leasesHeld(c.ID()); n != 0 {
+			t.Fatalf("LeasesHeld after ack = %d", n)
+		}
+	})
 }
 
 func TestConsumerVisibilityOverride(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 60_000})
-	c, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "q", MaxInFlight: 1, VisibilityTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.enqueueN("q", 1, nil)
-	if d := e.recv(c); d.LeaseDeadlineMs != e.clock.Now().UnixMilli()+2000 {
-		t.Fatalf("deadline %d", d.LeaseDeadlineMs)
-	}
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 60_000})
+		c, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "q", MaxInFlight: 1, VisibilityTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.enqueueN("q", 1, nil)
+		if d := e.recv(c); d.LeaseDeadlineMs != time.Now().UnixMilli()+2000 {
+			t.Fatalf("deadline %d", d.LeaseDeadlineMs)
+		}
+	})
 }
 
 func TestLateConsumerDrainsBacklog(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", nil)
-	ids := e.enqueueN("q", 300, nil)
-	e.idle()
-	c := e.register("q", 1000)
-	got := e.recvN(c, 300)
-	for i, d := range got {
-		if d.Id != ids[i] {
-			t.Fatalf("delivery %d is %s, want %s", i, d.Id, ids[i])
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		ids := e.enqueueN("q", 300, nil)
+		e.idle()
+		c := e.register("q", 1000)
+		got := e.recvN(c, 300)
+		for i, d := range got {
+			if d.Id != ids[i] {
+				t.Fatalf("delivery %d is %s, want %s", i, d.Id, ids[i])
+			}
 		}
-	}
-	e.expectNone(c)
+		e.expectNone(c)
+	})
 }
 
 // TestFIFO: deliveries reach a consumer in enqueue order, whether they
@@ -86,94 +91,58 @@ func TestFIFO(t *testing.T) {
 		{"one by one serial", true, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, func(c *Config) { c.MaxInFlightGrants = tc.inFlight })
-			e.createQueue("q", nil)
-			var c *Consumer
-			if tc.registered {
-				c = e.register("q", 100)
-			}
-			var ids []string
-			for i := range 10 {
-				ids = append(ids, e.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte{byte(i)}})...)
-			}
-			if c == nil {
-				c = e.register("q", 100)
-			}
-			var lastTok string
-			for i, d := range e.recvN(c, 10) {
-				if d.Id != ids[i] {
-					t.Fatalf("delivery %d is %s, want %s", i, d.Id, ids[i])
+			bubble(t, func(t *testing.T) {
+				e := newEnv(t, func(c *Config) { c.MaxInFlightGrants = tc.inFlight })
+				e.createQueue("q", nil)
+				var c *Consumer
+				if tc.registered {
+					c = e.register("q", 100)
 				}
-				if tc.inFlight == 1 && d.LeaseToken <= lastTok {
-					t.Fatalf("lease tokens out of order: %s after %s", d.LeaseToken, lastTok)
+				var ids []string
+				for i := range 10 {
+					ids = append(ids, e.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte{byte(i)}})...)
 				}
-				lastTok = d.LeaseToken
-			}
+				if c == nil {
+					c = e.register("q", 100)
+				}
+				var lastTok string
+				for i, d := range e.recvN(c, 10) {
+					if d.Id != ids[i] {
+						t.Fatalf("delivery %d is %s, want %s", i, d.Id, ids[i])
+					}
+					if tc.inFlight == 1 && d.LeaseToken <= lastTok {
+						t.Fatalf("lease tokens out of order: %s after %s", d.LeaseToken, lastTok)
+					}
+					lastTok = d.LeaseToken
+				}
+			})
 		})
 	}
 }
 
 func TestConsumersGetDistinctEqualShares(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", nil)
-	cs := []*Consumer{e.register("q", 1000), e.register("q", 1000), e.register("q", 1000)}
-	e.enqueueN("q", 300, nil)
-	seen := map[string]string{}
-	for _, c := range cs {
-		got := e.drain(c)
-		if len(got) != 100 {
-			t.Errorf("%s got %d, want 100", c.ID(), len(got))
-		}
-		for _, d := range got {
-			if other, dup := seen[d.Id]; dup {
-				t.Fatalf("message %s delivered to %s and %s", d.Id, other, c.ID())
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		cs := []*Consumer{e.register("q", 1000), e.register("q", 1000), e.register("q", 1000)}
+		e.enqueueN("q", 300, nil)
+		seen := map[string]string{}
+		for _, c := range cs {
+			got := e.drain(c)
+			if len(got) != 100 {
+				t.Errorf("%s got %d, want 100", c.ID(), len(got))
 			}
-			seen[d.Id] = c.ID()
+			for _, d := range got {
+				if other, dup := seen[d.Id]; dup {
+					t.Fatalf("message %s delivered to %s and %s", d.Id, other, c.ID())
+				}
+				seen[d.Id] = c.ID()
+			}
 		}
-	}
-	if len(seen) != 300 {
-		t.Fatalf("%d distinct deliveries, want 300", len(seen))
-	}
-}
-
-func TestClosedConsumerStopsAndLeasesReturn(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", nil)
-	a := e.register("q", 5)
-	e.enqueueN("q", 8, nil)
-	got := e.drain(a)
-	if len(got) != 5 {
-		t.Fatalf("a got %d, want 5", len(got))
-	}
-	a.Close()
-	a.Close() // idempotent
-	select {
-	case <-a.Done():
-	default:
-		t.Fatal("Done not closed after Close")
-	}
-	if !errors.Is(a.Err(), ErrClosed) {
-		t.Fatalf("Err = %v", a.Err())
-	}
-	e.idle()
-	if st := e.info("q").Stats; st.Ready != 8 || st.InFlight != 0 {
-		t.Fatalf("after close: %+v", st)
-	}
-	if e.s.Consumers("q") != 0 {
-		t.Fatal("consumer still registered")
-	}
-	e.enqueueN("q", 2, nil)
-	e.expectNone(a)
-	b := e.register("q", 100)
-	got = e.drain(b)
-	if len(got) != 10 {
-		t.Fatalf("b got %d, want 10", len(got))
-	}
-	for _, d := range got[:5] {
-		if d.Attempt != 2 { // a release on stream close counts as a delivery
-			t.Fatalf("released message %s attempt %d, want 2", d.Id, d.Attempt)
+		if len(seen) != 300 {
+			t.Fatalf("%d distinct deliveries, want 300", len(seen))
 		}
-	}
+	})
 }
 
 func TestLeaseExpiryRedelivers(t *testing.T) {
@@ -185,414 +154,231 @@ func TestLeaseExpiryRedelivers(t *testing.T) {
 		{"grace longer than visibility", 3 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, func(c *Config) { c.LeaseGrace = tc.grace })
-			e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 1000})
-			c := e.register("q", 10)
-			e.enqueueN("q", 1, nil)
-			d1 := e.recv(c)
-			if d1.Attempt != 1 {
-				t.Fatalf("attempt %d", d1.Attempt)
-			}
-			e.clock.Advance(999 * time.Millisecond)
-			e.expectNone(c)
-			expireAt := time.Second
-			if tc.grace > expireAt {
-				e.clock.Advance(tc.grace - 999*time.Millisecond - time.Millisecond)
-				e.expectNone(c) // past the deadline but inside the grace period
-				if e.p.proposed("expire") != 0 {
-					t.Fatal("expired a lease inside the grace period")
+			bubble(t, func(t *testing.T) {
+				e := newEnv(t, func(c *Config) { c.LeaseGrace = tc.grace })
+				e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 1000})
+				c := e.register("q", 10)
+				e.enqueueN("q", 1, nil)
+				d1 := e.recv(c)
+				if d1.Attempt != 1 {
+					t.Fatalf("attempt %d", d1.Attempt)
 				}
-				e.clock.Advance(time.Millisecond)
-			} else {
-				e.clock.Advance(time.Millisecond)
-			}
-			d2 := e.recv(c)
-			if d2.Id != d1.Id || d2.Attempt != 2 || d2.LeaseToken == d1.LeaseToken {
-				t.Fatalf("redelivery %+v after %+v", d2, d1)
-			}
-			if st := e.info("q").Stats; st.ExpiredTotal != 1 {
-				t.Fatalf("expired_total %d", st.ExpiredTotal)
-			}
+				e.advance(999 * time.Millisecond)
+				e.expectNone(c)
+				expireAt := time.Second
+				if tc.grace > expireAt {
+					e.advance(tc.grace - 999*time.Millisecond - time.Millisecond)
+					e.expectNone(c) // past the deadline but inside the grace period
+					if e.p.proposed("expire") != 0 {
+						t.Fatal("expired a lease inside the grace period")
+					}
+					e.advance(time.Millisecond)
+				} else {
+					e.advance(time.Millisecond)
+				}
+				d2 := e.recv(c)
+				if d2.Id != d1.Id || d2.Attempt != 2 || d2.LeaseToken == d1.LeaseToken {
+					t.Fatalf("redelivery %+v after %+v", d2, d1)
+				}
+				if st := e.info("q").Stats; st.ExpiredTotal != 1 {
+					t.Fatalf("expired_total %d", st.ExpiredTotal)
+				}
+			})
 		})
 	}
 }
 
 func TestPriorities(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", nil)
-	prios := []int32{0, 5, 1, -3, 5, 0, 1}
-	var msgs []*fsmv1.EnqueueMessage
-	for i := range 70 {
-		msgs = append(msgs, &fsmv1.EnqueueMessage{Priority: prios[i%len(prios)]})
-	}
-	e.enqueue("q", msgs...)
-	c := e.register("q", 1)
-	last := int32(1 << 30)
-	for range 70 {
-		d := e.recv(c)
-		if d.Priority > last {
-			t.Fatalf("priority %d delivered after %d", d.Priority, last)
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		prios := []int32{0, 5, 1, -3, 5, 0, 1}
+		var msgs []*fsmv1.EnqueueMessage
+		for i := range 70 {
+			msgs = append(msgs, &fsmv1.EnqueueMessage{Priority: prios[i%len(prios)]})
 		}
-		last = d.Priority
+		e.enqueue("q", msgs...)
+		c := e.register("q", 1)
+		last := int32(1 << 30)
+		for range 70 {
+			d := e.recv(c)
+			if d.Priority > last {
+				t.Fatalf("priority %d delivered after %d", d.Priority, last)
+			}
+			last = d.Priority
+			e.ack(d)
+		}
+		// A higher priority arriving later jumps the queue.
+		e.enqueueN("q", 5, &fsmv1.EnqueueMessage{Priority: 0})
+		d := e.recv(c) // credit 1: one prio-0 message is out
+		e.enqueueN("q", 1, &fsmv1.EnqueueMessage{Priority: 9})
 		e.ack(d)
-	}
-	// A higher priority arriving later jumps the queue.
-	e.enqueueN("q", 5, &fsmv1.EnqueueMessage{Priority: 0})
-	d := e.recv(c) // credit 1: one prio-0 message is out
-	e.enqueueN("q", 1, &fsmv1.EnqueueMessage{Priority: 9})
-	e.ack(d)
-	if d := e.recv(c); d.Priority != 9 {
-		t.Fatalf("got priority %d, want 9", d.Priority)
-	}
+		if d := e.recv(c); d.Priority != 9 {
+			t.Fatalf("got priority %d, want 9", d.Priority)
+		}
+	})
 }
 
 func TestDelayedNotEarly(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", nil)
-	c := e.register("q", 10)
-	ids := e.enqueue("q", &fsmv1.EnqueueMessage{DelayMs: 5000}, &fsmv1.EnqueueMessage{DelayMs: 8000})
-	e.clock.Advance(4999 * time.Millisecond)
-	e.expectNone(c)
-	e.clock.Advance(time.Millisecond)
-	if d := e.recv(c); d.Id != ids[0] {
-		t.Fatalf("got %s, want %s", d.Id, ids[0])
-	}
-	e.clock.Advance(2999 * time.Millisecond)
-	e.expectNone(c)
-	e.clock.Advance(time.Millisecond)
-	if d := e.recv(c); d.Id != ids[1] {
-		t.Fatalf("got %s, want %s", d.Id, ids[1])
-	}
-	if e.p.proposed("tick") < 1 {
-		t.Fatal("no Tick proposed")
-	}
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		c := e.register("q", 10)
+		ids := e.enqueue("q", &fsmv1.EnqueueMessage{DelayMs: 5000}, &fsmv1.EnqueueMessage{DelayMs: 8000})
+		e.advance(4999 * time.Millisecond)
+		e.expectNone(c)
+		e.advance(time.Millisecond)
+		if d := e.recv(c); d.Id != ids[0] {
+			t.Fatalf("got %s, want %s", d.Id, ids[0])
+		}
+		e.advance(2999 * time.Millisecond)
+		e.expectNone(c)
+		e.advance(time.Millisecond)
+		if d := e.recv(c); d.Id != ids[1] {
+			t.Fatalf("got %s, want %s", d.Id, ids[1])
+		}
+		if e.p.proposed("tick") < 1 {
+			t.Fatal("no Tick proposed")
+		}
+	})
 }
 
 func TestTTLTicksToDLQWithoutConsumers(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", &fsmv1.QueueConfig{MessageTtlMs: 1000})
-	e.enqueueN("q", 3, nil)
-	e.clock.Advance(time.Second)
-	e.idle()
-	if st := e.info("q").Stats; st.Ready != 0 || st.DeadLettered != 3 {
-		t.Fatalf("stats %+v", st)
-	}
-}
-
-// TestRollbackWhenConsumerGone holds a grant uncommitted while its consumer
-// closes: the committed lease cannot be pushed, so it is rolled back and the
-// attempt does not count.
-func TestRollbackWhenConsumerGone(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", nil)
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	e.p.setHook(func(ctx context.Context, cmd *fsmv1.Command) error {
-		if _, ok := cmd.Op.(*fsmv1.Command_LeaseGrant); ok {
-			entered <- struct{}{}
-			<-release
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", &fsmv1.QueueConfig{MessageTtlMs: 1000})
+		e.enqueueN("q", 3, nil)
+		e.advance(time.Second)
+		e.idle()
+		if st := e.info("q").Stats; st.Ready != 0 || st.DeadLettered != 3 {
+			t.Fatalf("stats %+v", st)
 		}
-		return nil
 	})
-	a := e.register("q", 10)
-	ids := e.enqueueN("q", 1, nil)
-	<-entered
-	a.Close()
-	e.p.setHook(nil)
-	close(release)
-	e.idle()
-	if e.p.proposed("rollback") != 1 {
-		t.Fatalf("rollbacks proposed: %d", e.p.proposed("rollback"))
-	}
-	if len(a.Deliveries()) != 0 {
-		t.Fatal("delivery pushed to a closed consumer")
-	}
-	peek, err := e.f.Peek("q", 10, false)
-	if err != nil || len(peek) != 1 || peek[0].Id != ids[0] || peek[0].Attempt != 0 {
-		t.Fatalf("peek %v %v", peek, err)
-	}
-	b := e.register("q", 10)
-	if d := e.recv(b); d.Id != ids[0] || d.Attempt != 1 {
-		t.Fatalf("redelivery %+v", d)
-	}
-}
-
-// TestStaleBufferedDeliveryNoSpin: a delivery whose lease expired while it
-// sat unread in the buffer still takes buffer space, so the expired message
-// is not re-granted into a full buffer (no grant/rollback spin); once the
-// stream reads the buffer it is redelivered.
-func TestStaleBufferedDeliveryNoSpin(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.LeaseGrace = -1 })
-	e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 1000})
-	c := e.register("q", 1)
-	e.enqueueN("q", 1, nil)
-	e.idle()
-	if len(c.Deliveries()) != 1 {
-		t.Fatal("no delivery buffered")
-	}
-	e.clock.Advance(time.Second) // the buffered lease expires
-	e.idle()
-	grants := e.p.proposed("grant")
-	if st := e.info("q").Stats; st.Ready != 1 || st.InFlight != 0 || grants != 1 || e.p.proposed("rollback") != 0 {
-		t.Fatalf("stats %+v, grants %d, rollbacks %d", st, grants, e.p.proposed("rollback"))
-	}
-	stale := e.recv(c)
-	e.clock.Advance(bufferRecheck)
-	if d := e.recv(c); d.Id != stale.Id || d.Attempt != 2 {
-		t.Fatalf("redelivery %+v", d)
-	}
-}
-
-func TestRegisterErrors(t *testing.T) {
-	e := newEnv(t)
-	if _, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "nope"}); !errors.Is(err, fsm.ErrQueueNotFound) {
-		t.Fatalf("unknown queue: %v", err)
-	}
-	if _, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "bad name"}); !errors.Is(err, fsm.ErrInvalid) {
-		t.Fatalf("bad name: %v", err)
-	}
-	e.createQueue("q", nil)
-	c, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "q", MaxInFlight: 1 << 30})
-	if err != nil || c.MaxInFlight() != MaxMaxInFlight {
-		t.Fatalf("capped: %v %v", c, err)
-	}
-	e.stop()
-	if _, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "q"}); !errors.Is(err, ErrNotLeader) {
-		t.Fatalf("after stop: %v", err)
-	}
-	if !errors.Is(c.Err(), ErrNotLeader) {
-		t.Fatalf("consumer Err after stop: %v", c.Err())
-	}
-}
-
-func TestLeadershipLossAndNewTerm(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.LeaseGrace = 2 * time.Second })
-	e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 1000})
-	a := e.register("q", 10)
-	e.enqueueN("q", 3, nil)
-	old := e.recvN(a, 3)
-	e.stop()
-	select {
-	case <-a.Done():
-	default:
-		t.Fatal("consumer not ended by leadership loss")
-	}
-	if !errors.Is(a.Err(), ErrNotLeader) {
-		t.Fatalf("Err = %v", a.Err())
-	}
-	a.Close() // no-op now: nothing to release on a follower
-	if e.p.proposed("release") != 0 {
-		t.Fatal("Close after leadership loss proposed a release")
-	}
-
-	e.clock.Advance(5 * time.Second) // the old leases are long past their deadline
-	e.start()
-	b := e.register("q", 10)
-	if a.ID() == b.ID() {
-		t.Fatal("consumer ids repeat across terms")
-	}
-	e.expectNone(b) // grace: the old leases may still be acked
-	e.ack(old[0])
-	e.clock.Advance(2 * time.Second)
-	got := e.recvN(b, 2)
-	for _, d := range got {
-		if d.Attempt != 2 {
-			t.Fatalf("attempt %d", d.Attempt)
-		}
-	}
-	e.expectNone(b)
-}
-
-func TestQueueDeletedEndsConsumers(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", nil)
-	c := e.register("q", 10)
-	e.apply(&fsmv1.Command{Op: &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: "q"}}})
-	select {
-	case <-c.Done():
-	case <-time.After(waitTimeout):
-		t.Fatal("consumer not ended")
-	}
-	if !errors.Is(c.Err(), fsm.ErrQueueNotFound) || e.s.Consumers("q") != 0 {
-		t.Fatalf("Err = %v, consumers %d", c.Err(), e.s.Consumers("q"))
-	}
 }
 
 // TestCreditsNeverNegativeNorLeak acks in bursts and checks the accounting
 // at every quiet point.
 func TestCreditsNeverNegativeNorLeak(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", nil)
-	cs := []*Consumer{e.register("q", 5), e.register("q", 3)}
-	e.enqueueN("q", 101, nil)
-	total := 0
-	for total < 101 {
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		cs := []*Consumer{e.register("q", 5), e.register("q", 3)}
+		e.enqueueN("q", 101, nil)
+		total := 0
+		for total < 101 {
+			e.idle()
+			var batch []*raftqv1.Delivery
+			for _, c := range cs {
+				held := e.leasesHeld(c.ID())
+				pc, _ := e.pendingState(c)
+				if pc < 0 || held > c.MaxInFlight() || c.MaxInFlight()-held-pc < 0 {
+					t.Fatalf("%s: held %d pending %d of %d", c.ID(), held, pc, c.MaxInFlight())
+				}
+				got := e.drain(c)
+				if len(got) != held {
+					t.Fatalf("%s: %d buffered, %d held", c.ID(), len(got), held)
+				}
+				batch = append(batch, got...)
+			}
+			if len(batch) == 0 {
+				t.Fatal("no progress")
+			}
+			total += len(batch)
+			e.ack(batch...)
+		}
 		e.idle()
-		var batch []*raftqv1.Delivery
 		for _, c := range cs {
-			held := e.leasesHeld(c.ID())
-			pc, _ := e.pendingState(c)
-			if pc < 0 || held > c.MaxInFlight() || c.MaxInFlight()-held-pc < 0 {
-				t.Fatalf("%s: held %d pending %d of %d", c.ID(), held, pc, c.MaxInFlight())
+			if held := e.leasesHeld(c.ID()); held != 0 {
+				t.Fatalf("%s holds %d after all acks", c.ID(), held)
 			}
-			got := e.drain(c)
-			if len(got) != held {
-				t.Fatalf("%s: %d buffered, %d held", c.ID(), len(got), held)
+			if pc, pq := e.pendingState(c); pc != 0 || pq != 0 {
+				t.Fatalf("pending %d/%d after all acks", pc, pq)
 			}
-			batch = append(batch, got...)
 		}
-		if len(batch) == 0 {
-			t.Fatal("no progress")
+		e.enqueueN("q", 8, nil)
+		if a, b := len(e.drain(cs[0])), len(e.drain(cs[1])); a != 5 || b != 3 {
+			t.Fatalf("full credit back: got %d and %d, want 5 and 3", a, b)
 		}
-		total += len(batch)
-		e.ack(batch...)
-	}
-	e.idle()
-	for _, c := range cs {
-		if held := e.leasesHeld(c.ID()); held != 0 {
-			t.Fatalf("%s holds %d after all acks", c.ID(), held)
-		}
-		if pc, pq := e.pendingState(c); pc != 0 || pq != 0 {
-			t.Fatalf("pending %d/%d after all acks", pc, pq)
-		}
-	}
-	e.enqueueN("q", 8, nil)
-	if a, b := len(e.drain(cs[0])), len(e.drain(cs[1])); a != 5 || b != 3 {
-		t.Fatalf("full credit back: got %d and %d, want 5 and 3", a, b)
-	}
+	})
 }
 
 func TestGrantFailureBacksOffAndRetries(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", nil)
-	e.p.setHook(func(ctx context.Context, cmd *fsmv1.Command) error {
-		if _, ok := cmd.Op.(*fsmv1.Command_LeaseGrant); ok {
-			return errInjected
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		e.p.setHook(func(ctx context.Context, cmd *fsmv1.Command) error {
+			if _, ok := cmd.Op.(*fsmv1.Command_LeaseGrant); ok {
+				return errInjected
+			}
+			return nil
+		})
+		c := e.register("q", 10)
+		e.enqueueN("q", 4, nil)
+		e.idle()
+		fails := e.p.proposed("grant")
+		if fails != 0 || len(c.Deliveries()) != 0 {
+			t.Fatalf("grants applied %d, buffered %d", fails, len(c.Deliveries()))
 		}
-		return nil
+		// No spinning: while backing off nothing is proposed until time passes.
+		e.p.setHook(nil)
+		e.advance(maxBackoff)
+		if got := e.recvN(c, 4); len(got) != 4 {
+			t.Fatal("not delivered after backoff")
+		}
+		if pc, pq := e.pendingState(c); pc != 0 || pq != 0 {
+			t.Fatalf("pending %d/%d", pc, pq)
+		}
 	})
-	c := e.register("q", 10)
-	e.enqueueN("q", 4, nil)
-	e.idle()
-	fails := e.p.proposed("grant")
-	if fails != 0 || len(c.Deliveries()) != 0 {
-		t.Fatalf("grants applied %d, buffered %d", fails, len(c.Deliveries()))
-	}
-	// No spinning: while backing off nothing is proposed until time passes.
-	e.p.setHook(nil)
-	e.clock.Advance(maxBackoff)
-	if got := e.recvN(c, 4); len(got) != 4 {
-		t.Fatal("not delivered after backoff")
-	}
-	if pc, pq := e.pendingState(c); pc != 0 || pq != 0 {
-		t.Fatalf("pending %d/%d", pc, pq)
-	}
 }
 
 func TestKeyStats(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", &fsmv1.QueueConfig{Throttles: map[string]*fsmv1.ThrottleRule{
-		"t": {RatePerSec: 10, Burst: 4}, "u": {RatePerSec: 1},
-	}})
-	e.enqueueN("q", 3, &fsmv1.EnqueueMessage{FairnessKey: "a", Weight: 2})
-	e.enqueueN("q", 6, &fsmv1.EnqueueMessage{FairnessKey: "b", ThrottleKeys: []string{"t"}})
-	c := e.register("q", 3)
-	e.idle()
-	keys, thr := e.s.KeyStats("q")
-	var names []string
-	for _, k := range keys {
-		names = append(names, k.Key)
-	}
-	if !slices.Equal(names, []string{"a", "b"}) || keys[0].Weight != 2 {
-		t.Fatalf("keys %v", keys)
-	}
-	if keys[0].Pending+keys[1].Pending != 9-int64(len(c.Deliveries())) {
-		t.Fatalf("pending %d+%d", keys[0].Pending, keys[1].Pending)
-	}
-	if len(thr) != 2 || thr[0].Key != "t" || thr[0].Burst != 4 || thr[1].Key != "u" || thr[1].Tokens != 1 {
-		t.Fatalf("throttles %v", thr)
-	}
-	if thr[0].Tokens != 3 { // DRR a,a,b: one token of t spent
-		t.Fatalf("tokens of t: %v", thr[0].Tokens)
-	}
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", &fsmv1.QueueConfig{Throttles: map[string]*fsmv1.ThrottleRule{
+			"t": {RatePerSec: 10, Burst: 4}, "u": {RatePerSec: 1},
+		}})
+		e.enqueueN("q", 3, &fsmv1.EnqueueMessage{FairnessKey: "a", Weight: 2})
+		e.enqueueN("q", 6, &fsmv1.EnqueueMessage{FairnessKey: "b", ThrottleKeys: []string{"t"}})
+		c := e.register("q", 3)
+		e.idle()
+		keys, thr := e.s.KeyStats("q")
+		var names []string
+		for _, k := range keys {
+			names = append(names, k.Key)
+		}
+		if !slices.Equal(names, []string{"a", "b"}) || keys[0].Weight != 2 {
+			t.Fatalf("keys %v", keys)
+		}
+		if keys[0].Pending+keys[1].Pending != 9-int64(len(c.Deliveries())) {
+			t.Fatalf("pending %d+%d", keys[0].Pending, keys[1].Pending)
+		}
+		if len(thr) != 2 || thr[0].Key != "t" || thr[0].Burst != 4 || thr[1].Key != "u" || thr[1].Tokens != 1 {
+			t.Fatalf("throttles %v", thr)
+		}
+		if thr[0].Tokens != 3 { // DRR a,a,b: one token of t spent
+			t.Fatalf("tokens of t: %v", thr[0].Tokens)
+		}
+	})
 }
 
 // TestLimitStopsGranting: a consumer that asked for N deliveries gets N,
 // even as its acks return credit.
 func TestLimitStopsGranting(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", nil)
-	e.enqueueN("q", 10, nil)
-	c, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "q", MaxInFlight: 2, Limit: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	e.ack(e.recvN(c, 2)...)
-	e.ack(e.recv(c))
-	e.idle()
-	e.expectNone(c)
-	if got := e.info("q").Stats.Ready; got != 7 {
-		t.Fatalf("ready = %d, want 7", got)
-	}
-}
-
-// TestCloseRollsBackUnsentDeliveries: deliveries still in the buffer when
-// the stream ends never reached the client, so they return uncounted.
-func TestCloseRollsBackUnsentDeliveries(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", nil)
-	ids := e.enqueueN("q", 3, nil)
-	c := e.register("q", 3)
-	e.waitFor("three buffered deliveries", func() bool { return len(c.Deliveries()) == 3 })
-	sent := <-c.Deliveries() // the stream sent one; two stay buffered
-	c.Close()
-	e.idle()
-	peek, err := e.f.Peek("q", 10, false)
-	if err != nil || len(peek) != 3 {
-		t.Fatalf("peek %v %v", peek, err)
-	}
-	for _, d := range peek {
-		want := int32(0)
-		if d.Id == sent.Id {
-			want = 1 // sent, so the release counts it
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		e.enqueueN("q", 10, nil)
+		c, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "q", MaxInFlight: 2, Limit: 3})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if d.Attempt != want {
-			t.Fatalf("message %s attempt %d, want %d (ids %v)", d.Id, d.Attempt, want, ids)
+		t.Cleanup(c.Close)
+		e.ack(e.recvN(c, 2)...)
+		e.ack(e.recv(c))
+		e.idle()
+		e.expectNone(c)
+		if got := e.info("q").Stats.Ready; got != 7 {
+			t.Fatalf("ready = %d, want 7", got)
 		}
-	}
-}
-
-// TestSettlingFreesCreditBeforeTheAckApplies: leases whose acks are being
-// committed count as settled, exactly once: not before Settling, not twice
-// once the ack has applied, and not for a ref with a stale token.
-func TestSettlingFreesCreditBeforeTheAckApplies(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", nil)
-	c := e.register("q", 2)
-	e.enqueueN("q", 5, nil)
-	ds := e.recvN(c, 2)
-	e.expectNone(c) // credit used up
-
-	stale := ref(t, ds[1])
-	stale.LeaseToken++
-	e.s.Settling([]*fsmv1.Ref{stale})()
-	e.expectNone(c)
-
-	done := e.s.Settling([]*fsmv1.Ref{ref(t, ds[0])})
-	third := e.recv(c) // granted while the ack of ds[0] is not applied
-	e.expectNone(c)    // 3 held, 1 of them settling: no more credit
-
-	e.ack(ds[0]) // the ack applies: its lease leaves the view and the count together
-	e.expectNone(c)
-	done()
-	e.expectNone(c)
-	if n := e.leasesHeld(c.ID()); n != 2 {
-		t.Fatalf("LeasesHeld = %d, want 2", n)
-	}
-
-	e.ack(ds[1], third)
-	if got := e.recvN(c, 2); len(got) != 2 {
-		t.Fatalf("credit after acks: %d deliveries", len(got))
-	}
-	e.expectNone(c)
+	})
 }

@@ -9,5 +9,8 @@
 // One loop goroutine runs while the node leads (RunLeader); it wakes on
 // applied changes (QueuesChanged), consumer churn, grant completions and a
 // single timer for the next delayed message, throttle token or lease
-// deadline. See DESIGN.md in this directory for the choices made.
+// deadline. Which messages go to which consumers is decided by one pure
+// function of the state, the cursors and the buckets (pickQueue); the
+// consumer registry and the grant pipeline are types of their own. See
+// DESIGN.md in this directory for the files and the choices made.
 package scheduler

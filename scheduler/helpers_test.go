@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/raftq/raftq/fsm"
@@ -17,17 +18,45 @@ import (
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// waitTimeout bounds every wait for a condition.
+// waitTimeout bounds every wait (in the bubble's fake time).
 const waitTimeout = 10 * time.Second
 
-// fakeProposer applies commands straight to the FSM with an incrementing
-// index. hook, if set, runs before the apply and may block or fail it.
+// fakeProposer is a log applied in proposal order, as Raft applies it:
+// Propose appends the command and waits for an applier goroutine to apply
+// it to the FSM. A proposer that stops waiting (its context ends) does not
+// take its entry back, as with Raft. hook, if set, runs at proposal time
+// and may refuse the command (it is then never applied, like an Apply
+// refused by a node that is not leader); it must not block. hold stops
+// the applier before a chosen command, which holds every later one too.
 type fakeProposer struct {
 	f     *fsm.FSM
-	mu    sync.Mutex
-	index uint64
 	hook  atomic.Pointer[func(ctx context.Context, cmd *fsmv1.Command) error]
+	gate  atomic.Pointer[gate]
 	count sync.Map // op type name -> *atomic.Int64
+
+	mu    sync.Mutex
+	log   []*entry // proposed, not applied yet
+	more  chan struct{}
+	stop  chan struct{}
+	index uint64 // owned by the applier
+}
+
+type entry struct {
+	cmd  *fsmv1.Command
+	res  *fsm.Result
+	done chan struct{}
+}
+
+// gate holds the applier before the first command match accepts.
+type gate struct {
+	match   func(*fsmv1.Command) bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newFakeProposer(f *fsm.FSM) *fakeProposer {
+	p := &fakeProposer{f: f, more: make(chan struct{}, 1), stop: make(chan struct{})}
+	return p
 }
 
 func (p *fakeProposer) setHook(h func(ctx context.Context, cmd *fsmv1.Command) error) {
@@ -36,6 +65,48 @@ func (p *fakeProposer) setHook(h func(ctx context.Context, cmd *fsmv1.Command) e
 		return
 	}
 	p.hook.Store(&h)
+}
+
+// hold makes the applier stop before the next command match accepts (and
+// so before every command proposed after it) until release is closed.
+// entered closes when the applier has stopped there.
+func (p *fakeProposer) hold(match func(*fsmv1.Command) bool) (entered <-chan struct{}, release chan<- struct{}) {
+	g := &gate{match: match, entered: make(chan struct{}), release: make(chan struct{})}
+	p.gate.Store(g)
+	return g.entered, g.release
+}
+
+// run applies the log in order until stop closes.
+func (p *fakeProposer) run() {
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.more:
+		}
+		for {
+			p.mu.Lock()
+			if len(p.log) == 0 {
+				p.mu.Unlock()
+				break
+			}
+			e := p.log[0]
+			p.log = p.log[1:]
+			p.mu.Unlock()
+			if g := p.gate.Load(); g != nil && g.match(e.cmd) {
+				p.gate.Store(nil)
+				close(g.entered)
+				select {
+				case <-g.release:
+				case <-p.stop:
+					return
+				}
+			}
+			p.index++
+			e.res = p.f.ApplyCommand(p.index, e.cmd)
+			close(e.done)
+		}
+	}
 }
 
 func opName(cmd *fsmv1.Command) string {
@@ -52,6 +123,10 @@ func opName(cmd *fsmv1.Command) string {
 		return "tick"
 	}
 	return "other"
+}
+
+func isOp(op string) func(*fsmv1.Command) bool {
+	return func(cmd *fsmv1.Command) bool { return opName(cmd) == op }
 }
 
 func (p *fakeProposer) proposed(op string) int64 {
@@ -73,39 +148,64 @@ func (p *fakeProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Re
 	}
 	v, _ := p.count.LoadOrStore(opName(cmd), new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
+	e := &entry{cmd: cmd, done: make(chan struct{})}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.index++
-	return p.f.ApplyCommand(p.index, cmd), nil
+	p.log = append(p.log, e)
+	p.mu.Unlock()
+	select {
+	case p.more <- struct{}{}:
+	default:
+	}
+	select {
+	case <-e.done:
+		return e.res, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
+// env is a leading scheduler over an FSM and a fake proposer. It must be
+// built inside a synctest bubble (bubble runs f in one), where time is fake:
+// it moves only when every goroutine is blocked.
 type env struct {
 	t      testing.TB
 	f      *fsm.FSM
 	p      *fakeProposer
-	clock  *FakeClock
 	s      *Scheduler
+	term   *term // the running (or latest) term
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 type envOpt func(*Config)
 
+// bubble runs f in a synctest bubble.
+func bubble(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	synctest.Test(t, f)
+}
+
 func newEnv(t testing.TB, opts ...envOpt) *env {
 	t.Helper()
 	f := fsm.New(fsm.Options{Logger: discard})
-	clock := NewFakeClock(time.UnixMilli(1_700_000_000_000))
-	p := &fakeProposer{f: f}
-	cfg := Config{Logger: discard, Clock: clock, NodeID: "n1", LeaseGrace: time.Second}
+	p := newFakeProposer(f)
+	applied := make(chan struct{})
+	go func() {
+		defer close(applied)
+		p.run()
+	}()
+	cfg := Config{Logger: discard, NodeID: "n1", LeaseGrace: time.Second}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	s := New(cfg, f, p)
 	f.SetNotifier(s)
-	e := &env{t: t, f: f, p: p, clock: clock, s: s}
+	e := &env{t: t, f: f, p: p, s: s}
 	e.start()
 	t.Cleanup(func() {
 		e.stop()
+		close(p.stop)
+		<-applied
 		if err := f.Verify(); err != nil {
 			t.Errorf("fsm.Verify: %v", err)
 		}
@@ -121,11 +221,10 @@ func (e *env) start() {
 		defer close(e.done)
 		e.s.RunLeader(ctx)
 	}()
-	e.waitFor("leading", func() bool {
-		e.s.mu.Lock()
-		defer e.s.mu.Unlock()
-		return e.s.running
-	})
+	synctest.Wait()
+	if e.term = e.s.current(); e.term == nil {
+		e.t.Fatal("RunLeader did not start a term")
+	}
 }
 
 // stop cancels RunLeader and waits for it to return.
@@ -136,11 +235,12 @@ func (e *env) stop() {
 	e.cancel()
 	select {
 	case <-e.done:
-		e.s.mu.Lock()
-		active, inflight := e.s.active, e.s.inflight
-		e.s.mu.Unlock()
-		if active != 0 || inflight != 0 {
-			e.t.Errorf("RunLeader returned with %d goroutines and %d grants outstanding", active, inflight)
+		pl := e.term.pipe
+		pl.mu.Lock()
+		inflight, batch := pl.inflight, len(pl.batch)
+		pl.mu.Unlock()
+		if inflight != 0 || batch != 0 {
+			e.t.Errorf("RunLeader returned with %d grants outstanding and %d unproposed", inflight, batch)
 		}
 	case <-time.After(waitTimeout):
 		e.t.Errorf("RunLeader did not return after cancel")
@@ -148,27 +248,20 @@ func (e *env) stop() {
 	e.cancel = nil
 }
 
-func (e *env) waitFor(what string, cond func() bool) {
-	e.t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Microsecond)
-	}
+// advance lets d of fake time pass, then waits until the scheduler has
+// nothing left to do at the new instant.
+func (e *env) advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
 }
 
-// idle waits until the scheduler has nothing left to do at the current
-// fake time.
-func (e *env) idle() {
-	e.t.Helper()
-	e.waitFor("scheduler quiescent", e.s.quiescent)
-}
+// idle waits until every goroutine of the bubble is blocked: the scheduler
+// has nothing left to do until the state, the consumers or the time change.
+func (e *env) idle() { synctest.Wait() }
 
 func (e *env) apply(cmd *fsmv1.Command) *fsm.Result {
 	e.t.Helper()
-	cmd.NowMs = e.clock.Now().UnixMilli()
+	cmd.NowMs = time.Now().UnixMilli()
 	res, err := e.p.Propose(context.Background(), cmd)
 	if err != nil {
 		e.t.Fatalf("propose %T: %v", cmd.Op, err)
@@ -251,15 +344,23 @@ func (e *env) register(queue string, maxInFlight int) *Consumer {
 	return c
 }
 
+// recv takes the next delivery of c, which must come without time
+// passing: once the scheduler is idle, it is buffered or it is a failure.
 func (e *env) recv(c *Consumer) *raftqv1.Delivery {
 	e.t.Helper()
 	select {
 	case d := <-c.Deliveries():
 		return d
+	default:
+	}
+	e.idle()
+	select {
+	case d := <-c.Deliveries():
+		return d
 	case <-c.Done():
 		e.t.Fatalf("consumer ended: %v", c.Err())
-	case <-time.After(waitTimeout):
-		e.t.Fatalf("timed out waiting for a delivery to %s", c.ID())
+	default:
+		e.t.Fatalf("no delivery to %s once the scheduler is idle", c.ID())
 	}
 	return nil
 }
@@ -311,11 +412,12 @@ func (e *env) leasesHeld(consumerID string) (n int) {
 
 // pendingState reports the scheduler's pending grants for a consumer and a queue.
 func (e *env) pendingState(c *Consumer) (consumer, queue int) {
-	e.s.mu.Lock()
-	defer e.s.mu.Unlock()
-	if qs := e.s.queues[c.queue]; qs != nil {
-		queue = len(qs.pending)
-	}
+	pl := e.term.pipe
+	pl.mu.Lock()
+	queue = len(pl.pending[c.queue])
+	pl.mu.Unlock()
+	e.term.reg.mu.Lock()
+	defer e.term.reg.mu.Unlock()
 	return c.pending, queue
 }
 

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/raftq/raftq/fsm"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
 // Defaults and limits.
@@ -54,10 +52,17 @@ type Proposer interface {
 	Propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, error)
 }
 
+// State is the replicated state the scheduler reads (*fsm.FSM): fn runs
+// under the state's read lock and must not block.
+type State interface {
+	Read(fn func(v fsm.View))
+}
+
 // Config tunes a Scheduler. Zero values take the defaults.
 type Config struct {
 	Logger *slog.Logger
-	Clock  Clock
+	// Clock is the node's clock (nil = RealClock()).
+	Clock Clock
 	// NodeID makes consumer ids unique across leaders:
 	// "<node>-<startNanos>-<seq>".
 	NodeID string
@@ -74,11 +79,16 @@ type Config struct {
 
 // Scheduler delivers messages to consumers while its node leads. It is safe
 // for concurrent use; RunLeader must not run twice at once.
+//
+// Locking (see DESIGN.md): s.mu guards only which term is current; each
+// term's parts have their own locks, always taken in the order
+// policy.mu → the state's read lock → pipeline.mu → registry.mu, and
+// never held across a proposal.
 type Scheduler struct {
 	cfg   Config
 	log   *slog.Logger
 	clock Clock
-	state *fsm.FSM
+	state State
 	p     Proposer
 
 	startNanos int64
@@ -86,78 +96,42 @@ type Scheduler struct {
 
 	leading atomic.Bool
 	wake    chan struct{}
-	wakeGen atomic.Uint64 // bumped by every kick (tests use it to detect quiescence)
 
-	mu sync.Mutex // guards everything below
-	// term state, valid while running
-	running   bool
-	term      uint64
-	ctx       context.Context
-	anchor    time.Time // leadership start; bucket clock origin
-	graceEnd  time.Time
-	queues    map[string]*queueSched
-	qnames    []string // sorted keys of queues
-	qrot      int      // rotating start of the pass over queues
-	inflight  int      // LeaseGrant proposals outstanding
-	batch     []*fsmv1.Grant
-	batchTo   []grantTarget
-	lastBatch chan struct{} // closed when the latest launched batch has been handled
-	active    int           // background goroutines alive (tests)
-
-	grantBackoff, tickBackoff, expireBackoff backoff
-	tickBusy, expireBusy                     bool
-	lastTickMs                               int64
-
-	// loop parking, for tests (quiescent)
-	parked    bool
-	parkedGen uint64
-	parkedAt  time.Time
-
-	wg sync.WaitGroup // background goroutines of the current term
-
-	ps passState // scratch reused by every pass
+	mu    sync.Mutex
+	cur   *term // nil while not leading
+	terms uint64
 }
 
-type backoff struct {
-	until time.Time
-	d     time.Duration
+// term is the scheduler's state for one leadership term: the next term
+// starts from nothing (all of it is soft state).
+type term struct {
+	n        uint64
+	ctx      context.Context
+	anchor   time.Time // term start; origin of the token buckets' time
+	graceEnd time.Time
+	wg       sync.WaitGroup // background proposals of the term
+	kick     func()
+
+	reg    *registry
+	pipe   *pipeline
+	sweep  *sweeper
+	policy *policy
 }
 
-func (b *backoff) fail(now time.Time) {
-	b.d = min(max(b.d*2, minBackoff), maxBackoff)
-	b.until = now.Add(b.d)
-}
-
-func (b *backoff) ok() { b.d, b.until = 0, time.Time{} }
-
-// queueSched is the scheduler's per-queue state for one term.
-type queueSched struct {
-	name      string
-	consumers []*Consumer // by registration sequence
-	rrLast    uint64      // seq of the consumer that got the latest grant
-	levels    map[int32]*drrLevel
-	buckets   map[string]*bucket
-	cfg       *fsmv1.QueueConfig  // the config buckets were last synced with
-	pending   map[uint64]struct{} // message ids in uncommitted grants
-	credit    []int               // scratch, parallel to consumers
-}
-
-// drrLevel is the deficit round-robin cursor of one priority: the key in
-// service (by activation seq) and what it may still send this round.
-type drrLevel struct {
-	seq     uint64
-	key     string
-	deficit int64
-}
-
-type grantTarget struct {
-	qs *queueSched
-	c  *Consumer
+// goTerm runs f on a background goroutine of the term and wakes the loop
+// when it is done.
+func (t *term) goTerm(f func(ctx context.Context)) {
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		f(t.ctx)
+		t.kick()
+	}()
 }
 
 // New returns a scheduler over state that proposes through p. Install it
-// as state's notifier (state.SetNotifier) so applied changes wake it.
-func New(cfg Config, state *fsm.FSM, p Proposer) *Scheduler {
+// as state's notifier (fsm.FSM.SetNotifier) so applied changes wake it.
+func New(cfg Config, state State, p Proposer) *Scheduler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -200,11 +174,27 @@ func (s *Scheduler) QueuesChanged(queues []string) {
 }
 
 func (s *Scheduler) kick() {
-	s.wakeGen.Add(1)
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
+}
+
+// current is the running term, or nil.
+func (s *Scheduler) current() *term {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+// newTerm builds the parts of a term; they start empty.
+func (s *Scheduler) newTerm(ctx context.Context, n uint64, now time.Time) *term {
+	t := &term{n: n, ctx: ctx, anchor: now, graceEnd: now.Add(s.cfg.LeaseGrace), kick: s.kick}
+	t.reg = newRegistry()
+	t.pipe = newPipeline(s, t)
+	t.sweep = &sweeper{s: s, t: t}
+	t.policy = &policy{queues: map[string]*queuePolicy{}}
+	return t
 }
 
 // RunLeader runs the delivery loop and the lease sweeper until ctx is done,
@@ -213,121 +203,69 @@ func (s *Scheduler) kick() {
 // Barrier) with a context cancelled when leadership is lost.
 func (s *Scheduler) RunLeader(ctx context.Context) {
 	s.mu.Lock()
-	if s.running {
+	if s.cur != nil {
 		s.mu.Unlock()
 		s.log.Error("RunLeader called while already running")
 		return
 	}
-	now := s.clock.Now()
-	s.running = true
-	s.term++
-	s.ctx = ctx
-	s.anchor = now
-	s.graceEnd = now.Add(s.cfg.LeaseGrace)
-	s.queues = map[string]*queueSched{}
-	s.qnames = nil
-	s.inflight = 0
-	s.batch, s.batchTo = nil, nil
-	s.lastBatch = make(chan struct{})
-	close(s.lastBatch)
-	s.grantBackoff, s.tickBackoff, s.expireBackoff = backoff{}, backoff{}, backoff{}
-	s.tickBusy, s.expireBusy, s.lastTickMs = false, false, 0
-	term := s.term
+	s.terms++
+	t := s.newTerm(ctx, s.terms, s.clock.Now())
+	s.cur = t
 	s.mu.Unlock()
 	s.leading.Store(true)
-	s.log.Info("scheduler started", "term", term, "lease_grace", s.cfg.LeaseGrace)
+	s.log.Info("scheduler started", "term", t.n, "lease_grace", s.cfg.LeaseGrace)
 
-	s.loop(ctx)
+	s.loop(t)
 
 	s.leading.Store(false)
 	s.mu.Lock()
-	s.running = false
-	n := 0
-	for _, name := range s.qnames {
-		for _, c := range s.queues[name].consumers {
-			c.end(ErrNotLeader)
-			n++
-		}
-	}
-	s.queues, s.qnames = nil, nil
-	s.batch, s.batchTo = nil, nil
-	s.parked = false
+	s.cur = nil
 	s.mu.Unlock()
-	s.wg.Wait()
+	n := t.reg.close(ErrNotLeader)
+	t.wg.Wait()
+	t.pipe.dropAll()
 	select {
 	case <-s.wake:
 	default:
 	}
-	s.log.Info("scheduler stopped", "term", term, "consumers_ended", n)
+	s.log.Info("scheduler stopped", "term", t.n, "consumers_ended", n)
 }
 
-func (s *Scheduler) loop(ctx context.Context) {
-	timer := s.clock.NewTimer(time.Hour)
+// loop runs passes until the term ends. It sleeps on one channel (kicks)
+// and one timer for the earliest instant a pass said it has work.
+func (s *Scheduler) loop(t *term) {
+	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
 	for {
-		if ctx.Err() != nil {
+		if t.ctx.Err() != nil {
 			return
 		}
-		gen := s.wakeGen.Load()
-		next := s.pass()
-		if !next.IsZero() {
+		if next := s.pass(t); !next.IsZero() {
 			d := next.Sub(s.clock.Now())
 			if d <= 0 {
 				continue
 			}
 			timer.Reset(d)
-			// A fake clock may have moved between reading it and arming
-			// the timer; never sleep past an instant already reached.
-			if !s.clock.Now().Before(next) {
-				timer.Stop()
-				continue
-			}
 		} else {
 			timer.Stop()
 		}
-		s.mu.Lock()
-		s.parked, s.parkedGen, s.parkedAt = true, gen, next
-		s.mu.Unlock()
 		select {
-		case <-ctx.Done():
+		case <-t.ctx.Done():
 		case <-s.wake:
-		case <-timer.C():
+		case <-timer.C:
 		}
-		s.mu.Lock()
-		s.parked = false
-		s.mu.Unlock()
 	}
 }
 
-// quiescent reports whether the scheduler has nothing left to do until the
-// state, the consumers or the clock change (tests).
-func (s *Scheduler) quiescent() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.parked || s.parkedGen != s.wakeGen.Load() || s.active > 0 || s.inflight > 0 || s.tickBusy || s.expireBusy {
-		return false
-	}
-	return s.parkedAt.IsZero() || s.clock.Now().Before(s.parkedAt)
-}
-
-// passState is the scratch of one pass.
+// passState is what one pass knows of time and what it learns of when to
+// come back.
 type passState struct {
 	now    time.Time
 	nowMs  int64
-	nowNs  float64   // since anchor
+	nowNs  float64   // since the term's anchor
 	anchor time.Time // the term's bucket clock origin
 	wake   time.Time
-	prios  []int32
-	cursor map[string]keyCursor // per level: how far each key was scanned this pass
-	bs     []*bucket
-	drop   []*queueSched
-}
-
-type keyCursor struct {
-	after uint64 // every ready id <= after is pending, taken or throttled
-	skips int    // throttled messages stepped over
-	done  bool   // nothing more to take from this key this pass
 }
 
 func (ps *passState) wakeAt(t time.Time) {
@@ -339,228 +277,45 @@ func (ps *passState) wakeAt(t time.Time) {
 // pass makes one scheduling pass over every queue with consumers, launches
 // the grants, ticks and expiries due, and returns when it next has work
 // (zero: only an event can create work).
-func (s *Scheduler) pass() time.Time {
+func (s *Scheduler) pass(t *term) time.Time {
 	now := s.clock.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.running {
-		return time.Time{}
-	}
-	ps := &s.ps
-	ps.now, ps.nowMs, ps.nowNs, ps.anchor, ps.wake = now, now.UnixMilli(), float64(now.Sub(s.anchor)), s.anchor, time.Time{}
-	if ps.cursor == nil {
-		ps.cursor = map[string]keyCursor{}
-	}
+	ps := passState{now: now, nowMs: now.UnixMilli(), nowNs: float64(now.Sub(t.anchor)), anchor: t.anchor}
+	t.policy.mu.Lock()
+	defer t.policy.mu.Unlock()
 	s.state.Read(func(v fsm.View) {
-		s.deliver(v, ps)
-		s.timeWork(v, ps)
+		t.deliver(v, &ps)
+		t.sweep.due(v, &ps)
 	})
-	s.flush()
+	t.pipe.flush()
 	return ps.wake
 }
 
-func (s *Scheduler) deliver(v fsm.View, ps *passState) {
-	budget := (s.cfg.MaxInFlightGrants-s.inflight)*s.cfg.MaxGrantBatch - len(s.batch)
-	if ps.now.Before(s.grantBackoff.until) {
-		ps.wakeAt(s.grantBackoff.until)
-		budget = 0
+// propose stamps the command with the clock and proposes it.
+func (s *Scheduler) propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, error) {
+	cmd.NowMs = s.clock.Now().UnixMilli()
+	res, err := s.p.Propose(ctx, cmd)
+	if err == nil && res == nil {
+		res = &fsm.Result{}
 	}
-	ps.drop = ps.drop[:0]
-	n := len(s.qnames)
-	if n == 0 {
+	return res, err
+}
+
+func (s *Scheduler) logProposeErr(what string, err error, args ...any) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		s.log.Debug(what+" not applied", append(args, "err", err)...)
 		return
 	}
-	s.qrot = (s.qrot + 1) % n
-	for i := range n {
-		qs := s.queues[s.qnames[(s.qrot+i)%n]]
-		qv, ok := v.Queue(qs.name)
-		if !ok {
-			ps.drop = append(ps.drop, qs)
-			continue
-		}
-		if budget <= 0 || len(qs.consumers) == 0 || qv.Ready() == 0 {
-			continue
-		}
-		budget -= s.selectQueue(v, qv, qs, ps, budget)
-	}
-	for _, qs := range ps.drop {
-		s.dropQueue(qs)
-	}
+	s.log.Warn(what+" failed", append(args, "err", err)...)
 }
 
-// dropQueue forgets a deleted queue and ends its consumers.
-func (s *Scheduler) dropQueue(qs *queueSched) {
-	for _, c := range qs.consumers {
-		c.end(fsm.ErrQueueNotFound)
-	}
-	qs.consumers = nil
-	delete(s.queues, qs.name)
-	if i, ok := slices.BinarySearch(s.qnames, qs.name); ok {
-		s.qnames = slices.Delete(s.qnames, i, i+1)
-	}
-	s.log.Debug("queue gone; its consumers ended", "queue", qs.name)
+type backoff struct {
+	until time.Time
+	d     time.Duration
 }
 
-// timeWork proposes a Tick when a delayed message or TTL is due and a
-// LeaseExpire when leases are past their deadline (after the grace period),
-// or notes when that will be.
-func (s *Scheduler) timeWork(v fsm.View, ps *passState) {
-	if !s.tickBusy {
-		if due, ok := v.NextDue(); ok {
-			switch {
-			case due > ps.nowMs:
-				ps.wakeAt(time.UnixMilli(due))
-			case due <= s.lastTickMs:
-				// A tick at or after due already applied: nothing to gain
-				// from proposing another (and no spinning).
-			case ps.now.Before(s.tickBackoff.until):
-				ps.wakeAt(s.tickBackoff.until)
-			default:
-				s.launchTick(ps.nowMs)
-			}
-		}
-	}
-	if !s.expireBusy {
-		if dl, ok := v.NextLeaseDeadline(); ok {
-			at := time.UnixMilli(dl)
-			if at.Before(s.graceEnd) {
-				at = s.graceEnd
-			}
-			if at.Before(s.expireBackoff.until) {
-				at = s.expireBackoff.until
-			}
-			if ps.now.Before(at) {
-				ps.wakeAt(at)
-			} else if refs := v.ExpiredLeases(ps.nowMs, maxExpireBatch); len(refs) > 0 {
-				s.launchExpire(refs)
-			}
-		}
-	}
+func (b *backoff) fail(now time.Time) {
+	b.d = min(max(b.d*2, minBackoff), maxBackoff)
+	b.until = now.Add(b.d)
 }
 
-// Settling is told, before acks are proposed, which leases they settle. A
-// consumer that acked a message is done with it, so from now until the ack
-// applies that lease stops counting against its credit: the next grant is
-// proposed alongside the ack instead of after its commit, which takes one
-// of the two commits out of every delivery cycle. Only leases the view
-// shows held under the ref's token count; done forgets them and must be
-// called once the acks have been applied or have failed. A failed ack
-// leaves the lease counted again: the consumer was over its credit by at
-// most the leases of that ack, for as long as it took.
-func (s *Scheduler) Settling(refs []*fsmv1.Ref) (done func()) {
-	type mark struct {
-		c  *Consumer
-		id uint64
-	}
-	var marks []mark
-	s.mu.Lock()
-	if s.running {
-		s.state.Read(func(v fsm.View) {
-			for _, r := range refs {
-				holder, token, ok := v.Lease(r.GetQueue(), r.GetMessageId())
-				if !ok || token != r.GetLeaseToken() {
-					continue
-				}
-				qs := s.queues[r.GetQueue()]
-				if qs == nil {
-					continue
-				}
-				for _, c := range qs.consumers {
-					if c.id != holder {
-						continue
-					}
-					if c.settling == nil {
-						c.settling = map[uint64]struct{}{}
-					}
-					c.settling[r.GetMessageId()] = struct{}{}
-					marks = append(marks, mark{c, r.GetMessageId()})
-					break
-				}
-			}
-		})
-	}
-	s.mu.Unlock()
-	if len(marks) == 0 {
-		return func() {}
-	}
-	s.kick()
-	return func() {
-		s.mu.Lock()
-		for _, m := range marks {
-			delete(m.c.settling, m.id)
-		}
-		s.mu.Unlock()
-	}
-}
-
-// Consumers is the number of consumers registered on queue.
-func (s *Scheduler) Consumers(queue string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if qs := s.queues[queue]; qs != nil {
-		return len(qs.consumers)
-	}
-	return 0
-}
-
-// KeyStats describes a queue's fairness keys (ready messages, the DRR
-// deficit of the key in service, weight; at most MaxKeyStats keys, highest
-// priority first, then in activation order) and its throttle buckets (one
-// per rule; a rule never used yet shows a full bucket).
-func (s *Scheduler) KeyStats(queue string) (keys []*raftqv1.FairnessKeyStats, throttles []*raftqv1.ThrottleKeyStats) {
-	now := s.clock.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var qs *queueSched
-	if s.running {
-		qs = s.queues[queue]
-	}
-	s.state.Read(func(v fsm.View) {
-		qv, ok := v.Queue(queue)
-		if !ok {
-			return
-		}
-		byKey := map[string]*raftqv1.FairnessKeyStats{}
-		var prios []int32
-		for _, p := range qv.Priorities(prios) {
-			var L *drrLevel
-			if qs != nil {
-				L = qs.levels[p]
-			}
-			for k, ok := qv.NextKey(p, 0); ok; k, ok = qv.NextKey(p, k.Seq) {
-				st := byKey[k.Key]
-				if st == nil {
-					if len(keys) >= MaxKeyStats {
-						break
-					}
-					st = &raftqv1.FairnessKeyStats{Key: k.Key, Weight: k.Weight}
-					byKey[k.Key] = st
-					keys = append(keys, st)
-				}
-				st.Pending += int64(k.Ready)
-				if L != nil && L.seq == k.Seq {
-					st.Deficit += L.deficit
-				}
-			}
-		}
-		rules := qv.Config().GetThrottles()
-		names := make([]string, 0, len(rules))
-		for k := range rules {
-			names = append(names, k)
-		}
-		slices.Sort(names)
-		nowNs := float64(now.Sub(s.anchor))
-		for _, k := range names {
-			r := rules[k]
-			st := &raftqv1.ThrottleKeyStats{Key: k, RatePerSec: r.GetRatePerSec(), Burst: max(r.GetBurst(), 1), Tokens: float64(max(r.GetBurst(), 1))}
-			if qs != nil {
-				if b := qs.buckets[k]; b != nil {
-					b.setRule(r, nowNs, false)
-					st.Tokens = b.tokens(nowNs)
-				}
-			}
-			throttles = append(throttles, st)
-		}
-	})
-	return keys, throttles
-}
+func (b *backoff) ok() { b.d, b.until = 0, time.Time{} }

@@ -7,87 +7,155 @@ import (
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 )
 
-func (s *Scheduler) queueSched(name string) *queueSched {
-	qs := s.queues[name]
-	if qs == nil {
-		qs = &queueSched{
-			name:    name,
-			levels:  map[int32]*drrLevel{},
-			buckets: map[string]*bucket{},
-			pending: map[uint64]struct{}{},
-		}
-		s.queues[name] = qs
-		i, _ := slices.BinarySearch(s.qnames, name)
-		s.qnames = slices.Insert(s.qnames, i, name)
-	}
-	return qs
+// QueueView is what picking reads of one queue's ready messages.
+// fsm.QueueView implements it; it is valid only while the state's read
+// lock is held.
+type QueueView interface {
+	Config() *fsmv1.QueueConfig
+	// Priorities appends the priorities with ready messages, highest first.
+	Priorities(dst []int32) []int32
+	// NextKey is the active key at prio with the smallest Seq > afterSeq.
+	NextKey(prio int32, afterSeq uint64) (fsm.KeyInfo, bool)
+	// Key is one active key at prio.
+	Key(prio int32, key string) (fsm.KeyInfo, bool)
+	// NextReady is the key's ready message with the smallest id > afterID.
+	NextReady(prio int32, key string, afterID uint64) (fsm.ReadyMessage, bool)
 }
 
-// selectQueue picks up to budget (message, consumer) pairs from one queue
-// and appends them to the pending batch. It returns how many it picked.
-func (s *Scheduler) selectQueue(v fsm.View, qv fsm.QueueView, qs *queueSched, ps *passState, budget int) int {
+// pickInput is what one queue's picking depends on besides the view, the
+// cursors and the buckets.
+type pickInput struct {
+	// NowNs is the current instant in nanoseconds since the buckets'
+	// origin (the term's start).
+	NowNs float64
+	// Budget is the most messages to pick.
+	Budget int
+	// Seqs is each consumer's registration sequence, ascending.
+	Seqs []uint64
+	// Credit is what each consumer (parallel to Seqs) may still be
+	// granted. Picking reads it and does not change it.
+	Credit []int
+	// Pending holds the ids in grants proposed but not yet handled: they
+	// are never picked again.
+	Pending map[uint64]struct{}
+}
+
+// pick is one decision: message ID goes to the consumer at index Consumer
+// of pickInput.Seqs.
+type pick struct {
+	ID       uint64
+	Consumer int
+}
+
+// pickResult is what one call of pickQueue decided.
+type pickResult struct {
+	// Picks in the order they were made (the order of the grants).
+	Picks []pick
+	// Wake reports that a throttle blocked a pick; WakeNs is when the
+	// earliest such bucket next has a token (ns since the origin).
+	Wake   bool
+	WakeNs float64
+}
+
+// cursors is one queue's picking position, kept by the caller across
+// calls: the round-robin cursor over consumers and the DRR cursor of
+// every priority.
+type cursors struct {
+	rrLast uint64 // seq of the consumer that got the latest pick
+	levels map[int32]*drrLevel
+}
+
+// drrLevel is the deficit round-robin cursor of one priority: the key in
+// service (by activation seq) and what it may still send this round.
+type drrLevel struct {
+	seq     uint64
+	key     string
+	deficit int64
+}
+
+// pickScratch is memory picking reuses between calls; what it holds on
+// entry does not matter.
+type pickScratch struct {
+	prios  []int32
+	keys   map[string]keyCursor // per priority: how far each key was scanned
+	bs     []*bucket
+	credit []int
+	picks  []pick
+}
+
+type keyCursor struct {
+	after uint64 // every ready id <= after is pending, taken or throttled
+	skips int    // throttled messages stepped over
+	done  bool   // nothing more to take from this key this call
+}
+
+// pickQueue chooses up to in.Budget (message, consumer) pairs of one queue:
+// highest priority first (a priority whose messages are all pending or
+// throttled falls through to the next), deficit round-robin over the
+// fairness keys of a priority by weight in activation order, FIFO within a
+// key, skipping messages whose throttle buckets are empty, and assigning
+// each pick round-robin over the consumers with credit.
+//
+// It is a pure function of its arguments: it takes no lock, reads no
+// clock and changes nothing but *cur, *bk (tokens spent, rules synced)
+// and the scratch sc. The result's Picks alias sc.
+func pickQueue(qv QueueView, in pickInput, cur *cursors, bk *buckets, sc *pickScratch) pickResult {
+	res := pickResult{Picks: sc.picks[:0]}
 	total := 0
-	qs.credit = qs.credit[:0]
-	for _, c := range qs.consumers {
-		// Credit is what the consumer may still be granted: its limit less
-		// the leases it holds (per the FSM: acks, nacks, expiries and
-		// releases show up here) less grants not yet handled. A buffered
-		// delivery whose lease expired before the stream read it still
-		// takes buffer space, so the buffer caps credit too; nothing
-		// signals when the stream reads it, hence the recheck.
-		used := v.LeasesHeld(c.id)
-		for id := range c.settling {
-			// Acked by the consumer, the ack not yet applied: the
-			// consumer is done with it, so it frees credit now. Once the
-			// ack applies the lease is gone from the view and from this
-			// count at the same time.
-			if v.HoldsLease(c.id, qs.name, id) {
-				used--
-			}
-		}
-		if b := len(c.ch); b > used {
-			used = b
-			ps.wakeAt(ps.now.Add(bufferRecheck))
-		}
-		cr := max(c.max-used-c.pending, 0)
-		if c.limit > 0 {
-			cr = min(cr, max(c.limit-c.delivered-c.pending, 0))
-		}
-		qs.credit = append(qs.credit, cr)
-		total += cr
+	for _, c := range in.Credit {
+		total += max(c, 0)
 	}
-	budget = min(budget, total)
-	if budget <= 0 {
-		return 0
+	in.Budget = min(in.Budget, total)
+	if in.Budget <= 0 {
+		return res
 	}
+	if cur.levels == nil {
+		cur.levels = map[int32]*drrLevel{}
+	}
+	if sc.keys == nil {
+		sc.keys = map[string]keyCursor{}
+	}
+	sc.credit = append(sc.credit[:0], in.Credit...)
 	cfg := qv.Config()
-	qs.syncRules(cfg, ps.nowNs)
-	ps.prios = qv.Priorities(ps.prios[:0])
-	picked := 0
-	for _, p := range ps.prios {
-		if picked >= budget {
+	bk.sync(cfg, in.NowNs)
+	p := picker{qv: qv, in: in, cfg: cfg, cur: cur, bk: bk, sc: sc, res: res}
+	sc.prios = qv.Priorities(sc.prios[:0])
+	for _, prio := range sc.prios {
+		if len(p.res.Picks) >= in.Budget {
 			break
 		}
-		L := qs.levels[p]
+		L := cur.levels[prio]
 		if L == nil {
 			L = &drrLevel{}
-			qs.levels[p] = L
+			cur.levels[prio] = L
 		}
-		clear(ps.cursor)
-		picked += s.drr(qv, qs, cfg, p, L, ps, budget-picked)
+		clear(sc.keys)
+		p.drr(prio, L, in.Budget-len(p.res.Picks))
 	}
-	if len(qs.levels) > len(ps.prios) {
-		for p := range qs.levels {
-			if !slices.Contains(ps.prios, p) {
-				delete(qs.levels, p)
+	if len(cur.levels) > len(sc.prios) {
+		for prio := range cur.levels {
+			if !slices.Contains(sc.prios, prio) {
+				delete(cur.levels, prio)
 			}
 		}
 	}
-	return picked
+	sc.picks = p.res.Picks
+	return p.res
+}
+
+// picker carries one pickQueue call's arguments through its steps.
+type picker struct {
+	qv  QueueView
+	in  pickInput
+	cfg *fsmv1.QueueConfig
+	cur *cursors
+	bk  *buckets
+	sc  *pickScratch
+	res pickResult
 }
 
 // nextKey is the active key after seq in activation order, wrapping round.
-func nextKey(qv fsm.QueueView, prio int32, seq uint64) (fsm.KeyInfo, bool) {
+func nextKey(qv QueueView, prio int32, seq uint64) (fsm.KeyInfo, bool) {
 	if k, ok := qv.NextKey(prio, seq); ok {
 		return k, true
 	}
@@ -95,25 +163,25 @@ func nextKey(qv fsm.QueueView, prio int32, seq uint64) (fsm.KeyInfo, bool) {
 }
 
 // drr runs deficit round-robin over the keys of one priority, in
-// activation order, starting where the previous pass stopped. Each visit
+// activation order, starting where the previous call stopped. Each visit
 // gives a key quantum*weight messages; a key that runs out of deliverable
 // messages (empty, all pending, or throttled) forfeits the rest of its
 // turn. It stops after picking limit, or after a full round without a pick.
-func (s *Scheduler) drr(qv fsm.QueueView, qs *queueSched, cfg *fsmv1.QueueConfig, prio int32, L *drrLevel, ps *passState, limit int) int {
-	quantum := int64(max(cfg.GetFairnessQuantum(), 1))
+func (p *picker) drr(prio int32, L *drrLevel, limit int) {
+	quantum := int64(max(p.cfg.GetFairnessQuantum(), 1))
 	var k fsm.KeyInfo
 	fresh := true
 	if L.seq != 0 && L.deficit > 0 {
 		// Resume the key in service, unless it emptied since: a key that
 		// re-entered has a new seq and starts a new turn at the ring's end.
-		if ki, ok := qv.Key(prio, L.key); ok && ki.Seq == L.seq {
+		if ki, ok := p.qv.Key(prio, L.key); ok && ki.Seq == L.seq {
 			k, fresh = ki, false
 		}
 	}
 	if fresh {
-		ki, ok := nextKey(qv, prio, L.seq)
+		ki, ok := nextKey(p.qv, prio, L.seq)
 		if !ok {
-			return 0
+			return
 		}
 		k = ki
 	}
@@ -134,11 +202,11 @@ func (s *Scheduler) drr(qv fsm.QueueView, qs *queueSched, cfg *fsmv1.QueueConfig
 			}
 			L.seq, L.key, L.deficit = k.Seq, k.Key, qw
 		}
-		n, done := s.serveKey(qv, qs, cfg, prio, k.Key, ps, int(min(L.deficit, int64(limit-picked))))
+		n, done := p.serveKey(prio, k.Key, int(min(L.deficit, int64(limit-picked))))
 		picked += n
 		L.deficit -= int64(n)
 		if L.deficit > 0 && !done {
-			break // out of budget mid-turn: resume here next pass
+			break // out of budget mid-turn: resume here next call
 		}
 		if n > 0 {
 			idleSince = 0
@@ -146,133 +214,91 @@ func (s *Scheduler) drr(qv fsm.QueueView, qs *queueSched, cfg *fsmv1.QueueConfig
 			idleSince = k.Seq
 		}
 		L.deficit = 0
-		next, ok := nextKey(qv, prio, k.Seq)
+		next, ok := nextKey(p.qv, prio, k.Seq)
 		if !ok {
 			break
 		}
 		alone = next.Seq == k.Seq
 		k, fresh = next, true
 	}
-	return picked
 }
 
 // serveKey takes up to limit messages of one key in FIFO order, skipping
 // pending and throttled ones. done reports that the key has nothing more to
-// give this pass.
-func (s *Scheduler) serveKey(qv fsm.QueueView, qs *queueSched, cfg *fsmv1.QueueConfig, prio int32, key string, ps *passState, limit int) (n int, done bool) {
-	cur := ps.cursor[key]
-	defer func() { ps.cursor[key] = cur }()
+// give this call.
+func (p *picker) serveKey(prio int32, key string, limit int) (n int, done bool) {
+	cur := p.sc.keys[key]
+	defer func() { p.sc.keys[key] = cur }()
 	for !cur.done && n < limit {
-		m, ok := qv.NextReady(prio, key, cur.after)
+		m, ok := p.qv.NextReady(prio, key, cur.after)
 		if !ok {
 			cur.done = true
 			break
 		}
 		cur.after = m.ID
-		if _, p := qs.pending[m.ID]; p {
+		if _, pending := p.in.Pending[m.ID]; pending {
 			continue
 		}
-		if !qs.admit(m.ThrottleKeys, cfg.GetThrottles(), ps) {
+		if !p.admit(m.ThrottleKeys) {
 			cur.skips++
 			if cur.skips >= throttleLookahead {
 				cur.done = true
 			}
 			continue
 		}
-		s.emit(qs, cfg, m.ID, ps)
+		i := p.nextConsumer()
+		p.sc.credit[i]--
+		p.cur.rrLast = p.in.Seqs[i]
+		p.res.Picks = append(p.res.Picks, pick{ID: m.ID, Consumer: i})
 		n++
 	}
 	return n, cur.done
 }
 
-// syncRules brings the buckets in line with the queue's throttle rules when
-// its config changed (UpdateQueue): changed rules keep their tokens, clamped;
-// removed rules drop their bucket.
-func (qs *queueSched) syncRules(cfg *fsmv1.QueueConfig, now float64) {
-	if cfg == qs.cfg {
-		return
-	}
-	qs.cfg = cfg
-	rules := cfg.GetThrottles()
-	for k, b := range qs.buckets {
-		if r := rules[k]; r == nil {
-			delete(qs.buckets, k)
-		} else {
-			b.setRule(r, now, false)
-		}
-	}
-}
-
 // admit reports whether every throttle key of a message that has a rule
 // has a token, and if so spends one from each (once per distinct key).
-func (qs *queueSched) admit(keys []string, rules map[string]*fsmv1.ThrottleRule, ps *passState) bool {
+func (p *picker) admit(keys []string) bool {
+	rules := p.cfg.GetThrottles()
 	if len(keys) == 0 || len(rules) == 0 {
 		return true
 	}
-	ps.bs = ps.bs[:0]
+	now := p.in.NowNs
+	bs := p.sc.bs[:0]
+	defer func() { p.sc.bs = bs }()
 	for _, k := range keys {
 		r := rules[k]
 		if r == nil {
 			continue
 		}
-		b := qs.buckets[k]
-		if b == nil {
-			b = newBucket(r, ps.nowNs)
-			qs.buckets[k] = b
-		}
-		if slices.Contains(ps.bs, b) {
+		b := p.bk.get(k, r, now)
+		if slices.Contains(bs, b) {
 			continue
 		}
-		if !b.conforms(ps.nowNs) {
-			ps.wakeAt(nsToTime(ps.anchor, b.nextToken()))
+		if !b.conforms(now) {
+			if t := b.nextToken(); !p.res.Wake || t < p.res.WakeNs {
+				p.res.Wake, p.res.WakeNs = true, t
+			}
 			return false
 		}
-		ps.bs = append(ps.bs, b)
+		bs = append(bs, b)
 	}
-	for _, b := range ps.bs {
-		b.take(ps.nowNs)
+	for _, b := range bs {
+		b.take(now)
 	}
 	return true
 }
 
 // nextConsumer is the index of the consumer after the round-robin cursor
-// (by registration sequence) that has credit; the caller knows one has.
-func (qs *queueSched) nextConsumer() int {
-	n := len(qs.consumers)
-	start, _ := slices.BinarySearchFunc(qs.consumers, qs.rrLast+1, func(c *Consumer, seq uint64) int {
-		switch {
-		case c.seq < seq:
-			return -1
-		case c.seq > seq:
-			return 1
-		}
-		return 0
-	})
+// (by registration sequence) that has credit. Picking stops at the budget,
+// which pickQueue bounds by the total credit, so one always has some.
+func (p *picker) nextConsumer() int {
+	n := len(p.in.Seqs)
+	start, _ := slices.BinarySearch(p.in.Seqs, p.cur.rrLast+1)
 	for i := range n {
 		j := (start + i) % n
-		if qs.credit[j] > 0 {
+		if p.sc.credit[j] > 0 {
 			return j
 		}
 	}
 	return -1
-}
-
-// emit assigns a picked message to the next consumer with credit and adds
-// the grant to the batch, proposing the batch when it is full.
-func (s *Scheduler) emit(qs *queueSched, cfg *fsmv1.QueueConfig, id uint64, ps *passState) {
-	i := qs.nextConsumer()
-	c := qs.consumers[i]
-	qs.credit[i]--
-	qs.rrLast = c.seq
-	c.pending++
-	qs.pending[id] = struct{}{}
-	vis := c.visibilityMs
-	if vis <= 0 {
-		vis = cfg.GetVisibilityTimeoutMs()
-	}
-	s.batch = append(s.batch, &fsmv1.Grant{Queue: qs.name, MessageId: id, ConsumerId: c.id, DeadlineMs: ps.nowMs + vis})
-	s.batchTo = append(s.batchTo, grantTarget{qs, c})
-	if len(s.batch) >= s.cfg.MaxGrantBatch {
-		s.flush()
-	}
 }

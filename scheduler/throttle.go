@@ -77,3 +77,41 @@ func nsToTime(anchor time.Time, ns float64) time.Time {
 	}
 	return anchor.Add(time.Duration(c))
 }
+
+// buckets are one queue's token buckets, by throttle key, kept by the
+// caller across picks (leader-only rate state; see DESIGN.md).
+type buckets struct {
+	cfg *fsmv1.QueueConfig // the config the buckets were last synced with
+	m   map[string]*bucket
+}
+
+// sync brings the buckets in line with the queue's throttle rules when its
+// config changed (UpdateQueue): changed rules keep their tokens, clamped;
+// removed rules drop their bucket.
+func (bk *buckets) sync(cfg *fsmv1.QueueConfig, now float64) {
+	if cfg == bk.cfg {
+		return
+	}
+	bk.cfg = cfg
+	rules := cfg.GetThrottles()
+	for k, b := range bk.m {
+		if r := rules[k]; r == nil {
+			delete(bk.m, k)
+		} else {
+			b.setRule(r, now, false)
+		}
+	}
+}
+
+// get is the bucket of throttle key k under rule r, created full on first use.
+func (bk *buckets) get(k string, r *fsmv1.ThrottleRule, now float64) *bucket {
+	b := bk.m[k]
+	if b == nil {
+		if bk.m == nil {
+			bk.m = map[string]*bucket{}
+		}
+		b = newBucket(r, now)
+		bk.m[k] = b
+	}
+	return b
+}

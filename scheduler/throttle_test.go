@@ -3,6 +3,8 @@ package scheduler
 import (
 	"fmt"
 	"math"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +26,7 @@ func (e *env) countFor(c *Consumer, d, step time.Duration) []*raftqv1.Delivery {
 	e.t.Helper()
 	var got []*raftqv1.Delivery
 	for elapsed := time.Duration(0); elapsed+step <= d; elapsed += step {
-		e.clock.Advance(step)
+		e.advance(step)
 		got = append(got, e.drain(c)...)
 	}
 	return got
@@ -39,72 +41,105 @@ func within(got, want int, tol float64) bool {
 func TestThrottleRate(t *testing.T) {
 	for _, step := range []time.Duration{10 * time.Millisecond, 7 * time.Millisecond, 33 * time.Millisecond, time.Millisecond} {
 		t.Run(step.String(), func(t *testing.T) {
-			e := newEnv(t)
-			e.createQueue("q", throttles("t", 100.0, 10))
-			c := e.register("q", 1000)
-			e.enqueueN("q", 600, &fsmv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
-			if got := len(e.drain(c)); got != 10 {
-				t.Fatalf("burst: %d, want 10", got)
-			}
-			for sec := 1; sec <= 2; sec++ {
-				got := len(e.countFor(c, time.Second, step))
-				if !within(got, 100, 0.02) {
-					t.Fatalf("second %d: %d deliveries, want 100 ±2%%", sec, got)
+			bubble(t, func(t *testing.T) {
+				e := newEnv(t)
+				e.createQueue("q", throttles("t", 100.0, 10))
+				c := e.register("q", 1000)
+				e.enqueueN("q", 600, &fsmv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
+				if got := len(e.drain(c)); got != 10 {
+					t.Fatalf("burst: %d, want 10", got)
 				}
-			}
+				for sec := 1; sec <= 2; sec++ {
+					got := len(e.countFor(c, time.Second, step))
+					if !within(got, 100, 0.02) {
+						t.Fatalf("second %d: %d deliveries, want 100 ±2%%", sec, got)
+					}
+				}
+			})
 		})
 	}
 }
 
+// readings is a Clock that records when it was read: the loop reads it
+// once per pass, so it shows when the loop woke.
+type readings struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (r *readings) Now() time.Time {
+	now := time.Now()
+	r.mu.Lock()
+	r.at = append(r.at, now)
+	r.mu.Unlock()
+	return now
+}
+
+func (r *readings) since(i int) []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.at[i:])
+}
+
+func (r *readings) n() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.at)
+}
+
 // TestThrottleNoSpin: with everything throttled the loop sleeps until the
-// next token instead of spinning.
+// next token instead of spinning: it is neither kicked nor woken by a
+// timer before that instant, and it wakes at that instant.
 func TestThrottleNoSpin(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", throttles("t", 1.0, 1))
-	c := e.register("q", 1000)
-	e.enqueueN("q", 100, &fsmv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
-	if got := len(e.drain(c)); got != 1 {
-		t.Fatalf("got %d", got)
-	}
-	e.s.mu.Lock()
-	at := e.s.parkedAt
-	e.s.mu.Unlock()
-	if want := e.clock.Now().Add(time.Second); !at.Equal(want) {
-		t.Fatalf("next wake %v, want %v (the next token)", at, want)
-	}
-	gen := e.s.wakeGen.Load()
-	e.clock.Advance(999 * time.Millisecond)
-	e.expectNone(c)
-	if e.s.wakeGen.Load() != gen {
-		t.Fatal("loop was kicked while everything was throttled")
-	}
-	e.clock.Advance(time.Millisecond)
-	if got := len(e.drain(c)); got != 1 {
-		t.Fatalf("got %d after a second", got)
-	}
+	bubble(t, func(t *testing.T) {
+		clock := &readings{}
+		e := newEnv(t, func(c *Config) { c.Clock = clock })
+		e.createQueue("q", throttles("t", 1.0, 1))
+		c := e.register("q", 1000)
+		e.enqueueN("q", 100, &fsmv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
+		if got := len(e.drain(c)); got != 1 {
+			t.Fatalf("got %d", got)
+		}
+		want := time.Now().Add(time.Second) // the next token
+		seen := clock.n()
+		e.advance(999 * time.Millisecond)
+		e.expectNone(c)
+		if woke := clock.since(seen); len(woke) != 0 {
+			t.Fatalf("loop woke at %v while everything was throttled until %v", woke, want)
+		}
+		e.advance(time.Millisecond)
+		if got := len(e.drain(c)); got != 1 {
+			t.Fatalf("got %d after a second", got)
+		}
+		if woke := clock.since(seen); len(woke) == 0 || !woke[0].Equal(want) {
+			t.Fatalf("loop woke at %v, want first at %v (the next token)", woke, want)
+		}
+	})
 }
 
 // TestTwoThrottleKeys: a message with two throttle keys needs a token from
 // each; messages with only one key share that key's bucket.
 func TestTwoThrottleKeys(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", throttles("a", 100.0, 5, "b", 20.0, 2))
-	c := e.register("q", 5000)
-	e.enqueueN("q", 300, &fsmv1.EnqueueMessage{FairnessKey: "ab", ThrottleKeys: []string{"a", "b"}})
-	e.enqueueN("q", 300, &fsmv1.EnqueueMessage{FairnessKey: "a", ThrottleKeys: []string{"a", "a"}})
-	got := e.drain(c)
-	got = append(got, e.countFor(c, time.Second, 5*time.Millisecond)...)
-	n := map[string]int{}
-	for _, d := range got {
-		n[d.FairnessKey]++
-	}
-	// b allows 2 + 20 in the second; a allows 5 + 100 in total, shared.
-	if n["ab"] > 22 || n["ab"] < 20 {
-		t.Fatalf("messages with a and b: %d, want ~22 (b's limit)", n["ab"])
-	}
-	if tot := n["ab"] + n["a"]; !within(tot, 105, 0.02) {
-		t.Fatalf("messages using a: %d, want 105 (a's limit)", tot)
-	}
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", throttles("a", 100.0, 5, "b", 20.0, 2))
+		c := e.register("q", 5000)
+		e.enqueueN("q", 300, &fsmv1.EnqueueMessage{FairnessKey: "ab", ThrottleKeys: []string{"a", "b"}})
+		e.enqueueN("q", 300, &fsmv1.EnqueueMessage{FairnessKey: "a", ThrottleKeys: []string{"a", "a"}})
+		got := e.drain(c)
+		got = append(got, e.countFor(c, time.Second, 5*time.Millisecond)...)
+		n := map[string]int{}
+		for _, d := range got {
+			n[d.FairnessKey]++
+		}
+		// b allows 2 + 20 in the second; a allows 5 + 100 in total, shared.
+		if n["ab"] > 22 || n["ab"] < 20 {
+			t.Fatalf("messages with a and b: %d, want ~22 (b's limit)", n["ab"])
+		}
+		if tot := n["ab"] + n["a"]; !within(tot, 105, 0.02) {
+			t.Fatalf("messages using a: %d, want 105 (a's limit)", tot)
+		}
+	})
 }
 
 // TestThrottledKeyDoesNotDelayOthers: messages whose throttle is exhausted
@@ -116,38 +151,42 @@ func TestThrottledKeyDoesNotDelayOthers(t *testing.T) {
 		{"", ""},
 	} {
 		t.Run(fmt.Sprintf("keys %q/%q", tc.slowKey, tc.fastKey), func(t *testing.T) {
-			e := newEnv(t)
-			e.createQueue("q", throttles("slow", 1.0, 1))
-			c := e.register("q", 200)
-			e.enqueueN("q", 50, &fsmv1.EnqueueMessage{FairnessKey: tc.slowKey, ThrottleKeys: []string{"slow"}})
-			e.enqueueN("q", 50, &fsmv1.EnqueueMessage{FairnessKey: tc.fastKey, ThrottleKeys: []string{"unruled"}})
-			n := map[bool]int{}
-			for _, d := range e.drain(c) {
-				n[len(d.ThrottleKeys) > 0 && d.ThrottleKeys[0] == "slow"]++
-			}
-			if n[true] != 1 || n[false] != 50 {
-				t.Fatalf("slow %d, fast %d; want 1 and 50", n[true], n[false])
-			}
+			bubble(t, func(t *testing.T) {
+				e := newEnv(t)
+				e.createQueue("q", throttles("slow", 1.0, 1))
+				c := e.register("q", 200)
+				e.enqueueN("q", 50, &fsmv1.EnqueueMessage{FairnessKey: tc.slowKey, ThrottleKeys: []string{"slow"}})
+				e.enqueueN("q", 50, &fsmv1.EnqueueMessage{FairnessKey: tc.fastKey, ThrottleKeys: []string{"unruled"}})
+				n := map[bool]int{}
+				for _, d := range e.drain(c) {
+					n[len(d.ThrottleKeys) > 0 && d.ThrottleKeys[0] == "slow"]++
+				}
+				if n[true] != 1 || n[false] != 50 {
+					t.Fatalf("slow %d, fast %d; want 1 and 50", n[true], n[false])
+				}
+			})
 		})
 	}
 }
 
 // TestThrottleRuleChanges: UpdateQueue changes take effect on the next pass.
 func TestThrottleRuleChanges(t *testing.T) {
-	e := newEnv(t)
-	e.createQueue("q", throttles("t", 1.0, 1))
-	c := e.register("q", 5000)
-	e.enqueueN("q", 1000, &fsmv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
-	if got := len(e.drain(c)); got != 1 {
-		t.Fatalf("got %d", got)
-	}
-	e.updateQueue("q", throttles("t", 1000.0, 50), "throttles")
-	e.expectNone(c) // the bucket keeps its (empty) level
-	if got := len(e.countFor(c, 100*time.Millisecond, 10*time.Millisecond)); !within(got, 100, 0.02) {
-		t.Fatalf("after raising the rate: %d in 100ms, want 100", got)
-	}
-	e.updateQueue("q", &fsmv1.QueueConfig{}, "throttles")
-	if got := len(e.drain(c)); got != 1000-101 {
-		t.Fatalf("after removing the rule: %d, want the rest (%d)", got, 1000-101)
-	}
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", throttles("t", 1.0, 1))
+		c := e.register("q", 5000)
+		e.enqueueN("q", 1000, &fsmv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
+		if got := len(e.drain(c)); got != 1 {
+			t.Fatalf("got %d", got)
+		}
+		e.updateQueue("q", throttles("t", 1000.0, 50), "throttles")
+		e.expectNone(c) // the bucket keeps its (empty) level
+		if got := len(e.countFor(c, 100*time.Millisecond, 10*time.Millisecond)); !within(got, 100, 0.02) {
+			t.Fatalf("after raising the rate: %d in 100ms, want 100", got)
+		}
+		e.updateQueue("q", &fsmv1.QueueConfig{}, "throttles")
+		if got := len(e.drain(c)); got != 1000-101 {
+			t.Fatalf("after removing the rule: %d, want the rest (%d)", got, 1000-101)
+		}
+	})
 }

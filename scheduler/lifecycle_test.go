@@ -1,0 +1,306 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/raftq/raftq/fsm"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+)
+
+func TestClosedConsumerStopsAndLeasesReturn(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		a := e.register("q", 5)
+		e.enqueueN("q", 8, nil)
+		got := e.drain(a)
+		if len(got) != 5 {
+			t.Fatalf("a got %d, want 5", len(got))
+		}
+		a.Close()
+		a.Close() // idempotent
+		select {
+		case <-a.Done():
+		default:
+			t.Fatal("Done not closed after Close")
+		}
+		if !errors.Is(a.Err(), ErrClosed) {
+			t.Fatalf("Err = %v", a.Err())
+		}
+		e.idle()
+		if st := e.info("q").Stats; st.Ready != 8 || st.InFlight != 0 {
+			t.Fatalf("after close: %+v", st)
+		}
+		if e.s.Consumers("q") != 0 {
+			t.Fatal("consumer still registered")
+		}
+		e.enqueueN("q", 2, nil)
+		e.expectNone(a)
+		b := e.register("q", 100)
+		got = e.drain(b)
+		if len(got) != 10 {
+			t.Fatalf("b got %d, want 10", len(got))
+		}
+		for _, d := range got[:5] {
+			if d.Attempt != 2 { // a release on stream close counts as a delivery
+				t.Fatalf("released message %s attempt %d, want 2", d.Id, d.Attempt)
+			}
+		}
+	})
+}
+
+// TestRollbackWhenConsumerGone holds a grant uncommitted while its consumer
+// closes without a release (the ReleaseConsumer proposal is refused, as by
+// a leader losing its term): the committed lease cannot be pushed, so it is
+// rolled back and the attempt does not count. (A release that is applied
+// after the grant counts the attempt: issue 11, see
+// TestCloseRacingGrantCountsNoAttempt.)
+func TestRollbackWhenConsumerGone(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		entered, release := e.p.hold(isOp("grant"))
+		a := e.register("q", 10)
+		ids := e.enqueueN("q", 1, nil)
+		<-entered
+		e.p.setHook(func(ctx context.Context, cmd *fsmv1.Command) error {
+			if _, ok := cmd.Op.(*fsmv1.Command_ReleaseConsumer); ok {
+				return errInjected
+			}
+			return nil
+		})
+		a.Close()
+		e.p.setHook(nil)
+		close(release)
+		e.idle()
+		if e.p.proposed("rollback") != 1 {
+			t.Fatalf("rollbacks proposed: %d", e.p.proposed("rollback"))
+		}
+		if len(a.Deliveries()) != 0 {
+			t.Fatal("delivery pushed to a closed consumer")
+		}
+		peek, err := e.f.Peek("q", 10, false)
+		if err != nil || len(peek) != 1 || peek[0].Id != ids[0] || peek[0].Attempt != 0 {
+			t.Fatalf("peek %v %v", peek, err)
+		}
+		b := e.register("q", 10)
+		if d := e.recv(b); d.Id != ids[0] || d.Attempt != 1 {
+			t.Fatalf("redelivery %+v", d)
+		}
+	})
+}
+
+// TestCloseRacingGrantCountsNoAttempt: a consumer closes while a grant to
+// it is proposed but not applied. Raft applies the ReleaseConsumer after
+// the grant, so the release counts an attempt for a message that was never
+// pushed to anyone; with max_deliveries=1 it is dead-lettered unseen.
+func TestCloseRacingGrantCountsNoAttempt(t *testing.T) {
+	t.Skip("issue 11 (consumer close racing a grant): the release applied after the grant burns an attempt")
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", &fsmv1.QueueConfig{MaxDeliveries: 1})
+		entered, release := e.p.hold(isOp("grant"))
+		a := e.register("q", 10)
+		ids := e.enqueueN("q", 1, nil)
+		<-entered
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			a.Close() // its release waits behind the grant, as in Raft
+		}()
+		e.idle()
+		close(release)
+		<-closed
+		e.idle()
+		if len(a.Deliveries()) != 0 {
+			t.Fatal("delivery pushed to a closed consumer")
+		}
+		if st := e.info("q").Stats; st.DeadLettered != 0 || st.Ready != 1 {
+			t.Fatalf("a message never pushed was counted: stats %+v", st)
+		}
+		peek, err := e.f.Peek("q", 10, false)
+		if err != nil || len(peek) != 1 || peek[0].Id != ids[0] || peek[0].Attempt != 0 {
+			t.Fatalf("peek %v %v", peek, err)
+		}
+	})
+}
+
+// TestStaleBufferedDeliveryNoSpin: a delivery whose lease expired while it
+// sat unread in the buffer still takes buffer space, so the expired message
+// is not re-granted into a full buffer (no grant/rollback spin); once the
+// stream reads the buffer it is redelivered.
+func TestStaleBufferedDeliveryNoSpin(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t, func(c *Config) { c.LeaseGrace = -1 })
+		e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 1000})
+		c := e.register("q", 1)
+		e.enqueueN("q", 1, nil)
+		e.idle()
+		if len(c.Deliveries()) != 1 {
+			t.Fatal("no delivery buffered")
+		}
+		e.advance(time.Second) // the buffered lease expires
+		e.idle()
+		grants := e.p.proposed("grant")
+		if st := e.info("q").Stats; st.Ready != 1 || st.InFlight != 0 || grants != 1 || e.p.proposed("rollback") != 0 {
+			t.Fatalf("stats %+v, grants %d, rollbacks %d", st, grants, e.p.proposed("rollback"))
+		}
+		stale := e.recv(c)
+		e.advance(bufferRecheck)
+		if d := e.recv(c); d.Id != stale.Id || d.Attempt != 2 {
+			t.Fatalf("redelivery %+v", d)
+		}
+	})
+}
+
+func TestRegisterErrors(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		if _, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "nope"}); !errors.Is(err, fsm.ErrQueueNotFound) {
+			t.Fatalf("unknown queue: %v", err)
+		}
+		if _, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "bad name"}); !errors.Is(err, fsm.ErrInvalid) {
+			t.Fatalf("bad name: %v", err)
+		}
+		e.createQueue("q", nil)
+		c, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "q", MaxInFlight: 1 << 30})
+		if err != nil || c.MaxInFlight() != MaxMaxInFlight {
+			t.Fatalf("capped: %v %v", c, err)
+		}
+		e.stop()
+		if _, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "q"}); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("after stop: %v", err)
+		}
+		if !errors.Is(c.Err(), ErrNotLeader) {
+			t.Fatalf("consumer Err after stop: %v", c.Err())
+		}
+	})
+}
+
+func TestLeadershipLossAndNewTerm(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t, func(c *Config) { c.LeaseGrace = 2 * time.Second })
+		e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 1000})
+		a := e.register("q", 10)
+		e.enqueueN("q", 3, nil)
+		old := e.recvN(a, 3)
+		e.stop()
+		select {
+		case <-a.Done():
+		default:
+			t.Fatal("consumer not ended by leadership loss")
+		}
+		if !errors.Is(a.Err(), ErrNotLeader) {
+			t.Fatalf("Err = %v", a.Err())
+		}
+		a.Close() // no-op now: nothing to release on a follower
+		if e.p.proposed("release") != 0 {
+			t.Fatal("Close after leadership loss proposed a release")
+		}
+
+		e.advance(5 * time.Second) // the old leases are long past their deadline
+		e.start()
+		b := e.register("q", 10)
+		if a.ID() == b.ID() {
+			t.Fatal("consumer ids repeat across terms")
+		}
+		e.expectNone(b) // grace: the old leases may still be acked
+		e.ack(old[0])
+		e.advance(2 * time.Second)
+		got := e.recvN(b, 2)
+		for _, d := range got {
+			if d.Attempt != 2 {
+				t.Fatalf("attempt %d", d.Attempt)
+			}
+		}
+		e.expectNone(b)
+	})
+}
+
+func TestQueueDeletedEndsConsumers(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		c := e.register("q", 10)
+		e.apply(&fsmv1.Command{Op: &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: "q"}}})
+		select {
+		case <-c.Done():
+		case <-time.After(waitTimeout):
+			t.Fatal("consumer not ended")
+		}
+		if !errors.Is(c.Err(), fsm.ErrQueueNotFound) || e.s.Consumers("q") != 0 {
+			t.Fatalf("Err = %v, consumers %d", c.Err(), e.s.Consumers("q"))
+		}
+	})
+}
+
+// TestCloseRollsBackUnsentDeliveries: deliveries still in the buffer when
+// the stream ends never reached the client, so they return uncounted.
+func TestCloseRollsBackUnsentDeliveries(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		ids := e.enqueueN("q", 3, nil)
+		c := e.register("q", 3)
+		e.idle()
+		if n := len(c.Deliveries()); n != 3 {
+			t.Fatalf("%d buffered deliveries, want 3", n)
+		}
+		sent := <-c.Deliveries() // the stream sent one; two stay buffered
+		c.Close()
+		e.idle()
+		peek, err := e.f.Peek("q", 10, false)
+		if err != nil || len(peek) != 3 {
+			t.Fatalf("peek %v %v", peek, err)
+		}
+		for _, d := range peek {
+			want := int32(0)
+			if d.Id == sent.Id {
+				want = 1 // sent, so the release counts it
+			}
+			if d.Attempt != want {
+				t.Fatalf("message %s attempt %d, want %d (ids %v)", d.Id, d.Attempt, want, ids)
+			}
+		}
+	})
+}
+
+// TestSettlingFreesCreditBeforeTheAckApplies: leases whose acks are being
+// committed count as settled, exactly once: not before Settling, not twice
+// once the ack has applied, and not for a ref with a stale token.
+func TestSettlingFreesCreditBeforeTheAckApplies(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		c := e.register("q", 2)
+		e.enqueueN("q", 5, nil)
+		ds := e.recvN(c, 2)
+		e.expectNone(c) // credit used up
+
+		stale := ref(t, ds[1])
+		stale.LeaseToken++
+		e.s.Settling([]*fsmv1.Ref{stale})()
+		e.expectNone(c)
+
+		done := e.s.Settling([]*fsmv1.Ref{ref(t, ds[0])})
+		third := e.recv(c) // granted while the ack of ds[0] is not applied
+		e.expectNone(c)    // 3 held, 1 of them settling: no more credit
+
+		e.ack(ds[0]) // the ack applies: its lease leaves the view and the count together
+		e.expectNone(c)
+		done()
+		e.expectNone(c)
+		if n := e.leasesHeld(c.ID()); n != 2 {
+			t.Fatalf("LeasesHeld = %d, want 2", n)
+		}
+
+		e.ack(ds[1], third)
+		if got := e.recvN(c, 2); len(got) != 2 {
+			t.Fatalf("credit after acks: %d deliveries", len(got))
+		}
+		e.expectNone(c)
+	})
+}

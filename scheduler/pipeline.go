@@ -1,0 +1,174 @@
+package scheduler
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/raftq/raftq/fsm"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+)
+
+// pipeline is one term's grant pipeline: it turns picks into LeaseGrant
+// proposals without waiting for them (up to MaxInFlightGrants
+// outstanding, MaxGrantBatch grants each), keeps picked messages pending
+// until their proposal's outcome is handled, handles outcomes in launch
+// order, pushes committed deliveries, rolls back the ones that cannot be
+// pushed and backs off after a failed proposal. Its mutex guards the
+// fields below; it is taken before registry.mu, never after.
+type pipeline struct {
+	s *Scheduler
+	t *term
+
+	mu       sync.Mutex
+	inflight int // LeaseGrant proposals outstanding
+	batch    []*fsmv1.Grant
+	batchTo  []*Consumer
+	pending  map[string]map[uint64]struct{} // per queue: ids in unhandled grants
+	last     chan struct{}                  // closed once the latest launched batch is handled
+	backoff  backoff
+}
+
+func newPipeline(s *Scheduler, t *term) *pipeline {
+	last := make(chan struct{})
+	close(last)
+	return &pipeline{s: s, t: t, pending: map[string]map[uint64]struct{}{}, last: last}
+}
+
+// budget is how many grants the pipeline can take now, and, while it backs
+// off after a failure, until when (then the budget is 0).
+func (pl *pipeline) budget(now time.Time) (int, time.Time) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if now.Before(pl.backoff.until) {
+		return 0, pl.backoff.until
+	}
+	return (pl.s.cfg.MaxInFlightGrants-pl.inflight)*pl.s.cfg.MaxGrantBatch - len(pl.batch), time.Time{}
+}
+
+// pickAndGrant runs pickQueue over one queue, with the queue's pending
+// marks, and adds a grant per pick to the batch, proposing each batch that
+// fills up. It returns the number picked.
+func (pl *pipeline) pickAndGrant(qv QueueView, queue string, cs *creditScratch, ps *passState, budget int, qp *queuePolicy, sc *pickScratch) int {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	pend := pl.pending[queue]
+	res := pickQueue(qv, pickInput{NowNs: ps.nowNs, Budget: budget, Seqs: cs.seqs, Credit: cs.credit, Pending: pend}, &qp.cur, &qp.bk, sc)
+	if res.Wake {
+		ps.wakeAt(nsToTime(ps.anchor, res.WakeNs))
+	}
+	if len(res.Picks) == 0 {
+		return 0
+	}
+	// Count the grants against their consumers before any can complete.
+	pl.t.reg.assign(cs.cons, res.Picks)
+	if pend == nil {
+		pend = map[uint64]struct{}{}
+		pl.pending[queue] = pend
+	}
+	visMs := qv.Config().GetVisibilityTimeoutMs()
+	for _, pk := range res.Picks {
+		c := cs.cons[pk.Consumer]
+		pend[pk.ID] = struct{}{}
+		pl.batch = append(pl.batch, grantFor(queue, pk.ID, c, visMs, ps.nowMs))
+		pl.batchTo = append(pl.batchTo, c)
+		if len(pl.batch) >= pl.s.cfg.MaxGrantBatch {
+			pl.flushLocked()
+		}
+	}
+	return len(res.Picks)
+}
+
+// flush proposes the batch being built, without waiting for it.
+func (pl *pipeline) flush() {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	pl.flushLocked()
+}
+
+func (pl *pipeline) flushLocked() {
+	if len(pl.batch) == 0 {
+		return
+	}
+	grants, to := pl.batch, pl.batchTo
+	pl.batch, pl.batchTo = nil, nil
+	pl.inflight++
+	prev, mine := pl.last, make(chan struct{})
+	pl.last = mine
+	pl.t.goTerm(func(ctx context.Context) { pl.run(ctx, grants, to, prev, mine) })
+}
+
+// run proposes one LeaseGrant and, once it is applied, pushes the
+// deliveries to their consumers. Outcomes are handled in launch order
+// (prev/mine) so a consumer sees messages in the order they were picked.
+// A delivery that cannot be pushed (consumer gone) is rolled back.
+func (pl *pipeline) run(ctx context.Context, grants []*fsmv1.Grant, to []*Consumer, prev <-chan struct{}, mine chan struct{}) {
+	s := pl.s
+	res, err := s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: grants}}})
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	<-prev
+	pl.mu.Lock()
+	pl.inflight--
+	if err != nil {
+		pl.backoff.fail(s.clock.Now())
+	} else {
+		pl.backoff.ok()
+	}
+	for _, g := range grants {
+		delete(pl.pending[g.Queue], g.MessageId)
+	}
+	var unpushed []int
+	if err == nil {
+		unpushed = pl.t.reg.settled(to, res.Deliveries, nil)
+	} else {
+		unpushed = pl.t.reg.settled(to, nil, nil)
+	}
+	pl.mu.Unlock()
+	close(mine)
+	if err != nil {
+		s.logProposeErr("lease grant", err, "grants", len(grants))
+		return
+	}
+	if len(unpushed) == 0 || ctx.Err() != nil {
+		return
+	}
+	rollback := make([]*fsmv1.Ref, 0, len(unpushed))
+	for _, i := range unpushed {
+		d := res.Deliveries[i]
+		tok, perr := fsm.ParseID(d.GetLeaseToken())
+		if perr != nil {
+			s.log.Error("grant returned a bad lease token", "queue", grants[i].Queue, "message", d.GetId(), "err", perr)
+			continue
+		}
+		rollback = append(rollback, &fsmv1.Ref{Queue: grants[i].Queue, MessageId: grants[i].MessageId, LeaseToken: tok})
+	}
+	if len(rollback) == 0 {
+		return
+	}
+	res, err = s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseRollback{LeaseRollback: &fsmv1.LeaseRollback{Refs: rollback}}})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		// The leases stay until they expire: delayed, never lost.
+		s.logProposeErr("lease rollback", err, "refs", len(rollback))
+	}
+}
+
+// drop forgets the pending marks of a deleted queue.
+func (pl *pipeline) drop(queue string) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	delete(pl.pending, queue)
+}
+
+// dropAll forgets the batch and every pending mark (the term is over and
+// its proposals have returned).
+func (pl *pipeline) dropAll() {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	pl.batch, pl.batchTo = nil, nil
+	clear(pl.pending)
+}

@@ -1,0 +1,220 @@
+package scheduler
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/raftq/raftq/fsm"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+// registry is one term's consumers: each queue's consumers in
+// registration order, and each consumer's flow counters (grants pending
+// to it, deliveries pushed, acks settling). Its mutex guards all of that
+// and the consumers' ended state; it is the innermost lock.
+type registry struct {
+	mu     sync.Mutex
+	open   bool
+	queues map[string][]*Consumer // by registration sequence
+	names  []string               // sorted keys of queues
+}
+
+func newRegistry() *registry {
+	return &registry{open: true, queues: map[string][]*Consumer{}}
+}
+
+// add registers c at the end of its queue's round-robin; it fails with
+// ErrNotLeader once the term is over.
+func (r *registry) add(c *Consumer) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.open {
+		return ErrNotLeader
+	}
+	if _, ok := r.queues[c.queue]; !ok {
+		i, _ := slices.BinarySearch(r.names, c.queue)
+		r.names = slices.Insert(r.names, i, c.queue)
+	}
+	r.queues[c.queue] = append(r.queues[c.queue], c) // seq grows: stays sorted
+	return nil
+}
+
+// remove unregisters c and ends it with err. It reports whether c was
+// still live (not ended before).
+func (r *registry) remove(c *Consumer, err error) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c.ended {
+		return false
+	}
+	cs := r.queues[c.queue]
+	if i := slices.Index(cs, c); i >= 0 {
+		r.queues[c.queue] = slices.Delete(cs, i, i+1)
+	}
+	c.end(err)
+	return true
+}
+
+// close ends every consumer with err and refuses new ones; it returns how
+// many it ended.
+func (r *registry) close(err error) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.open = false
+	n := 0
+	for _, name := range r.names {
+		for _, c := range r.queues[name] {
+			c.end(err)
+			n++
+		}
+	}
+	r.queues, r.names = map[string][]*Consumer{}, nil
+	return n
+}
+
+// drop forgets a queue and ends its consumers with err.
+func (r *registry) drop(queue string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.queues[queue] {
+		c.end(err)
+	}
+	delete(r.queues, queue)
+	if i, ok := slices.BinarySearch(r.names, queue); ok {
+		r.names = slices.Delete(r.names, i, i+1)
+	}
+}
+
+// count is the number of consumers registered on queue.
+func (r *registry) count(queue string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.queues[queue])
+}
+
+// queueNames appends, sorted, the queues that have or had consumers this
+// term (a queue stays until it is deleted, so its cursors survive churn).
+func (r *registry) queueNames(dst []string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append(dst, r.names...)
+}
+
+// creditScratch is one queue's consumers as a pass sees them: parallel
+// slices, reused between passes.
+type creditScratch struct {
+	cons   []*Consumer
+	seqs   []uint64
+	credit []int
+}
+
+// credit fills cs with queue's consumers and what each may still be
+// granted, and returns the total (the state's read lock held).
+//
+// Credit is the consumer's limit less the leases it holds (per the state:
+// acks, nacks, expiries and releases show up here) less grants not yet
+// handled. A buffered delivery whose lease expired before the stream read
+// it still takes buffer space, so the buffer caps credit too; nothing
+// signals when the stream reads it, hence the recheck.
+func (r *registry) credit(v fsm.View, queue string, ps *passState, cs *creditScratch) (total int) {
+	cs.cons, cs.seqs, cs.credit = cs.cons[:0], cs.seqs[:0], cs.credit[:0]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.queues[queue] {
+		used := v.LeasesHeld(c.id)
+		for id := range c.settling {
+			// Acked by the consumer, the ack not yet applied: the
+			// consumer is done with it, so it frees credit now. Once the
+			// ack applies the lease is gone from the view and from this
+			// count at the same time.
+			if v.HoldsLease(c.id, queue, id) {
+				used--
+			}
+		}
+		if b := len(c.ch); b > used {
+			used = b
+			ps.wakeAt(ps.now.Add(bufferRecheck))
+		}
+		cr := max(c.max-used-c.pending, 0)
+		if c.limit > 0 {
+			cr = min(cr, max(c.limit-c.delivered-c.pending, 0))
+		}
+		cs.cons = append(cs.cons, c)
+		cs.seqs = append(cs.seqs, c.seq)
+		cs.credit = append(cs.credit, cr)
+		total += cr
+	}
+	return total
+}
+
+// assign counts picked grants as pending to their consumers.
+func (r *registry) assign(cons []*Consumer, picks []pick) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, pk := range picks {
+		cons[pk.Consumer].pending++
+	}
+}
+
+// settled hands a grant batch's outcome to its consumers: every grant
+// stops being pending, and each delivery is pushed to its consumer's
+// buffer. It returns the deliveries that could not be pushed (the
+// consumer ended), by index.
+func (r *registry) settled(to []*Consumer, ds []*raftqv1.Delivery, unpushed []int) []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, c := range to {
+		c.pending--
+		if i >= len(ds) || ds[i] == nil {
+			continue
+		}
+		if c.push(ds[i]) {
+			c.delivered++
+			continue
+		}
+		unpushed = append(unpushed, i)
+	}
+	return unpushed
+}
+
+// settleMark is one lease marked settling on one consumer.
+type settleMark struct {
+	c  *Consumer
+	id uint64
+}
+
+// settle marks the leases named by refs that the view shows held under
+// the ref's token by a registered consumer (the state's read lock held).
+func (r *registry) settle(v fsm.View, refs []*fsmv1.Ref) []settleMark {
+	var marks []settleMark
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ref := range refs {
+		holder, token, ok := v.Lease(ref.GetQueue(), ref.GetMessageId())
+		if !ok || token != ref.GetLeaseToken() {
+			continue
+		}
+		for _, c := range r.queues[ref.GetQueue()] {
+			if c.id != holder {
+				continue
+			}
+			if c.settling == nil {
+				c.settling = map[uint64]struct{}{}
+			}
+			c.settling[ref.GetMessageId()] = struct{}{}
+			marks = append(marks, settleMark{c, ref.GetMessageId()})
+			break
+		}
+	}
+	return marks
+}
+
+// unsettle removes marks made by settle.
+func (r *registry) unsettle(marks []settleMark) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range marks {
+		delete(m.c.settling, m.id)
+	}
+}

@@ -1,0 +1,107 @@
+package scheduler
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/raftq/raftq/fsm"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+)
+
+// sweeper is one term's time-driven work: a Tick when a delayed message or
+// a TTL is due, and a LeaseExpire when leases are past their deadline (not
+// before the term's grace period ends). Each runs off the loop, one at a
+// time, with its own back-off. Its mutex guards the fields below.
+type sweeper struct {
+	s *Scheduler
+	t *term
+
+	mu                         sync.Mutex
+	tickBusy, expireBusy       bool
+	lastTickMs                 int64
+	tickBackoff, expireBackoff backoff
+}
+
+// due launches the proposals that are due, or notes in ps when they will
+// be (the state's read lock held).
+func (w *sweeper) due(v fsm.View, ps *passState) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.tickBusy {
+		if due, ok := v.NextDue(); ok {
+			switch {
+			case due > ps.nowMs:
+				ps.wakeAt(time.UnixMilli(due))
+			case due <= w.lastTickMs:
+				// A tick at or after due already applied: nothing to gain
+				// from proposing another (and no spinning).
+			case ps.now.Before(w.tickBackoff.until):
+				ps.wakeAt(w.tickBackoff.until)
+			default:
+				w.launchTick()
+			}
+		}
+	}
+	if !w.expireBusy {
+		if dl, ok := v.NextLeaseDeadline(); ok {
+			at := time.UnixMilli(dl)
+			if at.Before(w.t.graceEnd) {
+				at = w.t.graceEnd
+			}
+			if at.Before(w.expireBackoff.until) {
+				at = w.expireBackoff.until
+			}
+			if ps.now.Before(at) {
+				ps.wakeAt(at)
+			} else if refs := v.ExpiredLeases(ps.nowMs, maxExpireBatch); len(refs) > 0 {
+				w.launchExpire(refs)
+			}
+		}
+	}
+}
+
+// launchTick proposes a Tick so delayed messages and TTLs take effect (w.mu held).
+func (w *sweeper) launchTick() {
+	w.tickBusy = true
+	w.t.goTerm(func(ctx context.Context) {
+		cmd := &fsmv1.Command{Op: &fsmv1.Command_Tick{Tick: &fsmv1.Tick{}}}
+		_, err := w.s.propose(ctx, cmd)
+		w.mu.Lock()
+		w.tickBusy = false
+		if err != nil {
+			w.tickBackoff.fail(w.s.clock.Now())
+		} else {
+			w.tickBackoff.ok()
+			w.lastTickMs = max(w.lastTickMs, cmd.NowMs)
+		}
+		w.mu.Unlock()
+		if err != nil {
+			w.s.logProposeErr("tick", err)
+		}
+	})
+}
+
+// launchExpire proposes a LeaseExpire for leases past their deadline (w.mu held).
+func (w *sweeper) launchExpire(refs []*fsmv1.Ref) {
+	w.expireBusy = true
+	w.t.goTerm(func(ctx context.Context) {
+		res, err := w.s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseExpire{LeaseExpire: &fsmv1.LeaseExpire{Refs: refs}}})
+		if err == nil {
+			err = res.Err
+		}
+		w.mu.Lock()
+		w.expireBusy = false
+		if err != nil {
+			w.expireBackoff.fail(w.s.clock.Now())
+		} else {
+			w.expireBackoff.ok()
+		}
+		w.mu.Unlock()
+		if err != nil {
+			w.s.logProposeErr("lease expire", err, "refs", len(refs))
+		} else {
+			w.s.log.Debug("leases expired", "refs", len(refs))
+		}
+	})
+}
