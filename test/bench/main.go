@@ -3,9 +3,12 @@
 // broker itself on loopback, runs the phases of workload.Runner, verifies
 // exactly-once delivery, prints a table and writes JSON.
 //
-//	go run ./test/bench                                  # raftq, 1 and 3 nodes
-//	go run ./test/bench -systems raftq-1,raftq-3,nats,nats-sync,rabbitmq
-//	go run ./test/bench -mode memory                     # issue 2 figures
+// It is a module of its own (test/bench/go.mod: the peers' clients stay
+// out of the broker's go.mod); run it from this directory:
+//
+//	go run .                                  # raftq, 1 and 3 nodes
+//	go run . -systems raftq-1,raftq-3,nats,nats-sync,rabbitmq
+//	go run . -mode memory                     # issue 2 figures
 //
 // See docs/benchmarks.md for how to read the output.
 package main
