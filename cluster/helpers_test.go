@@ -215,7 +215,7 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 
 // voters returns the ids of the voters in n's Raft configuration, sorted.
 func voters(n *testNode) []string {
-	servers, err := n.servers()
+	servers, err := latestServers(n.raft)
 	if err != nil {
 		return nil
 	}

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,10 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
@@ -35,22 +32,25 @@ type LeaderInfo struct {
 	GRPCAddr string
 }
 
-// Node is one member of a raftq cluster. Its methods are safe for
-// concurrent use.
+// Node is one member of a raftq cluster. It owns Raft and its stores and
+// composes the parts that run around it: membership (memberlist), the
+// bootstrapper, the reconciler, leadership and the leave protocol. Its
+// methods are safe for concurrent use.
 type Node struct {
-	cfg    Config
-	log    *slog.Logger
-	leader LeaderService
+	cfg Config
+	log *slog.Logger
 
-	raft  *raft.Raft
-	store *raftboltdb.BoltStore
-	snaps *raft.FileSnapshotStore
-	trans *raft.NetworkTransport
-	ml    *memberlist.Memberlist
+	raft     *raft.Raft
+	store    *raftboltdb.BoltStore
+	snaps    *raft.FileSnapshotStore
+	trans    *raft.NetworkTransport
+	raftAddr string // advertised Raft address
+
+	ms    *membership
 	lead  *leadership
-
-	raftAddr   string // advertised Raft address
-	gossipAddr string // advertised gossip address
+	boot  *bootstrapper
+	rec   *reconciler
+	leave *leaveProtocol
 
 	// ctx lives as long as the node; Shutdown cancels it. Every background
 	// goroutine is counted in wg.
@@ -59,18 +59,6 @@ type Node struct {
 	wg     sync.WaitGroup
 	// raftDone is closed once Raft has shut down.
 	raftDone chan struct{}
-
-	metaMu     sync.Mutex   // serialises metadata updates with leaving
-	hasState   atomic.Bool  // published in gossip metadata
-	leaving    atomic.Bool  // published in gossip metadata
-	bootstraps atomic.Int32 // BootstrapCluster calls that succeeded here
-
-	memberEv chan struct{} // gossip changed: wake the reconciler
-	bootEv   chan struct{} // gossip changed: wake the bootstrap loop
-
-	mu        sync.Mutex
-	members   map[string]*member
-	membersCh chan struct{} // closed at the next change of members or peers
 
 	shutMu      sync.Mutex
 	shutStarted bool
@@ -93,15 +81,10 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		return nil, err
 	}
 	n := &Node{
-		cfg:       cfg,
-		log:       cfg.Logger.With(slog.String("node", cfg.NodeID)),
-		leader:    leader,
-		memberEv:  make(chan struct{}, 1),
-		bootEv:    make(chan struct{}, 1),
-		members:   map[string]*member{},
-		membersCh: make(chan struct{}),
-		shutDone:  make(chan struct{}),
-		raftDone:  make(chan struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger.With(slog.String("node", cfg.NodeID)),
+		shutDone: make(chan struct{}),
+		raftDone: make(chan struct{}),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -175,13 +158,10 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err != nil {
 		return nil, fmt.Errorf("check raft state: %w", err)
 	}
-	n.hasState.Store(hasState)
-
-	// Check the metadata fits before memberlist would refuse it.
-	probe := n.localMeta()
-	probe.State, probe.Leaving = true, true
-	if b, _ := json.Marshal(probe); len(b) > memberlist.MetaMaxSize {
-		return nil, fmt.Errorf("gossip metadata is %d bytes, over memberlist's %d: shorten the node id or addresses", len(b), memberlist.MetaMaxSize)
+	// Checks the metadata fits before memberlist would refuse it.
+	n.ms, err = newMembership(cfg, n.log, n.raftAddr, hasState)
+	if err != nil {
+		return nil, err
 	}
 
 	rc := raft.DefaultConfig()
@@ -206,7 +186,11 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err != nil {
 		return nil, fmt.Errorf("raft: %w", err)
 	}
-	n.lead = newLeadership(cfg.NodeID, cfg.GRPCAdvertise, n.raft, n.log, n.memberMeta, cfg.onLeadership)
+	n.lead = newLeadership(cfg.NodeID, cfg.GRPCAdvertise, n.raft, n.log, n.ms.meta, cfg.onLeadership)
+	n.boot = newBootstrapper(cfg, n.log, n.raft, n.ms)
+	n.rec = newReconciler(cfg, n.log, n.raft, n.ms)
+	n.leave = &leaveProtocol{self: cfg.NodeID, log: n.log, r: n.raft, ms: n.ms, lead: n.lead,
+		transfer: func(ctx context.Context) (string, error) { return n.TransferLeadership(ctx, "") }}
 	if leader != nil {
 		n.lead.services = append(n.lead.services, func(ctx context.Context) {
 			n.log.Info("starting leader service")
@@ -214,25 +198,28 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 			n.log.Info("leader service stopped")
 		})
 	}
-	n.lead.services = append(n.lead.services, n.reconcileLoop)
-	n.lead.peersChanged = n.membersChanged
-
-	n.ml, err = n.newMemberlist(ctx, hcl)
-	if err != nil {
+	n.lead.services = append(n.lead.services, n.rec.run)
+	// A configuration change seen by the leader is a membership change
+	// for VoterVersions.
+	n.lead.peersChanged = n.ms.notifyChanged
+	n.ms.onChange = []func(){
+		func() { notify(n.rec.wake) },
+		func() { notify(n.boot.wake) },
+		n.lead.refresh, // the leader's metadata may have arrived or changed
+	}
+	if err := n.ms.start(ctx, hcl); err != nil {
 		return nil, err
 	}
-	n.gossipAddr = n.ml.LocalNode().Address()
 
 	n.lead.start(n.ctx, &n.wg)
-
 	joined := make(chan struct{})
 	n.wg.Add(1)
-	go n.joinLoop(joined)
+	go n.ms.joinLoop(n.ctx, &n.wg, joined)
 	if !hasState {
 		n.wg.Add(1)
-		go n.bootstrapLoop(joined)
+		go n.boot.run(n.ctx, &n.wg, joined)
 	}
-	n.log.Info("node started", "raft", n.raftAddr, "gossip", n.gossipAddr, "grpc", cfg.GRPCAdvertise,
+	n.log.Info("node started", "raft", n.raftAddr, "gossip", n.ms.addr, "grpc", cfg.GRPCAdvertise,
 		"existing_state", hasState, "bootstrap_expect", cfg.BootstrapExpect, "join", cfg.Join)
 	return n, nil
 }
@@ -244,7 +231,7 @@ func (n *Node) ID() string { return n.cfg.NodeID }
 func (n *Node) RaftAddr() string { return n.raftAddr }
 
 // GossipAddr returns the advertised gossip address (what others --join).
-func (n *Node) GossipAddr() string { return n.gossipAddr }
+func (n *Node) GossipAddr() string { return n.ms.addr }
 
 // Shutdown leaves the cluster gracefully and stops the node: if leader it
 // first hands leadership over, then announces its leave in gossip so the
@@ -275,74 +262,13 @@ func (n *Node) stop(ctx context.Context, graceful bool) error {
 
 	n.log.Info("node shutting down", "graceful", graceful)
 	if graceful {
-		n.leave(ctx)
-	} else if err := n.ml.Shutdown(); err != nil {
+		n.leave.run(ctx)
+	} else if err := n.ms.shutdown(); err != nil {
 		n.log.Warn("memberlist shutdown", "err", err)
 	}
 	n.shutErr = n.closeAll()
 	n.log.Info("node stopped")
 	return n.shutErr
-}
-
-// leave performs the graceful part of Shutdown; failures are logged, not
-// fatal.
-func (n *Node) leave(ctx context.Context) {
-	if n.IsLeader() && n.otherVoters() > 0 {
-		tctx, cancel := context.WithTimeout(ctx, leaveDrainTimeout)
-		if id, err := n.TransferLeadership(tctx, ""); err != nil {
-			n.log.Warn("leadership transfer before leaving failed", "err", err)
-		} else {
-			n.log.Info("handed leadership over before leaving", "new_leader", id)
-		}
-		cancel()
-	}
-
-	n.metaMu.Lock()
-	n.leaving.Store(true)
-	timeout := leaveDrainTimeout
-	if d, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(d))
-	}
-	if timeout > 0 {
-		if err := n.ml.UpdateNode(timeout); err != nil {
-			n.log.Warn("announcing leave in metadata", "err", err)
-		}
-		// Address peers from our own member table: the *Node values
-		// memberlist.Members returns are mutated by its packet handler
-		// (a data race under -race).
-		for _, m := range n.Members() {
-			if m.ID == n.cfg.NodeID || !m.Alive {
-				continue
-			}
-			host, port, err := splitHostPort(m.GossipAddr)
-			ip := net.ParseIP(host)
-			if err != nil || ip == nil {
-				continue
-			}
-			to := &memberlist.Node{Name: m.ID, Addr: ip, Port: uint16(port)}
-			if err := n.ml.SendReliable(to, []byte(leaveNotice+n.cfg.NodeID)); err != nil {
-				n.log.Debug("sending leave notice", "to", m.ID, "err", err)
-			}
-		}
-		if err := n.ml.Leave(timeout); err != nil {
-			n.log.Warn("gossip leave", "err", err)
-		}
-	}
-	n.metaMu.Unlock()
-
-	// Wait (bounded) for the leader to take us out of the configuration,
-	// so that a small cluster does not lose quorum for the removal.
-	if !n.IsLeader() && n.otherVoters() > 0 {
-		wctx, cancel := context.WithTimeout(ctx, leaveDrainTimeout)
-		err := n.waitRemoved(wctx)
-		cancel()
-		if err != nil {
-			n.log.Warn("left gossip but not yet removed from the raft configuration", "err", err)
-		}
-	}
-	if err := n.ml.Shutdown(); err != nil {
-		n.log.Warn("memberlist shutdown", "err", err)
-	}
 }
 
 // closeAll stops everything New may have started, in order, and waits for
@@ -355,10 +281,8 @@ func (n *Node) closeAll() error {
 		// runs, so its in-flight proposals resolve.
 		<-n.lead.loopDone
 	}
-	if n.ml != nil {
-		if err := n.ml.Shutdown(); err != nil {
-			errs = append(errs, fmt.Errorf("memberlist: %w", err))
-		}
+	if err := n.ms.shutdown(); err != nil {
+		errs = append(errs, fmt.Errorf("memberlist: %w", err))
 	}
 	if n.raft != nil {
 		if err := n.raft.Shutdown().Error(); err != nil {
@@ -384,26 +308,4 @@ func (n *Node) closeAll() error {
 		return fmt.Errorf("cluster: shutdown: %w", err)
 	}
 	return nil
-}
-
-// waitRemoved waits until this node is out of the Raft configuration or
-// knows no leader (the leader stopped replicating to it). Raft publishes no
-// event when a follower's configuration changes, so the configuration is
-// re-read on a short ticker; the loss of the leader wakes it at once.
-func (n *Node) waitRemoved(ctx context.Context) error {
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		l := n.Leadership()
-		servers, err := n.servers()
-		if err != nil || !hasServer(servers, n.cfg.NodeID) || l.LeaderID == "" {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-l.Changed:
-		case <-t.C:
-		}
-	}
 }

@@ -27,7 +27,7 @@ func TestSingleNodeBootstrapAndRestart(t *testing.T) {
 	if li.ID != "solo" || li.GRPCAddr != cfg.GRPCAdvertise || li.RaftAddr != n.RaftAddr() {
 		t.Fatalf("leader = %+v", li)
 	}
-	if got := n.bootstraps.Load(); got != 1 {
+	if got := n.boot.done.Load(); got != 1 {
 		t.Fatalf("bootstraps = %d, want 1", got)
 	}
 	waitFor(t, 5*time.Second, "leader service start", func() bool { return n.svc.running.Load() == 1 })
@@ -89,10 +89,10 @@ func TestSingleNodeBootstrapAndRestart(t *testing.T) {
 	waitFor(t, 5*time.Second, "state recovered", func() bool {
 		return slices.Equal(r.fsm.Entries(), []string{"a", "b", "c", "d"})
 	})
-	if got := r.bootstraps.Load(); got != 0 {
+	if got := r.boot.done.Load(); got != 0 {
 		t.Fatalf("bootstrapped again after restart (%d)", got)
 	}
-	if !r.hasState.Load() {
+	if !r.ms.hasState.Load() {
 		t.Fatal("restarted node does not publish has-state")
 	}
 	resp, err := r.Apply(ctxTimeout(t, 5*time.Second), []byte("e"))
@@ -218,7 +218,7 @@ func TestCluster(t *testing.T) {
 		l := c.leader()
 		total := 0
 		for _, n := range c.alive() {
-			total += int(n.bootstraps.Load())
+			total += int(n.boot.done.Load())
 		}
 		if total == 0 {
 			t.Fatal("nobody bootstrapped")
@@ -324,11 +324,11 @@ func TestCluster(t *testing.T) {
 		n4 := c.start(cfgs["n4"])
 		c.waitVoters(15*time.Second, "n1", "n2", "n3", "n4")
 		waitFor(t, 10*time.Second, "n4 catches up", func() bool { return slices.Contains(n4.fsm.Entries(), "x2") })
-		if n4.bootstraps.Load() != 0 {
+		if n4.boot.done.Load() != 0 {
 			t.Fatal("late joiner bootstrapped")
 		}
 		waitFor(t, 5*time.Second, "n4 publishes has-state", func() bool {
-			meta, ok := c.leader().memberMeta("n4")
+			meta, ok := c.leader().ms.meta("n4")
 			return ok && meta.State
 		})
 	})
@@ -458,7 +458,7 @@ func TestBootstrapWaitsForExpect(t *testing.T) {
 	if _, err := a.WaitLeader(ctxTimeout(t, 1500*time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("lone node with BootstrapExpect 2: WaitLeader = %v, want deadline exceeded", err)
 	}
-	if a.bootstraps.Load() != 0 || a.AppliedIndex() != 0 {
+	if a.boot.done.Load() != 0 || a.AppliedIndex() != 0 {
 		t.Fatal("bootstrapped alone")
 	}
 	if _, err := a.Apply(ctxTimeout(t, time.Second), []byte("x")); !errors.Is(err, ErrNotLeader) {
@@ -482,7 +482,7 @@ func TestBootstrapWaitsForExpect(t *testing.T) {
 		waitFor(t, 5*time.Second, "two voters on "+n.ID(), func() bool { return slices.Equal(voters(n), []string{"a", "b"}) })
 		t.Logf("%s sees leader %+v", n.ID(), li)
 	}
-	if a.bootstraps.Load()+b.bootstraps.Load() == 0 {
+	if a.boot.done.Load()+b.boot.done.Load() == 0 {
 		t.Fatal("nobody bootstrapped")
 	}
 	// Graceful shutdown of the leader: it hands over and is removed, and

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -86,18 +85,14 @@ func (n *Node) RemoveNode(ctx context.Context, id string) error {
 	if id == n.cfg.NodeID {
 		return ErrRemoveLeader
 	}
-	servers, err := n.servers()
+	servers, err := latestServers(n.raft)
 	if err != nil {
 		return err
 	}
 	if !hasServer(servers, id) {
 		return fmt.Errorf("%w: %q", ErrUnknownNode, id)
 	}
-	n.mu.Lock()
-	if m, ok := n.members[id]; ok {
-		m.noAdd = true
-	}
-	n.mu.Unlock()
+	n.ms.preventAdd(id)
 	n.log.Info("removing server on request", "id", id)
 	return n.await(ctx, "remove node "+id, n.raft.RemoveServer(raft.ServerID(id), 0, enqueueTimeout(ctx)))
 }
@@ -116,7 +111,7 @@ func (n *Node) TransferLeadership(ctx context.Context, toID string) (string, err
 	if toID == "" {
 		f = n.raft.LeadershipTransfer()
 	} else {
-		servers, err := n.servers()
+		servers, err := latestServers(n.raft)
 		if err != nil {
 			return "", err
 		}
@@ -172,103 +167,4 @@ func (n *Node) Snapshot(ctx context.Context) (uint64, error) {
 		return 0, errors.New("cluster: snapshot: taken but not listed")
 	}
 	return metas[0].Index, nil
-}
-
-// Status is one node's view of the cluster, shaped like
-// raftq.v1.StatusResponse.
-type Status struct {
-	LeaderID     string
-	LeaderAddr   string // the leader's gRPC address
-	Term         uint64
-	CommitIndex  uint64
-	AppliedIndex uint64
-	Nodes        []NodeStatus
-}
-
-// NodeStatus describes one server of the Raft configuration.
-type NodeStatus struct {
-	ID       string
-	GRPCAddr string
-	RaftAddr string
-	HTTPAddr string
-	// Suffrage is "voter" or "nonvoter".
-	Suffrage string
-	// State is "leader", "follower", "candidate" or "unreachable".
-	State   string
-	Healthy bool
-	// LastContactMs: for this node as follower, ms since it last heard
-	// from the leader; on the leader, ms since a failing follower last
-	// answered; otherwise 0.
-	LastContactMs int64
-	// AppliedIndex is known only for this node (0 for others).
-	AppliedIndex uint64
-	// LogVersion is the newest log version the node advertises (1 for a
-	// build that advertises none; 0 while its metadata is unknown).
-	LogVersion uint32
-}
-
-// Status returns this node's view of the cluster: the servers of the Raft
-// configuration, sorted by id, with gossip metadata and liveness.
-func (n *Node) Status() Status {
-	leader := n.Leader()
-	st := Status{
-		LeaderID:     leader.ID,
-		LeaderAddr:   leader.GRPCAddr,
-		Term:         n.raft.CurrentTerm(),
-		CommitIndex:  n.raft.CommitIndex(),
-		AppliedIndex: n.raft.AppliedIndex(),
-	}
-	servers, _ := n.servers() // empty after shutdown
-	now := time.Now()
-	selfState := n.raft.State()
-	hbFailed := n.lead.failedHeartbeats()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, s := range servers {
-		id := string(s.ID)
-		ns := NodeStatus{ID: id, RaftAddr: string(s.Address), Suffrage: "nonvoter"}
-		if s.Suffrage == raft.Voter {
-			ns.Suffrage = "voter"
-		}
-		if m, ok := n.members[id]; ok && m.metaOK {
-			ns.GRPCAddr, ns.HTTPAddr, ns.LogVersion = m.meta.GRPC, m.meta.HTTP, m.meta.logVersion()
-		}
-		switch {
-		case id == n.cfg.NodeID:
-			ns.GRPCAddr, ns.HTTPAddr, ns.LogVersion = n.cfg.GRPCAdvertise, n.cfg.HTTPAdvertise, n.cfg.LogVersion
-			ns.AppliedIndex = st.AppliedIndex
-			switch selfState {
-			case raft.Leader:
-				ns.State = "leader"
-			case raft.Candidate:
-				ns.State = "candidate"
-			case raft.Follower:
-				ns.State = "follower"
-				if lc := n.raft.LastContact(); !lc.IsZero() {
-					ns.LastContactMs = now.Sub(lc).Milliseconds()
-				}
-			default:
-				ns.State = "unreachable"
-			}
-			ns.Healthy = selfState != raft.Shutdown && leader.ID != ""
-		default:
-			m, known := n.members[id]
-			failedSince, hbFailed := hbFailed[id]
-			switch {
-			case !known || m.state != memberAlive || hbFailed:
-				ns.State = "unreachable"
-			case id == leader.ID:
-				ns.State = "leader"
-			default:
-				ns.State = "follower"
-			}
-			if hbFailed && !failedSince.IsZero() {
-				ns.LastContactMs = now.Sub(failedSince).Milliseconds()
-			}
-			ns.Healthy = ns.State != "unreachable"
-		}
-		st.Nodes = append(st.Nodes, ns)
-	}
-	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].ID < st.Nodes[j].ID })
-	return st
 }

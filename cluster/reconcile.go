@@ -4,11 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"time"
 
 	"github.com/hashicorp/raft"
 )
+
+// reconciler keeps the Raft configuration in step with gossip while this
+// node leads (see DESIGN.md, "Reconciler"). It runs as a leader-only
+// service of each established term.
+type reconciler struct {
+	cfg  Config
+	log  *slog.Logger
+	r    *raft.Raft
+	ms   *membership
+	wake chan struct{} // gossip changed
+}
+
+func newReconciler(cfg Config, log *slog.Logger, r *raft.Raft, ms *membership) *reconciler {
+	return &reconciler{cfg: cfg, log: log, r: r, ms: ms, wake: make(chan struct{}, 1)}
+}
 
 // reconcileState is the reconciler's memory across passes within one term.
 type reconcileState struct {
@@ -22,14 +38,14 @@ type reconcileState struct {
 // reconcileLoop makes the Raft configuration follow gossip while this node
 // is leader: on every gossip event, on a periodic resync, and when a failed
 // member's grace period ends.
-func (n *Node) reconcileLoop(ctx context.Context) {
-	tick := time.NewTicker(n.cfg.reconcileInterval)
+func (rc *reconciler) run(ctx context.Context) {
+	tick := time.NewTicker(rc.cfg.reconcileInterval)
 	defer tick.Stop()
 	wake := time.NewTimer(time.Hour)
 	defer wake.Stop()
 	st := &reconcileState{missing: map[string]time.Time{}, floorLogged: map[string]bool{}}
 	for {
-		next, err := n.reconcile(ctx, st)
+		next, err := rc.reconcile(ctx, st)
 		if ctx.Err() != nil {
 			return
 		}
@@ -37,7 +53,7 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 			if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrShutdown) {
 				return // the leadership loop ends this term
 			}
-			n.log.Warn("reconcile membership", "err", err)
+			rc.log.Warn("reconcile membership", "err", err)
 			if next <= 0 || next > time.Second {
 				next = time.Second
 			}
@@ -49,7 +65,7 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-n.memberEv:
+		case <-rc.wake:
 		case <-tick.C:
 		case <-wake.C:
 		}
@@ -58,18 +74,13 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 
 // reconcile makes one pass. It returns how soon a failed member's grace
 // period ends (0 if none is pending).
-func (n *Node) reconcile(ctx context.Context, st *reconcileState) (time.Duration, error) {
-	servers, err := n.servers()
+func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.Duration, error) {
+	servers, err := latestServers(rc.r)
 	if err != nil {
 		return 0, err
 	}
 	now := time.Now()
-	n.mu.Lock()
-	members := make(map[string]member, len(n.members))
-	for id, m := range n.members {
-		members[id] = *m
-	}
-	n.mu.Unlock()
+	members := rc.ms.snapshot()
 
 	inConf := make(map[string]raft.Server, len(servers))
 	voters := 0
@@ -90,7 +101,7 @@ func (n *Node) reconcile(ctx context.Context, st *reconcileState) (time.Duration
 	sort.Strings(ids)
 	for _, id := range ids {
 		m := members[id]
-		if id == n.cfg.NodeID || m.state != memberAlive || !m.metaOK || m.leaving || m.noAdd || m.meta.Raft == "" {
+		if id == rc.cfg.NodeID || m.state != memberAlive || !m.metaOK || m.leaving || m.noAdd || m.meta.Raft == "" {
 			continue
 		}
 		s, ok := inConf[id]
@@ -100,8 +111,8 @@ func (n *Node) reconcile(ctx context.Context, st *reconcileState) (time.Duration
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		n.log.Info("adding voter", "id", id, "raft_addr", m.meta.Raft)
-		if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 0).Error(); err != nil {
+		rc.log.Info("adding voter", "id", id, "raft_addr", m.meta.Raft)
+		if err := rc.r.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 0).Error(); err != nil {
 			err = wrapRaftErr("add voter "+id, err)
 			if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrShutdown) {
 				return 0, err
@@ -119,7 +130,7 @@ func (n *Node) reconcile(ctx context.Context, st *reconcileState) (time.Duration
 	var next time.Duration
 	for _, s := range servers {
 		id := string(s.ID)
-		if id == n.cfg.NodeID {
+		if id == rc.cfg.NodeID {
 			continue
 		}
 		m, known := members[id]
@@ -140,17 +151,17 @@ func (n *Node) reconcile(ctx context.Context, st *reconcileState) (time.Duration
 					st.missing[id] = now
 				}
 			}
-			if wait := since.Add(n.cfg.DeadNodeTimeout).Sub(now); wait > 0 {
+			if wait := since.Add(rc.cfg.DeadNodeTimeout).Sub(now); wait > 0 {
 				if next == 0 || wait < next {
 					next = wait
 				}
 				continue
 			}
-			if s.Suffrage == raft.Voter && voters-1 < n.cfg.BootstrapExpect {
+			if s.Suffrage == raft.Voter && voters-1 < rc.cfg.BootstrapExpect {
 				if !st.floorLogged[id] {
 					st.floorLogged[id] = true
-					n.log.Warn("keeping failed voter: removing it would leave fewer voters than bootstrap-expect",
-						"id", id, "voters", voters, "bootstrap_expect", n.cfg.BootstrapExpect)
+					rc.log.Warn("keeping failed voter: removing it would leave fewer voters than bootstrap-expect",
+						"id", id, "voters", voters, "bootstrap_expect", rc.cfg.BootstrapExpect)
 				}
 				continue
 			}
@@ -158,8 +169,8 @@ func (n *Node) reconcile(ctx context.Context, st *reconcileState) (time.Duration
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		n.log.Info("removing server", "id", id, "reason", reason)
-		if err := n.raft.RemoveServer(s.ID, 0, 0).Error(); err != nil {
+		rc.log.Info("removing server", "id", id, "reason", reason)
+		if err := rc.r.RemoveServer(s.ID, 0, 0).Error(); err != nil {
 			err = wrapRaftErr("remove server "+id, err)
 			if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrShutdown) {
 				return 0, err
@@ -184,9 +195,9 @@ func (n *Node) reconcile(ctx context.Context, st *reconcileState) (time.Duration
 	return next, nil
 }
 
-// servers returns the latest Raft configuration.
-func (n *Node) servers() ([]raft.Server, error) {
-	f := n.raft.GetConfiguration()
+// latestServers returns the latest Raft configuration.
+func latestServers(r *raft.Raft) ([]raft.Server, error) {
+	f := r.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return nil, wrapRaftErr("get configuration", err)
 	}
@@ -202,15 +213,15 @@ func hasServer(servers []raft.Server, id string) bool {
 	return false
 }
 
-// otherVoters counts voters in the configuration other than this node.
-func (n *Node) otherVoters() int {
-	servers, err := n.servers()
+// otherVoters counts voters in the configuration other than self.
+func otherVoters(r *raft.Raft, self string) int {
+	servers, err := latestServers(r)
 	if err != nil {
 		return 0
 	}
 	c := 0
 	for _, s := range servers {
-		if s.Suffrage == raft.Voter && string(s.ID) != n.cfg.NodeID {
+		if s.Suffrage == raft.Voter && string(s.ID) != self {
 			c++
 		}
 	}

@@ -24,11 +24,9 @@ type VoterVersions struct {
 // gossip metadata, even if it has failed since: a node that restarts
 // re-advertises its own, and Changed fires then.
 func (n *Node) VoterVersions() VoterVersions {
-	n.mu.Lock()
-	changed := n.membersCh // taken first, so no change after the read is missed
-	n.mu.Unlock()
-	v := VoterVersions{Changed: changed}
-	servers, err := n.servers()
+	// Taken first, so that no change after the read is missed.
+	v := VoterVersions{Changed: n.ms.changes()}
+	servers, err := latestServers(n.raft)
 	if err != nil {
 		return v
 	}
@@ -38,7 +36,7 @@ func (n *Node) VoterVersions() VoterVersions {
 			continue
 		}
 		v.Voters++
-		meta, ok := n.memberMeta(string(s.ID))
+		meta, ok := n.ms.meta(string(s.ID))
 		if !ok {
 			v.Complete = false
 			continue

@@ -34,8 +34,11 @@ func TestMetaLogVersion(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := &Node{cfg: c}
-		b, _ := json.Marshal(n.localMeta())
+		ms, err := newMembership(c, testLogger(), "127.0.0.1:1", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(ms.localMeta())
 		var m nodeMeta
 		if err := json.Unmarshal(b, &m); err != nil || m.logVersion() != tc.want {
 			t.Fatalf("LogVersion %d advertised as %s (%d, %v), want %d", tc.cfg, b, m.logVersion(), err, tc.want)

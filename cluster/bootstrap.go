@@ -1,0 +1,142 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// bootstrapper founds the cluster on a node without Raft state once
+// BootstrapExpect servers without state see each other in gossip (see
+// DESIGN.md, "Bootstrap").
+type bootstrapper struct {
+	cfg  Config
+	log  *slog.Logger
+	r    *raft.Raft
+	ms   *membership
+	wake chan struct{} // gossip changed
+	done atomic.Int32  // BootstrapCluster calls that succeeded here
+}
+
+func newBootstrapper(cfg Config, log *slog.Logger, r *raft.Raft, ms *membership) *bootstrapper {
+	return &bootstrapper{cfg: cfg, log: log, r: r, ms: ms, wake: make(chan struct{}, 1)}
+}
+
+// run waits until this node has Raft state, bootstrapping the cluster when
+// the founders see each other. On the way out it publishes State in the
+// node's metadata.
+//
+// The configuration is deterministic: the BootstrapExpect alive servers
+// with the lowest ids, all voters. Each of them calls BootstrapCluster with
+// that identical configuration, which Raft allows; a server outside the set
+// waits to be added by the leader. With more than one server the set must
+// stay the same for bootstrapSettle first, so that views still converging
+// after a join do not yield two different configurations.
+//
+// The 100 ms ticker re-checks the settle period and LastIndex: Raft
+// publishes no event when a leader first replicates to this node.
+func (b *bootstrapper) run(ctx context.Context, wg *sync.WaitGroup, joined <-chan struct{}) {
+	defer wg.Done()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	warned := map[string]bool{}
+	var pending string // founders seen last time, and since when
+	var pendingSince time.Time
+	for b.r.LastIndex() == 0 {
+		select {
+		case <-joined: // with seeds configured, look at the cluster first
+			conf, ok := b.founders(warned)
+			key := fmt.Sprint(conf.Servers)
+			switch {
+			case !ok:
+				pending = ""
+			case key != pending && b.cfg.BootstrapExpect > 1:
+				pending, pendingSince = key, time.Now()
+			case key == pending && time.Since(pendingSince) < bootstrapSettle:
+			default:
+				if b.bootstrap(conf) {
+					continue
+				}
+				pending = ""
+			}
+		default:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.wake:
+		case <-t.C:
+		}
+	}
+	b.ms.markHasState()
+}
+
+// founders returns the bootstrap configuration if the gossip view allows
+// this node to bootstrap now: no member has state, and this node is among
+// the BootstrapExpect alive servers with the lowest ids.
+func (b *bootstrapper) founders(warned map[string]bool) (raft.Configuration, bool) {
+	type cand struct{ id, raft string }
+	var cands []cand
+	members := b.ms.snapshot()
+	ids := make([]string, 0, len(members))
+	for id := range members {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		m := members[id]
+		if id == b.cfg.NodeID || m.state != memberAlive || !m.metaOK || m.leaving {
+			continue
+		}
+		if m.meta.State {
+			return raft.Configuration{}, false // a cluster exists: wait to be added to it
+		}
+		if m.meta.Expect != b.cfg.BootstrapExpect {
+			if !warned[id] {
+				warned[id] = true
+				b.log.Error("gossip member expects a different bootstrap size; not bootstrapping with it",
+					"member", id, "its_expect", m.meta.Expect, "our_expect", b.cfg.BootstrapExpect)
+			}
+			continue
+		}
+		cands = append(cands, cand{id, m.meta.Raft})
+	}
+	cands = append(cands, cand{b.cfg.NodeID, b.ms.raftAddr})
+	if len(cands) < b.cfg.BootstrapExpect {
+		return raft.Configuration{}, false
+	}
+	sort.Slice(cands, func(i, j int) bool { return cands[i].id < cands[j].id })
+	cands = cands[:b.cfg.BootstrapExpect]
+	if !slices.ContainsFunc(cands, func(c cand) bool { return c.id == b.cfg.NodeID }) {
+		return raft.Configuration{}, false // not a founder: the leader will add us
+	}
+	var conf raft.Configuration
+	for _, c := range cands {
+		conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(c.id), Address: raft.ServerAddress(c.raft)})
+	}
+	return conf, true
+}
+
+// bootstrap applies conf; it reports whether this node now has state.
+func (b *bootstrapper) bootstrap(conf raft.Configuration) bool {
+	err := b.r.BootstrapCluster(conf).Error()
+	switch {
+	case err == nil:
+		b.done.Add(1)
+		b.log.Info("bootstrapped cluster", "servers", conf.Servers)
+		return true
+	case errors.Is(err, raft.ErrCantBootstrap):
+		return true // state arrived from a leader meanwhile
+	default:
+		b.log.Error("bootstrap failed", "err", err)
+		return false
+	}
+}

@@ -1,0 +1,392 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/memberlist"
+)
+
+// leaveNotice is the prefix of the user message a leaving node sends to
+// every member (besides setting Leaving in its metadata), followed by its id.
+const leaveNotice = "raftq-leave:"
+
+// membership owns this node's memberlist: its metadata, the table of
+// members it has heard of (with their state history), joining the seeds,
+// and the gossip half of a graceful leave. Methods are safe for concurrent
+// use.
+type membership struct {
+	cfg      Config
+	log      *slog.Logger
+	raftAddr string
+	ml       *memberlist.Memberlist
+	addr     string // advertised gossip address
+	// onChange is called after every member update, with no lock held; set
+	// before start.
+	onChange []func()
+
+	metaMu   sync.Mutex // serialises metadata updates with leaving
+	hasState atomic.Bool
+	leaving  atomic.Bool
+
+	mu      sync.Mutex
+	members map[string]*member
+	changed chan struct{} // closed at the next change of members or peers
+}
+
+// newMembership checks that the node's metadata fits memberlist's limit;
+// start creates the memberlist.
+func newMembership(cfg Config, log *slog.Logger, raftAddr string, hasState bool) (*membership, error) {
+	m := &membership{cfg: cfg, log: log, raftAddr: raftAddr, members: map[string]*member{}, changed: make(chan struct{})}
+	m.hasState.Store(hasState)
+	probe := m.localMeta()
+	probe.State, probe.Leaving = true, true
+	if b, _ := json.Marshal(probe); len(b) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("gossip metadata is %d bytes, over memberlist's %d: shorten the node id or addresses", len(b), memberlist.MetaMaxSize)
+	}
+	return m, nil
+}
+
+// start creates the memberlist (not yet joined).
+func (m *membership) start(ctx context.Context, hcl hclog.Logger) error {
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = m.cfg.NodeID
+	host, port, err := splitHostPort(m.cfg.GossipBind)
+	if err != nil {
+		return fmt.Errorf("gossip bind: %w", err)
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	mc.BindAddr, mc.BindPort = host, port
+	if m.cfg.GossipAdvertise != "" {
+		ahost, aport, err := splitHostPort(m.cfg.GossipAdvertise)
+		if err != nil {
+			return fmt.Errorf("gossip advertise: %w", err)
+		}
+		ip, err := resolveIP(ctx, ahost)
+		if err != nil {
+			return fmt.Errorf("gossip advertise: %w", err)
+		}
+		mc.AdvertiseAddr, mc.AdvertisePort = ip.String(), aport
+	}
+	mc.Delegate = &metaDelegate{m: m}
+	mc.Events = &eventDelegate{m: m}
+	mc.LogOutput = nil
+	mc.Logger = hcl.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	if m.cfg.tuneGossip != nil {
+		m.cfg.tuneGossip(mc)
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return fmt.Errorf("memberlist: %w", err)
+	}
+	m.ml, m.addr = ml, ml.LocalNode().Address()
+	return nil
+}
+
+// localMeta is this node's current metadata.
+func (m *membership) localMeta() nodeMeta {
+	return nodeMeta{
+		ID:         m.cfg.NodeID,
+		Raft:       m.raftAddr,
+		GRPC:       m.cfg.GRPCAdvertise,
+		HTTP:       m.cfg.HTTPAdvertise,
+		Expect:     m.cfg.BootstrapExpect,
+		State:      m.hasState.Load(),
+		Leaving:    m.leaving.Load(),
+		LogVersion: m.cfg.LogVersion,
+	}
+}
+
+// update records what memberlist reported of mn.
+func (m *membership) update(mn *memberlist.Node, state memberState, joined bool) {
+	var meta nodeMeta
+	metaErr := json.Unmarshal(mn.Meta, &meta)
+	now := time.Now()
+
+	m.mu.Lock()
+	rec, ok := m.members[mn.Name]
+	if !ok {
+		rec = &member{since: now, state: state}
+		m.members[mn.Name] = rec
+	}
+	if metaErr == nil {
+		rec.meta, rec.metaOK = meta, true
+		if meta.Leaving {
+			rec.leaving = true
+		}
+	} else if !rec.metaOK {
+		m.log.Warn("gossip member has unreadable metadata", "member", mn.Name, "err", metaErr)
+	}
+	rec.gossipAddr = mn.Address()
+	if state == memberFailed && rec.leaving {
+		state = memberLeft
+	}
+	if joined {
+		// A (re)join starts afresh: a new process, not leaving, addable.
+		rec.leaving, rec.noAdd = meta.Leaving, false
+	}
+	prev := rec.state
+	if rec.state != state || joined {
+		rec.state, rec.since = state, now
+	}
+	m.mu.Unlock()
+
+	if prev != state || joined {
+		m.log.Info("gossip member "+state.String(), "member", mn.Name, "addr", mn.Address())
+	}
+	m.notifyChanged()
+}
+
+// notifyChanged wakes everything waiting for a change of members or peers.
+func (m *membership) notifyChanged() {
+	m.mu.Lock()
+	close(m.changed)
+	m.changed = make(chan struct{})
+	m.mu.Unlock()
+	for _, f := range m.onChange {
+		f()
+	}
+}
+
+// changes returns a channel closed at the next change of members or peers.
+func (m *membership) changes() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.changed
+}
+
+// leaveNoticeFrom records that id announced a graceful leave.
+func (m *membership) leaveNoticeFrom(id string) {
+	m.mu.Lock()
+	if rec, ok := m.members[id]; ok {
+		rec.leaving = true
+	}
+	m.mu.Unlock()
+}
+
+// list returns the gossip view, sorted by id: every member heard of,
+// including failed and left ones.
+func (m *membership) list() []Member {
+	m.mu.Lock()
+	out := make([]Member, 0, len(m.members))
+	for id, rec := range m.members {
+		mm := Member{
+			ID:         id,
+			GRPCAddr:   rec.meta.GRPC,
+			RaftAddr:   rec.meta.Raft,
+			HTTPAddr:   rec.meta.HTTP,
+			GossipAddr: rec.gossipAddr,
+			Alive:      rec.state == memberAlive,
+			State:      rec.state.String(),
+		}
+		if rec.metaOK {
+			mm.LogVersion = rec.meta.logVersion()
+		}
+		out = append(out, mm)
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// meta returns the last metadata heard from id (this node's own for its
+// id).
+func (m *membership) meta(id string) (nodeMeta, bool) {
+	if id == m.cfg.NodeID {
+		return m.localMeta(), true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.members[id]
+	if !ok || !rec.metaOK {
+		return nodeMeta{}, false
+	}
+	return rec.meta, true
+}
+
+// snapshot returns a copy of the member table.
+func (m *membership) snapshot() map[string]member {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]member, len(m.members))
+	for id, rec := range m.members {
+		out[id] = *rec
+	}
+	return out
+}
+
+// preventAdd keeps id out of the configuration until it rejoins gossip.
+func (m *membership) preventAdd(id string) {
+	m.mu.Lock()
+	if rec, ok := m.members[id]; ok {
+		rec.noAdd = true
+	}
+	m.mu.Unlock()
+}
+
+// seeds returns the configured join addresses other than our own.
+func (m *membership) seeds() []string {
+	var out []string
+	for _, s := range m.cfg.Join {
+		if s == "" || s == m.addr || s == m.cfg.GossipBind || s == m.cfg.GossipAdvertise {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// tryJoin contacts the seeds once; it reports whether any answered.
+func (m *membership) tryJoin() bool {
+	seeds := m.seeds()
+	if len(seeds) == 0 {
+		return true
+	}
+	joined, err := m.ml.Join(seeds)
+	if joined > 0 {
+		m.log.Info("joined gossip", "contacted", joined, "seeds", seeds)
+		return true
+	}
+	m.log.Warn("cannot reach any gossip seed yet; retrying", "seeds", seeds, "err", err)
+	return false
+}
+
+// joinLoop retries the seeds until one answers or ctx ends. joined is
+// closed once a seed answered.
+func (m *membership) joinLoop(ctx context.Context, wg *sync.WaitGroup, joined chan<- struct{}) {
+	defer wg.Done()
+	t := time.NewTicker(m.cfg.joinRetry)
+	defer t.Stop()
+	for {
+		if m.tryJoin() {
+			close(joined)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// markHasState publishes that this node has Raft state.
+func (m *membership) markHasState() {
+	m.hasState.Store(true)
+	m.publishMeta()
+}
+
+// publishMeta re-advertises this node's metadata. It never runs once the
+// node is leaving: an update after memberlist's Leave would announce the
+// node alive again.
+func (m *membership) publishMeta() {
+	m.metaMu.Lock()
+	defer m.metaMu.Unlock()
+	if m.leaving.Load() {
+		return
+	}
+	// The update is queued even if the wait for its broadcast times out.
+	if err := m.ml.UpdateNode(time.Second); err != nil {
+		m.log.Debug("publishing gossip metadata", "err", err)
+	}
+}
+
+// leave announces a graceful leave: Leaving in the metadata (waiting for
+// its broadcast), a direct notice to every live member, then memberlist's
+// Leave. It is bounded by timeout; failures are logged.
+func (m *membership) leave(timeout time.Duration) {
+	m.metaMu.Lock()
+	defer m.metaMu.Unlock()
+	m.leaving.Store(true)
+	if timeout <= 0 {
+		return
+	}
+	if err := m.ml.UpdateNode(timeout); err != nil {
+		m.log.Warn("announcing leave in metadata", "err", err)
+	}
+	// Address peers from our own member table: the *Node values
+	// memberlist.Members returns are mutated by its packet handler (a data
+	// race under -race).
+	for _, mm := range m.list() {
+		if mm.ID == m.cfg.NodeID || !mm.Alive {
+			continue
+		}
+		host, port, err := splitHostPort(mm.GossipAddr)
+		ip := net.ParseIP(host)
+		if err != nil || ip == nil {
+			continue
+		}
+		to := &memberlist.Node{Name: mm.ID, Addr: ip, Port: uint16(port)}
+		if err := m.ml.SendReliable(to, []byte(leaveNotice+m.cfg.NodeID)); err != nil {
+			m.log.Debug("sending leave notice", "to", mm.ID, "err", err)
+		}
+	}
+	if err := m.ml.Leave(timeout); err != nil {
+		m.log.Warn("gossip leave", "err", err)
+	}
+}
+
+// shutdown stops memberlist (without a leave); safe on a node whose
+// memberlist was never created, and more than once.
+func (m *membership) shutdown() error {
+	if m == nil || m.ml == nil {
+		return nil
+	}
+	return m.ml.Shutdown()
+}
+
+// metaDelegate is the memberlist.Delegate: it serves this node's metadata
+// and receives leave notices. Its methods must not block.
+type metaDelegate struct{ m *membership }
+
+func (d *metaDelegate) NodeMeta(limit int) []byte {
+	b, err := json.Marshal(d.m.localMeta())
+	if err != nil || len(b) > limit {
+		// Checked in newMembership; cannot happen with the same addresses.
+		return nil
+	}
+	return b
+}
+
+func (d *metaDelegate) NotifyMsg(b []byte) {
+	s := string(b)
+	if len(s) <= len(leaveNotice) || s[:len(leaveNotice)] != leaveNotice {
+		return
+	}
+	d.m.leaveNoticeFrom(s[len(leaveNotice):])
+}
+
+func (d *metaDelegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *metaDelegate) LocalState(join bool) []byte                { return nil }
+func (d *metaDelegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// eventDelegate is the memberlist.EventDelegate: it feeds the member
+// table.
+type eventDelegate struct{ m *membership }
+
+func (e *eventDelegate) NotifyJoin(mn *memberlist.Node) { e.m.update(mn, memberAlive, true) }
+
+func (e *eventDelegate) NotifyUpdate(mn *memberlist.Node) { e.m.update(mn, memberAlive, false) }
+
+// NotifyLeave is called for both failures and graceful leaves; memberlist
+// v0.5's Node.State does not tell them apart, so a leave is recognised by
+// the Leaving flag or leave notice the node sent before it left.
+func (e *eventDelegate) NotifyLeave(mn *memberlist.Node) { e.m.update(mn, memberFailed, false) }
+
+// notify does a non-blocking, coalescing send on a 1-buffered channel.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

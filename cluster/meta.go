@@ -1,0 +1,113 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+)
+
+// nodeMeta is a node's memberlist metadata (JSON, at most
+// memberlist.MetaMaxSize bytes).
+type nodeMeta struct {
+	ID     string `json:"id"`
+	Raft   string `json:"raft"`
+	GRPC   string `json:"grpc,omitempty"`
+	HTTP   string `json:"http,omitempty"`
+	Expect int    `json:"expect"`
+	// State: the node has Raft state (bootstrapped, or replicated to), so
+	// nobody that sees it may bootstrap a new cluster.
+	State bool `json:"state,omitempty"`
+	// Leaving: the node is shutting down gracefully; its coming departure
+	// is a leave, not a failure.
+	Leaving bool `json:"leaving,omitempty"`
+	// LogVersion: the newest log version the node can apply. Builds before
+	// it was advertised omit it; they count as version 1.
+	LogVersion uint32 `json:"log_version,omitempty"`
+}
+
+// logVersion is the advertised log version, 1 if none is.
+func (m nodeMeta) logVersion() uint32 { return max(m.LogVersion, 1) }
+
+// memberState is a member's gossip state as this node last heard it.
+type memberState int
+
+const (
+	memberAlive memberState = iota
+	memberFailed
+	memberLeft
+)
+
+func (s memberState) String() string {
+	switch s {
+	case memberAlive:
+		return "alive"
+	case memberFailed:
+		return "failed"
+	default:
+		return "left"
+	}
+}
+
+// member is the node's record of one gossip member. Records of failed and
+// left members are kept (the reconciler needs their history).
+type member struct {
+	meta       nodeMeta
+	metaOK     bool
+	gossipAddr string
+	state      memberState
+	since      time.Time // of the last state change
+	leaving    bool      // announced a graceful leave
+	// noAdd: removed from Raft by an operator while alive; the reconciler
+	// does not re-add it until it rejoins gossip.
+	noAdd bool
+}
+
+// Member is one gossip member as this node sees it.
+type Member struct {
+	ID         string
+	GRPCAddr   string
+	RaftAddr   string
+	HTTPAddr   string
+	GossipAddr string
+	Alive      bool
+	// State is "alive", "failed" or "left".
+	State string
+	// LogVersion is the newest log version the member advertises (1 for a
+	// build that advertises none; 0 while its metadata is unknown).
+	LogVersion uint32
+}
+
+func splitHostPort(hostport string) (string, int, error) {
+	host, ps, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(ps)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port in %q", hostport)
+	}
+	return host, port, nil
+}
+
+// resolveIP returns host as an IP, looking it up if it is a name (IPv4
+// preferred).
+func resolveIP(ctx context.Context, host string) (net.IP, error) {
+	if ip := net.ParseIP(host); ip != nil {
+		return ip, nil
+	}
+	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %q: %w", host, err)
+	}
+	for _, a := range addrs {
+		if a.IP.To4() != nil {
+			return a.IP, nil
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("resolve %q: no addresses", host)
+	}
+	return addrs[0].IP, nil
+}
