@@ -3,63 +3,16 @@ package fsm
 import (
 	"fmt"
 	"slices"
-	"strconv"
 
+	"github.com/raftq/raftq/fsm/state"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/protobuf/proto"
 )
-
-// Result is what Apply returns for a command entry.
-type Result struct {
-	// Err is a whole-command failure; nothing changed.
-	Err error
-	// IDs and BatchErrs are per enqueue batch (all-or-nothing each).
-	IDs       [][]string
-	BatchErrs []error
-	// Items holds one entry per item of grant/rollback/ack/nack/extend/expire:
-	// nil, ErrMessageNotFound, ErrStaleLease or ErrQueueNotFound.
-	Items []error
-	// Deliveries is per grant (nil where the grant failed).
-	Deliveries []*raftqv1.Delivery
-	// Deadlines is per extend item.
-	Deadlines []int64
-	// Count is the number purged, redriven or released.
-	Count int64
-	// Queue is the queue after create/update.
-	Queue *raftqv1.QueueInfo
-	// Index is the log index of a Checkpoint command.
-	Index uint64
-}
-
-// FormatID renders a message id or lease token for the API: fixed-width hex,
-// so string order is numeric order.
-func FormatID(v uint64) string {
-	const digits = "0123456789abcdef"
-	var b [16]byte
-	for i := 15; i >= 0; i-- {
-		b[i] = digits[v&0xf]
-		v >>= 4
-	}
-	return string(b[:])
-}
-
-// ParseID parses FormatID's output.
-func ParseID(s string) (uint64, error) {
-	if len(s) != 16 {
-		return 0, fmt.Errorf("%w: id %q is not 16 hex digits", ErrInvalid, s)
-	}
-	v, err := strconv.ParseUint(s, 16, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: id %q is not 16 hex digits", ErrInvalid, s)
-	}
-	return v, nil
-}
 
 // applyCommand applies one decoded entry by the rules of its log version
 // (e.version): a command or rule introduced in version N is recognised
 // only in entries of version >= N, exactly as older builds saw them.
-func (f *FSM) applyCommand(e entry, cmd *fsmv1.Command) *Result {
+func (f *FSM) applyCommand(e entry, cmd *fsmv1.Command) Result {
 	index, touched := e.index, e.touched
 	if cmd.NowMs > f.lastNow {
 		f.lastNow = cmd.NowMs
@@ -93,35 +46,35 @@ func (f *FSM) applyCommand(e entry, cmd *fsmv1.Command) *Result {
 	case *fsmv1.Command_Redrive:
 		return f.redrive(op.Redrive, touched)
 	case *fsmv1.Command_Tick:
-		return &Result{}
+		return &Done{}
 	case *fsmv1.Command_Checkpoint:
 		f.checkpoint(index)
-		return &Result{Index: index}
+		return &CheckpointResult{Index: index}
 	case *fsmv1.Command_SetClusterVersion:
 		if e.version < 2 {
 			// Version 1 has no such command: a version-1 build read it
 			// as an empty command, and so must this one.
-			return &Result{Err: fmt.Errorf("%w: empty or unknown command", ErrInvalid)}
+			return failed(fmt.Errorf("%w: empty or unknown command", ErrInvalid))
 		}
 		return f.setClusterVersion(e, op.SetClusterVersion)
 	default:
-		return &Result{Err: fmt.Errorf("%w: empty or unknown command", ErrInvalid)}
+		return failed(fmt.Errorf("%w: empty or unknown command", ErrInvalid))
 	}
 }
 
 // setClusterVersion raises the cluster version. It never lowers it (a
 // late or repeated proposal changes nothing) and never raises it past the
 // entry's own version: an entry cannot vouch for rules newer than its own.
-func (f *FSM) setClusterVersion(e entry, c *fsmv1.SetClusterVersion) *Result {
+func (f *FSM) setClusterVersion(e entry, c *fsmv1.SetClusterVersion) *Done {
 	v := c.GetVersion()
 	switch {
 	case v > e.version:
-		return &Result{Err: fmt.Errorf("%w: cluster version %d proposed in a version-%d entry", ErrInvalid, v, e.version)}
+		return failed(fmt.Errorf("%w: cluster version %d proposed in a version-%d entry", ErrInvalid, v, e.version))
 	case v <= f.clusterVersion:
-		return &Result{Err: fmt.Errorf("%w: cluster version is already %d, not raised to %d", ErrInvalid, f.clusterVersion, v)}
+		return failed(fmt.Errorf("%w: cluster version is already %d, not raised to %d", ErrInvalid, f.clusterVersion, v))
 	}
 	f.clusterVersion = v
-	return &Result{}
+	return &Done{}
 }
 
 // advance applies what the passage of time does: delayed messages become
@@ -183,15 +136,15 @@ func (f *FSM) deadLetter(q *queue, m *message, reason string, touched *touchSet)
 	touched.add(dlq.name)
 }
 
-func (f *FSM) createQueue(c *fsmv1.CreateQueue, touched *touchSet) *Result {
+func (f *FSM) createQueue(c *fsmv1.CreateQueue, touched *touchSet) *QueueResult {
 	if err := ValidateQueueName(c.GetName()); err != nil {
-		return &Result{Err: err}
+		return &QueueResult{Done: Done{Err: err}}
 	}
 	if err := validateConfig(c.GetConfig()); err != nil {
-		return &Result{Err: err}
+		return &QueueResult{Done: Done{Err: err}}
 	}
 	if _, ok := f.queues[c.Name]; ok {
-		return &Result{Err: fmt.Errorf("%w: %s", ErrQueueExists, c.Name)}
+		return &QueueResult{Done: Done{Err: fmt.Errorf("%w: %s", ErrQueueExists, c.Name)}}
 	}
 	raw := c.GetConfig()
 	dlqName := raw.GetDeadLetterQueue()
@@ -199,17 +152,17 @@ func (f *FSM) createQueue(c *fsmv1.CreateQueue, touched *touchSet) *Result {
 		dlqName = c.Name + DLQSuffix
 	}
 	if dlqName == c.Name {
-		return &Result{Err: fmt.Errorf("%w: a queue cannot be its own dead-letter queue", ErrInvalid)}
+		return &QueueResult{Done: Done{Err: fmt.Errorf("%w: a queue cannot be its own dead-letter queue", ErrInvalid)}}
 	}
 	if err := ValidateQueueName(dlqName); err != nil {
-		return &Result{Err: fmt.Errorf("dead-letter queue name: %w", err)}
+		return &QueueResult{Done: Done{Err: fmt.Errorf("dead-letter queue name: %w", err)}}
 	}
 	dlq := f.queues[dlqName]
 	if dlq != nil && !dlq.isDLQ {
 		// An existing ordinary queue becomes a shared DLQ only if its own
 		// DLQ is empty, so no message would be stranded or dead-lettered twice.
 		if own := f.queues[dlq.cfg.DeadLetterQueue]; own != nil && (own.msgs.Len() > 0 || f.servedBy(own.name) > 1 || !own.autoDLQ) {
-			return &Result{Err: fmt.Errorf("%w: %s is a regular queue whose own dead-letter queue is in use", ErrInvalid, dlqName)}
+			return &QueueResult{Done: Done{Err: fmt.Errorf("%w: %s is a regular queue whose own dead-letter queue is in use", ErrInvalid, dlqName)}}
 		}
 	}
 	if dlq == nil {
@@ -228,7 +181,7 @@ func (f *FSM) createQueue(c *fsmv1.CreateQueue, touched *touchSet) *Result {
 	q.cfg = effectiveConfig(q.raw, dlqName)
 	f.queues[c.Name] = q
 	touched.add(q.name)
-	return &Result{Queue: f.queueInfo(q)}
+	return &QueueResult{Queue: f.queueInfo(q)}
 }
 
 // makeDLQ turns q into a dead-letter queue: it has no DLQ of its own.
@@ -256,46 +209,46 @@ func (f *FSM) servedBy(dlq string) int {
 	return n
 }
 
-func (f *FSM) updateQueue(c *fsmv1.UpdateQueue, touched *touchSet) *Result {
+func (f *FSM) updateQueue(c *fsmv1.UpdateQueue, touched *touchSet) *QueueResult {
 	q := f.queues[c.GetName()]
 	if q == nil {
-		return &Result{Err: fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetName())}
+		return &QueueResult{Done: Done{Err: fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetName())}}
 	}
 	if err := ValidateMask(c.Mask); err != nil {
-		return &Result{Err: err}
+		return &QueueResult{Done: Done{Err: err}}
 	}
 	if err := validateConfig(c.GetConfig()); err != nil {
-		return &Result{Err: err}
+		return &QueueResult{Done: Done{Err: err}}
 	}
 	raw := mergeConfig(q.raw, c.GetConfig(), c.Mask)
 	want := raw.DeadLetterQueue
 	if q.isDLQ {
 		if want != "" {
-			return &Result{Err: fmt.Errorf("%w: %s is a dead-letter queue and cannot have one", ErrInvalid, q.name)}
+			return &QueueResult{Done: Done{Err: fmt.Errorf("%w: %s is a dead-letter queue and cannot have one", ErrInvalid, q.name)}}
 		}
 	} else {
 		if want == "" {
 			want = q.cfg.DeadLetterQueue
 		}
 		if want != q.cfg.DeadLetterQueue {
-			return &Result{Err: fmt.Errorf("%w: dead_letter_queue cannot be changed after creation (delete and recreate the queue)", ErrInvalid)}
+			return &QueueResult{Done: Done{Err: fmt.Errorf("%w: dead_letter_queue cannot be changed after creation (delete and recreate the queue)", ErrInvalid)}}
 		}
 	}
 	raw.DeadLetterQueue = want
 	q.raw = raw
 	q.cfg = effectiveConfig(raw, want)
 	touched.add(q.name)
-	return &Result{Queue: f.queueInfo(q)}
+	return &QueueResult{Queue: f.queueInfo(q)}
 }
 
-func (f *FSM) deleteQueue(c *fsmv1.DeleteQueue, touched *touchSet) *Result {
+func (f *FSM) deleteQueue(c *fsmv1.DeleteQueue, touched *touchSet) *Done {
 	q := f.queues[c.GetName()]
 	if q == nil {
-		return &Result{Err: fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetName())}
+		return failed(fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetName()))
 	}
 	if q.isDLQ {
 		if users := f.servedBy(q.name); users > 0 {
-			return &Result{Err: fmt.Errorf("%w: %s is the dead-letter queue of %d queue(s); delete those first", ErrInUse, q.name, users)}
+			return failed(fmt.Errorf("%w: %s is the dead-letter queue of %d queue(s); delete those first", ErrInUse, q.name, users))
 		}
 	}
 	f.dropQueue(q)
@@ -321,7 +274,7 @@ func (f *FSM) deleteQueue(c *fsmv1.DeleteQueue, touched *touchSet) *Result {
 			}
 		}
 	}
-	return &Result{}
+	return &Done{}
 }
 
 // dropQueue removes q and every message in it, in id order.
@@ -338,10 +291,10 @@ func (f *FSM) dropQueue(q *queue) {
 	delete(f.queues, q.name)
 }
 
-func (f *FSM) purgeQueue(c *fsmv1.PurgeQueue, touched *touchSet) *Result {
+func (f *FSM) purgeQueue(c *fsmv1.PurgeQueue, touched *touchSet) *CountResult {
 	q := f.queues[c.GetName()]
 	if q == nil {
-		return &Result{Err: fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetName())}
+		return &CountResult{Done: Done{Err: fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetName())}}
 	}
 	var victims []*message
 	q.msgs.Ascend(func(it msgItem) bool {
@@ -354,29 +307,29 @@ func (f *FSM) purgeQueue(c *fsmv1.PurgeQueue, touched *touchSet) *Result {
 		f.put(q, m, nil)
 	}
 	touched.add(q.name)
-	return &Result{Count: int64(len(victims))}
+	return &CountResult{Count: int64(len(victims))}
 }
 
-func (f *FSM) enqueue(index uint64, c *fsmv1.Enqueue, touched *touchSet) *Result {
-	res := &Result{IDs: make([][]string, len(c.GetBatches())), BatchErrs: make([]error, len(c.GetBatches()))}
+func (f *FSM) enqueue(index uint64, c *fsmv1.Enqueue, touched *touchSet) *EnqueueResult {
+	res := &EnqueueResult{Batches: make([]BatchResult, len(c.GetBatches()))}
 	pos := uint64(0)
 	total := 0
 	for _, b := range c.GetBatches() {
 		total += len(b.GetMessages())
 	}
 	if total >= maxMessagesPerEntry {
-		return &Result{Err: fmt.Errorf("%w: %d messages in one entry, the limit is %d", ErrInvalid, total, maxMessagesPerEntry-1)}
+		return &EnqueueResult{Done: Done{Err: fmt.Errorf("%w: %d messages in one entry, the limit is %d", ErrInvalid, total, maxMessagesPerEntry-1)}}
 	}
 	now := f.lastNow
 	for bi, b := range c.GetBatches() {
 		q := f.queues[b.GetQueue()]
 		if q == nil {
-			res.BatchErrs[bi] = fmt.Errorf("%w: %s", ErrQueueNotFound, b.GetQueue())
+			res.Batches[bi].Err = fmt.Errorf("%w: %s", ErrQueueNotFound, b.GetQueue())
 			pos += uint64(len(b.GetMessages()))
 			continue
 		}
 		if len(b.GetMessages()) == 0 {
-			res.BatchErrs[bi] = fmt.Errorf("%w: no messages", ErrInvalid)
+			res.Batches[bi].Err = fmt.Errorf("%w: no messages", ErrInvalid)
 			continue
 		}
 		var bad error
@@ -387,11 +340,11 @@ func (f *FSM) enqueue(index uint64, c *fsmv1.Enqueue, touched *touchSet) *Result
 			}
 		}
 		if bad != nil {
-			res.BatchErrs[bi] = bad
+			res.Batches[bi].Err = bad
 			pos += uint64(len(b.Messages))
 			continue
 		}
-		ids := make([]string, len(b.Messages))
+		ids := make([]uint64, len(b.Messages))
 		for i, em := range b.Messages {
 			id := index<<20 | pos
 			pos++
@@ -405,7 +358,7 @@ func (f *FSM) enqueue(index uint64, c *fsmv1.Enqueue, touched *touchSet) *Result
 				old, ok := q.dedup.ReplaceOrInsert(entry)
 				if ok && old.expiresMs > now {
 					q.dedup.ReplaceOrInsert(old) // a duplicate: the original stands
-					ids[i] = FormatID(old.messageID)
+					ids[i] = old.messageID
 					continue
 				}
 				if ok {
@@ -436,20 +389,20 @@ func (f *FSM) enqueue(index uint64, c *fsmv1.Enqueue, touched *touchSet) *Result
 			}
 			f.put(q, nil, m)
 			q.enqueuedTotal++
-			ids[i] = FormatID(id)
+			ids[i] = id
 		}
-		res.IDs[bi] = ids
+		res.Batches[bi].IDs = ids
 		touched.add(q.name)
 	}
 	return res
 }
 
-func (f *FSM) grant(index uint64, c *fsmv1.LeaseGrant, touched *touchSet) *Result {
+func (f *FSM) grant(index uint64, c *fsmv1.LeaseGrant, touched *touchSet) *GrantResult {
 	gs := c.GetGrants()
 	if len(gs) >= maxMessagesPerEntry {
-		return &Result{Err: fmt.Errorf("%w: too many grants", ErrInvalid)}
+		return &GrantResult{Done: Done{Err: fmt.Errorf("%w: too many grants", ErrInvalid)}}
 	}
-	res := &Result{Items: make([]error, len(gs)), Deliveries: make([]*raftqv1.Delivery, len(gs))}
+	res := &GrantResult{Items: make([]error, len(gs)), Deliveries: make([]*state.Delivery, len(gs))}
 	for i, g := range gs {
 		q := f.queues[g.GetQueue()]
 		if q == nil {
@@ -494,8 +447,8 @@ func (f *FSM) lookupLease(r *fsmv1.Ref) (*queue, *message, error) {
 	return q, m, nil
 }
 
-func (f *FSM) forRefs(refs []*fsmv1.Ref, touched *touchSet, one func(*queue, *message, *touchSet) error) *Result {
-	res := &Result{Items: make([]error, len(refs))}
+func (f *FSM) forRefs(refs []*fsmv1.Ref, touched *touchSet, one func(*queue, *message, *touchSet) error) *ItemsResult {
+	res := &ItemsResult{Items: make([]error, len(refs))}
 	for i, r := range refs {
 		q, m, err := f.lookupLease(r)
 		if err == nil {
@@ -554,9 +507,9 @@ func (f *FSM) unlease(q *queue, m, next *message, delayMs int64, touched *touchS
 	touched.add(q.name)
 }
 
-func (f *FSM) nack(c *fsmv1.Nack, touched *touchSet) *Result {
+func (f *FSM) nack(c *fsmv1.Nack, touched *touchSet) *ItemsResult {
 	items := c.GetItems()
-	res := &Result{Items: make([]error, len(items))}
+	res := &ItemsResult{Items: make([]error, len(items))}
 	for i, it := range items {
 		if it.GetDelayMs() < 0 || it.GetDelayMs() > MaxDurationMs {
 			res.Items[i] = fmt.Errorf("%w: delay_ms out of range", ErrInvalid)
@@ -585,11 +538,11 @@ func (f *FSM) nack(c *fsmv1.Nack, touched *touchSet) *Result {
 	return res
 }
 
-func (f *FSM) extend(c *fsmv1.Extend, touched *touchSet) *Result {
+func (f *FSM) extend(c *fsmv1.Extend, touched *touchSet) *ExtendResult {
 	refs := c.GetRefs()
-	res := &Result{Items: make([]error, len(refs)), Deadlines: make([]int64, len(refs))}
+	res := &ExtendResult{Items: make([]error, len(refs)), Deadlines: make([]int64, len(refs))}
 	if c.GetExtendByMs() < 0 || c.GetExtendByMs() > MaxDurationMs {
-		return &Result{Err: fmt.Errorf("%w: extend_by_ms out of range", ErrInvalid)}
+		return &ExtendResult{Done: Done{Err: fmt.Errorf("%w: extend_by_ms out of range", ErrInvalid)}}
 	}
 	for i, r := range refs {
 		q, m, err := f.lookupLease(r)
@@ -610,7 +563,7 @@ func (f *FSM) extend(c *fsmv1.Extend, touched *touchSet) *Result {
 	return res
 }
 
-func (f *FSM) releaseConsumer(c *fsmv1.ReleaseConsumer, touched *touchSet) *Result {
+func (f *FSM) releaseConsumer(c *fsmv1.ReleaseConsumer, touched *touchSet) *CountResult {
 	set := f.consumers[c.GetConsumerId()]
 	refs := make([]queueMsg, 0, len(set))
 	for r := range set {
@@ -629,7 +582,7 @@ func (f *FSM) releaseConsumer(c *fsmv1.ReleaseConsumer, touched *touchSet) *Resu
 		q := f.queues[r.queue]
 		f.returnLeased(q, q.get(r.id), 0, touched)
 	}
-	return &Result{Count: int64(len(refs))}
+	return &CountResult{Count: int64(len(refs))}
 }
 
 func cmpUint64(a, b uint64) int {
@@ -642,17 +595,17 @@ func cmpUint64(a, b uint64) int {
 	return 0
 }
 
-func (f *FSM) redrive(c *fsmv1.Redrive, touched *touchSet) *Result {
+func (f *FSM) redrive(c *fsmv1.Redrive, touched *touchSet) *CountResult {
 	q := f.queues[c.GetQueue()]
 	if q == nil {
-		return &Result{Err: fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetQueue())}
+		return &CountResult{Done: Done{Err: fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetQueue())}}
 	}
 	if c.GetLimit() < 0 {
-		return &Result{Err: fmt.Errorf("%w: limit is negative", ErrInvalid)}
+		return &CountResult{Done: Done{Err: fmt.Errorf("%w: limit is negative", ErrInvalid)}}
 	}
 	dlq := f.queues[q.cfg.DeadLetterQueue]
 	if q.isDLQ || dlq == nil {
-		return &Result{}
+		return &CountResult{}
 	}
 	var moving []*message
 	dlq.msgs.Ascend(func(it msgItem) bool {
@@ -673,5 +626,5 @@ func (f *FSM) redrive(c *fsmv1.Redrive, touched *touchSet) *Result {
 		touched.add(q.name)
 		touched.add(dlq.name)
 	}
-	return &Result{Count: int64(len(moving))}
+	return &CountResult{Count: int64(len(moving))}
 }

@@ -174,20 +174,20 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	f.mu.Lock()
 	for i, l := range logs {
 		if f.halted != nil {
-			out[i] = &Result{Err: f.halted}
+			out[i] = failed(f.halted)
 			continue
 		}
 		if l.Type == raft.LogCommand {
 			cmd, err := f.command(l.Data)
 			switch {
 			case err != nil:
-				out[i] = &Result{Err: err}
+				out[i] = failed(err)
 			case entryVersion(cmd) > MaxLogVersion:
 				f.halted = fmt.Errorf("%w: raft log entry %d is log version %d, this build applies versions up to %d; "+
 					"upgrade this node's raftq binary (the node stops so it never guesses at rules it does not know): %w",
 					ErrNewerVersion, l.Index, entryVersion(cmd), MaxLogVersion, ErrHalted)
 				halt = f.halted
-				out[i] = &Result{Err: f.halted}
+				out[i] = failed(f.halted)
 				continue
 			default:
 				out[i] = f.applyCommand(entry{index: l.Index, version: entryVersion(cmd), touched: touched}, cmd)
@@ -227,12 +227,12 @@ type entry struct {
 
 // ApplyCommand applies one command at a given index without Raft; tests and
 // tools use it to drive the FSM directly.
-func (f *FSM) ApplyCommand(index uint64, cmd *fsmv1.Command) *Result {
+func (f *FSM) ApplyCommand(index uint64, cmd *fsmv1.Command) Result {
 	data, err := Encode(cmd)
 	if err != nil {
-		return &Result{Err: err}
+		return failed(err)
 	}
-	return f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data}).(*Result)
+	return f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data}).(Result)
 }
 
 // touchSet collects touched queue names in first-touch order.

@@ -22,9 +22,9 @@ func TestCreateQueueDefaultsAndDLQ(t *testing.T) {
 	if !dlq.IsDeadLetterQueue || dlq.Config.DeadLetterQueue != "" {
 		t.Fatalf("dlq = %v", dlq)
 	}
-	res := h.apply(&fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: "jobs"}}})
-	if !errors.Is(res.Err, ErrQueueExists) {
-		t.Fatalf("second create: %v", res.Err)
+	res := as[*QueueResult](t, h.apply(&fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: "jobs"}}}))
+	if !errors.Is(res.Failure(), ErrQueueExists) {
+		t.Fatalf("second create: %v", res.Failure())
 	}
 }
 
@@ -54,8 +54,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			res := h.apply(tc.cmd)
-			if !errors.Is(res.Err, tc.want) {
-				t.Fatalf("err = %v, want %v", res.Err, tc.want)
+			if !errors.Is(res.Failure(), tc.want) {
+				t.Fatalf("err = %v, want %v", res.Failure(), tc.want)
 			}
 		})
 	}
@@ -73,9 +73,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}
 	for _, tc := range batchCases {
 		t.Run(tc.name, func(t *testing.T) {
-			res := h.apply(&fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{tc.b}}}})
-			if !errors.Is(res.BatchErrs[0], tc.want) {
-				t.Fatalf("err = %v, want %v", res.BatchErrs[0], tc.want)
+			res := as[*EnqueueResult](t, h.apply(&fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{tc.b}}}}))
+			if !errors.Is(as[*EnqueueResult](t, res).Batches[0].Err, tc.want) {
+				t.Fatalf("err = %v, want %v", as[*EnqueueResult](t, res).Batches[0].Err, tc.want)
 			}
 		})
 	}
@@ -107,7 +107,7 @@ func TestFIFOAndLeaseVisible(t *testing.T) {
 		t.Fatalf("peek order = %v, want %v", got, want)
 	}
 	ds := h.grant("q", "c1", 1000, ids[0])
-	if ds[0].Attempt != 1 || ds[0].LeaseToken == "" || ds[0].LeaseDeadlineMs != h.now+1000 {
+	if ds[0].Attempt != 1 || ds[0].LeaseToken == 0 || ds[0].LeaseDeadlineMs != h.now+1000 {
 		t.Fatalf("delivery = %v", ds[0])
 	}
 	st := h.info("q").Stats
@@ -155,7 +155,7 @@ func TestExpireBeforeDeadlineRefused(t *testing.T) {
 	h.create("q", nil)
 	ids := h.enqueuePayloads("q", "x")
 	d := h.grant("q", "c1", 1000, ids[0])[0]
-	res := h.apply(&fsmv1.Command{Op: &fsmv1.Command_LeaseExpire{LeaseExpire: &fsmv1.LeaseExpire{Refs: []*fsmv1.Ref{ref(d)}}}})
+	res := as[*ItemsResult](t, h.apply(&fsmv1.Command{Op: &fsmv1.Command_LeaseExpire{LeaseExpire: &fsmv1.LeaseExpire{Refs: []*fsmv1.Ref{ref(d)}}}}))
 	if !errors.Is(res.Items[0], ErrStaleLease) {
 		t.Fatalf("early expire: %v", res.Items[0])
 	}
@@ -181,7 +181,7 @@ func TestNackPastMaxDeliveriesAndRedrive(t *testing.T) {
 	if len(dl) != 1 || dl[0].DeadLetterReason != "max_deliveries" || dl[0].OriginQueue != "q" {
 		t.Fatalf("dlq = %v", dl)
 	}
-	res := h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Redrive{Redrive: &fsmv1.Redrive{Queue: "q"}}})
+	res := as[*CountResult](t, h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Redrive{Redrive: &fsmv1.Redrive{Queue: "q"}}}))
 	if res.Count != 1 {
 		t.Fatalf("moved = %d", res.Count)
 	}
@@ -259,8 +259,8 @@ func TestDelayedNotReadyEarly(t *testing.T) {
 	h := newHarness(t)
 	h.create("q", nil)
 	ids := h.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte("later"), DelayMs: 1000})
-	id, _ := ParseID(ids[0])
-	res := h.apply(&fsmv1.Command{Op: &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: []*fsmv1.Grant{{Queue: "q", MessageId: id, ConsumerId: "c", DeadlineMs: h.now + 10}}}}})
+	id := ids[0]
+	res := as[*GrantResult](t, h.apply(&fsmv1.Command{Op: &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: []*fsmv1.Grant{{Queue: "q", MessageId: id, ConsumerId: "c", DeadlineMs: h.now + 10}}}}}))
 	if !errors.Is(res.Items[0], ErrStaleLease) {
 		t.Fatalf("granted a delayed message: %v", res.Items[0])
 	}
@@ -282,7 +282,7 @@ func TestDedupWithinWindow(t *testing.T) {
 	}
 	b := h.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte("2"), DedupId: "x"})
 	if b[0] != a[0] {
-		t.Fatalf("dedup returned %s, want %s", b[0], a[0])
+		t.Fatalf("dedup returned %d, want %d", b[0], a[0])
 	}
 	if st := h.info("q").Stats; st.Ready != 1 || st.EnqueuedTotal != 1 {
 		t.Fatalf("stats = %v", st)
@@ -317,7 +317,7 @@ func TestReleaseConsumerAndRollback(t *testing.T) {
 	ids := h.enqueuePayloads("q", "a", "b", "c")
 	ds := h.grant("q", "c1", 1000, ids...)
 	h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_LeaseRollback{LeaseRollback: &fsmv1.LeaseRollback{Refs: []*fsmv1.Ref{ref(ds[0])}}}})
-	res := h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_ReleaseConsumer{ReleaseConsumer: &fsmv1.ReleaseConsumer{ConsumerId: "c1"}}})
+	res := as[*CountResult](t, h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_ReleaseConsumer{ReleaseConsumer: &fsmv1.ReleaseConsumer{ConsumerId: "c1"}}}))
 	if res.Count != 2 {
 		t.Fatalf("released %d", res.Count)
 	}
@@ -333,11 +333,11 @@ func TestExtend(t *testing.T) {
 	ids := h.enqueuePayloads("q", "a")
 	d := h.grant("q", "c", 100, ids[0])[0]
 	h.now += 50
-	res := h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Extend{Extend: &fsmv1.Extend{Refs: []*fsmv1.Ref{ref(d)}}}})
+	res := as[*ExtendResult](t, h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Extend{Extend: &fsmv1.Extend{Refs: []*fsmv1.Ref{ref(d)}}}}))
 	if res.Deadlines[0] != h.now+5000 {
 		t.Fatalf("deadline = %d, want %d", res.Deadlines[0], h.now+5000)
 	}
-	res = h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Extend{Extend: &fsmv1.Extend{Refs: []*fsmv1.Ref{ref(d)}, ExtendByMs: 10}}})
+	res = as[*ExtendResult](t, h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Extend{Extend: &fsmv1.Extend{Refs: []*fsmv1.Ref{ref(d)}, ExtendByMs: 10}}}))
 	if res.Deadlines[0] != h.now+10 {
 		t.Fatalf("deadline = %d", res.Deadlines[0])
 	}
@@ -349,7 +349,7 @@ func TestPurgeKeepsLeased(t *testing.T) {
 	ids := h.enqueuePayloads("q", "a", "b")
 	h.enqueue("q", &fsmv1.EnqueueMessage{DelayMs: 100})
 	h.grant("q", "c", 1000, ids[0])
-	res := h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: "q"}}})
+	res := as[*CountResult](t, h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: "q"}}}))
 	if res.Count != 2 {
 		t.Fatalf("purged %d", res.Count)
 	}
@@ -374,7 +374,7 @@ func TestSharedDLQAndDelete(t *testing.T) {
 	if st := h.info("errors").Stats; st.Ready != 2 {
 		t.Fatalf("shared dlq stats = %v", st)
 	}
-	if res := h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Redrive{Redrive: &fsmv1.Redrive{Queue: "a"}}}); res.Count != 1 {
+	if res := as[*CountResult](t, h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Redrive{Redrive: &fsmv1.Redrive{Queue: "a"}}})); res.Count != 1 {
 		t.Fatalf("redrive a moved %d", res.Count)
 	}
 	h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: "b"}}})
@@ -392,11 +392,11 @@ func TestSharedDLQAndDelete(t *testing.T) {
 func TestUpdateQueueMask(t *testing.T) {
 	h := newHarness(t)
 	h.create("q", &fsmv1.QueueConfig{MaxDeliveries: 3, VisibilityTimeoutMs: 1000})
-	res := h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: "q", Config: &fsmv1.QueueConfig{VisibilityTimeoutMs: 2000, MaxDeliveries: 99}, Mask: []string{"visibility_timeout_ms"}}}})
+	res := as[*QueueResult](t, h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: "q", Config: &fsmv1.QueueConfig{VisibilityTimeoutMs: 2000, MaxDeliveries: 99}, Mask: []string{"visibility_timeout_ms"}}}}))
 	if res.Queue.Config.VisibilityTimeoutMs != 2000 || res.Queue.Config.MaxDeliveries != 3 {
 		t.Fatalf("config = %v", res.Queue.Config)
 	}
-	res = h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: "q", Config: &fsmv1.QueueConfig{Throttles: map[string]*fsmv1.ThrottleRule{"t": {RatePerSec: 5}}}}}})
+	res = as[*QueueResult](t, h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: "q", Config: &fsmv1.QueueConfig{Throttles: map[string]*fsmv1.ThrottleRule{"t": {RatePerSec: 5}}}}}}))
 	if res.Queue.Config.VisibilityTimeoutMs != 30000 || res.Queue.Config.Throttles["t"].Burst != 1 || res.Queue.Config.DeadLetterQueue != "q.dlq" {
 		t.Fatalf("full replace = %v", res.Queue.Config)
 	}
@@ -408,7 +408,7 @@ func TestClockNeverRunsBackwards(t *testing.T) {
 	ids := h.enqueuePayloads("q", "a")
 	d := h.grant("q", "c", 100, ids[0])[0]
 	h.now -= 10_000 // a new leader with a slower clock
-	res := h.apply(&fsmv1.Command{Op: &fsmv1.Command_LeaseExpire{LeaseExpire: &fsmv1.LeaseExpire{Refs: []*fsmv1.Ref{ref(d)}}}})
+	res := as[*ItemsResult](t, h.apply(&fsmv1.Command{Op: &fsmv1.Command_LeaseExpire{LeaseExpire: &fsmv1.LeaseExpire{Refs: []*fsmv1.Ref{ref(d)}}}}))
 	if !errors.Is(res.Items[0], ErrStaleLease) {
 		t.Fatalf("expired with an earlier clock: %v", res.Items[0])
 	}
@@ -417,26 +417,12 @@ func TestClockNeverRunsBackwards(t *testing.T) {
 	}
 }
 
-func TestIDFormatRoundTrip(t *testing.T) {
-	for _, v := range []uint64{0, 1, 1 << 20, 1<<64 - 1} {
-		got, err := ParseID(FormatID(v))
-		if err != nil || got != v {
-			t.Fatalf("round trip %d: %d %v", v, got, err)
-		}
-	}
-	for _, s := range []string{"", "xyz", "000000000000000g", "00000000000000001"} {
-		if _, err := ParseID(s); !errors.Is(err, ErrInvalid) {
-			t.Fatalf("ParseID(%q) = %v", s, err)
-		}
-	}
-}
-
 func TestNackUnprocessedDoesNotCountAttempt(t *testing.T) {
 	h := newHarness(t)
 	h.create("q", &fsmv1.QueueConfig{MaxDeliveries: 1})
 	ids := h.enqueuePayloads("q", "a")
 	d := h.grant("q", "c", 1000, ids[0])[0]
-	res := h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: []*fsmv1.NackOne{{Ref: ref(d), Uncounted: true}}}}})
+	res := as[*ItemsResult](t, h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: []*fsmv1.NackOne{{Ref: ref(d), Uncounted: true}}}}}))
 	_ = res
 	if st := h.info("q").Stats; st.Ready != 1 || st.DeadLettered != 0 || st.NackedTotal != 0 {
 		t.Fatalf("stats after unprocessed hand-back = %v", st)

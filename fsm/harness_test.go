@@ -3,8 +3,8 @@ package fsm
 import (
 	"testing"
 
+	"github.com/raftq/raftq/fsm/state"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
 // harness drives an FSM directly with an incrementing index and a settable
@@ -20,7 +20,7 @@ func newHarness(t testing.TB) *harness {
 	return &harness{t: t, f: New(Options{}), now: 1_000_000}
 }
 
-func (h *harness) apply(cmd *fsmv1.Command) *Result {
+func (h *harness) apply(cmd *fsmv1.Command) Result {
 	h.t.Helper()
 	h.index++
 	cmd.NowMs = h.now
@@ -31,18 +31,28 @@ func (h *harness) apply(cmd *fsmv1.Command) *Result {
 	return res
 }
 
-func (h *harness) mustOK(cmd *fsmv1.Command) *Result {
+func (h *harness) mustOK(cmd *fsmv1.Command) Result {
 	h.t.Helper()
 	res := h.apply(cmd)
-	if res.Err != nil {
-		h.t.Fatalf("command %T: %v", cmd.Op, res.Err)
+	if err := res.Failure(); err != nil {
+		h.t.Fatalf("command %T: %v", cmd.Op, err)
 	}
-	for i, err := range res.BatchErrs {
-		if err != nil {
-			h.t.Fatalf("enqueue batch %d: %v", i, err)
+	var items []error
+	switch r := res.(type) {
+	case *EnqueueResult:
+		for i, b := range r.Batches {
+			if b.Err != nil {
+				h.t.Fatalf("enqueue batch %d: %v", i, b.Err)
+			}
 		}
+	case *ItemsResult:
+		items = r.Items
+	case *GrantResult:
+		items = r.Items
+	case *ExtendResult:
+		items = r.Items
 	}
-	for i, err := range res.Items {
+	for i, err := range items {
 		if err != nil {
 			h.t.Fatalf("item %d: %v", i, err)
 		}
@@ -50,18 +60,29 @@ func (h *harness) mustOK(cmd *fsmv1.Command) *Result {
 	return res
 }
 
+// as returns res as T, failing the test if it is another result type.
+func as[T Result](t testing.TB, res Result) T {
+	t.Helper()
+	r, ok := res.(T)
+	if !ok {
+		var want T
+		t.Fatalf("result %T (%v), want %T", res, res.Failure(), want)
+	}
+	return r
+}
+
 func (h *harness) create(name string, cfg *fsmv1.QueueConfig) {
 	h.t.Helper()
 	h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: name, Config: cfg}}})
 }
 
-func (h *harness) enqueue(q string, msgs ...*fsmv1.EnqueueMessage) []string {
+func (h *harness) enqueue(q string, msgs ...*fsmv1.EnqueueMessage) []uint64 {
 	h.t.Helper()
 	res := h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: q, Messages: msgs}}}}})
-	return res.IDs[0]
+	return as[*EnqueueResult](h.t, res).Batches[0].IDs
 }
 
-func (h *harness) enqueuePayloads(q string, payloads ...string) []string {
+func (h *harness) enqueuePayloads(q string, payloads ...string) []uint64 {
 	msgs := make([]*fsmv1.EnqueueMessage, len(payloads))
 	for i, p := range payloads {
 		msgs[i] = &fsmv1.EnqueueMessage{Payload: []byte(p)}
@@ -70,40 +91,36 @@ func (h *harness) enqueuePayloads(q string, payloads ...string) []string {
 }
 
 // grant leases the given ids to consumer with a visibility of vis ms.
-func (h *harness) grant(q, consumer string, vis int64, ids ...string) []*raftqv1.Delivery {
+func (h *harness) grant(q, consumer string, vis int64, ids ...uint64) []*state.Delivery {
 	h.t.Helper()
 	var gs []*fsmv1.Grant
-	for _, s := range ids {
-		id, err := ParseID(s)
-		if err != nil {
-			h.t.Fatal(err)
-		}
+	for _, id := range ids {
 		gs = append(gs, &fsmv1.Grant{Queue: q, MessageId: id, ConsumerId: consumer, DeadlineMs: h.now + vis})
 	}
-	return h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: gs}}}).Deliveries
+	return as[*GrantResult](h.t, h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: gs}}})).Deliveries
 }
 
-func ref(d *raftqv1.Delivery) *fsmv1.Ref {
-	id, _ := ParseID(d.Id)
-	tok, _ := ParseID(d.LeaseToken)
-	return &fsmv1.Ref{Queue: d.Queue, MessageId: id, LeaseToken: tok}
+func ref(d *state.Delivery) *fsmv1.Ref {
+	return &fsmv1.Ref{Queue: d.Queue, MessageId: d.ID, LeaseToken: d.LeaseToken}
 }
 
-func (h *harness) ack(ds ...*raftqv1.Delivery) *Result {
+func (h *harness) ack(ds ...*state.Delivery) *ItemsResult {
+	h.t.Helper()
 	var refs []*fsmv1.Ref
 	for _, d := range ds {
 		refs = append(refs, ref(d))
 	}
-	return h.apply(&fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: refs}}})
+	return as[*ItemsResult](h.t, h.apply(&fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: refs}}}))
 }
 
-func (h *harness) nack(d *raftqv1.Delivery, delay int64, deadLetter bool) *Result {
-	return h.apply(&fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: []*fsmv1.NackOne{{Ref: ref(d), DelayMs: delay, DeadLetter: deadLetter}}}}})
+func (h *harness) nack(d *state.Delivery, delay int64, deadLetter bool) *ItemsResult {
+	h.t.Helper()
+	return as[*ItemsResult](h.t, h.apply(&fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: []*fsmv1.NackOne{{Ref: ref(d), DelayMs: delay, DeadLetter: deadLetter}}}}}))
 }
 
 func (h *harness) tick() { h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Tick{Tick: &fsmv1.Tick{}}}) }
 
-func (h *harness) info(q string) *raftqv1.QueueInfo {
+func (h *harness) info(q string) *state.QueueInfo {
 	h.t.Helper()
 	qi, err := h.f.GetQueue(q)
 	if err != nil {

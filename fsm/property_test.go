@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftq/raftq/fsm/state"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
 // cmdGen produces random but plausible command sequences: mostly valid
@@ -20,7 +20,7 @@ type cmdGen struct {
 	r      *rand.Rand
 	f      *FSM // the model the generator peeks at to pick ids
 	now    int64
-	leases []*raftqv1.Delivery
+	leases []*state.Delivery
 	queues []string
 }
 
@@ -80,8 +80,7 @@ func (g *cmdGen) next() *fsmv1.Command {
 		ds, _ := g.f.Peek(q, 1+g.r.IntN(4), false)
 		var gs []*fsmv1.Grant
 		for _, d := range ds {
-			id, _ := ParseID(d.Id)
-			gs = append(gs, &fsmv1.Grant{Queue: q, MessageId: id, ConsumerId: fmt.Sprint("c", g.r.IntN(3)), DeadlineMs: g.now + int64(g.r.IntN(300))})
+			gs = append(gs, &fsmv1.Grant{Queue: q, MessageId: d.ID, ConsumerId: fmt.Sprint("c", g.r.IntN(3)), DeadlineMs: g.now + int64(g.r.IntN(300))})
 		}
 		if g.r.IntN(5) == 0 {
 			gs = append(gs, &fsmv1.Grant{Queue: q, MessageId: uint64(g.r.IntN(1 << 30)), ConsumerId: "c0"})
@@ -116,8 +115,12 @@ func (g *cmdGen) next() *fsmv1.Command {
 	return c
 }
 
-func (g *cmdGen) observe(res *Result) {
-	for _, d := range res.Deliveries {
+func (g *cmdGen) observe(res Result) {
+	gr, ok := res.(*GrantResult)
+	if !ok {
+		return
+	}
+	for _, d := range gr.Deliveries {
 		if d != nil {
 			g.leases = append(g.leases, d)
 		}
@@ -178,7 +181,7 @@ func TestRandomSequences(t *testing.T) {
 				}
 				l := &raft.Log{Index: uint64(i), Type: raft.LogCommand, Data: data}
 				forget := single.Proposed(data, cmd)
-				res := single.Apply(l).(*Result)
+				res := single.Apply(l).(Result)
 				forget()
 				g.observe(res)
 				if err := single.Verify(); err != nil {
@@ -263,13 +266,13 @@ func FuzzDecodeCommand(f *testing.F) {
 		var fatal error
 		fsm.fatal = func(err error) { fatal = err } // bytes may claim a newer log version
 		_, before, _ := fsm.Digest()
-		res := fsm.Apply(&raft.Log{Index: 100, Type: raft.LogCommand, Data: data}).(*Result)
+		res := fsm.Apply(&raft.Log{Index: 100, Type: raft.LogCommand, Data: data}).(Result)
 		if err := fsm.Verify(); err != nil {
 			t.Fatal(err)
 		}
 		if fatal != nil {
-			if _, after, _ := fsm.Digest(); after != before || !errors.Is(res.Err, ErrHalted) {
-				t.Fatalf("an entry of a newer version changed the state or applied: %v", res.Err)
+			if _, after, _ := fsm.Digest(); after != before || !errors.Is(res.Failure(), ErrHalted) {
+				t.Fatalf("an entry of a newer version changed the state or applied: %v", res.Failure())
 			}
 		}
 	})

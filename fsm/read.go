@@ -5,15 +5,14 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/raftq/raftq/fsm/logconv"
+	"github.com/raftq/raftq/fsm/state"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/protobuf/proto"
 )
 
-func (q *queue) delivery(m *message) *raftqv1.Delivery {
-	d := &raftqv1.Delivery{
-		Id:               FormatID(m.id),
+func (q *queue) delivery(m *message) *state.Delivery {
+	d := &state.Delivery{
+		ID:               m.id,
 		Queue:            q.name,
 		Payload:          m.payload,
 		Headers:          m.headers,
@@ -22,28 +21,27 @@ func (q *queue) delivery(m *message) *raftqv1.Delivery {
 		Weight:           m.weight,
 		ThrottleKeys:     m.throttleKeys,
 		Attempt:          m.attempts,
-		EnqueuedAtMs:     m.enqueuedMs,
+		EnqueuedMs:       m.enqueuedMs,
 		OriginQueue:      m.origin,
 		DeadLetterReason: m.dlReason,
 	}
 	if m.state == stateLeased {
-		d.LeaseToken = FormatID(m.leaseToken)
+		d.LeaseToken = m.leaseToken
 		d.LeaseDeadlineMs = m.deadlineMs
 	}
 	return d
 }
 
-func (f *FSM) queueInfo(q *queue) *raftqv1.QueueInfo {
-	dl := q.deadLettered
-	return &raftqv1.QueueInfo{
+func (f *FSM) queueInfo(q *queue) *state.QueueInfo {
+	return &state.QueueInfo{
 		Name:              q.name,
-		Config:            logconv.APIQueueConfig(q.cfg),
+		Config:            proto.Clone(q.cfg).(*fsmv1.QueueConfig),
 		IsDeadLetterQueue: q.isDLQ,
-		Stats: &raftqv1.QueueStats{
+		Stats: state.QueueStats{
 			Ready:         q.ready,
 			Delayed:       q.delayed,
 			InFlight:      q.inFlight,
-			DeadLettered:  dl,
+			DeadLettered:  q.deadLettered,
 			EnqueuedTotal: q.enqueuedTotal,
 			AckedTotal:    q.ackedTotal,
 			NackedTotal:   q.nackedTotal,
@@ -55,7 +53,7 @@ func (f *FSM) queueInfo(q *queue) *raftqv1.QueueInfo {
 
 // GetQueue reports a queue's effective config and stats (consumers are the
 // scheduler's to fill in).
-func (f *FSM) GetQueue(name string) (*raftqv1.QueueInfo, error) {
+func (f *FSM) GetQueue(name string) (*state.QueueInfo, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	q := f.queues[name]
@@ -66,10 +64,10 @@ func (f *FSM) GetQueue(name string) (*raftqv1.QueueInfo, error) {
 }
 
 // ListQueues lists queues whose name starts with prefix, sorted by name.
-func (f *FSM) ListQueues(prefix string) []*raftqv1.QueueInfo {
+func (f *FSM) ListQueues(prefix string) []*state.QueueInfo {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	var out []*raftqv1.QueueInfo
+	var out []*state.QueueInfo
 	for _, name := range f.sortedQueueNames() {
 		if strings.HasPrefix(name, prefix) {
 			out = append(out, f.queueInfo(f.queues[name]))
@@ -151,14 +149,14 @@ func (f *FSM) TotalBytes() int64 {
 // would deliver them (ignoring throttles): highest priority first, then
 // weighted round-robin across fairness keys, FIFO within a key. With
 // deadLetter it browses the queue's DLQ (messages that came from it).
-func (f *FSM) Peek(name string, limit int, deadLetter bool) ([]*raftqv1.Delivery, error) {
+func (f *FSM) Peek(name string, limit int, deadLetter bool) ([]*state.Delivery, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	q := f.queues[name]
 	if q == nil {
 		return nil, fmt.Errorf("%w: %s", ErrQueueNotFound, name)
 	}
-	var out []*raftqv1.Delivery
+	var out []*state.Delivery
 	if deadLetter {
 		dlq := f.queues[q.cfg.DeadLetterQueue]
 		if dlq == nil {

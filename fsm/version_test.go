@@ -47,7 +47,7 @@ func TestNewerEntryStopsTheNode(t *testing.T) {
 	after := &fsmv1.Command{NowMs: h.now, Op: &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: "q"}}}
 	out := h.f.ApplyBatch([]*raft.Log{logOf(t, idx+1, newer), logOf(t, idx+2, after)})
 	for i, r := range out {
-		if err := r.(*Result).Err; !errors.Is(err, ErrHalted) {
+		if err := r.(Result).Failure(); !errors.Is(err, ErrHalted) {
 			t.Fatalf("result %d: %v, want ErrHalted", i, err)
 		}
 	}
@@ -68,8 +68,8 @@ func TestNewerEntryStopsTheNode(t *testing.T) {
 	if gotIdx, got, _ := h.f.Digest(); gotIdx != idx || got != before || h.f.Now() != h.now {
 		t.Fatalf("state moved after a newer entry: index %d (was %d), digest changed %v, now %d", gotIdx, idx, got != before, h.f.Now())
 	}
-	if r := h.f.Apply(logOf(t, idx+3, after)).(*Result); !errors.Is(r.Err, ErrHalted) {
-		t.Fatalf("apply after halt: %v", r.Err)
+	if r := h.f.Apply(logOf(t, idx+3, after)).(Result); !errors.Is(r.Failure(), ErrHalted) {
+		t.Fatalf("apply after halt: %v", r.Failure())
 	}
 	if len(rec.errs) != 1 {
 		t.Fatalf("Fatal called again: %v", rec.errs)
@@ -100,8 +100,8 @@ func TestSetClusterVersion(t *testing.T) {
 	_, v1Digest, _ := h.f.Digest()
 
 	// In a version-1 entry the command does not exist (as in the old build).
-	if r := h.apply(setVersion(2)); !errors.Is(r.Err, ErrInvalid) || !strings.Contains(r.Err.Error(), "unknown command") {
-		t.Fatalf("SetClusterVersion in a version-1 entry: %v", r.Err)
+	if r := h.apply(setVersion(2)); !errors.Is(r.Failure(), ErrInvalid) || !strings.Contains(r.Failure().Error(), "unknown command") {
+		t.Fatalf("SetClusterVersion in a version-1 entry: %v", r.Failure())
 	}
 	if h.f.ClusterVersion() != 1 {
 		t.Fatalf("cluster version %d", h.f.ClusterVersion())
@@ -122,8 +122,8 @@ func TestSetClusterVersion(t *testing.T) {
 		cmd := setVersion(tc.version)
 		cmd.Version = tc.entry
 		r := h.apply(cmd)
-		if (r.Err != nil) != tc.wantErr || (r.Err != nil && !errors.Is(r.Err, ErrInvalid)) {
-			t.Fatalf("%s: err %v, want error %v", tc.name, r.Err, tc.wantErr)
+		if (r.Failure() != nil) != tc.wantErr || (r.Failure() != nil && !errors.Is(r.Failure(), ErrInvalid)) {
+			t.Fatalf("%s: err %v, want error %v", tc.name, r.Failure(), tc.wantErr)
 		}
 		if got := h.f.ClusterVersion(); got != tc.want {
 			t.Fatalf("%s: cluster version %d, want %d", tc.name, got, tc.want)
@@ -207,8 +207,8 @@ func TestNewerSnapshotStopsTheNode(t *testing.T) {
 			if digestOf(t, h.f) != before {
 				t.Fatal("a refused snapshot changed the state")
 			}
-			if r := h.f.ApplyCommand(100, &fsmv1.Command{Op: &fsmv1.Command_Tick{Tick: &fsmv1.Tick{}}}); !errors.Is(r.Err, ErrHalted) {
-				t.Fatalf("applied after a newer snapshot: %v", r.Err)
+			if r := h.f.ApplyCommand(100, &fsmv1.Command{Op: &fsmv1.Command_Tick{Tick: &fsmv1.Tick{}}}); !errors.Is(r.Failure(), ErrHalted) {
+				t.Fatalf("applied after a newer snapshot: %v", r.Failure())
 			}
 		})
 	}

@@ -20,8 +20,8 @@ func benchState(b *testing.B, keys int) *fsm.FSM {
 	idx := uint64(0)
 	apply := func(cmd *fsmv1.Command) {
 		idx++
-		if res := f.ApplyCommand(idx, cmd); res.Err != nil {
-			b.Fatal(res.Err)
+		if res := f.ApplyCommand(idx, cmd); res.Failure() != nil {
+			b.Fatal(res.Failure())
 		}
 	}
 	apply(&fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: "q"}}})

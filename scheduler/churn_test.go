@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"github.com/raftq/raftq/fsm/state"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/raftq/raftq/fsm"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
 // TestRoundRobinAcrossChurn: consumers join and leave between phases; in
@@ -107,8 +107,8 @@ func TestStress(t *testing.T) {
 
 		var (
 			mu     sync.Mutex
-			acked  = map[string]bool{}
-			holder = map[string]string{} // message -> consumer currently pushed to
+			acked  = map[uint64]bool{}
+			holder = map[uint64]string{} // message -> consumer currently pushed to
 		)
 		var ackedN atomic.Int64
 		ctx, cancel := context.WithCancel(context.Background())
@@ -123,20 +123,20 @@ func TestStress(t *testing.T) {
 					return
 				}
 				for n := 50 + r.IntN(200); n > 0 && ctx.Err() == nil; n-- {
-					var d *raftqv1.Delivery
+					var d *state.Delivery
 					select {
 					case d = <-c.Deliveries():
 					case <-ctx.Done():
 						continue
 					}
 					mu.Lock()
-					if h, ok := holder[d.Id]; ok && h != c.ID() {
-						t.Errorf("message %s pushed to %s while %s holds it", d.Id, c.ID(), h)
+					if h, ok := holder[d.ID]; ok && h != c.ID() {
+						t.Errorf("message %d pushed to %s while %s holds it", d.ID, c.ID(), h)
 					}
-					if acked[d.Id] {
-						t.Errorf("acked message %s delivered again", d.Id)
+					if acked[d.ID] {
+						t.Errorf("acked message %d delivered again", d.ID)
 					}
-					holder[d.Id] = c.ID()
+					holder[d.ID] = c.ID()
 					mu.Unlock()
 					ref := ref(t, d)
 					var cmd *fsmv1.Command
@@ -147,17 +147,17 @@ func TestStress(t *testing.T) {
 						cmd = &fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: []*fsmv1.Ref{ref}}}}
 					}
 					mu.Lock()
-					delete(holder, d.Id)
+					delete(holder, d.ID)
 					mu.Unlock()
 					cmd.NowMs = time.Now().UnixMilli()
-					res, err := e.p.Propose(context.Background(), cmd)
+					res, err := fsm.As[*fsm.ItemsResult](e.p.Propose(context.Background(), cmd))
 					if err != nil || res.Items[0] != nil {
-						t.Errorf("ack/nack %s: %v %v", d.Id, err, res.Items)
+						t.Errorf("ack/nack %d: %v %v", d.ID, err, res)
 						continue
 					}
 					if !nack {
 						mu.Lock()
-						acked[d.Id] = true
+						acked[d.ID] = true
 						mu.Unlock()
 						ackedN.Add(1)
 					}
@@ -165,7 +165,7 @@ func TestStress(t *testing.T) {
 				// Close with deliveries possibly still buffered: released.
 				mu.Lock()
 				for len(c.Deliveries()) > 0 {
-					delete(holder, (<-c.Deliveries()).Id)
+					delete(holder, (<-c.Deliveries()).ID)
 				}
 				mu.Unlock()
 				c.Close()

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/fsm/state"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
 // ConsumerRequest describes a Lease stream.
@@ -38,7 +38,7 @@ type Consumer struct {
 	max          int
 	visibilityMs int64
 	limit        int // total deliveries wanted, 0 = unlimited
-	ch           chan *raftqv1.Delivery
+	ch           chan *state.Delivery
 	done         chan struct{}
 	err          error
 	closeOnce    sync.Once
@@ -92,7 +92,7 @@ func (s *Scheduler) Register(ctx context.Context, req ConsumerRequest) (*Consume
 		max:          maxIF,
 		visibilityMs: vis,
 		limit:        max(req.Limit, 0),
-		ch:           make(chan *raftqv1.Delivery, maxIF),
+		ch:           make(chan *state.Delivery, maxIF),
 		done:         make(chan struct{}),
 	}
 	if err := t.reg.add(c); err != nil {
@@ -116,7 +116,7 @@ func (c *Consumer) Name() string { return c.name }
 func (c *Consumer) MaxInFlight() int { return c.max }
 
 // Deliveries carries leased messages; its buffer holds exactly MaxInFlight.
-func (c *Consumer) Deliveries() <-chan *raftqv1.Delivery { return c.ch }
+func (c *Consumer) Deliveries() <-chan *state.Delivery { return c.ch }
 
 // Done is closed when the consumer has ended.
 func (c *Consumer) Done() <-chan struct{} { return c.done }
@@ -155,10 +155,7 @@ func (c *Consumer) Close() {
 				s.logProposeErr("roll back unsent deliveries", err, "consumer", c.id)
 			}
 		}
-		res, err := s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_ReleaseConsumer{ReleaseConsumer: &fsmv1.ReleaseConsumer{ConsumerId: c.id}}})
-		if err == nil {
-			err = res.Err
-		}
+		res, err := fsm.As[*fsm.CountResult](s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_ReleaseConsumer{ReleaseConsumer: &fsmv1.ReleaseConsumer{ConsumerId: c.id}}}))
 		if err != nil {
 			s.logProposeErr("release consumer", err, "consumer", c.id)
 			return
@@ -180,7 +177,7 @@ func (c *Consumer) end(err error) {
 // push hands a committed delivery to the stream without blocking (t.reg.mu
 // held). It fails if the consumer is gone or, exceptionally, its buffer is
 // full (a lease of a buffered delivery expired and its credit was reused).
-func (c *Consumer) push(d *raftqv1.Delivery) bool {
+func (c *Consumer) push(d *state.Delivery) bool {
 	if c.ended {
 		return false
 	}
@@ -199,11 +196,7 @@ func (c *Consumer) drainUnsent() []*fsmv1.Ref {
 	for {
 		select {
 		case d := <-c.ch:
-			id, err1 := fsm.ParseID(d.Id)
-			tok, err2 := fsm.ParseID(d.LeaseToken)
-			if err1 == nil && err2 == nil {
-				refs = append(refs, &fsmv1.Ref{Queue: d.Queue, MessageId: id, LeaseToken: tok})
-			}
+			refs = append(refs, &fsmv1.Ref{Queue: d.Queue, MessageId: d.ID, LeaseToken: d.LeaseToken})
 		default:
 			return refs
 		}

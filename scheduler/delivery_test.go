@@ -2,13 +2,13 @@ package scheduler
 
 import (
 	"context"
+	"github.com/raftq/raftq/fsm/state"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/raftq/raftq/fsm"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
 func TestImmediateDeliveryCreatesLease(t *testing.T) {
@@ -21,7 +21,7 @@ func TestImmediateDeliveryCreatesLease(t *testing.T) {
 		}
 		ids := e.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte("hello")})
 		d := e.recv(c) // no clock advance: pushed as soon as the enqueue applied
-		if d.Id != ids[0] || string(d.Payload) != "hello" || d.Attempt != 1 || d.LeaseToken == "" {
+		if d.ID != ids[0] || string(d.Payload) != "hello" || d.Attempt != 1 || d.LeaseToken == 0 {
 			t.Fatalf("delivery %+v", d)
 		}
 		if want := time.Now().UnixMilli() + fsm.DefaultVisibilityTimeoutMs; d.LeaseDeadlineMs != want {
@@ -68,8 +68,8 @@ func TestLateConsumerDrainsBacklog(t *testing.T) {
 		c := e.register("q", 1000)
 		got := e.recvN(c, 300)
 		for i, d := range got {
-			if d.Id != ids[i] {
-				t.Fatalf("delivery %d is %s, want %s", i, d.Id, ids[i])
+			if d.ID != ids[i] {
+				t.Fatalf("delivery %d is %d, want %d", i, d.ID, ids[i])
 			}
 		}
 		e.expectNone(c)
@@ -98,20 +98,20 @@ func TestFIFO(t *testing.T) {
 				if tc.registered {
 					c = e.register("q", 100)
 				}
-				var ids []string
+				var ids []uint64
 				for i := range 10 {
 					ids = append(ids, e.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte{byte(i)}})...)
 				}
 				if c == nil {
 					c = e.register("q", 100)
 				}
-				var lastTok string
+				var lastTok uint64
 				for i, d := range e.recvN(c, 10) {
-					if d.Id != ids[i] {
-						t.Fatalf("delivery %d is %s, want %s", i, d.Id, ids[i])
+					if d.ID != ids[i] {
+						t.Fatalf("delivery %d is %d, want %d", i, d.ID, ids[i])
 					}
 					if tc.inFlight == 1 && d.LeaseToken <= lastTok {
-						t.Fatalf("lease tokens out of order: %s after %s", d.LeaseToken, lastTok)
+						t.Fatalf("lease tokens out of order: %d after %d", d.LeaseToken, lastTok)
 					}
 					lastTok = d.LeaseToken
 				}
@@ -126,17 +126,17 @@ func TestConsumersGetDistinctEqualShares(t *testing.T) {
 		e.createQueue("q", nil)
 		cs := []*Consumer{e.register("q", 1000), e.register("q", 1000), e.register("q", 1000)}
 		e.enqueueN("q", 300, nil)
-		seen := map[string]string{}
+		seen := map[uint64]string{}
 		for _, c := range cs {
 			got := e.drain(c)
 			if len(got) != 100 {
 				t.Errorf("%s got %d, want 100", c.ID(), len(got))
 			}
 			for _, d := range got {
-				if other, dup := seen[d.Id]; dup {
-					t.Fatalf("message %s delivered to %s and %s", d.Id, other, c.ID())
+				if other, dup := seen[d.ID]; dup {
+					t.Fatalf("message %d delivered to %s and %s", d.ID, other, c.ID())
 				}
-				seen[d.Id] = c.ID()
+				seen[d.ID] = c.ID()
 			}
 		}
 		if len(seen) != 300 {
@@ -177,7 +177,7 @@ func TestLeaseExpiryRedelivers(t *testing.T) {
 					e.advance(time.Millisecond)
 				}
 				d2 := e.recv(c)
-				if d2.Id != d1.Id || d2.Attempt != 2 || d2.LeaseToken == d1.LeaseToken {
+				if d2.ID != d1.ID || d2.Attempt != 2 || d2.LeaseToken == d1.LeaseToken {
 					t.Fatalf("redelivery %+v after %+v", d2, d1)
 				}
 				if st := e.info("q").Stats; st.ExpiredTotal != 1 {
@@ -228,14 +228,14 @@ func TestDelayedNotEarly(t *testing.T) {
 		e.advance(4999 * time.Millisecond)
 		e.expectNone(c)
 		e.advance(time.Millisecond)
-		if d := e.recv(c); d.Id != ids[0] {
-			t.Fatalf("got %s, want %s", d.Id, ids[0])
+		if d := e.recv(c); d.ID != ids[0] {
+			t.Fatalf("got %d, want %d", d.ID, ids[0])
 		}
 		e.advance(2999 * time.Millisecond)
 		e.expectNone(c)
 		e.advance(time.Millisecond)
-		if d := e.recv(c); d.Id != ids[1] {
-			t.Fatalf("got %s, want %s", d.Id, ids[1])
+		if d := e.recv(c); d.ID != ids[1] {
+			t.Fatalf("got %d, want %d", d.ID, ids[1])
 		}
 		if e.p.proposed("tick") < 1 {
 			t.Fatal("no Tick proposed")
@@ -267,7 +267,7 @@ func TestCreditsNeverNegativeNorLeak(t *testing.T) {
 		total := 0
 		for total < 101 {
 			e.idle()
-			var batch []*raftqv1.Delivery
+			var batch []*state.Delivery
 			for _, c := range cs {
 				held := e.leasesHeld(c.ID())
 				pc, _ := e.pendingState(c)

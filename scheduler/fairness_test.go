@@ -120,8 +120,8 @@ func TestPeekOrderMatchesDelivery(t *testing.T) {
 		}
 		c := e.register("q", 30)
 		for i, d := range e.recvN(c, 30) {
-			if d.Id != peek[i].Id {
-				t.Fatalf("delivery %d is %s (%s), peek said %s (%s)", i, d.Id, d.FairnessKey, peek[i].Id, peek[i].FairnessKey)
+			if d.ID != peek[i].ID {
+				t.Fatalf("delivery %d is %d (%s), peek said %d (%s)", i, d.ID, d.FairnessKey, peek[i].ID, peek[i].FairnessKey)
 			}
 		}
 	})

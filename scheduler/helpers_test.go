@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"github.com/raftq/raftq/fsm/state"
 	"io"
 	"log/slog"
 	"sync"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/raftq/raftq/fsm"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -43,7 +43,7 @@ type fakeProposer struct {
 
 type entry struct {
 	cmd  *fsmv1.Command
-	res  *fsm.Result
+	res  fsm.Result
 	done chan struct{}
 }
 
@@ -137,7 +137,7 @@ func (p *fakeProposer) proposed(op string) int64 {
 	return v.(*atomic.Int64).Load()
 }
 
-func (p *fakeProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, error) {
+func (p *fakeProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -259,15 +259,15 @@ func (e *env) advance(d time.Duration) {
 // has nothing left to do until the state, the consumers or the time change.
 func (e *env) idle() { synctest.Wait() }
 
-func (e *env) apply(cmd *fsmv1.Command) *fsm.Result {
+func (e *env) apply(cmd *fsmv1.Command) fsm.Result {
 	e.t.Helper()
 	cmd.NowMs = time.Now().UnixMilli()
 	res, err := e.p.Propose(context.Background(), cmd)
 	if err != nil {
 		e.t.Fatalf("propose %T: %v", cmd.Op, err)
 	}
-	if res.Err != nil {
-		e.t.Fatalf("apply %T: %v", cmd.Op, res.Err)
+	if res.Failure() != nil {
+		e.t.Fatalf("apply %T: %v", cmd.Op, res.Failure())
 	}
 	return res
 }
@@ -282,16 +282,19 @@ func (e *env) updateQueue(name string, cfg *fsmv1.QueueConfig, mask ...string) {
 	e.apply(&fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: name, Config: cfg, Mask: mask}}})
 }
 
-func (e *env) enqueue(queue string, msgs ...*fsmv1.EnqueueMessage) []string {
+func (e *env) enqueue(queue string, msgs ...*fsmv1.EnqueueMessage) []uint64 {
 	e.t.Helper()
-	res := e.apply(&fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: queue, Messages: msgs}}}}})
-	if res.BatchErrs[0] != nil {
-		e.t.Fatalf("enqueue: %v", res.BatchErrs[0])
+	res, err := fsm.As[*fsm.EnqueueResult](e.apply(&fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: queue, Messages: msgs}}}}}), nil)
+	if err != nil {
+		e.t.Fatalf("enqueue: %v", err)
 	}
-	return res.IDs[0]
+	if res.Batches[0].Err != nil {
+		e.t.Fatalf("enqueue: %v", res.Batches[0].Err)
+	}
+	return res.Batches[0].IDs
 }
 
-func (e *env) enqueueN(queue string, n int, tmpl *fsmv1.EnqueueMessage) []string {
+func (e *env) enqueueN(queue string, n int, tmpl *fsmv1.EnqueueMessage) []uint64 {
 	e.t.Helper()
 	msgs := make([]*fsmv1.EnqueueMessage, n)
 	for i := range msgs {
@@ -308,29 +311,27 @@ func cloneMsg(m *fsmv1.EnqueueMessage) *fsmv1.EnqueueMessage {
 	return &fsmv1.EnqueueMessage{Payload: m.Payload, Priority: m.Priority, FairnessKey: m.FairnessKey, Weight: m.Weight, ThrottleKeys: m.ThrottleKeys, DelayMs: m.DelayMs, TtlMs: m.TtlMs}
 }
 
-func ref(t testing.TB, d *raftqv1.Delivery) *fsmv1.Ref {
+func ref(t testing.TB, d *state.Delivery) *fsmv1.Ref {
 	t.Helper()
-	id, err := fsm.ParseID(d.Id)
-	if err != nil {
-		t.Fatal(err)
+	if d.ID == 0 || d.LeaseToken == 0 {
+		t.Fatalf("delivery without id or lease token: %+v", d)
 	}
-	tok, err := fsm.ParseID(d.LeaseToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &fsmv1.Ref{Queue: d.Queue, MessageId: id, LeaseToken: tok}
+	return &fsmv1.Ref{Queue: d.Queue, MessageId: d.ID, LeaseToken: d.LeaseToken}
 }
 
-func (e *env) ack(ds ...*raftqv1.Delivery) {
+func (e *env) ack(ds ...*state.Delivery) {
 	e.t.Helper()
 	refs := make([]*fsmv1.Ref, len(ds))
 	for i, d := range ds {
 		refs[i] = ref(e.t, d)
 	}
-	res := e.apply(&fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: refs}}})
+	res, err := fsm.As[*fsm.ItemsResult](e.apply(&fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: refs}}}), nil)
+	if err != nil {
+		e.t.Fatalf("ack: %v", err)
+	}
 	for i, err := range res.Items {
 		if err != nil {
-			e.t.Fatalf("ack %s: %v", ds[i].Id, err)
+			e.t.Fatalf("ack %d: %v", ds[i].ID, err)
 		}
 	}
 }
@@ -346,7 +347,7 @@ func (e *env) register(queue string, maxInFlight int) *Consumer {
 
 // recv takes the next delivery of c, which must come without time
 // passing: once the scheduler is idle, it is buffered or it is a failure.
-func (e *env) recv(c *Consumer) *raftqv1.Delivery {
+func (e *env) recv(c *Consumer) *state.Delivery {
 	e.t.Helper()
 	select {
 	case d := <-c.Deliveries():
@@ -365,9 +366,9 @@ func (e *env) recv(c *Consumer) *raftqv1.Delivery {
 	return nil
 }
 
-func (e *env) recvN(c *Consumer, n int) []*raftqv1.Delivery {
+func (e *env) recvN(c *Consumer, n int) []*state.Delivery {
 	e.t.Helper()
-	out := make([]*raftqv1.Delivery, n)
+	out := make([]*state.Delivery, n)
 	for i := range out {
 		out[i] = e.recv(c)
 	}
@@ -375,10 +376,10 @@ func (e *env) recvN(c *Consumer, n int) []*raftqv1.Delivery {
 }
 
 // drain takes what is buffered once the scheduler is quiet.
-func (e *env) drain(c *Consumer) []*raftqv1.Delivery {
+func (e *env) drain(c *Consumer) []*state.Delivery {
 	e.t.Helper()
 	e.idle()
-	var out []*raftqv1.Delivery
+	var out []*state.Delivery
 	for {
 		select {
 		case d := <-c.Deliveries():
@@ -392,11 +393,11 @@ func (e *env) drain(c *Consumer) []*raftqv1.Delivery {
 func (e *env) expectNone(c *Consumer) {
 	e.t.Helper()
 	if got := e.drain(c); len(got) > 0 {
-		e.t.Fatalf("%s got %d unexpected deliveries (first %s)", c.ID(), len(got), got[0].Id)
+		e.t.Fatalf("%s got %d unexpected deliveries (first %d)", c.ID(), len(got), got[0].ID)
 	}
 }
 
-func (e *env) info(queue string) *raftqv1.QueueInfo {
+func (e *env) info(queue string) *state.QueueInfo {
 	e.t.Helper()
 	qi, err := e.f.GetQueue(queue)
 	if err != nil {

@@ -46,7 +46,7 @@ func TestClosedConsumerStopsAndLeasesReturn(t *testing.T) {
 		}
 		for _, d := range got[:5] {
 			if d.Attempt != 2 { // a release on stream close counts as a delivery
-				t.Fatalf("released message %s attempt %d, want 2", d.Id, d.Attempt)
+				t.Fatalf("released message %d attempt %d, want 2", d.ID, d.Attempt)
 			}
 		}
 	})
@@ -83,11 +83,11 @@ func TestRollbackWhenConsumerGone(t *testing.T) {
 			t.Fatal("delivery pushed to a closed consumer")
 		}
 		peek, err := e.f.Peek("q", 10, false)
-		if err != nil || len(peek) != 1 || peek[0].Id != ids[0] || peek[0].Attempt != 0 {
+		if err != nil || len(peek) != 1 || peek[0].ID != ids[0] || peek[0].Attempt != 0 {
 			t.Fatalf("peek %v %v", peek, err)
 		}
 		b := e.register("q", 10)
-		if d := e.recv(b); d.Id != ids[0] || d.Attempt != 1 {
+		if d := e.recv(b); d.ID != ids[0] || d.Attempt != 1 {
 			t.Fatalf("redelivery %+v", d)
 		}
 	})
@@ -122,7 +122,7 @@ func TestCloseRacingGrantCountsNoAttempt(t *testing.T) {
 			t.Fatalf("a message never pushed was counted: stats %+v", st)
 		}
 		peek, err := e.f.Peek("q", 10, false)
-		if err != nil || len(peek) != 1 || peek[0].Id != ids[0] || peek[0].Attempt != 0 {
+		if err != nil || len(peek) != 1 || peek[0].ID != ids[0] || peek[0].Attempt != 0 {
 			t.Fatalf("peek %v %v", peek, err)
 		}
 	})
@@ -150,7 +150,7 @@ func TestStaleBufferedDeliveryNoSpin(t *testing.T) {
 		}
 		stale := e.recv(c)
 		e.advance(bufferRecheck)
-		if d := e.recv(c); d.Id != stale.Id || d.Attempt != 2 {
+		if d := e.recv(c); d.ID != stale.ID || d.Attempt != 2 {
 			t.Fatalf("redelivery %+v", d)
 		}
 	})
@@ -258,11 +258,11 @@ func TestCloseRollsBackUnsentDeliveries(t *testing.T) {
 		}
 		for _, d := range peek {
 			want := int32(0)
-			if d.Id == sent.Id {
+			if d.ID == sent.ID {
 				want = 1 // sent, so the release counts it
 			}
 			if d.Attempt != want {
-				t.Fatalf("message %s attempt %d, want %d (ids %v)", d.Id, d.Attempt, want, ids)
+				t.Fatalf("message %d attempt %d, want %d (ids %v)", d.ID, d.Attempt, want, ids)
 			}
 		}
 	})

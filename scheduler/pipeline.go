@@ -104,10 +104,7 @@ func (pl *pipeline) flushLocked() {
 // A delivery that cannot be pushed (consumer gone) is rolled back.
 func (pl *pipeline) run(ctx context.Context, grants []*fsmv1.Grant, to []*Consumer, prev <-chan struct{}, mine chan struct{}) {
 	s := pl.s
-	res, err := s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: grants}}})
-	if err == nil && res.Err != nil {
-		err = res.Err
-	}
+	res, err := fsm.As[*fsm.GrantResult](s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: grants}}}))
 	<-prev
 	pl.mu.Lock()
 	pl.inflight--
@@ -137,21 +134,12 @@ func (pl *pipeline) run(ctx context.Context, grants []*fsmv1.Grant, to []*Consum
 	rollback := make([]*fsmv1.Ref, 0, len(unpushed))
 	for _, i := range unpushed {
 		d := res.Deliveries[i]
-		tok, perr := fsm.ParseID(d.GetLeaseToken())
-		if perr != nil {
-			s.log.Error("grant returned a bad lease token", "queue", grants[i].Queue, "message", d.GetId(), "err", perr)
-			continue
-		}
-		rollback = append(rollback, &fsmv1.Ref{Queue: grants[i].Queue, MessageId: grants[i].MessageId, LeaseToken: tok})
+		rollback = append(rollback, &fsmv1.Ref{Queue: grants[i].Queue, MessageId: grants[i].MessageId, LeaseToken: d.LeaseToken})
 	}
 	if len(rollback) == 0 {
 		return
 	}
-	res, err = s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseRollback{LeaseRollback: &fsmv1.LeaseRollback{Refs: rollback}}})
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
+	if _, err := fsm.As[*fsm.ItemsResult](s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseRollback{LeaseRollback: &fsmv1.LeaseRollback{Refs: rollback}}})); err != nil {
 		// The leases stay until they expire: delayed, never lost.
 		s.logProposeErr("lease rollback", err, "refs", len(rollback))
 	}

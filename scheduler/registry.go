@@ -5,8 +5,8 @@ import (
 	"sync"
 
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/fsm/state"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
 // registry is one term's consumers: each queue's consumers in
@@ -161,7 +161,7 @@ func (r *registry) assign(cons []*Consumer, picks []pick) {
 // stops being pending, and each delivery is pushed to its consumer's
 // buffer. It returns the deliveries that could not be pushed (the
 // consumer ended), by index.
-func (r *registry) settled(to []*Consumer, ds []*raftqv1.Delivery, unpushed []int) []int {
+func (r *registry) settled(to []*Consumer, ds []*state.Delivery, unpushed []int) []int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, c := range to {

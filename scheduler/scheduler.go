@@ -49,7 +49,7 @@ var ErrClosed = errors.New("scheduler: consumer closed")
 // committed and applied (or fails) and returns the FSM's Result. The
 // scheduler sets cmd.NowMs from its Clock before proposing.
 type Proposer interface {
-	Propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, error)
+	Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error)
 }
 
 // State is the replicated state the scheduler reads (*fsm.FSM): fn runs
@@ -291,13 +291,9 @@ func (s *Scheduler) pass(t *term) time.Time {
 }
 
 // propose stamps the command with the clock and proposes it.
-func (s *Scheduler) propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, error) {
+func (s *Scheduler) propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
 	cmd.NowMs = s.clock.Now().UnixMilli()
-	res, err := s.p.Propose(ctx, cmd)
-	if err == nil && res == nil {
-		res = &fsm.Result{}
-	}
-	return res, err
+	return s.p.Propose(ctx, cmd)
 }
 
 func (s *Scheduler) logProposeErr(what string, err error, args ...any) {

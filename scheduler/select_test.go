@@ -40,11 +40,11 @@ func pickState(t *testing.T, cfg *fsmv1.QueueConfig, groups []group) (*fsm.FSM, 
 	t.Helper()
 	f := fsm.New(fsm.Options{Logger: discard})
 	idx := uint64(0)
-	apply := func(cmd *fsmv1.Command) *fsm.Result {
+	apply := func(cmd *fsmv1.Command) fsm.Result {
 		idx++
 		res := f.ApplyCommand(idx, cmd)
-		if res.Err != nil {
-			t.Fatal(res.Err)
+		if res.Failure() != nil {
+			t.Fatal(res.Failure())
 		}
 		return res
 	}
@@ -55,15 +55,14 @@ func pickState(t *testing.T, cfg *fsmv1.QueueConfig, groups []group) (*fsm.FSM, 
 		for i := range msgs {
 			msgs[i] = &fsmv1.EnqueueMessage{FairnessKey: g.key, Weight: g.weight, Priority: g.prio, ThrottleKeys: g.throttle}
 		}
-		res := apply(&fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}}}})
-		if res.BatchErrs[0] != nil {
-			t.Fatal(res.BatchErrs[0])
+		res, err := fsm.As[*fsm.EnqueueResult](apply(&fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}}}}), nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for i, s := range res.IDs[0] {
-			id, err := fsm.ParseID(s)
-			if err != nil {
-				t.Fatal(err)
-			}
+		if res.Batches[0].Err != nil {
+			t.Fatal(res.Batches[0].Err)
+		}
+		for i, id := range res.Batches[0].IDs {
 			names[id] = fmt.Sprintf("%s%d", g.label, i)
 		}
 	}

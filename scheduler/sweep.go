@@ -86,10 +86,7 @@ func (w *sweeper) launchTick() {
 func (w *sweeper) launchExpire(refs []*fsmv1.Ref) {
 	w.expireBusy = true
 	w.t.goTerm(func(ctx context.Context) {
-		res, err := w.s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseExpire{LeaseExpire: &fsmv1.LeaseExpire{Refs: refs}}})
-		if err == nil {
-			err = res.Err
-		}
+		_, err := fsm.As[*fsm.ItemsResult](w.s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseExpire{LeaseExpire: &fsmv1.LeaseExpire{Refs: refs}}}))
 		w.mu.Lock()
 		w.expireBusy = false
 		if err != nil {

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"github.com/raftq/raftq/fsm/state"
 	"math"
 	"slices"
 	"sync"
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
 func throttles(kv ...any) *fsmv1.QueueConfig {
@@ -22,9 +22,9 @@ func throttles(kv ...any) *fsmv1.QueueConfig {
 
 // countFor advances the fake clock by step until d has passed, letting the
 // scheduler settle after each step, and returns what c received meanwhile.
-func (e *env) countFor(c *Consumer, d, step time.Duration) []*raftqv1.Delivery {
+func (e *env) countFor(c *Consumer, d, step time.Duration) []*state.Delivery {
 	e.t.Helper()
-	var got []*raftqv1.Delivery
+	var got []*state.Delivery
 	for elapsed := time.Duration(0); elapsed+step <= d; elapsed += step {
 		e.advance(step)
 		got = append(got, e.drain(c)...)

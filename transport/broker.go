@@ -31,11 +31,11 @@ func (s *Server) CreateQueue(ctx context.Context, req *raftqv1.CreateQueueReques
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	res, err := s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: req.Name, Config: logconv.QueueConfig(req.Config)}}})
+	res, err := fsm.As[*fsm.QueueResult](s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: req.Name, Config: logconv.QueueConfig(req.Config)}}}))
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.CreateQueueResponse{Queue: res.Queue}, nil
+	return &raftqv1.CreateQueueResponse{Queue: projectQueue(res.Queue)}, nil
 }
 
 func (s *Server) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueueRequest) (*raftqv1.UpdateQueueResponse, error) {
@@ -46,11 +46,11 @@ func (s *Server) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueueReques
 	if err := fsm.ValidateMask(mask); err != nil {
 		return nil, err
 	}
-	res, err := s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: req.Name, Config: logconv.QueueConfig(req.Config), Mask: mask}}})
+	res, err := fsm.As[*fsm.QueueResult](s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: req.Name, Config: logconv.QueueConfig(req.Config), Mask: mask}}}))
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.UpdateQueueResponse{Queue: res.Queue}, nil
+	return &raftqv1.UpdateQueueResponse{Queue: projectQueue(res.Queue)}, nil
 }
 
 func (s *Server) DeleteQueue(ctx context.Context, req *raftqv1.DeleteQueueRequest) (*raftqv1.DeleteQueueResponse, error) {
@@ -74,10 +74,11 @@ func (s *Server) GetQueue(ctx context.Context, req *raftqv1.GetQueueRequest) (*r
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	qi, err := s.state.GetQueue(req.Name)
+	st, err := s.state.GetQueue(req.Name)
 	if err != nil {
 		return nil, err
 	}
+	qi := projectQueue(st)
 	if req.IncludeKeys && s.sched != nil {
 		qi.FairnessKeys, qi.ThrottleKeys = s.sched.KeyStats(req.Name)
 	}
@@ -88,9 +89,9 @@ func (s *Server) ListQueues(ctx context.Context, req *raftqv1.ListQueuesRequest)
 	if len(req.GetPrefix()) > fsm.MaxQueueNameLen {
 		return nil, invalid("prefix is longer than %d characters", fsm.MaxQueueNameLen)
 	}
-	qs := s.state.ListQueues(req.GetPrefix())
-	for _, qi := range qs {
-		s.withConsumers(qi)
+	var qs []*raftqv1.QueueInfo
+	for _, st := range s.state.ListQueues(req.GetPrefix()) {
+		qs = append(qs, s.withConsumers(projectQueue(st)))
 	}
 	return &raftqv1.ListQueuesResponse{Queues: qs}, nil
 }
@@ -99,7 +100,7 @@ func (s *Server) PurgeQueue(ctx context.Context, req *raftqv1.PurgeQueueRequest)
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	res, err := s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: req.Name}}})
+	res, err := fsm.As[*fsm.CountResult](s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: req.Name}}}))
 	if err != nil {
 		return nil, err
 	}
@@ -125,10 +126,15 @@ func (s *Server) Enqueue(ctx context.Context, req *raftqv1.EnqueueRequest) (*raf
 	if err != nil {
 		return nil, err
 	}
-	if err := out.res.BatchErrs[out.pos]; err != nil {
+	res, err := fsm.As[*fsm.EnqueueResult](out.res, nil)
+	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.EnqueueResponse{MessageIds: out.res.IDs[out.pos]}, nil
+	b := res.Batches[out.pos]
+	if b.Err != nil {
+		return nil, b.Err
+	}
+	return &raftqv1.EnqueueResponse{MessageIds: formatIDs(b.IDs)}, nil
 }
 
 // parseRefs turns API lease refs into command refs; a malformed id or token
@@ -152,11 +158,11 @@ func parseRefs(queue, field string, refs []*raftqv1.LeaseRef) ([]*fsmv1.Ref, err
 }
 
 func parseRef(queue, field, id, token string) (*fsmv1.Ref, error) {
-	mid, err := fsm.ParseID(id)
+	mid, err := ParseID(id)
 	if err != nil {
 		return nil, invalid("%s.message_id: %v", field, err)
 	}
-	tok, err := fsm.ParseID(token)
+	tok, err := ParseID(token)
 	if err != nil {
 		return nil, invalid("%s.lease_token: %v", field, err)
 	}
@@ -200,7 +206,11 @@ func (s *Server) Ack(ctx context.Context, req *raftqv1.AckRequest) (*raftqv1.Ack
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.AckResponse{Results: itemResults(out.res.Items[out.offset : out.offset+len(refs)])}, nil
+	res, err := fsm.As[*fsm.ItemsResult](out.res, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &raftqv1.AckResponse{Results: itemResults(res.Items[out.offset : out.offset+len(refs)])}, nil
 }
 
 func (s *Server) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raftqv1.NackResponse, error) {
@@ -231,7 +241,7 @@ func (s *Server) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raftqv1.N
 	if err := s.requireQueue(req.Queue); err != nil {
 		return nil, err
 	}
-	res, err := s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: items}}})
+	res, err := fsm.As[*fsm.ItemsResult](s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: items}}}))
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +262,7 @@ func (s *Server) ExtendLease(ctx context.Context, req *raftqv1.ExtendLeaseReques
 	if err := s.requireQueue(req.Queue); err != nil {
 		return nil, err
 	}
-	res, err := s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Extend{Extend: &fsmv1.Extend{Refs: refs, ExtendByMs: req.ExtendByMs}}})
+	res, err := fsm.As[*fsm.ExtendResult](s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Extend{Extend: &fsmv1.Extend{Refs: refs, ExtendByMs: req.ExtendByMs}}}))
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +284,7 @@ func (s *Server) Peek(ctx context.Context, req *raftqv1.PeekRequest) (*raftqv1.P
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.PeekResponse{Messages: ds}, nil
+	return &raftqv1.PeekResponse{Messages: projectDeliveries(ds)}, nil
 }
 
 func (s *Server) Redrive(ctx context.Context, req *raftqv1.RedriveRequest) (*raftqv1.RedriveResponse, error) {
@@ -284,7 +294,7 @@ func (s *Server) Redrive(ctx context.Context, req *raftqv1.RedriveRequest) (*raf
 	if req.Limit < 0 {
 		return nil, invalid("limit must not be negative")
 	}
-	res, err := s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Redrive{Redrive: &fsmv1.Redrive{Queue: req.Queue, Limit: req.Limit}}})
+	res, err := fsm.As[*fsm.CountResult](s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Redrive{Redrive: &fsmv1.Redrive{Queue: req.Queue, Limit: req.Limit}}}))
 	if err != nil {
 		return nil, err
 	}

@@ -95,7 +95,7 @@ func (c *clusterService) Snapshot(ctx context.Context, _ *raftqv1.SnapshotReques
 }
 
 func (c *clusterService) Checkpoint(ctx context.Context, _ *raftqv1.CheckpointRequest) (*raftqv1.CheckpointResponse, error) {
-	res, err := c.s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Checkpoint{Checkpoint: &fsmv1.Checkpoint{}}})
+	res, err := fsm.As[*fsm.CheckpointResult](c.s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Checkpoint{Checkpoint: &fsmv1.Checkpoint{}}}))
 	if err != nil {
 		return nil, err
 	}

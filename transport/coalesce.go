@@ -17,7 +17,7 @@ import (
 // flight; otherwise it waits for one to commit and goes with whatever else
 // queued up meanwhile. No timer adds latency.
 type coalescer[Req any] struct {
-	propose     func(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, error)
+	propose     func(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error)
 	build       func(reqs []Req) *fsmv1.Command
 	size        func(Req) (items, bytes int)
 	maxInFlight int
@@ -38,7 +38,7 @@ type pending[Req any] struct {
 }
 
 type batchOutcome struct {
-	res    *fsm.Result
+	res    fsm.Result
 	pos    int // index of this request within the entry's command
 	offset int // items of the requests before it, for per-item results
 	err    error
@@ -47,7 +47,7 @@ type batchOutcome struct {
 var errStopping = errors.New("server stopping")
 
 func newCoalescer[Req any](maxInFlight, maxItems, maxBytes int,
-	propose func(context.Context, *fsmv1.Command) (*fsm.Result, error),
+	propose func(context.Context, *fsmv1.Command) (fsm.Result, error),
 	build func([]Req) *fsmv1.Command, size func(Req) (int, int)) *coalescer[Req] {
 	c := &coalescer[Req]{
 		propose: propose, build: build, size: size,
@@ -143,8 +143,8 @@ func (c *coalescer[Req]) apply(batch []*pending[Req]) {
 	cancel()
 	offset := 0
 	for i, p := range batch {
-		if err == nil && res.Err != nil {
-			err = res.Err
+		if err == nil && res.Failure() != nil {
+			err = res.Failure()
 		}
 		p.done <- batchOutcome{res: res, pos: i, offset: offset, err: err}
 		items, _ := c.size(p.req)

@@ -78,7 +78,7 @@ type testLateProposer struct {
 	state *fsm.FSM
 }
 
-func (p *testLateProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, error) {
+func (p *testLateProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
 	select {
 	case <-p.ready:
 	case <-ctx.Done():

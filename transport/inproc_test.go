@@ -150,8 +150,8 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		t.Fatalf("leased %s, want %s", held.Id, ids[0])
 	}
 	readyID := ids[1]
-	unknownID := fsm.FormatID(999_999 << 20)
-	wrongToken := fsm.FormatID(1)
+	unknownID := FormatID(999_999 << 20)
+	wrongToken := FormatID(1)
 	if held.LeaseToken == wrongToken {
 		t.Fatal("test assumption broken: the lease token is 1")
 	}

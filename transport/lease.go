@@ -94,12 +94,12 @@ func (s *Server) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseSer
 			}
 			return toStatus(c.Err())
 		case d := <-c.Deliveries():
-			batch = append(batch[:0], d)
+			batch = append(batch[:0], projectDelivery(d))
 		drain:
 			for len(batch) < maxPerResponse {
 				select {
 				case d := <-c.Deliveries():
-					batch = append(batch, d)
+					batch = append(batch, projectDelivery(d))
 				default:
 					break drain
 				}

@@ -182,7 +182,7 @@ func now() int64 { return time.Now().UnixMilli() }
 
 // apply proposes cmd on this node (which must be the leader) and returns the
 // FSM's result; a whole-command failure comes back as the error.
-func (s *Server) apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, error) {
+func (s *Server) apply(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
 	if cmd.NowMs == 0 {
 		cmd.NowMs = now()
 	}
@@ -190,7 +190,7 @@ func (s *Server) apply(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, er
 	if err != nil {
 		return nil, err
 	}
-	return res, res.Err
+	return res, res.Failure()
 }
 
 // Proposer adapts a Raft node to scheduler.Proposer.
@@ -202,7 +202,7 @@ type Proposer struct {
 }
 
 // Propose encodes and applies cmd, returning the FSM result.
-func (p Proposer) Propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, error) {
+func (p Proposer) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
 	data, err := fsm.Encode(cmd)
 	if err != nil {
 		return nil, err
@@ -214,7 +214,7 @@ func (p Proposer) Propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result,
 	if err != nil {
 		return nil, err
 	}
-	res, ok := out.(*fsm.Result)
+	res, ok := out.(fsm.Result)
 	if !ok {
 		return nil, fmt.Errorf("unexpected apply response %T", out)
 	}

@@ -157,7 +157,7 @@ type lateProposer struct {
 	state *fsm.FSM
 }
 
-func (p *lateProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (*fsm.Result, error) {
+func (p *lateProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
 	select {
 	case <-p.ready:
 	case <-ctx.Done():

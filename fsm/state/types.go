@@ -1,0 +1,37 @@
+package state
+
+import fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+
+// Delivery is a message as a consumer receives it (after a grant) or as
+// Peek shows it. Ids stay numeric; the API edge formats them.
+type Delivery struct {
+	ID               uint64
+	Queue            string
+	Payload          []byte
+	Headers          map[string]string
+	Priority         int32
+	FairnessKey      string
+	Weight           uint32
+	ThrottleKeys     []string
+	Attempt          int32
+	EnqueuedMs       int64
+	LeaseToken       uint64 // 0 unless leased
+	LeaseDeadlineMs  int64  // 0 unless leased
+	OriginQueue      string // in a dead-letter queue: the queue it came from
+	DeadLetterReason string
+}
+
+// QueueInfo is a queue's effective config and counters.
+type QueueInfo struct {
+	Name              string
+	Config            *fsmv1.QueueConfig // effective (defaults filled in); a copy
+	IsDeadLetterQueue bool
+	Stats             QueueStats
+}
+
+// QueueStats are a queue's counters. Consumers are the scheduler's to add.
+type QueueStats struct {
+	Ready, Delayed, InFlight, DeadLettered               int64
+	EnqueuedTotal, AckedTotal, NackedTotal, ExpiredTotal int64
+	Bytes                                                int64
+}

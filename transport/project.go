@@ -1,0 +1,106 @@
+package transport
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/fsm/logconv"
+	"github.com/raftq/raftq/fsm/state"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+// The API edge: the server keeps message ids and lease tokens as numbers
+// and configs in the log format; clients see fixed-width hex strings and
+// raftq.v1 messages. Every such projection is here.
+
+// FormatID renders a message id or lease token for the API: fixed-width
+// hex, so string order is numeric order.
+func FormatID(v uint64) string {
+	const digits = "0123456789abcdef"
+	var b [16]byte
+	for i := 15; i >= 0; i-- {
+		b[i] = digits[v&0xf]
+		v >>= 4
+	}
+	return string(b[:])
+}
+
+// ParseID parses FormatID's output; anything else is fsm.ErrInvalid.
+func ParseID(s string) (uint64, error) {
+	if len(s) != 16 {
+		return 0, fmt.Errorf("%w: id %q is not 16 hex digits", fsm.ErrInvalid, s)
+	}
+	v, err := strconv.ParseUint(s, 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: id %q is not 16 hex digits", fsm.ErrInvalid, s)
+	}
+	return v, nil
+}
+
+func formatIDs(ids []uint64) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = FormatID(id)
+	}
+	return out
+}
+
+// projectDelivery is a delivery as the API shows it.
+func projectDelivery(d *state.Delivery) *raftqv1.Delivery {
+	out := &raftqv1.Delivery{
+		Id:               FormatID(d.ID),
+		Queue:            d.Queue,
+		Payload:          d.Payload,
+		Headers:          d.Headers,
+		Priority:         d.Priority,
+		FairnessKey:      d.FairnessKey,
+		Weight:           d.Weight,
+		ThrottleKeys:     d.ThrottleKeys,
+		Attempt:          d.Attempt,
+		EnqueuedAtMs:     d.EnqueuedMs,
+		OriginQueue:      d.OriginQueue,
+		DeadLetterReason: d.DeadLetterReason,
+	}
+	if d.LeaseToken != 0 {
+		out.LeaseToken = FormatID(d.LeaseToken)
+		out.LeaseDeadlineMs = d.LeaseDeadlineMs
+	}
+	return out
+}
+
+func projectDeliveries(ds []*state.Delivery) []*raftqv1.Delivery {
+	if ds == nil {
+		return nil
+	}
+	out := make([]*raftqv1.Delivery, len(ds))
+	for i, d := range ds {
+		out[i] = projectDelivery(d)
+	}
+	return out
+}
+
+// projectQueue is a queue's config and counters as the API shows them
+// (consumers are added by the caller from the scheduler).
+func projectQueue(q *state.QueueInfo) *raftqv1.QueueInfo {
+	if q == nil {
+		return nil
+	}
+	st := q.Stats
+	return &raftqv1.QueueInfo{
+		Name:              q.Name,
+		Config:            logconv.APIQueueConfig(q.Config),
+		IsDeadLetterQueue: q.IsDeadLetterQueue,
+		Stats: &raftqv1.QueueStats{
+			Ready:         st.Ready,
+			Delayed:       st.Delayed,
+			InFlight:      st.InFlight,
+			DeadLettered:  st.DeadLettered,
+			EnqueuedTotal: st.EnqueuedTotal,
+			AckedTotal:    st.AckedTotal,
+			NackedTotal:   st.NackedTotal,
+			ExpiredTotal:  st.ExpiredTotal,
+			Bytes:         st.Bytes,
+		},
+	}
+}

@@ -1,0 +1,55 @@
+package transport
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/fsm/state"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+)
+
+func TestIDFormatRoundTrip(t *testing.T) {
+	for _, v := range []uint64{0, 1, 1 << 20, 1<<64 - 1} {
+		got, err := ParseID(FormatID(v))
+		if err != nil || got != v {
+			t.Fatalf("round trip %d: %d %v", v, got, err)
+		}
+	}
+	for _, s := range []string{"", "xyz", "000000000000000g", "00000000000000001"} {
+		if _, err := ParseID(s); !errors.Is(err, fsm.ErrInvalid) {
+			t.Fatalf("ParseID(%q) = %v", s, err)
+		}
+	}
+	if FormatID(1<<20|3) != "0000000000100003" {
+		t.Fatalf("FormatID = %s", FormatID(1<<20|3))
+	}
+}
+
+func TestProjectDelivery(t *testing.T) {
+	d := &state.Delivery{ID: 1 << 20, Queue: "q", Payload: []byte("p"), Attempt: 2, EnqueuedMs: 5, OriginQueue: "o", DeadLetterReason: "r"}
+	got := projectDelivery(d)
+	if got.Id != "0000000000100000" || got.Queue != "q" || string(got.Payload) != "p" || got.Attempt != 2 || got.EnqueuedAtMs != 5 ||
+		got.OriginQueue != "o" || got.DeadLetterReason != "r" {
+		t.Fatalf("projected %v", got)
+	}
+	if got.LeaseToken != "" || got.LeaseDeadlineMs != 0 {
+		t.Fatalf("an unleased message shows a lease: %v", got)
+	}
+	d.LeaseToken, d.LeaseDeadlineMs = 7, 99
+	if got := projectDelivery(d); got.LeaseToken != "0000000000000007" || got.LeaseDeadlineMs != 99 {
+		t.Fatalf("lease projected as %q %d", got.LeaseToken, got.LeaseDeadlineMs)
+	}
+}
+
+func TestProjectQueue(t *testing.T) {
+	q := &state.QueueInfo{Name: "q", IsDeadLetterQueue: true, Config: &fsmv1.QueueConfig{MaxDeliveries: 3},
+		Stats: state.QueueStats{Ready: 1, Delayed: 2, InFlight: 3, DeadLettered: 4, EnqueuedTotal: 5, AckedTotal: 6, NackedTotal: 7, ExpiredTotal: 8, Bytes: 9}}
+	got := projectQueue(q)
+	st := got.Stats
+	if got.Name != "q" || !got.IsDeadLetterQueue || got.Config.MaxDeliveries != 3 ||
+		st.Ready != 1 || st.Delayed != 2 || st.InFlight != 3 || st.DeadLettered != 4 || st.EnqueuedTotal != 5 ||
+		st.AckedTotal != 6 || st.NackedTotal != 7 || st.ExpiredTotal != 8 || st.Bytes != 9 {
+		t.Fatalf("projected %v", got)
+	}
+}
