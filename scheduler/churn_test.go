@@ -150,7 +150,12 @@ func TestStress(t *testing.T) {
 					delete(holder, d.ID)
 					mu.Unlock()
 					cmd.NowMs = time.Now().UnixMilli()
+					settled := func() {}
+					if !nack { // as transport does: an ack frees credit before it applies
+						settled = e.s.Settling([]*fsmv1.Ref{ref})
+					}
 					res, err := fsm.As[*fsm.ItemsResult](e.p.Propose(context.Background(), cmd))
+					settled()
 					if err != nil || res.Items[0] != nil {
 						t.Errorf("ack/nack %d: %v %v", d.ID, err, res)
 						continue
@@ -175,6 +180,21 @@ func TestStress(t *testing.T) {
 			wg.Add(1)
 			go worker(uint64(i + 1))
 		}
+		// An observer reads what transport reads while passes run, so the
+		// race detector sees the registry, policy and pipeline locks at work.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if keys, _ := e.s.KeyStats("q"); len(keys) == 0 && ackedN.Load() < total/2 {
+					t.Errorf("KeyStats shows no fairness keys with %d of %d acked", ackedN.Load(), total)
+				}
+				if n := e.s.Consumers("q"); n > 4 {
+					t.Errorf("%d consumers registered, at most 4 exist at once", n)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
 		// Failed grants back off on the fake clock: keep time moving.
 		for start := time.Now(); ackedN.Load() != total; {
 			if time.Since(start) > waitTimeout {
