@@ -29,19 +29,10 @@ func TestNode(t testing.TB, bin, id string, extra ...string) *Node {
 		}
 		n.Kill()
 		if t.Failed() {
-			if b, err := os.ReadFile(n.LogPath); err == nil {
-				t.Logf("---- log of %s (last 1 MiB) ----\n%s", n.ID, tail(string(b), 1<<20))
-			}
+			t.Logf("---- log of %s (last 1 MiB) ----\n%s", n.ID, n.LogTail(1<<20))
 		}
 	})
 	return n
-}
-
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[len(s)-n:]
 }
 
 // Dial connects a client to the given nodes; it is closed when t ends.
