@@ -268,15 +268,10 @@ func (co *Consumer) handle(ctx context.Context, d *raftqv1.Delivery, b behaviour
 	}
 }
 
-var randMu sync.Mutex
-
-// randN is rng.IntN for handler goroutines (the consumer's rng belongs to
-// its receive loop).
-func (co *Consumer) randN(n int) int {
-	randMu.Lock()
-	defer randMu.Unlock()
-	return rand.IntN(n)
-}
+// randN is rng.IntN for handler goroutines (the consumer's seeded rng
+// belongs to its receive loop). math/rand/v2's top-level functions are
+// safe for concurrent use, so no lock is needed.
+func (co *Consumer) randN(n int) int { return rand.IntN(n) }
 
 // settle acks, nacks or extends one lease, one attempt at a time so every
 // answer is recorded as given; an attempt with no answer is tried again
