@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/fsm"
-	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -30,12 +29,14 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 	out := &raftqv1.StatusResponse{
 		LeaderId: st.LeaderID, LeaderAddr: st.LeaderAddr, Term: st.Term,
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex,
+		ClusterVersion: c.s.state.ClusterVersion(),
 	}
 	for _, n := range st.Nodes {
 		out.Nodes = append(out.Nodes, &raftqv1.Node{
 			Id: n.ID, GrpcAddr: n.GRPCAddr, RaftAddr: n.RaftAddr, HttpAddr: n.HTTPAddr,
 			Suffrage: n.Suffrage, State: n.State, Healthy: n.Healthy,
 			LastContactMs: n.LastContactMs, AppliedIndex: n.AppliedIndex,
+			MaxLogVersion: n.LogVersion,
 		})
 	}
 	if !req.GetLocalOnly() {
@@ -51,7 +52,7 @@ func (c *clusterService) peerApplied(ctx context.Context, nodes []*raftqv1.Node)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, n := range nodes {
-		if n.Id == c.s.cfg.NodeID || n.GrpcAddr == "" || n.State == "unreachable" {
+		if n.Id == c.s.b.ID() || n.GrpcAddr == "" || n.State == "unreachable" {
 			continue
 		}
 		conn, err := c.s.peers.get(n.GrpcAddr)
@@ -95,17 +96,17 @@ func (c *clusterService) Snapshot(ctx context.Context, _ *raftqv1.SnapshotReques
 }
 
 func (c *clusterService) Checkpoint(ctx context.Context, _ *raftqv1.CheckpointRequest) (*raftqv1.CheckpointResponse, error) {
-	res, err := fsm.As[*fsm.CheckpointResult](c.s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Checkpoint{Checkpoint: &fsmv1.Checkpoint{}}}))
+	idx, err := c.s.b.Checkpoint(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.CheckpointResponse{Index: res.Index}, nil
+	return &raftqv1.CheckpointResponse{Index: idx}, nil
 }
 
 // LocalDigest reports this node's digest at a checkpoint index, waiting
 // (within the deadline) for the node to apply it.
 func (c *clusterService) LocalDigest(ctx context.Context, req *raftqv1.LocalDigestRequest) (*raftqv1.NodeDigest, error) {
-	out := &raftqv1.NodeDigest{Id: c.s.cfg.NodeID}
+	out := &raftqv1.NodeDigest{Id: c.s.b.ID()}
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for c.s.state.AppliedIndex() < req.Index {
@@ -143,18 +144,18 @@ func (c *clusterService) Verify(ctx context.Context, _ *raftqv1.VerifyRequest) (
 		defer cancel()
 	}
 	var idx uint64
-	if c.s.node.IsLeader() {
+	route, err := c.s.route(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if route.Local {
 		cp, err := c.Checkpoint(ctx, &raftqv1.CheckpointRequest{})
 		if err != nil {
 			return nil, toStatus(err)
 		}
 		idx = cp.Index
 	} else {
-		li, err := c.s.leader(ctx)
-		if err != nil {
-			return nil, err
-		}
-		conn, err := c.s.peers.get(li.GRPCAddr)
+		conn, err := c.s.peers.get(route.LeaderAddr)
 		if err != nil {
 			return nil, toStatus(err)
 		}
@@ -169,7 +170,7 @@ func (c *clusterService) Verify(ctx context.Context, _ *raftqv1.VerifyRequest) (
 	for _, n := range c.s.node.Status().Nodes {
 		var nd *raftqv1.NodeDigest
 		var err error
-		if n.ID == c.s.cfg.NodeID {
+		if n.ID == c.s.b.ID() {
 			nd, err = c.LocalDigest(ctx, &raftqv1.LocalDigestRequest{Index: idx})
 		} else if n.GRPCAddr == "" {
 			err = errors.New("address unknown")

@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -16,10 +15,6 @@ import (
 // once. Past it the server stops reading, and HTTP/2 flow control holds the
 // client back instead of the server buffering without bound.
 const streamWindow = 4096
-
-// enqueueInfo lets a streamed request go through the same leader check and
-// forwarding as a unary Enqueue.
-var enqueueInfo = &grpc.UnaryServerInfo{FullMethod: raftqv1.Broker_Enqueue_FullMethodName}
 
 // EnqueueStream serves each request like a unary Enqueue (same validation,
 // same forwarding from a follower, same coalescing into Raft entries) and
@@ -112,7 +107,7 @@ func (s *Server) serveStreamed(ctx context.Context, req *raftqv1.EnqueueStreamRe
 		err = invalid("request: an EnqueueRequest is required")
 	} else {
 		var out any
-		out, err = s.forwardUnary(ctx, req.Request, enqueueInfo, func(ctx context.Context, r any) (any, error) {
+		out, err = s.atLeader(ctx, raftqv1.Broker_Enqueue_FullMethodName, req.Request, func(ctx context.Context, r any) (any, error) {
 			return s.Enqueue(ctx, r.(*raftqv1.EnqueueRequest))
 		})
 		if err == nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/scheduler"
+	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -44,7 +45,7 @@ func codeOf(err error) codes.Code {
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled
 	case errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrLeadershipLost), errors.Is(err, scheduler.ErrNotLeader),
-		errors.Is(err, cluster.ErrShutdown), errors.Is(err, errStopping):
+		errors.Is(err, cluster.ErrShutdown), errors.Is(err, broker.ErrStopping), errors.Is(err, broker.ErrNoLeader):
 		return codes.Unavailable
 	}
 	if s, ok := status.FromError(err); ok {

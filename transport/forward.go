@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/raftq/raftq/cluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
+	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -67,112 +67,79 @@ func responseType(fullMethod string) (protoreflect.MessageType, error) {
 	return protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
 }
 
-// forwardUnary serves leader-only calls here when this node leads, and
-// otherwise sends them one hop to the leader with the caller's deadline.
+// forwardUnary serves leader-only calls here when this node is the
+// established leader, and otherwise sends them one hop to the leader with
+// the caller's deadline. The route is decided once per call.
 func (s *Server) forwardUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if !leaderMethods[info.FullMethod] {
 		resp, err := handler(ctx, req)
 		return resp, toStatus(err)
 	}
-	for attempt := 0; ; attempt++ {
-		if s.node.IsLeader() {
-			if err := s.waitEstablished(ctx); err != nil {
-				return nil, err
-			}
-			if !s.node.LeaderReady() {
-				if attempt > 100 {
-					return nil, redirectError("", "")
-				}
-				continue
-			}
-			resp, err := handler(ctx, req)
-			if isNotLeader(err) && attempt == 0 {
-				continue // lost leadership before proposing: forward instead
-			}
-			if isNotLeader(err) {
-				li := s.node.Leader()
-				return nil, redirectError(li.ID, li.GRPCAddr)
-			}
+	return s.atLeader(ctx, info.FullMethod, req, handler)
+}
+
+// atLeader serves one call of a leader-only method: here, or forwarded.
+func (s *Server) atLeader(ctx context.Context, method string, req any, handler grpc.UnaryHandler) (any, error) {
+	route, err := s.route(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if route.Local {
+		resp, err := handler(ctx, req)
+		if !isNotLeader(err) {
 			return resp, toStatus(err)
 		}
-		li, err := s.leader(ctx)
-		if err != nil {
+		if !errors.Is(err, cluster.ErrNotLeader) {
+			// Leadership was lost with the outcome unknown: the client
+			// decides whether to retry (at the leader named here).
+			return nil, redirectError(s.b.Leader())
+		}
+		// Raft refused before appending anything: nothing happened here,
+		// so the call may go to the new leader like any forwarded one.
+		if route, err = s.route(ctx); err != nil {
 			return nil, err
 		}
-		if li.ID == s.cfg.NodeID {
-			// Raft names us leader but we are not (yet, or any more).
-			if attempt > 100 {
-				return nil, redirectError("", "")
-			}
-			if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
-				return nil, toStatus(err)
-			}
-			continue
+		if route.Local {
+			return nil, redirectError(s.b.Leader())
 		}
-		if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedByKey)) > 0 {
-			return nil, redirectError(li.ID, li.GRPCAddr)
-		}
-		msgType, err := responseType(info.FullMethod)
-		if err != nil {
-			return nil, toStatus(err)
-		}
-		conn, err := s.peers.get(li.GRPCAddr)
-		if err != nil {
-			return nil, redirectError(li.ID, li.GRPCAddr)
-		}
-		out := msgType.New().Interface()
-		fctx := metadata.NewOutgoingContext(ctx, metadata.Pairs(forwardedByKey, s.cfg.NodeID))
-		if err := conn.Invoke(fctx, info.FullMethod, req.(proto.Message), out); err != nil {
-			return nil, err
-		}
-		return out, nil
 	}
+	return s.forward(ctx, route, method, req)
 }
 
-// waitEstablished holds a call on a brand-new leader until its Barrier has
-// applied everything committed before its term, so it never answers from a
-// state that lacks acknowledged writes.
-func (s *Server) waitEstablished(ctx context.Context) error {
-	if s.node.LeaderReady() {
-		return nil
+// forward sends a leader-only call one hop to the leader.
+func (s *Server) forward(ctx context.Context, route broker.Route, method string, req any) (any, error) {
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedByKey)) > 0 {
+		// Forwarded to us, but we do not lead (any more): one hop only.
+		return nil, redirectError(route.LeaderID, route.LeaderAddr)
 	}
-	wctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderWait)
-	defer cancel()
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
-	for !s.node.LeaderReady() {
-		if !s.node.IsLeader() {
-			return nil // the caller's loop forwards instead
-		}
-		select {
-		case <-wctx.Done():
-			if ctx.Err() != nil {
-				return toStatus(ctx.Err())
-			}
-			return redirectError("", "")
-		case <-t.C:
-		}
+	msgType, err := responseType(method)
+	if err != nil {
+		return nil, toStatus(err)
 	}
-	return nil
+	conn, err := s.peers.get(route.LeaderAddr)
+	if err != nil {
+		return nil, redirectError(route.LeaderID, route.LeaderAddr)
+	}
+	out := msgType.New().Interface()
+	fctx := metadata.NewOutgoingContext(ctx, metadata.Pairs(forwardedByKey, s.b.ID()))
+	if err := conn.Invoke(fctx, method, req.(proto.Message), out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
-// leader returns the current leader, waiting up to LeaderWait (and the
-// caller's deadline) for one; NO_LEADER if none appears.
-func (s *Server) leader(ctx context.Context) (cluster.LeaderInfo, error) {
-	li := s.node.Leader()
-	if li.ID != "" && (li.GRPCAddr != "" || li.ID == s.cfg.NodeID) {
-		return li, nil
-	}
-	wctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderWait)
-	defer cancel()
-	li, err := s.node.WaitLeader(wctx)
-	if err != nil || li.ID == "" || (li.GRPCAddr == "" && li.ID != s.cfg.NodeID) {
+// route decides where a leader-only call is served, waiting up to
+// LeaderWait (and the caller's deadline) for an election or a new
+// leader's Barrier; NO_LEADER when none emerges.
+func (s *Server) route(ctx context.Context) (broker.Route, error) {
+	r, err := s.b.Route(ctx, s.cfg.LeaderWait)
+	if err != nil {
 		if ctx.Err() != nil {
-			return cluster.LeaderInfo{}, toStatus(ctx.Err())
+			return broker.Route{}, toStatus(ctx.Err())
 		}
-		return cluster.LeaderInfo{}, redirectError("", "")
+		return broker.Route{}, redirectError("", "")
 	}
-	return li, nil
+	return r, nil
 }
 
 func isNotLeader(err error) bool {
@@ -208,16 +175,5 @@ func (p *peerPool) close() {
 	for addr, c := range p.conns {
 		_ = c.Close()
 		delete(p.conns, addr)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

@@ -1,8 +1,8 @@
 package transport
 
-// Helpers for in-process cluster tests (DESIGN testing tier 3): real
-// fsm + scheduler + cluster.Node + transport.Server per node, wired the way
-// cmd/raftq/serve.go wires them, over loopback with short Raft timeouts.
+// Helpers for in-process cluster tests (DESIGN testing tier 3): one node
+// built by the composition root (broker.New, as cmd/raftq serve builds it)
+// plus a transport.Server per node, over loopback with short Raft timeouts.
 
 import (
 	"bytes"
@@ -24,9 +24,9 @@ import (
 
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
-	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
+	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -44,7 +44,7 @@ const (
 type inprocOpts struct {
 	nodes          int
 	expect         int           // BootstrapExpect (default: nodes)
-	maxQueuedBytes int64         // transport.Config.MaxQueuedBytes
+	maxQueuedBytes int64         // broker.Config.MaxQueuedBytes
 	leaderWait     time.Duration // transport.Config.LeaderWait (0 = default)
 	noWait         bool          // do not wait for a leader
 }
@@ -53,9 +53,10 @@ type inprocOpts struct {
 type inprocNode struct {
 	id     string
 	addr   string // gRPC address (what gossip advertises)
-	state  *fsm.FSM
-	sched  *scheduler.Scheduler
-	node   *cluster.Node
+	b      *broker.Broker
+	state  *fsm.FSM             // b.State()
+	sched  *scheduler.Scheduler // b.Scheduler()
+	node   *cluster.Node        // b.Node()
 	srv    *Server
 	conn   *grpc.ClientConn
 	broker raftqv1.BrokerClient
@@ -68,23 +69,6 @@ type inprocCluster struct {
 	nodes []*inprocNode
 	base  int // goroutines before the cluster started
 	down  bool
-}
-
-// testLateProposer is serve.go's lateProposer: the scheduler exists before
-// the node it proposes through.
-type testLateProposer struct {
-	ready chan struct{}
-	node  Raft
-	state *fsm.FSM
-}
-
-func (p *testLateProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
-	select {
-	case <-p.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	return Proposer{Node: p.node, FSM: p.state}.Propose(ctx, cmd)
 }
 
 func inprocLogger() *slog.Logger {
@@ -115,37 +99,35 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 		}
 		n := &inprocNode{id: id, addr: lis.Addr().String(), served: make(chan error, 1)}
 		l := log.With("node", id)
-		n.state = fsm.New(fsm.Options{Logger: l.With("component", "fsm")})
-		prop := &testLateProposer{ready: make(chan struct{}), state: n.state}
-		n.sched = scheduler.New(scheduler.Config{Logger: l, NodeID: id}, n.state, prop)
-		n.state.SetNotifier(n.sched)
 		var join []string
 		if i > 0 {
 			join = []string{c.nodes[0].node.GossipAddr()}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		n.node, err = cluster.New(ctx, cluster.Config{
-			NodeID:             id,
-			DataDir:            filepath.Join(dir, id),
-			RaftBind:           "127.0.0.1:0",
-			GossipBind:         "127.0.0.1:0",
-			GRPCAdvertise:      n.addr,
-			Join:               join,
-			BootstrapExpect:    o.expect,
-			DeadNodeTimeout:    time.Minute,
-			HeartbeatTimeout:   ipHeartbeat,
-			ElectionTimeout:    ipHeartbeat,
-			LeaderLeaseTimeout: ipLease,
-			Logger:             l.With("component", "cluster"),
-		}, n.state, n.sched)
+		n.b, err = broker.New(ctx, broker.Config{
+			Cluster: cluster.Config{
+				NodeID:             id,
+				DataDir:            filepath.Join(dir, id),
+				RaftBind:           "127.0.0.1:0",
+				GossipBind:         "127.0.0.1:0",
+				GRPCAdvertise:      n.addr,
+				Join:               join,
+				BootstrapExpect:    o.expect,
+				DeadNodeTimeout:    time.Minute,
+				HeartbeatTimeout:   ipHeartbeat,
+				ElectionTimeout:    ipHeartbeat,
+				LeaderLeaseTimeout: ipLease,
+			},
+			MaxQueuedBytes: o.maxQueuedBytes,
+			Logger:         l,
+		})
 		cancel()
 		if err != nil {
 			lis.Close()
 			t.Fatalf("start %s: %v", id, err)
 		}
-		prop.node = n.node
-		close(prop.ready)
-		n.srv = New(Config{NodeID: id, Logger: l.With("component", "transport"), MaxQueuedBytes: o.maxQueuedBytes, LeaderWait: o.leaderWait}, n.node, n.state, n.sched)
+		n.state, n.sched, n.node = n.b.State(), n.b.Scheduler(), n.b.Node()
+		n.srv = New(Config{Logger: l.With("component", "transport"), LeaderWait: o.leaderWait}, n.b)
 		go func() { n.served <- n.srv.Serve(lis) }()
 		n.conn, err = grpc.NewClient(n.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -195,15 +177,21 @@ func (c *inprocCluster) waitStable(timeout time.Duration) *inprocNode {
 	return l
 }
 
+// leader returns the node that leads, waiting (bounded) through an
+// election in progress.
 func (c *inprocCluster) leader() *inprocNode {
 	c.t.Helper()
-	for _, n := range c.nodes {
-		if n.node.IsLeader() {
-			return n
+	var l *inprocNode
+	waitUntil(c.t, 10*time.Second, "a leader", func() error {
+		for _, n := range c.nodes {
+			if n.node.IsLeader() {
+				l = n
+				return nil
+			}
 		}
-	}
-	c.t.Fatal("no leader")
-	return nil
+		return errors.New("no node leads")
+	})
+	return l
 }
 
 // followers returns the nodes other than the leader.
@@ -291,7 +279,7 @@ func (c *inprocCluster) stop() {
 		}
 	}
 	for _, n := range order {
-		if err := n.node.Shutdown(ctx); err != nil {
+		if err := n.b.Close(ctx); err != nil {
 			t.Errorf("%s: shutdown: %v", n.id, err)
 		}
 	}

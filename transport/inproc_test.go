@@ -69,6 +69,13 @@ func testStatus(t *testing.T, c *inprocCluster) {
 				if nd.AppliedIndex == 0 {
 					return fmt.Errorf("Status via %s: no applied index for %s", n.id, nd.Id)
 				}
+				if nd.MaxLogVersion != fsm.MaxLogVersion {
+					return fmt.Errorf("Status via %s: %s advertises log version %d, want %d", n.id, nd.Id, nd.MaxLogVersion, fsm.MaxLogVersion)
+				}
+			}
+			// Every voter runs this build, so the cluster version rose to it.
+			if st.ClusterVersion != fsm.MaxLogVersion {
+				return fmt.Errorf("Status via %s: cluster version %d, want %d", n.id, st.ClusterVersion, fsm.MaxLogVersion)
 			}
 			return nil
 		})

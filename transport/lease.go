@@ -35,28 +35,21 @@ func (s *Server) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseSer
 		return invalid("consumer_name is longer than 255 bytes")
 	}
 	// Leadership first: a lagging follower may not know the queue yet, and
-	// only the leader's answer to "does it exist" counts.
-	if !s.node.IsLeader() {
-		li, err := s.leader(stream.Context())
-		if err != nil {
-			return err
-		}
-		if li.ID != s.cfg.NodeID {
-			return redirectError(li.ID, li.GRPCAddr)
-		}
-	}
-	if err := s.waitEstablished(stream.Context()); err != nil {
+	// only the established leader's answer to "does it exist" counts. A
+	// stream is never forwarded: the client follows the redirect.
+	route, err := s.route(stream.Context())
+	if err != nil {
 		return err
 	}
-	if err := s.state.HasQueue(req.Queue); err != nil {
-		return toStatus(err)
+	if !route.Local {
+		return redirectError(route.LeaderID, route.LeaderAddr)
 	}
 	maxInFlight := int(req.MaxInFlight)
 	if maxInFlight == 0 {
 		maxInFlight = 64
 	}
 	ctx := stream.Context()
-	c, err := s.sched.Register(ctx, scheduler.ConsumerRequest{
+	c, err := s.b.Lease(ctx, scheduler.ConsumerRequest{
 		Queue:             req.Queue,
 		Name:              req.ConsumerName,
 		MaxInFlight:       maxInFlight,
@@ -65,14 +58,12 @@ func (s *Server) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseSer
 	})
 	if err != nil {
 		if errors.Is(err, scheduler.ErrNotLeader) {
-			li, err := s.leader(ctx)
-			if err != nil {
-				return err
+			// Established as leader, but the term's scheduler is not
+			// running (yet, or any more): send the client to whoever leads.
+			if id, addr := s.b.Leader(); id != "" && id != s.b.ID() {
+				return redirectError(id, addr)
 			}
-			if li.ID == s.cfg.NodeID {
-				return status.Error(codes.Unavailable, "leader is starting its scheduler; retry")
-			}
-			return redirectError(li.ID, li.GRPCAddr)
+			return status.Error(codes.Unavailable, "leader is starting its scheduler; retry")
 		}
 		return toStatus(err)
 	}
@@ -86,11 +77,14 @@ func (s *Server) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseSer
 			if errors.Is(c.Err(), scheduler.ErrNotLeader) {
 				// Just stepped down: name the new leader once one is known
 				// (bounded wait), so the client goes straight there.
-				li, err := s.leader(ctx)
+				route, err := s.route(ctx)
 				if err != nil {
 					return err
 				}
-				return redirectError(li.ID, li.GRPCAddr)
+				if route.Local {
+					return status.Error(codes.Unavailable, "leadership changed; retry")
+				}
+				return redirectError(route.LeaderID, route.LeaderAddr)
 			}
 			return toStatus(c.Err())
 		case d := <-c.Deliveries():

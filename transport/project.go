@@ -8,6 +8,7 @@ import (
 	"github.com/raftq/raftq/fsm/logconv"
 	"github.com/raftq/raftq/fsm/state"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport/broker"
 )
 
 // The API edge: the server keeps message ids and lease tokens as numbers
@@ -103,4 +104,13 @@ func projectQueue(q *state.QueueInfo) *raftqv1.QueueInfo {
 			Bytes:         st.Bytes,
 		},
 	}
+}
+
+// projectBrokerQueue adds what the leader's scheduler knows (consumers,
+// and key stats when asked for) to the replicated view of a queue.
+func projectBrokerQueue(q *broker.Queue) *raftqv1.QueueInfo {
+	out := projectQueue(q.QueueInfo)
+	out.Stats.Consumers = int64(q.Consumers)
+	out.FairnessKeys, out.ThrottleKeys = q.FairnessKeys, q.ThrottleKeys
+	return out
 }

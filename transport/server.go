@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -11,9 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
-	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"github.com/raftq/raftq/scheduler"
+	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -21,38 +19,9 @@ import (
 	"google.golang.org/grpc/reflection"
 )
 
-// Raft is what the transport needs of the local cluster node
-// (*cluster.Node satisfies it).
-type Raft interface {
-	Apply(ctx context.Context, cmd []byte) (any, error)
-	IsLeader() bool
-	LeaderReady() bool
-	Leader() cluster.LeaderInfo
-	WaitLeader(ctx context.Context) (cluster.LeaderInfo, error)
-	Status() cluster.Status
-	RemoveNode(ctx context.Context, id string) error
-	TransferLeadership(ctx context.Context, toID string) (string, error)
-	Snapshot(ctx context.Context) (uint64, error)
-	AppliedIndex() uint64
-}
-
-// Scheduler is what the transport needs of the leader's scheduler.
-type Scheduler interface {
-	Register(ctx context.Context, req scheduler.ConsumerRequest) (*scheduler.Consumer, error)
-	Consumers(queue string) int
-	KeyStats(queue string) ([]*raftqv1.FairnessKeyStats, []*raftqv1.ThrottleKeyStats)
-	// Settling marks leases whose acks are about to be proposed; done is
-	// called once they have been applied or have failed.
-	Settling(refs []*fsmv1.Ref) (done func())
-}
-
 // Config tunes the server.
 type Config struct {
-	NodeID string
 	Logger *slog.Logger
-	// MaxQueuedBytes is the node-wide admission limit on payload bytes held
-	// in memory; 0 = unlimited.
-	MaxQueuedBytes int64
 	// LeaderWait bounds how long a call waits for a leader to be elected
 	// before failing with NO_LEADER (default 3s, capped by the deadline).
 	LeaderWait time.Duration
@@ -60,30 +29,19 @@ type Config struct {
 	Registry *prometheus.Registry
 }
 
-// Coalescing limits: entries in flight before requests start to merge, and
-// the most messages/bytes merged into one entry (one request always fits).
-const (
-	coalesceInFlight = 16
-	coalesceItems    = 512
-	coalesceBytes    = 512 << 10
-)
-
 // Server serves the Broker and Cluster services of one node.
 type Server struct {
 	raftqv1.UnimplementedBrokerServer
 	cfg   Config
 	log   *slog.Logger
-	node  Raft
-	state *fsm.FSM
-	sched Scheduler
+	b     *broker.Broker
+	node  *cluster.Node // b's, for status and admin operations
+	state *fsm.FSM      // b's, for digests and metrics
 	peers *peerPool
 
 	grpc    *grpc.Server
 	health  *health.Server
 	metrics *metrics
-
-	enqueues *coalescer[*fsmv1.EnqueueBatch]
-	acks     *coalescer[[]*fsmv1.Ref]
 
 	// stopping is closed when Stop begins, ending EnqueueStreams that
 	// would otherwise hold GracefulStop until its deadline.
@@ -91,8 +49,8 @@ type Server struct {
 	closeOnce sync.Once
 }
 
-// New builds the server; Serve starts it.
-func New(cfg Config, node Raft, state *fsm.FSM, sched Scheduler) *Server {
+// New builds the gRPC server of node b; Serve starts it.
+func New(cfg Config, b *broker.Broker) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -105,35 +63,14 @@ func New(cfg Config, node Raft, state *fsm.FSM, sched Scheduler) *Server {
 	s := &Server{
 		cfg:      cfg,
 		log:      cfg.Logger,
-		node:     node,
-		state:    state,
-		sched:    sched,
+		b:        b,
+		node:     b.Node(),
+		state:    b.State(),
 		peers:    newPeerPool(),
 		health:   health.NewServer(),
 		stopping: make(chan struct{}),
 	}
 	s.metrics = newMetrics(cfg.Registry, s)
-	propose := Proposer{Node: node, FSM: state}.Propose
-	s.enqueues = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, propose,
-		func(reqs []*fsmv1.EnqueueBatch) *fsmv1.Command {
-			return &fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: reqs}}}
-		},
-		func(b *fsmv1.EnqueueBatch) (int, int) {
-			n := 0
-			for _, m := range b.Messages {
-				n += len(m.Payload)
-			}
-			return len(b.Messages), n
-		})
-	s.acks = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, propose,
-		func(reqs [][]*fsmv1.Ref) *fsmv1.Command {
-			var all []*fsmv1.Ref
-			for _, r := range reqs {
-				all = append(all, r...)
-			}
-			return &fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: all}}}
-		},
-		func(refs []*fsmv1.Ref) (int, int) { return len(refs), 0 })
 	s.grpc = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(s.metrics.unary, s.forwardUnary),
 		grpc.ChainStreamInterceptor(s.metrics.stream),
@@ -171,52 +108,6 @@ func (s *Server) Stop(ctx context.Context) {
 			s.grpc.Stop()
 			<-done
 		}
-		s.enqueues.close()
-		s.acks.close()
 		s.peers.close()
 	})
-}
-
-// now is the leader's clock stamped on commands.
-func now() int64 { return time.Now().UnixMilli() }
-
-// apply proposes cmd on this node (which must be the leader) and returns the
-// FSM's result; a whole-command failure comes back as the error.
-func (s *Server) apply(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
-	if cmd.NowMs == 0 {
-		cmd.NowMs = now()
-	}
-	res, err := Proposer{Node: s.node, FSM: s.state}.Propose(ctx, cmd)
-	if err != nil {
-		return nil, err
-	}
-	return res, res.Failure()
-}
-
-// Proposer adapts a Raft node to scheduler.Proposer.
-type Proposer struct {
-	Node Raft
-	// FSM, when set, is told what each proposal encodes, so that it need
-	// not decode the leader's own entries (fsm.FSM.Proposed).
-	FSM *fsm.FSM
-}
-
-// Propose encodes and applies cmd, returning the FSM result.
-func (p Proposer) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
-	data, err := fsm.Encode(cmd)
-	if err != nil {
-		return nil, err
-	}
-	if p.FSM != nil {
-		defer p.FSM.Proposed(data, cmd)()
-	}
-	out, err := p.Node.Apply(ctx, data)
-	if err != nil {
-		return nil, err
-	}
-	res, ok := out.(fsm.Result)
-	if !ok {
-		return nil, fmt.Errorf("unexpected apply response %T", out)
-	}
-	return res, nil
 }

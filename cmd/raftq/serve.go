@@ -14,10 +14,8 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/cluster"
-	"github.com/raftq/raftq/fsm"
-	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	"github.com/raftq/raftq/scheduler"
 	"github.com/raftq/raftq/transport"
+	"github.com/raftq/raftq/transport/broker"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -149,23 +147,6 @@ func (h *startingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, "starting: restoring state from the data dir", http.StatusServiceUnavailable)
 }
 
-// lateProposer lets the scheduler exist before the Raft node it proposes
-// through: proposals wait until the node is set.
-type lateProposer struct {
-	ready chan struct{}
-	node  transport.Raft
-	state *fsm.FSM
-}
-
-func (p *lateProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
-	select {
-	case <-p.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	return transport.Proposer{Node: p.node, FSM: p.state}.Propose(ctx, cmd)
-}
-
 func runServe(ctx context.Context, o *serveOptions) error {
 	log, err := newLogger(o.logLevel)
 	if err != nil {
@@ -213,37 +194,34 @@ func runServe(ctx context.Context, o *serveOptions) error {
 
 	log.Info("starting node: restoring state from the data dir", "node_id", o.nodeID, "data_dir", o.dataDir)
 	started := time.Now()
-	state := fsm.New(fsm.Options{Logger: log.With("component", "fsm")})
-	prop := &lateProposer{ready: make(chan struct{}), state: state}
-	sched := scheduler.New(scheduler.Config{Logger: log.With("component", "scheduler"), NodeID: o.nodeID, LeaseGrace: o.leaseGrace}, state, prop)
-	state.SetNotifier(sched)
-	node, err := cluster.New(ctx, cluster.Config{
-		NodeID:            o.nodeID,
-		DataDir:           o.dataDir,
-		RaftBind:          o.raftAddr,
-		RaftAdvertise:     adv["raft"],
-		GossipBind:        o.gossipAddr,
-		GossipAdvertise:   adv["gossip"],
-		GRPCAdvertise:     adv["grpc"],
-		HTTPAdvertise:     adv["http"],
-		Join:              o.join,
-		BootstrapExpect:   o.bootstrapExpect,
-		DeadNodeTimeout:   o.deadNodeTimeout,
-		SnapshotThreshold: o.snapThreshold,
-		TrailingLogs:      o.trailingLogs,
-		Logger:            log.With("component", "cluster"),
-	}, state, sched)
+	b, err := broker.New(ctx, broker.Config{
+		Cluster: cluster.Config{
+			NodeID:            o.nodeID,
+			DataDir:           o.dataDir,
+			RaftBind:          o.raftAddr,
+			RaftAdvertise:     adv["raft"],
+			GossipBind:        o.gossipAddr,
+			GossipAdvertise:   adv["gossip"],
+			GRPCAdvertise:     adv["grpc"],
+			HTTPAdvertise:     adv["http"],
+			Join:              o.join,
+			BootstrapExpect:   o.bootstrapExpect,
+			DeadNodeTimeout:   o.deadNodeTimeout,
+			SnapshotThreshold: o.snapThreshold,
+			TrailingLogs:      o.trailingLogs,
+		},
+		LeaseGrace:     o.leaseGrace,
+		MaxQueuedBytes: o.maxQueuedBytes,
+		Logger:         log,
+	})
 	if err != nil {
 		return fmt.Errorf("start node: %w", err)
 	}
-	prop.node = node
-	close(prop.ready)
-
-	srv := transport.New(transport.Config{NodeID: o.nodeID, Logger: log.With("component", "transport"), MaxQueuedBytes: o.maxQueuedBytes}, node, state, sched)
+	srv := transport.New(transport.Config{Logger: log.With("component", "transport")}, b)
 	go func() { errc <- srv.Serve(grpcLis) }()
 	httpHandler.ready(srv.HTTPHandler())
 	log.Info("raftq node started", "node_id", o.nodeID, "grpc", adv["grpc"], "raft", adv["raft"], "gossip", adv["gossip"], "http", adv["http"], "data_dir", o.dataDir,
-		"applied_index", state.AppliedIndex(), "startup", time.Since(started).Round(time.Millisecond))
+		"applied_index", b.State().AppliedIndex(), "startup", time.Since(started).Round(time.Millisecond))
 
 	var serveErr error
 	select {
@@ -256,15 +234,13 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	// with a redirect to the new leader, and writes keep flowing there.
 	// Only then drain the server, then leave the cluster - each step with
 	// its own deadline, so a slow one cannot starve the next.
-	if node.IsLeader() {
-		tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if id, err := node.TransferLeadership(tctx, ""); err != nil {
-			log.Info("no leadership hand-over before stopping", "err", err)
-		} else {
-			log.Info("handed leadership over", "new_leader", id)
-		}
-		cancel()
+	tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if id, err := b.HandOff(tctx); err != nil {
+		log.Info("no leadership hand-over before stopping", "err", err)
+	} else if id != "" {
+		log.Info("handed leadership over", "new_leader", id)
 	}
+	cancel()
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	srv.Stop(sctx)
 	if httpSrv != nil {
@@ -273,7 +249,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	cancel()
 	nctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if err := node.Shutdown(nctx); err != nil {
+	if err := b.Close(nctx); err != nil {
 		log.Warn("node shutdown", "err", err)
 	}
 	log.Info("stopped")

@@ -2393,6 +2393,9 @@ type Node struct {
 	Healthy       bool                   `protobuf:"varint,7,opt,name=healthy,proto3" json:"healthy,omitempty"`
 	LastContactMs int64                  `protobuf:"varint,8,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
 	AppliedIndex  uint64                 `protobuf:"varint,9,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// The newest replicated-log version the node's build understands, as it
+	// advertises in gossip (0: not known; 1: a build from before versioning).
+	MaxLogVersion uint32 `protobuf:"varint,10,opt,name=max_log_version,json=maxLogVersion,proto3" json:"max_log_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2490,6 +2493,13 @@ func (x *Node) GetAppliedIndex() uint64 {
 	return 0
 }
 
+func (x *Node) GetMaxLogVersion() uint32 {
+	if x != nil {
+		return x.MaxLogVersion
+	}
+	return 0
+}
+
 type StatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Answer from this node alone. Without it, the node asks the others for
@@ -2538,15 +2548,18 @@ func (x *StatusRequest) GetLocalOnly() bool {
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LeaderId      string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	LeaderAddr    string                 `protobuf:"bytes,2,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
-	Term          uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
-	CommitIndex   uint64                 `protobuf:"varint,4,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	Nodes         []*Node                `protobuf:"bytes,6,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	LeaderId     string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderAddr   string                 `protobuf:"bytes,2,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	Term         uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex  uint64                 `protobuf:"varint,4,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex uint64                 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Nodes        []*Node                `protobuf:"bytes,6,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// The log version entries are proposed under: the newest every voter
+	// understands (see fsm/DESIGN.md, Versions).
+	ClusterVersion uint32 `protobuf:"varint,7,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2619,6 +2632,13 @@ func (x *StatusResponse) GetNodes() []*Node {
 		return x.Nodes
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
 }
 
 type RemoveNodeRequest struct {
@@ -3346,7 +3366,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\"'\n" +
 	"\x0fRedriveResponse\x12\x14\n" +
-	"\x05moved\x18\x01 \x01(\x03R\x05moved\"\x86\x02\n" +
+	"\x05moved\x18\x01 \x01(\x03R\x05moved\"\xae\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x1b\n" +
@@ -3356,10 +3376,12 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x05state\x18\x06 \x01(\tR\x05state\x12\x18\n" +
 	"\ahealthy\x18\a \x01(\bR\ahealthy\x12&\n" +
 	"\x0flast_contact_ms\x18\b \x01(\x03R\rlastContactMs\x12#\n" +
-	"\rapplied_index\x18\t \x01(\x04R\fappliedIndex\".\n" +
+	"\rapplied_index\x18\t \x01(\x04R\fappliedIndex\x12&\n" +
+	"\x0fmax_log_version\x18\n" +
+	" \x01(\rR\rmaxLogVersion\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"local_only\x18\x01 \x01(\bR\tlocalOnly\"\xd0\x01\n" +
+	"local_only\x18\x01 \x01(\bR\tlocalOnly\"\xf9\x01\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
@@ -3367,7 +3389,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x12!\n" +
 	"\fcommit_index\x18\x04 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x12$\n" +
-	"\x05nodes\x18\x06 \x03(\v2\x0e.raftq.v1.NodeR\x05nodes\"#\n" +
+	"\x05nodes\x18\x06 \x03(\v2\x0e.raftq.v1.NodeR\x05nodes\x12'\n" +
+	"\x0fcluster_version\x18\a \x01(\rR\x0eclusterVersion\"#\n" +
 	"\x11RemoveNodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x14\n" +
 	"\x12RemoveNodeResponse\"0\n" +

@@ -1,4 +1,4 @@
-package transport
+package broker
 
 import (
 	"context"
@@ -44,7 +44,9 @@ type batchOutcome struct {
 	err    error
 }
 
-var errStopping = errors.New("server stopping")
+// ErrStopping is the error of a request that was still queued when the
+// node began to stop: it was never proposed, so a retry elsewhere is safe.
+var ErrStopping = errors.New("node stopping")
 
 func newCoalescer[Req any](maxInFlight, maxItems, maxBytes int,
 	propose func(context.Context, *fsmv1.Command) (fsm.Result, error),
@@ -69,7 +71,7 @@ func (c *coalescer[Req]) submit(ctx context.Context, req Req) (batchOutcome, err
 	case <-ctx.Done():
 		return batchOutcome{}, ctx.Err()
 	case <-c.stop:
-		return batchOutcome{}, errStopping
+		return batchOutcome{}, ErrStopping
 	}
 	select {
 	case out := <-p.done:
@@ -97,7 +99,7 @@ func (c *coalescer[Req]) run() {
 	defer func() {
 		proposes.Wait()
 		for _, p := range queued {
-			p.done <- batchOutcome{err: errStopping}
+			p.done <- batchOutcome{err: ErrStopping}
 		}
 	}()
 	for {
@@ -137,7 +139,6 @@ func (c *coalescer[Req]) apply(batch []*pending[Req]) {
 		reqs[i] = p.req
 	}
 	cmd := c.build(reqs)
-	cmd.NowMs = now()
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	res, err := c.propose(ctx, cmd)
 	cancel()

@@ -5,9 +5,8 @@ import (
 	"fmt"
 
 	"github.com/raftq/raftq/fsm"
-	"github.com/raftq/raftq/fsm/logconv"
-	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/genproto/googleapis/rpc/code"
 )
 
@@ -31,11 +30,11 @@ func (s *Server) CreateQueue(ctx context.Context, req *raftqv1.CreateQueueReques
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	res, err := fsm.As[*fsm.QueueResult](s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: req.Name, Config: logconv.QueueConfig(req.Config)}}}))
+	qi, err := s.b.CreateQueue(ctx, req.Name, req.Config)
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.CreateQueueResponse{Queue: projectQueue(res.Queue)}, nil
+	return &raftqv1.CreateQueueResponse{Queue: projectBrokerQueue(qi)}, nil
 }
 
 func (s *Server) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueueRequest) (*raftqv1.UpdateQueueResponse, error) {
@@ -46,43 +45,32 @@ func (s *Server) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueueReques
 	if err := fsm.ValidateMask(mask); err != nil {
 		return nil, err
 	}
-	res, err := fsm.As[*fsm.QueueResult](s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: req.Name, Config: logconv.QueueConfig(req.Config), Mask: mask}}}))
+	qi, err := s.b.UpdateQueue(ctx, req.Name, req.Config, mask)
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.UpdateQueueResponse{Queue: projectQueue(res.Queue)}, nil
+	return &raftqv1.UpdateQueueResponse{Queue: projectBrokerQueue(qi)}, nil
 }
 
 func (s *Server) DeleteQueue(ctx context.Context, req *raftqv1.DeleteQueueRequest) (*raftqv1.DeleteQueueResponse, error) {
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	if _, err := s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: req.Name}}}); err != nil {
+	if err := s.b.DeleteQueue(ctx, req.Name); err != nil {
 		return nil, err
 	}
 	return &raftqv1.DeleteQueueResponse{}, nil
-}
-
-func (s *Server) withConsumers(qi *raftqv1.QueueInfo) *raftqv1.QueueInfo {
-	if s.sched != nil {
-		qi.Stats.Consumers = int64(s.sched.Consumers(qi.Name))
-	}
-	return qi
 }
 
 func (s *Server) GetQueue(ctx context.Context, req *raftqv1.GetQueueRequest) (*raftqv1.GetQueueResponse, error) {
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	st, err := s.state.GetQueue(req.Name)
+	qi, err := s.b.GetQueue(req.Name, req.IncludeKeys)
 	if err != nil {
 		return nil, err
 	}
-	qi := projectQueue(st)
-	if req.IncludeKeys && s.sched != nil {
-		qi.FairnessKeys, qi.ThrottleKeys = s.sched.KeyStats(req.Name)
-	}
-	return &raftqv1.GetQueueResponse{Queue: s.withConsumers(qi)}, nil
+	return &raftqv1.GetQueueResponse{Queue: projectBrokerQueue(qi)}, nil
 }
 
 func (s *Server) ListQueues(ctx context.Context, req *raftqv1.ListQueuesRequest) (*raftqv1.ListQueuesResponse, error) {
@@ -90,8 +78,8 @@ func (s *Server) ListQueues(ctx context.Context, req *raftqv1.ListQueuesRequest)
 		return nil, invalid("prefix is longer than %d characters", fsm.MaxQueueNameLen)
 	}
 	var qs []*raftqv1.QueueInfo
-	for _, st := range s.state.ListQueues(req.GetPrefix()) {
-		qs = append(qs, s.withConsumers(projectQueue(st)))
+	for _, q := range s.b.ListQueues(req.GetPrefix()) {
+		qs = append(qs, projectBrokerQueue(q))
 	}
 	return &raftqv1.ListQueuesResponse{Queues: qs}, nil
 }
@@ -100,11 +88,11 @@ func (s *Server) PurgeQueue(ctx context.Context, req *raftqv1.PurgeQueueRequest)
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	res, err := fsm.As[*fsm.CountResult](s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: req.Name}}}))
+	n, err := s.b.PurgeQueue(ctx, req.Name)
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.PurgeQueueResponse{Purged: res.Count}, nil
+	return &raftqv1.PurgeQueueResponse{Purged: n}, nil
 }
 
 func (s *Server) Enqueue(ctx context.Context, req *raftqv1.EnqueueRequest) (*raftqv1.EnqueueResponse, error) {
@@ -118,35 +106,23 @@ func (s *Server) Enqueue(ctx context.Context, req *raftqv1.EnqueueRequest) (*raf
 	if n > MaxBatch {
 		return nil, invalid("messages: %d in one request, the limit is %d", n, MaxBatch)
 	}
-	msgs := logconv.EnqueueMessages(req.Messages)
-	if err := s.state.CheckEnqueue(req.Queue, msgs, s.cfg.MaxQueuedBytes); err != nil {
-		return nil, err
-	}
-	out, err := s.enqueues.submit(ctx, &fsmv1.EnqueueBatch{Queue: req.Queue, Messages: msgs})
+	ids, err := s.b.Enqueue(ctx, req.Queue, req.Messages)
 	if err != nil {
 		return nil, err
 	}
-	res, err := fsm.As[*fsm.EnqueueResult](out.res, nil)
-	if err != nil {
-		return nil, err
-	}
-	b := res.Batches[out.pos]
-	if b.Err != nil {
-		return nil, b.Err
-	}
-	return &raftqv1.EnqueueResponse{MessageIds: formatIDs(b.IDs)}, nil
+	return &raftqv1.EnqueueResponse{MessageIds: formatIDs(ids)}, nil
 }
 
 // parseRefs turns API lease refs into command refs; a malformed id or token
 // is bad input for the whole request.
-func parseRefs(queue, field string, refs []*raftqv1.LeaseRef) ([]*fsmv1.Ref, error) {
+func parseRefs(queue, field string, refs []*raftqv1.LeaseRef) ([]broker.LeaseRef, error) {
 	if len(refs) == 0 {
 		return nil, invalid("%s: at least one item is required", field)
 	}
 	if len(refs) > MaxBatch {
 		return nil, invalid("%s: %d items, the limit is %d", field, len(refs), MaxBatch)
 	}
-	out := make([]*fsmv1.Ref, len(refs))
+	out := make([]broker.LeaseRef, len(refs))
 	for i, r := range refs {
 		ref, err := parseRef(queue, fmt.Sprintf("%s[%d]", field, i), r.GetMessageId(), r.GetLeaseToken())
 		if err != nil {
@@ -157,16 +133,16 @@ func parseRefs(queue, field string, refs []*raftqv1.LeaseRef) ([]*fsmv1.Ref, err
 	return out, nil
 }
 
-func parseRef(queue, field, id, token string) (*fsmv1.Ref, error) {
+func parseRef(queue, field, id, token string) (broker.LeaseRef, error) {
 	mid, err := ParseID(id)
 	if err != nil {
-		return nil, invalid("%s.message_id: %v", field, err)
+		return broker.LeaseRef{}, invalid("%s.message_id: %v", field, err)
 	}
 	tok, err := ParseID(token)
 	if err != nil {
-		return nil, invalid("%s.lease_token: %v", field, err)
+		return broker.LeaseRef{}, invalid("%s.lease_token: %v", field, err)
 	}
-	return &fsmv1.Ref{Queue: queue, MessageId: mid, LeaseToken: tok}, nil
+	return broker.LeaseRef{Queue: queue, MessageID: mid, Token: tok}, nil
 }
 
 func itemResults(items []error) []*raftqv1.ItemResult {
@@ -181,11 +157,6 @@ func itemResults(items []error) []*raftqv1.ItemResult {
 	return out
 }
 
-// requireQueue answers NotFound for an unknown queue before proposing.
-func (s *Server) requireQueue(name string) error {
-	return s.state.HasQueue(name)
-}
-
 func (s *Server) Ack(ctx context.Context, req *raftqv1.AckRequest) (*raftqv1.AckResponse, error) {
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
@@ -194,23 +165,11 @@ func (s *Server) Ack(ctx context.Context, req *raftqv1.AckRequest) (*raftqv1.Ack
 	if err != nil {
 		return nil, err
 	}
-	if err := s.requireQueue(req.Queue); err != nil {
-		return nil, err
-	}
-	if s.sched != nil {
-		// The consumer is done with these: its next deliveries can be
-		// granted while the ack commits, not after.
-		defer s.sched.Settling(refs)()
-	}
-	out, err := s.acks.submit(ctx, refs)
+	items, err := s.b.Ack(ctx, refs)
 	if err != nil {
 		return nil, err
 	}
-	res, err := fsm.As[*fsm.ItemsResult](out.res, nil)
-	if err != nil {
-		return nil, err
-	}
-	return &raftqv1.AckResponse{Results: itemResults(res.Items[out.offset : out.offset+len(refs)])}, nil
+	return &raftqv1.AckResponse{Results: itemResults(items)}, nil
 }
 
 func (s *Server) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raftqv1.NackResponse, error) {
@@ -223,7 +182,7 @@ func (s *Server) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raftqv1.N
 	if len(req.Nacks) > MaxBatch {
 		return nil, invalid("nacks: %d items, the limit is %d", len(req.Nacks), MaxBatch)
 	}
-	items := make([]*fsmv1.NackOne, len(req.Nacks))
+	items := make([]broker.NackItem, len(req.Nacks))
 	for i, n := range req.Nacks {
 		field := fmt.Sprintf("nacks[%d]", i)
 		ref, err := parseRef(req.Queue, field, n.GetMessageId(), n.GetLeaseToken())
@@ -236,16 +195,13 @@ func (s *Server) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raftqv1.N
 		if len(n.Reason) > maxReasonLen {
 			return nil, invalid("%s.reason is longer than %d bytes", field, maxReasonLen)
 		}
-		items[i] = &fsmv1.NackOne{Ref: ref, DelayMs: n.DelayMs, Reason: n.Reason, DeadLetter: n.DeadLetter, Uncounted: n.Unprocessed}
+		items[i] = broker.NackItem{Ref: ref, DelayMs: n.DelayMs, Reason: n.Reason, DeadLetter: n.DeadLetter, Unprocessed: n.Unprocessed}
 	}
-	if err := s.requireQueue(req.Queue); err != nil {
-		return nil, err
-	}
-	res, err := fsm.As[*fsm.ItemsResult](s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: items}}}))
+	results, err := s.b.Nack(ctx, items)
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.NackResponse{Results: itemResults(res.Items)}, nil
+	return &raftqv1.NackResponse{Results: itemResults(results)}, nil
 }
 
 func (s *Server) ExtendLease(ctx context.Context, req *raftqv1.ExtendLeaseRequest) (*raftqv1.ExtendLeaseResponse, error) {
@@ -259,14 +215,11 @@ func (s *Server) ExtendLease(ctx context.Context, req *raftqv1.ExtendLeaseReques
 	if err != nil {
 		return nil, err
 	}
-	if err := s.requireQueue(req.Queue); err != nil {
-		return nil, err
-	}
-	res, err := fsm.As[*fsm.ExtendResult](s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Extend{Extend: &fsmv1.Extend{Refs: refs, ExtendByMs: req.ExtendByMs}}}))
+	results, deadlines, err := s.b.ExtendLease(ctx, refs, req.ExtendByMs)
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.ExtendLeaseResponse{Results: itemResults(res.Items), DeadlinesMs: res.Deadlines}, nil
+	return &raftqv1.ExtendLeaseResponse{Results: itemResults(results), DeadlinesMs: deadlines}, nil
 }
 
 func (s *Server) Peek(ctx context.Context, req *raftqv1.PeekRequest) (*raftqv1.PeekResponse, error) {
@@ -280,7 +233,7 @@ func (s *Server) Peek(ctx context.Context, req *raftqv1.PeekRequest) (*raftqv1.P
 	case limit == 0:
 		limit = DefaultPeek
 	}
-	ds, err := s.state.Peek(req.Queue, limit, req.DeadLetter)
+	ds, err := s.b.Peek(req.Queue, limit, req.DeadLetter)
 	if err != nil {
 		return nil, err
 	}
@@ -294,9 +247,9 @@ func (s *Server) Redrive(ctx context.Context, req *raftqv1.RedriveRequest) (*raf
 	if req.Limit < 0 {
 		return nil, invalid("limit must not be negative")
 	}
-	res, err := fsm.As[*fsm.CountResult](s.apply(ctx, &fsmv1.Command{Op: &fsmv1.Command_Redrive{Redrive: &fsmv1.Redrive{Queue: req.Queue, Limit: req.Limit}}}))
+	n, err := s.b.Redrive(ctx, req.Queue, req.Limit)
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.RedriveResponse{Moved: res.Count}, nil
+	return &raftqv1.RedriveResponse{Moved: n}, nil
 }

@@ -1,0 +1,165 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/scheduler"
+)
+
+// Config builds one node.
+type Config struct {
+	// Cluster configures Raft, membership and the data dir. Its NodeID is
+	// the node's id; its Logger is set from Logger.
+	Cluster cluster.Config
+	// LeaseGrace: after a failover, how long before leases granted by the
+	// old leader may expire (0 = the scheduler's default).
+	LeaseGrace time.Duration
+	// MaxQueuedBytes is the node-wide admission limit on payload bytes
+	// held; 0 = unlimited.
+	MaxQueuedBytes int64
+	// Clock stamps every command and drives the scheduler; nil = the wall
+	// clock. Tests replace it.
+	Clock Clock
+	// Logger receives every component's logs (each with its component
+	// attribute added once, here); nil = slog.Default().
+	Logger *slog.Logger
+}
+
+// Coalescing limits: entries in flight before requests start to merge, and
+// the most messages/bytes merged into one entry (one request always fits).
+const (
+	coalesceInFlight = 16
+	coalesceItems    = 512
+	coalesceBytes    = 512 << 10
+)
+
+// Broker is one node: the replicated state, its Raft node, the leader's
+// scheduler and the write coalescers, built in New in that order. Its
+// methods are safe for concurrent use.
+type Broker struct {
+	id    string
+	log   *slog.Logger
+	clock Clock
+	cfg   Config
+
+	state *fsm.FSM
+	node  *cluster.Node
+	sched *scheduler.Scheduler
+	feed  *changeFeed
+
+	enqueues *coalescer[enqueueReq]
+	acks     *coalescer[ackReq]
+
+	// leadership lifecycle (leader.go)
+	stopLeading context.CancelFunc
+	leadingDone chan struct{}
+	closeOnce   sync.Once
+}
+
+// New builds and starts a node: the state machine restores from the data
+// dir, the Raft node joins or bootstraps its cluster, and the leader-only
+// work starts whenever this node becomes an established leader. Every
+// dependency exists before anything that uses it, so nothing is bound late.
+func New(ctx context.Context, cfg Config) (*Broker, error) {
+	if cfg.Cluster.NodeID == "" {
+		return nil, errors.New("broker: node id is empty")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = wallClock()
+	}
+	b := &Broker{
+		id:    cfg.Cluster.NodeID,
+		log:   cfg.Logger,
+		clock: cfg.Clock,
+		cfg:   cfg,
+		feed:  &changeFeed{},
+	}
+	// 1. The state machine. It tells the feed which queues each applied
+	//    batch touched; the feed passes that on to the scheduler only while
+	//    a leadership term runs (followers have no one to tell).
+	flog := cfg.Logger.With("component", "fsm")
+	b.state = fsm.New(fsm.Options{
+		Logger:   flog,
+		Notifier: b.feed,
+		// An entry or snapshot from a newer raftq must not be guessed at:
+		// say so plainly, then stop (the FSM applies nothing more).
+		Fatal: func(err error) {
+			flog.Error("stopping the node: the log holds what this build cannot apply; upgrade this node", "err", err)
+			panic(err)
+		},
+	})
+
+	// 2. The Raft node over that state machine. Leadership reaches the
+	//    rest of the node as events (leader.go), not as a callback.
+	ccfg := cfg.Cluster
+	ccfg.Logger = cfg.Logger.With("component", "cluster")
+	ccfg.LogVersion = fsm.MaxLogVersion // advertised in gossip: what this build applies
+	node, err := cluster.New(ctx, ccfg, b.state, nil)
+	if err != nil {
+		return nil, fmt.Errorf("start cluster node: %w", err)
+	}
+	b.node = node
+
+	// 3. The scheduler proposes through this broker, which stamps time
+	//    and the log version on every command.
+	b.sched = scheduler.New(scheduler.Config{
+		Logger:     cfg.Logger.With("component", "scheduler"),
+		Clock:      cfg.Clock,
+		NodeID:     b.id,
+		LeaseGrace: cfg.LeaseGrace,
+	}, b.state, b)
+
+	// 4. The coalescers merge concurrent client writes into one entry.
+	b.enqueues = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.Propose, buildEnqueue, sizeEnqueue)
+	b.acks = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.Propose, buildAck, sizeAck)
+
+	// 5. Leader-only work follows leadership from now on.
+	b.startLeadership()
+	return b, nil
+}
+
+// ID is this node's id.
+func (b *Broker) ID() string { return b.id }
+
+// Node is the cluster node (membership, Raft status and admin operations).
+func (b *Broker) Node() *cluster.Node { return b.node }
+
+// State is the replicated state machine, for reads.
+func (b *Broker) State() *fsm.FSM { return b.state }
+
+// Scheduler is the leader's delivery engine.
+func (b *Broker) Scheduler() *scheduler.Scheduler { return b.sched }
+
+// HandOff transfers leadership to another voter if this node leads, so
+// that writes keep flowing there while this node stops. It reports the
+// new leader, or "" when this node was not leading.
+func (b *Broker) HandOff(ctx context.Context) (string, error) {
+	if !b.node.IsLeader() {
+		return "", nil
+	}
+	return b.node.TransferLeadership(ctx, "")
+}
+
+// Close stops the leader-only work and the coalescers (queued requests
+// fail with ErrStopping, never proposed) and shuts the node down, leaving
+// the cluster gracefully. Call it after the API has stopped taking calls.
+func (b *Broker) Close(ctx context.Context) error {
+	var err error
+	b.closeOnce.Do(func() {
+		b.stopLeadership()
+		b.enqueues.close()
+		b.acks.close()
+		err = b.node.Shutdown(ctx)
+	})
+	return err
+}

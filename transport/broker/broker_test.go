@@ -1,0 +1,141 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/fsm"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/scheduler"
+)
+
+// skewedClock reads the wall clock moved by a fixed offset, so a test can
+// tell its readings from anyone else's.
+type skewedClock struct{ offset time.Duration }
+
+func (c skewedClock) Now() time.Time { return time.Now().Add(c.offset) }
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelError + 4}))
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// startOne starts a single-node broker on loopback and waits until it is
+// the established leader.
+func startOne(t *testing.T, clock Clock) *Broker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := New(ctx, Config{
+		Cluster: cluster.Config{
+			NodeID:             "n1",
+			DataDir:            filepath.Join(t.TempDir(), "n1"),
+			RaftBind:           "127.0.0.1:0",
+			GossipBind:         "127.0.0.1:0",
+			GRPCAdvertise:      "127.0.0.1:1",
+			HeartbeatTimeout:   500 * time.Millisecond,
+			ElectionTimeout:    500 * time.Millisecond,
+			LeaderLeaseTimeout: 250 * time.Millisecond,
+		},
+		Clock:  clock,
+		Logger: quietLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := b.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	r, err := b.Route(ctx, 15*time.Second)
+	if err != nil || !r.Local {
+		t.Fatalf("route of a single node: %+v, %v; want local", r, err)
+	}
+	return b
+}
+
+// Every command is stamped from the one injected clock: an enqueued
+// message carries the clock's time, not the wall clock's.
+func TestCommandsStampedFromInjectedClock(t *testing.T) {
+	const offset = 3 * time.Hour
+	b := startOne(t, skewedClock{offset: offset})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := b.CreateQueue(ctx, "q", &raftqv1.QueueConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now().Add(offset).UnixMilli()
+	if _, err := b.Enqueue(ctx, "q", []*raftqv1.EnqueueMessage{{Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now().Add(offset).UnixMilli()
+	ds, err := b.Peek("q", 1, false)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("peek: %v, %d messages", err, len(ds))
+	}
+	if got := ds[0].EnqueuedMs; got < before || got > after {
+		t.Fatalf("enqueued_at_ms %d, want the injected clock's reading in [%d, %d]", got, before, after)
+	}
+}
+
+// The broker's operations go through the coalescers and the scheduler
+// end to end on one node: enqueue, lease, ack.
+func TestOperationsEndToEnd(t *testing.T) {
+	b := startOne(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if _, err := b.CreateQueue(ctx, "jobs", &raftqv1.QueueConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateQueue(ctx, "jobs", &raftqv1.QueueConfig{}); !errors.Is(err, fsm.ErrQueueExists) {
+		t.Fatalf("second create: %v, want ErrQueueExists", err)
+	}
+	ids, err := b.Enqueue(ctx, "jobs", []*raftqv1.EnqueueMessage{{Payload: []byte("a")}, {Payload: []byte("b")}})
+	if err != nil || len(ids) != 2 {
+		t.Fatalf("enqueue: %v %v", ids, err)
+	}
+	c, err := b.Lease(ctx, scheduler.ConsumerRequest{Queue: "jobs", MaxInFlight: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var refs []LeaseRef
+	for len(refs) < 2 {
+		select {
+		case d := <-c.Deliveries():
+			refs = append(refs, LeaseRef{Queue: "jobs", MessageID: d.ID, Token: d.LeaseToken})
+		case <-ctx.Done():
+			t.Fatalf("only %d of 2 deliveries", len(refs))
+		}
+	}
+	results, err := b.Ack(ctx, refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range results {
+		if e != nil {
+			t.Fatalf("ack %d: %v", i, e)
+		}
+	}
+	qi, err := b.GetQueue("jobs", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := qi.Stats; s.Ready != 0 || s.InFlight != 0 || s.AckedTotal != 2 || qi.Consumers != 1 {
+		t.Fatalf("stats after acking both: %+v, %d consumers", s, qi.Consumers)
+	}
+	if _, err := b.Enqueue(ctx, "nope", []*raftqv1.EnqueueMessage{{Payload: []byte("a")}}); !errors.Is(err, fsm.ErrQueueNotFound) {
+		t.Fatalf("enqueue to a missing queue: %v", err)
+	}
+}

@@ -1,0 +1,47 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/raftq/raftq/fsm"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+)
+
+// Propose stamps cmd with the node's clock, commits it through Raft and
+// returns the state machine's result. It is the one way commands reach
+// the log: the scheduler, the coalescers and the admin operations all
+// come through here, so time is stamped in exactly one place. The caller
+// must not change cmd afterwards (the leader applies this very command
+// rather than decoding its own entry, fsm.FSM.Proposed).
+//
+// Every entry is proposed under the replicated cluster version, the newest
+// log version every voter understands, so a node running an older build
+// during a rolling upgrade applies it by the same rules as this one. Only
+// SetClusterVersion names its own (higher) version (version.go).
+func (b *Broker) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
+	cmd.NowMs = b.clock.Now().UnixMilli()
+	if v := b.state.ClusterVersion(); v > 1 && cmd.Version == 0 {
+		cmd.Version = v
+	}
+	data, err := fsm.Encode(cmd)
+	if err != nil {
+		return nil, err
+	}
+	defer b.state.Proposed(data, cmd)()
+	out, err := b.node.Apply(ctx, data)
+	if err != nil {
+		return nil, err
+	}
+	res, ok := out.(fsm.Result)
+	if !ok {
+		return nil, fmt.Errorf("unexpected apply response %T", out)
+	}
+	return res, nil
+}
+
+// apply proposes cmd and returns its typed result, with a whole-command
+// failure (nothing changed) as the error.
+func apply[T fsm.Result](ctx context.Context, b *Broker, cmd *fsmv1.Command) (T, error) {
+	return fsm.As[T](b.Propose(ctx, cmd))
+}

@@ -1,0 +1,61 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/raftq/raftq/cluster"
+)
+
+// ErrNoLeader: no leader (with a known address) emerged within the wait.
+var ErrNoLeader = errors.New("no leader elected yet")
+
+// Route is where a leader-only call is served.
+type Route struct {
+	// Local: this node is the established leader; serve the call here.
+	Local bool
+	// LeaderID and LeaderAddr name the leader to forward or redirect to
+	// when the call is not local.
+	LeaderID, LeaderAddr string
+}
+
+// Route decides, once per call, where a call that only the leader may
+// serve goes: here, when this node leads and its Barrier has completed (so
+// it answers from a state holding every acknowledged write), or to the
+// leader this node knows of. While an election is under way, or this node
+// has just won one and is still applying the previous term's entries, it
+// waits for the next leadership event, for at most wait and ctx.
+func (b *Broker) Route(ctx context.Context, wait time.Duration) (Route, error) {
+	var timeout <-chan time.Time
+	for {
+		l := b.node.Leadership()
+		switch {
+		case l.Role == cluster.RoleLeader && l.Established:
+			return Route{Local: true, LeaderID: b.id}, nil
+		case l.Role == cluster.RoleShutdown:
+			return Route{}, cluster.ErrShutdown
+		case l.Role != cluster.RoleLeader && l.LeaderKnown() && l.LeaderGRPCAddr != "":
+			return Route{LeaderID: l.LeaderID, LeaderAddr: l.LeaderGRPCAddr}, nil
+		}
+		if timeout == nil {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-l.Changed:
+		case <-ctx.Done():
+			return Route{}, ctx.Err()
+		case <-timeout:
+			return Route{}, ErrNoLeader
+		}
+	}
+}
+
+// Leader is the leader this node knows of right now, for a redirect that
+// must not wait: "" when none is known.
+func (b *Broker) Leader() (id, addr string) {
+	l := b.node.Leadership()
+	return l.LeaderID, l.LeaderGRPCAddr
+}

@@ -1,0 +1,70 @@
+package broker
+
+import (
+	"context"
+	"time"
+
+	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/fsm"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+)
+
+// raiseClusterVersion runs on the leader for its term. The cluster version
+// (the log version entries are proposed under) rises to the newest version
+// every voter advertises, and never past what this build applies: a
+// command or apply rule added in version N is not used until every voter
+// runs a build that applies N, so during a rolling upgrade old and new
+// nodes apply every entry alike. It waits on membership changes, not a
+// timer; a failed proposal is retried after a back-off.
+func (b *Broker) raiseClusterVersion(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for {
+		vv := b.node.VoterVersions()
+		wait := vv.Changed
+		if target, ok := nextClusterVersion(vv, b.state.ClusterVersion()); ok {
+			err := b.proposeClusterVersion(ctx, target)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				b.log.Warn("could not raise the cluster version; retrying", "to", target, "err", err, "retry_in", backoff)
+				t := time.NewTimer(backoff)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				backoff = min(2*backoff, 5*time.Second)
+				continue
+			}
+			b.log.Info("cluster version raised: every voter applies it", "cluster_version", target, "voters", vv.Voters)
+			backoff = 100 * time.Millisecond
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wait:
+		}
+	}
+}
+
+// proposeClusterVersion proposes SetClusterVersion in an entry of the
+// version it introduces, the one entry whose version is ahead of the
+// cluster's.
+func (b *Broker) proposeClusterVersion(ctx context.Context, v uint32) error {
+	cmd := &fsmv1.Command{
+		Version: v,
+		Op:      &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: v}},
+	}
+	_, err := apply[*fsm.Done](ctx, b, cmd)
+	return err
+}
+
+// nextClusterVersion is the version the cluster may rise to: the lowest
+// any voter applies, capped by this build, once every voter is known.
+func nextClusterVersion(vv cluster.VoterVersions, current uint32) (uint32, bool) {
+	target := min(vv.Min, fsm.MaxLogVersion)
+	return target, vv.Complete && target > current
+}
