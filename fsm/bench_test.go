@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"github.com/raftq/raftq/fsm/state"
 	"io"
 	"math/rand/v2"
 	"runtime"
@@ -92,7 +93,7 @@ func BenchmarkMillionMessages(b *testing.B) {
 				msgs[j] = &fsmv1.EnqueueMessage{Payload: payload[j*1024 : (j+1)*1024 : (j+1)*1024], DedupId: fmt.Sprint(i, "-", j)}
 			}
 			f.mu.Lock()
-			f.applyCommand(entry{index: uint64(i + 2), version: 1, touched: newTouchSet()}, &fsmv1.Command{NowMs: int64(i + 2), Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}}}})
+			f.apply(uint64(i+2), &fsmv1.Command{NowMs: int64(i + 2), Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}}}}, state.NewTouched())
 			f.mu.Unlock()
 		}
 		var after runtime.MemStats

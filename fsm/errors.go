@@ -1,22 +1,32 @@
 package fsm
 
-import "errors"
+import (
+	"errors"
 
-// Sentinel errors carried in Result. The transport maps them to gRPC codes
+	"github.com/raftq/raftq/fsm/state"
+)
+
+// Sentinel errors carried in results (defined by the state store, where
+// the rules that return them live). The transport maps them to gRPC codes
 // with errors.Is; details are added by wrapping.
 var (
-	// ErrInvalid marks bad input (names, sizes, ranges).
-	ErrInvalid = errors.New("invalid argument")
-	// ErrQueueNotFound: the named queue does not exist.
-	ErrQueueNotFound = errors.New("queue not found")
-	// ErrQueueExists: CreateQueue of a queue that is already there.
-	ErrQueueExists = errors.New("queue already exists")
-	// ErrMessageNotFound: no message with that id in the queue.
-	ErrMessageNotFound = errors.New("message not found")
-	// ErrStaleLease: the message exists but is not leased under that token.
-	ErrStaleLease = errors.New("stale or unknown lease token")
-	// ErrQueueFull: admission refused by max_depth or max_bytes.
-	ErrQueueFull = errors.New("queue full")
-	// ErrInUse: the queue cannot be deleted or changed while others depend on it.
-	ErrInUse = errors.New("queue in use")
+	ErrInvalid         = state.ErrInvalid
+	ErrQueueNotFound   = state.ErrQueueNotFound
+	ErrQueueExists     = state.ErrQueueExists
+	ErrMessageNotFound = state.ErrMessageNotFound
+	ErrStaleLease      = state.ErrStaleLease
+	ErrQueueFull       = state.ErrQueueFull
+	ErrInUse           = state.ErrInUse
+
+	// ErrNewerVersion marks an entry or snapshot written under a log
+	// version newer than MaxLogVersion: this node must not apply it and
+	// stops instead (Options.Fatal).
+	ErrNewerVersion = state.ErrNewerVersion
 )
+
+// ErrHalted is every result after the FSM met a newer version: nothing
+// more is applied, so this replica's state stays a true prefix of the log.
+var ErrHalted = errors.New("state machine halted")
+
+// ErrNoCheckpoint: no checkpoint at that index (not applied yet, or aged out).
+var ErrNoCheckpoint = errors.New("no checkpoint at that index")

@@ -1,16 +1,22 @@
 package fsm
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 
-	"github.com/google/btree"
 	"github.com/hashicorp/raft"
+	"github.com/raftq/raftq/fsm/state"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	"google.golang.org/protobuf/proto"
 )
+
+// MaxLogVersion is the newest log version this build understands: it
+// applies entries of versions 1..MaxLogVersion by each entry's own rules
+// and stops (Options.Fatal) at a newer one. Version 1 is the format
+// before versioning (entries carry no version); version 2 adds only the
+// SetClusterVersion command. fsm/DESIGN.md lists every version.
+const MaxLogVersion = state.MaxLogVersion
 
 // Notifier learns which queues an applied batch touched (new ready work,
 // leases ended, config changed). It is called after the state lock is
@@ -18,22 +24,6 @@ import (
 type Notifier interface {
 	QueuesChanged(queues []string)
 }
-
-// MaxLogVersion is the newest log version this build understands: it
-// applies entries of versions 1..MaxLogVersion by each entry's own rules
-// and stops (Options.Fatal) at a newer one. Version 1 is the format
-// before versioning (entries carry no version); version 2 adds only the
-// SetClusterVersion command. fsm/DESIGN.md lists every version.
-const MaxLogVersion uint32 = 2
-
-// ErrNewerVersion marks an entry or snapshot written under a log version
-// newer than MaxLogVersion: this node must not apply it (it would guess
-// at rules it does not know) and stops instead.
-var ErrNewerVersion = errors.New("written by a newer raftq version")
-
-// ErrHalted is every result after the FSM met a newer version: nothing
-// more is applied, so this replica's state stays a true prefix of the log.
-var ErrHalted = errors.New("state machine halted")
 
 // Options configure a new FSM. The zero value is usable.
 type Options struct {
@@ -48,34 +38,19 @@ type Options struct {
 	Fatal func(error)
 }
 
-// FSM is the replicated state. It implements raft.FSM and raft.BatchingFSM.
-// Reads take the read lock; Apply takes the write lock.
+// FSM is the replicated state machine hashicorp/raft drives: it decodes
+// each entry, checks its log version, has the state store apply it and
+// returns the store's typed result. It implements raft.FSM and
+// raft.BatchingFSM. Reads take the read lock; Apply takes the write lock.
 type FSM struct {
-	log *slog.Logger
-
-	mu       sync.RWMutex
+	log      *slog.Logger
 	notifier Notifier
+	fatal    func(error)
 
-	queues    map[string]*queue
-	delayed   *btree.BTreeG[timedRef] // delayed messages by visible time
-	ttl       *btree.BTreeG[timedRef] // ready/delayed messages by TTL
-	leases    *btree.BTreeG[timedRef] // leased messages by deadline
-	dedupExp  *btree.BTreeG[dedupRef] // dedup entries by expiry
-	consumers map[string]map[queueMsg]struct{}
-
-	totalBytes   int64 // payload bytes across queues (derived, like the per-queue counters)
-	lastNow      int64
-	appliedIndex uint64
-	keySeq       uint64 // derived: activation order of fairness keys, not part of the digest
-
-	checkpoints []*checkpointState // states frozen at Checkpoint commands, newest last
-
-	// clusterVersion is the replicated cluster version: the log version
-	// every voter supports, raised by SetClusterVersion. Part of the state.
-	clusterVersion uint32
-
-	fatal  func(error)
-	halted error // set once a newer version was met; nothing applies after
+	mu          sync.RWMutex
+	store       *state.Store
+	checkpoints checkpoints
+	halted      error // set once a newer version was met; nothing applies after
 
 	// proposed maps the first byte of an entry this node is proposing to
 	// the command it encodes (see Proposed); not part of the state.
@@ -90,24 +65,7 @@ func New(opts Options) *FSM {
 	if opts.Fatal == nil {
 		opts.Fatal = func(err error) { panic(err.Error()) }
 	}
-	f := &FSM{log: opts.Logger, notifier: opts.Notifier, fatal: opts.Fatal}
-	f.reset()
-	return f
-}
-
-func (f *FSM) reset() {
-	f.queues = map[string]*queue{}
-	f.delayed = btree.NewG(btreeDegree, lessTimedRef)
-	f.ttl = btree.NewG(btreeDegree, lessTimedRef)
-	f.leases = btree.NewG(btreeDegree, lessTimedRef)
-	f.dedupExp = btree.NewG(btreeDegree, lessDedupRef)
-	f.consumers = map[string]map[queueMsg]struct{}{}
-	f.lastNow = 0
-	f.totalBytes = 0
-	f.appliedIndex = 0
-	f.keySeq = 0
-	f.checkpoints = nil
-	f.clusterVersion = 1
+	return &FSM{log: opts.Logger, notifier: opts.Notifier, fatal: opts.Fatal, store: state.New()}
 }
 
 // SetNotifier installs the change listener (the leader's scheduler).
@@ -169,7 +127,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 // halts the FSM (see Options.Fatal) before anything of it is applied.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
-	touched := newTouchSet()
+	touched := state.NewTouched()
 	var halt error
 	f.mu.Lock()
 	for i, l := range logs {
@@ -190,19 +148,17 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 				out[i] = failed(f.halted)
 				continue
 			default:
-				out[i] = f.applyCommand(entry{index: l.Index, version: entryVersion(cmd), touched: touched}, cmd)
+				out[i] = f.apply(l.Index, cmd, touched)
 			}
 		}
-		if l.Index > f.appliedIndex {
-			f.appliedIndex = l.Index
-		}
+		f.store.SetApplied(l.Index)
 	}
-	f.dropOldCheckpoints()
+	f.checkpoints.dropOld(f.store.AppliedIndex())
 	n := f.notifier
 	fatal := f.fatal
 	f.mu.Unlock()
-	if n != nil && len(touched.list) > 0 {
-		n.QueuesChanged(touched.list)
+	if n != nil && len(touched.List()) > 0 {
+		n.QueuesChanged(touched.List())
 	}
 	if halt != nil {
 		fatal(halt)
@@ -216,15 +172,6 @@ func entryVersion(cmd *fsmv1.Command) uint32 {
 	return max(cmd.GetVersion(), 1)
 }
 
-// entry is one log entry being applied: where it is, which version's rules
-// apply to it, and the queues it touched. A rule that changes in log
-// version N branches on e.version >= N, so an old log replays as it did.
-type entry struct {
-	index   uint64
-	version uint32
-	touched *touchSet
-}
-
 // ApplyCommand applies one command at a given index without Raft; tests and
 // tools use it to drive the FSM directly.
 func (f *FSM) ApplyCommand(index uint64, cmd *fsmv1.Command) Result {
@@ -235,26 +182,11 @@ func (f *FSM) ApplyCommand(index uint64, cmd *fsmv1.Command) Result {
 	return f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data}).(Result)
 }
 
-// touchSet collects touched queue names in first-touch order.
-type touchSet struct {
-	seen map[string]struct{}
-	list []string
-}
-
-func newTouchSet() *touchSet { return &touchSet{seen: map[string]struct{}{}} }
-
-func (t *touchSet) add(q string) {
-	if _, ok := t.seen[q]; !ok {
-		t.seen[q] = struct{}{}
-		t.list = append(t.list, q)
-	}
-}
-
 // AppliedIndex is the index of the last applied entry.
 func (f *FSM) AppliedIndex() uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.appliedIndex
+	return f.store.AppliedIndex()
 }
 
 // ClusterVersion is the replicated cluster version: the newest log version
@@ -264,12 +196,21 @@ func (f *FSM) AppliedIndex() uint64 {
 func (f *FSM) ClusterVersion() uint32 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.clusterVersion
+	return f.store.ClusterVersion()
 }
 
 // Now is the FSM's clock: the largest now_ms of any applied command.
 func (f *FSM) Now() int64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.lastNow
+	return f.store.Now()
+}
+
+// Verify recomputes every counter and index from the message trees and
+// reports the first disagreement. Tests call it after every step; operators
+// reach it through Cluster.Verify.
+func (f *FSM) Verify() error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.store.Verify()
 }

@@ -83,10 +83,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 	// The applied index is part of the digest; compare the state by
 	// re-freezing with the old index.
 	h.f.mu.Lock()
-	fr := h.f.freeze()
+	fr := h.f.store.Freeze(1)
 	h.f.mu.Unlock()
-	fr.index = 1
-	same, _ := fr.digest()
+	same, _ := fr.Digest()
 	if same != before {
 		t.Fatalf("bad input changed state: digest %s -> %s (after=%s)", before, same, after)
 	}

@@ -1,54 +1,24 @@
 package fsm
 
 import (
-	"fmt"
-	"slices"
-	"strings"
-
 	"github.com/raftq/raftq/fsm/state"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	"google.golang.org/protobuf/proto"
 )
 
-func (q *queue) delivery(m *message) *state.Delivery {
-	d := &state.Delivery{
-		ID:               m.id,
-		Queue:            q.name,
-		Payload:          m.payload,
-		Headers:          m.headers,
-		Priority:         m.priority,
-		FairnessKey:      m.fairnessKey,
-		Weight:           m.weight,
-		ThrottleKeys:     m.throttleKeys,
-		Attempt:          m.attempts,
-		EnqueuedMs:       m.enqueuedMs,
-		OriginQueue:      m.origin,
-		DeadLetterReason: m.dlReason,
-	}
-	if m.state == stateLeased {
-		d.LeaseToken = m.leaseToken
-		d.LeaseDeadlineMs = m.deadlineMs
-	}
-	return d
-}
+// Read-side names callers use; the store defines them.
+type (
+	View         = state.View
+	QueueView    = state.QueueView
+	KeyInfo      = state.KeyInfo
+	ReadyMessage = state.ReadyMessage
+)
 
-func (f *FSM) queueInfo(q *queue) *state.QueueInfo {
-	return &state.QueueInfo{
-		Name:              q.name,
-		Config:            proto.Clone(q.cfg).(*fsmv1.QueueConfig),
-		IsDeadLetterQueue: q.isDLQ,
-		Stats: state.QueueStats{
-			Ready:         q.ready,
-			Delayed:       q.delayed,
-			InFlight:      q.inFlight,
-			DeadLettered:  q.deadLettered,
-			EnqueuedTotal: q.enqueuedTotal,
-			AckedTotal:    q.ackedTotal,
-			NackedTotal:   q.nackedTotal,
-			ExpiredTotal:  q.expiredTotal,
-			Bytes:         q.bytes,
-		},
-	}
+// Read runs fn under the read lock with a view of the state. fn must not
+// block or call back into the FSM's locking methods.
+func (f *FSM) Read(fn func(v View)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fn(f.store.View())
 }
 
 // GetQueue reports a queue's effective config and stats (consumers are the
@@ -56,33 +26,14 @@ func (f *FSM) queueInfo(q *queue) *state.QueueInfo {
 func (f *FSM) GetQueue(name string) (*state.QueueInfo, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	q := f.queues[name]
-	if q == nil {
-		return nil, fmt.Errorf("%w: %s", ErrQueueNotFound, name)
-	}
-	return f.queueInfo(q), nil
+	return f.store.View().GetQueue(name)
 }
 
 // ListQueues lists queues whose name starts with prefix, sorted by name.
 func (f *FSM) ListQueues(prefix string) []*state.QueueInfo {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	var out []*state.QueueInfo
-	for _, name := range f.sortedQueueNames() {
-		if strings.HasPrefix(name, prefix) {
-			out = append(out, f.queueInfo(f.queues[name]))
-		}
-	}
-	return out
-}
-
-func (f *FSM) sortedQueueNames() []string {
-	names := make([]string, 0, len(f.queues))
-	for n := range f.queues {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return f.store.View().ListQueues(prefix)
 }
 
 // HasQueue reports ErrQueueNotFound for an unknown queue; a cheap check
@@ -90,297 +41,37 @@ func (f *FSM) sortedQueueNames() []string {
 func (f *FSM) HasQueue(name string) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if f.queues[name] == nil {
-		return fmt.Errorf("%w: %s", ErrQueueNotFound, name)
-	}
-	return nil
+	return f.store.View().HasQueue(name)
 }
 
 // QueueConfig returns a queue's effective config (a copy).
 func (f *FSM) QueueConfig(name string) (*fsmv1.QueueConfig, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	q := f.queues[name]
-	if q == nil {
-		return nil, fmt.Errorf("%w: %s", ErrQueueNotFound, name)
-	}
-	return proto.Clone(q.cfg).(*fsmv1.QueueConfig), nil
+	return f.store.View().QueueConfig(name)
 }
 
 // CheckEnqueue is the leader's check before proposing an enqueue: every
 // message against the queue's limits, then admission by max_depth,
-// max_bytes and the node-wide maxTotalBytes (0 = unlimited). One read lock,
-// no copies: it runs for every Enqueue call.
+// max_bytes and the node-wide maxTotalBytes (0 = unlimited).
 func (f *FSM) CheckEnqueue(name string, msgs []*fsmv1.EnqueueMessage, maxTotalBytes int64) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	q := f.queues[name]
-	if q == nil {
-		return fmt.Errorf("%w: %s", ErrQueueNotFound, name)
-	}
-	var size int64
-	for i, m := range msgs {
-		if err := ValidateMessage(i, m, q.cfg); err != nil {
-			return err
-		}
-		size += int64(len(m.Payload))
-	}
-	depth := q.ready + q.delayed + q.inFlight
-	if q.cfg.MaxDepth > 0 && depth+int64(len(msgs)) > q.cfg.MaxDepth {
-		return fmt.Errorf("%w: %s holds %d messages, max_depth is %d", ErrQueueFull, name, depth, q.cfg.MaxDepth)
-	}
-	if q.cfg.MaxBytes > 0 && q.bytes+size > q.cfg.MaxBytes {
-		return fmt.Errorf("%w: %s holds %d bytes, max_bytes is %d", ErrQueueFull, name, q.bytes, q.cfg.MaxBytes)
-	}
-	if maxTotalBytes > 0 && f.totalBytes+size > maxTotalBytes {
-		return fmt.Errorf("%w: the node holds %d payload bytes, --max-queued-bytes is %d", ErrQueueFull, f.totalBytes, maxTotalBytes)
-	}
-	return nil
+	return f.store.View().CheckEnqueue(name, msgs, maxTotalBytes)
 }
 
 // TotalBytes is the payload bytes held across all queues.
 func (f *FSM) TotalBytes() int64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.totalBytes
+	return f.store.View().TotalBytes()
 }
 
 // Peek lists up to limit ready messages in the order a fresh scheduler
-// would deliver them (ignoring throttles): highest priority first, then
-// weighted round-robin across fairness keys, FIFO within a key. With
-// deadLetter it browses the queue's DLQ (messages that came from it).
+// would deliver them (see state.View.Peek); with deadLetter it browses the
+// queue's DLQ.
 func (f *FSM) Peek(name string, limit int, deadLetter bool) ([]*state.Delivery, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	q := f.queues[name]
-	if q == nil {
-		return nil, fmt.Errorf("%w: %s", ErrQueueNotFound, name)
-	}
-	var out []*state.Delivery
-	if deadLetter {
-		dlq := f.queues[q.cfg.DeadLetterQueue]
-		if dlq == nil {
-			return nil, nil
-		}
-		dlq.msgs.Ascend(func(it msgItem) bool {
-			if it.m.origin == q.name {
-				out = append(out, dlq.delivery(it.m))
-			}
-			return len(out) < limit
-		})
-		return out, nil
-	}
-	for _, l := range q.levels {
-		for _, m := range peekLevel(q, l, limit-len(out)) {
-			out = append(out, q.delivery(m))
-		}
-		if len(out) >= limit {
-			break
-		}
-	}
-	return out, nil
-}
-
-// peekLevel simulates deficit round-robin over the level's keys from a
-// fresh start.
-func peekLevel(q *queue, l *level, limit int) []*message {
-	type cursor struct {
-		kq   *keyQueue
-		last uint64
-		left int
-	}
-	var ring []*cursor
-	l.active.Ascend(func(r keyRef) bool {
-		kq := l.keys[r.key]
-		ring = append(ring, &cursor{kq: kq, left: kq.ids.Len()})
-		return true
-	})
-	quantum := int(q.cfg.FairnessQuantum)
-	var out []*message
-	for len(out) < limit && len(ring) > 0 {
-		next := ring[:0]
-		for _, c := range ring {
-			credit := int(c.kq.weight) * quantum
-			for credit > 0 && c.left > 0 && len(out) < limit {
-				c.kq.ids.AscendGreaterOrEqual(c.last+1, func(id uint64) bool { c.last = id; return false })
-				out = append(out, q.get(c.last))
-				c.left--
-				credit--
-			}
-			if c.left > 0 {
-				next = append(next, c)
-			}
-		}
-		ring = next
-	}
-	return out
-}
-
-// View is a read-only window on the state for the scheduler, valid only
-// inside the function passed to Read.
-type View struct{ f *FSM }
-
-// Read runs fn under the read lock. fn must not block or call back into
-// the FSM's locking methods.
-func (f *FSM) Read(fn func(v View)) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	fn(View{f})
-}
-
-// KeyInfo describes one active fairness key at one priority.
-type KeyInfo struct {
-	Key    string
-	Seq    uint64 // activation order: a key that empties and refills gets a larger one
-	Weight uint32
-	Ready  int
-}
-
-// ReadyMessage is what the scheduler needs to choose a message.
-type ReadyMessage struct {
-	ID           uint64
-	ThrottleKeys []string
-}
-
-// QueueView is one queue inside a View.
-type QueueView struct {
-	f *FSM
-	q *queue
-}
-
-// Queue returns the named queue, if present.
-func (v View) Queue(name string) (QueueView, bool) {
-	q := v.f.queues[name]
-	return QueueView{v.f, q}, q != nil
-}
-
-// QueueNames lists every queue, sorted.
-func (v View) QueueNames() []string { return v.f.sortedQueueNames() }
-
-// Config is the effective config; callers must not modify it.
-func (qv QueueView) Config() *fsmv1.QueueConfig { return qv.q.cfg }
-
-// Ready is the number of ready messages.
-func (qv QueueView) Ready() int64 { return qv.q.ready }
-
-// Priorities appends the priorities that have ready messages, highest first.
-func (qv QueueView) Priorities(dst []int32) []int32 {
-	for _, l := range qv.q.levels {
-		dst = append(dst, l.priority)
-	}
-	return dst
-}
-
-// NextKey returns the active key at prio with the smallest Seq > afterSeq.
-func (qv QueueView) NextKey(prio int32, afterSeq uint64) (KeyInfo, bool) {
-	l := qv.q.level(prio, false)
-	if l == nil {
-		return KeyInfo{}, false
-	}
-	var out KeyInfo
-	found := false
-	l.active.AscendGreaterOrEqual(keyRef{seq: afterSeq + 1}, func(r keyRef) bool {
-		kq := l.keys[r.key]
-		out = KeyInfo{Key: kq.key, Seq: kq.seq, Weight: kq.weight, Ready: kq.ids.Len()}
-		found = true
-		return false
-	})
-	return out, found
-}
-
-// Key returns one fairness key's info at prio.
-func (qv QueueView) Key(prio int32, key string) (KeyInfo, bool) {
-	l := qv.q.level(prio, false)
-	if l == nil {
-		return KeyInfo{}, false
-	}
-	kq := l.keys[key]
-	if kq == nil {
-		return KeyInfo{}, false
-	}
-	return KeyInfo{Key: kq.key, Seq: kq.seq, Weight: kq.weight, Ready: kq.ids.Len()}, true
-}
-
-// NextReady returns the key's ready message with the smallest id > afterID.
-func (qv QueueView) NextReady(prio int32, key string, afterID uint64) (ReadyMessage, bool) {
-	l := qv.q.level(prio, false)
-	if l == nil {
-		return ReadyMessage{}, false
-	}
-	kq := l.keys[key]
-	if kq == nil {
-		return ReadyMessage{}, false
-	}
-	var id uint64
-	found := false
-	kq.ids.AscendGreaterOrEqual(afterID+1, func(v uint64) bool { id, found = v, true; return false })
-	if !found {
-		return ReadyMessage{}, false
-	}
-	m := qv.q.get(id)
-	return ReadyMessage{ID: id, ThrottleKeys: m.throttleKeys}, true
-}
-
-// LeasesHeld counts the leases a consumer holds across queues.
-func (v View) LeasesHeld(consumerID string) int { return len(v.f.consumers[consumerID]) }
-
-// Lease says who holds message id of queue under which token; ok is false
-// when the message is not leased (or does not exist).
-func (v View) Lease(queue string, id uint64) (consumerID string, token uint64, ok bool) {
-	q := v.f.queues[queue]
-	if q == nil {
-		return "", 0, false
-	}
-	m := q.get(id)
-	if m == nil || m.state != stateLeased {
-		return "", 0, false
-	}
-	return m.consumerID, m.leaseToken, true
-}
-
-// HoldsLease reports whether consumerID holds the lease of message id of
-// queue.
-func (v View) HoldsLease(consumerID, queue string, id uint64) bool {
-	_, ok := v.f.consumers[consumerID][queueMsg{queue: queue, id: id}]
-	return ok
-}
-
-// Now is the FSM clock.
-func (v View) Now() int64 { return v.f.lastNow }
-
-// NextDue is the earliest instant at which the passage of time changes
-// state (a delayed message becomes ready or a TTL passes): the scheduler
-// proposes a Tick then.
-func (v View) NextDue() (int64, bool) {
-	d, okD := v.f.delayed.Min()
-	t, okT := v.f.ttl.Min()
-	switch {
-	case okD && okT:
-		return min(d.at, t.at), true
-	case okD:
-		return d.at, true
-	case okT:
-		return t.at, true
-	}
-	return 0, false
-}
-
-// NextLeaseDeadline is the earliest lease deadline.
-func (v View) NextLeaseDeadline() (int64, bool) {
-	r, ok := v.f.leases.Min()
-	return r.at, ok
-}
-
-// ExpiredLeases lists up to max leases whose deadline is <= nowMs, earliest first.
-func (v View) ExpiredLeases(nowMs int64, max int) []*fsmv1.Ref {
-	var out []*fsmv1.Ref
-	v.f.leases.Ascend(func(r timedRef) bool {
-		if r.at > nowMs || len(out) >= max {
-			return false
-		}
-		m := v.f.queues[r.queue].get(r.id)
-		out = append(out, &fsmv1.Ref{Queue: r.queue, MessageId: r.id, LeaseToken: m.leaseToken})
-		return true
-	})
-	return out
+	return f.store.View().Peek(name, limit, deadLetter)
 }

@@ -1,27 +1,21 @@
-package fsm
+package state
 
 import "fmt"
 
 // Verify recomputes every counter and index from the message trees and
 // reports the first disagreement. Tests call it after every step; operators
 // reach it through Cluster.Verify.
-func (f *FSM) Verify() error {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.verifyLocked()
-}
-
-func (f *FSM) verifyLocked() error {
+func (s *Store) Verify() error {
 	type counts struct{ ready, delayed, inFlight, bytes, deadLettered int64 }
 	got := map[string]*counts{}
-	for name := range f.queues {
+	for name := range s.queues {
 		got[name] = &counts{}
 	}
 	var delayed, ttl, leases int
 	consumers := map[string]int{}
 	var err error
-	for _, name := range f.sortedQueueNames() {
-		q := f.queues[name]
+	for _, name := range s.sortedQueueNames() {
+		q := s.queues[name]
 		c := got[name]
 		readyPerLevel := map[int32]int{}
 		q.msgs.Ascend(func(it msgItem) bool {
@@ -43,7 +37,7 @@ func (f *FSM) verifyLocked() error {
 			case stateDelayed:
 				c.delayed++
 				delayed++
-				if !f.delayed.Has(timedRef{at: m.visibleMs, queue: name, id: m.id}) {
+				if !s.delayed.Has(timedRef{at: m.visibleMs, queue: name, id: m.id}) {
 					err = fmt.Errorf("%s: delayed message %d missing from the delay index", name, m.id)
 					return false
 				}
@@ -51,18 +45,18 @@ func (f *FSM) verifyLocked() error {
 				c.inFlight++
 				leases++
 				consumers[m.consumerID]++
-				if !f.leases.Has(timedRef{at: m.deadlineMs, queue: name, id: m.id}) {
+				if !s.leases.Has(timedRef{at: m.deadlineMs, queue: name, id: m.id}) {
 					err = fmt.Errorf("%s: leased message %d missing from the lease index", name, m.id)
 					return false
 				}
-				if _, ok := f.consumers[m.consumerID][queueMsg{name, m.id}]; !ok {
+				if _, ok := s.consumers[m.consumerID][queueMsg{name, m.id}]; !ok {
 					err = fmt.Errorf("%s: leased message %d missing from consumer %q", name, m.id, m.consumerID)
 					return false
 				}
 			}
 			if m.expiresMs > 0 && m.state != stateLeased {
 				ttl++
-				if !f.ttl.Has(timedRef{at: m.expiresMs, queue: name, id: m.id}) {
+				if !s.ttl.Has(timedRef{at: m.expiresMs, queue: name, id: m.id}) {
 					err = fmt.Errorf("%s: message %d missing from the TTL index", name, m.id)
 					return false
 				}
@@ -88,12 +82,12 @@ func (f *FSM) verifyLocked() error {
 		if len(readyPerLevel) != len(q.levels) {
 			return fmt.Errorf("%s: %d priority levels for %d priorities with ready messages", name, len(q.levels), len(readyPerLevel))
 		}
-		if q.dedup.Len() > f.dedupExp.Len() {
-			return fmt.Errorf("%s: %d dedup entries but %d in the expiry index", name, q.dedup.Len(), f.dedupExp.Len())
+		if q.dedup.Len() > s.dedupExp.Len() {
+			return fmt.Errorf("%s: %d dedup entries but %d in the expiry index", name, q.dedup.Len(), s.dedupExp.Len())
 		}
 	}
-	for _, name := range f.sortedQueueNames() {
-		q, c := f.queues[name], got[name]
+	for _, name := range s.sortedQueueNames() {
+		q, c := s.queues[name], got[name]
 		if q.ready != c.ready || q.delayed != c.delayed || q.inFlight != c.inFlight || q.bytes != c.bytes || q.deadLettered != c.deadLettered {
 			return fmt.Errorf("%s: counters ready=%d delayed=%d in_flight=%d bytes=%d dead_lettered=%d, structures ready=%d delayed=%d in_flight=%d bytes=%d dead_lettered=%d",
 				name, q.ready, q.delayed, q.inFlight, q.bytes, q.deadLettered, c.ready, c.delayed, c.inFlight, c.bytes, c.deadLettered)
@@ -103,19 +97,19 @@ func (f *FSM) verifyLocked() error {
 	for _, c := range got {
 		total += c.bytes
 	}
-	if total != f.totalBytes {
-		return fmt.Errorf("node holds %d payload bytes, counter says %d", total, f.totalBytes)
+	if total != s.totalBytes {
+		return fmt.Errorf("node holds %d payload bytes, counter says %d", total, s.totalBytes)
 	}
-	if f.delayed.Len() != delayed || f.ttl.Len() != ttl || f.leases.Len() != leases {
+	if s.delayed.Len() != delayed || s.ttl.Len() != ttl || s.leases.Len() != leases {
 		return fmt.Errorf("global indexes delayed=%d ttl=%d leases=%d, messages delayed=%d ttl=%d leased=%d",
-			f.delayed.Len(), f.ttl.Len(), f.leases.Len(), delayed, ttl, leases)
+			s.delayed.Len(), s.ttl.Len(), s.leases.Len(), delayed, ttl, leases)
 	}
-	if len(consumers) != len(f.consumers) {
-		return fmt.Errorf("%d consumers hold leases, index has %d", len(consumers), len(f.consumers))
+	if len(consumers) != len(s.consumers) {
+		return fmt.Errorf("%d consumers hold leases, index has %d", len(consumers), len(s.consumers))
 	}
 	for id, n := range consumers {
-		if len(f.consumers[id]) != n {
-			return fmt.Errorf("consumer %q holds %d leases, index has %d", id, n, len(f.consumers[id]))
+		if len(s.consumers[id]) != n {
+			return fmt.Errorf("consumer %q holds %d leases, index has %d", id, n, len(s.consumers[id]))
 		}
 	}
 	return nil

@@ -1,0 +1,83 @@
+package state
+
+// Result is what Apply returns for a command entry, typed per command:
+//
+//	CreateQueue, UpdateQueue               *QueueResult
+//	Enqueue                                *EnqueueResult
+//	LeaseGrant                             *GrantResult
+//	LeaseRollback, Ack, Nack, LeaseExpire  *ItemsResult
+//	Extend                                 *ExtendResult
+//	PurgeQueue, Redrive, ReleaseConsumer   *CountResult
+//	Checkpoint                             *CheckpointResult
+//	DeleteQueue, Tick, SetClusterVersion   *Done
+//
+// An entry that fails before it reaches its command (undecodable, unknown
+// command, FSM halted) is a *Done carrying the error. fsm.As gets the
+// typed result out of a proposer's answer.
+type Result interface {
+	// Failure is the whole-command error; nothing changed when it is set.
+	Failure() error
+}
+
+// Done is the result of a command with nothing to report but success or
+// failure; every other result embeds it.
+type Done struct {
+	Err error
+}
+
+// Failure implements Result.
+func (d *Done) Failure() error { return d.Err }
+
+func failed(err error) *Done { return &Done{Err: err} }
+
+// QueueResult: the queue after CreateQueue or UpdateQueue.
+type QueueResult struct {
+	Done
+	Queue *QueueInfo
+}
+
+// EnqueueResult has one entry per batch of the command, each all-or-nothing.
+type EnqueueResult struct {
+	Done
+	Batches []BatchResult
+}
+
+// BatchResult: the ids assigned to one batch's messages (a duplicate gets
+// the original's id), or why the whole batch was refused.
+type BatchResult struct {
+	IDs []uint64
+	Err error
+}
+
+// ItemsResult has one error per item (nil, ErrMessageNotFound,
+// ErrStaleLease, ErrQueueNotFound, or ErrInvalid for a bad value).
+type ItemsResult struct {
+	Done
+	Items []error
+}
+
+// GrantResult has per grant an error and the delivery (nil where it failed).
+type GrantResult struct {
+	Done
+	Items      []error
+	Deliveries []*Delivery
+}
+
+// ExtendResult has per item an error and the new deadline.
+type ExtendResult struct {
+	Done
+	Items     []error
+	Deadlines []int64
+}
+
+// CountResult: how many messages were purged, redriven or released.
+type CountResult struct {
+	Done
+	Count int64
+}
+
+// CheckpointResult: the log index whose state every replica froze.
+type CheckpointResult struct {
+	Done
+	Index uint64
+}

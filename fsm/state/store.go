@@ -1,0 +1,335 @@
+package state
+
+import (
+	"slices"
+
+	"github.com/google/btree"
+)
+
+// Store is the replicated data: queues, their messages and dedup entries,
+// the indexes derived from them, and the scalars that travel in snapshots
+// (the clock, the applied index, the cluster version). It is not safe for
+// concurrent use: the fsm package serialises writers and readers.
+//
+// Every change to a message goes through put (the chokepoint): it
+// unindexes the old value and indexes the new one, updating every counter
+// as it goes, so counters cannot drift from the structures; Verify
+// recomputes them.
+type Store struct {
+	queues    map[string]*queue
+	delayed   *btree.BTreeG[timedRef] // delayed messages by visible time
+	ttl       *btree.BTreeG[timedRef] // ready/delayed messages by TTL
+	leases    *btree.BTreeG[timedRef] // leased messages by deadline
+	dedupExp  *btree.BTreeG[dedupRef] // dedup entries by expiry
+	consumers map[string]map[queueMsg]struct{}
+
+	totalBytes     int64 // payload bytes across queues (derived, like the per-queue counters)
+	lastNow        int64
+	appliedIndex   uint64
+	keySeq         uint64 // derived: activation order of fairness keys, not part of the digest
+	clusterVersion uint32 // the replicated cluster version (starts at 1)
+}
+
+// New returns an empty store at cluster version 1.
+func New() *Store {
+	return &Store{
+		queues:         map[string]*queue{},
+		delayed:        btree.NewG(btreeDegree, lessTimedRef),
+		ttl:            btree.NewG(btreeDegree, lessTimedRef),
+		leases:         btree.NewG(btreeDegree, lessTimedRef),
+		dedupExp:       btree.NewG(btreeDegree, lessDedupRef),
+		consumers:      map[string]map[queueMsg]struct{}{},
+		clusterVersion: 1,
+	}
+}
+
+// AppliedIndex is the index of the last applied entry.
+func (s *Store) AppliedIndex() uint64 { return s.appliedIndex }
+
+// SetApplied records that the entry at index was applied (indexes never
+// go back).
+func (s *Store) SetApplied(index uint64) {
+	if index > s.appliedIndex {
+		s.appliedIndex = index
+	}
+}
+
+// Now is the state's clock: the largest now_ms of any applied command.
+func (s *Store) Now() int64 { return s.lastNow }
+
+// ClusterVersion is the replicated cluster version.
+func (s *Store) ClusterVersion() uint32 { return s.clusterVersion }
+
+// Begin starts applying one entry: the clock moves to max(now, last), and
+// what the passage of time does happens first (see advance). version is
+// the log version the entry was proposed under; touched collects the
+// queues the entry changes.
+func (s *Store) Begin(index uint64, version uint32, nowMs int64, touched *Touched) *Tx {
+	if nowMs > s.lastNow {
+		s.lastNow = nowMs
+	}
+	s.advance(touched)
+	return &Tx{s: s, index: index, version: version, touched: touched}
+}
+
+func (s *Store) sortedQueueNames() []string {
+	names := make([]string, 0, len(s.queues))
+	for n := range s.queues {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Touched collects the names of the queues a batch of entries changed, in
+// first-touch order.
+type Touched struct {
+	seen map[string]struct{}
+	list []string
+}
+
+// NewTouched returns an empty set.
+func NewTouched() *Touched { return &Touched{seen: map[string]struct{}{}} }
+
+func (t *Touched) add(q string) {
+	if _, ok := t.seen[q]; !ok {
+		t.seen[q] = struct{}{}
+		t.list = append(t.list, q)
+	}
+}
+
+// List is the touched queues in first-touch order.
+func (t *Touched) List() []string { return t.list }
+
+// unindex removes m from every derived index and counter of q. Together with
+// index it is the single chokepoint every state transition goes through
+// (put), so counters cannot drift from the structures.
+func (s *Store) unindex(q *queue, m *message) {
+	switch m.state {
+	case stateReady:
+		l := q.level(m.priority, false)
+		kq := l.keys[m.fairnessKey]
+		kq.ids.Delete(m.id)
+		l.count--
+		q.ready--
+		if kq.ids.Len() == 0 {
+			l.active.Delete(keyRef{seq: kq.seq, key: kq.key})
+			delete(l.keys, kq.key)
+			if l.count == 0 {
+				q.dropLevel(l)
+			}
+		}
+	case stateDelayed:
+		s.delayed.Delete(timedRef{at: m.visibleMs, queue: q.name, id: m.id})
+		q.delayed--
+	case stateLeased:
+		s.leases.Delete(timedRef{at: m.deadlineMs, queue: q.name, id: m.id})
+		q.inFlight--
+		s.dropConsumerLease(m.consumerID, q.name, m.id)
+	}
+	if m.expiresMs > 0 && m.state != stateLeased {
+		s.ttl.Delete(timedRef{at: m.expiresMs, queue: q.name, id: m.id})
+	}
+	q.bytes -= m.size()
+	s.totalBytes -= m.size()
+	if m.origin != "" {
+		if oq := s.queues[m.origin]; oq != nil {
+			oq.deadLettered--
+		}
+	}
+}
+
+func (s *Store) index(q *queue, m *message) {
+	switch m.state {
+	case stateReady:
+		l := q.level(m.priority, true)
+		kq := l.keys[m.fairnessKey]
+		if kq == nil {
+			s.keySeq++
+			kq = &keyQueue{key: m.fairnessKey, seq: s.keySeq, ids: btree.NewG(btreeDegree, func(a, b uint64) bool { return a < b })}
+			l.keys[m.fairnessKey] = kq
+			l.active.ReplaceOrInsert(keyRef{seq: kq.seq, key: kq.key})
+		}
+		if m.id >= kq.newest {
+			kq.newest, kq.weight = m.id, m.weight
+		}
+		kq.ids.ReplaceOrInsert(m.id)
+		l.count++
+		q.ready++
+	case stateDelayed:
+		s.delayed.ReplaceOrInsert(timedRef{at: m.visibleMs, queue: q.name, id: m.id})
+		q.delayed++
+	case stateLeased:
+		s.leases.ReplaceOrInsert(timedRef{at: m.deadlineMs, queue: q.name, id: m.id})
+		q.inFlight++
+		s.addConsumerLease(m.consumerID, q.name, m.id)
+	}
+	if m.expiresMs > 0 && m.state != stateLeased {
+		s.ttl.ReplaceOrInsert(timedRef{at: m.expiresMs, queue: q.name, id: m.id})
+	}
+	q.bytes += m.size()
+	s.totalBytes += m.size()
+	if m.origin != "" {
+		if oq := s.queues[m.origin]; oq != nil {
+			oq.deadLettered++
+		}
+	}
+}
+
+// put replaces old with next in q (either may be nil: insert or delete).
+func (s *Store) put(q *queue, old, next *message) {
+	if old != nil {
+		s.unindex(q, old)
+	}
+	if next != nil {
+		s.index(q, next)
+		q.msgs.ReplaceOrInsert(msgItem{id: next.id, m: next})
+	} else if old != nil {
+		q.msgs.Delete(msgItem{id: old.id})
+	}
+}
+
+type queueMsg struct {
+	queue string
+	id    uint64
+}
+
+func (s *Store) addConsumerLease(consumer, q string, id uint64) {
+	set := s.consumers[consumer]
+	if set == nil {
+		set = map[queueMsg]struct{}{}
+		s.consumers[consumer] = set
+	}
+	set[queueMsg{q, id}] = struct{}{}
+}
+
+func (s *Store) dropConsumerLease(consumer, q string, id uint64) {
+	set := s.consumers[consumer]
+	delete(set, queueMsg{q, id})
+	if len(set) == 0 {
+		delete(s.consumers, consumer)
+	}
+}
+
+// advance applies what the passage of time does: delayed messages become
+// ready, TTLs pass (to the DLQ), dedup entries lapse. It runs before every
+// command, driven only by the command's time.
+func (s *Store) advance(touched *Touched) {
+	now := s.lastNow
+	for {
+		r, ok := s.delayed.Min()
+		if !ok || r.at > now {
+			break
+		}
+		q := s.queues[r.queue]
+		m := q.get(r.id)
+		next := *m
+		next.state = stateReady
+		s.put(q, m, &next)
+		touched.add(q.name)
+	}
+	for {
+		r, ok := s.ttl.Min()
+		if !ok || r.at > now {
+			break
+		}
+		q := s.queues[r.queue]
+		s.deadLetter(q, q.get(r.id), "ttl", touched)
+	}
+	for {
+		r, ok := s.dedupExp.Min()
+		if !ok || r.at > now {
+			break
+		}
+		s.dedupExp.DeleteMin()
+		if q := s.queues[r.queue]; q != nil {
+			// One removal instead of a lookup and a removal; an entry that
+			// is not this ref's (never expected) is put back.
+			if e, ok := q.dedup.Delete(r.key); ok && e.messageID != r.messageID {
+				q.dedup.ReplaceOrInsert(e)
+			}
+		}
+	}
+}
+
+// deadLetter moves m out of q into q's DLQ, or, for a queue without one (a
+// DLQ itself), back to ready: a message is never silently dropped.
+func (s *Store) deadLetter(q *queue, m *message, reason string, touched *Touched) {
+	touched.add(q.name)
+	dlq := s.queues[q.cfg.DeadLetterQueue]
+	next := *m
+	next.state, next.expiresMs, next.visibleMs = stateReady, 0, 0
+	next.leaseToken, next.consumerID, next.deadlineMs = 0, "", 0
+	if q.isDLQ || dlq == nil {
+		s.put(q, m, &next)
+		return
+	}
+	s.put(q, m, nil)
+	next.origin, next.dlReason = q.name, reason
+	s.put(dlq, nil, &next)
+	touched.add(dlq.name)
+}
+
+// makeDLQ turns q into a dead-letter queue: it has no DLQ of its own.
+func (s *Store) makeDLQ(q *queue) {
+	if q.isDLQ {
+		return
+	}
+	old := q.cfg.GetDeadLetterQueue()
+	q.isDLQ = true
+	q.raw.DeadLetterQueue = ""
+	q.cfg = effectiveConfig(q.raw, "")
+	if od := s.queues[old]; od != nil && od.autoDLQ && s.servedBy(old) == 0 && od.msgs.Len() == 0 {
+		s.dropQueue(od)
+	}
+}
+
+// servedBy counts the queues that name dlq as their dead-letter queue.
+func (s *Store) servedBy(dlq string) int {
+	n := 0
+	for _, q := range s.queues {
+		if q.cfg != nil && q.cfg.DeadLetterQueue == dlq {
+			n++
+		}
+	}
+	return n
+}
+
+// dropQueue removes q and every message in it, in id order.
+func (s *Store) dropQueue(q *queue) {
+	var all []*message
+	q.msgs.Ascend(func(it msgItem) bool { all = append(all, it.m); return true })
+	for _, m := range all {
+		s.put(q, m, nil)
+	}
+	q.dedup.Ascend(func(e dedupEntry) bool {
+		s.dedupExp.Delete(dedupRef{at: e.expiresMs, messageID: e.messageID})
+		return true
+	})
+	delete(s.queues, q.name)
+}
+
+// returnLeased ends a lease that counted as a delivery (nack, expiry,
+// release): past max_deliveries or its TTL the message is dead-lettered.
+func (s *Store) returnLeased(q *queue, m *message, delayMs int64, touched *Touched) {
+	switch {
+	case m.expiresMs > 0 && m.expiresMs <= s.lastNow:
+		s.deadLetter(q, m, "ttl", touched)
+	case !q.isDLQ && m.attempts >= q.cfg.MaxDeliveries:
+		s.deadLetter(q, m, "max_deliveries", touched)
+	default:
+		next := *m
+		s.unlease(q, m, &next, delayMs, touched)
+	}
+}
+
+// unlease stores next (a copy of m) as ready, or delayed for delayMs.
+func (s *Store) unlease(q *queue, m, next *message, delayMs int64, touched *Touched) {
+	next.state = stateReady
+	next.leaseToken, next.consumerID, next.deadlineMs = 0, "", 0
+	if delayMs > 0 {
+		next.state, next.visibleMs = stateDelayed, s.lastNow+delayMs
+	}
+	s.put(q, m, next)
+	touched.add(q.name)
+}

@@ -1,0 +1,474 @@
+package state
+
+import (
+	"fmt"
+	"slices"
+
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// Tx applies one log entry's command to the store, by the rules of the
+// log version the entry was proposed under. A rule that changes in log
+// version N branches on tx.version >= N, so an old log replays as it did.
+// Each method returns the command's typed result; a whole-command error
+// means nothing changed.
+type Tx struct {
+	s       *Store
+	index   uint64 // the entry's Raft index: ids and tokens derive from it
+	version uint32
+	touched *Touched
+}
+
+// Rollback undoes grants that were never pushed: the attempt is not counted.
+func (tx *Tx) Rollback(refs []*fsmv1.Ref) *ItemsResult { return tx.forRefs(refs, tx.rollbackOne) }
+
+// Ack deletes acknowledged messages.
+func (tx *Tx) Ack(refs []*fsmv1.Ref) *ItemsResult { return tx.forRefs(refs, tx.ackOne) }
+
+// Expire ends leases whose deadline has passed by the entry's clock.
+func (tx *Tx) Expire(refs []*fsmv1.Ref) *ItemsResult { return tx.forRefs(refs, tx.expireOne) }
+
+// SetClusterVersion raises the cluster version. It never lowers it (a
+// late or repeated proposal changes nothing) and never raises it past the
+// entry's own version: an entry cannot vouch for rules newer than its own.
+func (tx *Tx) SetClusterVersion(c *fsmv1.SetClusterVersion) *Done {
+	v := c.GetVersion()
+	switch {
+	case v > tx.version:
+		return failed(fmt.Errorf("%w: cluster version %d proposed in a version-%d entry", ErrInvalid, v, tx.version))
+	case v <= tx.s.clusterVersion:
+		return failed(fmt.Errorf("%w: cluster version is already %d, not raised to %d", ErrInvalid, tx.s.clusterVersion, v))
+	}
+	tx.s.clusterVersion = v
+	return &Done{}
+}
+
+func (tx *Tx) CreateQueue(c *fsmv1.CreateQueue) *QueueResult {
+	if err := ValidateQueueName(c.GetName()); err != nil {
+		return &QueueResult{Done: Done{Err: err}}
+	}
+	if err := validateConfig(c.GetConfig()); err != nil {
+		return &QueueResult{Done: Done{Err: err}}
+	}
+	if _, ok := tx.s.queues[c.Name]; ok {
+		return &QueueResult{Done: Done{Err: fmt.Errorf("%w: %s", ErrQueueExists, c.Name)}}
+	}
+	raw := c.GetConfig()
+	dlqName := raw.GetDeadLetterQueue()
+	if dlqName == "" {
+		dlqName = c.Name + DLQSuffix
+	}
+	if dlqName == c.Name {
+		return &QueueResult{Done: Done{Err: fmt.Errorf("%w: a queue cannot be its own dead-letter queue", ErrInvalid)}}
+	}
+	if err := ValidateQueueName(dlqName); err != nil {
+		return &QueueResult{Done: Done{Err: fmt.Errorf("dead-letter queue name: %w", err)}}
+	}
+	dlq := tx.s.queues[dlqName]
+	if dlq != nil && !dlq.isDLQ {
+		// An existing ordinary queue becomes a shared DLQ only if its own
+		// DLQ is empty, so no message would be stranded or dead-lettered twice.
+		if own := tx.s.queues[dlq.cfg.DeadLetterQueue]; own != nil && (own.msgs.Len() > 0 || tx.s.servedBy(own.name) > 1 || !own.autoDLQ) {
+			return &QueueResult{Done: Done{Err: fmt.Errorf("%w: %s is a regular queue whose own dead-letter queue is in use", ErrInvalid, dlqName)}}
+		}
+	}
+	if dlq == nil {
+		dlq = newQueue(dlqName)
+		dlq.raw = &fsmv1.QueueConfig{}
+		dlq.autoDLQ = true
+		tx.s.queues[dlqName] = dlq
+	}
+	tx.s.makeDLQ(dlq)
+	q := newQueue(c.Name)
+	q.raw = &fsmv1.QueueConfig{}
+	if raw != nil {
+		q.raw = proto.Clone(raw).(*fsmv1.QueueConfig)
+	}
+	q.raw.DeadLetterQueue = dlqName
+	q.cfg = effectiveConfig(q.raw, dlqName)
+	tx.s.queues[c.Name] = q
+	tx.touched.add(q.name)
+	return &QueueResult{Queue: q.info()}
+}
+
+func (tx *Tx) UpdateQueue(c *fsmv1.UpdateQueue) *QueueResult {
+	q := tx.s.queues[c.GetName()]
+	if q == nil {
+		return &QueueResult{Done: Done{Err: fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetName())}}
+	}
+	if err := ValidateMask(c.Mask); err != nil {
+		return &QueueResult{Done: Done{Err: err}}
+	}
+	if err := validateConfig(c.GetConfig()); err != nil {
+		return &QueueResult{Done: Done{Err: err}}
+	}
+	raw := mergeConfig(q.raw, c.GetConfig(), c.Mask)
+	want := raw.DeadLetterQueue
+	if q.isDLQ {
+		if want != "" {
+			return &QueueResult{Done: Done{Err: fmt.Errorf("%w: %s is a dead-letter queue and cannot have one", ErrInvalid, q.name)}}
+		}
+	} else {
+		if want == "" {
+			want = q.cfg.DeadLetterQueue
+		}
+		if want != q.cfg.DeadLetterQueue {
+			return &QueueResult{Done: Done{Err: fmt.Errorf("%w: dead_letter_queue cannot be changed after creation (delete and recreate the queue)", ErrInvalid)}}
+		}
+	}
+	raw.DeadLetterQueue = want
+	q.raw = raw
+	q.cfg = effectiveConfig(raw, want)
+	tx.touched.add(q.name)
+	return &QueueResult{Queue: q.info()}
+}
+
+func (tx *Tx) DeleteQueue(c *fsmv1.DeleteQueue) *Done {
+	q := tx.s.queues[c.GetName()]
+	if q == nil {
+		return failed(fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetName()))
+	}
+	if q.isDLQ {
+		if users := tx.s.servedBy(q.name); users > 0 {
+			return failed(fmt.Errorf("%w: %s is the dead-letter queue of %d queue(s); delete those first", ErrInUse, q.name, users))
+		}
+	}
+	tx.s.dropQueue(q)
+	tx.touched.add(q.name)
+	if dlq := tx.s.queues[q.cfg.DeadLetterQueue]; dlq != nil && !q.isDLQ {
+		if dlq.autoDLQ && tx.s.servedBy(dlq.name) == 0 {
+			tx.s.dropQueue(dlq)
+			tx.touched.add(dlq.name)
+		} else {
+			// The shared DLQ stays; its messages from the deleted queue
+			// can no longer be redriven, so they forget their origin.
+			var orphans []*message
+			dlq.msgs.Ascend(func(it msgItem) bool {
+				if it.m.origin == q.name {
+					orphans = append(orphans, it.m)
+				}
+				return true
+			})
+			for _, m := range orphans {
+				next := *m
+				next.origin = ""
+				tx.s.put(dlq, m, &next)
+			}
+		}
+	}
+	return &Done{}
+}
+
+func (tx *Tx) PurgeQueue(c *fsmv1.PurgeQueue) *CountResult {
+	q := tx.s.queues[c.GetName()]
+	if q == nil {
+		return &CountResult{Done: Done{Err: fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetName())}}
+	}
+	var victims []*message
+	q.msgs.Ascend(func(it msgItem) bool {
+		if it.m.state != stateLeased {
+			victims = append(victims, it.m)
+		}
+		return true
+	})
+	for _, m := range victims {
+		tx.s.put(q, m, nil)
+	}
+	tx.touched.add(q.name)
+	return &CountResult{Count: int64(len(victims))}
+}
+
+func (tx *Tx) Enqueue(c *fsmv1.Enqueue) *EnqueueResult {
+	res := &EnqueueResult{Batches: make([]BatchResult, len(c.GetBatches()))}
+	pos := uint64(0)
+	total := 0
+	for _, b := range c.GetBatches() {
+		total += len(b.GetMessages())
+	}
+	if total >= maxMessagesPerEntry {
+		return &EnqueueResult{Done: Done{Err: fmt.Errorf("%w: %d messages in one entry, the limit is %d", ErrInvalid, total, maxMessagesPerEntry-1)}}
+	}
+	now := tx.s.lastNow
+	for bi, b := range c.GetBatches() {
+		q := tx.s.queues[b.GetQueue()]
+		if q == nil {
+			res.Batches[bi].Err = fmt.Errorf("%w: %s", ErrQueueNotFound, b.GetQueue())
+			pos += uint64(len(b.GetMessages()))
+			continue
+		}
+		if len(b.GetMessages()) == 0 {
+			res.Batches[bi].Err = fmt.Errorf("%w: no messages", ErrInvalid)
+			continue
+		}
+		var bad error
+		for i, m := range b.Messages {
+			if err := ValidateMessage(i, m, q.cfg); err != nil {
+				bad = err
+				break
+			}
+		}
+		if bad != nil {
+			res.Batches[bi].Err = bad
+			pos += uint64(len(b.Messages))
+			continue
+		}
+		ids := make([]uint64, len(b.Messages))
+		for i, em := range b.Messages {
+			id := tx.index<<20 | pos
+			pos++
+			if em.DedupId != "" {
+				// Insert first and look at what it replaced: new ids (the
+				// common case) cost one tree walk, not a lookup and an insert.
+				exp := now + q.cfg.DedupWindowMs
+				key := dedupKey(em.DedupId)
+				entry := key
+				entry.messageID, entry.expiresMs = id, exp
+				old, ok := q.dedup.ReplaceOrInsert(entry)
+				if ok && old.expiresMs > now {
+					q.dedup.ReplaceOrInsert(old) // a duplicate: the original stands
+					ids[i] = old.messageID
+					continue
+				}
+				if ok {
+					tx.s.dedupExp.Delete(dedupRef{at: old.expiresMs, messageID: old.messageID})
+				}
+				tx.s.dedupExp.ReplaceOrInsert(dedupRef{at: exp, messageID: id, queue: q.name, key: key})
+			}
+			m := &message{
+				id:           id,
+				payload:      em.Payload,
+				headers:      em.Headers,
+				priority:     em.Priority,
+				fairnessKey:  em.FairnessKey,
+				weight:       max(em.Weight, 1),
+				throttleKeys: em.ThrottleKeys,
+				dedupID:      em.DedupId,
+				enqueuedMs:   now,
+			}
+			ttl := em.TtlMs
+			if ttl == 0 {
+				ttl = q.cfg.MessageTtlMs
+			}
+			if ttl > 0 && !q.isDLQ {
+				m.expiresMs = now + ttl
+			}
+			if em.DelayMs > 0 {
+				m.state, m.visibleMs = stateDelayed, now+em.DelayMs
+			}
+			tx.s.put(q, nil, m)
+			q.enqueuedTotal++
+			ids[i] = id
+		}
+		res.Batches[bi].IDs = ids
+		tx.touched.add(q.name)
+	}
+	return res
+}
+
+func (tx *Tx) Grant(c *fsmv1.LeaseGrant) *GrantResult {
+	gs := c.GetGrants()
+	if len(gs) >= maxMessagesPerEntry {
+		return &GrantResult{Done: Done{Err: fmt.Errorf("%w: too many grants", ErrInvalid)}}
+	}
+	res := &GrantResult{Items: make([]error, len(gs)), Deliveries: make([]*Delivery, len(gs))}
+	for i, g := range gs {
+		q := tx.s.queues[g.GetQueue()]
+		if q == nil {
+			res.Items[i] = ErrQueueNotFound
+			continue
+		}
+		m := q.get(g.MessageId)
+		if m == nil {
+			res.Items[i] = ErrMessageNotFound
+			continue
+		}
+		if m.state != stateReady || g.ConsumerId == "" {
+			res.Items[i] = ErrStaleLease
+			continue
+		}
+		next := *m
+		next.state = stateLeased
+		next.leaseToken = tx.index<<20 | uint64(i)
+		next.consumerID = g.ConsumerId
+		next.deadlineMs = max(g.DeadlineMs, tx.s.lastNow)
+		next.attempts++
+		tx.s.put(q, m, &next)
+		res.Deliveries[i] = q.delivery(&next)
+		tx.touched.add(q.name)
+	}
+	return res
+}
+
+// lookupLease finds the message a ref names and checks the token.
+func (tx *Tx) lookupLease(r *fsmv1.Ref) (*queue, *message, error) {
+	q := tx.s.queues[r.GetQueue()]
+	if q == nil {
+		return nil, nil, ErrQueueNotFound
+	}
+	m := q.get(r.GetMessageId())
+	if m == nil {
+		return nil, nil, ErrMessageNotFound
+	}
+	if m.state != stateLeased || m.leaseToken != r.GetLeaseToken() || r.GetLeaseToken() == 0 {
+		return nil, nil, ErrStaleLease
+	}
+	return q, m, nil
+}
+
+func (tx *Tx) forRefs(refs []*fsmv1.Ref, one func(*queue, *message) error) *ItemsResult {
+	res := &ItemsResult{Items: make([]error, len(refs))}
+	for i, r := range refs {
+		q, m, err := tx.lookupLease(r)
+		if err == nil {
+			err = one(q, m)
+		}
+		res.Items[i] = err
+	}
+	return res
+}
+
+func (tx *Tx) ackOne(q *queue, m *message) error {
+	tx.s.put(q, m, nil)
+	q.ackedTotal++
+	tx.touched.add(q.name)
+	return nil
+}
+
+func (tx *Tx) rollbackOne(q *queue, m *message) error {
+	next := *m
+	next.attempts--
+	tx.s.unlease(q, m, &next, 0, tx.touched)
+	return nil
+}
+
+func (tx *Tx) expireOne(q *queue, m *message) error {
+	if m.deadlineMs > tx.s.lastNow {
+		return fmt.Errorf("%w: lease has not expired", ErrStaleLease)
+	}
+	q.expiredTotal++
+	tx.s.returnLeased(q, m, 0, tx.touched)
+	return nil
+}
+
+func (tx *Tx) Nack(c *fsmv1.Nack) *ItemsResult {
+	items := c.GetItems()
+	res := &ItemsResult{Items: make([]error, len(items))}
+	for i, it := range items {
+		if it.GetDelayMs() < 0 || it.GetDelayMs() > MaxDurationMs {
+			res.Items[i] = fmt.Errorf("%w: delay_ms out of range", ErrInvalid)
+			continue
+		}
+		q, m, err := tx.lookupLease(it.GetRef())
+		if err != nil {
+			res.Items[i] = err
+			continue
+		}
+		if it.Uncounted && !it.DeadLetter {
+			tx.rollbackOne(q, m)
+			continue
+		}
+		q.nackedTotal++
+		if it.DeadLetter {
+			reason := "nack"
+			if it.Reason != "" {
+				reason = "nack: " + it.Reason
+			}
+			tx.s.deadLetter(q, m, reason, tx.touched)
+			continue
+		}
+		tx.s.returnLeased(q, m, it.DelayMs, tx.touched)
+	}
+	return res
+}
+
+func (tx *Tx) Extend(c *fsmv1.Extend) *ExtendResult {
+	refs := c.GetRefs()
+	res := &ExtendResult{Items: make([]error, len(refs)), Deadlines: make([]int64, len(refs))}
+	if c.GetExtendByMs() < 0 || c.GetExtendByMs() > MaxDurationMs {
+		return &ExtendResult{Done: Done{Err: fmt.Errorf("%w: extend_by_ms out of range", ErrInvalid)}}
+	}
+	for i, r := range refs {
+		q, m, err := tx.lookupLease(r)
+		if err != nil {
+			res.Items[i] = err
+			continue
+		}
+		by := c.ExtendByMs
+		if by == 0 {
+			by = q.cfg.VisibilityTimeoutMs
+		}
+		next := *m
+		next.deadlineMs = tx.s.lastNow + by
+		tx.s.put(q, m, &next)
+		res.Deadlines[i] = next.deadlineMs
+		tx.touched.add(q.name)
+	}
+	return res
+}
+
+func (tx *Tx) ReleaseConsumer(c *fsmv1.ReleaseConsumer) *CountResult {
+	set := tx.s.consumers[c.GetConsumerId()]
+	refs := make([]queueMsg, 0, len(set))
+	for r := range set {
+		refs = append(refs, r)
+	}
+	slices.SortFunc(refs, func(a, b queueMsg) int {
+		if a.queue != b.queue {
+			if a.queue < b.queue {
+				return -1
+			}
+			return 1
+		}
+		return cmpUint64(a.id, b.id)
+	})
+	for _, r := range refs {
+		q := tx.s.queues[r.queue]
+		tx.s.returnLeased(q, q.get(r.id), 0, tx.touched)
+	}
+	return &CountResult{Count: int64(len(refs))}
+}
+
+func cmpUint64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (tx *Tx) Redrive(c *fsmv1.Redrive) *CountResult {
+	q := tx.s.queues[c.GetQueue()]
+	if q == nil {
+		return &CountResult{Done: Done{Err: fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetQueue())}}
+	}
+	if c.GetLimit() < 0 {
+		return &CountResult{Done: Done{Err: fmt.Errorf("%w: limit is negative", ErrInvalid)}}
+	}
+	dlq := tx.s.queues[q.cfg.DeadLetterQueue]
+	if q.isDLQ || dlq == nil {
+		return &CountResult{}
+	}
+	var moving []*message
+	dlq.msgs.Ascend(func(it msgItem) bool {
+		if it.m.origin == q.name && it.m.state != stateLeased {
+			moving = append(moving, it.m)
+		}
+		return c.Limit == 0 || int64(len(moving)) < c.Limit
+	})
+	for _, m := range moving {
+		tx.s.put(dlq, m, nil)
+		next := *m
+		next.state, next.visibleMs = stateReady, 0
+		next.origin, next.dlReason = "", ""
+		next.attempts = 0
+		tx.s.put(q, nil, &next)
+	}
+	if len(moving) > 0 {
+		tx.touched.add(q.name)
+		tx.touched.add(dlq.name)
+	}
+	return &CountResult{Count: int64(len(moving))}
+}
