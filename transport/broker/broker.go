@@ -57,10 +57,8 @@ type Broker struct {
 	enqueues *coalescer[enqueueReq]
 	acks     *coalescer[ackReq]
 
-	// leadership lifecycle (leader.go)
-	stopLeading context.CancelFunc
-	leadingDone chan struct{}
-	closeOnce   sync.Once
+	leader    *leaderWork
+	closeOnce sync.Once
 }
 
 // New builds and starts a node: the state machine restores from the data
@@ -124,7 +122,8 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	b.acks = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.Propose, buildAck, sizeAck)
 
 	// 5. Leader-only work follows leadership from now on.
-	b.startLeadership()
+	b.leader = &leaderWork{log: b.log, node: b.node, state: b.state, sched: b.sched, feed: b.feed, propose: b.Propose}
+	b.leader.start()
 	return b, nil
 }
 
@@ -156,7 +155,7 @@ func (b *Broker) HandOff(ctx context.Context) (string, error) {
 func (b *Broker) Close(ctx context.Context) error {
 	var err error
 	b.closeOnce.Do(func() {
-		b.stopLeadership()
+		b.leader.stop()
 		b.enqueues.close()
 		b.acks.close()
 		err = b.node.Shutdown(ctx)

@@ -2,32 +2,48 @@ package broker
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 
 	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/fsm"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+	"github.com/raftq/raftq/scheduler"
 )
 
-// The leadership lifecycle: the cluster node publishes leadership as
-// values (leader known, established after its Barrier, lost); one
-// goroutine follows them and runs the leader-only work for exactly the
-// stretch of an established term: the scheduler (which owns its sweeper)
-// and the cluster-version raiser (version.go).
+// leaderWork is the leadership lifecycle. The cluster node publishes
+// leadership as values (leader known, established after its Barrier,
+// lost); one goroutine follows them and runs the leader-only work for
+// exactly the stretch of an established term: the scheduler (which owns
+// its sweeper) and the cluster-version raiser (version.go).
+type leaderWork struct {
+	log   *slog.Logger
+	node  *cluster.Node
+	state *fsm.FSM
+	sched *scheduler.Scheduler
+	feed  *changeFeed
+	// propose is Broker.Propose.
+	propose func(context.Context, *fsmv1.Command) (fsm.Result, error)
 
-// startLeadership starts following the node's leadership.
-func (b *Broker) startLeadership() {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// start follows the node's leadership until stop.
+func (w *leaderWork) start() {
 	ctx, cancel := context.WithCancel(context.Background())
-	b.stopLeading = cancel
-	b.leadingDone = make(chan struct{})
+	w.cancel = cancel
+	w.done = make(chan struct{})
 	go func() {
-		defer close(b.leadingDone)
-		b.followLeadership(ctx)
+		defer close(w.done)
+		w.follow(ctx)
 	}()
 }
 
-// stopLeadership ends the current term's work (if any) and stops following.
-func (b *Broker) stopLeadership() {
-	b.stopLeading()
-	<-b.leadingDone
+// stop ends the current term's work (if any) and stops following.
+func (w *leaderWork) stop() {
+	w.cancel()
+	<-w.done
 }
 
 // leaderTerm is the work of one established term.
@@ -42,7 +58,7 @@ func (t *leaderTerm) stop() {
 	<-t.done
 }
 
-func (b *Broker) followLeadership(ctx context.Context) {
+func (w *leaderWork) follow(ctx context.Context) {
 	var running *leaderTerm
 	defer func() {
 		if running != nil {
@@ -50,14 +66,14 @@ func (b *Broker) followLeadership(ctx context.Context) {
 		}
 	}()
 	for {
-		l := b.node.Leadership()
+		l := w.node.Leadership()
 		lead := l.Role == cluster.RoleLeader && l.Established
 		if running != nil && (!lead || running.term != l.Term) {
 			running.stop()
 			running = nil
 		}
 		if lead && running == nil {
-			running = b.runTerm(l.Term)
+			running = w.runTerm(l.Term)
 		}
 		if l.Role == cluster.RoleShutdown {
 			return
@@ -71,18 +87,18 @@ func (b *Broker) followLeadership(ctx context.Context) {
 }
 
 // runTerm starts the leader-only work of one established term.
-func (b *Broker) runTerm(term uint64) *leaderTerm {
+func (w *leaderWork) runTerm(term uint64) *leaderTerm {
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &leaderTerm{term: term, cancel: cancel, done: make(chan struct{})}
-	b.feed.listen(b.sched)
+	w.feed.listen(w.sched)
 	go func() {
 		defer close(t.done)
-		defer b.feed.stop()
+		defer w.feed.stop()
 		var wg sync.WaitGroup
-		wg.Go(func() { b.raiseClusterVersion(ctx) })
-		b.log.Info("leader term established: starting the scheduler", "term", term)
-		b.sched.RunLeader(ctx)
-		b.log.Info("leader term over: scheduler stopped", "term", term)
+		wg.Go(func() { w.raiseClusterVersion(ctx) })
+		w.log.Info("leader term established: starting the scheduler", "term", term)
+		w.sched.RunLeader(ctx)
+		w.log.Info("leader term over: scheduler stopped", "term", term)
 		wg.Wait()
 	}()
 	return t

@@ -16,18 +16,18 @@ import (
 // runs a build that applies N, so during a rolling upgrade old and new
 // nodes apply every entry alike. It waits on membership changes, not a
 // timer; a failed proposal is retried after a back-off.
-func (b *Broker) raiseClusterVersion(ctx context.Context) {
+func (w *leaderWork) raiseClusterVersion(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for {
-		vv := b.node.VoterVersions()
+		vv := w.node.VoterVersions()
 		wait := vv.Changed
-		if target, ok := nextClusterVersion(vv, b.state.ClusterVersion()); ok {
-			err := b.proposeClusterVersion(ctx, target)
+		if target, ok := nextClusterVersion(vv, w.state.ClusterVersion()); ok {
+			err := w.proposeClusterVersion(ctx, target)
 			if ctx.Err() != nil {
 				return
 			}
 			if err != nil {
-				b.log.Warn("could not raise the cluster version; retrying", "to", target, "err", err, "retry_in", backoff)
+				w.log.Warn("could not raise the cluster version; retrying", "to", target, "err", err, "retry_in", backoff)
 				t := time.NewTimer(backoff)
 				select {
 				case <-ctx.Done():
@@ -38,7 +38,7 @@ func (b *Broker) raiseClusterVersion(ctx context.Context) {
 				backoff = min(2*backoff, 5*time.Second)
 				continue
 			}
-			b.log.Info("cluster version raised: every voter applies it", "cluster_version", target, "voters", vv.Voters)
+			w.log.Info("cluster version raised: every voter applies it", "cluster_version", target, "voters", vv.Voters)
 			backoff = 100 * time.Millisecond
 			continue
 		}
@@ -53,12 +53,12 @@ func (b *Broker) raiseClusterVersion(ctx context.Context) {
 // proposeClusterVersion proposes SetClusterVersion in an entry of the
 // version it introduces, the one entry whose version is ahead of the
 // cluster's.
-func (b *Broker) proposeClusterVersion(ctx context.Context, v uint32) error {
+func (w *leaderWork) proposeClusterVersion(ctx context.Context, v uint32) error {
 	cmd := &fsmv1.Command{
 		Version: v,
 		Op:      &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: v}},
 	}
-	_, err := apply[*fsm.Done](ctx, b, cmd)
+	_, err := fsm.As[*fsm.Done](w.propose(ctx, cmd))
 	return err
 }
 
