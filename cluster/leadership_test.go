@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"slices"
 	"sync"
@@ -106,12 +107,12 @@ func TestLeadershipEventsAcrossElectionAndTransfer(t *testing.T) {
 	// Election: everyone publishes the same leader with its gRPC address;
 	// the leader publishes itself established.
 	old := c.leader()
-	first, err := old.waitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool { return l.Established })
+	first, err := old.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool { return l.Established })
 	if err != nil {
 		t.Fatalf("leader %s never established: %v", old.ID(), err)
 	}
 	for _, n := range c.alive() {
-		l, err := n.waitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool {
+		l, err := n.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool {
 			return l.LeaderKnown() && l.LeaderID == old.ID()
 		})
 		if err != nil {
@@ -137,7 +138,7 @@ func TestLeadershipEventsAcrossElectionAndTransfer(t *testing.T) {
 	if _, err := old.TransferLeadership(ctxTimeout(t, 10*time.Second), target.ID()); err != nil {
 		t.Fatalf("transfer to %s: %v", target.ID(), err)
 	}
-	second, err := target.waitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool { return l.Established })
+	second, err := target.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool { return l.Established })
 	if err != nil {
 		t.Fatalf("target %s never established: %v", target.ID(), err)
 	}
@@ -145,7 +146,7 @@ func TestLeadershipEventsAcrossElectionAndTransfer(t *testing.T) {
 		t.Fatalf("new term %d not after %d", second.Term, first.Term)
 	}
 	for _, n := range c.alive() {
-		if _, err := n.waitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool {
+		if _, err := n.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool {
 			return l.LeaderKnown() && l.LeaderID == target.ID() && l.LeaderGRPCAddr == target.cfg.GRPCAdvertise
 		}); err != nil {
 			t.Fatalf("%s never published leader %s: %v", n.ID(), target.ID(), err)
@@ -212,7 +213,7 @@ func TestLeadershipEstablishedOnlyAfterBarrier(t *testing.T) {
 	base := runtime.NumGoroutine()
 	cfg := testConfig(t, "solo", t.TempDir(), 1)
 	n := startNode(t, cfg)
-	if _, err := n.waitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool { return l.Established }); err != nil {
+	if _, err := n.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool { return l.Established }); err != nil {
 		t.Fatalf("never established: %v", err)
 	}
 	for _, cmd := range []string{"a", "b"} {
@@ -246,16 +247,21 @@ func TestLeadershipEstablishedOnlyAfterBarrier(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the restarted node never applied its log")
 	}
-	l, err := r.waitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool { return l.Role == RoleLeader })
+	l, err := r.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool { return l.Role == RoleLeader })
 	if err != nil {
 		t.Fatalf("restarted node never published itself leader: %v", err)
 	}
 	if l.Established || r.LeaderReady() || svc.starts.Load() != 0 {
 		t.Fatalf("established before its Barrier: %+v, ready %v, service starts %d", l, r.LeaderReady(), svc.starts.Load())
 	}
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := r.WaitLeadership(cctx, func(l Leadership) bool { return l.Established }); !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitLeadership with a cancelled ctx while not established: %v", err)
+	}
 	close(fsm.open)
 	opened = true
-	l, err = r.waitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool { return l.Established })
+	l, err = r.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool { return l.Established })
 	if err != nil {
 		t.Fatalf("never established after the gate opened: %v", err)
 	}
@@ -271,6 +277,9 @@ func TestLeadershipEstablishedOnlyAfterBarrier(t *testing.T) {
 	// stopped while Raft still runs) before the final value.
 	if err := r.Shutdown(ctxTimeout(t, 20*time.Second)); err != nil {
 		t.Fatalf("shutdown: %v", err)
+	}
+	if _, err := r.WaitLeadership(ctxTimeout(t, time.Second), func(l Leadership) bool { return l.Established }); !errors.Is(err, ErrShutdown) {
+		t.Fatalf("WaitLeadership after shutdown: %v", err)
 	}
 	vs := rec.all()
 	checkLeadershipLog(t, "solo", vs)

@@ -50,9 +50,11 @@ func (n *Node) WaitLeader(ctx context.Context) (LeaderInfo, error) {
 	}
 }
 
-// waitLeadership waits until cond holds for the published value, ctx ends
-// or the node stops, and returns the value that satisfied cond.
-func (n *Node) waitLeadership(ctx context.Context, cond func(Leadership) bool) (Leadership, error) {
+// WaitLeadership waits until cond holds for the published value and returns
+// that value. It returns ctx's error (wrapped) if ctx ends first, and
+// ErrShutdown once the node has stopped and cond does not hold for the
+// final value. cond runs on the caller's goroutine and must not block.
+func (n *Node) WaitLeadership(ctx context.Context, cond func(Leadership) bool) (Leadership, error) {
 	for {
 		l := n.Leadership()
 		if cond(l) {
@@ -63,7 +65,7 @@ func (n *Node) waitLeadership(ctx context.Context, cond func(Leadership) bool) (
 		}
 		select {
 		case <-ctx.Done():
-			return l, ctx.Err()
+			return l, fmt.Errorf("cluster: wait for leadership: %w", ctx.Err())
 		case <-l.Changed:
 		}
 	}

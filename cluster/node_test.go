@@ -287,7 +287,7 @@ func TestCluster(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("Leadership().Changed not notified")
 		}
-		if _, err := target.waitLeadership(ctxTimeout(t, 5*time.Second), func(l Leadership) bool {
+		if _, err := target.WaitLeadership(ctxTimeout(t, 5*time.Second), func(l Leadership) bool {
 			return l.Role == RoleLeader && l.LeaderID == target.ID() && l.Established
 		}); err != nil {
 			t.Fatalf("target never published itself established leader: %v", err)
@@ -395,6 +395,11 @@ func TestCluster(t *testing.T) {
 			case <-changedOn[n.ID()]:
 			default:
 				t.Fatalf("%s: Leadership().Changed not notified", n.ID())
+			}
+			if _, err := n.WaitLeadership(ctxTimeout(t, 5*time.Second), func(v Leadership) bool {
+				return v.LeaderKnown() && v.LeaderID == l.ID() && v.Established == (n == l)
+			}); err != nil {
+				t.Fatalf("%s never published the new leader %s: %v", n.ID(), l.ID(), err)
 			}
 		}
 		if _, err := l.Apply(ctxTimeout(t, 5*time.Second), []byte("x3")); err != nil {

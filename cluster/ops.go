@@ -131,7 +131,7 @@ func (n *Node) TransferLeadership(ctx context.Context, toID string) (string, err
 	}
 	// The transfer succeeded once the target started its election; wait
 	// until some other node is known as leader.
-	l, err := n.waitLeadership(ctx, func(l Leadership) bool {
+	l, err := n.WaitLeadership(ctx, func(l Leadership) bool {
 		return l.LeaderID != "" && l.LeaderID != n.cfg.NodeID
 	})
 	if err != nil {
