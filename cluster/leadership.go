@@ -116,6 +116,12 @@ type leadership struct {
 	estTerm  uint64 // the term whose Barrier completed; 0 if none
 	final    bool
 	hbFailed map[string]time.Time // leader's view: peers failing heartbeats, since
+	// hbClearedAt is when hbFailed was last cleared because another node
+	// (or none) became leader. A heartbeat goroutine of an earlier term
+	// can report a failure after that (its RPC was still in flight);
+	// its LastContact is from before then, and it must not mark the peer
+	// failing in a later term, which would never report it resumed.
+	hbClearedAt time.Time
 }
 
 func newLeadership(self, selfGRPC string, r *raft.Raft, log *slog.Logger, meta func(string) (nodeMeta, bool), hook func(Leadership)) *leadership {
@@ -226,6 +232,21 @@ func (l *leadership) failedHeartbeats() map[string]time.Time {
 	return out
 }
 
+// noteHeartbeatFailure records that the leader fails to heartbeat peer,
+// unless the report comes from a term this node has since lost: raft
+// starts each term's replication with LastContact = now, so a report whose
+// LastContact is older than the last loss of leadership is stale.
+func (l *leadership) noteHeartbeatFailure(peer string, lastContact time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lastContact.Before(l.hbClearedAt) {
+		return
+	}
+	if _, ok := l.hbFailed[peer]; !ok {
+		l.hbFailed[peer] = lastContact
+	}
+}
+
 // start registers the Raft observer and starts the observation and term
 // loops under ctx; the observation loop is counted in wg, the term loop
 // closes loopDone.
@@ -268,6 +289,7 @@ func (l *leadership) observeLoop(ctx context.Context, wg *sync.WaitGroup) {
 				if string(d.LeaderID) != l.self {
 					l.mu.Lock()
 					clear(l.hbFailed)
+					l.hbClearedAt = time.Now()
 					l.mu.Unlock()
 				}
 				l.refresh()
@@ -278,11 +300,7 @@ func (l *leadership) observeLoop(ctx context.Context, wg *sync.WaitGroup) {
 					l.peersChanged()
 				}
 			case raft.FailedHeartbeatObservation:
-				l.mu.Lock()
-				if _, ok := l.hbFailed[string(d.PeerID)]; !ok {
-					l.hbFailed[string(d.PeerID)] = d.LastContact
-				}
-				l.mu.Unlock()
+				l.noteHeartbeatFailure(string(d.PeerID), d.LastContact)
 			case raft.ResumedHeartbeatObservation:
 				l.mu.Lock()
 				delete(l.hbFailed, string(d.PeerID))

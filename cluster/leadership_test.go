@@ -292,3 +292,32 @@ func TestLeadershipEstablishedOnlyAfterBarrier(t *testing.T) {
 	}
 	checkGoroutines(t, base)
 }
+
+// A heartbeat goroutine of a term this node has lost may report a failure
+// after the loss (its RPC was in flight). Recorded, it would mark the peer
+// unreachable in a later term that never reports it resumed.
+func TestHeartbeatFailuresFromALostTermAreIgnored(t *testing.T) {
+	lost := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name        string
+		lastContact []time.Time // reports, in order
+		want        time.Time   // zero: not failing
+	}{
+		{"stale report from the lost term", []time.Time{lost.Add(-5 * time.Second)}, time.Time{}},
+		{"report from the current term", []time.Time{lost.Add(2 * time.Second)}, lost.Add(2 * time.Second)},
+		{"first report of the term kept", []time.Time{lost.Add(2 * time.Second), lost.Add(3 * time.Second)}, lost.Add(2 * time.Second)},
+		{"stale report after a current one", []time.Time{lost.Add(2 * time.Second), lost.Add(-time.Second)}, lost.Add(2 * time.Second)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLeadership("self", "", nil, testLogger(), nil, nil)
+			l.hbClearedAt = lost
+			for _, lc := range tc.lastContact {
+				l.noteHeartbeatFailure("p", lc)
+			}
+			got, failing := l.failedHeartbeats()["p"]
+			if failing != !tc.want.IsZero() || !got.Equal(tc.want) {
+				t.Fatalf("failing %v since %v, want since %v", failing, got, tc.want)
+			}
+		})
+	}
+}
