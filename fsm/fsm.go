@@ -30,12 +30,17 @@ type Options struct {
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Notifier, if set, learns which queues each applied batch touched.
+	// It is fixed at construction: the composition root passes a fan-out
+	// that reaches the scheduler while it leads.
 	Notifier Notifier
 	// Fatal stops the node when the FSM meets an entry or snapshot of a
 	// log version newer than MaxLogVersion. It is called without locks
 	// held. The default panics with the error's message; a composition
 	// root may log and exit instead. The FSM stops applying either way.
 	Fatal func(error)
+	// Proposals, if set, is where this node's proposer records the
+	// commands it proposes, so the leader need not decode its own entries.
+	Proposals *Proposals
 }
 
 // FSM is the replicated state machine hashicorp/raft drives: it decodes
@@ -43,18 +48,15 @@ type Options struct {
 // returns the store's typed result. It implements raft.FSM and
 // raft.BatchingFSM. Reads take the read lock; Apply takes the write lock.
 type FSM struct {
-	log      *slog.Logger
-	notifier Notifier
-	fatal    func(error)
+	log       *slog.Logger
+	notifier  Notifier
+	fatal     func(error)
+	proposals *Proposals
 
 	mu          sync.RWMutex
 	store       *state.Store
 	checkpoints checkpoints
 	halted      error // set once a newer version was met; nothing applies after
-
-	// proposed maps the first byte of an entry this node is proposing to
-	// the command it encodes (see Proposed); not part of the state.
-	proposed sync.Map
 }
 
 // New returns an empty state machine.
@@ -65,14 +67,7 @@ func New(opts Options) *FSM {
 	if opts.Fatal == nil {
 		opts.Fatal = func(err error) { panic(err.Error()) }
 	}
-	return &FSM{log: opts.Logger, notifier: opts.Notifier, fatal: opts.Fatal, store: state.New()}
-}
-
-// SetNotifier installs the change listener (the leader's scheduler).
-func (f *FSM) SetNotifier(n Notifier) {
-	f.mu.Lock()
-	f.notifier = n
-	f.mu.Unlock()
+	return &FSM{log: opts.Logger, notifier: opts.Notifier, fatal: opts.Fatal, proposals: opts.Proposals, store: state.New()}
 }
 
 // Encode serialises a command for raft.Apply.
@@ -89,29 +84,11 @@ func Decode(data []byte) (*fsmv1.Command, error) {
 	return cmd, nil
 }
 
-// Proposed records that data, about to be proposed by this node, is the
-// encoding of cmd. The leader's Raft hands the FSM the very slice it was
-// given, so when the entry commits ApplyBatch takes cmd instead of
-// decoding data again: that decode was the leader's third copy of every
-// payload. cmd must not change afterwards. Call forget once the proposal
-// has returned, whatever its outcome; an entry applied after that (or on
-// any other node) is decoded as usual, to the same command.
-func (f *FSM) Proposed(data []byte, cmd *fsmv1.Command) (forget func()) {
-	if len(data) == 0 {
-		return func() {}
-	}
-	key := &data[0]
-	f.proposed.Store(key, cmd)
-	return func() { f.proposed.Delete(key) }
-}
-
-// command returns the entry's command: the one its proposer recorded, if
-// this node proposed it, otherwise decoded.
+// command returns the entry's command: the one its proposer recorded (see
+// Proposals), if this node proposed it, otherwise decoded.
 func (f *FSM) command(data []byte) (*fsmv1.Command, error) {
-	if len(data) > 0 {
-		if cmd, ok := f.proposed.LoadAndDelete(&data[0]); ok {
-			return cmd.(*fsmv1.Command), nil
-		}
+	if cmd, ok := f.proposals.take(data); ok {
+		return cmd, nil
 	}
 	return Decode(data)
 }

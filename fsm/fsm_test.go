@@ -435,7 +435,9 @@ func TestNackUnprocessedDoesNotCountAttempt(t *testing.T) {
 // from the recorded command, not decoded again, and only once; after the
 // proposer forgets it (or on another node) the data is decoded.
 func TestProposedCommandSkipsDecode(t *testing.T) {
+	props := &Proposals{}
 	h := newHarness(t)
+	h.f = New(Options{Proposals: props})
 	h.create("q", nil)
 	enqueue := func(payload string) *fsmv1.Command {
 		return &fsmv1.Command{NowMs: 5, Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{
@@ -447,7 +449,7 @@ func TestProposedCommandSkipsDecode(t *testing.T) {
 	}
 	// A recorded command that differs from the data shows which was used;
 	// real proposers record exactly what they encoded.
-	forget := h.f.Proposed(data, enqueue("recorded"))
+	forget := props.Record(data, enqueue("recorded"))
 	h.f.Apply(&raft.Log{Index: 100, Type: raft.LogCommand, Data: data})
 	h.f.Apply(&raft.Log{Index: 101, Type: raft.LogCommand, Data: data})
 	forget()

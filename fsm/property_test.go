@@ -169,7 +169,8 @@ func TestRandomSequences(t *testing.T) {
 	}
 	for seed := range seeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			single, batched := New(Options{}), New(Options{})
+			props := &Proposals{}
+			single, batched := New(Options{Proposals: props}), New(Options{})
 			g := &cmdGen{r: rand.New(rand.NewPCG(uint64(seed), 7)), f: single, now: 1_000, queues: []string{"a", "b", "shared", "a.dlq"}}
 			var pending []*raft.Log
 			var restored *FSM
@@ -180,7 +181,7 @@ func TestRandomSequences(t *testing.T) {
 					t.Fatal(err)
 				}
 				l := &raft.Log{Index: uint64(i), Type: raft.LogCommand, Data: data}
-				forget := single.Proposed(data, cmd)
+				forget := props.Record(data, cmd)
 				res := single.Apply(l).(Result)
 				forget()
 				g.observe(res)

@@ -185,9 +185,20 @@ func bubble(t *testing.T, f func(t *testing.T)) {
 	synctest.Test(t, f)
 }
 
+// notifyFeed passes the FSM's change notices to the scheduler, as the
+// composition root's feed does: the FSM, built first, is given the feed.
+type notifyFeed struct{ to atomic.Pointer[Scheduler] }
+
+func (n *notifyFeed) QueuesChanged(queues []string) {
+	if s := n.to.Load(); s != nil {
+		s.QueuesChanged(queues)
+	}
+}
+
 func newEnv(t testing.TB, opts ...envOpt) *env {
 	t.Helper()
-	f := fsm.New(fsm.Options{Logger: discard})
+	feed := &notifyFeed{}
+	f := fsm.New(fsm.Options{Logger: discard, Notifier: feed})
 	p := newFakeProposer(f)
 	applied := make(chan struct{})
 	go func() {
@@ -199,7 +210,7 @@ func newEnv(t testing.TB, opts ...envOpt) *env {
 		o(&cfg)
 	}
 	s := New(cfg, f, p)
-	f.SetNotifier(s)
+	feed.to.Store(s)
 	e := &env{t: t, f: f, p: p, s: s}
 	e.start()
 	t.Cleanup(func() {

@@ -129,8 +129,9 @@ func (t *term) goTerm(f func(ctx context.Context)) {
 	}()
 }
 
-// New returns a scheduler over state that proposes through p. Install it
-// as state's notifier (fsm.FSM.SetNotifier) so applied changes wake it.
+// New returns a scheduler over state that proposes through p. Pass it the
+// FSM's change notices (fsm.Options.Notifier, through the composition
+// root's feed) so applied changes wake it.
 func New(cfg Config, state State, p Proposer) *Scheduler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

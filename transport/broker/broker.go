@@ -49,10 +49,11 @@ type Broker struct {
 	clock Clock
 	cfg   Config
 
-	state *fsm.FSM
-	node  *cluster.Node
-	sched *scheduler.Scheduler
-	feed  *changeFeed
+	state     *fsm.FSM
+	proposals *fsm.Proposals // what this node proposes, so its FSM need not decode it
+	node      *cluster.Node
+	sched     *scheduler.Scheduler
+	feed      *changeFeed
 
 	enqueues *coalescer[enqueueReq]
 	acks     *coalescer[ackReq]
@@ -81,14 +82,17 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		clock: cfg.Clock,
 		cfg:   cfg,
 		feed:  &changeFeed{},
+
+		proposals: &fsm.Proposals{},
 	}
 	// 1. The state machine. It tells the feed which queues each applied
 	//    batch touched; the feed passes that on to the scheduler only while
 	//    a leadership term runs (followers have no one to tell).
 	flog := cfg.Logger.With("component", "fsm")
 	b.state = fsm.New(fsm.Options{
-		Logger:   flog,
-		Notifier: b.feed,
+		Logger:    flog,
+		Notifier:  b.feed,
+		Proposals: b.proposals,
 		// An entry or snapshot from a newer raftq must not be guessed at:
 		// say so plainly, then stop (the FSM applies nothing more).
 		Fatal: func(err error) {

@@ -13,7 +13,7 @@ import (
 // the log: the scheduler, the coalescers and the admin operations all
 // come through here, so time is stamped in exactly one place. The caller
 // must not change cmd afterwards (the leader applies this very command
-// rather than decoding its own entry, fsm.FSM.Proposed).
+// rather than decoding its own entry, fsm.Proposals).
 //
 // Every entry is proposed under the replicated cluster version, the newest
 // log version every voter understands, so a node running an older build
@@ -28,7 +28,7 @@ func (b *Broker) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, e
 	if err != nil {
 		return nil, err
 	}
-	defer b.state.Proposed(data, cmd)()
+	defer b.proposals.Record(data, cmd)()
 	out, err := b.node.Apply(ctx, data)
 	if err != nil {
 		return nil, err
