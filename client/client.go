@@ -32,6 +32,13 @@ type Client struct {
 	unaryEnqueue bool
 }
 
+// MaxReceiveBytes is the largest response the Client accepts, and the
+// max_batch_bytes its consumers ask for: the largest message a queue can
+// hold (a 16 MiB payload) with every header, key and delivery field at its
+// limit, and room to spare. gRPC's default (4 MiB) would refuse such a
+// delivery, and each refusal would cost the message a delivery attempt.
+const MaxReceiveBytes = 17 << 20
+
 // Option configures Dial.
 type Option func(*options)
 
@@ -117,6 +124,7 @@ func Dial(ctx context.Context, seeds []string, opts ...Option) (*Client, error) 
 	}
 	dialOpts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(o.creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReceiveBytes)),
 		// grpc's default reconnect backoff grows to 2 minutes; a restarted
 		// node must become usable again within a few seconds.
 		grpc.WithConnectParams(grpc.ConnectParams{

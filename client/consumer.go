@@ -393,6 +393,8 @@ func (con *Consumer) receive(dispatchCtx, streamCtx context.Context, leases *lea
 		ConsumerName:        con.opts.Name,
 		MaxInFlight:         int32(con.opts.MaxInFlight),
 		VisibilityTimeoutMs: con.opts.VisibilityTimeout.Milliseconds(),
+		// Responses as large as the client accepts, no larger.
+		MaxBatchBytes: MaxReceiveBytes,
 	}
 	failures, redirects := 0, 0
 	var received int64

@@ -237,7 +237,8 @@ func (s *Server) Peek(ctx context.Context, req *raftqv1.PeekRequest) (*raftqv1.P
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.PeekResponse{Messages: projectDeliveries(ds)}, nil
+	// At least one message, and no more than a default gRPC client takes.
+	return &raftqv1.PeekResponse{Messages: capBytes(projectDeliveries(ds), DefaultMaxBatchBytes)}, nil
 }
 
 func (s *Server) Redrive(ctx context.Context, req *raftqv1.RedriveRequest) (*raftqv1.RedriveResponse, error) {

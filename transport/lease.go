@@ -10,10 +10,18 @@ import (
 	"github.com/raftq/raftq/scheduler"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // maxPerResponse bounds the deliveries sent in one LeaseResponse.
 const maxPerResponse = 256
+
+// DefaultMaxBatchBytes bounds one LeaseResponse (when the request names no
+// max_batch_bytes) and one PeekResponse, encoded: grpc-go's default
+// receive limit, so a client with default options takes every response
+// that holds more than one message. A larger single message is sent alone.
+const DefaultMaxBatchBytes = 4 << 20
 
 // Lease registers the stream with the leader's scheduler and pushes its
 // deliveries. A follower answers NOT_LEADER so the client reconnects to
@@ -30,6 +38,9 @@ func (s *Server) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseSer
 	}
 	if req.Limit < 0 {
 		return invalid("limit must not be negative")
+	}
+	if req.MaxBatchBytes < 0 {
+		return invalid("max_batch_bytes must not be negative")
 	}
 	if len(req.ConsumerName) > 255 {
 		return invalid("consumer_name is longer than 255 bytes")
@@ -68,41 +79,94 @@ func (s *Server) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseSer
 		return toStatus(err)
 	}
 	defer c.Close()
+	maxBytes := int(min(req.MaxBatchBytes, math.MaxInt32))
+	if maxBytes == 0 {
+		maxBytes = DefaultMaxBatchBytes
+	}
+	return s.push(ctx, stream, c, maxBytes)
+}
+
+// push sends c's deliveries on stream until either ends, batching what is
+// ready into responses of at most maxPerResponse deliveries and maxBytes
+// encoded bytes (one delivery larger than maxBytes goes alone): a client
+// that refuses a response too large for it would lose the whole batch,
+// each delivery counted as an attempt.
+func (s *Server) push(ctx context.Context, stream raftqv1.Broker_LeaseServer, c *scheduler.Consumer, maxBytes int) error {
 	batch := make([]*raftqv1.Delivery, 0, maxPerResponse)
+	// next is a delivery taken from the consumer that did not fit in the
+	// previous response: it opens the next one.
+	var next *raftqv1.Delivery
 	for {
-		select {
-		case <-ctx.Done():
-			return toStatus(context.Cause(ctx))
-		case <-c.Done():
-			if errors.Is(c.Err(), scheduler.ErrNotLeader) {
-				// Just stepped down: name the new leader once one is known
-				// (bounded wait), so the client goes straight there.
-				route, err := s.route(ctx)
-				if err != nil {
-					return err
-				}
-				if route.Local {
-					return status.Error(codes.Unavailable, "leadership changed; retry")
-				}
-				return redirectError(route.LeaderID, route.LeaderAddr)
+		if next == nil {
+			select {
+			case <-ctx.Done():
+				return toStatus(context.Cause(ctx))
+			case <-c.Done():
+				return s.leaseEnded(ctx, c)
+			case d := <-c.Deliveries():
+				next = projectDelivery(d)
 			}
-			return toStatus(c.Err())
-		case d := <-c.Deliveries():
-			batch = append(batch[:0], projectDelivery(d))
-		drain:
-			for len(batch) < maxPerResponse {
-				select {
-				case d := <-c.Deliveries():
-					batch = append(batch, projectDelivery(d))
-				default:
+		}
+		batch = append(batch[:0], next)
+		size := responseEntrySize(next)
+		next = nil
+	drain:
+		for len(batch) < maxPerResponse {
+			select {
+			case d := <-c.Deliveries():
+				pd := projectDelivery(d)
+				n := responseEntrySize(pd)
+				if size+n > maxBytes {
+					next = pd
 					break drain
 				}
+				batch = append(batch, pd)
+				size += n
+			default:
+				break drain
 			}
-			if err := stream.Send(&raftqv1.LeaseResponse{Messages: batch}); err != nil {
-				// The deliveries are leased; Close releases them at once.
-				return err
-			}
-			s.metrics.delivered.Add(float64(len(batch)))
+		}
+		if err := stream.Send(&raftqv1.LeaseResponse{Messages: batch}); err != nil {
+			// The deliveries are leased; Close releases them at once.
+			return err
+		}
+		s.metrics.delivered.Add(float64(len(batch)))
+	}
+}
+
+// leaseEnded is the status a Lease stream ends with when its consumer
+// ended.
+func (s *Server) leaseEnded(ctx context.Context, c *scheduler.Consumer) error {
+	if errors.Is(c.Err(), scheduler.ErrNotLeader) {
+		// Just stepped down: name the new leader once one is known
+		// (bounded wait), so the client goes straight there.
+		route, err := s.route(ctx)
+		if err != nil {
+			return err
+		}
+		if route.Local {
+			return status.Error(codes.Unavailable, "leadership changed; retry")
+		}
+		return redirectError(route.LeaderID, route.LeaderAddr)
+	}
+	return toStatus(c.Err())
+}
+
+// responseEntrySize is what d adds to the encoding of a response that
+// lists it in field 1 (LeaseResponse.messages, PeekResponse.messages).
+func responseEntrySize(d *raftqv1.Delivery) int {
+	return protowire.SizeTag(1) + protowire.SizeBytes(proto.Size(d))
+}
+
+// capBytes keeps the longest prefix of ds (at least one) whose response
+// entries fit in maxBytes.
+func capBytes(ds []*raftqv1.Delivery, maxBytes int) []*raftqv1.Delivery {
+	size := 0
+	for i, d := range ds {
+		size += responseEntrySize(d)
+		if i > 0 && size > maxBytes {
+			return ds[:i]
 		}
 	}
+	return ds
 }

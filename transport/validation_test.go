@@ -262,6 +262,7 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		{name: "lease: negative visibility_timeout_ms", code: inv, call: lease(&raftqv1.LeaseRequest{Queue: "v", VisibilityTimeoutMs: -1})},
 		{name: "lease: overlong consumer_name", code: inv, call: lease(&raftqv1.LeaseRequest{Queue: "v", ConsumerName: long})},
 		{name: "lease: negative limit", code: inv, call: lease(&raftqv1.LeaseRequest{Queue: "v", Limit: -1})},
+		{name: "lease: negative max_batch_bytes", code: inv, call: lease(&raftqv1.LeaseRequest{Queue: "v", MaxBatchBytes: -1})},
 		{name: "lease: unknown queue", code: nf, leaderOnly: true, call: lease(&raftqv1.LeaseRequest{Queue: "nope"})},
 	}
 

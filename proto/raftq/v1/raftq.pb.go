@@ -1764,7 +1764,13 @@ type LeaseRequest struct {
 	// Stop delivering after this many messages on this stream (0 = no
 	// limit): a consumer that wants N messages gets exactly N, never extras
 	// whose return would count as delivery attempts.
-	Limit         int64 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int64 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The most bytes one LeaseResponse may take, encoded (0 = 4 MiB, what a
+	// gRPC client accepts by default). A response never exceeds it, except
+	// one that carries a single message larger than it: set the client's
+	// receive limit to at least max_batch_bytes and to the largest message
+	// the queue accepts (see docs/api-additions.md).
+	MaxBatchBytes int64 `protobuf:"varint,6,opt,name=max_batch_bytes,json=maxBatchBytes,proto3" json:"max_batch_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1830,6 +1836,13 @@ func (x *LeaseRequest) GetVisibilityTimeoutMs() int64 {
 func (x *LeaseRequest) GetLimit() int64 {
 	if x != nil {
 		return x.Limit
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetMaxBatchBytes() int64 {
+	if x != nil {
+		return x.MaxBatchBytes
 	}
 	return 0
 }
@@ -3327,13 +3340,14 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x15EnqueueStreamResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x125\n" +
 	"\bresponse\x18\x02 \x01(\v2\x19.raftq.v1.EnqueueResponseR\bresponse\x12(\n" +
-	"\x05error\x18\x03 \x01(\v2\x12.google.rpc.StatusR\x05error\"\xb7\x01\n" +
+	"\x05error\x18\x03 \x01(\v2\x12.google.rpc.StatusR\x05error\"\xdf\x01\n" +
 	"\fLeaseRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12#\n" +
 	"\rconsumer_name\x18\x02 \x01(\tR\fconsumerName\x12\"\n" +
 	"\rmax_in_flight\x18\x03 \x01(\x05R\vmaxInFlight\x122\n" +
 	"\x15visibility_timeout_ms\x18\x04 \x01(\x03R\x13visibilityTimeoutMs\x12\x14\n" +
-	"\x05limit\x18\x05 \x01(\x03R\x05limit\"?\n" +
+	"\x05limit\x18\x05 \x01(\x03R\x05limit\x12&\n" +
+	"\x0fmax_batch_bytes\x18\x06 \x01(\x03R\rmaxBatchBytes\"?\n" +
 	"\rLeaseResponse\x12.\n" +
 	"\bmessages\x18\x01 \x03(\v2\x12.raftq.v1.DeliveryR\bmessages\"J\n" +
 	"\n" +
