@@ -193,19 +193,20 @@ func printStatus(w io.Writer, st *raftqv1.StatusResponse) error {
 	fmt.Fprintf(tw, "term:\t%d\n", st.GetTerm())
 	fmt.Fprintf(tw, "commit index:\t%d\n", st.GetCommitIndex())
 	fmt.Fprintf(tw, "applied index:\t%d\n", st.GetAppliedIndex())
+	fmt.Fprintf(tw, "log version:\t%d\n", st.GetClusterVersion())
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
 	tw = table(w)
-	fmt.Fprintln(tw, "ID\tSTATE\tSUFFRAGE\tHEALTHY\tAPPLIED\tLAST_CONTACT\tGRPC\tRAFT\tHTTP")
+	fmt.Fprintln(tw, "ID\tSTATE\tSUFFRAGE\tHEALTHY\tAPPLIED\tLAST_CONTACT\tMAX_LOG_VERSION\tGRPC\tRAFT\tHTTP")
 	for _, n := range st.GetNodes() {
 		contact := "-"
 		if n.GetLastContactMs() > 0 {
 			contact = ms(n.GetLastContactMs())
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%s\t%s\t%s\t%s\n", n.GetId(), n.GetState(), n.GetSuffrage(),
-			n.GetHealthy(), n.GetAppliedIndex(), contact, n.GetGrpcAddr(), n.GetRaftAddr(), n.GetHttpAddr())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%s\t%d\t%s\t%s\t%s\n", n.GetId(), n.GetState(), n.GetSuffrage(),
+			n.GetHealthy(), n.GetAppliedIndex(), contact, n.GetMaxLogVersion(), n.GetGrpcAddr(), n.GetRaftAddr(), n.GetHttpAddr())
 	}
 	return tw.Flush()
 }
