@@ -47,6 +47,12 @@ type Consumer struct {
 	pending   int // grants proposed to it, not yet handled
 	delivered int // pushed to its buffer
 	ended     bool
+	// closing: Close waits for its pending grants (quiet closes when the
+	// last is handled) and rolls back what they granted (unpushed) itself,
+	// before its ReleaseConsumer. See Close.
+	closing  bool
+	quiet    chan struct{}
+	unpushed []*fsmv1.Ref
 	// settling holds ids of its leases whose acks are being committed
 	// (Scheduler.Settling): settled from the consumer's side.
 	settling map[uint64]struct{}
@@ -134,23 +140,35 @@ func (c *Consumer) Err() error {
 
 // Close ends the stream: the consumer is unregistered and a ReleaseConsumer
 // is proposed so its leases return at once. It is idempotent and bounded in
-// time (it gives up on the proposal after a few seconds or when leadership
-// ends; the leases then expire as usual).
+// time (it gives up on the proposals after a few seconds or when
+// leadership ends; the leases then expire as usual).
+//
+// Only deliveries the stream may have sent may count as attempts. Raft
+// applies in proposal order, so a release proposed while a grant to this
+// consumer is still in flight would apply after that grant and count a
+// delivery nobody was handed. Close therefore first waits until every grant
+// proposed to the consumer has been handled (no new ones are made once it
+// is unregistered), then rolls back in one LeaseRollback everything granted
+// to it that the stream never took (its buffer, and grants handled after
+// it ended), and only then proposes the release: the rollback precedes the
+// release in the log, so the release finds only sent deliveries.
 func (c *Consumer) Close() {
 	c.closeOnce.Do(func() {
 		s, t := c.s, c.t
-		release := t.reg.remove(c, ErrClosed) && t.ctx.Err() == nil
-		if !release {
+		quiet, live := t.reg.closeConsumer(c)
+		if !live || t.ctx.Err() != nil {
 			return
 		}
 		s.kick()
 		ctx, cancel := context.WithTimeout(t.ctx, releaseTimeout)
 		defer cancel()
-		// Deliveries still in the buffer never reached the client: roll
-		// them back so they do not count as attempts. The rest were sent
-		// and are released below, counted (the client may have crashed
-		// on them).
-		if unsent := c.drainUnsent(); len(unsent) > 0 {
+		select {
+		case <-quiet:
+		case <-ctx.Done():
+			// A grant still unresolved: let the pipeline roll back what
+			// it grants from now on; the release may count it.
+		}
+		if unsent := t.reg.takeUnsent(c); len(unsent) > 0 {
 			if _, err := s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseRollback{LeaseRollback: &fsmv1.LeaseRollback{Refs: unsent}}}); err != nil {
 				s.logProposeErr("roll back unsent deliveries", err, "consumer", c.id)
 			}
@@ -190,9 +208,9 @@ func (c *Consumer) push(d *state.Delivery) bool {
 }
 
 // drainUnsent empties the buffer of deliveries the stream never sent
-// (only after the consumer ended, so nothing more is pushed).
-func (c *Consumer) drainUnsent() []*fsmv1.Ref {
-	var refs []*fsmv1.Ref
+// (only after the consumer ended, so nothing more is pushed) and appends
+// them to refs.
+func (c *Consumer) drainUnsent(refs []*fsmv1.Ref) []*fsmv1.Ref {
 	for {
 		select {
 		case d := <-c.ch:

@@ -55,9 +55,9 @@ func TestClosedConsumerStopsAndLeasesReturn(t *testing.T) {
 // TestRollbackWhenConsumerGone holds a grant uncommitted while its consumer
 // closes without a release (the ReleaseConsumer proposal is refused, as by
 // a leader losing its term): the committed lease cannot be pushed, so it is
-// rolled back and the attempt does not count. (A release that is applied
-// after the grant counts the attempt: issue 11, see
-// TestCloseRacingGrantCountsNoAttempt.)
+// rolled back and the attempt does not count. Close waits for the grant's
+// outcome and proposes the rollback itself, ahead of its release (see
+// TestCloseRacingGrantCountsNoAttempt for the release applied).
 func TestRollbackWhenConsumerGone(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		e := newEnv(t)
@@ -72,9 +72,20 @@ func TestRollbackWhenConsumerGone(t *testing.T) {
 			}
 			return nil
 		})
-		a.Close()
-		e.p.setHook(nil)
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			a.Close() // waits for the held grant's outcome
+		}()
+		e.idle()
+		select {
+		case <-closed:
+			t.Fatal("Close returned before the grant to its consumer was handled")
+		default:
+		}
 		close(release)
+		<-closed
+		e.p.setHook(nil)
 		e.idle()
 		if e.p.proposed("rollback") != 1 {
 			t.Fatalf("rollbacks proposed: %d", e.p.proposed("rollback"))
@@ -98,7 +109,6 @@ func TestRollbackWhenConsumerGone(t *testing.T) {
 // the grant, so the release counts an attempt for a message that was never
 // pushed to anyone; with max_deliveries=1 it is dead-lettered unseen.
 func TestCloseRacingGrantCountsNoAttempt(t *testing.T) {
-	t.Skip("issue 11 (consumer close racing a grant): the release applied after the grant burns an attempt")
 	bubble(t, func(t *testing.T) {
 		e := newEnv(t)
 		e.createQueue("q", &fsmv1.QueueConfig{MaxDeliveries: 1})

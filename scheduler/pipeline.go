@@ -61,13 +61,16 @@ func (pl *pipeline) pickAndGrant(qv QueueView, queue string, cs *creditScratch, 
 		return 0
 	}
 	// Count the grants against their consumers before any can complete.
-	pl.t.reg.assign(cs.cons, res.Picks)
+	picks := pl.t.reg.assign(cs.cons, res.Picks)
+	if len(picks) == 0 {
+		return 0
+	}
 	if pend == nil {
 		pend = map[uint64]struct{}{}
 		pl.pending[queue] = pend
 	}
 	visMs := qv.Config().GetVisibilityTimeoutMs()
-	for _, pk := range res.Picks {
+	for _, pk := range picks {
 		c := cs.cons[pk.Consumer]
 		pend[pk.ID] = struct{}{}
 		pl.batch = append(pl.batch, grantFor(queue, pk.ID, c, visMs, ps.nowMs))
@@ -76,7 +79,7 @@ func (pl *pipeline) pickAndGrant(qv QueueView, queue string, cs *creditScratch, 
 			pl.flushLocked()
 		}
 	}
-	return len(res.Picks)
+	return len(picks)
 }
 
 // flush proposes the batch being built, without waiting for it.

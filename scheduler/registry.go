@@ -40,11 +40,9 @@ func (r *registry) add(c *Consumer) error {
 	return nil
 }
 
-// remove unregisters c and ends it with err. It reports whether c was
-// still live (not ended before).
-func (r *registry) remove(c *Consumer, err error) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// removeLocked unregisters c and ends it with err (r.mu held). It reports
+// whether c was still live (not ended before).
+func (r *registry) removeLocked(c *Consumer, err error) bool {
 	if c.ended {
 		return false
 	}
@@ -54,6 +52,40 @@ func (r *registry) remove(c *Consumer, err error) bool {
 	}
 	c.end(err)
 	return true
+}
+
+// closeConsumer unregisters c for Close and ends it with ErrClosed. From
+// now on no grant is made to c and the deliveries of its pending grants
+// are kept for Close (takeUnsent) instead of being rolled back by the
+// pipeline; quiet is closed once no grant to c is pending. live is false
+// when c had already ended.
+func (r *registry) closeConsumer(c *Consumer) (quiet <-chan struct{}, live bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.removeLocked(c, ErrClosed) {
+		return nil, false
+	}
+	c.closing = true
+	q := make(chan struct{})
+	if c.pending == 0 {
+		close(q)
+	} else {
+		c.quiet = q
+	}
+	return q, true
+}
+
+// takeUnsent ends Close's hold on c's grants and returns the refs of
+// everything granted to c that its stream never took: its buffer and the
+// deliveries of grants handled since it closed. Grants handled after this
+// are rolled back by the pipeline as for any gone consumer.
+func (r *registry) takeUnsent(c *Consumer) []*fsmv1.Ref {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c.closing = false
+	refs := c.drainUnsent(c.unpushed)
+	c.unpushed = nil
+	return refs
 }
 
 // close ends every consumer with err and refuses new ones; it returns how
@@ -148,32 +180,50 @@ func (r *registry) credit(v fsm.View, queue string, ps *passState, cs *creditScr
 	return total
 }
 
-// assign counts picked grants as pending to their consumers.
-func (r *registry) assign(cons []*Consumer, picks []pick) {
+// assign counts picked grants as pending to their consumers and returns
+// the picks that stand, in order: a pick for a consumer that ended since
+// its credit was read is dropped (its message stays ready), so nothing is
+// granted to a consumer after Close unregistered it.
+func (r *registry) assign(cons []*Consumer, picks []pick) []pick {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	kept := picks[:0]
 	for _, pk := range picks {
-		cons[pk.Consumer].pending++
+		c := cons[pk.Consumer]
+		if c.ended {
+			continue
+		}
+		c.pending++
+		kept = append(kept, pk)
 	}
+	return kept
 }
 
 // settled hands a grant batch's outcome to its consumers: every grant
 // stops being pending, and each delivery is pushed to its consumer's
 // buffer. It returns the deliveries that could not be pushed (the
-// consumer ended), by index.
+// consumer ended), by index, for the pipeline to roll back; those of a
+// consumer that Close is waiting on are kept for Close instead.
 func (r *registry) settled(to []*Consumer, ds []*state.Delivery, unpushed []int) []int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, c := range to {
 		c.pending--
-		if i >= len(ds) || ds[i] == nil {
-			continue
+		if i < len(ds) && ds[i] != nil {
+			switch {
+			case c.push(ds[i]):
+				c.delivered++
+			case c.closing:
+				d := ds[i]
+				c.unpushed = append(c.unpushed, &fsmv1.Ref{Queue: d.Queue, MessageId: d.ID, LeaseToken: d.LeaseToken})
+			default:
+				unpushed = append(unpushed, i)
+			}
 		}
-		if c.push(ds[i]) {
-			c.delivered++
-			continue
+		if c.pending == 0 && c.quiet != nil {
+			close(c.quiet)
+			c.quiet = nil
 		}
-		unpushed = append(unpushed, i)
 	}
 	return unpushed
 }
