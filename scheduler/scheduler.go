@@ -108,14 +108,30 @@ type term struct {
 	n        uint64
 	ctx      context.Context
 	anchor   time.Time // term start; origin of the token buckets' time
-	graceEnd time.Time
-	wg       sync.WaitGroup // background proposals of the term
-	kick     func()
+	graceEnd time.Time // anchor + LeaseGrace
+	// graceFromMs is anchor - LeaseGrace: a lease whose deadline is at or
+	// before it gets no grace from this term (see inGrace).
+	graceFromMs int64
+	wg          sync.WaitGroup // background proposals of the term
+	kick        func()
 
 	reg    *registry
 	pipe   *pipeline
 	sweep  *sweeper
 	policy *policy
+}
+
+// inGrace reports whether the term's grace period keeps a lease with
+// deadline dlMs from expiring before graceEnd. It covers leases whose
+// deadline passed less than one grace period before the term began (their
+// holders may have been cut off by the election) and those falling due
+// during the grace; a lease whose deadline had passed by a grace period or
+// more when the term began gets none. Every term grants a grace, so
+// without that bound leadership moving more often than LeaseGrace would
+// keep such leases forever; with it, no lease outlives its deadline by
+// more than 2×LeaseGrace once a term can commit (DESIGN.md, Time).
+func (t *term) inGrace(dlMs int64) bool {
+	return dlMs > t.graceFromMs && time.UnixMilli(dlMs).Before(t.graceEnd)
 }
 
 // goTerm runs f on a background goroutine of the term and wakes the loop
@@ -190,7 +206,11 @@ func (s *Scheduler) current() *term {
 
 // newTerm builds the parts of a term; they start empty.
 func (s *Scheduler) newTerm(ctx context.Context, n uint64, now time.Time) *term {
-	t := &term{n: n, ctx: ctx, anchor: now, graceEnd: now.Add(s.cfg.LeaseGrace), kick: s.kick}
+	t := &term{
+		n: n, ctx: ctx, anchor: now, kick: s.kick,
+		graceEnd:    now.Add(s.cfg.LeaseGrace),
+		graceFromMs: now.Add(-s.cfg.LeaseGrace).UnixMilli(),
+	}
 	t.reg = newRegistry()
 	t.pipe = newPipeline(s, t)
 	t.sweep = &sweeper{s: s, t: t}

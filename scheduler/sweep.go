@@ -11,8 +11,9 @@ import (
 
 // sweeper is one term's time-driven work: a Tick when a delayed message or
 // a TTL is due, and a LeaseExpire when leases are past their deadline (not
-// before the term's grace period ends). Each runs off the loop, one at a
-// time, with its own back-off. Its mutex guards the fields below.
+// before the term's grace period ends, for the leases it covers: see
+// term.inGrace). Each runs off the loop, one at a time, with its own
+// back-off. Its mutex guards the fields below.
 type sweeper struct {
 	s *Scheduler
 	t *term
@@ -46,15 +47,20 @@ func (w *sweeper) due(v fsm.View, ps *passState) {
 	if !w.expireBusy {
 		if dl, ok := v.NextLeaseDeadline(); ok {
 			at := time.UnixMilli(dl)
-			if at.Before(w.t.graceEnd) {
+			if w.t.inGrace(dl) {
 				at = w.t.graceEnd
 			}
 			if at.Before(w.expireBackoff.until) {
 				at = w.expireBackoff.until
 			}
+			// While the grace lasts, only leases it does not cover expire.
+			cutoff := ps.nowMs
+			if ps.now.Before(w.t.graceEnd) {
+				cutoff = min(cutoff, w.t.graceFromMs)
+			}
 			if ps.now.Before(at) {
 				ps.wakeAt(at)
-			} else if refs := v.ExpiredLeases(ps.nowMs, maxExpireBatch); len(refs) > 0 {
+			} else if refs := v.ExpiredLeases(cutoff, maxExpireBatch); len(refs) > 0 {
 				w.launchExpire(refs)
 			}
 		}
