@@ -136,7 +136,7 @@ func (c *clusterService) LocalDigest(ctx context.Context, req *raftqv1.LocalDige
 
 // Verify appends a checkpoint through the leader, then asks every known
 // node for its digest at that index. Unreachable nodes are listed with an
-// empty digest.
+// empty digest and their error; see judgeDigests for what consistent means.
 func (c *clusterService) Verify(ctx context.Context, _ *raftqv1.VerifyRequest) (*raftqv1.VerifyResponse, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -165,9 +165,12 @@ func (c *clusterService) Verify(ctx context.Context, _ *raftqv1.VerifyRequest) (
 		}
 		idx = cp.Index
 	}
-	out := &raftqv1.VerifyResponse{Consistent: true}
-	var first string
+	out := &raftqv1.VerifyResponse{}
+	voters := map[string]bool{}
 	for _, n := range c.s.node.Status().Nodes {
+		if n.Suffrage == "voter" {
+			voters[n.ID] = true
+		}
 		var nd *raftqv1.NodeDigest
 		var err error
 		if n.ID == c.s.b.ID() {
@@ -182,18 +185,51 @@ func (c *clusterService) Verify(ctx context.Context, _ *raftqv1.VerifyRequest) (
 			cancel()
 		}
 		if err != nil {
-			// Unreachable: listed with an empty digest, not counted.
+			// No answer: an empty digest and the error.
 			nd = &raftqv1.NodeDigest{Id: n.ID, Error: err.Error()}
-		} else {
-			nd.Id = n.ID
-			if !nd.CountersOk || (first != "" && nd.Digest != first) {
-				out.Consistent = false
-			}
-			if first == "" {
-				first = nd.Digest
-			}
 		}
+		nd.Id = n.ID
 		out.Nodes = append(out.Nodes, nd)
 	}
+	out.Consistent, out.InconsistentIds = judgeDigests(out.Nodes, voters, route.LeaderID)
 	return out, nil
+}
+
+// judgeDigests decides whether the replicas agree. They do when every
+// voter answered (a voter that cannot be asked may hold anything) and
+// every node that answered reported the same digest with its counters
+// consistent. Otherwise it names the nodes at fault: the voters without
+// an answer, and the nodes whose counters fail or whose digest differs
+// from the one most nodes reported (on a tie, the leader's, so one node
+// of two that differs is not blamed for the leader's state).
+func judgeDigests(nodes []*raftqv1.NodeDigest, voters map[string]bool, leader string) (bool, []string) {
+	answered := func(nd *raftqv1.NodeDigest) bool { return nd.Digest != "" }
+	count := map[string]int{}
+	leaderDigest := ""
+	for _, nd := range nodes {
+		if answered(nd) {
+			count[nd.Digest]++
+			if nd.Id == leader {
+				leaderDigest = nd.Digest
+			}
+		}
+	}
+	ref := leaderDigest
+	for _, nd := range nodes { // in node order: deterministic on ties
+		if answered(nd) && count[nd.Digest] > count[ref] {
+			ref = nd.Digest
+		}
+	}
+	var bad []string
+	for _, nd := range nodes {
+		switch {
+		case !answered(nd):
+			if voters[nd.Id] {
+				bad = append(bad, nd.Id)
+			}
+		case !nd.CountersOk || nd.Digest != ref:
+			bad = append(bad, nd.Id)
+		}
+	}
+	return len(bad) == 0 && len(count) > 0, bad
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -97,6 +98,9 @@ func newClusterCmd(a *app) *cobra.Command {
 				return err
 			}
 			if !v.GetConsistent() {
+				if ids := v.GetInconsistentIds(); len(ids) > 0 {
+					return fmt.Errorf("replicas are not consistent: %s did not answer or differ", strings.Join(ids, ", "))
+				}
 				return errors.New("replicas are not consistent")
 			}
 			return nil

@@ -354,3 +354,20 @@ func TestClusterCommands(t *testing.T) {
 		t.Fatalf("verify of differing digests: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestVerifyNamesNodesThatDidNotAnswer: a voter without an answer makes
+// `cluster verify` exit non-zero, naming it.
+func TestVerifyNamesNodesThatDidNotAnswer(t *testing.T) {
+	f := &fake{verify: &raftqv1.VerifyResponse{
+		Nodes: []*raftqv1.NodeDigest{
+			{Id: "n1", AppliedIndex: 9, Digest: "ab", CountersOk: true},
+			{Id: "n2", Error: "connection refused"},
+		},
+		InconsistentIds: []string{"n2"},
+	}}
+	r := raftq(t, serve(t, f), "", "cluster", "verify")
+	if r.code != 1 || !strings.Contains(r.stdout, "consistent: false\ninconsistent: n2\n") ||
+		!strings.Contains(r.stderr, "not consistent: n2 did not answer or differ") {
+		t.Fatalf("verify with n2 down: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}

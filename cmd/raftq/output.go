@@ -224,6 +224,12 @@ func printVerify(w io.Writer, v *raftqv1.VerifyResponse) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "consistent: %t\n", v.GetConsistent())
-	return err
+	if _, err := fmt.Fprintf(w, "consistent: %t\n", v.GetConsistent()); err != nil {
+		return err
+	}
+	if ids := v.GetInconsistentIds(); len(ids) > 0 {
+		_, err := fmt.Fprintf(w, "inconsistent: %s\n", strings.Join(ids, " "))
+		return err
+	}
+	return nil
 }

@@ -3017,10 +3017,15 @@ func (*VerifyRequest) Descriptor() ([]byte, []int) {
 type VerifyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Nodes []*NodeDigest          `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	// True when every reachable node reported the same digest with counters ok.
-	Consistent    bool `protobuf:"varint,2,opt,name=consistent,proto3" json:"consistent,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// True when every voter answered, and every node that answered reported
+	// the same digest with its counters ok.
+	Consistent bool `protobuf:"varint,2,opt,name=consistent,proto3" json:"consistent,omitempty"`
+	// Why consistent is false: the voters that did not answer, and the nodes
+	// whose counters are not ok or whose digest differs from the one most
+	// nodes reported (ties: the leader's).
+	InconsistentIds []string `protobuf:"bytes,3,rep,name=inconsistent_ids,json=inconsistentIds,proto3" json:"inconsistent_ids,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *VerifyResponse) Reset() {
@@ -3065,6 +3070,13 @@ func (x *VerifyResponse) GetConsistent() bool {
 		return x.Consistent
 	}
 	return false
+}
+
+func (x *VerifyResponse) GetInconsistentIds() []string {
+	if x != nil {
+		return x.InconsistentIds
+	}
+	return nil
 }
 
 type CheckpointRequest struct {
@@ -3423,12 +3435,13 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\vcounters_ok\x18\x04 \x01(\bR\n" +
 	"countersOk\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\"\x0f\n" +
-	"\rVerifyRequest\"\\\n" +
+	"\rVerifyRequest\"\x87\x01\n" +
 	"\x0eVerifyResponse\x12*\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x14.raftq.v1.NodeDigestR\x05nodes\x12\x1e\n" +
 	"\n" +
 	"consistent\x18\x02 \x01(\bR\n" +
-	"consistent\"\x13\n" +
+	"consistent\x12)\n" +
+	"\x10inconsistent_ids\x18\x03 \x03(\tR\x0finconsistentIds\"\x13\n" +
 	"\x11CheckpointRequest\"*\n" +
 	"\x12CheckpointResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"*\n" +
