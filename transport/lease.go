@@ -78,7 +78,7 @@ func (s *Server) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseSer
 		}
 		return toStatus(err)
 	}
-	defer c.Close()
+	defer s.closeConsumer(c) // after the acks that reached us before the stream ended
 	maxBytes := int(min(req.MaxBatchBytes, math.MaxInt32))
 	if maxBytes == 0 {
 		maxBytes = DefaultMaxBatchBytes

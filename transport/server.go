@@ -38,6 +38,9 @@ type Server struct {
 	node  *cluster.Node // b's, for status and admin operations
 	state *fsm.FSM      // b's, for digests and metrics
 	peers *peerPool
+	// settles tracks the acks and nacks in progress, for Lease streams
+	// that end (settle.go).
+	settles *settleGate
 
 	grpc    *grpc.Server
 	health  *health.Server
@@ -67,6 +70,7 @@ func New(cfg Config, b *broker.Broker) *Server {
 		node:     b.Node(),
 		state:    b.State(),
 		peers:    newPeerPool(),
+		settles:  newSettleGate(),
 		health:   health.NewServer(),
 		stopping: make(chan struct{}),
 	}
@@ -74,6 +78,7 @@ func New(cfg Config, b *broker.Broker) *Server {
 	s.grpc = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(s.metrics.unary, s.forwardUnary),
 		grpc.ChainStreamInterceptor(s.metrics.stream),
+		grpc.InTapHandle(s.settles.tap),
 		grpc.MaxRecvMsgSize(64<<20),
 		// Reused handler goroutines keep their grown stacks: profiles of a
 		// busy leader showed stack growth at ~8% of CPU without them.
