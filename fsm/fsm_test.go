@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"errors"
 	"slices"
 	"strings"
@@ -432,24 +433,26 @@ func TestNackUnprocessedDoesNotCountAttempt(t *testing.T) {
 }
 
 // TestProposedCommandSkipsDecode: an entry this node proposed is applied
-// from the recorded command, not decoded again, and only once; after the
-// proposer forgets it (or on another node) the data is decoded.
+// from the recorded command, not decoded again under the lock, and only
+// once; after the proposer forgets it (or on another node) the data is
+// decoded. The recorded command is the one decoded from the proposed
+// bytes, so neither the proposer's object nor a nil element in it can make
+// the leader apply something the followers do not.
 func TestProposedCommandSkipsDecode(t *testing.T) {
 	props := &Proposals{}
 	h := newHarness(t)
 	h.f = New(Options{Proposals: props})
 	h.create("q", nil)
-	enqueue := func(payload string) *fsmv1.Command {
-		return &fsmv1.Command{NowMs: 5, Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{
-			{Queue: "q", Messages: []*fsmv1.EnqueueMessage{{Payload: []byte(payload)}}}}}}}
-	}
-	data, err := Encode(enqueue("decoded"))
+	cmd := &fsmv1.Command{NowMs: 5, Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{
+		{Queue: "q", Messages: []*fsmv1.EnqueueMessage{{Payload: []byte("proposed")}, nil}}}}}}
+	data, forget, err := props.Encode(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A recorded command that differs from the data shows which was used;
-	// real proposers record exactly what they encoded.
-	forget := props.Record(data, enqueue("recorded"))
+	// What the proposer does to its command afterwards does not reach the
+	// state; changing the entry's bytes shows which applications decoded.
+	cmd.GetEnqueue().Batches[0].Messages[0].Payload[0] = 'X'
+	copy(data[bytes.Index(data, []byte("proposed")):], "decoded!")
 	h.f.Apply(&raft.Log{Index: 100, Type: raft.LogCommand, Data: data})
 	h.f.Apply(&raft.Log{Index: 101, Type: raft.LogCommand, Data: data})
 	forget()
@@ -462,7 +465,8 @@ func TestProposedCommandSkipsDecode(t *testing.T) {
 	for _, d := range ds {
 		got = append(got, string(d.Payload))
 	}
-	if want := []string{"recorded", "decoded", "decoded"}; !slices.Equal(got, want) {
+	// The nil element is an empty message on every path.
+	if want := []string{"proposed", "", "decoded!", "", "decoded!", ""}; !slices.Equal(got, want) {
 		t.Fatalf("payloads %q, want %q", got, want)
 	}
 }

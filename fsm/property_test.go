@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -70,6 +71,12 @@ func (g *cmdGen) next() *fsmv1.Command {
 				if g.r.IntN(30) == 0 {
 					m.DelayMs = -1
 				}
+				if g.r.IntN(5) == 0 {
+					m.Headers = map[string]string{"h": fmt.Sprint(g.r.IntN(10))}
+				}
+				if g.r.IntN(5) == 0 {
+					m.ThrottleKeys = []string{fmt.Sprint("t", g.r.IntN(3))}
+				}
 				msgs = append(msgs, m)
 			}
 			batches = append(batches, &fsmv1.EnqueueBatch{Queue: g.queue(), Messages: msgs})
@@ -112,7 +119,105 @@ func (g *cmdGen) next() *fsmv1.Command {
 	default:
 		c.Op = &fsmv1.Command_Tick{Tick: &fsmv1.Tick{}}
 	}
+	if g.r.IntN(8) == 0 {
+		g.addNil(c)
+	}
 	return c
+}
+
+// addNil puts a nil element into one of c's lists, as a buggy proposer
+// might: it marshals as an empty message, so every replica must see an
+// empty message there, the leader included.
+func (g *cmdGen) addNil(c *fsmv1.Command) {
+	at := func(n int) int { return g.r.IntN(n + 1) }
+	switch op := c.Op.(type) {
+	case *fsmv1.Command_Enqueue:
+		bs := op.Enqueue.Batches
+		if g.r.IntN(4) == 0 {
+			op.Enqueue.Batches = slices.Insert(bs, at(len(bs)), (*fsmv1.EnqueueBatch)(nil))
+			return
+		}
+		b := bs[g.r.IntN(len(bs))]
+		b.Messages = slices.Insert(b.Messages, at(len(b.Messages)), (*fsmv1.EnqueueMessage)(nil))
+	case *fsmv1.Command_LeaseGrant:
+		gs := op.LeaseGrant.Grants
+		op.LeaseGrant.Grants = slices.Insert(gs, at(len(gs)), (*fsmv1.Grant)(nil))
+	case *fsmv1.Command_Ack:
+		op.Ack.Refs = slices.Insert(op.Ack.Refs, at(len(op.Ack.Refs)), (*fsmv1.Ref)(nil))
+	case *fsmv1.Command_Nack:
+		op.Nack.Items = slices.Insert(op.Nack.Items, at(len(op.Nack.Items)), (*fsmv1.NackOne)(nil))
+	case *fsmv1.Command_Extend:
+		op.Extend.Refs = slices.Insert(op.Extend.Refs, at(len(op.Extend.Refs)), (*fsmv1.Ref)(nil))
+	case *fsmv1.Command_LeaseRollback:
+		rs := op.LeaseRollback.Refs
+		op.LeaseRollback.Refs = slices.Insert(rs, at(len(rs)), (*fsmv1.Ref)(nil))
+	}
+}
+
+// scribble changes everything reachable from c in place, as a proposer
+// that reuses its buffers after Propose returned (or, racing, before the
+// entry applied) would. No replica may see it: the state is what the
+// entry's bytes say.
+func scribble(c *fsmv1.Command) {
+	c.NowMs += 1_000_000
+	switch op := c.Op.(type) {
+	case *fsmv1.Command_Enqueue:
+		for _, b := range op.Enqueue.Batches {
+			if b == nil {
+				continue
+			}
+			for i, m := range b.Messages {
+				if m == nil {
+					b.Messages[i] = &fsmv1.EnqueueMessage{Payload: []byte("filled in")}
+					continue
+				}
+				for j := range m.Payload {
+					m.Payload[j] ^= 0xff
+				}
+				if m.Headers != nil {
+					m.Headers["h"] = "changed"
+					m.Headers["extra"] = "added"
+				}
+				for j := range m.ThrottleKeys {
+					m.ThrottleKeys[j] = "changed"
+				}
+				m.FairnessKey += "-changed"
+				m.Weight++
+				m.DelayMs += 1000
+				m.DedupId += "-changed"
+			}
+		}
+	case *fsmv1.Command_CreateQueue:
+		if cfg := op.CreateQueue.Config; cfg != nil {
+			cfg.MaxDeliveries++
+			cfg.DeadLetterQueue = ""
+		}
+	case *fsmv1.Command_UpdateQueue:
+		op.UpdateQueue.Config.MaxDeliveries++
+	case *fsmv1.Command_LeaseGrant:
+		for i, gr := range op.LeaseGrant.Grants {
+			if gr == nil {
+				op.LeaseGrant.Grants[i] = &fsmv1.Grant{}
+				continue
+			}
+			gr.ConsumerId += "-changed"
+			gr.DeadlineMs += 1000
+		}
+	case *fsmv1.Command_Ack:
+		for _, r := range op.Ack.Refs {
+			if r != nil {
+				r.LeaseToken++
+			}
+		}
+	case *fsmv1.Command_Nack:
+		for _, it := range op.Nack.Items {
+			if it != nil {
+				it.DeadLetter = !it.DeadLetter
+			}
+		}
+	case *fsmv1.Command_Extend:
+		op.Extend.ExtendByMs += 1000
+	}
 }
 
 func (g *cmdGen) observe(res Result) {
@@ -155,12 +260,23 @@ func (m *memSink) ID() string    { return "mem" }
 func (m *memSink) Cancel() error { return nil }
 func (m *memSink) Close() error  { return nil }
 
+// propose encodes cmd and records it for the leader's FSM, exactly as
+// Broker.Propose does.
+func propose(t *testing.T, props *Proposals, cmd *fsmv1.Command) ([]byte, func()) {
+	t.Helper()
+	data, forget, err := props.Encode(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, forget
+}
+
 // TestRandomSequences: replicas applying the same log agree, whether they
 // apply entry by entry or in batches, and whether they decode each entry or
-// (as the leader does) take the command they proposed; Verify holds after
-// every step; a
-// snapshot restores to the same digest and the restored replica keeps
-// agreeing as the log goes on.
+// (as the leader does) take the command they proposed, even when that
+// command had nil list elements or was changed after it was proposed;
+// Verify holds after every step; a snapshot restores to the same digest
+// and the restored replica keeps agreeing as the log goes on.
 func TestRandomSequences(t *testing.T) {
 	seeds := 20
 	steps := 400
@@ -176,14 +292,17 @@ func TestRandomSequences(t *testing.T) {
 			var restored *FSM
 			for i := 1; i <= steps; i++ {
 				cmd := g.next()
-				data, err := Encode(cmd)
-				if err != nil {
-					t.Fatal(err)
-				}
+				// The leader's path, as Broker.Propose takes it; the
+				// proposer's command is changed before the entry applies
+				// and again after, and neither may show.
+				data, forget := propose(t, props, cmd)
 				l := &raft.Log{Index: uint64(i), Type: raft.LogCommand, Data: data}
-				forget := props.Record(data, cmd)
+				if g.r.IntN(3) == 0 {
+					scribble(cmd)
+				}
 				res := single.Apply(l).(Result)
 				forget()
+				scribble(cmd)
 				g.observe(res)
 				if err := single.Verify(); err != nil {
 					t.Fatalf("step %d: %v", i, err)

@@ -11,9 +11,11 @@ import (
 // Propose stamps cmd with the node's clock, commits it through Raft and
 // returns the state machine's result. It is the one way commands reach
 // the log: the scheduler, the coalescers and the admin operations all
-// come through here, so time is stamped in exactly one place. The caller
-// must not change cmd afterwards (the leader applies this very command
-// rather than decoding its own entry, fsm.Proposals).
+// come through here, so time is stamped in exactly one place. The leader
+// applies a private copy decoded from the entry's own bytes
+// (fsm.Proposals.Encode, here in the caller's goroutine, off the state
+// lock), never cmd itself: what the caller does with cmd afterwards cannot
+// reach the state, and the leader applies what followers decode.
 //
 // Every entry is proposed under the replicated cluster version, the newest
 // log version every voter understands, so a node running an older build
@@ -24,11 +26,11 @@ func (b *Broker) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, e
 	if v := b.state.ClusterVersion(); v > 1 && cmd.Version == 0 {
 		cmd.Version = v
 	}
-	data, err := fsm.Encode(cmd)
+	data, forget, err := b.proposals.Encode(cmd)
 	if err != nil {
 		return nil, err
 	}
-	defer b.proposals.Record(data, cmd)()
+	defer forget()
 	out, err := b.node.Apply(ctx, data)
 	if err != nil {
 		return nil, err
