@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/pprof"
 	"time"
@@ -28,6 +29,8 @@ type metrics struct {
 	// children, resolved once: looking labels up on every call was ~6 % of
 	// a busy leader's CPU. Read-only after newMetrics.
 	perMethod map[string]methodMetrics
+	// stopping is the server's: streams it ends itself keep their code.
+	stopping <-chan struct{}
 }
 
 type methodMetrics struct {
@@ -58,6 +61,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		streamedReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "raftq_enqueue_stream_requests_total", Help: "Enqueue requests served on EnqueueStream streams, by status code.",
 		}, []string{"code"}),
+		stopping: s.stopping,
 	}
 	m.streamedOK = m.streamedReqs.WithLabelValues(codes.OK.String())
 	m.perMethod = make(map[string]methodMetrics, len(unaryMethods))
@@ -82,6 +86,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 			return float64(s.state.TotalBytes())
 		}),
 	)
+	registerNodeMetrics(reg, s)
 	return m
 }
 
@@ -103,8 +108,33 @@ func (m *metrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 
 func (m *metrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	err := handler(srv, ss)
-	m.rpcs.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+	code := status.Code(err)
+	if m.clientEnded(ss.Context(), code) {
+		// The client cancelled or closed the stream: that is how a
+		// consumer or a CLI enqueue ends normally, not a failure.
+		code = codes.OK
+	}
+	m.rpcs.WithLabelValues(info.FullMethod, code.String()).Inc()
 	return err
+}
+
+// clientEnded reports whether a stream that ended with code was ended by
+// its client: its context was cancelled (not timed out) while this server
+// was not stopping, and the handler reported just that (Canceled, or
+// Unknown for the raw error of a send to a departed client).
+func (m *metrics) clientEnded(ctx context.Context, code codes.Code) bool {
+	if code != codes.Canceled && code != codes.Unknown {
+		return false
+	}
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		return false
+	}
+	select {
+	case <-m.stopping:
+		return false
+	default:
+		return true
+	}
 }
 
 // HTTPHandler serves /metrics (Prometheus), /healthz (the process is up),

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/raftq/raftq/fsm/state"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
 	"google.golang.org/grpc/codes"
@@ -96,6 +97,8 @@ func (s *Server) push(ctx context.Context, stream raftqv1.Broker_LeaseServer, c 
 	// next is a delivery taken from the consumer that did not fit in the
 	// previous response: it opens the next one.
 	var next *raftqv1.Delivery
+	var nextRaw *state.Delivery                        // next before projection
+	sent := make([]*state.Delivery, 0, maxPerResponse) // batch before projection, for metrics
 	for {
 		if next == nil {
 			select {
@@ -104,12 +107,13 @@ func (s *Server) push(ctx context.Context, stream raftqv1.Broker_LeaseServer, c 
 			case <-c.Done():
 				return s.leaseEnded(ctx, c)
 			case d := <-c.Deliveries():
-				next = projectDelivery(d)
+				next, nextRaw = projectDelivery(d), d
 			}
 		}
 		batch = append(batch[:0], next)
+		sent = append(sent[:0], nextRaw)
 		size := responseEntrySize(next)
-		next = nil
+		next, nextRaw = nil, nil
 	drain:
 		for len(batch) < maxPerResponse {
 			select {
@@ -117,10 +121,11 @@ func (s *Server) push(ctx context.Context, stream raftqv1.Broker_LeaseServer, c 
 				pd := projectDelivery(d)
 				n := responseEntrySize(pd)
 				if size+n > maxBytes {
-					next = pd
+					next, nextRaw = pd, d
 					break drain
 				}
 				batch = append(batch, pd)
+				sent = append(sent, d)
 				size += n
 			default:
 				break drain
@@ -131,6 +136,7 @@ func (s *Server) push(ctx context.Context, stream raftqv1.Broker_LeaseServer, c 
 			return err
 		}
 		s.metrics.delivered.Add(float64(len(batch)))
+		s.b.Delivered(sent)
 	}
 }
 

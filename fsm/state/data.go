@@ -156,6 +156,12 @@ type queue struct {
 
 	enqueuedTotal, ackedTotal, nackedTotal, expiredTotal int64
 
+	// Counted as this replica applies grants and dead-letterings since it
+	// loaded its state; for metrics only, so neither snapshotted nor in
+	// the digest (every replica applies the same entries, so their rates
+	// agree; a restart starts them again at 0, as Prometheus expects).
+	grantedApplied, deadLetteredApplied int64
+
 	dedup *btree.BTreeG[dedupEntry] // by dedup id; a tree so snapshots clone it in O(1)
 }
 

@@ -267,6 +267,7 @@ func (s *Store) deadLetter(q *queue, m *message, reason string, touched *Touched
 	s.put(q, m, nil)
 	next.origin, next.dlReason = q.name, reason
 	s.put(dlq, nil, &next)
+	q.deadLetteredApplied++
 	touched.add(dlq.name)
 }
 

@@ -294,6 +294,7 @@ func (tx *Tx) Grant(c *fsmv1.LeaseGrant) *GrantResult {
 		next.deadlineMs = max(g.DeadlineMs, tx.s.lastNow)
 		next.attempts++
 		tx.s.put(q, m, &next)
+		q.grantedApplied++
 		res.Deliveries[i] = q.delivery(&next)
 		tx.touched.add(q.name)
 	}

@@ -35,17 +35,21 @@ func (q *queue) info() *QueueInfo {
 		Name:              q.name,
 		Config:            proto.Clone(q.cfg).(*fsmv1.QueueConfig),
 		IsDeadLetterQueue: q.isDLQ,
-		Stats: QueueStats{
-			Ready:         q.ready,
-			Delayed:       q.delayed,
-			InFlight:      q.inFlight,
-			DeadLettered:  q.deadLettered,
-			EnqueuedTotal: q.enqueuedTotal,
-			AckedTotal:    q.ackedTotal,
-			NackedTotal:   q.nackedTotal,
-			ExpiredTotal:  q.expiredTotal,
-			Bytes:         q.bytes,
-		},
+		Stats:             q.stats(),
+	}
+}
+
+func (q *queue) stats() QueueStats {
+	return QueueStats{
+		Ready:         q.ready,
+		Delayed:       q.delayed,
+		InFlight:      q.inFlight,
+		DeadLettered:  q.deadLettered,
+		EnqueuedTotal: q.enqueuedTotal,
+		AckedTotal:    q.ackedTotal,
+		NackedTotal:   q.nackedTotal,
+		ExpiredTotal:  q.expiredTotal,
+		Bytes:         q.bytes,
 	}
 }
 
@@ -229,6 +233,34 @@ func (qv QueueView) Config() *fsmv1.QueueConfig { return qv.q.cfg }
 
 // Ready is the number of ready messages.
 func (qv QueueView) Ready() int64 { return qv.q.ready }
+
+// Stats are the queue's counters (no config copy: cheap enough for a
+// metrics scrape over every queue).
+func (qv QueueView) Stats() QueueStats { return qv.q.stats() }
+
+// AppliedEvents counts the grants and dead-letterings of the queue's
+// messages this replica has applied since it loaded its state. They are
+// not replicated state (neither snapshotted nor digested): metrics only.
+func (qv QueueView) AppliedEvents() (granted, deadLettered int64) {
+	return qv.q.grantedApplied, qv.q.deadLetteredApplied
+}
+
+// OldestReadyMs is the enqueue time of the oldest ready message, taken
+// over the head of each fairness key's FIFO (ids grow with the log, so a
+// key's head is its oldest): O(active keys), no walk over messages. ok is
+// false when nothing is ready.
+func (qv QueueView) OldestReadyMs() (ms int64, ok bool) {
+	for _, l := range qv.q.levels {
+		l.active.Ascend(func(r keyRef) bool {
+			id, found := l.keys[r.key].ids.Min()
+			if m := qv.q.get(id); found && m != nil && (!ok || m.enqueuedMs < ms) {
+				ms, ok = m.enqueuedMs, true
+			}
+			return true
+		})
+	}
+	return ms, ok
+}
 
 // Priorities appends the priorities that have ready messages, highest first.
 func (qv QueueView) Priorities(dst []int32) []int32 {

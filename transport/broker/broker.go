@@ -10,6 +10,7 @@ import (
 
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/metrics"
 	"github.com/raftq/raftq/scheduler"
 )
 
@@ -59,6 +60,7 @@ type Broker struct {
 	acks     *coalescer[ackReq]
 
 	leader    *leaderWork
+	leases    *metrics.Leases // the leader's delivery histograms
 	closeOnce sync.Once
 }
 
@@ -84,6 +86,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		feed:  &changeFeed{},
 
 		proposals: &fsm.Proposals{},
+		leases:    metrics.NewLeases(leaseForgetAfter),
 	}
 	// 1. The state machine. It tells the feed which queues each applied
 	//    batch touched; the feed passes that on to the scheduler only while
@@ -131,6 +134,10 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	return b, nil
 }
 
+// leaseForgetAfter: a pushed lease neither acked nor nacked this long after
+// its deadline has expired or been released; its start time is dropped.
+const leaseForgetAfter = time.Minute
+
 // ID is this node's id.
 func (b *Broker) ID() string { return b.id }
 
@@ -139,6 +146,17 @@ func (b *Broker) Node() *cluster.Node { return b.node }
 
 // State is the replicated state machine, for reads.
 func (b *Broker) State() *fsm.FSM { return b.state }
+
+// LeaseMetrics are the leader's delivery histograms, for the metrics
+// registry.
+func (b *Broker) LeaseMetrics() *metrics.Leases { return b.leases }
+
+// LeaderChanges counts the leaders this node has seen take office (a
+// new leader id or term) since it started.
+func (b *Broker) LeaderChanges() uint64 { return b.leader.changes.Load() }
+
+// DataDir is the node's data directory.
+func (b *Broker) DataDir() string { return b.cfg.Cluster.DataDir }
 
 // Scheduler is the leader's delivery engine.
 func (b *Broker) Scheduler() *scheduler.Scheduler { return b.sched }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
@@ -24,6 +25,9 @@ type leaderWork struct {
 	feed  *changeFeed
 	// propose is Broker.Propose.
 	propose func(context.Context, *fsmv1.Command) (fsm.Result, error)
+
+	// changes counts the leaders seen take office (for metrics).
+	changes atomic.Uint64
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -65,8 +69,14 @@ func (w *leaderWork) follow(ctx context.Context) {
 			running.stop()
 		}
 	}()
+	var seenID string
+	var seenTerm uint64
 	for {
 		l := w.node.Leadership()
+		if l.LeaderID != "" && (l.LeaderID != seenID || l.Term != seenTerm) {
+			seenID, seenTerm = l.LeaderID, l.Term
+			w.changes.Add(1)
+		}
 		lead := l.Role == cluster.RoleLeader && l.Established
 		if running != nil && (!lead || running.term != l.Term) {
 			running.stop()

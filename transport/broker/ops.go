@@ -6,6 +6,7 @@ import (
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/fsm/logconv"
 	"github.com/raftq/raftq/fsm/state"
+	"github.com/raftq/raftq/metrics"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
@@ -78,6 +79,9 @@ func (b *Broker) UpdateQueue(ctx context.Context, name string, cfg *raftqv1.Queu
 // DeleteQueue deletes a queue and everything in it.
 func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
 	_, err := apply[*fsm.Done](ctx, b, &fsmv1.Command{Op: &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: name}}})
+	if err == nil {
+		b.leases.Forget(name)
+	}
 	return err
 }
 
@@ -137,7 +141,34 @@ func (b *Broker) Ack(ctx context.Context, refs []LeaseRef) ([]error, error) {
 	if err != nil {
 		return nil, err
 	}
-	return res.Items[out.offset : out.offset+len(refs)], nil
+	items := res.Items[out.offset : out.offset+len(refs)]
+	b.settled(refs, items)
+	return items, nil
+}
+
+// settled observes the lease durations of the refs whose item succeeded.
+func (b *Broker) settled(refs []LeaseRef, items []error) {
+	keys := make([]metrics.LeaseKey, 0, len(refs))
+	for i, r := range refs {
+		if i < len(items) && items[i] == nil {
+			keys = append(keys, metrics.LeaseKey{Queue: r.Queue, ID: r.MessageID, Token: r.Token})
+		}
+	}
+	b.leases.Settled(keys, b.clock.Now())
+}
+
+// Delivered records deliveries a Lease stream has sent: enqueue-to-delivery
+// latency now, and the start of each lease for its duration once settled.
+func (b *Broker) Delivered(ds []*state.Delivery) {
+	out := make([]metrics.Delivery, len(ds))
+	for i, d := range ds {
+		out[i] = metrics.Delivery{
+			Key:        metrics.LeaseKey{Queue: d.Queue, ID: d.ID, Token: d.LeaseToken},
+			EnqueuedMs: d.EnqueuedMs,
+			DeadlineMs: d.LeaseDeadlineMs,
+		}
+	}
+	b.leases.Delivered(out, b.clock.Now())
 }
 
 // Nack hands messages back (after a delay, or to the dead-letter queue);
@@ -154,6 +185,11 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) ([]error, error) {
 	if err != nil {
 		return nil, err
 	}
+	refs := make([]LeaseRef, len(items))
+	for i, n := range items {
+		refs[i] = n.Ref
+	}
+	b.settled(refs, res.Items)
 	return res.Items, nil
 }
 

@@ -1,0 +1,103 @@
+package transport
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	qmetrics "github.com/raftq/raftq/metrics"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+// registerNodeMetrics adds the per-queue collector (every node, from its
+// own replicated state), the leader's lease histograms and the Raft and
+// cluster collector.
+func registerNodeMetrics(reg *prometheus.Registry, s *Server) {
+	consumers := func(queue string) (int, bool) {
+		if !s.node.LeaderReady() {
+			return 0, false
+		}
+		return s.b.Scheduler().Consumers(queue), true
+	}
+	reg.MustRegister(
+		qmetrics.NewQueueCollector(s.state, consumers, time.Now),
+		s.b.LeaseMetrics(),
+		newClusterCollector(s),
+	)
+}
+
+// followerLagTimeout bounds asking followers for their applied index
+// during a scrape; one that does not answer in time has no lag series.
+const followerLagTimeout = 500 * time.Millisecond
+
+// clusterCollector reads Raft and gossip state at scrape time.
+type clusterCollector struct {
+	s *Server
+
+	term, leader, leaderChanges, commit, applied, lag, members, diskFree *prometheus.Desc
+}
+
+func newClusterCollector(s *Server) *clusterCollector {
+	return &clusterCollector{
+		s:             s,
+		term:          prometheus.NewDesc("raftq_raft_term", "Current Raft term of this node.", nil, nil),
+		leader:        prometheus.NewDesc("raftq_raft_leader", "1 if this node is the Raft leader, else 0.", nil, nil),
+		leaderChanges: prometheus.NewDesc("raftq_raft_leader_changes_total", "Leaders this node has seen take office (a new leader or term) since it started.", nil, nil),
+		commit:        prometheus.NewDesc("raftq_raft_commit_index", "Raft commit index as this node knows it.", nil, nil),
+		applied:       prometheus.NewDesc("raftq_raft_applied_index", "Last Raft index applied to this node's state machine.", nil, nil),
+		lag:           prometheus.NewDesc("raftq_raft_follower_lag_entries", "Entries a follower has still to apply, behind the leader's applied index (leader only; a follower that does not answer within 500 ms has no series).", []string{"follower"}, nil),
+		members:       prometheus.NewDesc("raftq_gossip_members", "Gossip members this node knows of, by state (alive, failed, left).", []string{"state"}, nil),
+		diskFree:      prometheus.NewDesc("raftq_data_dir_free_bytes", "Free bytes available to raftq on the data dir's file system.", nil, nil),
+	}
+}
+
+func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.term, c.leader, c.leaderChanges, c.commit, c.applied, c.lag, c.members, c.diskFree} {
+		ch <- d
+	}
+}
+
+func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := prometheus.GaugeValue
+	st := c.s.node.Status()
+	isLeader := 0.0
+	if c.s.node.IsLeader() {
+		isLeader = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.term, gauge, float64(st.Term))
+	ch <- prometheus.MustNewConstMetric(c.leader, gauge, isLeader)
+	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, float64(c.s.b.LeaderChanges()))
+	ch <- prometheus.MustNewConstMetric(c.commit, gauge, float64(st.CommitIndex))
+	ch <- prometheus.MustNewConstMetric(c.applied, gauge, float64(st.AppliedIndex))
+	if isLeader == 1 {
+		c.followerLag(ch, st.AppliedIndex)
+	}
+	byState := map[string]int{"alive": 0, "failed": 0, "left": 0}
+	for _, m := range c.s.node.Members() {
+		byState[m.State]++
+	}
+	for state, n := range byState {
+		ch <- prometheus.MustNewConstMetric(c.members, gauge, float64(n), state)
+	}
+	if free, ok := diskFree(c.s.b.DataDir()); ok {
+		ch <- prometheus.MustNewConstMetric(c.diskFree, gauge, float64(free))
+	}
+}
+
+// followerLag asks the other nodes for their applied index, as cluster
+// status does, and reports how far each is behind this leader.
+func (c *clusterCollector) followerLag(ch chan<- prometheus.Metric, leaderApplied uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), followerLagTimeout)
+	defer cancel()
+	st, _ := (&clusterService{s: c.s}).Status(ctx, &raftqv1.StatusRequest{})
+	for _, n := range st.GetNodes() {
+		if n.GetId() == c.s.b.ID() || n.GetAppliedIndex() == 0 {
+			continue // this node, or one that did not answer
+		}
+		lag := float64(0)
+		if leaderApplied > n.GetAppliedIndex() {
+			lag = float64(leaderApplied - n.GetAppliedIndex())
+		}
+		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, lag, n.GetId())
+	}
+}
