@@ -202,9 +202,11 @@ func (c *Client) ClusterStatus(ctx context.Context) (*raftqv1.StatusResponse, er
 	return resp, nil
 }
 
-// RemoveNode removes a node from the Raft configuration.
-func (c *Client) RemoveNode(ctx context.Context, id string) error {
-	return c.cluster(ctx, raftqv1.Cluster_RemoveNode_FullMethodName, false, &raftqv1.RemoveNodeRequest{Id: id}, &raftqv1.RemoveNodeResponse{})
+// RemoveNode removes a node from the Raft configuration. Without force, a
+// removal that would leave fewer voters than the cluster's
+// --bootstrap-expect fails with FAILED_PRECONDITION.
+func (c *Client) RemoveNode(ctx context.Context, id string, force bool) error {
+	return c.cluster(ctx, raftqv1.Cluster_RemoveNode_FullMethodName, false, &raftqv1.RemoveNodeRequest{Id: id, Force: force}, &raftqv1.RemoveNodeResponse{})
 }
 
 // TransferLeadership asks the leader to hand over to toID ("" = any voter)

@@ -25,6 +25,9 @@ var (
 	// ErrRemoveLeader: the leader cannot remove itself; transfer leadership
 	// first.
 	ErrRemoveLeader = errors.New("cluster: cannot remove the current leader; transfer leadership first")
+	// ErrBelowExpect: removing the node would leave fewer voters than
+	// BootstrapExpect; the caller may force it.
+	ErrBelowExpect = errors.New("cluster: removal would leave fewer voters than bootstrap-expect")
 )
 
 // wrapRaftErr maps raft's errors onto ours (keeping raft's in the chain) and

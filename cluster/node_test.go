@@ -432,17 +432,23 @@ func TestCluster(t *testing.T) {
 				t.Fatalf("failed node status %+v", ns)
 			}
 		}
-		// An operator can still remove it.
-		if err := l.RemoveNode(ctxTimeout(t, 5*time.Second), old.ID()); err != nil {
+		// An operator can still remove it, by forcing it below the floor.
+		if err := l.RemoveNode(ctxTimeout(t, 5*time.Second), old.ID(), false); !errors.Is(err, ErrBelowExpect) {
+			t.Fatalf("remove node below BootstrapExpect without force: %v", err)
+		}
+		if got := voters(l); !slices.Equal(got, before) {
+			t.Fatalf("voters changed to %v by a refused removal", got)
+		}
+		if err := l.RemoveNode(ctxTimeout(t, 5*time.Second), old.ID(), true); err != nil {
 			t.Fatalf("remove node: %v", err)
 		}
-		if err := l.RemoveNode(ctxTimeout(t, 5*time.Second), old.ID()); !errors.Is(err, ErrUnknownNode) {
+		if err := l.RemoveNode(ctxTimeout(t, 5*time.Second), old.ID(), true); !errors.Is(err, ErrUnknownNode) {
 			t.Fatalf("remove again: %v", err)
 		}
-		if err := l.RemoveNode(ctxTimeout(t, 5*time.Second), l.ID()); !errors.Is(err, ErrRemoveLeader) {
+		if err := l.RemoveNode(ctxTimeout(t, 5*time.Second), l.ID(), true); !errors.Is(err, ErrRemoveLeader) {
 			t.Fatalf("remove leader: %v", err)
 		}
-		if err := c.follower().RemoveNode(ctxTimeout(t, 5*time.Second), l.ID()); !errors.Is(err, ErrNotLeader) {
+		if err := c.follower().RemoveNode(ctxTimeout(t, 5*time.Second), l.ID(), true); !errors.Is(err, ErrNotLeader) {
 			t.Fatalf("remove on follower: %v", err)
 		}
 		if got := voters(l); len(got) != 2 {

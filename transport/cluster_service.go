@@ -73,7 +73,7 @@ func (c *clusterService) RemoveNode(ctx context.Context, req *raftqv1.RemoveNode
 	if req.GetId() == "" {
 		return nil, invalid("id is required")
 	}
-	if err := c.s.node.RemoveNode(ctx, req.Id); err != nil {
+	if err := c.s.node.RemoveNode(ctx, req.Id, req.Force); err != nil {
 		return nil, err
 	}
 	return &raftqv1.RemoveNodeResponse{}, nil

@@ -38,7 +38,7 @@ func codeOf(err error) codes.Code {
 		return codes.FailedPrecondition
 	case errors.Is(err, cluster.ErrUnknownNode):
 		return codes.NotFound
-	case errors.Is(err, cluster.ErrRemoveLeader):
+	case errors.Is(err, cluster.ErrRemoveLeader), errors.Is(err, cluster.ErrBelowExpect):
 		return codes.FailedPrecondition
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded

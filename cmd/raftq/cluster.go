@@ -29,12 +29,15 @@ func newClusterCmd(a *app) *cobra.Command {
 			return printStatus(a.out, st)
 		}),
 	}
+	var force bool
 	remove := &cobra.Command{
 		Use:   "remove ID",
 		Short: "Remove a node from the Raft configuration",
-		Args:  cobra.ExactArgs(1),
+		Long: "Remove a node from the Raft configuration. A removal that would leave fewer\n" +
+			"voters than the cluster's --bootstrap-expect is refused unless --force is given.",
+		Args: cobra.ExactArgs(1),
 		RunE: a.unary(func(ctx context.Context, c *client.Client, args []string) error {
-			if err := c.RemoveNode(ctx, args[0]); err != nil {
+			if err := c.RemoveNode(ctx, args[0], force); err != nil {
 				return err
 			}
 			if a.json {
@@ -44,6 +47,7 @@ func newClusterCmd(a *app) *cobra.Command {
 			return err
 		}),
 	}
+	remove.Flags().BoolVar(&force, "force", false, "remove a voter even if fewer voters than --bootstrap-expect remain")
 	transfer := &cobra.Command{
 		Use:   "transfer-leadership [ID]",
 		Short: "Hand leadership to node ID, or to any other voter",

@@ -371,3 +371,20 @@ func TestVerifyNamesNodesThatDidNotAnswer(t *testing.T) {
 		t.Fatalf("verify with n2 down: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestClusterRemoveForce: --force asks the broker to remove a voter even
+// below --bootstrap-expect; without it the broker keeps that floor.
+func TestClusterRemoveForce(t *testing.T) {
+	f := &fake{}
+	addr := serve(t, f)
+	for _, args := range [][]string{{"n2"}, {"n3", "--force"}} {
+		if r := raftq(t, addr, "", append([]string{"cluster", "remove"}, args...)...); r.code != 0 || r.stdout != "removed node "+args[0]+"\n" {
+			t.Fatalf("cluster remove %v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	reqs := requests[*raftqv1.RemoveNodeRequest](f)
+	want := []*raftqv1.RemoveNodeRequest{{Id: "n2"}, {Id: "n3", Force: true}}
+	if len(reqs) != len(want) || !proto.Equal(reqs[0], want[0]) || !proto.Equal(reqs[1], want[1]) {
+		t.Fatalf("requests = %v, want %v", reqs, want)
+	}
+}

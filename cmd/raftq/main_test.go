@@ -175,6 +175,11 @@ func (f *fake) Verify(_ context.Context, r *raftqv1.VerifyRequest) (*raftqv1.Ver
 	return f.verify, nil
 }
 
+func (f *fake) RemoveNode(_ context.Context, r *raftqv1.RemoveNodeRequest) (*raftqv1.RemoveNodeResponse, error) {
+	f.record(r)
+	return &raftqv1.RemoveNodeResponse{}, nil
+}
+
 // serve runs f on a loopback port until the test ends.
 func serve(t *testing.T, f *fake) string {
 	t.Helper()

@@ -2655,8 +2655,11 @@ func (x *StatusResponse) GetClusterVersion() uint32 {
 }
 
 type RemoveNodeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Remove a voter even if fewer voters than the cluster's
+	// --bootstrap-expect would remain (without it: FAILED_PRECONDITION).
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2696,6 +2699,13 @@ func (x *RemoveNodeRequest) GetId() string {
 		return x.Id
 	}
 	return ""
+}
+
+func (x *RemoveNodeRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 type RemoveNodeResponse struct {
@@ -3416,9 +3426,10 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\fcommit_index\x18\x04 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x12$\n" +
 	"\x05nodes\x18\x06 \x03(\v2\x0e.raftq.v1.NodeR\x05nodes\x12'\n" +
-	"\x0fcluster_version\x18\a \x01(\rR\x0eclusterVersion\"#\n" +
+	"\x0fcluster_version\x18\a \x01(\rR\x0eclusterVersion\"9\n" +
 	"\x11RemoveNodeRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\x14\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x14\n" +
 	"\x12RemoveNodeResponse\"0\n" +
 	"\x19TransferLeadershipRequest\x12\x13\n" +
 	"\x05to_id\x18\x01 \x01(\tR\x04toId\"@\n" +
