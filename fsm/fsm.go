@@ -15,7 +15,8 @@ import (
 // applies entries of versions 1..MaxLogVersion by each entry's own rules
 // and stops (Options.Fatal) at a newer one. Version 1 is the format
 // before versioning (entries carry no version); version 2 adds only the
-// SetClusterVersion command. fsm/DESIGN.md lists every version.
+// SetClusterVersion command; version 3 makes fairness keys' order and
+// weights replicated state. fsm/DESIGN.md lists every version.
 const MaxLogVersion = state.MaxLogVersion
 
 // Notifier learns which queues an applied batch touched (new ready work,

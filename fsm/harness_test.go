@@ -10,10 +10,11 @@ import (
 // harness drives an FSM directly with an incrementing index and a settable
 // clock, checking Verify after every command.
 type harness struct {
-	t     testing.TB
-	f     *FSM
-	index uint64
-	now   int64
+	t       testing.TB
+	f       *FSM
+	index   uint64
+	now     int64
+	version uint32 // log version of the entries it applies (0 = 1)
 }
 
 func newHarness(t testing.TB) *harness {
@@ -24,6 +25,9 @@ func (h *harness) apply(cmd *fsmv1.Command) Result {
 	h.t.Helper()
 	h.index++
 	cmd.NowMs = h.now
+	if cmd.Version == 0 {
+		cmd.Version = h.version
+	}
 	res := h.f.ApplyCommand(h.index, cmd)
 	if err := h.f.Verify(); err != nil {
 		h.t.Fatalf("Verify after command %d (%T): %v", h.index, cmd.Op, err)
@@ -69,6 +73,14 @@ func as[T Result](t testing.TB, res Result) T {
 		t.Fatalf("result %T (%v), want %T", res, res.Failure(), want)
 	}
 	return r
+}
+
+// raise raises the cluster version to v in an entry of version v, and
+// applies every later entry under it, as the leader would.
+func (h *harness) raise(v uint32) {
+	h.t.Helper()
+	h.version = v
+	h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: v}}})
 }
 
 func (h *harness) create(name string, cfg *fsmv1.QueueConfig) {

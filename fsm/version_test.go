@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"strings"
@@ -55,7 +56,7 @@ func TestNewerEntryStopsTheNode(t *testing.T) {
 		t.Fatalf("Fatal called %d times, want once", len(rec.errs))
 	}
 	msg := rec.errs[0].Error()
-	for _, want := range []string{"entry 3", "log version 3", "up to 2", "upgrade"} {
+	for _, want := range []string{"entry 3", fmt.Sprint("log version ", MaxLogVersion+1), fmt.Sprint("up to ", MaxLogVersion), "upgrade"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("fatal message %q does not say %q", msg, want)
 		}
@@ -83,7 +84,7 @@ func TestNewerEntryPanicsByDefault(t *testing.T) {
 	defer func() {
 		r := recover()
 		s, _ := r.(string)
-		if !strings.Contains(s, "log version 3") || !strings.Contains(s, "upgrade") {
+		if !strings.Contains(s, fmt.Sprint("log version ", MaxLogVersion+1)) || !strings.Contains(s, "upgrade") {
 			t.Fatalf("recovered %v, want the newer-version message", r)
 		}
 	}()
@@ -184,8 +185,9 @@ func TestNewerSnapshotStopsTheNode(t *testing.T) {
 		hdr  *fsmv1.SnapshotHeader
 		want string
 	}{
-		{"newer format (this build reads 1 and 2)", &fsmv1.SnapshotHeader{Version: 3}, "snapshot format version 3"},
-		{"newer cluster", &fsmv1.SnapshotHeader{Version: 2, ClusterVersion: MaxLogVersion + 1}, "log version 3"},
+		{"newer format (this build reads 1 to 3)", &fsmv1.SnapshotHeader{Version: 4}, "snapshot format version 4"},
+		{"newer cluster", &fsmv1.SnapshotHeader{Version: 2, ClusterVersion: MaxLogVersion + 1}, fmt.Sprint("log version ", MaxLogVersion+1)},
+		{"newer cluster, format 3", &fsmv1.SnapshotHeader{Version: 3, ClusterVersion: MaxLogVersion + 1}, fmt.Sprint("log version ", MaxLogVersion+1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
@@ -214,11 +216,15 @@ func TestNewerSnapshotStopsTheNode(t *testing.T) {
 	}
 	// A malformed header (format 1 claiming a cluster version) is invalid,
 	// not newer: refused without stopping the node.
-	var buf bytes.Buffer
-	_, _ = protodelim.MarshalTo(&buf, &fsmv1.SnapshotHeader{Version: 1, ClusterVersion: 2})
-	rec := &fatalRecorder{}
-	f := New(Options{Fatal: rec.fatal})
-	if err := f.Restore(io.NopCloser(&buf)); !errors.Is(err, ErrInvalid) || len(rec.errs) != 0 {
-		t.Fatalf("restore: %v, fatal %v", err, rec.errs)
+	// So is a format that cannot hold its cluster version's state (format
+	// 2 has no key order, which cluster version 3 keeps).
+	for _, hdr := range []*fsmv1.SnapshotHeader{{Version: 1, ClusterVersion: 2}, {Version: 2, ClusterVersion: 3}, {Version: 3, ClusterVersion: 2}} {
+		var buf bytes.Buffer
+		_, _ = protodelim.MarshalTo(&buf, hdr)
+		rec := &fatalRecorder{}
+		f := New(Options{Fatal: rec.fatal})
+		if err := f.Restore(io.NopCloser(&buf)); !errors.Is(err, ErrInvalid) || len(rec.errs) != 0 {
+			t.Fatalf("restore of %v: %v, fatal %v", hdr, err, rec.errs)
+		}
 	}
 }

@@ -18,11 +18,15 @@ import (
 // state whose cluster version is 1 is still written as version 1, byte for
 // byte, so its digest matches older builds'. Version 2 adds the header's
 // cluster_version, written only when it is not 1 (an older build refuses
-// such a snapshot instead of dropping the field).
+// such a snapshot instead of dropping the field). Version 3, written from
+// cluster version 3 on, adds each queue's key_order. Each format is
+// written only at the cluster versions it belongs to, so replicas of two
+// builds at the same cluster version hash the same bytes.
 const (
 	snapshotV1         = 1
 	snapshotV2         = 2
-	maxSnapshotVersion = snapshotV2
+	snapshotV3         = 3
+	maxSnapshotVersion = snapshotV3
 )
 
 // maxRecordBytes bounds one snapshot record on restore: the largest message
@@ -65,12 +69,22 @@ func (s *Store) Freeze(index uint64) *Frozen {
 				ExpiredTotal:  q.expiredTotal,
 				MessageCount:  uint64(q.msgs.Len()),
 				DedupCount:    uint64(q.dedup.Len()),
+				KeyOrder:      keyOrderAt(s.clusterVersion, q),
 			},
 			msgs:  q.msgs.Clone(),
 			dedup: q.dedup.Clone(),
 		})
 	}
 	return fr
+}
+
+// keyOrderAt is what a snapshot at cluster version cv records of q's key
+// order: nothing before keyOrderVersion (the older formats, unchanged).
+func keyOrderAt(cv uint32, q *queue) []*fsmv1.KeyOrder {
+	if cv < keyOrderVersion {
+		return nil
+	}
+	return q.keyOrder()
 }
 
 // Stream writes the frozen state as length-delimited records: the
@@ -96,7 +110,10 @@ func (fr *Frozen) Stream(w io.Writer) error {
 		return err
 	}
 	hdr := &fsmv1.SnapshotHeader{Version: snapshotV1, LastNowMs: fr.lastNow, AppliedIndex: fr.index, QueueCount: uint64(len(fr.queues))}
-	if fr.clusterVersion != 1 {
+	switch {
+	case fr.clusterVersion >= keyOrderVersion:
+		hdr.Version, hdr.ClusterVersion = snapshotV3, fr.clusterVersion
+	case fr.clusterVersion != 1:
 		hdr.Version, hdr.ClusterVersion = snapshotV2, fr.clusterVersion
 	}
 	if err := put(hdr); err != nil {
@@ -195,10 +212,11 @@ func (s *Store) load(r *bufio.Reader) error {
 			ErrNewerVersion, hdr.Version, maxSnapshotVersion)
 	case hdr.Version == snapshotV1 && hdr.ClusterVersion == 0:
 		s.clusterVersion = 1
-	case hdr.Version == snapshotV2 && hdr.ClusterVersion > MaxLogVersion:
+	case hdr.Version >= snapshotV2 && hdr.ClusterVersion > MaxLogVersion:
 		return fmt.Errorf("%w: snapshot of a cluster at log version %d, this build applies versions up to %d; upgrade this node's raftq binary",
 			ErrNewerVersion, hdr.ClusterVersion, MaxLogVersion)
-	case hdr.Version == snapshotV2 && hdr.ClusterVersion >= 2:
+	case hdr.Version == snapshotV2 && hdr.ClusterVersion >= 2 && hdr.ClusterVersion < keyOrderVersion,
+		hdr.Version == snapshotV3 && hdr.ClusterVersion >= keyOrderVersion:
 		s.clusterVersion = hdr.ClusterVersion
 	default:
 		return fmt.Errorf("%w: snapshot version %d with cluster version %d", ErrInvalid, hdr.Version, hdr.ClusterVersion)
@@ -209,6 +227,7 @@ func (s *Store) load(r *bufio.Reader) error {
 		m *message
 	}
 	var dlqMsgs []pendingDLQ // indexed after every queue exists, so origin counters land
+	keyOrders := map[*queue][]*fsmv1.KeyOrder{}
 	for i := uint64(0); i < hdr.QueueCount; i++ {
 		rec := &fsmv1.QueueRecord{}
 		if err := opts.UnmarshalFrom(r, rec); err != nil {
@@ -232,6 +251,10 @@ func (s *Store) load(r *bufio.Reader) error {
 		q.cfg = effectiveConfig(q.raw, q.raw.DeadLetterQueue)
 		q.enqueuedTotal, q.ackedTotal, q.nackedTotal, q.expiredTotal = rec.EnqueuedTotal, rec.AckedTotal, rec.NackedTotal, rec.ExpiredTotal
 		s.queues[q.name] = q
+		if len(rec.KeyOrder) > 0 && hdr.Version < snapshotV3 {
+			return fmt.Errorf("%w: key order in a format-%d snapshot", ErrInvalid, hdr.Version)
+		}
+		keyOrders[q] = rec.KeyOrder
 		var last uint64
 		for j := uint64(0); j < rec.MessageCount; j++ {
 			mr := &fsmv1.MessageRecord{}
@@ -279,6 +302,16 @@ func (s *Store) load(r *bufio.Reader) error {
 	}
 	for _, p := range dlqMsgs {
 		s.put(p.q, nil, p.m)
+	}
+	if hdr.Version >= snapshotV3 {
+		// Indexing derived an order from message ids; the recorded one
+		// is the live replica's (keyorder.go).
+		for _, name := range s.sortedQueueNames() {
+			q := s.queues[name]
+			if err := s.loadKeyOrder(q, keyOrders[q]); err != nil {
+				return err
+			}
+		}
 	}
 	for _, q := range s.queues {
 		if d := q.cfg.DeadLetterQueue; d != "" {

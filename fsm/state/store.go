@@ -26,7 +26,7 @@ type Store struct {
 	totalBytes     int64 // payload bytes across queues (derived, like the per-queue counters)
 	lastNow        int64
 	appliedIndex   uint64
-	keySeq         uint64 // derived: activation order of fairness keys, not part of the digest
+	keySeq         uint64 // source of activation sequence numbers; only their order matters (keyorder.go)
 	clusterVersion uint32 // the replicated cluster version (starts at 1)
 }
 

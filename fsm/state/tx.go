@@ -32,6 +32,7 @@ func (tx *Tx) Expire(refs []*fsmv1.Ref) *ItemsResult { return tx.forRefs(refs, t
 // SetClusterVersion raises the cluster version. It never lowers it (a
 // late or repeated proposal changes nothing) and never raises it past the
 // entry's own version: an entry cannot vouch for rules newer than its own.
+// Reaching keyOrderVersion makes every replica's key order canonical.
 func (tx *Tx) SetClusterVersion(c *fsmv1.SetClusterVersion) *Done {
 	v := c.GetVersion()
 	switch {
@@ -39,6 +40,11 @@ func (tx *Tx) SetClusterVersion(c *fsmv1.SetClusterVersion) *Done {
 		return failed(fmt.Errorf("%w: cluster version %d proposed in a version-%d entry", ErrInvalid, v, tx.version))
 	case v <= tx.s.clusterVersion:
 		return failed(fmt.Errorf("%w: cluster version is already %d, not raised to %d", ErrInvalid, tx.s.clusterVersion, v))
+	}
+	if tx.s.clusterVersion < keyOrderVersion && v >= keyOrderVersion {
+		// Key order becomes state that digests compare: start it from
+		// the same place on every replica (keyorder.go).
+		tx.s.canonicalKeyOrder()
 	}
 	tx.s.clusterVersion = v
 	return &Done{}

@@ -78,6 +78,15 @@ func (s *Store) Verify() error {
 			if l.active.Len() != len(l.keys) {
 				return fmt.Errorf("%s: priority %d has %d active keys but %d key queues", name, l.priority, l.active.Len(), len(l.keys))
 			}
+			l.active.Ascend(func(r keyRef) bool {
+				if kq := l.keys[r.key]; kq == nil || kq.seq != r.seq || kq.weight < 1 {
+					err = fmt.Errorf("%s: priority %d: active key %q (seq %d) does not match its key queue", name, l.priority, r.key, r.seq)
+				}
+				return err == nil
+			})
+			if err != nil {
+				return err
+			}
 		}
 		if len(readyPerLevel) != len(q.levels) {
 			return fmt.Errorf("%s: %d priority levels for %d priorities with ready messages", name, len(q.levels), len(readyPerLevel))

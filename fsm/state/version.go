@@ -2,6 +2,13 @@ package state
 
 // MaxLogVersion is the newest log version this build applies. Version 1 is
 // the format before versioning (entries carry no version); version 2 adds
-// only SetClusterVersion. fsm/DESIGN.md lists every version; a rule that
-// changes in version N is written `if tx.version >= N`.
-const MaxLogVersion uint32 = 2
+// only SetClusterVersion; version 3 makes the order and weights of
+// fairness keys replicated state (keyorder.go). fsm/DESIGN.md lists every
+// version; a rule that changes in version N is written `if tx.version >= N`.
+const MaxLogVersion uint32 = 3
+
+// keyOrderVersion is the cluster version from which fairness keys'
+// activation order and weights are kept in snapshots and digests; the
+// entry that raises the cluster to it makes them canonical on every
+// replica (canonicalKeyOrder).
+const keyOrderVersion uint32 = 3

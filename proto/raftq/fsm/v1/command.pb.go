@@ -1686,7 +1686,8 @@ type SnapshotHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Snapshot format version: 1 for a state whose cluster version is 1
 	// (byte-identical to snapshots written before versioning), 2 when
-	// cluster_version is present.
+	// cluster_version is present, 3 (cluster version 3 and later) when queue
+	// records carry key_order.
 	Version      uint32 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	LastNowMs    int64  `protobuf:"varint,2,opt,name=last_now_ms,json=lastNowMs,proto3" json:"last_now_ms,omitempty"`
 	AppliedIndex uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
@@ -1773,8 +1774,12 @@ type QueueRecord struct {
 	ExpiredTotal  int64                  `protobuf:"varint,7,opt,name=expired_total,json=expiredTotal,proto3" json:"expired_total,omitempty"`
 	MessageCount  uint64                 `protobuf:"varint,8,opt,name=message_count,json=messageCount,proto3" json:"message_count,omitempty"`
 	// Followed by message_count MessageRecords, then dedup_count DedupEntries.
-	DedupCount    uint64 `protobuf:"varint,9,opt,name=dedup_count,json=dedupCount,proto3" json:"dedup_count,omitempty"`
-	IsDlq         bool   `protobuf:"varint,10,opt,name=is_dlq,json=isDlq,proto3" json:"is_dlq,omitempty"`
+	DedupCount uint64 `protobuf:"varint,9,opt,name=dedup_count,json=dedupCount,proto3" json:"dedup_count,omitempty"`
+	IsDlq      bool   `protobuf:"varint,10,opt,name=is_dlq,json=isDlq,proto3" json:"is_dlq,omitempty"`
+	// Snapshot format 3 and later: every fairness key with ready messages,
+	// by priority (highest first), then in activation order (the order
+	// deficit round-robin visits them), with the weight it delivers at.
+	KeyOrder      []*KeyOrder `protobuf:"bytes,11,rep,name=key_order,json=keyOrder,proto3" json:"key_order,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1879,6 +1884,86 @@ func (x *QueueRecord) GetIsDlq() bool {
 	return false
 }
 
+func (x *QueueRecord) GetKeyOrder() []*KeyOrder {
+	if x != nil {
+		return x.KeyOrder
+	}
+	return nil
+}
+
+// KeyOrder is one fairness key of one priority of a queue, as delivery
+// order depends on it: its place in the list is its activation order.
+type KeyOrder struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Priority int32                  `protobuf:"varint,1,opt,name=priority,proto3" json:"priority,omitempty"`
+	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The weight of the newest message the key was given while active.
+	Weight uint32 `protobuf:"varint,3,opt,name=weight,proto3" json:"weight,omitempty"`
+	// The id that weight came from: a message returning with an older id
+	// does not change it.
+	Newest        uint64 `protobuf:"varint,4,opt,name=newest,proto3" json:"newest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyOrder) Reset() {
+	*x = KeyOrder{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyOrder) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyOrder) ProtoMessage() {}
+
+func (x *KeyOrder) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyOrder.ProtoReflect.Descriptor instead.
+func (*KeyOrder) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *KeyOrder) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *KeyOrder) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KeyOrder) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *KeyOrder) GetNewest() uint64 {
+	if x != nil {
+		return x.Newest
+	}
+	return 0
+}
+
 type DedupEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DedupId       string                 `protobuf:"bytes,1,opt,name=dedup_id,json=dedupId,proto3" json:"dedup_id,omitempty"`
@@ -1890,7 +1975,7 @@ type DedupEntry struct {
 
 func (x *DedupEntry) Reset() {
 	*x = DedupEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +1987,7 @@ func (x *DedupEntry) String() string {
 func (*DedupEntry) ProtoMessage() {}
 
 func (x *DedupEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +2000,7 @@ func (x *DedupEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupEntry.ProtoReflect.Descriptor instead.
 func (*DedupEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DedupEntry) GetDedupId() string {
@@ -1965,7 +2050,7 @@ type MessageRecord struct {
 
 func (x *MessageRecord) Reset() {
 	*x = MessageRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2062,7 @@ func (x *MessageRecord) String() string {
 func (*MessageRecord) ProtoMessage() {}
 
 func (x *MessageRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2075,7 @@ func (x *MessageRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRecord.ProtoReflect.Descriptor instead.
 func (*MessageRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MessageRecord) GetId() uint64 {
@@ -2251,7 +2336,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x1f\n" +
 	"\vqueue_count\x18\x04 \x01(\x04R\n" +
 	"queueCount\x12'\n" +
-	"\x0fcluster_version\x18\x05 \x01(\rR\x0eclusterVersion\"\xdc\x02\n" +
+	"\x0fcluster_version\x18\x05 \x01(\rR\x0eclusterVersion\"\x91\x03\n" +
 	"\vQueueRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.raftq.fsm.v1.QueueConfigR\x06config\x12\x19\n" +
@@ -2265,7 +2350,13 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\vdedup_count\x18\t \x01(\x04R\n" +
 	"dedupCount\x12\x15\n" +
 	"\x06is_dlq\x18\n" +
-	" \x01(\bR\x05isDlq\"e\n" +
+	" \x01(\bR\x05isDlq\x123\n" +
+	"\tkey_order\x18\v \x03(\v2\x16.raftq.fsm.v1.KeyOrderR\bkeyOrder\"h\n" +
+	"\bKeyOrder\x12\x1a\n" +
+	"\bpriority\x18\x01 \x01(\x05R\bpriority\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06weight\x18\x03 \x01(\rR\x06weight\x12\x16\n" +
+	"\x06newest\x18\x04 \x01(\x04R\x06newest\"e\n" +
 	"\n" +
 	"DedupEntry\x12\x19\n" +
 	"\bdedup_id\x18\x01 \x01(\tR\adedupId\x12\x1d\n" +
@@ -2320,7 +2411,7 @@ func file_raftq_fsm_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_raftq_fsm_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(MessageState)(0),         // 0: raftq.fsm.v1.MessageState
 	(*Command)(nil),           // 1: raftq.fsm.v1.Command
@@ -2349,11 +2440,12 @@ var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(*Checkpoint)(nil),        // 24: raftq.fsm.v1.Checkpoint
 	(*SnapshotHeader)(nil),    // 25: raftq.fsm.v1.SnapshotHeader
 	(*QueueRecord)(nil),       // 26: raftq.fsm.v1.QueueRecord
-	(*DedupEntry)(nil),        // 27: raftq.fsm.v1.DedupEntry
-	(*MessageRecord)(nil),     // 28: raftq.fsm.v1.MessageRecord
-	nil,                       // 29: raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	nil,                       // 30: raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	nil,                       // 31: raftq.fsm.v1.MessageRecord.HeadersEntry
+	(*KeyOrder)(nil),          // 27: raftq.fsm.v1.KeyOrder
+	(*DedupEntry)(nil),        // 28: raftq.fsm.v1.DedupEntry
+	(*MessageRecord)(nil),     // 29: raftq.fsm.v1.MessageRecord
+	nil,                       // 30: raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	nil,                       // 31: raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	nil,                       // 32: raftq.fsm.v1.MessageRecord.HeadersEntry
 }
 var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	6,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
@@ -2372,8 +2464,8 @@ var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	23, // 13: raftq.fsm.v1.Command.tick:type_name -> raftq.fsm.v1.Tick
 	24, // 14: raftq.fsm.v1.Command.checkpoint:type_name -> raftq.fsm.v1.Checkpoint
 	5,  // 15: raftq.fsm.v1.Command.set_cluster_version:type_name -> raftq.fsm.v1.SetClusterVersion
-	29, // 16: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	30, // 17: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	30, // 16: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	31, // 17: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
 	3,  // 18: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
 	3,  // 19: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
 	4,  // 20: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
@@ -2386,14 +2478,15 @@ var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	14, // 27: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
 	14, // 28: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
 	3,  // 29: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
-	31, // 30: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
-	0,  // 31: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
-	2,  // 32: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	27, // 30: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
+	32, // 31: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	0,  // 32: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
+	2,  // 33: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_raftq_fsm_v1_command_proto_init() }
@@ -2425,7 +2518,7 @@ func file_raftq_fsm_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_fsm_v1_command_proto_rawDesc), len(file_raftq_fsm_v1_command_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
