@@ -32,7 +32,7 @@ func codeOf(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, fsm.ErrQueueExists):
 		return codes.AlreadyExists
-	case errors.Is(err, fsm.ErrQueueFull):
+	case errors.Is(err, fsm.ErrQueueFull), errors.Is(err, broker.ErrOverloaded):
 		return codes.ResourceExhausted
 	case errors.Is(err, fsm.ErrStaleLease), errors.Is(err, fsm.ErrInUse):
 		return codes.FailedPrecondition

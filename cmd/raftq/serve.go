@@ -34,6 +34,7 @@ type serveOptions struct {
 	deadNodeTimeout time.Duration
 	leaseGrace      time.Duration
 	maxQueuedBytes  int64
+	maxPending      int64
 	logLevel        string
 	snapThreshold   uint64
 	trailingLogs    uint64
@@ -68,6 +69,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.DurationVar(&o.deadNodeTimeout, "dead-node-timeout", 30*time.Second, "how long a failed node stays a voter before removal")
 	fl.DurationVar(&o.leaseGrace, "lease-grace", 5*time.Second, "after a failover, how long before leases of the old leader may expire")
 	fl.Int64Var(&o.maxQueuedBytes, "max-queued-bytes", defaultMaxQueuedBytes(), "node-wide limit on payload bytes held (default: a quarter of memory)")
+	fl.Int64Var(&o.maxPending, "max-pending-bytes", broker.DefaultMaxPendingBytes, "client writes held in front of Raft (queued and in flight) before new ones get ResourceExhausted")
 	fl.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.Uint64Var(&o.snapThreshold, "snapshot-threshold", cluster.DefaultSnapshotThreshold, "log entries between automatic snapshots")
 	fl.Uint64Var(&o.trailingLogs, "trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot (followers further behind get the snapshot)")
@@ -210,9 +212,10 @@ func runServe(ctx context.Context, o *serveOptions) error {
 			SnapshotThreshold: o.snapThreshold,
 			TrailingLogs:      o.trailingLogs,
 		},
-		LeaseGrace:     o.leaseGrace,
-		MaxQueuedBytes: o.maxQueuedBytes,
-		Logger:         log,
+		LeaseGrace:      o.leaseGrace,
+		MaxQueuedBytes:  o.maxQueuedBytes,
+		MaxPendingBytes: o.maxPending,
+		Logger:          log,
 	})
 	if err != nil {
 		return fmt.Errorf("start node: %w", err)

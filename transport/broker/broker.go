@@ -25,6 +25,10 @@ type Config struct {
 	// MaxQueuedBytes is the node-wide admission limit on payload bytes
 	// held; 0 = unlimited.
 	MaxQueuedBytes int64
+	// MaxPendingBytes bounds the client writes this node holds in front of
+	// Raft (queued and in flight); past it writes fail with ErrOverloaded.
+	// 0 = DefaultMaxPendingBytes.
+	MaxPendingBytes int64
 	// Clock stamps every command and drives the scheduler; nil = the wall
 	// clock. Tests replace it.
 	Clock Clock
@@ -56,6 +60,7 @@ type Broker struct {
 	sched     *scheduler.Scheduler
 	feed      *changeFeed
 
+	gate     *pendingGate
 	enqueues *coalescer[enqueueReq]
 	acks     *coalescer[ackReq]
 
@@ -78,12 +83,16 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = wallClock()
 	}
+	if cfg.MaxPendingBytes <= 0 {
+		cfg.MaxPendingBytes = DefaultMaxPendingBytes
+	}
 	b := &Broker{
 		id:    cfg.Cluster.NodeID,
 		log:   cfg.Logger,
 		clock: cfg.Clock,
 		cfg:   cfg,
 		feed:  &changeFeed{},
+		gate:  &pendingGate{limit: cfg.MaxPendingBytes},
 
 		proposals: &fsm.Proposals{},
 		leases:    metrics.NewLeases(leaseForgetAfter),

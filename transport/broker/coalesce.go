@@ -35,6 +35,16 @@ type coalescer[Req any] struct {
 type pending[Req any] struct {
 	req  Req
 	done chan batchOutcome
+	// release, if set, is called once the coalescer is done with req
+	// (answered or dropped), whether or not its caller still waits.
+	release func()
+}
+
+func (p *pending[Req]) finish(out batchOutcome) {
+	p.done <- out
+	if p.release != nil {
+		p.release()
+	}
 }
 
 type batchOutcome struct {
@@ -64,13 +74,21 @@ func newCoalescer[Req any](maxInFlight, maxItems, maxBytes int,
 }
 
 // submit hands req to the batcher and waits for its entry to commit.
-func (c *coalescer[Req]) submit(ctx context.Context, req Req) (batchOutcome, error) {
-	p := &pending[Req]{req: req, done: make(chan batchOutcome, 1)}
+// release (may be nil) is called when the batcher is done with req, which
+// may be after submit returned to a caller that gave up.
+func (c *coalescer[Req]) submit(ctx context.Context, req Req, release func()) (batchOutcome, error) {
+	p := &pending[Req]{req: req, done: make(chan batchOutcome, 1), release: release}
 	select {
 	case c.in <- p:
 	case <-ctx.Done():
+		if release != nil {
+			release()
+		}
 		return batchOutcome{}, ctx.Err()
 	case <-c.stop:
+		if release != nil {
+			release()
+		}
 		return batchOutcome{}, ErrStopping
 	}
 	select {
@@ -99,7 +117,7 @@ func (c *coalescer[Req]) run() {
 	defer func() {
 		proposes.Wait()
 		for _, p := range queued {
-			p.done <- batchOutcome{err: ErrStopping}
+			p.finish(batchOutcome{err: ErrStopping})
 		}
 	}()
 	for {
@@ -147,7 +165,7 @@ func (c *coalescer[Req]) apply(batch []*pending[Req]) {
 		if err == nil && res.Failure() != nil {
 			err = res.Failure()
 		}
-		p.done <- batchOutcome{res: res, pos: i, offset: offset, err: err}
+		p.finish(batchOutcome{res: res, pos: i, offset: offset, err: err})
 		items, _ := c.size(p.req)
 		offset += items
 	}

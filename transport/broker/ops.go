@@ -10,6 +10,7 @@ import (
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
+	"google.golang.org/protobuf/proto"
 )
 
 // The broker's operations. Callers have validated the shape of their input
@@ -112,7 +113,16 @@ func (b *Broker) Enqueue(ctx context.Context, queue string, msgs []*raftqv1.Enqu
 	if err := b.state.CheckEnqueue(queue, lm, b.cfg.MaxQueuedBytes); err != nil {
 		return nil, err
 	}
-	out, err := b.enqueues.submit(ctx, enqueueReq{&fsmv1.EnqueueBatch{Queue: queue, Messages: lm}})
+	// What the request holds in memory until it commits: payloads,
+	// headers, keys and ids, as encoded.
+	size := int64(0)
+	for _, m := range lm {
+		size += int64(proto.Size(m))
+	}
+	if err := b.gate.acquire(size); err != nil {
+		return nil, err
+	}
+	out, err := b.enqueues.submit(ctx, enqueueReq{&fsmv1.EnqueueBatch{Queue: queue, Messages: lm}}, func() { b.gate.release(size) })
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +143,7 @@ func (b *Broker) Ack(ctx context.Context, refs []LeaseRef) ([]error, error) {
 	}
 	lr := logRefs(refs)
 	defer b.sched.Settling(lr)()
-	out, err := b.acks.submit(ctx, ackReq(lr))
+	out, err := b.acks.submit(ctx, ackReq(lr), nil)
 	if err != nil {
 		return nil, err
 	}

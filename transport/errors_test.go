@@ -1,0 +1,45 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/scheduler"
+	"github.com/raftq/raftq/transport/broker"
+	"google.golang.org/grpc/codes"
+)
+
+// Every sentinel the broker's operations return maps to DESIGN.md's code,
+// also when wrapped.
+func TestCodeOf(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want codes.Code
+	}{
+		{nil, codes.OK},
+		{fsm.ErrInvalid, codes.InvalidArgument},
+		{fsm.ErrQueueNotFound, codes.NotFound},
+		{fsm.ErrQueueExists, codes.AlreadyExists},
+		{fsm.ErrQueueFull, codes.ResourceExhausted},
+		{broker.ErrOverloaded, codes.ResourceExhausted},
+		{fsm.ErrStaleLease, codes.FailedPrecondition},
+		{cluster.ErrNotLeader, codes.Unavailable},
+		{cluster.ErrLeadershipLost, codes.Unavailable},
+		{scheduler.ErrNotLeader, codes.Unavailable},
+		{broker.ErrStopping, codes.Unavailable},
+		{broker.ErrNoLeader, codes.Unavailable},
+		{context.DeadlineExceeded, codes.DeadlineExceeded},
+	} {
+		for _, err := range []error{tc.err, fmt.Errorf("wrapped: %w", tc.err)} {
+			if tc.err == nil && err != nil {
+				continue
+			}
+			if got := codeOf(err); got != tc.want {
+				t.Errorf("codeOf(%v) = %v, want %v", err, got, tc.want)
+			}
+		}
+	}
+}
