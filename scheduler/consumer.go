@@ -156,8 +156,8 @@ func (c *Consumer) Close() {
 	c.closeOnce.Do(func() {
 		s, t := c.s, c.t
 		quiet, live := t.reg.closeConsumer(c)
-		if !live || t.ctx.Err() != nil {
-			return
+		if !live {
+			return // ended by the scheduler, which took care of its buffer
 		}
 		s.kick()
 		ctx, cancel := context.WithTimeout(t.ctx, releaseTimeout)
@@ -171,6 +171,9 @@ func (c *Consumer) Close() {
 		if unsent := t.reg.takeUnsent(c); len(unsent) > 0 {
 			if _, err := s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseRollback{LeaseRollback: &fsmv1.LeaseRollback{Refs: unsent}}}); err != nil {
 				s.logProposeErr("roll back unsent deliveries", err, "consumer", c.id)
+				if t.ctx.Err() != nil {
+					s.handBack(unsent) // the term ended meanwhile
+				}
 			}
 		}
 		res, err := fsm.As[*fsm.CountResult](s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_ReleaseConsumer{ReleaseConsumer: &fsmv1.ReleaseConsumer{ConsumerId: c.id}}}))

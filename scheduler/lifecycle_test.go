@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -229,6 +230,75 @@ func TestLeadershipLossAndNewTerm(t *testing.T) {
 			}
 		}
 		e.expectNone(b)
+	})
+}
+
+// TestLeadershipLossHandsBackUnsent: when the term ends, the deliveries
+// still in a consumer's buffer were never sent; the scheduler can no longer
+// roll them back, so it hands exactly those (not the ones the stream took)
+// to Config.HandBack, and an unprocessed nack of them on the next leader
+// returns them uncounted.
+func TestLeadershipLossHandsBackUnsent(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		var (
+			mu     sync.Mutex
+			handed []*fsmv1.Ref
+		)
+		e := newEnv(t, func(c *Config) {
+			c.HandBack = func(refs []*fsmv1.Ref) {
+				mu.Lock()
+				defer mu.Unlock()
+				handed = append(handed, refs...)
+			}
+		})
+		e.createQueue("q", &fsmv1.QueueConfig{MaxDeliveries: 1})
+		a := e.register("q", 5)
+		ids := e.enqueueN("q", 5, nil)
+		sent := e.recvN(a, 2) // the stream took these: they may have been sent
+		e.idle()
+		e.stop()
+		mu.Lock()
+		got := handed
+		mu.Unlock()
+		if len(got) != 3 {
+			t.Fatalf("handed back %d refs, want the 3 never taken: %v", len(got), got)
+		}
+		for i, r := range got {
+			if r.GetMessageId() != ids[2+i] || r.GetLeaseToken() == 0 {
+				t.Fatalf("handed back %v, want message %d under its token", r, ids[2+i])
+			}
+		}
+		// What the next leader does with them: an unprocessed nack.
+		items := make([]*fsmv1.NackOne, len(got))
+		for i, r := range got {
+			items[i] = &fsmv1.NackOne{Ref: r, Uncounted: true}
+		}
+		res, err := fsm.As[*fsm.ItemsResult](e.apply(&fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: items}}}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, err := range res.Items {
+			if err != nil {
+				t.Fatalf("nack %d: %v", i, err)
+			}
+		}
+		if st := e.info("q").Stats; st.Ready != 3 || st.InFlight != 2 || st.DeadLettered != 0 {
+			t.Fatalf("stats %+v, want the 3 handed back ready and the 2 sent still leased", st)
+		}
+		peek, err := e.f.Peek("q", 10, false)
+		if err != nil || len(peek) != 3 {
+			t.Fatalf("peek %v %v", peek, err)
+		}
+		for _, d := range peek {
+			if d.Attempt != 0 {
+				t.Fatalf("message %d handed back with attempt %d", d.ID, d.Attempt)
+			}
+		}
+		for _, d := range sent {
+			if d.Attempt != 1 {
+				t.Fatalf("sent message %d attempt %d", d.ID, d.Attempt)
+			}
+		}
 	})
 }
 

@@ -131,7 +131,7 @@ func (pl *pipeline) run(ctx context.Context, grants []*fsmv1.Grant, to []*Consum
 		s.logProposeErr("lease grant", err, "grants", len(grants))
 		return
 	}
-	if len(unpushed) == 0 || ctx.Err() != nil {
+	if len(unpushed) == 0 {
 		return
 	}
 	rollback := make([]*fsmv1.Ref, 0, len(unpushed))
@@ -139,12 +139,18 @@ func (pl *pipeline) run(ctx context.Context, grants []*fsmv1.Grant, to []*Consum
 		d := res.Deliveries[i]
 		rollback = append(rollback, &fsmv1.Ref{Queue: grants[i].Queue, MessageId: grants[i].MessageId, LeaseToken: d.LeaseToken})
 	}
-	if len(rollback) == 0 {
+	if ctx.Err() != nil {
+		// The term is over: whoever leads now can still undo them.
+		s.handBack(rollback)
 		return
 	}
 	if _, err := fsm.As[*fsm.ItemsResult](s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseRollback{LeaseRollback: &fsmv1.LeaseRollback{Refs: rollback}}})); err != nil {
-		// The leases stay until they expire: delayed, never lost.
+		// The leases stay until they expire (delayed, never lost), unless
+		// the term ended meanwhile and they can be handed back.
 		s.logProposeErr("lease rollback", err, "refs", len(rollback))
+		if ctx.Err() != nil {
+			s.handBack(rollback)
+		}
 	}
 }
 

@@ -89,20 +89,22 @@ func (r *registry) takeUnsent(c *Consumer) []*fsmv1.Ref {
 }
 
 // close ends every consumer with err and refuses new ones; it returns how
-// many it ended.
-func (r *registry) close(err error) int {
+// many it ended and the refs of the deliveries their buffers still held
+// (never sent: a stream that takes a delivery from the buffer may send it,
+// one that did not take it never will).
+func (r *registry) close(err error) (n int, unsent []*fsmv1.Ref) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.open = false
-	n := 0
 	for _, name := range r.names {
 		for _, c := range r.queues[name] {
 			c.end(err)
+			unsent = c.drainUnsent(unsent)
 			n++
 		}
 	}
 	r.queues, r.names = map[string][]*Consumer{}, nil
-	return n
+	return n, unsent
 }
 
 // drop forgets a queue and ends its consumers with err.

@@ -75,6 +75,13 @@ type Config struct {
 	// MaxInFlightGrants is the most LeaseGrant proposals outstanding at
 	// once (0 = 4).
 	MaxInFlightGrants int
+	// HandBack receives deliveries granted while this node led that no
+	// stream took and that the scheduler could not roll back itself
+	// because its term ended (leadership moved): they were never sent, so
+	// whoever leads now may hand them back uncounted (an unprocessed Nack
+	// names exactly these leases). It must not block. nil: they expire on
+	// the next leader as counted attempts.
+	HandBack func(refs []*fsmv1.Ref)
 }
 
 // Scheduler delivers messages to consumers while its node leads. It is safe
@@ -220,8 +227,10 @@ func (s *Scheduler) newTerm(ctx context.Context, n uint64, now time.Time) *term 
 
 // RunLeader runs the delivery loop and the lease sweeper until ctx is done,
 // then ends every consumer with ErrNotLeader, drops pending marks and waits
-// for its goroutines. Call it when the node becomes leader (after a
-// Barrier) with a context cancelled when leadership is lost.
+// for its goroutines. What its consumers' buffers still held, and what
+// grants completing after the end could not push, goes to
+// Config.HandBack. Call it when the node becomes leader (after a Barrier)
+// with a context cancelled when leadership is lost.
 func (s *Scheduler) RunLeader(ctx context.Context) {
 	s.mu.Lock()
 	if s.cur != nil {
@@ -242,7 +251,8 @@ func (s *Scheduler) RunLeader(ctx context.Context) {
 	s.mu.Lock()
 	s.cur = nil
 	s.mu.Unlock()
-	n := t.reg.close(ErrNotLeader)
+	n, unsent := t.reg.close(ErrNotLeader)
+	s.handBack(unsent)
 	t.wg.Wait()
 	t.pipe.dropAll()
 	select {
@@ -315,6 +325,19 @@ func (s *Scheduler) pass(t *term) time.Time {
 func (s *Scheduler) propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
 	cmd.NowMs = s.clock.Now().UnixMilli()
 	return s.p.Propose(ctx, cmd)
+}
+
+// handBack passes deliveries that were never sent, and that a term that
+// ended could not roll back, to Config.HandBack.
+func (s *Scheduler) handBack(refs []*fsmv1.Ref) {
+	if len(refs) == 0 {
+		return
+	}
+	if s.cfg.HandBack == nil {
+		s.log.Debug("deliveries never sent left to expire", "leases", len(refs))
+		return
+	}
+	s.cfg.HandBack(refs)
 }
 
 func (s *Scheduler) logProposeErr(what string, err error, args ...any) {

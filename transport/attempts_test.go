@@ -12,6 +12,7 @@ import (
 	"time"
 
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/scheduler"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/stats"
@@ -116,5 +117,68 @@ func TestAcksRacingStreamCloseApplyFirst(t *testing.T) {
 	})
 	if st := queueInfo(t, l, "acks").Stats; st.AckedTotal != n || st.Ready != 0 || st.DeadLettered != 0 || st.ExpiredTotal != 0 {
 		t.Fatalf("stats %v, want all %d acked and nothing returned", st, n)
+	}
+}
+
+// TestFailoverHandsBackUnsentDeliveries: a leader whose consumer holds
+// granted deliveries it never took from its buffer loses leadership
+// (TransferLeadership). The deposed node, still alive, knows those were
+// never sent: it hands them back to the new leader as unprocessed, so they
+// are ready again at once with no attempt counted — not left to expire
+// there after the lease grace as counted attempts (with max_deliveries=1:
+// dead-lettered without ever reaching a worker).
+func TestFailoverHandsBackUnsentDeliveries(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 3})
+	old := c.leader()
+	ctx := tctx(t, time.Minute)
+	const n = 5
+	mustCreate(t, old, "fo", &raftqv1.QueueConfig{VisibilityTimeoutMs: 1000, MaxDeliveries: 1})
+	cons, err := old.b.Lease(ctx, scheduler.ConsumerRequest{Queue: "fo", Name: "buffered", MaxInFlight: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	payloads := make([][]byte, n)
+	for i := range payloads {
+		payloads[i] = []byte(fmt.Sprint(i))
+	}
+	ids := mustEnqueue(t, old, "fo", payloads...)
+	waitUntil(t, 10*time.Second, "the deliveries to be granted and buffered", func() error {
+		if got := len(cons.Deliveries()); got != n {
+			return fmt.Errorf("%d of %d buffered", got, n)
+		}
+		return nil
+	})
+
+	if _, err := old.admin.TransferLeadership(ctx, &raftqv1.TransferLeadershipRequest{}); err != nil {
+		t.Fatalf("TransferLeadership: %v", err)
+	}
+	select {
+	case <-cons.Done():
+	case <-ctx.Done():
+		t.Fatal("the consumer did not end when leadership moved")
+	}
+	nl := c.waitStable(20 * time.Second)
+	if nl == old {
+		t.Fatalf("%s still leads", old.id)
+	}
+	waitUntil(t, 20*time.Second, "the unsent deliveries to be ready again", func() error {
+		st := queueInfo(t, nl, "fo").Stats
+		if st.DeadLettered != 0 || st.ExpiredTotal != 0 {
+			t.Fatalf("deliveries never sent expired as counted attempts: stats %v", st)
+		}
+		if st.Ready != n || st.InFlight != 0 {
+			return fmt.Errorf("stats %v", st)
+		}
+		return nil
+	})
+	pk, err := nl.broker.Peek(ctx, &raftqv1.PeekRequest{Queue: "fo", Limit: n})
+	if err != nil || len(pk.Messages) != n {
+		t.Fatalf("Peek = %v, %v", pk, err)
+	}
+	for i, d := range pk.Messages {
+		if d.Id != ids[i] || d.Attempt != 0 {
+			t.Fatalf("message %d = %s attempt %d, want %s attempt 0", i, d.Id, d.Attempt, ids[i])
+		}
 	}
 }

@@ -48,8 +48,12 @@ type Server struct {
 
 	// stopping is closed when Stop begins, ending EnqueueStreams that
 	// would otherwise hold GracefulStop until its deadline.
-	stopping  chan struct{}
-	closeOnce sync.Once
+	stopping chan struct{}
+	// handBackDone is closed when handBackLoop has returned;
+	// stopHandBack cuts a hand-back in progress short.
+	handBackDone chan struct{}
+	stopHandBack context.CancelFunc
+	closeOnce    sync.Once
 }
 
 // New builds the gRPC server of node b; Serve starts it.
@@ -73,6 +77,8 @@ func New(cfg Config, b *broker.Broker) *Server {
 		settles:  newSettleGate(),
 		health:   health.NewServer(),
 		stopping: make(chan struct{}),
+
+		handBackDone: make(chan struct{}),
 	}
 	s.metrics = newMetrics(cfg.Registry, s)
 	s.grpc = grpc.NewServer(
@@ -91,6 +97,9 @@ func New(cfg Config, b *broker.Broker) *Server {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hctx, cancel := context.WithCancel(context.Background())
+	s.stopHandBack = cancel
+	go s.handBackLoop(hctx)
 	return s
 }
 
@@ -113,6 +122,13 @@ func (s *Server) Stop(ctx context.Context) {
 			s.grpc.Stop()
 			<-done
 		}
+		select {
+		case <-s.handBackDone:
+		case <-ctx.Done():
+			s.stopHandBack()
+			<-s.handBackDone
+		}
+		s.stopHandBack()
 		s.peers.close()
 	})
 }

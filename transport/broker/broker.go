@@ -64,6 +64,9 @@ type Broker struct {
 	enqueues *coalescer[enqueueReq]
 	acks     *coalescer[ackReq]
 
+	// handBacks carries deliveries a lost term never sent (handback.go).
+	handBacks chan HandBack
+
 	leader    *leaderWork
 	leases    *metrics.Leases // the leader's delivery histograms
 	closeOnce sync.Once
@@ -96,6 +99,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 
 		proposals: &fsm.Proposals{},
 		leases:    metrics.NewLeases(leaseForgetAfter),
+		handBacks: make(chan HandBack, handBackQueue),
 	}
 	// 1. The state machine. It tells the feed which queues each applied
 	//    batch touched; the feed passes that on to the scheduler only while
@@ -131,6 +135,9 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		Clock:      cfg.Clock,
 		NodeID:     b.id,
 		LeaseGrace: cfg.LeaseGrace,
+		// What a lost term granted and never sent goes back to the
+		// leader uncounted, through the serving layer (HandBacks).
+		HandBack: b.handBack,
 	}, b.state, b)
 
 	// 4. The coalescers merge concurrent client writes into one entry.
