@@ -110,6 +110,14 @@ func (c *Client) GetQueue(ctx context.Context, name string, includeKeys bool) (*
 	return resp.GetQueue(), err
 }
 
+// ListConsumers describes the consumers (Lease streams) registered on a
+// queue, as the leader sees them.
+func (c *Client) ListConsumers(ctx context.Context, queue string) ([]*raftqv1.ConsumerInfo, error) {
+	resp := &raftqv1.ListConsumersResponse{}
+	err := c.broker(ctx, raftqv1.Broker_ListConsumers_FullMethodName, &raftqv1.ListConsumersRequest{Queue: queue}, resp)
+	return resp.GetConsumers(), err
+}
+
 // ListQueues returns the queues whose names start with prefix.
 func (c *Client) ListQueues(ctx context.Context, prefix string) ([]*raftqv1.QueueInfo, error) {
 	resp := &raftqv1.ListQueuesResponse{}

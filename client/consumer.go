@@ -30,7 +30,7 @@ type Handler func(ctx context.Context, d *raftqv1.Delivery) error
 
 // ConsumerOptions tune a Consumer. Zero values take the defaults noted.
 type ConsumerOptions struct {
-	// Name labels the consumer in the broker's stats (default host-pid).
+	// Name labels the consumer in ListConsumers (raftq consumers; default host-pid).
 	Name string
 	// MaxInFlight is how many unsettled deliveries the broker may push to
 	// this consumer (default 64).

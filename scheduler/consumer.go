@@ -24,6 +24,9 @@ type ConsumerRequest struct {
 	// no limit), so a consumer that wants N messages is never handed
 	// extras whose return would count as attempts.
 	Limit int
+	// Address and Identity describe the stream's client for
+	// ListConsumers: its peer address and authenticated identity.
+	Address, Identity string
 }
 
 // Consumer is one registered Lease stream. Deliveries carries its messages
@@ -34,6 +37,8 @@ type Consumer struct {
 	t            *term // the term it registered in
 	id           string
 	queue, name  string
+	addr, ident  string
+	connected    time.Time
 	seq          uint64
 	max          int
 	visibilityMs int64
@@ -46,6 +51,7 @@ type Consumer struct {
 	// guarded by t.reg.mu
 	pending   int // grants proposed to it, not yet handled
 	delivered int // pushed to its buffer
+	acked     int // acks received for its leases (Settling)
 	ended     bool
 	// closing: Close waits for its pending grants (quiet closes when the
 	// last is handled) and rolls back what they granted (unpushed) itself,
@@ -94,6 +100,9 @@ func (s *Scheduler) Register(ctx context.Context, req ConsumerRequest) (*Consume
 		id:           fmt.Sprintf("%s-%d-%d", s.cfg.NodeID, s.startNanos, seq),
 		queue:        req.Queue,
 		name:         req.Name,
+		addr:         req.Address,
+		ident:        req.Identity,
+		connected:    s.clock.Now(),
 		seq:          seq,
 		max:          maxIF,
 		visibilityMs: vis,

@@ -156,30 +156,45 @@ func (r *registry) credit(v fsm.View, queue string, ps *passState, cs *creditScr
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range r.queues[queue] {
-		used := v.LeasesHeld(c.id)
-		for id := range c.settling {
-			// Acked by the consumer, the ack not yet applied: the
-			// consumer is done with it, so it frees credit now. Once the
-			// ack applies the lease is gone from the view and from this
-			// count at the same time.
-			if v.HoldsLease(c.id, queue, id) {
-				used--
-			}
-		}
-		if b := len(c.ch); b > used {
-			used = b
+		used := c.used(v)
+		if len(c.ch) > used {
 			ps.wakeAt(ps.now.Add(bufferRecheck))
 		}
-		cr := max(c.max-used-c.pending, 0)
-		if c.limit > 0 {
-			cr = min(cr, max(c.limit-c.delivered-c.pending, 0))
-		}
+		cr := c.creditLeft(used)
 		cs.cons = append(cs.cons, c)
 		cs.seqs = append(cs.seqs, c.seq)
 		cs.credit = append(cs.credit, cr)
 		total += cr
 	}
 	return total
+}
+
+// used is what counts against c's credit (r.mu and the state's read lock
+// held): the leases it holds less those whose acks are settling.
+func (c *Consumer) used(v fsm.View) int {
+	used := v.LeasesHeld(c.id)
+	for id := range c.settling {
+		// Acked by the consumer, the ack not yet applied: the consumer is
+		// done with it, so it frees credit now. Once the ack applies the
+		// lease is gone from the view and from this count at the same
+		// time.
+		if v.HoldsLease(c.id, c.queue, id) {
+			used--
+		}
+	}
+	return used
+}
+
+// creditLeft is what c may still be granted given used (r.mu held): its
+// limit less used (or its buffered deliveries, if more) less grants
+// pending, and no more than its Limit leaves.
+func (c *Consumer) creditLeft(used int) int {
+	used = max(used, len(c.ch))
+	cr := max(c.max-used-c.pending, 0)
+	if c.limit > 0 {
+		cr = min(cr, max(c.limit-c.delivered-c.pending, 0))
+	}
+	return cr
 }
 
 // assign counts picked grants as pending to their consumers and returns
@@ -255,6 +270,7 @@ func (r *registry) settle(v fsm.View, refs []*fsmv1.Ref) []settleMark {
 				c.settling = map[uint64]struct{}{}
 			}
 			c.settling[ref.GetMessageId()] = struct{}{}
+			c.acked++
 			marks = append(marks, settleMark{c, ref.GetMessageId()})
 			break
 		}

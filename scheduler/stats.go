@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"slices"
+	"time"
 
 	"github.com/raftq/raftq/fsm"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
@@ -100,4 +101,42 @@ func (s *Scheduler) KeyStats(queue string) (keys []*raftqv1.FairnessKeyStats, th
 		}
 	})
 	return keys, throttles
+}
+
+// ConsumerInfo describes one registered consumer for operators.
+type ConsumerInfo struct {
+	ID, Name, Address, Identity string
+	Connected                   time.Time
+	MaxInFlight                 int
+	InFlight                    int // leases it holds
+	Delivered                   int // pushed to its buffer since it registered
+	Acked                       int // acks received for its leases
+	Credit                      int // what it may still be granted now
+}
+
+// ListConsumers describes queue's consumers in registration order; it
+// fails with ErrNotLeader when no term runs.
+func (s *Scheduler) ListConsumers(queue string) ([]ConsumerInfo, error) {
+	t := s.current()
+	if t == nil {
+		return nil, ErrNotLeader
+	}
+	var out []ConsumerInfo
+	s.state.Read(func(v fsm.View) {
+		t.reg.mu.Lock()
+		defer t.reg.mu.Unlock()
+		for _, c := range t.reg.queues[queue] {
+			used := c.used(v)
+			out = append(out, ConsumerInfo{
+				ID: c.id, Name: c.name, Address: c.addr, Identity: c.ident,
+				Connected:   c.connected,
+				MaxInFlight: c.max,
+				InFlight:    v.LeasesHeld(c.id),
+				Delivered:   c.delivered,
+				Acked:       c.acked,
+				Credit:      c.creditLeft(used),
+			})
+		}
+	})
+	return out, nil
 }

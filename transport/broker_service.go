@@ -73,6 +73,21 @@ func (s *Server) GetQueue(ctx context.Context, req *raftqv1.GetQueueRequest) (*r
 	return &raftqv1.GetQueueResponse{Queue: projectBrokerQueue(qi)}, nil
 }
 
+func (s *Server) ListConsumers(ctx context.Context, req *raftqv1.ListConsumersRequest) (*raftqv1.ListConsumersResponse, error) {
+	if err := checkQueueName("queue", req.GetQueue()); err != nil {
+		return nil, err
+	}
+	cs, err := s.b.ListConsumers(req.Queue)
+	if err != nil {
+		return nil, err
+	}
+	out := &raftqv1.ListConsumersResponse{Consumers: make([]*raftqv1.ConsumerInfo, len(cs))}
+	for i, c := range cs {
+		out.Consumers[i] = projectConsumer(c)
+	}
+	return out, nil
+}
+
 func (s *Server) ListQueues(ctx context.Context, req *raftqv1.ListQueuesRequest) (*raftqv1.ListQueuesResponse, error) {
 	if len(req.GetPrefix()) > fsm.MaxQueueNameLen {
 		return nil, invalid("prefix is longer than %d characters", fsm.MaxQueueNameLen)

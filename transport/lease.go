@@ -10,6 +10,7 @@ import (
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -67,6 +68,7 @@ func (s *Server) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseSer
 		MaxInFlight:       maxInFlight,
 		VisibilityTimeout: time.Duration(req.VisibilityTimeoutMs) * time.Millisecond,
 		Limit:             int(min(req.Limit, math.MaxInt32)),
+		Address:           peerAddr(ctx),
 	})
 	if err != nil {
 		if errors.Is(err, scheduler.ErrNotLeader) {
@@ -175,4 +177,12 @@ func capBytes(ds []*raftqv1.Delivery, maxBytes int) []*raftqv1.Delivery {
 		}
 	}
 	return ds
+}
+
+// peerAddr is the client's address as this server sees it ("" if unknown).
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
 }

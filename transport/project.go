@@ -2,12 +2,14 @@ package transport
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/fsm/logconv"
 	"github.com/raftq/raftq/fsm/state"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/scheduler"
 	"github.com/raftq/raftq/transport/broker"
 )
 
@@ -113,4 +115,17 @@ func projectBrokerQueue(q *broker.Queue) *raftqv1.QueueInfo {
 	out.Stats.Consumers = int64(q.Consumers)
 	out.FairnessKeys, out.ThrottleKeys = q.FairnessKeys, q.ThrottleKeys
 	return out
+}
+
+// projectConsumer is a registered consumer as ListConsumers reports it.
+func projectConsumer(c scheduler.ConsumerInfo) *raftqv1.ConsumerInfo {
+	return &raftqv1.ConsumerInfo{
+		Id: c.ID, Name: c.Name, Address: c.Address, Identity: c.Identity,
+		ConnectedSinceMs: c.Connected.UnixMilli(),
+		MaxInFlight:      int32(min(c.MaxInFlight, math.MaxInt32)), //nolint:gosec // bounded
+		InFlight:         int64(c.InFlight),
+		Delivered:        int64(c.Delivered),
+		Acked:            int64(c.Acked),
+		Credit:           int64(c.Credit),
+	}
 }

@@ -42,7 +42,7 @@ func newConsumeCmd(a *app) *cobra.Command {
 	fs.DurationVar(&f.nackDelay, "nack-delay", 0, "with --nack: redelivery delay")
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 64, "unacked deliveries the broker may push at once")
 	fs.DurationVar(&f.idle, "timeout", 0, "stop after no delivery for this long (0 = never)")
-	fs.StringVar(&f.name, "name", "", "consumer name shown in stats (default host-pid)")
+	fs.StringVar(&f.name, "name", "", "consumer name shown by raftq consumers (default host-pid)")
 	fs.DurationVar(&f.visibility, "visibility-timeout", 0, "lease length (0 = the queue's)")
 
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {

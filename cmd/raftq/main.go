@@ -94,6 +94,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newQueueCmd(a),
 		newEnqueueCmd(a),
 		newConsumeCmd(a),
+		newConsumersCmd(a),
 		newPeekCmd(a),
 		newRedriveCmd(a),
 		newClusterCmd(a),

@@ -59,7 +59,8 @@ type fake struct {
 	mu   sync.Mutex
 	reqs []proto.Message
 
-	deliveries []*raftqv1.Delivery // pushed on Lease, up to max_in_flight
+	deliveries []*raftqv1.Delivery     // pushed on Lease, up to max_in_flight
+	consumers  []*raftqv1.ConsumerInfo // ListConsumers of "q"
 	status     *raftqv1.StatusResponse
 	verify     *raftqv1.VerifyResponse
 }
@@ -123,6 +124,14 @@ func (f *fake) Enqueue(_ context.Context, r *raftqv1.EnqueueRequest) (*raftqv1.E
 		resp.MessageIds = append(resp.MessageIds, "id-"+string(m.GetPayload()))
 	}
 	return resp, nil
+}
+
+func (f *fake) ListConsumers(_ context.Context, r *raftqv1.ListConsumersRequest) (*raftqv1.ListConsumersResponse, error) {
+	f.record(r)
+	if r.GetQueue() != "q" {
+		return nil, status.Errorf(codes.NotFound, "queue %q not found", r.GetQueue())
+	}
+	return &raftqv1.ListConsumersResponse{Consumers: f.consumers}, nil
 }
 
 func (f *fake) Peek(_ context.Context, r *raftqv1.PeekRequest) (*raftqv1.PeekResponse, error) {

@@ -226,6 +226,15 @@ func (b *Broker) Lease(ctx context.Context, req scheduler.ConsumerRequest) (*sch
 	return b.sched.Register(ctx, req)
 }
 
+// ListConsumers describes the consumers registered on queue, as the
+// leader's scheduler sees them.
+func (b *Broker) ListConsumers(queue string) ([]scheduler.ConsumerInfo, error) {
+	if err := b.state.HasQueue(queue); err != nil {
+		return nil, err
+	}
+	return b.sched.ListConsumers(queue)
+}
+
 // GetQueue describes a queue; withKeys adds its fairness and throttle keys
 // as the scheduler sees them.
 func (b *Broker) GetQueue(name string, withKeys bool) (*Queue, error) {

@@ -3213,6 +3213,221 @@ func (x *LocalDigestRequest) GetIndex() uint64 {
 	return 0
 }
 
+type ListConsumersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListConsumersRequest) Reset() {
+	*x = ListConsumersRequest{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListConsumersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListConsumersRequest) ProtoMessage() {}
+
+func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListConsumersRequest.ProtoReflect.Descriptor instead.
+func (*ListConsumersRequest) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ListConsumersRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+type ListConsumersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Consumers     []*ConsumerInfo        `protobuf:"bytes,1,rep,name=consumers,proto3" json:"consumers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListConsumersResponse) Reset() {
+	*x = ListConsumersResponse{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListConsumersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListConsumersResponse) ProtoMessage() {}
+
+func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
+func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
+	if x != nil {
+		return x.Consumers
+	}
+	return nil
+}
+
+// ConsumerInfo is one Lease stream registered on the leader.
+type ConsumerInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The consumer_name of its LeaseRequest ("" if none was given).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The peer address of the stream as the leader sees it.
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// The authenticated identity of the stream ("" until auth exists).
+	Identity string `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	// When the stream registered, ms since the Unix epoch (leader's clock).
+	ConnectedSinceMs int64 `protobuf:"varint,4,opt,name=connected_since_ms,json=connectedSinceMs,proto3" json:"connected_since_ms,omitempty"`
+	// Leases the consumer holds now.
+	InFlight int64 `protobuf:"varint,5,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// Deliveries pushed to the stream since it registered.
+	Delivered int64 `protobuf:"varint,6,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	// Acks received for its leases since it registered.
+	Acked int64 `protobuf:"varint,7,opt,name=acked,proto3" json:"acked,omitempty"`
+	// Deliveries it may still be granted now (max_in_flight less what it
+	// holds and what is on the way to it).
+	Credit      int64 `protobuf:"varint,8,opt,name=credit,proto3" json:"credit,omitempty"`
+	MaxInFlight int32 `protobuf:"varint,9,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	// The leader-assigned consumer id (what its leases record).
+	Id            string `protobuf:"bytes,10,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerInfo) Reset() {
+	*x = ConsumerInfo{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerInfo) ProtoMessage() {}
+
+func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
+func (*ConsumerInfo) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ConsumerInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConsumerInfo) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ConsumerInfo) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *ConsumerInfo) GetConnectedSinceMs() int64 {
+	if x != nil {
+		return x.ConnectedSinceMs
+	}
+	return 0
+}
+
+func (x *ConsumerInfo) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *ConsumerInfo) GetDelivered() int64 {
+	if x != nil {
+		return x.Delivered
+	}
+	return 0
+}
+
+func (x *ConsumerInfo) GetAcked() int64 {
+	if x != nil {
+		return x.Acked
+	}
+	return 0
+}
+
+func (x *ConsumerInfo) GetCredit() int64 {
+	if x != nil {
+		return x.Credit
+	}
+	return 0
+}
+
+func (x *ConsumerInfo) GetMaxInFlight() int32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
+}
+
+func (x *ConsumerInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 var File_raftq_v1_raftq_proto protoreflect.FileDescriptor
 
 const file_raftq_v1_raftq_proto_rawDesc = "" +
@@ -3457,7 +3672,23 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x12CheckpointResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"*\n" +
 	"\x12LocalDigestRequest\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index2\xc1\a\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\",\n" +
+	"\x14ListConsumersRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"M\n" +
+	"\x15ListConsumersResponse\x124\n" +
+	"\tconsumers\x18\x01 \x03(\v2\x16.raftq.v1.ConsumerInfoR\tconsumers\"\xa3\x02\n" +
+	"\fConsumerInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\x12,\n" +
+	"\x12connected_since_ms\x18\x04 \x01(\x03R\x10connectedSinceMs\x12\x1b\n" +
+	"\tin_flight\x18\x05 \x01(\x03R\binFlight\x12\x1c\n" +
+	"\tdelivered\x18\x06 \x01(\x03R\tdelivered\x12\x14\n" +
+	"\x05acked\x18\a \x01(\x03R\x05acked\x12\x16\n" +
+	"\x06credit\x18\b \x01(\x03R\x06credit\x12\"\n" +
+	"\rmax_in_flight\x18\t \x01(\x05R\vmaxInFlight\x12\x0e\n" +
+	"\x02id\x18\n" +
+	" \x01(\tR\x02id2\x93\b\n" +
 	"\x06Broker\x12J\n" +
 	"\vCreateQueue\x12\x1c.raftq.v1.CreateQueueRequest\x1a\x1d.raftq.v1.CreateQueueResponse\x12J\n" +
 	"\vUpdateQueue\x12\x1c.raftq.v1.UpdateQueueRequest\x1a\x1d.raftq.v1.UpdateQueueResponse\x12J\n" +
@@ -3474,7 +3705,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x04Nack\x12\x15.raftq.v1.NackRequest\x1a\x16.raftq.v1.NackResponse\x12J\n" +
 	"\vExtendLease\x12\x1c.raftq.v1.ExtendLeaseRequest\x1a\x1d.raftq.v1.ExtendLeaseResponse\x125\n" +
 	"\x04Peek\x12\x15.raftq.v1.PeekRequest\x1a\x16.raftq.v1.PeekResponse\x12>\n" +
-	"\aRedrive\x12\x18.raftq.v1.RedriveRequest\x1a\x19.raftq.v1.RedriveResponse2\xfc\x03\n" +
+	"\aRedrive\x12\x18.raftq.v1.RedriveRequest\x1a\x19.raftq.v1.RedriveResponse\x12P\n" +
+	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse2\xfc\x03\n" +
 	"\aCluster\x12;\n" +
 	"\x06Status\x12\x17.raftq.v1.StatusRequest\x1a\x18.raftq.v1.StatusResponse\x12G\n" +
 	"\n" +
@@ -3498,7 +3730,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -3554,31 +3786,34 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*CheckpointRequest)(nil),          // 51: raftq.v1.CheckpointRequest
 	(*CheckpointResponse)(nil),         // 52: raftq.v1.CheckpointResponse
 	(*LocalDigestRequest)(nil),         // 53: raftq.v1.LocalDigestRequest
-	nil,                                // 54: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 55: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 56: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 57: google.protobuf.FieldMask
-	(*status.Status)(nil),              // 58: google.rpc.Status
+	(*ListConsumersRequest)(nil),       // 54: raftq.v1.ListConsumersRequest
+	(*ListConsumersResponse)(nil),      // 55: raftq.v1.ListConsumersResponse
+	(*ConsumerInfo)(nil),               // 56: raftq.v1.ConsumerInfo
+	nil,                                // 57: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 58: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 59: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 60: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 61: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	54, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	57, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
 	1,  // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
 	2,  // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
 	3,  // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
 	4,  // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
-	55, // 5: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	56, // 6: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	58, // 5: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	59, // 6: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
 	1,  // 7: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
 	5,  // 8: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	1,  // 9: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	57, // 10: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	60, // 10: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
 	5,  // 11: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 12: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 13: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
 	6,  // 14: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
 	23, // 15: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
 	24, // 16: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
-	58, // 17: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	61, // 17: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
 	7,  // 18: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
 	8,  // 19: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
 	10, // 20: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
@@ -3589,54 +3824,57 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	7,  // 25: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
 	39, // 26: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
 	48, // 27: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
-	0,  // 28: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
-	11, // 29: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
-	13, // 30: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
-	15, // 31: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
-	17, // 32: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
-	19, // 33: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
-	21, // 34: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
-	23, // 35: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
-	25, // 36: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
-	27, // 37: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
-	29, // 38: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
-	31, // 39: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
-	33, // 40: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
-	35, // 41: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
-	37, // 42: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	40, // 43: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
-	42, // 44: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
-	44, // 45: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
-	46, // 46: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	49, // 47: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	51, // 48: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	53, // 49: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
-	12, // 50: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	14, // 51: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	16, // 52: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	18, // 53: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	20, // 54: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	22, // 55: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	24, // 56: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	26, // 57: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
-	28, // 58: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	30, // 59: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	32, // 60: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	34, // 61: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	36, // 62: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	38, // 63: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	41, // 64: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	43, // 65: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	45, // 66: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	47, // 67: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	50, // 68: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	52, // 69: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	48, // 70: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	50, // [50:71] is the sub-list for method output_type
-	29, // [29:50] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	56, // 28: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
+	0,  // 29: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
+	11, // 30: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
+	13, // 31: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
+	15, // 32: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
+	17, // 33: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
+	19, // 34: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
+	21, // 35: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
+	23, // 36: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
+	25, // 37: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
+	27, // 38: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
+	29, // 39: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
+	31, // 40: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
+	33, // 41: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
+	35, // 42: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
+	37, // 43: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
+	54, // 44: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
+	40, // 45: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
+	42, // 46: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
+	44, // 47: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
+	46, // 48: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
+	49, // 49: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	51, // 50: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	53, // 51: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	12, // 52: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	14, // 53: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	16, // 54: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	18, // 55: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	20, // 56: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	22, // 57: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	24, // 58: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	26, // 59: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
+	28, // 60: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	30, // 61: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	32, // 62: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	34, // 63: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	36, // 64: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	38, // 65: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	55, // 66: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
+	41, // 67: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	43, // 68: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	45, // 69: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	47, // 70: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	50, // 71: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	52, // 72: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	48, // 73: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	52, // [52:74] is the sub-list for method output_type
+	30, // [30:52] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_raftq_v1_raftq_proto_init() }
@@ -3650,7 +3888,7 @@ func file_raftq_v1_raftq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   57,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

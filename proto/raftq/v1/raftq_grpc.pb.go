@@ -36,6 +36,7 @@ const (
 	Broker_ExtendLease_FullMethodName   = "/raftq.v1.Broker/ExtendLease"
 	Broker_Peek_FullMethodName          = "/raftq.v1.Broker/Peek"
 	Broker_Redrive_FullMethodName       = "/raftq.v1.Broker/Redrive"
+	Broker_ListConsumers_FullMethodName = "/raftq.v1.Broker/ListConsumers"
 )
 
 // BrokerClient is the client API for Broker service.
@@ -64,6 +65,9 @@ type BrokerClient interface {
 	ExtendLease(ctx context.Context, in *ExtendLeaseRequest, opts ...grpc.CallOption) (*ExtendLeaseResponse, error)
 	Peek(ctx context.Context, in *PeekRequest, opts ...grpc.CallOption) (*PeekResponse, error)
 	Redrive(ctx context.Context, in *RedriveRequest, opts ...grpc.CallOption) (*RedriveResponse, error)
+	// ListConsumers describes the Lease streams registered on a queue, as
+	// the leader's scheduler sees them (a follower forwards the call).
+	ListConsumers(ctx context.Context, in *ListConsumersRequest, opts ...grpc.CallOption) (*ListConsumersResponse, error)
 }
 
 type brokerClient struct {
@@ -226,6 +230,16 @@ func (c *brokerClient) Redrive(ctx context.Context, in *RedriveRequest, opts ...
 	return out, nil
 }
 
+func (c *brokerClient) ListConsumers(ctx context.Context, in *ListConsumersRequest, opts ...grpc.CallOption) (*ListConsumersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListConsumersResponse)
+	err := c.cc.Invoke(ctx, Broker_ListConsumers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrokerServer is the server API for Broker service.
 // All implementations must embed UnimplementedBrokerServer
 // for forward compatibility.
@@ -252,6 +266,9 @@ type BrokerServer interface {
 	ExtendLease(context.Context, *ExtendLeaseRequest) (*ExtendLeaseResponse, error)
 	Peek(context.Context, *PeekRequest) (*PeekResponse, error)
 	Redrive(context.Context, *RedriveRequest) (*RedriveResponse, error)
+	// ListConsumers describes the Lease streams registered on a queue, as
+	// the leader's scheduler sees them (a follower forwards the call).
+	ListConsumers(context.Context, *ListConsumersRequest) (*ListConsumersResponse, error)
 	mustEmbedUnimplementedBrokerServer()
 }
 
@@ -303,6 +320,9 @@ func (UnimplementedBrokerServer) Peek(context.Context, *PeekRequest) (*PeekRespo
 }
 func (UnimplementedBrokerServer) Redrive(context.Context, *RedriveRequest) (*RedriveResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Redrive not implemented")
+}
+func (UnimplementedBrokerServer) ListConsumers(context.Context, *ListConsumersRequest) (*ListConsumersResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListConsumers not implemented")
 }
 func (UnimplementedBrokerServer) mustEmbedUnimplementedBrokerServer() {}
 func (UnimplementedBrokerServer) testEmbeddedByValue()                {}
@@ -559,6 +579,24 @@ func _Broker_Redrive_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Broker_ListConsumers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListConsumersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServer).ListConsumers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Broker_ListConsumers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServer).ListConsumers(ctx, req.(*ListConsumersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Broker_ServiceDesc is the grpc.ServiceDesc for Broker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -613,6 +651,10 @@ var Broker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Redrive",
 			Handler:    _Broker_Redrive_Handler,
+		},
+		{
+			MethodName: "ListConsumers",
+			Handler:    _Broker_ListConsumers_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
