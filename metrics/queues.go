@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,16 +26,22 @@ type QueueCollector struct {
 	state     State
 	consumers ConsumerCounter
 	now       func() time.Time
+	drain     *Drain
 
-	messages, bytes, consumersDesc, oldest, events *prometheus.Desc
+	messages, bytes, consumersDesc, oldest, events, drainSecs, depthChange *prometheus.Desc
 }
 
 // NewQueueCollector reads st at every scrape; consumers may be nil (no
-// consumer family); now is the clock ready ages are measured against.
-func NewQueueCollector(st State, consumers ConsumerCounter, now func() time.Time) *QueueCollector {
+// consumer family); now is the clock ready ages are measured against;
+// drain, if not nil, adds the drain-time families.
+func NewQueueCollector(st State, consumers ConsumerCounter, now func() time.Time, drain *Drain) *QueueCollector {
 	q := []string{"queue"}
 	return &QueueCollector{
-		state: st, consumers: consumers, now: now,
+		state: st, consumers: consumers, now: now, drain: drain,
+		drainSecs: prometheus.NewDesc("raftq_queue_drain_seconds",
+			"Estimated seconds until a queue is empty at its current rates: 0 when empty, +Inf while it grows or holds steady; no series until two samples exist.", q, nil),
+		depthChange: prometheus.NewDesc("raftq_queue_depth_change_per_second",
+			"Moving average of a queue's net depth change (ready + delayed + in flight), negative while it drains.", q, nil),
 		messages: prometheus.NewDesc("raftq_queue_messages",
 			"Messages held by a queue, by state (ready, delayed, in_flight, dead_lettered: this queue's messages now in its dead-letter queue).",
 			[]string{"queue", "state"}, nil),
@@ -52,7 +59,7 @@ func NewQueueCollector(st State, consumers ConsumerCounter, now func() time.Time
 
 // Describe sends the descriptors of every family.
 func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.messages, c.bytes, c.consumersDesc, c.oldest, c.events} {
+	for _, d := range []*prometheus.Desc{c.messages, c.bytes, c.consumersDesc, c.oldest, c.events, c.drainSecs, c.depthChange} {
 		ch <- d
 	}
 }
@@ -110,10 +117,30 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.events, counter, float64(st.NackedTotal), s.name, "nacked")
 		ch <- prometheus.MustNewConstMetric(c.events, counter, float64(st.ExpiredTotal), s.name, "expired")
 		ch <- prometheus.MustNewConstMetric(c.events, counter, float64(s.deadLettered), s.name, "dead_lettered")
+		if c.drain != nil {
+			c.collectDrain(ch, s.name)
+		}
 		if c.consumers != nil {
 			if n, ok := c.consumers(s.name); ok {
 				ch <- prometheus.MustNewConstMetric(c.consumersDesc, gauge, float64(n), s.name)
 			}
 		}
 	}
+}
+
+// collectDrain sends queue's drain estimate, once it has one.
+func (c *QueueCollector) collectDrain(ch chan<- prometheus.Metric, queue string) {
+	e, ok := c.drain.Estimate(queue)
+	if !ok || e.State == DrainUnknown {
+		return
+	}
+	secs := math.Inf(1)
+	switch e.State {
+	case DrainEmpty:
+		secs = 0
+	case DrainDraining:
+		secs = e.EmptiesIn.Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(c.drainSecs, prometheus.GaugeValue, secs, queue)
+	ch <- prometheus.MustNewConstMetric(c.depthChange, prometheus.GaugeValue, e.DepthChangePerSec, queue)
 }

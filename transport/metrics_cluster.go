@@ -20,7 +20,7 @@ func registerNodeMetrics(reg *prometheus.Registry, s *Server) {
 		return s.b.Scheduler().Consumers(queue), true
 	}
 	reg.MustRegister(
-		qmetrics.NewQueueCollector(s.state, consumers, time.Now),
+		qmetrics.NewQueueCollector(s.state, consumers, time.Now, s.b.Drain()),
 		s.b.LeaseMetrics(),
 		newClusterCollector(s),
 	)

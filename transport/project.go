@@ -114,6 +114,14 @@ func projectBrokerQueue(q *broker.Queue) *raftqv1.QueueInfo {
 	out := projectQueue(q.QueueInfo)
 	out.Stats.Consumers = int64(q.Consumers)
 	out.FairnessKeys, out.ThrottleKeys = q.FairnessKeys, q.ThrottleKeys
+	if e := q.Drain; e != nil {
+		out.Drain = &raftqv1.DrainEstimate{
+			State:             string(e.State),
+			DepthChangePerSec: e.DepthChangePerSec,
+			DeliveriesPerSec:  e.DeliveriesPerSec,
+			EmptiesInSec:      e.EmptiesIn.Seconds(),
+		}
+	}
 	return out
 }
 

@@ -3,10 +3,13 @@ package transport
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/fsm/state"
+	qmetrics "github.com/raftq/raftq/metrics"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+	"github.com/raftq/raftq/transport/broker"
 )
 
 func TestIDFormatRoundTrip(t *testing.T) {
@@ -50,6 +53,20 @@ func TestProjectQueue(t *testing.T) {
 	if got.Name != "q" || !got.IsDeadLetterQueue || got.Config.MaxDeliveries != 3 ||
 		st.Ready != 1 || st.Delayed != 2 || st.InFlight != 3 || st.DeadLettered != 4 || st.EnqueuedTotal != 5 ||
 		st.AckedTotal != 6 || st.NackedTotal != 7 || st.ExpiredTotal != 8 || st.Bytes != 9 {
+		t.Fatalf("projected %v", got)
+	}
+}
+
+func TestProjectBrokerQueueDrain(t *testing.T) {
+	qi := &state.QueueInfo{Name: "q", Config: &fsmv1.QueueConfig{}}
+	if got := projectBrokerQueue(&broker.Queue{QueueInfo: qi}); got.Drain != nil {
+		t.Fatalf("a queue not sampled yet has a drain estimate: %v", got.Drain)
+	}
+	got := projectBrokerQueue(&broker.Queue{QueueInfo: qi, Consumers: 2, Drain: &qmetrics.DrainEstimate{
+		State: qmetrics.DrainDraining, Depth: 10, DepthChangePerSec: -2, DeliveriesPerSec: 3, EmptiesIn: 5 * time.Second,
+	}})
+	d := got.Drain
+	if got.Stats.Consumers != 2 || d.State != "draining" || d.DepthChangePerSec != -2 || d.DeliveriesPerSec != 3 || d.EmptiesInSec != 5 {
 		t.Fatalf("projected %v", got)
 	}
 }

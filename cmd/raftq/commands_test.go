@@ -132,7 +132,7 @@ func TestQueueHumanOutput(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"queue", "get", "q", "--keys"}, []string{"visibility timeout:", "30s", "api=5/s burst 2", "ready:", "tenant-a", "1.50"}},
+		{[]string{"queue", "get", "q", "--keys"}, []string{"visibility timeout:", "30s", "api=5/s burst 2", "ready:", "tenant-a", "1.50", "drain:", "empties in ~30s at the current rate (-5.00/s net, 5.50 deliveries/s)"}},
 		{[]string{"queue", "list", "ord"}, []string{"NAME", "orders.dlq"}},
 		{[]string{"redrive", "q", "--limit", "7"}, []string{"moved 7 messages back to q"}},
 	} {
@@ -386,5 +386,22 @@ func TestClusterRemoveForce(t *testing.T) {
 	want := []*raftqv1.RemoveNodeRequest{{Id: "n2"}, {Id: "n3", Force: true}}
 	if len(reqs) != len(want) || !proto.Equal(reqs[0], want[0]) || !proto.Equal(reqs[1], want[1]) {
 		t.Fatalf("requests = %v, want %v", reqs, want)
+	}
+}
+
+func TestFormatDrain(t *testing.T) {
+	for _, tc := range []struct {
+		in   *raftqv1.DrainEstimate
+		want string
+	}{
+		{&raftqv1.DrainEstimate{State: "draining", DepthChangePerSec: -2, DeliveriesPerSec: 3, EmptiesInSec: 89.6}, "empties in ~1m30s at the current rate (-2.00/s net, 3.00 deliveries/s)"},
+		{&raftqv1.DrainEstimate{State: "growing", DepthChangePerSec: 1.5, DeliveriesPerSec: 0}, "growing (+1.50/s net, 0.00 deliveries/s)"},
+		{&raftqv1.DrainEstimate{State: "steady", DeliveriesPerSec: 4}, "steady (4.00 deliveries/s)"},
+		{&raftqv1.DrainEstimate{State: "empty"}, "empty"},
+		{&raftqv1.DrainEstimate{State: "unknown"}, "estimating (needs two samples)"},
+	} {
+		if got := formatDrain(tc.in); got != tc.want {
+			t.Errorf("formatDrain(%v) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }

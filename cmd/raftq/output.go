@@ -78,6 +78,9 @@ func printQueue(w io.Writer, q *raftqv1.QueueInfo) error {
 	line("acked total", itoa(st.GetAckedTotal()))
 	line("nacked total", itoa(st.GetNackedTotal()))
 	line("expired total", itoa(st.GetExpiredTotal()))
+	if d := q.GetDrain(); d != nil {
+		line("drain", formatDrain(d))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -102,6 +105,23 @@ func printQueue(w io.Writer, q *raftqv1.QueueInfo) error {
 		return tw.Flush()
 	}
 	return nil
+}
+
+// formatDrain says where a queue's depth is heading, from its moving
+// averages.
+func formatDrain(d *raftqv1.DrainEstimate) string {
+	switch d.GetState() {
+	case "draining":
+		eta := time.Duration(d.GetEmptiesInSec() * float64(time.Second)).Round(time.Second)
+		return fmt.Sprintf("empties in ~%s at the current rate (%.2f/s net, %.2f deliveries/s)", eta, d.GetDepthChangePerSec(), d.GetDeliveriesPerSec())
+	case "growing":
+		return fmt.Sprintf("growing (+%.2f/s net, %.2f deliveries/s)", d.GetDepthChangePerSec(), d.GetDeliveriesPerSec())
+	case "steady":
+		return fmt.Sprintf("steady (%.2f deliveries/s)", d.GetDeliveriesPerSec())
+	case "unknown":
+		return "estimating (needs two samples)"
+	}
+	return d.GetState()
 }
 
 func displayKey(k string) string {

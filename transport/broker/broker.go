@@ -29,6 +29,9 @@ type Config struct {
 	// Raft (queued and in flight); past it writes fail with ErrOverloaded.
 	// 0 = DefaultMaxPendingBytes.
 	MaxPendingBytes int64
+	// DrainInterval is how often each queue's depth is sampled for its
+	// drain-time estimate (0 = 5s).
+	DrainInterval time.Duration
 	// Clock stamps every command and drives the scheduler; nil = the wall
 	// clock. Tests replace it.
 	Clock Clock
@@ -69,6 +72,9 @@ type Broker struct {
 
 	leader    *leaderWork
 	leases    *metrics.Leases // the leader's delivery histograms
+	drain     *metrics.Drain  // per-queue drain-time estimates
+	stopDrain context.CancelFunc
+	drainDone chan struct{}
 	closeOnce sync.Once
 }
 
@@ -147,12 +153,39 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	// 5. Leader-only work follows leadership from now on.
 	b.leader = &leaderWork{log: b.log, node: b.node, state: b.state, sched: b.sched, feed: b.feed, propose: b.Propose}
 	b.leader.start()
+
+	// 6. Drain-time estimates, sampled from this node's own state.
+	b.startDrain()
 	return b, nil
 }
 
 // leaseForgetAfter: a pushed lease neither acked nor nacked this long after
 // its deadline has expired or been released; its start time is dropped.
 const leaseForgetAfter = time.Minute
+
+// drainTau is the time constant of the drain estimates' moving averages:
+// long enough that one burst does not make the estimate, short enough
+// that a change of pace shows within a minute or two.
+const drainTau = time.Minute
+
+// startDrain samples every queue's depth at Config.DrainInterval until
+// Close.
+func (b *Broker) startDrain() {
+	interval := b.cfg.DrainInterval
+	if interval <= 0 {
+		interval = 5 * time.Second
+	}
+	b.drain = metrics.NewDrain(b.state, drainTau)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.stopDrain, b.drainDone = cancel, make(chan struct{})
+	go func() {
+		defer close(b.drainDone)
+		b.drain.Run(ctx, interval, b.clock.Now)
+	}()
+}
+
+// Drain holds the per-queue drain-time estimates, for metrics.
+func (b *Broker) Drain() *metrics.Drain { return b.drain }
 
 // ID is this node's id.
 func (b *Broker) ID() string { return b.id }
@@ -194,6 +227,8 @@ func (b *Broker) Close(ctx context.Context) error {
 	var err error
 	b.closeOnce.Do(func() {
 		b.leader.stop()
+		b.stopDrain()
+		<-b.drainDone
 		b.enqueues.close()
 		b.acks.close()
 		err = b.node.Shutdown(ctx)

@@ -32,9 +32,15 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // the established leader.
 func startOne(t *testing.T, clock Clock) *Broker {
 	t.Helper()
+	return startOneWith(t, func(c *Config) { c.Clock = clock })
+}
+
+// startOneWith is startOne with the config adjusted by set.
+func startOneWith(t *testing.T, set func(*Config)) *Broker {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	b, err := New(ctx, Config{
+	cfg := Config{
 		Cluster: cluster.Config{
 			NodeID:             "n1",
 			DataDir:            filepath.Join(t.TempDir(), "n1"),
@@ -45,9 +51,10 @@ func startOne(t *testing.T, clock Clock) *Broker {
 			ElectionTimeout:    500 * time.Millisecond,
 			LeaderLeaseTimeout: 250 * time.Millisecond,
 		},
-		Clock:  clock,
 		Logger: quietLogger(),
-	})
+	}
+	set(&cfg)
+	b, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

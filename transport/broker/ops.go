@@ -53,6 +53,7 @@ func logRefs(refs []LeaseRef) []*fsmv1.Ref {
 type Queue struct {
 	*state.QueueInfo
 	Consumers    int
+	Drain        *metrics.DrainEstimate      // nil until the queue is sampled
 	FairnessKeys []*raftqv1.FairnessKeyStats // only when asked for
 	ThrottleKeys []*raftqv1.ThrottleKeyStats // only when asked for
 }
@@ -265,7 +266,11 @@ func (b *Broker) Peek(queue string, limit int, deadLetter bool) ([]*state.Delive
 }
 
 func (b *Broker) queue(qi *state.QueueInfo) *Queue {
-	return &Queue{QueueInfo: qi, Consumers: b.sched.Consumers(qi.Name)}
+	q := &Queue{QueueInfo: qi, Consumers: b.sched.Consumers(qi.Name)}
+	if e, ok := b.drain.Estimate(qi.Name); ok {
+		q.Drain = &e
+	}
+	return q
 }
 
 // The coalescers' request kinds and how a batch of them becomes a command.

@@ -457,8 +457,11 @@ type QueueInfo struct {
 	// True for a queue that is some queue's dead-letter queue.
 	IsDeadLetterQueue bool `protobuf:"varint,4,opt,name=is_dead_letter_queue,json=isDeadLetterQueue,proto3" json:"is_dead_letter_queue,omitempty"`
 	// Filled only when GetQueueRequest.include_keys is set.
-	FairnessKeys  []*FairnessKeyStats `protobuf:"bytes,5,rep,name=fairness_keys,json=fairnessKeys,proto3" json:"fairness_keys,omitempty"`
-	ThrottleKeys  []*ThrottleKeyStats `protobuf:"bytes,6,rep,name=throttle_keys,json=throttleKeys,proto3" json:"throttle_keys,omitempty"`
+	FairnessKeys []*FairnessKeyStats `protobuf:"bytes,5,rep,name=fairness_keys,json=fairnessKeys,proto3" json:"fairness_keys,omitempty"`
+	ThrottleKeys []*ThrottleKeyStats `protobuf:"bytes,6,rep,name=throttle_keys,json=throttleKeys,proto3" json:"throttle_keys,omitempty"`
+	// Where the queue's depth is heading, from the node's moving averages
+	// (absent until the queue has been sampled).
+	Drain         *DrainEstimate `protobuf:"bytes,7,opt,name=drain,proto3" json:"drain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -535,6 +538,88 @@ func (x *QueueInfo) GetThrottleKeys() []*ThrottleKeyStats {
 	return nil
 }
 
+func (x *QueueInfo) GetDrain() *DrainEstimate {
+	if x != nil {
+		return x.Drain
+	}
+	return nil
+}
+
+// DrainEstimate: an EWMA of the net depth change and of the delivery rate
+// of a queue, and the time to empty they imply.
+type DrainEstimate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "unknown" (not two samples yet), "empty", "draining", "growing" or
+	// "steady".
+	State string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// Net depth change per second (ready + delayed + in flight); negative
+	// while draining.
+	DepthChangePerSec float64 `protobuf:"fixed64,2,opt,name=depth_change_per_sec,json=depthChangePerSec,proto3" json:"depth_change_per_sec,omitempty"`
+	DeliveriesPerSec  float64 `protobuf:"fixed64,3,opt,name=deliveries_per_sec,json=deliveriesPerSec,proto3" json:"deliveries_per_sec,omitempty"`
+	// Seconds until empty at the current rate; set only while draining.
+	EmptiesInSec  float64 `protobuf:"fixed64,4,opt,name=empties_in_sec,json=emptiesInSec,proto3" json:"empties_in_sec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainEstimate) Reset() {
+	*x = DrainEstimate{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainEstimate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainEstimate) ProtoMessage() {}
+
+func (x *DrainEstimate) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainEstimate.ProtoReflect.Descriptor instead.
+func (*DrainEstimate) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DrainEstimate) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *DrainEstimate) GetDepthChangePerSec() float64 {
+	if x != nil {
+		return x.DepthChangePerSec
+	}
+	return 0
+}
+
+func (x *DrainEstimate) GetDeliveriesPerSec() float64 {
+	if x != nil {
+		return x.DeliveriesPerSec
+	}
+	return 0
+}
+
+func (x *DrainEstimate) GetEmptiesInSec() float64 {
+	if x != nil {
+		return x.EmptiesInSec
+	}
+	return 0
+}
+
 type EnqueueMessage struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Payload       []byte                 `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
@@ -552,7 +637,7 @@ type EnqueueMessage struct {
 
 func (x *EnqueueMessage) Reset() {
 	*x = EnqueueMessage{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[6]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +649,7 @@ func (x *EnqueueMessage) String() string {
 func (*EnqueueMessage) ProtoMessage() {}
 
 func (x *EnqueueMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[6]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +662,7 @@ func (x *EnqueueMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueMessage.ProtoReflect.Descriptor instead.
 func (*EnqueueMessage) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{6}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EnqueueMessage) GetPayload() []byte {
@@ -666,7 +751,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[7]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +763,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[7]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +776,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{7}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Delivery) GetId() string {
@@ -802,7 +887,7 @@ type LeaseRef struct {
 
 func (x *LeaseRef) Reset() {
 	*x = LeaseRef{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[8]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +899,7 @@ func (x *LeaseRef) String() string {
 func (*LeaseRef) ProtoMessage() {}
 
 func (x *LeaseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[8]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +912,7 @@ func (x *LeaseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRef.ProtoReflect.Descriptor instead.
 func (*LeaseRef) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{8}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LeaseRef) GetMessageId() string {
@@ -860,7 +945,7 @@ type NackItem struct {
 
 func (x *NackItem) Reset() {
 	*x = NackItem{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[9]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +957,7 @@ func (x *NackItem) String() string {
 func (*NackItem) ProtoMessage() {}
 
 func (x *NackItem) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[9]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +970,7 @@ func (x *NackItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackItem.ProtoReflect.Descriptor instead.
 func (*NackItem) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{9}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NackItem) GetMessageId() string {
@@ -942,7 +1027,7 @@ type ItemResult struct {
 
 func (x *ItemResult) Reset() {
 	*x = ItemResult{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1039,7 @@ func (x *ItemResult) String() string {
 func (*ItemResult) ProtoMessage() {}
 
 func (x *ItemResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1052,7 @@ func (x *ItemResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemResult.ProtoReflect.Descriptor instead.
 func (*ItemResult) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{10}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ItemResult) GetOk() bool {
@@ -1001,7 +1086,7 @@ type CreateQueueRequest struct {
 
 func (x *CreateQueueRequest) Reset() {
 	*x = CreateQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1098,7 @@ func (x *CreateQueueRequest) String() string {
 func (*CreateQueueRequest) ProtoMessage() {}
 
 func (x *CreateQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1111,7 @@ func (x *CreateQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateQueueRequest.ProtoReflect.Descriptor instead.
 func (*CreateQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{11}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateQueueRequest) GetName() string {
@@ -1052,7 +1137,7 @@ type CreateQueueResponse struct {
 
 func (x *CreateQueueResponse) Reset() {
 	*x = CreateQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1149,7 @@ func (x *CreateQueueResponse) String() string {
 func (*CreateQueueResponse) ProtoMessage() {}
 
 func (x *CreateQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1162,7 @@ func (x *CreateQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateQueueResponse.ProtoReflect.Descriptor instead.
 func (*CreateQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{12}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateQueueResponse) GetQueue() *QueueInfo {
@@ -1098,7 +1183,7 @@ type UpdateQueueRequest struct {
 
 func (x *UpdateQueueRequest) Reset() {
 	*x = UpdateQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1195,7 @@ func (x *UpdateQueueRequest) String() string {
 func (*UpdateQueueRequest) ProtoMessage() {}
 
 func (x *UpdateQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1208,7 @@ func (x *UpdateQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQueueRequest.ProtoReflect.Descriptor instead.
 func (*UpdateQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{13}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateQueueRequest) GetName() string {
@@ -1156,7 +1241,7 @@ type UpdateQueueResponse struct {
 
 func (x *UpdateQueueResponse) Reset() {
 	*x = UpdateQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1253,7 @@ func (x *UpdateQueueResponse) String() string {
 func (*UpdateQueueResponse) ProtoMessage() {}
 
 func (x *UpdateQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1266,7 @@ func (x *UpdateQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQueueResponse.ProtoReflect.Descriptor instead.
 func (*UpdateQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{14}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateQueueResponse) GetQueue() *QueueInfo {
@@ -1200,7 +1285,7 @@ type DeleteQueueRequest struct {
 
 func (x *DeleteQueueRequest) Reset() {
 	*x = DeleteQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1297,7 @@ func (x *DeleteQueueRequest) String() string {
 func (*DeleteQueueRequest) ProtoMessage() {}
 
 func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1310,7 @@ func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeleteQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{15}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteQueueRequest) GetName() string {
@@ -1243,7 +1328,7 @@ type DeleteQueueResponse struct {
 
 func (x *DeleteQueueResponse) Reset() {
 	*x = DeleteQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1340,7 @@ func (x *DeleteQueueResponse) String() string {
 func (*DeleteQueueResponse) ProtoMessage() {}
 
 func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1353,7 @@ func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueResponse.ProtoReflect.Descriptor instead.
 func (*DeleteQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{16}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{17}
 }
 
 type GetQueueRequest struct {
@@ -1282,7 +1367,7 @@ type GetQueueRequest struct {
 
 func (x *GetQueueRequest) Reset() {
 	*x = GetQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1379,7 @@ func (x *GetQueueRequest) String() string {
 func (*GetQueueRequest) ProtoMessage() {}
 
 func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1392,7 @@ func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{17}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetQueueRequest) GetName() string {
@@ -1333,7 +1418,7 @@ type GetQueueResponse struct {
 
 func (x *GetQueueResponse) Reset() {
 	*x = GetQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1430,7 @@ func (x *GetQueueResponse) String() string {
 func (*GetQueueResponse) ProtoMessage() {}
 
 func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1443,7 @@ func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{18}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetQueueResponse) GetQueue() *QueueInfo {
@@ -1377,7 +1462,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1474,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1487,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{19}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListQueuesRequest) GetPrefix() string {
@@ -1421,7 +1506,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1518,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1531,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{20}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -1465,7 +1550,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1562,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1575,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{21}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PurgeQueueRequest) GetName() string {
@@ -1509,7 +1594,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1606,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1619,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{22}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PurgeQueueResponse) GetPurged() int64 {
@@ -1554,7 +1639,7 @@ type EnqueueRequest struct {
 
 func (x *EnqueueRequest) Reset() {
 	*x = EnqueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +1651,7 @@ func (x *EnqueueRequest) String() string {
 func (*EnqueueRequest) ProtoMessage() {}
 
 func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +1664,7 @@ func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{23}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EnqueueRequest) GetQueue() string {
@@ -1605,7 +1690,7 @@ type EnqueueResponse struct {
 
 func (x *EnqueueResponse) Reset() {
 	*x = EnqueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1702,7 @@ func (x *EnqueueResponse) String() string {
 func (*EnqueueResponse) ProtoMessage() {}
 
 func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1715,7 @@ func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{24}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EnqueueResponse) GetMessageIds() []string {
@@ -1651,7 +1736,7 @@ type EnqueueStreamRequest struct {
 
 func (x *EnqueueStreamRequest) Reset() {
 	*x = EnqueueStreamRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1748,7 @@ func (x *EnqueueStreamRequest) String() string {
 func (*EnqueueStreamRequest) ProtoMessage() {}
 
 func (x *EnqueueStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1761,7 @@ func (x *EnqueueStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueStreamRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueStreamRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{25}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EnqueueStreamRequest) GetSeq() uint64 {
@@ -1706,7 +1791,7 @@ type EnqueueStreamResponse struct {
 
 func (x *EnqueueStreamResponse) Reset() {
 	*x = EnqueueStreamResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1803,7 @@ func (x *EnqueueStreamResponse) String() string {
 func (*EnqueueStreamResponse) ProtoMessage() {}
 
 func (x *EnqueueStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1816,7 @@ func (x *EnqueueStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueStreamResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueStreamResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{26}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EnqueueStreamResponse) GetSeq() uint64 {
@@ -1777,7 +1862,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1874,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1887,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{27}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeaseRequest) GetQueue() string {
@@ -1856,7 +1941,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +1953,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +1966,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{28}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LeaseResponse) GetMessages() []*Delivery {
@@ -1901,7 +1986,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +1998,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2011,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{29}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AckRequest) GetQueue() string {
@@ -1952,7 +2037,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2049,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2062,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{30}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AckResponse) GetResults() []*ItemResult {
@@ -1997,7 +2082,7 @@ type NackRequest struct {
 
 func (x *NackRequest) Reset() {
 	*x = NackRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2094,7 @@ func (x *NackRequest) String() string {
 func (*NackRequest) ProtoMessage() {}
 
 func (x *NackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2107,7 @@ func (x *NackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackRequest.ProtoReflect.Descriptor instead.
 func (*NackRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{31}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NackRequest) GetQueue() string {
@@ -2048,7 +2133,7 @@ type NackResponse struct {
 
 func (x *NackResponse) Reset() {
 	*x = NackResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2145,7 @@ func (x *NackResponse) String() string {
 func (*NackResponse) ProtoMessage() {}
 
 func (x *NackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2158,7 @@ func (x *NackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
 func (*NackResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{32}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NackResponse) GetResults() []*ItemResult {
@@ -2094,7 +2179,7 @@ type ExtendLeaseRequest struct {
 
 func (x *ExtendLeaseRequest) Reset() {
 	*x = ExtendLeaseRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2191,7 @@ func (x *ExtendLeaseRequest) String() string {
 func (*ExtendLeaseRequest) ProtoMessage() {}
 
 func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2204,7 @@ func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{33}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ExtendLeaseRequest) GetQueue() string {
@@ -2153,7 +2238,7 @@ type ExtendLeaseResponse struct {
 
 func (x *ExtendLeaseResponse) Reset() {
 	*x = ExtendLeaseResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2250,7 @@ func (x *ExtendLeaseResponse) String() string {
 func (*ExtendLeaseResponse) ProtoMessage() {}
 
 func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2263,7 @@ func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{34}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ExtendLeaseResponse) GetResults() []*ItemResult {
@@ -2206,7 +2291,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2303,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2316,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{35}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PeekRequest) GetQueue() string {
@@ -2264,7 +2349,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2361,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2374,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{36}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PeekResponse) GetMessages() []*Delivery {
@@ -2309,7 +2394,7 @@ type RedriveRequest struct {
 
 func (x *RedriveRequest) Reset() {
 	*x = RedriveRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2406,7 @@ func (x *RedriveRequest) String() string {
 func (*RedriveRequest) ProtoMessage() {}
 
 func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2419,7 @@ func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveRequest.ProtoReflect.Descriptor instead.
 func (*RedriveRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{37}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RedriveRequest) GetQueue() string {
@@ -2360,7 +2445,7 @@ type RedriveResponse struct {
 
 func (x *RedriveResponse) Reset() {
 	*x = RedriveResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2457,7 @@ func (x *RedriveResponse) String() string {
 func (*RedriveResponse) ProtoMessage() {}
 
 func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2470,7 @@ func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveResponse.ProtoReflect.Descriptor instead.
 func (*RedriveResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{38}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RedriveResponse) GetMoved() int64 {
@@ -2415,7 +2500,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2512,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2525,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{39}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Node) GetId() string {
@@ -2525,7 +2610,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2622,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2635,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{40}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StatusRequest) GetLocalOnly() bool {
@@ -2577,7 +2662,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2589,7 +2674,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2602,7 +2687,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{41}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StatusResponse) GetLeaderId() string {
@@ -2666,7 +2751,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2763,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2776,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{42}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -2716,7 +2801,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2813,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2826,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{43}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
 }
 
 type TransferLeadershipRequest struct {
@@ -2753,7 +2838,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +2850,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +2863,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TransferLeadershipRequest) GetToId() string {
@@ -2797,7 +2882,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2809,7 +2894,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2822,7 +2907,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TransferLeadershipResponse) GetNewLeaderId() string {
@@ -2840,7 +2925,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2852,7 +2937,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2865,7 +2950,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
 }
 
 type SnapshotResponse struct {
@@ -2877,7 +2962,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2889,7 +2974,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2902,7 +2987,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -2925,7 +3010,7 @@ type NodeDigest struct {
 
 func (x *NodeDigest) Reset() {
 	*x = NodeDigest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2937,7 +3022,7 @@ func (x *NodeDigest) String() string {
 func (*NodeDigest) ProtoMessage() {}
 
 func (x *NodeDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2950,7 +3035,7 @@ func (x *NodeDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDigest.ProtoReflect.Descriptor instead.
 func (*NodeDigest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *NodeDigest) GetId() string {
@@ -2996,7 +3081,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3008,7 +3093,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3021,7 +3106,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
 }
 
 type VerifyResponse struct {
@@ -3040,7 +3125,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3052,7 +3137,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3065,7 +3150,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *VerifyResponse) GetNodes() []*NodeDigest {
@@ -3097,7 +3182,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3109,7 +3194,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3122,7 +3207,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
 }
 
 type CheckpointResponse struct {
@@ -3134,7 +3219,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3231,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3244,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CheckpointResponse) GetIndex() uint64 {
@@ -3178,7 +3263,7 @@ type LocalDigestRequest struct {
 
 func (x *LocalDigestRequest) Reset() {
 	*x = LocalDigestRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3190,7 +3275,7 @@ func (x *LocalDigestRequest) String() string {
 func (*LocalDigestRequest) ProtoMessage() {}
 
 func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3203,7 +3288,7 @@ func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalDigestRequest.ProtoReflect.Descriptor instead.
 func (*LocalDigestRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *LocalDigestRequest) GetIndex() uint64 {
@@ -3222,7 +3307,7 @@ type ListConsumersRequest struct {
 
 func (x *ListConsumersRequest) Reset() {
 	*x = ListConsumersRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3319,7 @@ func (x *ListConsumersRequest) String() string {
 func (*ListConsumersRequest) ProtoMessage() {}
 
 func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3332,7 @@ func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersRequest.ProtoReflect.Descriptor instead.
 func (*ListConsumersRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListConsumersRequest) GetQueue() string {
@@ -3266,7 +3351,7 @@ type ListConsumersResponse struct {
 
 func (x *ListConsumersResponse) Reset() {
 	*x = ListConsumersResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3278,7 +3363,7 @@ func (x *ListConsumersResponse) String() string {
 func (*ListConsumersResponse) ProtoMessage() {}
 
 func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3291,7 +3376,7 @@ func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
@@ -3330,7 +3415,7 @@ type ConsumerInfo struct {
 
 func (x *ConsumerInfo) Reset() {
 	*x = ConsumerInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3342,7 +3427,7 @@ func (x *ConsumerInfo) String() string {
 func (*ConsumerInfo) ProtoMessage() {}
 
 func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3355,7 +3440,7 @@ func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ConsumerInfo) GetName() string {
@@ -3476,14 +3561,20 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x06tokens\x18\x02 \x01(\x01R\x06tokens\x12 \n" +
 	"\frate_per_sec\x18\x03 \x01(\x01R\n" +
 	"ratePerSec\x12\x14\n" +
-	"\x05burst\x18\x04 \x01(\x05R\x05burst\"\xad\x02\n" +
+	"\x05burst\x18\x04 \x01(\x05R\x05burst\"\xdc\x02\n" +
 	"\tQueueInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x06config\x18\x02 \x01(\v2\x15.raftq.v1.QueueConfigR\x06config\x12*\n" +
 	"\x05stats\x18\x03 \x01(\v2\x14.raftq.v1.QueueStatsR\x05stats\x12/\n" +
 	"\x14is_dead_letter_queue\x18\x04 \x01(\bR\x11isDeadLetterQueue\x12?\n" +
 	"\rfairness_keys\x18\x05 \x03(\v2\x1a.raftq.v1.FairnessKeyStatsR\ffairnessKeys\x12?\n" +
-	"\rthrottle_keys\x18\x06 \x03(\v2\x1a.raftq.v1.ThrottleKeyStatsR\fthrottleKeys\"\xf0\x02\n" +
+	"\rthrottle_keys\x18\x06 \x03(\v2\x1a.raftq.v1.ThrottleKeyStatsR\fthrottleKeys\x12-\n" +
+	"\x05drain\x18\a \x01(\v2\x17.raftq.v1.DrainEstimateR\x05drain\"\xaa\x01\n" +
+	"\rDrainEstimate\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12/\n" +
+	"\x14depth_change_per_sec\x18\x02 \x01(\x01R\x11depthChangePerSec\x12,\n" +
+	"\x12deliveries_per_sec\x18\x03 \x01(\x01R\x10deliveriesPerSec\x12$\n" +
+	"\x0eempties_in_sec\x18\x04 \x01(\x01R\femptiesInSec\"\xf0\x02\n" +
 	"\x0eEnqueueMessage\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12?\n" +
 	"\aheaders\x18\x02 \x03(\v2%.raftq.v1.EnqueueMessage.HeadersEntryR\aheaders\x12\x1a\n" +
@@ -3730,7 +3821,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -3738,143 +3829,145 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*FairnessKeyStats)(nil),           // 3: raftq.v1.FairnessKeyStats
 	(*ThrottleKeyStats)(nil),           // 4: raftq.v1.ThrottleKeyStats
 	(*QueueInfo)(nil),                  // 5: raftq.v1.QueueInfo
-	(*EnqueueMessage)(nil),             // 6: raftq.v1.EnqueueMessage
-	(*Delivery)(nil),                   // 7: raftq.v1.Delivery
-	(*LeaseRef)(nil),                   // 8: raftq.v1.LeaseRef
-	(*NackItem)(nil),                   // 9: raftq.v1.NackItem
-	(*ItemResult)(nil),                 // 10: raftq.v1.ItemResult
-	(*CreateQueueRequest)(nil),         // 11: raftq.v1.CreateQueueRequest
-	(*CreateQueueResponse)(nil),        // 12: raftq.v1.CreateQueueResponse
-	(*UpdateQueueRequest)(nil),         // 13: raftq.v1.UpdateQueueRequest
-	(*UpdateQueueResponse)(nil),        // 14: raftq.v1.UpdateQueueResponse
-	(*DeleteQueueRequest)(nil),         // 15: raftq.v1.DeleteQueueRequest
-	(*DeleteQueueResponse)(nil),        // 16: raftq.v1.DeleteQueueResponse
-	(*GetQueueRequest)(nil),            // 17: raftq.v1.GetQueueRequest
-	(*GetQueueResponse)(nil),           // 18: raftq.v1.GetQueueResponse
-	(*ListQueuesRequest)(nil),          // 19: raftq.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),         // 20: raftq.v1.ListQueuesResponse
-	(*PurgeQueueRequest)(nil),          // 21: raftq.v1.PurgeQueueRequest
-	(*PurgeQueueResponse)(nil),         // 22: raftq.v1.PurgeQueueResponse
-	(*EnqueueRequest)(nil),             // 23: raftq.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),            // 24: raftq.v1.EnqueueResponse
-	(*EnqueueStreamRequest)(nil),       // 25: raftq.v1.EnqueueStreamRequest
-	(*EnqueueStreamResponse)(nil),      // 26: raftq.v1.EnqueueStreamResponse
-	(*LeaseRequest)(nil),               // 27: raftq.v1.LeaseRequest
-	(*LeaseResponse)(nil),              // 28: raftq.v1.LeaseResponse
-	(*AckRequest)(nil),                 // 29: raftq.v1.AckRequest
-	(*AckResponse)(nil),                // 30: raftq.v1.AckResponse
-	(*NackRequest)(nil),                // 31: raftq.v1.NackRequest
-	(*NackResponse)(nil),               // 32: raftq.v1.NackResponse
-	(*ExtendLeaseRequest)(nil),         // 33: raftq.v1.ExtendLeaseRequest
-	(*ExtendLeaseResponse)(nil),        // 34: raftq.v1.ExtendLeaseResponse
-	(*PeekRequest)(nil),                // 35: raftq.v1.PeekRequest
-	(*PeekResponse)(nil),               // 36: raftq.v1.PeekResponse
-	(*RedriveRequest)(nil),             // 37: raftq.v1.RedriveRequest
-	(*RedriveResponse)(nil),            // 38: raftq.v1.RedriveResponse
-	(*Node)(nil),                       // 39: raftq.v1.Node
-	(*StatusRequest)(nil),              // 40: raftq.v1.StatusRequest
-	(*StatusResponse)(nil),             // 41: raftq.v1.StatusResponse
-	(*RemoveNodeRequest)(nil),          // 42: raftq.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 43: raftq.v1.RemoveNodeResponse
-	(*TransferLeadershipRequest)(nil),  // 44: raftq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 45: raftq.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 46: raftq.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 47: raftq.v1.SnapshotResponse
-	(*NodeDigest)(nil),                 // 48: raftq.v1.NodeDigest
-	(*VerifyRequest)(nil),              // 49: raftq.v1.VerifyRequest
-	(*VerifyResponse)(nil),             // 50: raftq.v1.VerifyResponse
-	(*CheckpointRequest)(nil),          // 51: raftq.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),         // 52: raftq.v1.CheckpointResponse
-	(*LocalDigestRequest)(nil),         // 53: raftq.v1.LocalDigestRequest
-	(*ListConsumersRequest)(nil),       // 54: raftq.v1.ListConsumersRequest
-	(*ListConsumersResponse)(nil),      // 55: raftq.v1.ListConsumersResponse
-	(*ConsumerInfo)(nil),               // 56: raftq.v1.ConsumerInfo
-	nil,                                // 57: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 58: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 59: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 60: google.protobuf.FieldMask
-	(*status.Status)(nil),              // 61: google.rpc.Status
+	(*DrainEstimate)(nil),              // 6: raftq.v1.DrainEstimate
+	(*EnqueueMessage)(nil),             // 7: raftq.v1.EnqueueMessage
+	(*Delivery)(nil),                   // 8: raftq.v1.Delivery
+	(*LeaseRef)(nil),                   // 9: raftq.v1.LeaseRef
+	(*NackItem)(nil),                   // 10: raftq.v1.NackItem
+	(*ItemResult)(nil),                 // 11: raftq.v1.ItemResult
+	(*CreateQueueRequest)(nil),         // 12: raftq.v1.CreateQueueRequest
+	(*CreateQueueResponse)(nil),        // 13: raftq.v1.CreateQueueResponse
+	(*UpdateQueueRequest)(nil),         // 14: raftq.v1.UpdateQueueRequest
+	(*UpdateQueueResponse)(nil),        // 15: raftq.v1.UpdateQueueResponse
+	(*DeleteQueueRequest)(nil),         // 16: raftq.v1.DeleteQueueRequest
+	(*DeleteQueueResponse)(nil),        // 17: raftq.v1.DeleteQueueResponse
+	(*GetQueueRequest)(nil),            // 18: raftq.v1.GetQueueRequest
+	(*GetQueueResponse)(nil),           // 19: raftq.v1.GetQueueResponse
+	(*ListQueuesRequest)(nil),          // 20: raftq.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),         // 21: raftq.v1.ListQueuesResponse
+	(*PurgeQueueRequest)(nil),          // 22: raftq.v1.PurgeQueueRequest
+	(*PurgeQueueResponse)(nil),         // 23: raftq.v1.PurgeQueueResponse
+	(*EnqueueRequest)(nil),             // 24: raftq.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),            // 25: raftq.v1.EnqueueResponse
+	(*EnqueueStreamRequest)(nil),       // 26: raftq.v1.EnqueueStreamRequest
+	(*EnqueueStreamResponse)(nil),      // 27: raftq.v1.EnqueueStreamResponse
+	(*LeaseRequest)(nil),               // 28: raftq.v1.LeaseRequest
+	(*LeaseResponse)(nil),              // 29: raftq.v1.LeaseResponse
+	(*AckRequest)(nil),                 // 30: raftq.v1.AckRequest
+	(*AckResponse)(nil),                // 31: raftq.v1.AckResponse
+	(*NackRequest)(nil),                // 32: raftq.v1.NackRequest
+	(*NackResponse)(nil),               // 33: raftq.v1.NackResponse
+	(*ExtendLeaseRequest)(nil),         // 34: raftq.v1.ExtendLeaseRequest
+	(*ExtendLeaseResponse)(nil),        // 35: raftq.v1.ExtendLeaseResponse
+	(*PeekRequest)(nil),                // 36: raftq.v1.PeekRequest
+	(*PeekResponse)(nil),               // 37: raftq.v1.PeekResponse
+	(*RedriveRequest)(nil),             // 38: raftq.v1.RedriveRequest
+	(*RedriveResponse)(nil),            // 39: raftq.v1.RedriveResponse
+	(*Node)(nil),                       // 40: raftq.v1.Node
+	(*StatusRequest)(nil),              // 41: raftq.v1.StatusRequest
+	(*StatusResponse)(nil),             // 42: raftq.v1.StatusResponse
+	(*RemoveNodeRequest)(nil),          // 43: raftq.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 44: raftq.v1.RemoveNodeResponse
+	(*TransferLeadershipRequest)(nil),  // 45: raftq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 46: raftq.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 47: raftq.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 48: raftq.v1.SnapshotResponse
+	(*NodeDigest)(nil),                 // 49: raftq.v1.NodeDigest
+	(*VerifyRequest)(nil),              // 50: raftq.v1.VerifyRequest
+	(*VerifyResponse)(nil),             // 51: raftq.v1.VerifyResponse
+	(*CheckpointRequest)(nil),          // 52: raftq.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 53: raftq.v1.CheckpointResponse
+	(*LocalDigestRequest)(nil),         // 54: raftq.v1.LocalDigestRequest
+	(*ListConsumersRequest)(nil),       // 55: raftq.v1.ListConsumersRequest
+	(*ListConsumersResponse)(nil),      // 56: raftq.v1.ListConsumersResponse
+	(*ConsumerInfo)(nil),               // 57: raftq.v1.ConsumerInfo
+	nil,                                // 58: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 59: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 60: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 61: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 62: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	57, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	58, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
 	1,  // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
 	2,  // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
 	3,  // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
 	4,  // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
-	58, // 5: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	59, // 6: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
-	1,  // 7: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	5,  // 8: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	1,  // 9: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	60, // 10: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
-	5,  // 11: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	5,  // 12: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	5,  // 13: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
-	6,  // 14: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
-	23, // 15: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
-	24, // 16: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
-	61, // 17: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
-	7,  // 18: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
-	8,  // 19: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
-	10, // 20: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
-	9,  // 21: raftq.v1.NackRequest.nacks:type_name -> raftq.v1.NackItem
-	10, // 22: raftq.v1.NackResponse.results:type_name -> raftq.v1.ItemResult
-	8,  // 23: raftq.v1.ExtendLeaseRequest.leases:type_name -> raftq.v1.LeaseRef
-	10, // 24: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
-	7,  // 25: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
-	39, // 26: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
-	48, // 27: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
-	56, // 28: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
-	0,  // 29: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
-	11, // 30: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
-	13, // 31: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
-	15, // 32: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
-	17, // 33: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
-	19, // 34: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
-	21, // 35: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
-	23, // 36: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
-	25, // 37: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
-	27, // 38: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
-	29, // 39: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
-	31, // 40: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
-	33, // 41: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
-	35, // 42: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
-	37, // 43: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	54, // 44: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
-	40, // 45: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
-	42, // 46: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
-	44, // 47: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
-	46, // 48: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	49, // 49: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	51, // 50: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	53, // 51: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
-	12, // 52: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	14, // 53: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	16, // 54: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	18, // 55: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	20, // 56: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	22, // 57: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	24, // 58: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	26, // 59: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
-	28, // 60: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	30, // 61: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	32, // 62: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	34, // 63: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	36, // 64: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	38, // 65: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	55, // 66: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
-	41, // 67: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	43, // 68: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	45, // 69: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	47, // 70: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	50, // 71: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	52, // 72: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	48, // 73: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	52, // [52:74] is the sub-list for method output_type
-	30, // [30:52] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	6,  // 5: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
+	59, // 6: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	60, // 7: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	1,  // 8: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
+	5,  // 9: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	1,  // 10: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
+	61, // 11: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	5,  // 12: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	5,  // 13: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	5,  // 14: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
+	7,  // 15: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
+	24, // 16: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
+	25, // 17: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
+	62, // 18: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	8,  // 19: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
+	9,  // 20: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
+	11, // 21: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
+	10, // 22: raftq.v1.NackRequest.nacks:type_name -> raftq.v1.NackItem
+	11, // 23: raftq.v1.NackResponse.results:type_name -> raftq.v1.ItemResult
+	9,  // 24: raftq.v1.ExtendLeaseRequest.leases:type_name -> raftq.v1.LeaseRef
+	11, // 25: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
+	8,  // 26: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
+	40, // 27: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
+	49, // 28: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
+	57, // 29: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
+	0,  // 30: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
+	12, // 31: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
+	14, // 32: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
+	16, // 33: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
+	18, // 34: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
+	20, // 35: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
+	22, // 36: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
+	24, // 37: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
+	26, // 38: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
+	28, // 39: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
+	30, // 40: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
+	32, // 41: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
+	34, // 42: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
+	36, // 43: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
+	38, // 44: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
+	55, // 45: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
+	41, // 46: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
+	43, // 47: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
+	45, // 48: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
+	47, // 49: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
+	50, // 50: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	52, // 51: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	54, // 52: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	13, // 53: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	15, // 54: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	17, // 55: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	19, // 56: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	21, // 57: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	23, // 58: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	25, // 59: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	27, // 60: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
+	29, // 61: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	31, // 62: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	33, // 63: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	35, // 64: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	37, // 65: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	39, // 66: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	56, // 67: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
+	42, // 68: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	44, // 69: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	46, // 70: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	48, // 71: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	51, // 72: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	53, // 73: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	49, // 74: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	53, // [53:75] is the sub-list for method output_type
+	31, // [31:53] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_raftq_v1_raftq_proto_init() }
@@ -3888,7 +3981,7 @@ func file_raftq_v1_raftq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   60,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
