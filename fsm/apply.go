@@ -11,9 +11,9 @@ import (
 // entry's own log version: a command introduced in version N is recognised
 // only in entries of version >= N, exactly as older builds saw them.
 // Called with the write lock held.
-func (f *FSM) apply(index uint64, cmd *fsmv1.Command, touched *state.Touched) Result {
+func (f *FSM) apply(index, term uint64, cmd *fsmv1.Command, touched *state.Touched) Result {
 	version := entryVersion(cmd)
-	tx := f.store.Begin(index, version, cmd.NowMs, touched)
+	tx := f.store.Begin(index, term, version, cmd.NowMs, touched)
 	switch op := cmd.Op.(type) {
 	case *fsmv1.Command_CreateQueue:
 		return tx.CreateQueue(op.CreateQueue)

@@ -153,7 +153,7 @@ func BenchmarkMillionMessages(b *testing.B) {
 				msgs[j] = &fsmv1.EnqueueMessage{Payload: payload[j*1024 : (j+1)*1024 : (j+1)*1024], DedupId: fmt.Sprint(i, "-", j)}
 			}
 			f.mu.Lock()
-			f.apply(uint64(i+2), &fsmv1.Command{NowMs: int64(i + 2), Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}}}}, state.NewTouched())
+			f.apply(uint64(i+2), 1, &fsmv1.Command{NowMs: int64(i + 2), Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}}}}, state.NewTouched())
 			f.mu.Unlock()
 		}
 		var after runtime.MemStats

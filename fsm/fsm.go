@@ -16,7 +16,8 @@ import (
 // and stops (Options.Fatal) at a newer one. Version 1 is the format
 // before versioning (entries carry no version); version 2 adds only the
 // SetClusterVersion command; version 3 makes fairness keys' order and
-// weights replicated state. fsm/DESIGN.md lists every version.
+// weights replicated state; version 4 moves the clock by elapsed time
+// within each leader's term. fsm/DESIGN.md lists every version.
 const MaxLogVersion = state.MaxLogVersion
 
 // Notifier learns which queues an applied batch touched (new ready work,
@@ -126,7 +127,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 				out[i] = failed(f.halted)
 				continue
 			default:
-				out[i] = f.apply(l.Index, cmd, touched)
+				out[i] = f.apply(l.Index, l.Term, cmd, touched)
 			}
 		}
 		f.store.SetApplied(l.Index)
@@ -177,7 +178,8 @@ func (f *FSM) ClusterVersion() uint32 {
 	return f.store.ClusterVersion()
 }
 
-// Now is the FSM's clock: the largest now_ms of any applied command.
+// Now is the FSM's clock (fsm/state/clock.go): up to log version 3 the
+// largest now_ms of any applied entry, from version 4 elapsed time.
 func (f *FSM) Now() int64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()

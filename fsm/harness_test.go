@@ -3,6 +3,7 @@ package fsm
 import (
 	"testing"
 
+	"github.com/hashicorp/raft"
 	"github.com/raftq/raftq/fsm/state"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 )
@@ -15,6 +16,7 @@ type harness struct {
 	index   uint64
 	now     int64
 	version uint32 // log version of the entries it applies (0 = 1)
+	term    uint64 // Raft term of the entries it applies
 }
 
 func newHarness(t testing.TB) *harness {
@@ -28,7 +30,11 @@ func (h *harness) apply(cmd *fsmv1.Command) Result {
 	if cmd.Version == 0 {
 		cmd.Version = h.version
 	}
-	res := h.f.ApplyCommand(h.index, cmd)
+	data, err := Encode(cmd)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	res := h.f.Apply(&raft.Log{Index: h.index, Term: h.term, Type: raft.LogCommand, Data: data}).(Result)
 	if err := h.f.Verify(); err != nil {
 		h.t.Fatalf("Verify after command %d (%T): %v", h.index, cmd.Op, err)
 	}

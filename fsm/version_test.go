@@ -185,9 +185,9 @@ func TestNewerSnapshotStopsTheNode(t *testing.T) {
 		hdr  *fsmv1.SnapshotHeader
 		want string
 	}{
-		{"newer format (this build reads 1 to 3)", &fsmv1.SnapshotHeader{Version: 4}, "snapshot format version 4"},
+		{"newer format (this build reads 1 to 4)", &fsmv1.SnapshotHeader{Version: 5}, "snapshot format version 5"},
 		{"newer cluster", &fsmv1.SnapshotHeader{Version: 2, ClusterVersion: MaxLogVersion + 1}, fmt.Sprint("log version ", MaxLogVersion+1)},
-		{"newer cluster, format 3", &fsmv1.SnapshotHeader{Version: 3, ClusterVersion: MaxLogVersion + 1}, fmt.Sprint("log version ", MaxLogVersion+1)},
+		{"newer cluster, format 4", &fsmv1.SnapshotHeader{Version: 4, ClusterVersion: MaxLogVersion + 1}, fmt.Sprint("log version ", MaxLogVersion+1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
@@ -217,8 +217,10 @@ func TestNewerSnapshotStopsTheNode(t *testing.T) {
 	// A malformed header (format 1 claiming a cluster version) is invalid,
 	// not newer: refused without stopping the node.
 	// So is a format that cannot hold its cluster version's state (format
-	// 2 has no key order, which cluster version 3 keeps).
-	for _, hdr := range []*fsmv1.SnapshotHeader{{Version: 1, ClusterVersion: 2}, {Version: 2, ClusterVersion: 3}, {Version: 3, ClusterVersion: 2}} {
+	// 2 has no key order, which cluster version 3 keeps; format 3 no
+	// leader clock, which version 4 keeps) or one of a later version.
+	for _, hdr := range []*fsmv1.SnapshotHeader{{Version: 1, ClusterVersion: 2}, {Version: 2, ClusterVersion: 3}, {Version: 3, ClusterVersion: 2},
+		{Version: 3, ClusterVersion: 4}, {Version: 4, ClusterVersion: 3}} {
 		var buf bytes.Buffer
 		_, _ = protodelim.MarshalTo(&buf, hdr)
 		rec := &fatalRecorder{}

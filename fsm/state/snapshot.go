@@ -18,15 +18,17 @@ import (
 // state whose cluster version is 1 is still written as version 1, byte for
 // byte, so its digest matches older builds'. Version 2 adds the header's
 // cluster_version, written only when it is not 1 (an older build refuses
-// such a snapshot instead of dropping the field). Version 3, written from
-// cluster version 3 on, adds each queue's key_order. Each format is
+// such a snapshot instead of dropping the field). Version 3, written at
+// cluster version 3, adds each queue's key_order; version 4, from cluster
+// version 4 on, adds the leader clock (clock.go). Each format is
 // written only at the cluster versions it belongs to, so replicas of two
 // builds at the same cluster version hash the same bytes.
 const (
 	snapshotV1         = 1
 	snapshotV2         = 2
 	snapshotV3         = 3
-	maxSnapshotVersion = snapshotV3
+	snapshotV4         = 4
+	maxSnapshotVersion = snapshotV4
 )
 
 // maxRecordBytes bounds one snapshot record on restore: the largest message
@@ -40,6 +42,7 @@ const maxRecordBytes = MaxMessageBytesCap + 4*MaxHeaderBytes + 1<<20
 type Frozen struct {
 	index          uint64
 	lastNow        int64
+	leader         leaderClock
 	clusterVersion uint32
 	queues         []frozenQueue
 }
@@ -54,7 +57,7 @@ type frozenQueue struct {
 // the Checkpoint entry's own index for a checkpoint). It writes to the
 // trees (Clone marks them shared), so it needs the writer's exclusion.
 func (s *Store) Freeze(index uint64) *Frozen {
-	fr := &Frozen{index: index, lastNow: s.lastNow, clusterVersion: s.clusterVersion}
+	fr := &Frozen{index: index, lastNow: s.lastNow, leader: s.leader, clusterVersion: s.clusterVersion}
 	for _, name := range s.sortedQueueNames() {
 		q := s.queues[name]
 		fr.queues = append(fr.queues, frozenQueue{
@@ -111,6 +114,9 @@ func (fr *Frozen) Stream(w io.Writer) error {
 	}
 	hdr := &fsmv1.SnapshotHeader{Version: snapshotV1, LastNowMs: fr.lastNow, AppliedIndex: fr.index, QueueCount: uint64(len(fr.queues))}
 	switch {
+	case fr.clusterVersion >= elapsedTimeVersion:
+		hdr.Version, hdr.ClusterVersion = snapshotV4, fr.clusterVersion
+		hdr.LeaderTerm, hdr.LeaderNowMs = fr.leader.term, fr.leader.nowMs
 	case fr.clusterVersion >= keyOrderVersion:
 		hdr.Version, hdr.ClusterVersion = snapshotV3, fr.clusterVersion
 	case fr.clusterVersion != 1:
@@ -216,8 +222,11 @@ func (s *Store) load(r *bufio.Reader) error {
 		return fmt.Errorf("%w: snapshot of a cluster at log version %d, this build applies versions up to %d; upgrade this node's raftq binary",
 			ErrNewerVersion, hdr.ClusterVersion, MaxLogVersion)
 	case hdr.Version == snapshotV2 && hdr.ClusterVersion >= 2 && hdr.ClusterVersion < keyOrderVersion,
-		hdr.Version == snapshotV3 && hdr.ClusterVersion >= keyOrderVersion:
+		hdr.Version == snapshotV3 && hdr.ClusterVersion >= keyOrderVersion && hdr.ClusterVersion < elapsedTimeVersion:
 		s.clusterVersion = hdr.ClusterVersion
+	case hdr.Version == snapshotV4 && hdr.ClusterVersion >= elapsedTimeVersion:
+		s.clusterVersion = hdr.ClusterVersion
+		s.leader = leaderClock{known: true, term: hdr.LeaderTerm, nowMs: hdr.LeaderNowMs}
 	default:
 		return fmt.Errorf("%w: snapshot version %d with cluster version %d", ErrInvalid, hdr.Version, hdr.ClusterVersion)
 	}

@@ -24,7 +24,8 @@ type Store struct {
 	consumers map[string]map[queueMsg]struct{}
 
 	totalBytes     int64 // payload bytes across queues (derived, like the per-queue counters)
-	lastNow        int64
+	lastNow        int64 // the state's clock (clock.go)
+	leader         leaderClock
 	appliedIndex   uint64
 	keySeq         uint64 // source of activation sequence numbers; only their order matters (keyorder.go)
 	clusterVersion uint32 // the replicated cluster version (starts at 1)
@@ -54,22 +55,21 @@ func (s *Store) SetApplied(index uint64) {
 	}
 }
 
-// Now is the state's clock: the largest now_ms of any applied command.
+// Now is the state's clock (clock.go).
 func (s *Store) Now() int64 { return s.lastNow }
 
 // ClusterVersion is the replicated cluster version.
 func (s *Store) ClusterVersion() uint32 { return s.clusterVersion }
 
-// Begin starts applying one entry: the clock moves to max(now, last), and
-// what the passage of time does happens first (see advance). version is
-// the log version the entry was proposed under; touched collects the
-// queues the entry changes.
-func (s *Store) Begin(index uint64, version uint32, nowMs int64, touched *Touched) *Tx {
-	if nowMs > s.lastNow {
-		s.lastNow = nowMs
-	}
+// Begin starts applying one entry: the clock moves (clock.go: by the
+// entry's version, from its Raft term and its leader's now_ms), and what
+// the passage of time does happens first (see advance). version is the
+// log version the entry was proposed under; touched collects the queues
+// the entry changes.
+func (s *Store) Begin(index, term uint64, version uint32, nowMs int64, touched *Touched) *Tx {
+	s.tick(term, version, nowMs)
 	s.advance(touched)
-	return &Tx{s: s, index: index, version: version, touched: touched}
+	return &Tx{s: s, index: index, version: version, stampMs: nowMs, touched: touched}
 }
 
 func (s *Store) sortedQueueNames() []string {

@@ -16,16 +16,16 @@ func seeded(t *testing.T) (*Store, uint64) {
 	t.Helper()
 	s := New()
 	touched := NewTouched()
-	if r := s.Begin(1, 1, 1000, touched).CreateQueue(&fsmv1.CreateQueue{Name: "q"}); r.Err != nil {
+	if r := s.Begin(1, 1, 1, 1000, touched).CreateQueue(&fsmv1.CreateQueue{Name: "q"}); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	enq := s.Begin(2, 1, 1001, touched).Enqueue(&fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: []*fsmv1.EnqueueMessage{
+	enq := s.Begin(2, 1, 1, 1001, touched).Enqueue(&fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: []*fsmv1.EnqueueMessage{
 		{Payload: []byte("a"), DedupId: "x"}, {Payload: []byte("b"), DelayMs: 500}, {Payload: []byte("c"), FairnessKey: "k"},
 	}}}})
 	if enq.Err != nil || enq.Batches[0].Err != nil {
 		t.Fatal(enq.Err, enq.Batches[0].Err)
 	}
-	g := s.Begin(3, 1, 1002, touched).Grant(&fsmv1.LeaseGrant{Grants: []*fsmv1.Grant{{Queue: "q", MessageId: enq.Batches[0].IDs[0], ConsumerId: "c", DeadlineMs: 5000}}})
+	g := s.Begin(3, 1, 1, 1002, touched).Grant(&fsmv1.LeaseGrant{Grants: []*fsmv1.Grant{{Queue: "q", MessageId: enq.Batches[0].IDs[0], ConsumerId: "c", DeadlineMs: 5000}}})
 	if g.Err != nil || g.Items[0] != nil {
 		t.Fatal(g.Err, g.Items[0])
 	}
@@ -51,7 +51,7 @@ func TestFreezeIsPointInTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx := s.Begin(idx+1, 1, 2000, NewTouched())
+	tx := s.Begin(idx+1, 1, 1, 2000, NewTouched())
 	if r := tx.Ack([]*fsmv1.Ref{{Queue: "q", MessageId: 2 << 20, LeaseToken: 3 << 20}}); r.Err != nil || r.Items[0] != nil {
 		t.Fatalf("ack: %v %v", r.Err, r.Items)
 	}

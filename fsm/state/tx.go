@@ -17,6 +17,7 @@ type Tx struct {
 	s       *Store
 	index   uint64 // the entry's Raft index: ids and tokens derive from it
 	version uint32
+	stampMs int64 // the entry's now_ms: its leader's clock, for durations only
 	touched *Touched
 }
 
@@ -297,11 +298,17 @@ func (tx *Tx) Grant(c *fsmv1.LeaseGrant) *GrantResult {
 		next.state = stateLeased
 		next.leaseToken = tx.index<<20 | uint64(i)
 		next.consumerID = g.ConsumerId
-		next.deadlineMs = max(g.DeadlineMs, tx.s.lastNow)
+		if tx.version >= elapsedTimeVersion {
+			// The deadline the leader computed on its clock, as a
+			// duration from the entry's stamp on that same clock.
+			next.deadlineMs = tx.s.lastNow + min(max(g.DeadlineMs-tx.stampMs, 0), MaxDurationMs)
+		} else {
+			next.deadlineMs = max(g.DeadlineMs, tx.s.lastNow)
+		}
 		next.attempts++
 		tx.s.put(q, m, &next)
 		q.grantedApplied++
-		res.Deliveries[i] = q.delivery(&next)
+		res.Deliveries[i] = q.delivery(&next, tx.s.leader.offset(tx.s.lastNow))
 		tx.touched.add(q.name)
 	}
 	return res
@@ -408,7 +415,7 @@ func (tx *Tx) Extend(c *fsmv1.Extend) *ExtendResult {
 		next := *m
 		next.deadlineMs = tx.s.lastNow + by
 		tx.s.put(q, m, &next)
-		res.Deadlines[i] = next.deadlineMs
+		res.Deadlines[i] = next.deadlineMs + tx.s.leader.offset(tx.s.lastNow)
 		tx.touched.add(q.name)
 	}
 	return res

@@ -3,12 +3,19 @@ package state
 // MaxLogVersion is the newest log version this build applies. Version 1 is
 // the format before versioning (entries carry no version); version 2 adds
 // only SetClusterVersion; version 3 makes the order and weights of
-// fairness keys replicated state (keyorder.go). fsm/DESIGN.md lists every
-// version; a rule that changes in version N is written `if tx.version >= N`.
-const MaxLogVersion uint32 = 3
+// fairness keys replicated state (keyorder.go); version 4 measures time by
+// the time elapsed within each leader's term (clock.go). fsm/DESIGN.md
+// lists every version; a rule that changes in version N is written
+// `if tx.version >= N`.
+const MaxLogVersion uint32 = 4
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the
 // entry that raises the cluster to it makes them canonical on every
 // replica (canonicalKeyOrder).
 const keyOrderVersion uint32 = 3
+
+// elapsedTimeVersion is the log version from which an entry moves the
+// state's clock by the time its leader measured since its previous entry,
+// never to the leader's clock reading itself (clock.go).
+const elapsedTimeVersion uint32 = 4

@@ -8,7 +8,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-func (q *queue) delivery(m *message) *Delivery {
+// delivery projects m; off converts the state's instants to the clock of
+// the leader that proposed the last entry (clock.go), the one callers
+// compare them with.
+func (q *queue) delivery(m *message, off int64) *Delivery {
 	d := &Delivery{
 		ID:               m.id,
 		Queue:            q.name,
@@ -19,13 +22,13 @@ func (q *queue) delivery(m *message) *Delivery {
 		Weight:           m.weight,
 		ThrottleKeys:     m.throttleKeys,
 		Attempt:          m.attempts,
-		EnqueuedMs:       m.enqueuedMs,
+		EnqueuedMs:       m.enqueuedMs + off,
 		OriginQueue:      m.origin,
 		DeadLetterReason: m.dlReason,
 	}
 	if m.state == stateLeased {
 		d.LeaseToken = m.leaseToken
-		d.LeaseDeadlineMs = m.deadlineMs
+		d.LeaseDeadlineMs = m.deadlineMs + off
 	}
 	return d
 }
@@ -143,7 +146,7 @@ func (v View) Peek(name string, limit int, deadLetter bool) ([]*Delivery, error)
 		}
 		dlq.msgs.Ascend(func(it msgItem) bool {
 			if it.m.origin == q.name {
-				out = append(out, dlq.delivery(it.m))
+				out = append(out, dlq.delivery(it.m, v.offset()))
 			}
 			return len(out) < limit
 		})
@@ -151,7 +154,7 @@ func (v View) Peek(name string, limit int, deadLetter bool) ([]*Delivery, error)
 	}
 	for _, l := range q.levels {
 		for _, m := range peekLevel(q, l, limit-len(out)) {
-			out = append(out, q.delivery(m))
+			out = append(out, q.delivery(m, v.offset()))
 		}
 		if len(out) >= limit {
 			break
@@ -248,7 +251,9 @@ func (qv QueueView) AppliedEvents() (granted, deadLettered int64) {
 // OldestReadyMs is the enqueue time of the oldest ready message, taken
 // over the head of each fairness key's FIFO (ids grow with the log, so a
 // key's head is its oldest): O(active keys), no walk over messages. ok is
-// false when nothing is ready.
+// false when nothing is ready. Like every instant a view hands out, it is
+// on the clock of the leader that proposed the last applied entry
+// (clock.go).
 func (qv QueueView) OldestReadyMs() (ms int64, ok bool) {
 	for _, l := range qv.q.levels {
 		l.active.Ascend(func(r keyRef) bool {
@@ -259,7 +264,10 @@ func (qv QueueView) OldestReadyMs() (ms int64, ok bool) {
 			return true
 		})
 	}
-	return ms, ok
+	if !ok {
+		return 0, false
+	}
+	return ms + qv.s.leader.offset(qv.s.lastNow), true
 }
 
 // Priorities appends the priorities that have ready messages, highest first.
@@ -344,37 +352,47 @@ func (v View) HoldsLease(consumerID, queue string, id uint64) bool {
 	return ok
 }
 
-// Now is the FSM clock.
+// Now is the FSM clock (clock.go), not any node's.
 func (v View) Now() int64 { return v.s.lastNow }
+
+// offset converts the state's instants to the clock of the leader that
+// proposed the last applied entry (0 before log version 4).
+func (v View) offset() int64 { return v.s.leader.offset(v.s.lastNow) }
 
 // NextDue is the earliest instant at which the passage of time changes
 // state (a delayed message becomes ready or a TTL passes): the scheduler
-// proposes a Tick then.
+// proposes a Tick then. Like every instant the view returns, it is on the
+// clock of the leader that proposed the last applied entry, which on a
+// leader that has applied an entry of its own term is its clock.
 func (v View) NextDue() (int64, bool) {
 	d, okD := v.s.delayed.Min()
 	t, okT := v.s.ttl.Min()
 	switch {
 	case okD && okT:
-		return min(d.at, t.at), true
+		return min(d.at, t.at) + v.offset(), true
 	case okD:
-		return d.at, true
+		return d.at + v.offset(), true
 	case okT:
-		return t.at, true
+		return t.at + v.offset(), true
 	}
 	return 0, false
 }
 
-// NextLeaseDeadline is the earliest lease deadline.
+// NextLeaseDeadline is the earliest lease deadline (on the leader's clock,
+// as NextDue).
 func (v View) NextLeaseDeadline() (int64, bool) {
 	r, ok := v.s.leases.Min()
-	return r.at, ok
+	return r.at + v.offset(), ok
 }
 
-// ExpiredLeases lists up to max leases whose deadline is <= nowMs, earliest first.
+// ExpiredLeases lists up to max leases whose deadline is <= nowMs (on the
+// leader's clock, as NextDue), earliest first. The state decides expiry on
+// its own clock (Tx.Expire); this is the leader's estimate of it.
 func (v View) ExpiredLeases(nowMs int64, max int) []*fsmv1.Ref {
 	var out []*fsmv1.Ref
+	cutoff := nowMs - v.offset()
 	v.s.leases.Ascend(func(r timedRef) bool {
-		if r.at > nowMs || len(out) >= max {
+		if r.at > cutoff || len(out) >= max {
 			return false
 		}
 		m := v.s.queues[r.queue].get(r.id)

@@ -86,7 +86,9 @@ func (MessageState) EnumDescriptor() ([]byte, []int) {
 // Command is one Raft log entry.
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The proposing leader's clock. The FSM uses max(last_now, now_ms).
+	// The proposing leader's clock. Up to log version 3 the FSM's clock is
+	// max(last_now, now_ms); from version 4 it moves by the difference of
+	// now_ms between entries of one term (fsm/state/clock.go).
 	NowMs int64 `protobuf:"varint,1,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
 	// The log version this entry was proposed under; 0 means 1 (entries
 	// written before the field existed). Applied by that version's rules.
@@ -1686,16 +1688,22 @@ type SnapshotHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Snapshot format version: 1 for a state whose cluster version is 1
 	// (byte-identical to snapshots written before versioning), 2 when
-	// cluster_version is present, 3 (cluster version 3 and later) when queue
-	// records carry key_order.
+	// cluster_version is present, 3 (cluster version 3) when queue records
+	// carry key_order, 4 (cluster version 4 and later) when the header also
+	// carries the leader clock.
 	Version      uint32 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	LastNowMs    int64  `protobuf:"varint,2,opt,name=last_now_ms,json=lastNowMs,proto3" json:"last_now_ms,omitempty"`
 	AppliedIndex uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	QueueCount   uint64 `protobuf:"varint,4,opt,name=queue_count,json=queueCount,proto3" json:"queue_count,omitempty"`
 	// The replicated cluster version; absent (0) means 1.
 	ClusterVersion uint32 `protobuf:"varint,5,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Format 4 and later: the Raft term of the last applied entry and the
+	// largest now_ms of that term's entries, from which the next entry of
+	// the same term moves the clock (fsm/state/clock.go).
+	LeaderTerm    uint64 `protobuf:"varint,6,opt,name=leader_term,json=leaderTerm,proto3" json:"leader_term,omitempty"`
+	LeaderNowMs   int64  `protobuf:"varint,7,opt,name=leader_now_ms,json=leaderNowMs,proto3" json:"leader_now_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
@@ -1759,6 +1767,20 @@ func (x *SnapshotHeader) GetQueueCount() uint64 {
 func (x *SnapshotHeader) GetClusterVersion() uint32 {
 	if x != nil {
 		return x.ClusterVersion
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetLeaderTerm() uint64 {
+	if x != nil {
+		return x.LeaderTerm
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetLeaderNowMs() int64 {
+	if x != nil {
+		return x.LeaderNowMs
 	}
 	return 0
 }
@@ -2329,14 +2351,17 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\"\x06\n" +
 	"\x04Tick\"\f\n" +
 	"\n" +
-	"Checkpoint\"\xb9\x01\n" +
+	"Checkpoint\"\xfe\x01\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1e\n" +
 	"\vlast_now_ms\x18\x02 \x01(\x03R\tlastNowMs\x12#\n" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x1f\n" +
 	"\vqueue_count\x18\x04 \x01(\x04R\n" +
 	"queueCount\x12'\n" +
-	"\x0fcluster_version\x18\x05 \x01(\rR\x0eclusterVersion\"\x91\x03\n" +
+	"\x0fcluster_version\x18\x05 \x01(\rR\x0eclusterVersion\x12\x1f\n" +
+	"\vleader_term\x18\x06 \x01(\x04R\n" +
+	"leaderTerm\x12\"\n" +
+	"\rleader_now_ms\x18\a \x01(\x03R\vleaderNowMs\"\x91\x03\n" +
 	"\vQueueRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.raftq.fsm.v1.QueueConfigR\x06config\x12\x19\n" +
