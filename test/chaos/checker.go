@@ -74,6 +74,10 @@ type Report struct {
 	// Payloads settled only by an ack whose answer was lost (and never
 	// delivered again): consistent with the ack having applied.
 	SettledByUnknownAck int `json:"settled_by_unknown_ack"`
+	// Attempt numbers no consumer saw, and how many of them a fault or a
+	// stream end may explain (the rest are violations).
+	UnseenAttempts int `json:"unseen_attempts"`
+	UnseenExcused  int `json:"unseen_attempts_excused"`
 
 	UnknownEnqueues        int `json:"unknown_enqueues"` // payloads with no definite answer
 	UnknownResolvedPresent int `json:"unknown_resolved_present"`
@@ -244,6 +248,9 @@ func Check(h *History) *Report {
 			}
 		}
 	}
+
+	checkAttemptOrder(h, add)
+	r.UnseenAttempts, r.UnseenExcused = checkUnseenAttempts(h, msgs, ids, add)
 
 	// Per payload: lost writes, duplicates, unknown outcomes.
 	plist := make([]string, 0, len(payloads))

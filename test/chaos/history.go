@@ -24,6 +24,7 @@ type History struct {
 	Deliveries []Delivery   `json:"deliveries"`
 	Settles    []Settle     `json:"settles"`
 	Drops      []StreamDrop `json:"drops"`
+	Ends       []StreamEnd  `json:"stream_ends,omitempty"`
 	Faults     []FaultEvent `json:"faults"`
 	Crashes    []NodeCrash  `json:"crashes,omitempty"`
 
@@ -120,7 +121,19 @@ type Settle struct {
 type StreamDrop struct {
 	Consumer string    `json:"consumer"`
 	Stream   int64     `json:"stream"`
+	Queue    string    `json:"queue,omitempty"` // empty in old histories: any queue
 	At       time.Time `json:"at"`
+}
+
+// StreamEnd is a Lease stream that ended with an error the consumer did
+// not ask for (the server ended it, or the connection broke). Grants the
+// broker pushed just before may never have reached the consumer.
+type StreamEnd struct {
+	Consumer string    `json:"consumer"`
+	Stream   int64     `json:"stream"`
+	Queue    string    `json:"queue"`
+	At       time.Time `json:"at"`
+	Code     string    `json:"code"`
 }
 
 // FaultEvent is one nemesis action, from injection to heal.
@@ -209,6 +222,9 @@ func (r *Recorder) Settle(s Settle) { r.with(func(h *History) { h.Settles = appe
 // Drop records a stream closed on purpose.
 func (r *Recorder) Drop(d StreamDrop) { r.with(func(h *History) { h.Drops = append(h.Drops, d) }) }
 
+// End records a stream that ended without the consumer asking.
+func (r *Recorder) End(e StreamEnd) { r.with(func(h *History) { h.Ends = append(h.Ends, e) }) }
+
 // Fault records a nemesis action.
 func (r *Recorder) Fault(f FaultEvent) { r.with(func(h *History) { h.Faults = append(h.Faults, f) }) }
 
@@ -228,6 +244,7 @@ func (r *Recorder) Snapshot() History {
 	h.Deliveries = append([]Delivery(nil), r.h.Deliveries...)
 	h.Settles = append([]Settle(nil), r.h.Settles...)
 	h.Drops = append([]StreamDrop(nil), r.h.Drops...)
+	h.Ends = append([]StreamEnd(nil), r.h.Ends...)
 	h.Faults = append([]FaultEvent(nil), r.h.Faults...)
 	h.Crashes = append([]NodeCrash(nil), r.h.Crashes...)
 	return h

@@ -32,6 +32,7 @@ func (r *Report) Table() string {
 	row("dead-lettered", r.DeadLettered)
 	row("unknown enqueue outcomes", fmt.Sprintf("%d (present %d, absent %d)", r.UnknownEnqueues, r.UnknownResolvedPresent, r.UnknownResolvedAbsent))
 	row("settled by an unanswered ack", r.SettledByUnknownAck)
+	row("attempts never seen", fmt.Sprintf("%d (%d explained by a fault or a stream end)", r.UnseenAttempts, r.UnseenExcused))
 	row("longest write unavailability", fmt.Sprintf("%v (from +%v)", time.Duration(r.LongestUnavailabilityMs)*time.Millisecond,
 		time.Duration(r.UnavailableFromMs)*time.Millisecond))
 	row("recovery after healing", time.Duration(r.RecoveryMs)*time.Millisecond)

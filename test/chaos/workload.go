@@ -189,7 +189,7 @@ func (co *Consumer) stream(ctx context.Context, addr string) error {
 	dropped := &atomic.Bool{}
 	drop := func() {
 		dropped.Store(true)
-		co.w.rec.Drop(StreamDrop{Consumer: co.name, Stream: sid, At: time.Now()})
+		co.w.rec.Drop(StreamDrop{Consumer: co.name, Stream: sid, Queue: co.queue, At: time.Now()})
 		cancel()
 	}
 	for {
@@ -197,6 +197,8 @@ func (co *Consumer) stream(ctx context.Context, addr string) error {
 		if err != nil {
 			if ctx.Err() != nil {
 				drop() // the workload stopped: the close is ours
+			} else {
+				co.w.rec.End(StreamEnd{Consumer: co.name, Stream: sid, Queue: co.queue, At: time.Now(), Code: status.Code(err).String()})
 			}
 			return err
 		}
