@@ -10,6 +10,15 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/code"
 )
 
+// brokerService serves the Broker API on a Server: each handler checks its
+// input and calls the broker's operation (routing is the Server's
+// interceptor's job). It is its own type so that the Server keeps its
+// lifecycle and routing and stays small.
+type brokerService struct {
+	raftqv1.UnimplementedBrokerServer
+	*Server
+}
+
 // Request limits that are not per-queue settings.
 const (
 	MaxBatch     = 1000 // messages per Enqueue, items per Ack/Nack/Extend
@@ -26,18 +35,18 @@ func checkQueueName(field, name string) error {
 	return nil
 }
 
-func (s *Server) CreateQueue(ctx context.Context, req *raftqv1.CreateQueueRequest) (*raftqv1.CreateQueueResponse, error) {
+func (s brokerService) CreateQueue(ctx context.Context, req *raftqv1.CreateQueueRequest) (*raftqv1.CreateQueueResponse, error) {
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	qi, err := s.b.CreateQueue(ctx, req.Name, req.Config)
+	qi, err := s.b.Queues().CreateQueue(ctx, req.Name, req.Config)
 	if err != nil {
 		return nil, err
 	}
 	return &raftqv1.CreateQueueResponse{Queue: projectBrokerQueue(qi)}, nil
 }
 
-func (s *Server) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueueRequest) (*raftqv1.UpdateQueueResponse, error) {
+func (s brokerService) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueueRequest) (*raftqv1.UpdateQueueResponse, error) {
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
@@ -45,39 +54,39 @@ func (s *Server) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueueReques
 	if err := fsm.ValidateMask(mask); err != nil {
 		return nil, err
 	}
-	qi, err := s.b.UpdateQueue(ctx, req.Name, req.Config, mask)
+	qi, err := s.b.Queues().UpdateQueue(ctx, req.Name, req.Config, mask)
 	if err != nil {
 		return nil, err
 	}
 	return &raftqv1.UpdateQueueResponse{Queue: projectBrokerQueue(qi)}, nil
 }
 
-func (s *Server) DeleteQueue(ctx context.Context, req *raftqv1.DeleteQueueRequest) (*raftqv1.DeleteQueueResponse, error) {
+func (s brokerService) DeleteQueue(ctx context.Context, req *raftqv1.DeleteQueueRequest) (*raftqv1.DeleteQueueResponse, error) {
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	if err := s.b.DeleteQueue(ctx, req.Name); err != nil {
+	if err := s.b.Queues().DeleteQueue(ctx, req.Name); err != nil {
 		return nil, err
 	}
 	return &raftqv1.DeleteQueueResponse{}, nil
 }
 
-func (s *Server) GetQueue(ctx context.Context, req *raftqv1.GetQueueRequest) (*raftqv1.GetQueueResponse, error) {
+func (s brokerService) GetQueue(ctx context.Context, req *raftqv1.GetQueueRequest) (*raftqv1.GetQueueResponse, error) {
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	qi, err := s.b.GetQueue(req.Name, req.IncludeKeys)
+	qi, err := s.b.Queues().GetQueue(req.Name, req.IncludeKeys)
 	if err != nil {
 		return nil, err
 	}
 	return &raftqv1.GetQueueResponse{Queue: projectBrokerQueue(qi)}, nil
 }
 
-func (s *Server) ListConsumers(ctx context.Context, req *raftqv1.ListConsumersRequest) (*raftqv1.ListConsumersResponse, error) {
+func (s brokerService) ListConsumers(ctx context.Context, req *raftqv1.ListConsumersRequest) (*raftqv1.ListConsumersResponse, error) {
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
 	}
-	cs, err := s.b.ListConsumers(req.Queue)
+	cs, err := s.b.Queues().ListConsumers(req.Queue)
 	if err != nil {
 		return nil, err
 	}
@@ -88,29 +97,29 @@ func (s *Server) ListConsumers(ctx context.Context, req *raftqv1.ListConsumersRe
 	return out, nil
 }
 
-func (s *Server) ListQueues(ctx context.Context, req *raftqv1.ListQueuesRequest) (*raftqv1.ListQueuesResponse, error) {
+func (s brokerService) ListQueues(ctx context.Context, req *raftqv1.ListQueuesRequest) (*raftqv1.ListQueuesResponse, error) {
 	if len(req.GetPrefix()) > fsm.MaxQueueNameLen {
 		return nil, invalid("prefix is longer than %d characters", fsm.MaxQueueNameLen)
 	}
 	var qs []*raftqv1.QueueInfo
-	for _, q := range s.b.ListQueues(req.GetPrefix()) {
+	for _, q := range s.b.Queues().ListQueues(req.GetPrefix()) {
 		qs = append(qs, projectBrokerQueue(q))
 	}
 	return &raftqv1.ListQueuesResponse{Queues: qs}, nil
 }
 
-func (s *Server) PurgeQueue(ctx context.Context, req *raftqv1.PurgeQueueRequest) (*raftqv1.PurgeQueueResponse, error) {
+func (s brokerService) PurgeQueue(ctx context.Context, req *raftqv1.PurgeQueueRequest) (*raftqv1.PurgeQueueResponse, error) {
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	n, err := s.b.PurgeQueue(ctx, req.Name)
+	n, err := s.b.Queues().PurgeQueue(ctx, req.Name)
 	if err != nil {
 		return nil, err
 	}
 	return &raftqv1.PurgeQueueResponse{Purged: n}, nil
 }
 
-func (s *Server) Enqueue(ctx context.Context, req *raftqv1.EnqueueRequest) (*raftqv1.EnqueueResponse, error) {
+func (s brokerService) Enqueue(ctx context.Context, req *raftqv1.EnqueueRequest) (*raftqv1.EnqueueResponse, error) {
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
 	}
@@ -172,7 +181,7 @@ func itemResults(items []error) []*raftqv1.ItemResult {
 	return out
 }
 
-func (s *Server) Ack(ctx context.Context, req *raftqv1.AckRequest) (*raftqv1.AckResponse, error) {
+func (s brokerService) Ack(ctx context.Context, req *raftqv1.AckRequest) (*raftqv1.AckResponse, error) {
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
 	}
@@ -187,7 +196,7 @@ func (s *Server) Ack(ctx context.Context, req *raftqv1.AckRequest) (*raftqv1.Ack
 	return &raftqv1.AckResponse{Results: itemResults(items)}, nil
 }
 
-func (s *Server) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raftqv1.NackResponse, error) {
+func (s brokerService) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raftqv1.NackResponse, error) {
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
 	}
@@ -219,7 +228,7 @@ func (s *Server) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raftqv1.N
 	return &raftqv1.NackResponse{Results: itemResults(results)}, nil
 }
 
-func (s *Server) ExtendLease(ctx context.Context, req *raftqv1.ExtendLeaseRequest) (*raftqv1.ExtendLeaseResponse, error) {
+func (s brokerService) ExtendLease(ctx context.Context, req *raftqv1.ExtendLeaseRequest) (*raftqv1.ExtendLeaseResponse, error) {
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
 	}
@@ -237,7 +246,7 @@ func (s *Server) ExtendLease(ctx context.Context, req *raftqv1.ExtendLeaseReques
 	return &raftqv1.ExtendLeaseResponse{Results: itemResults(results), DeadlinesMs: deadlines}, nil
 }
 
-func (s *Server) Peek(ctx context.Context, req *raftqv1.PeekRequest) (*raftqv1.PeekResponse, error) {
+func (s brokerService) Peek(ctx context.Context, req *raftqv1.PeekRequest) (*raftqv1.PeekResponse, error) {
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
 	}
@@ -248,7 +257,7 @@ func (s *Server) Peek(ctx context.Context, req *raftqv1.PeekRequest) (*raftqv1.P
 	case limit == 0:
 		limit = DefaultPeek
 	}
-	ds, err := s.b.Peek(req.Queue, limit, req.DeadLetter)
+	ds, err := s.b.Queues().Peek(req.Queue, limit, req.DeadLetter)
 	if err != nil {
 		return nil, err
 	}
@@ -256,14 +265,14 @@ func (s *Server) Peek(ctx context.Context, req *raftqv1.PeekRequest) (*raftqv1.P
 	return &raftqv1.PeekResponse{Messages: capBytes(projectDeliveries(ds), DefaultMaxBatchBytes)}, nil
 }
 
-func (s *Server) Redrive(ctx context.Context, req *raftqv1.RedriveRequest) (*raftqv1.RedriveResponse, error) {
+func (s brokerService) Redrive(ctx context.Context, req *raftqv1.RedriveRequest) (*raftqv1.RedriveResponse, error) {
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
 	}
 	if req.Limit < 0 {
 		return nil, invalid("limit must not be negative")
 	}
-	n, err := s.b.Redrive(ctx, req.Queue, req.Limit)
+	n, err := s.b.Queues().Redrive(ctx, req.Queue, req.Limit)
 	if err != nil {
 		return nil, err
 	}

@@ -96,7 +96,7 @@ func (c *clusterService) Snapshot(ctx context.Context, _ *raftqv1.SnapshotReques
 }
 
 func (c *clusterService) Checkpoint(ctx context.Context, _ *raftqv1.CheckpointRequest) (*raftqv1.CheckpointResponse, error) {
-	idx, err := c.s.b.Checkpoint(ctx)
+	idx, err := c.s.b.Queues().Checkpoint(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,7 @@ const streamWindow = 4096
 // same forwarding from a follower, same coalescing into Raft entries) and
 // answers it with its seq as soon as it commits. Responses go out in
 // completion order: one slow request does not hold back the others.
-func (s *Server) EnqueueStream(stream raftqv1.Broker_EnqueueStreamServer) error {
+func (s brokerService) EnqueueStream(stream raftqv1.Broker_EnqueueStreamServer) error {
 	ctx := stream.Context()
 	out := make(chan *raftqv1.EnqueueStreamResponse, 256)
 	sent := make(chan error, 1)
@@ -100,7 +100,7 @@ loop:
 // serveStreamed runs one streamed request and turns its outcome into a
 // response; an error travels as the google.rpc.Status a unary call would
 // have returned, details (the NOT_LEADER redirect) included.
-func (s *Server) serveStreamed(ctx context.Context, req *raftqv1.EnqueueStreamRequest) *raftqv1.EnqueueStreamResponse {
+func (s brokerService) serveStreamed(ctx context.Context, req *raftqv1.EnqueueStreamRequest) *raftqv1.EnqueueStreamResponse {
 	resp := &raftqv1.EnqueueStreamResponse{Seq: req.Seq}
 	var err error
 	if req.Request == nil {

@@ -47,7 +47,9 @@ func (s *Server) handBack(ctx context.Context, hb broker.HandBack) {
 	for i, r := range hb.Refs {
 		req.Nacks[i] = &raftqv1.NackItem{MessageId: FormatID(r.MessageID), LeaseToken: FormatID(r.Token), Unprocessed: true}
 	}
-	local := func(ctx context.Context, req any) (any, error) { return s.Nack(ctx, req.(*raftqv1.NackRequest)) }
+	local := func(ctx context.Context, req any) (any, error) {
+		return brokerService{Server: s}.Nack(ctx, req.(*raftqv1.NackRequest))
+	}
 	wait := 50 * time.Millisecond
 	for {
 		out, err := s.atLeader(ctx, raftqv1.Broker_Nack_FullMethodName, req, local)

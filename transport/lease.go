@@ -28,7 +28,7 @@ const DefaultMaxBatchBytes = 4 << 20
 // Lease registers the stream with the leader's scheduler and pushes its
 // deliveries. A follower answers NOT_LEADER so the client reconnects to
 // the leader; when leadership moves the stream ends the same way.
-func (s *Server) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseServer) error {
+func (s brokerService) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseServer) error {
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (s *Server) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_LeaseSer
 // encoded bytes (one delivery larger than maxBytes goes alone): a client
 // that refuses a response too large for it would lose the whole batch,
 // each delivery counted as an attempt.
-func (s *Server) push(ctx context.Context, stream raftqv1.Broker_LeaseServer, c *scheduler.Consumer, maxBytes int) error {
+func (s brokerService) push(ctx context.Context, stream raftqv1.Broker_LeaseServer, c *scheduler.Consumer, maxBytes int) error {
 	batch := make([]*raftqv1.Delivery, 0, maxPerResponse)
 	// next is a delivery taken from the consumer that did not fit in the
 	// previous response: it opens the next one.
@@ -144,7 +144,7 @@ func (s *Server) push(ctx context.Context, stream raftqv1.Broker_LeaseServer, c 
 
 // leaseEnded is the status a Lease stream ends with when its consumer
 // ended.
-func (s *Server) leaseEnded(ctx context.Context, c *scheduler.Consumer) error {
+func (s brokerService) leaseEnded(ctx context.Context, c *scheduler.Consumer) error {
 	if errors.Is(c.Err(), scheduler.ErrNotLeader) {
 		// Just stepped down: name the new leader once one is known
 		// (bounded wait), so the client goes straight there.

@@ -31,7 +31,6 @@ type Config struct {
 
 // Server serves the Broker and Cluster services of one node.
 type Server struct {
-	raftqv1.UnimplementedBrokerServer
 	cfg   Config
 	log   *slog.Logger
 	b     *broker.Broker
@@ -92,7 +91,7 @@ func New(cfg Config, b *broker.Broker) *Server {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)
-	raftqv1.RegisterBrokerServer(s.grpc, s)
+	raftqv1.RegisterBrokerServer(s.grpc, brokerService{Server: s})
 	raftqv1.RegisterClusterServer(s.grpc, &clusterService{s: s})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)

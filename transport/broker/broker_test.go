@@ -79,7 +79,7 @@ func TestCommandsStampedFromInjectedClock(t *testing.T) {
 	b := startOne(t, skewedClock{offset: offset})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := b.CreateQueue(ctx, "q", &raftqv1.QueueConfig{}); err != nil {
+	if _, err := b.Queues().CreateQueue(ctx, "q", &raftqv1.QueueConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	before := time.Now().Add(offset).UnixMilli()
@@ -87,7 +87,7 @@ func TestCommandsStampedFromInjectedClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := time.Now().Add(offset).UnixMilli()
-	ds, err := b.Peek("q", 1, false)
+	ds, err := b.Queues().Peek("q", 1, false)
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("peek: %v, %d messages", err, len(ds))
 	}
@@ -102,10 +102,10 @@ func TestOperationsEndToEnd(t *testing.T) {
 	b := startOne(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if _, err := b.CreateQueue(ctx, "jobs", &raftqv1.QueueConfig{}); err != nil {
+	if _, err := b.Queues().CreateQueue(ctx, "jobs", &raftqv1.QueueConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.CreateQueue(ctx, "jobs", &raftqv1.QueueConfig{}); !errors.Is(err, fsm.ErrQueueExists) {
+	if _, err := b.Queues().CreateQueue(ctx, "jobs", &raftqv1.QueueConfig{}); !errors.Is(err, fsm.ErrQueueExists) {
 		t.Fatalf("second create: %v, want ErrQueueExists", err)
 	}
 	ids, err := b.Enqueue(ctx, "jobs", []*raftqv1.EnqueueMessage{{Payload: []byte("a")}, {Payload: []byte("b")}})
@@ -135,7 +135,7 @@ func TestOperationsEndToEnd(t *testing.T) {
 			t.Fatalf("ack %d: %v", i, e)
 		}
 	}
-	qi, err := b.GetQueue("jobs", false)
+	qi, err := b.Queues().GetQueue("jobs", false)
 	if err != nil {
 		t.Fatal(err)
 	}

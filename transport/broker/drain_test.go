@@ -17,14 +17,14 @@ func TestQueueCarriesDrainEstimate(t *testing.T) {
 	b := startOneWith(t, func(c *Config) { c.DrainInterval = 10 * time.Millisecond })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := b.CreateQueue(ctx, "d", nil); err != nil {
+	if _, err := b.Queues().CreateQueue(ctx, "d", nil); err != nil {
 		t.Fatal(err)
 	}
 	waitDrain := func(want metrics.DrainState, depth int64) {
 		t.Helper()
 		var last *metrics.DrainEstimate
 		for ctx.Err() == nil {
-			q, err := b.GetQueue("d", false)
+			q, err := b.Queues().GetQueue("d", false)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -58,55 +58,6 @@ type Queue struct {
 	ThrottleKeys []*raftqv1.ThrottleKeyStats // only when asked for
 }
 
-// CreateQueue creates a queue (and its dead-letter queue when the config
-// asks for the default one).
-func (b *Broker) CreateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig) (*Queue, error) {
-	res, err := apply[*fsm.QueueResult](ctx, b, &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: name, Config: logconv.QueueConfig(cfg)}}})
-	if err != nil {
-		return nil, err
-	}
-	return b.queue(res.Queue), nil
-}
-
-// UpdateQueue changes the fields of a queue's config named by mask (all of
-// them when mask is empty).
-func (b *Broker) UpdateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig, mask []string) (*Queue, error) {
-	res, err := apply[*fsm.QueueResult](ctx, b, &fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: name, Config: logconv.QueueConfig(cfg), Mask: mask}}})
-	if err != nil {
-		return nil, err
-	}
-	return b.queue(res.Queue), nil
-}
-
-// DeleteQueue deletes a queue and everything in it.
-func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
-	_, err := apply[*fsm.Done](ctx, b, &fsmv1.Command{Op: &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: name}}})
-	if err == nil {
-		b.leases.Forget(name)
-	}
-	return err
-}
-
-// PurgeQueue drops every message of a queue that is not leased and returns
-// how many.
-func (b *Broker) PurgeQueue(ctx context.Context, name string) (int64, error) {
-	res, err := apply[*fsm.CountResult](ctx, b, &fsmv1.Command{Op: &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: name}}})
-	if err != nil {
-		return 0, err
-	}
-	return res.Count, nil
-}
-
-// Redrive moves up to limit messages (0: all) from a queue's dead-letter
-// queue back to it and returns how many moved.
-func (b *Broker) Redrive(ctx context.Context, queue string, limit int64) (int64, error) {
-	res, err := apply[*fsm.CountResult](ctx, b, &fsmv1.Command{Op: &fsmv1.Command_Redrive{Redrive: &fsmv1.Redrive{Queue: queue, Limit: limit}}})
-	if err != nil {
-		return 0, err
-	}
-	return res.Count, nil
-}
-
 // Enqueue admits msgs into queue (all or none) and returns their ids once
 // the entry carrying them has committed. Concurrent calls share entries.
 func (b *Broker) Enqueue(ctx context.Context, queue string, msgs []*raftqv1.EnqueueMessage) ([]uint64, error) {
@@ -227,52 +178,6 @@ func (b *Broker) Lease(ctx context.Context, req scheduler.ConsumerRequest) (*sch
 	return b.sched.Register(ctx, req)
 }
 
-// ListConsumers describes the consumers registered on queue, as the
-// leader's scheduler sees them.
-func (b *Broker) ListConsumers(queue string) ([]scheduler.ConsumerInfo, error) {
-	if err := b.state.HasQueue(queue); err != nil {
-		return nil, err
-	}
-	return b.sched.ListConsumers(queue)
-}
-
-// GetQueue describes a queue; withKeys adds its fairness and throttle keys
-// as the scheduler sees them.
-func (b *Broker) GetQueue(name string, withKeys bool) (*Queue, error) {
-	qi, err := b.state.GetQueue(name)
-	if err != nil {
-		return nil, err
-	}
-	q := b.queue(qi)
-	if withKeys {
-		q.FairnessKeys, q.ThrottleKeys = b.sched.KeyStats(name)
-	}
-	return q, nil
-}
-
-// ListQueues describes every queue whose name starts with prefix.
-func (b *Broker) ListQueues(prefix string) []*Queue {
-	var out []*Queue
-	for _, qi := range b.state.ListQueues(prefix) {
-		out = append(out, b.queue(qi))
-	}
-	return out
-}
-
-// Peek lists up to limit ready messages in delivery order, or with
-// deadLetter the queue's dead-lettered ones.
-func (b *Broker) Peek(queue string, limit int, deadLetter bool) ([]*state.Delivery, error) {
-	return b.state.Peek(queue, limit, deadLetter)
-}
-
-func (b *Broker) queue(qi *state.QueueInfo) *Queue {
-	q := &Queue{QueueInfo: qi, Consumers: b.sched.Consumers(qi.Name)}
-	if e, ok := b.drain.Estimate(qi.Name); ok {
-		q.Drain = &e
-	}
-	return q
-}
-
 // The coalescers' request kinds and how a batch of them becomes a command.
 
 type enqueueReq struct{ batch *fsmv1.EnqueueBatch }
@@ -303,15 +208,5 @@ func buildAck(reqs []ackReq) *fsmv1.Command {
 }
 
 func sizeAck(r ackReq) (items, bytes int) { return len(r), 0 }
-
-// Checkpoint proposes a Checkpoint entry and returns its index: every
-// replica records its state digest there.
-func (b *Broker) Checkpoint(ctx context.Context) (uint64, error) {
-	res, err := apply[*fsm.CheckpointResult](ctx, b, &fsmv1.Command{Op: &fsmv1.Command_Checkpoint{Checkpoint: &fsmv1.Checkpoint{}}})
-	if err != nil {
-		return 0, err
-	}
-	return res.Index, nil
-}
 
 var _ fsm.Notifier = (*changeFeed)(nil)

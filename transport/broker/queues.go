@@ -1,0 +1,125 @@
+package broker
+
+import (
+	"context"
+
+	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/fsm/logconv"
+	"github.com/raftq/raftq/fsm/state"
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/scheduler"
+)
+
+// Queues is the broker's queue administration and reads: the operations
+// that name a queue rather than messages in it. It is a facet of Broker
+// (Broker.Queues), kept apart so each type stays small.
+type Queues struct{ b *Broker }
+
+// Queues returns the queue administration facet.
+func (b *Broker) Queues() Queues { return Queues{b} }
+
+// CreateQueue creates a queue (and its dead-letter queue when the config
+// asks for the default one).
+func (qs Queues) CreateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig) (*Queue, error) {
+	res, err := apply[*fsm.QueueResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: name, Config: logconv.QueueConfig(cfg)}}})
+	if err != nil {
+		return nil, err
+	}
+	return qs.queue(res.Queue), nil
+}
+
+// UpdateQueue changes the fields of a queue's config named by mask (all of
+// them when mask is empty).
+func (qs Queues) UpdateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig, mask []string) (*Queue, error) {
+	res, err := apply[*fsm.QueueResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: name, Config: logconv.QueueConfig(cfg), Mask: mask}}})
+	if err != nil {
+		return nil, err
+	}
+	return qs.queue(res.Queue), nil
+}
+
+// DeleteQueue deletes a queue and everything in it.
+func (qs Queues) DeleteQueue(ctx context.Context, name string) error {
+	_, err := apply[*fsm.Done](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: name}}})
+	if err == nil {
+		qs.b.leases.Forget(name)
+	}
+	return err
+}
+
+// PurgeQueue drops every message of a queue that is not leased and returns
+// how many.
+func (qs Queues) PurgeQueue(ctx context.Context, name string) (int64, error) {
+	res, err := apply[*fsm.CountResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: name}}})
+	if err != nil {
+		return 0, err
+	}
+	return res.Count, nil
+}
+
+// Redrive moves up to limit messages (0: all) from a queue's dead-letter
+// queue back to it and returns how many moved.
+func (qs Queues) Redrive(ctx context.Context, queue string, limit int64) (int64, error) {
+	res, err := apply[*fsm.CountResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_Redrive{Redrive: &fsmv1.Redrive{Queue: queue, Limit: limit}}})
+	if err != nil {
+		return 0, err
+	}
+	return res.Count, nil
+}
+
+// ListConsumers describes the consumers registered on queue, as the
+// leader's scheduler sees them.
+func (qs Queues) ListConsumers(queue string) ([]scheduler.ConsumerInfo, error) {
+	if err := qs.b.state.HasQueue(queue); err != nil {
+		return nil, err
+	}
+	return qs.b.sched.ListConsumers(queue)
+}
+
+// GetQueue describes a queue; withKeys adds its fairness and throttle keys
+// as the scheduler sees them.
+func (qs Queues) GetQueue(name string, withKeys bool) (*Queue, error) {
+	qi, err := qs.b.state.GetQueue(name)
+	if err != nil {
+		return nil, err
+	}
+	q := qs.queue(qi)
+	if withKeys {
+		q.FairnessKeys, q.ThrottleKeys = qs.b.sched.KeyStats(name)
+	}
+	return q, nil
+}
+
+// ListQueues describes every queue whose name starts with prefix.
+func (qs Queues) ListQueues(prefix string) []*Queue {
+	var out []*Queue
+	for _, qi := range qs.b.state.ListQueues(prefix) {
+		out = append(out, qs.queue(qi))
+	}
+	return out
+}
+
+// Peek lists up to limit ready messages in delivery order, or with
+// deadLetter the queue's dead-lettered ones.
+func (qs Queues) Peek(queue string, limit int, deadLetter bool) ([]*state.Delivery, error) {
+	return qs.b.state.Peek(queue, limit, deadLetter)
+}
+
+func (qs Queues) queue(qi *state.QueueInfo) *Queue {
+	q := &Queue{QueueInfo: qi, Consumers: qs.b.sched.Consumers(qi.Name)}
+	if e, ok := qs.b.drain.Estimate(qi.Name); ok {
+		q.Drain = &e
+	}
+	return q
+}
+
+// Checkpoint proposes a Checkpoint entry and returns its index: every
+// replica records its state digest there.
+func (qs Queues) Checkpoint(ctx context.Context) (uint64, error) {
+	res, err := apply[*fsm.CheckpointResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_Checkpoint{Checkpoint: &fsmv1.Checkpoint{}}})
+	if err != nil {
+		return 0, err
+	}
+	return res.Index, nil
+}
