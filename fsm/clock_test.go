@@ -154,3 +154,54 @@ func TestVersion3KeepsTheOldClock(t *testing.T) {
 		t.Fatalf("clock %d after a version-3 entry stamped an hour ahead, want %d", h.f.Now(), T+hour)
 	}
 }
+
+// TestVersion4ContinuesTheOldClock: the first entry of version 4 picks up
+// the clock where the older rule left it, even when it was stamped before
+// the last older entry (concurrent proposals): instants handed out do not
+// jump back at the change of rule.
+func TestVersion4ContinuesTheOldClock(t *testing.T) {
+	const T = int64(1_000_000_000)
+	h := newHarness(t)
+	h.onClock(1, T)
+	h.create("q", nil)
+	h.now = T + 10
+	h.enqueuePayloads("q", "x")
+	h.now = T + 4 // the raise was stamped before the enqueue, applied after
+	h.raise(MaxLogVersion)
+	if ds, _ := h.f.Peek("q", 1, false); ds[0].EnqueuedMs != T+10 {
+		t.Fatalf("enqueued at %d after the change of rule, was %d", ds[0].EnqueuedMs, T+10)
+	}
+	h.now = T + 20
+	h.tick()
+	if ds, _ := h.f.Peek("q", 1, false); ds[0].EnqueuedMs != T+10 || h.f.Now() != T+20 {
+		t.Fatalf("enqueued at %d, clock %d; want %d, %d", ds[0].EnqueuedMs, h.f.Now(), T+10, T+20)
+	}
+}
+
+// TestOlderEntryAfterVersion4: an entry proposed under the older cluster
+// version but applied after the raise (it raced it) moves the clock by
+// elapsed time too, so what the state hands out stays on the leader's
+// clock.
+func TestOlderEntryAfterVersion4(t *testing.T) {
+	const T = int64(1_000_000_000)
+	h := newHarness(t)
+	h.onClock(1, T)
+	h.create("q", nil)
+	h.now = T + 4
+	h.raise(MaxLogVersion)
+	h.version = 1 // stamped before the raise applied
+	h.now = T + 14
+	h.enqueuePayloads("q", "x")
+	if ds, _ := h.f.Peek("q", 1, false); ds[0].EnqueuedMs != T+14 {
+		t.Fatalf("enqueued at %d, want the entry's stamp %d", ds[0].EnqueuedMs, T+14)
+	}
+	h.version = MaxLogVersion
+	h.onClock(2, T+20)
+	h.tick()
+	h.onClock(2, T+1020)
+	h.enqueue("q", &fsmv1.EnqueueMessage{DelayMs: 1000})
+	h.now = T + 2020
+	if h.tick(); h.ready("q") != 2 {
+		t.Fatal("a 1 s delay did not pass in 1 s")
+	}
+}

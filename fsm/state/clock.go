@@ -48,8 +48,15 @@ func (c leaderClock) offset(stateNow int64) int64 {
 
 // tick moves the state's clock for one entry of the given Raft term and
 // log version, stamped nowMs by its leader.
+//
+// Once an entry of version >= elapsedTimeVersion has applied, every entry
+// moves the clock by elapsed time, whatever its version: an older entry
+// after it is a proposal that raced the raise to version 4 (stamped under
+// the older cluster version), no older build applies a log with a newer
+// entry in it, and a max() among them would let such a straggler move the
+// clock away from the leader clock that instants are converted by.
 func (s *Store) tick(term uint64, version uint32, nowMs int64) {
-	if version < elapsedTimeVersion {
+	if version < elapsedTimeVersion && !s.leader.known {
 		if nowMs > s.lastNow {
 			s.lastNow = nowMs
 		}
@@ -57,7 +64,14 @@ func (s *Store) tick(term uint64, version uint32, nowMs int64) {
 	}
 	c := &s.leader
 	switch {
-	case !c.known || term != c.term:
+	case !c.known:
+		// The first such entry continues the clock of the entries before
+		// it (max, which may be a little ahead of this entry's stamp when
+		// a concurrent proposal was stamped later but applied earlier),
+		// so nothing the state hands out jumps at the change of rule.
+		s.lastNow = max(s.lastNow, nowMs)
+		*c = leaderClock{known: true, term: term, nowMs: s.lastNow}
+	case term != c.term:
 		// A new leader: its reading says nothing about the time elapsed
 		// since the previous leader's last entry.
 		*c = leaderClock{known: true, term: term, nowMs: nowMs}
