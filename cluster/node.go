@@ -40,11 +40,13 @@ type Node struct {
 	cfg Config
 	log *slog.Logger
 
-	raft     *raft.Raft
-	store    *raftboltdb.BoltStore
-	snaps    *raft.FileSnapshotStore
-	trans    *raft.NetworkTransport
-	raftAddr string // advertised Raft address
+	raft  *raft.Raft
+	store *raftboltdb.BoltStore
+	snaps *raft.FileSnapshotStore
+	// snapStats counts the snapshots written (for metrics).
+	snapStats snapshotCounter
+	trans     *raft.NetworkTransport
+	raftAddr  string // advertised Raft address
 
 	ms    *membership
 	lead  *leadership
@@ -181,7 +183,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("raft config: %w", err)
 	}
-	snaps := &writeBehindStore{FileSnapshotStore: n.snaps, dir: filepath.Join(cfg.DataDir, "snapshots"), chunk: writeBehindChunk, log: n.log}
+	snaps := &writeBehindStore{FileSnapshotStore: n.snaps, dir: filepath.Join(cfg.DataDir, "snapshots"), chunk: writeBehindChunk, log: n.log, stats: &n.snapStats}
 	n.raft, err = raft.NewRaft(rc, fsm, logs, n.store, snaps, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("raft: %w", err)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -35,6 +36,7 @@ type writeBehindStore struct {
 	dir   string // the snapshots directory
 	chunk int64
 	log   *slog.Logger
+	stats *snapshotCounter // may be nil
 }
 
 // Create implements raft.SnapshotStore.
@@ -50,7 +52,7 @@ func (s *writeBehindStore) Create(version raft.SnapshotVersion, index, term uint
 		s.log.Warn("snapshot write-behind disabled: cannot open the state file", "path", path, "err", err)
 		return sink, nil
 	}
-	return &writeBehindSink{SnapshotSink: sink, f: f, chunk: s.chunk, log: s.log}, nil
+	return &writeBehindSink{SnapshotSink: sink, f: f, chunk: s.chunk, log: s.log, stats: s.stats, start: time.Now()}, nil
 }
 
 // writeBehindSink passes writes to raft's sink and, every chunk bytes,
@@ -61,6 +63,10 @@ type writeBehindSink struct {
 	f     *os.File // the state file, opened again; nil once closed or disabled
 	chunk int64
 	log   *slog.Logger
+	stats *snapshotCounter // may be nil
+	start time.Time
+	// counted: the snapshot was recorded in stats (Close may be repeated).
+	counted bool
 
 	written int64 // bytes accepted by the inner sink
 	started int64 // writeback started for [0, started)
@@ -112,7 +118,12 @@ func (s *writeBehindSink) closeFile() error {
 // renames the snapshot into place.
 func (s *writeBehindSink) Close() error {
 	ferr := s.closeFile()
-	return errors.Join(s.SnapshotSink.Close(), ferr)
+	err := errors.Join(s.SnapshotSink.Close(), ferr)
+	if err == nil && !s.counted {
+		s.counted = true
+		s.stats.record(s.written, time.Since(s.start))
+	}
+	return err
 }
 
 // Cancel implements raft.SnapshotSink.

@@ -115,3 +115,29 @@ func TestWriteBehindSinkCancel(t *testing.T) {
 		t.Fatalf("List after Cancel = %v, %v; want none", metas, err)
 	}
 }
+
+// TestSnapshotStats: a closed snapshot is counted once, with its size,
+// however often Close is called; a cancelled one is not.
+func TestSnapshotStats(t *testing.T) {
+	s := newTestSnapStore(t, 64<<10)
+	s.stats = &snapshotCounter{}
+	sink := createSink(t, s, 1)
+	if _, err := sink.Write(make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := sink.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancelled := createSink(t, s, 2)
+	if _, err := cancelled.Write(make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cancelled.Cancel(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.stats.get(); got.Count != 1 || got.LastBytes != 1000 || got.LastDuration < 0 {
+		t.Errorf("stats = %+v, want one snapshot of 1000 bytes", got)
+	}
+}

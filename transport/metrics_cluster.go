@@ -35,6 +35,7 @@ type clusterCollector struct {
 	s *Server
 
 	term, leader, leaderChanges, commit, applied, lag, members, diskFree *prometheus.Desc
+	snapshots, snapshotBytes, snapshotSecs                               *prometheus.Desc
 }
 
 func newClusterCollector(s *Server) *clusterCollector {
@@ -48,11 +49,14 @@ func newClusterCollector(s *Server) *clusterCollector {
 		lag:           prometheus.NewDesc("raftq_raft_follower_lag_entries", "Entries a follower has still to apply, behind the leader's applied index (leader only; a follower that does not answer within 500 ms has no series).", []string{"follower"}, nil),
 		members:       prometheus.NewDesc("raftq_gossip_members", "Gossip members this node knows of, by state (alive, failed, left).", []string{"state"}, nil),
 		diskFree:      prometheus.NewDesc("raftq_data_dir_free_bytes", "Free bytes available to raftq on the data dir's file system.", nil, nil),
+		snapshots:     prometheus.NewDesc("raftq_snapshots_total", "Raft snapshots this node has written to its data dir since it started.", nil, nil),
+		snapshotBytes: prometheus.NewDesc("raftq_snapshot_last_bytes", "Size of the newest snapshot this node wrote (0 before the first).", nil, nil),
+		snapshotSecs:  prometheus.NewDesc("raftq_snapshot_last_duration_seconds", "Time the newest snapshot took to write, from creation to its final fsync (0 before the first).", nil, nil),
 	}
 }
 
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.term, c.leader, c.leaderChanges, c.commit, c.applied, c.lag, c.members, c.diskFree} {
+	for _, d := range []*prometheus.Desc{c.term, c.leader, c.leaderChanges, c.commit, c.applied, c.lag, c.members, c.diskFree, c.snapshots, c.snapshotBytes, c.snapshotSecs} {
 		ch <- d
 	}
 }
@@ -79,6 +83,10 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	for state, n := range byState {
 		ch <- prometheus.MustNewConstMetric(c.members, gauge, float64(n), state)
 	}
+	snap := c.s.node.SnapshotStats()
+	ch <- prometheus.MustNewConstMetric(c.snapshots, prometheus.CounterValue, float64(snap.Count))
+	ch <- prometheus.MustNewConstMetric(c.snapshotBytes, gauge, float64(snap.LastBytes))
+	ch <- prometheus.MustNewConstMetric(c.snapshotSecs, gauge, snap.LastDuration.Seconds())
 	if free, ok := diskFree(c.s.b.DataDir()); ok {
 		ch <- prometheus.MustNewConstMetric(c.diskFree, gauge, float64(free))
 	}

@@ -198,6 +198,19 @@ func TestQueueMetricsMatchGetQueue(t *testing.T) {
 	}
 	t.Run("promtool", func(t *testing.T) { promtoolCheck(t, text) })
 
+	// A snapshot on a follower is counted there, with its size.
+	before, _ := sample(scrapeFams(t, f), "raftq_snapshots_total")
+	if _, err := f.node.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, ffams := scrape(t, f)
+	if n, _ := sample(ffams, "raftq_snapshots_total"); n != before+1 {
+		t.Errorf("%s: raftq_snapshots_total = %v after one more snapshot than %v", f.id, n, before)
+	}
+	if size, _ := sample(ffams, "raftq_snapshot_last_bytes"); size <= 0 {
+		t.Errorf("%s: raftq_snapshot_last_bytes = %v", f.id, size)
+	}
+
 	// The client cancels its stream: a normal end, counted OK.
 	cancelStream()
 	waitUntil(t, 10*time.Second, "the cancelled Lease stream to be counted", func() error {

@@ -1,0 +1,44 @@
+package cluster
+
+import (
+	"sync"
+	"time"
+)
+
+// SnapshotStats describes the snapshots this node has written to its data
+// dir since it started, for metrics.
+type SnapshotStats struct {
+	// Count is how many snapshots were written and closed successfully.
+	Count uint64
+	// LastBytes is the size of the newest one's state file.
+	LastBytes int64
+	// LastDuration is how long the newest one took from its creation to
+	// its final fsync and rename.
+	LastDuration time.Duration
+}
+
+// snapshotCounter records SnapshotStats; the zero value is ready.
+type snapshotCounter struct {
+	mu sync.Mutex
+	st SnapshotStats
+}
+
+func (c *snapshotCounter) record(bytes int64, took time.Duration) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.st.Count++
+	c.st.LastBytes, c.st.LastDuration = bytes, took
+}
+
+func (c *snapshotCounter) get() SnapshotStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st
+}
+
+// SnapshotStats reports the snapshots this node has written since it
+// started.
+func (n *Node) SnapshotStats() SnapshotStats { return n.snapStats.get() }
