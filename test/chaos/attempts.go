@@ -33,8 +33,9 @@ const (
 	// faultAfterExtraMs: a fault's effects outlast its heal (a stream
 	// stuck behind a healed partition resumes or breaks; a deposed leader
 	// hands its unsent grants back; leases granted before the heal expire
-	// within a visibility timeout). A fault counts until two of the run's
-	// longest visibility timeouts plus this after its heal.
+	// within a visibility timeout). A fault counts until two of the
+	// longest visibility timeouts granted before the last heal, plus
+	// this, after its heal.
 	faultAfterExtraMs = 5000
 )
 
@@ -84,9 +85,19 @@ type hideWindow struct {
 // (LeaseRequest.max_batch_bytes), so that end is the broker's fault, the
 // very way issue 11 burned attempts on large messages.
 func hiders(h *History) []hideWindow {
+	// Leases that matter to a fault's shadow were granted before it
+	// healed (later streams, like the drain's, may ask for longer ones).
+	var lastHeal time.Time
+	for _, f := range h.Faults {
+		if f.End.After(lastHeal) {
+			lastHeal = f.End
+		}
+	}
 	var maxVis int64
 	for _, d := range h.Deliveries {
-		maxVis = max(maxVis, d.VisibilityMs)
+		if !d.Recv.After(lastHeal) {
+			maxVis = max(maxVis, d.VisibilityMs)
+		}
 	}
 	after := 2*maxVis + faultAfterExtraMs
 	var out []hideWindow

@@ -32,6 +32,11 @@ const (
 	maxDeliveries = 4
 	producers     = 4
 	consumersPerQ = 2
+	// quietPhase outlasts a fault's shadow in the attempt rules (two
+	// visibility timeouts and faultAfterExtraMs) and their margins around
+	// a gap (before it, and after it for the drops that stop the
+	// workload) by 6 s: the stretch where attempts are held to deliveries.
+	quietPhase = 2*visibility + (faultAfterExtraMs+windowSlackMs+endSlackMs)*time.Millisecond + 6*time.Second
 )
 
 // runCampaign starts a cluster, runs the workload under the plan's faults,
@@ -123,7 +128,11 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 	rec.Update(func(h *History) { h.Recovery = recov })
 	log.Info("healed", "leader", recov.Leader, "after", recov.LeaderAt.Sub(healed).Round(time.Millisecond), "err", recov.Err)
 
-	_ = harness.Sleep(ctx, 3*time.Second) // the workload runs on the healed cluster a little
+	// The workload runs on the healed cluster a little, without drops,
+	// past the last fault's shadow: a stretch where every counted attempt
+	// must be a delivery some consumer saw (attempt-without-delivery).
+	w.Quiet()
+	_ = harness.Sleep(ctx, quietPhase)
 	stopWork()
 	running.Wait()
 	rec.Update(func(h *History) { h.WorkloadEnd = time.Now() })

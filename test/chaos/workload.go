@@ -32,6 +32,7 @@ type Workload struct {
 
 	streams  atomic.Int64
 	acked    atomic.Int64 // enqueue calls answered ok
+	quiet    atomic.Bool  // consumers stop dropping streams
 	handlers sync.WaitGroup
 }
 
@@ -40,6 +41,11 @@ func NewWorkload(c *Cluster, cl *client.Client, rec *Recorder, vis time.Duration
 	return &Workload{c: c, cl: cl, one: cl.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1, AttemptTimeout: 3 * time.Second}),
 		rec: rec, log: log, vis: vis}
 }
+
+// Quiet stops consumers from dropping their streams, so that stretches of
+// the run have nothing that may hide a delivery: there the checker can
+// hold every counted attempt to a delivery a consumer saw.
+func (w *Workload) Quiet() { w.quiet.Store(true) }
 
 // Acked is the number of enqueue calls answered ok so far.
 func (w *Workload) Acked() int64 { return w.acked.Load() }
@@ -213,7 +219,7 @@ func (co *Consumer) stream(ctx context.Context, addr string) error {
 			co.w.handlers.Add(1)
 			go func() { defer co.w.handlers.Done(); co.handle(ctx, d, b, dropped) }()
 		}
-		if !co.drain && co.rng.IntN(100) < 2 {
+		if !co.drain && co.rng.IntN(100) < 2 && !co.w.quiet.Load() {
 			drop()
 			return nil
 		}
