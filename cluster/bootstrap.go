@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -86,12 +87,7 @@ func (b *bootstrapper) founders(warned map[string]bool) (raft.Configuration, boo
 	type cand struct{ id, raft string }
 	var cands []cand
 	members := b.ms.snapshot()
-	ids := make([]string, 0, len(members))
-	for id := range members {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(members)) {
 		m := members[id]
 		if id == b.cfg.NodeID || m.state != memberAlive || !m.metaOK || m.leaving {
 			continue

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -94,12 +95,7 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 
 	// Live members not in the configuration (or with a changed address)
 	// become voters.
-	ids := make([]string, 0, len(members))
-	for id := range members {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(members)) {
 		m := members[id]
 		if id == rc.cfg.NodeID || m.state != memberAlive || !m.metaOK || m.leaving || m.noAdd || m.meta.Raft == "" {
 			continue

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -83,12 +84,7 @@ func (s *Scheduler) KeyStats(queue string) (keys []*raftqv1.FairnessKeyStats, th
 			}
 		}
 		rules := qv.Config().GetThrottles()
-		names := make([]string, 0, len(rules))
-		for k := range rules {
-			names = append(names, k)
-		}
-		slices.Sort(names)
-		for _, k := range names {
+		for _, k := range slices.Sorted(maps.Keys(rules)) {
 			r := rules[k]
 			st := &raftqv1.ThrottleKeyStats{Key: k, RatePerSec: r.GetRatePerSec(), Burst: max(r.GetBurst(), 1), Tokens: float64(max(r.GetBurst(), 1))}
 			if qp != nil {
