@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	qmetrics "github.com/raftq/raftq/metrics"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	qmetrics "github.com/raftq/raftq/transport/metrics"
 )
 
 // registerNodeMetrics adds the per-queue collector (every node, from its
