@@ -65,16 +65,11 @@ func (b *Broker) Enqueue(ctx context.Context, queue string, msgs []*raftqv1.Enqu
 	if err := b.state.CheckEnqueue(queue, lm, b.cfg.MaxQueuedBytes); err != nil {
 		return nil, err
 	}
-	// What the request holds in memory until it commits: payloads,
-	// headers, keys and ids, as encoded.
-	size := int64(0)
-	for _, m := range lm {
-		size += int64(proto.Size(m))
-	}
-	if err := b.gate.acquire(size); err != nil {
+	req := newEnqueueReq(queue, lm)
+	if err := b.gate.acquire(req.held); err != nil {
 		return nil, err
 	}
-	out, err := b.enqueues.submit(ctx, enqueueReq{&fsmv1.EnqueueBatch{Queue: queue, Messages: lm}}, func() { b.gate.release(size) })
+	out, err := b.enqueues.submit(ctx, req, func() { b.gate.release(req.held) })
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +175,23 @@ func (b *Broker) Lease(ctx context.Context, req scheduler.ConsumerRequest) (*sch
 
 // The coalescers' request kinds and how a batch of them becomes a command.
 
-type enqueueReq struct{ batch *fsmv1.EnqueueBatch }
+// enqueueReq is one Enqueue call's batch, sized once: payload bytes for
+// the coalescer's entry cap, and what it holds in memory until it commits
+// (payloads, headers, keys and ids, as encoded) for the pending gate.
+type enqueueReq struct {
+	batch   *fsmv1.EnqueueBatch
+	payload int
+	held    int64
+}
+
+func newEnqueueReq(queue string, msgs []*fsmv1.EnqueueMessage) enqueueReq {
+	r := enqueueReq{batch: &fsmv1.EnqueueBatch{Queue: queue, Messages: msgs}}
+	for _, m := range msgs {
+		r.payload += len(m.Payload)
+		r.held += int64(proto.Size(m))
+	}
+	return r
+}
 
 type ackReq []*fsmv1.Ref
 
@@ -192,12 +203,7 @@ func buildEnqueue(reqs []enqueueReq) *fsmv1.Command {
 	return &fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: batches}}}
 }
 
-func sizeEnqueue(r enqueueReq) (items, bytes int) {
-	for _, m := range r.batch.Messages {
-		bytes += len(m.Payload)
-	}
-	return len(r.batch.Messages), bytes
-}
+func sizeEnqueue(r enqueueReq) (items, bytes int) { return len(r.batch.Messages), r.payload }
 
 func buildAck(reqs []ackReq) *fsmv1.Command {
 	var all []*fsmv1.Ref

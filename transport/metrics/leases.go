@@ -102,6 +102,10 @@ func (l *Leases) prune(now time.Time) {
 
 // Settled records that the named leases were acked or nacked at now.
 func (l *Leases) Settled(keys []LeaseKey, now time.Time) {
+	var (
+		obs   prometheus.Observer
+		queue string
+	)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, k := range keys {
@@ -110,7 +114,12 @@ func (l *Leases) Settled(keys []LeaseKey, now time.Time) {
 			continue
 		}
 		delete(l.started, k)
-		l.duration.WithLabelValues(k.Queue).Observe(max(now.Sub(s.at).Seconds(), 0))
+		// An ack names one queue: resolve its histogram once, not per
+		// lease (this runs for every Ack call on the leader).
+		if obs == nil || k.Queue != queue {
+			obs, queue = l.duration.WithLabelValues(k.Queue), k.Queue
+		}
+		obs.Observe(max(now.Sub(s.at).Seconds(), 0))
 	}
 }
 
