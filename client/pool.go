@@ -54,12 +54,6 @@ func (p *pool) seedTarget() string {
 	return p.seeds[p.cursor]
 }
 
-func (p *pool) leaderAddr() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.leader
-}
-
 // setLeader records the leader's address, remembering it as a node to
 // rotate over when the leader is unknown.
 func (p *pool) setLeader(addr string) {

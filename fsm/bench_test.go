@@ -14,10 +14,6 @@ import (
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 )
 
-func enqueueLog(index uint64, queue string, n int, payload []byte) *raft.Log {
-	return enqueueLogAt(index, int64(index), queue, n, payload, func(i int) string { return fmt.Sprint(index, "-", i) })
-}
-
 func enqueueLogAt(index uint64, nowMs int64, queue string, n int, payload []byte, dedupID func(int) string) *raft.Log {
 	data, _ := Encode(enqueueCmd(nowMs, queue, n, payload, dedupID))
 	return &raft.Log{Index: index, Type: raft.LogCommand, Data: data}
