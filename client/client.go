@@ -30,6 +30,7 @@ type Client struct {
 	retry        RetryPolicy
 	pool         *pool
 	unaryEnqueue bool
+	failFast     bool
 }
 
 // MaxReceiveBytes is the largest response the Client accepts, and the
@@ -49,6 +50,7 @@ type options struct {
 	dialOpts []grpc.DialOption
 	wait     bool
 	unary    bool
+	failFast bool
 }
 
 // WithLogger sets the logger for retries, redirects and consumer events.
@@ -88,6 +90,16 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // call reports an unreachable cluster.
 func WithWaitForConnection() Option {
 	return func(o *options) { o.wait = true }
+}
+
+// WithFailFast makes a call fail at once, with an *UnreachableError
+// naming every address tried, when every node the client knows refuses the
+// connection, instead of retrying until the call's deadline. Nodes that
+// answer (even "no leader yet") or are merely slow are retried as usual.
+// Command-line tools want this; a long-running service riding out a full
+// cluster restart does not.
+func WithFailFast() Option {
+	return func(o *options) { o.failFast = true }
 }
 
 // WithUnaryEnqueue sends every Enqueue as its own unary RPC. By default
@@ -142,6 +154,7 @@ func Dial(ctx context.Context, seeds []string, opts ...Option) (*Client, error) 
 		retry:        o.retry,
 		pool:         newPool(clean, dialOpts),
 		unaryEnqueue: o.unary,
+		failFast:     o.failFast,
 	}
 	if o.wait {
 		if err := c.pool.waitReady(ctx, o.retry.withDefaults()); err != nil {

@@ -398,6 +398,7 @@ func (con *Consumer) receive(dispatchCtx, streamCtx context.Context, leases *lea
 	}
 	failures, redirects := 0, 0
 	var received int64
+	var refused refusals
 	for {
 		if dispatchCtx.Err() != nil {
 			return nil
@@ -425,6 +426,15 @@ func (con *Consumer) receive(dispatchCtx, streamCtx context.Context, leases *lea
 		if got || time.Since(started) > rp.MaxBackoff {
 			// The stream worked for a while: start backoff afresh.
 			failures, redirects = 0, 0
+			refused = refusals{}
+		}
+		if con.c.failFast && err != nil {
+			if cc, cerr := con.c.pool.conn(addr); cerr == nil {
+				refused.note(addr, cc, err)
+			}
+			if refused.all(con.c.pool.knownAddrs()) {
+				return fmt.Errorf("raftq consumer %s: %w", con.queue, refused.err())
+			}
 		}
 		act := actBackoff
 		if !errors.Is(err, io.EOF) {

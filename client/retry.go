@@ -170,6 +170,7 @@ func (c *Client) retrying(ctx context.Context, op string, pick func() string, at
 	rp := c.retry.withDefaults()
 	limit := rp.attempts(ctx)
 	var lastErr error
+	var refused refusals
 	redirects := 0
 	for n := 1; ; n++ {
 		addr := pick()
@@ -199,6 +200,12 @@ func (c *Client) retrying(ctx context.Context, op string, pick func() string, at
 			return fmt.Errorf("raftq %s: %w", op, err)
 		}
 		lastErr = err
+		if c.failFast {
+			refused.note(addr, cc, err)
+			if refused.all(c.pool.knownAddrs()) {
+				return fmt.Errorf("raftq %s: %w", op, refused.err())
+			}
+		}
 		if limit > 0 && n >= limit {
 			return fmt.Errorf("raftq %s: giving up after %d attempts: %w", op, n, lastErr)
 		}

@@ -47,6 +47,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // describeError is the one line printed for a failed command: the gRPC code
 // and the broker's message when there is one.
 func describeError(err error) string {
+	var ue *client.UnreachableError
+	if errors.As(err, &ue) {
+		return ue.Error() + "\nIs a broker running there? Start one with `raftq serve` (or `make run`), or point --addr (or RAFTQ_ADDR) at one."
+	}
 	var se interface{ GRPCStatus() *status.Status }
 	if !errors.As(err, &se) {
 		return err.Error()
@@ -142,7 +146,9 @@ func (a *app) dial(cmd *cobra.Command) (*client.Client, error) {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(a.errOut, &slog.HandlerOptions{Level: level}))
-	return client.Dial(cmd.Context(), a.seeds(cmd), client.WithLogger(log))
+	// --rpc-timeout is for slow answers: with no node listening at all
+	// the command says so at once, naming the addresses it tried.
+	return client.Dial(cmd.Context(), a.seeds(cmd), client.WithLogger(log), client.WithFailFast())
 }
 
 // callCtx bounds one command's calls by --rpc-timeout.

@@ -265,3 +265,41 @@ func TestUnknownCommandFails(t *testing.T) {
 		t.Fatal("exit code 0")
 	}
 }
+
+// With nothing listening the command fails at once, naming every address
+// tried, rather than after --rpc-timeout.
+func TestNoBrokerFailsFastNamingAddresses(t *testing.T) {
+	var dead []string
+	for range 2 {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead = append(dead, lis.Addr().String())
+		lis.Close()
+	}
+	for _, args := range [][]string{
+		{"queue", "list"},
+		{"enqueue", "jobs", "x"},
+		{"consume", "jobs", "--count", "1"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			// --rpc-timeout far beyond the test's own deadline: only
+			// failing fast can pass.
+			full := append([]string{"--addr", strings.Join(dead, ","), "--rpc-timeout", "1h"}, args...)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			code := run(ctx, full, strings.NewReader(""), &out, &errOut, func(string) string { return "" })
+			if code != 1 {
+				t.Fatalf("exit %d, want 1", code)
+			}
+			msg := errOut.String()
+			for _, want := range append([]string{"no node reachable", "connection refused", "raftq serve"}, dead...) {
+				if !strings.Contains(msg, want) {
+					t.Errorf("stderr %q does not contain %q", msg, want)
+				}
+			}
+		})
+	}
+}
