@@ -102,6 +102,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newPeekCmd(a),
 		newRedriveCmd(a),
 		newClusterCmd(a),
+		newCertCmd(),
 	)
 	return root
 }
