@@ -16,10 +16,20 @@ RAFTQ := $(BIN)/raftq
 # a nested module, so every target that covers the code runs it explicitly.
 BENCH_MOD := test/bench
 
-.PHONY: build run test test-short proto lint bench fuzz cluster clean
+.PHONY: build run test test-short proto lint bench fuzz cluster clean image image-prereqs
 
 build:
 	$(GO) build -o $(RAFTQ) ./cmd/raftq
+
+# The container image: a static binary in a FROM scratch image (no registry
+# pull), tagged $(IMAGE). deploy/compose.yaml runs three of them.
+IMAGE ?= raftq:dev
+image: image-prereqs
+	deploy/build-image.sh $(IMAGE)
+
+# The image carries the build machine's CA bundle.
+image-prereqs:
+	@test -s /etc/ssl/certs/ca-certificates.crt || (apt-get update && apt-get install -y ca-certificates)
 
 # A working single-node broker with no flags (data in ./raftq-data).
 run: build

@@ -115,6 +115,10 @@ func (c Config) withDefaults() (Config, error) {
 	if strings.TrimSpace(c.NodeID) == "" {
 		return c, errors.New("cluster: config: NodeID is required")
 	}
+	if strings.TrimSpace(c.NodeID) != c.NodeID || strings.ContainsAny(c.NodeID, "\r\n\x00") {
+		// It is recorded on a line of its own in the data dir.
+		return c, fmt.Errorf("cluster: config: NodeID %q has surrounding spaces or control characters", c.NodeID)
+	}
 	if c.DataDir == "" {
 		return c, errors.New("cluster: config: DataDir is required")
 	}

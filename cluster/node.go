@@ -100,6 +100,9 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
+	if err := claimDataDir(cfg.DataDir, cfg.NodeID); err != nil {
+		return nil, err
+	}
 	n.store, err = raftboltdb.New(raftboltdb.Options{
 		Path:   filepath.Join(cfg.DataDir, "raft.db"),
 		NoSync: false, // every append is fsynced before Raft counts it

@@ -8,9 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/raftq/raftq/cluster"
@@ -23,6 +23,7 @@ import (
 // serveOptions are the flags of `raftq serve` (API.md, Command line).
 type serveOptions struct {
 	nodeID          string
+	nodeIDGiven     bool // --node-id (or RAFTQ_NODE_ID) was set
 	dataDir         string
 	grpcAddr        string
 	raftAddr        string
@@ -41,7 +42,7 @@ type serveOptions struct {
 }
 
 func newServeCmd() *cobra.Command {
-	host, _ := os.Hostname()
+	mem := readMemoryBudget(os.DirFS("/"))
 	o := &serveOptions{}
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -51,13 +52,17 @@ its data in ./raftq-data. Every flag can also be set through an environment
 variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 		Args: cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			return applyEnv(cmd.Flags())
+			if err := applyEnv(cmd.Flags()); err != nil {
+				return err
+			}
+			o.nodeIDGiven = cmd.Flags().Changed("node-id")
+			return nil
 		},
 		// main's context ends on SIGINT/SIGTERM: a graceful leave.
-		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), o) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), o, mem) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&o.nodeID, "node-id", host, "unique, stable node id")
+	fl.StringVar(&o.nodeID, "node-id", "", "unique, stable node id (default: the id recorded in --data-dir, else the host name); recorded in the data dir on first start, and a different one is refused later")
 	fl.StringVar(&o.dataDir, "data-dir", "./raftq-data", "Raft log, stable store and snapshots")
 	fl.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:7400", "client API bind address")
 	fl.StringVar(&o.raftAddr, "raft-addr", "127.0.0.1:7401", "Raft transport bind address")
@@ -68,8 +73,8 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "voters to wait for before the first election")
 	fl.DurationVar(&o.deadNodeTimeout, "dead-node-timeout", 30*time.Second, "how long a failed node stays a voter before removal")
 	fl.DurationVar(&o.leaseGrace, "lease-grace", 5*time.Second, "after a failover, how long before leases of the old leader may expire")
-	fl.Int64Var(&o.maxQueuedBytes, "max-queued-bytes", defaultMaxQueuedBytes(), "node-wide limit on payload bytes held (default: a quarter of memory)")
-	fl.Int64Var(&o.maxPending, "max-pending-bytes", broker.DefaultMaxPendingBytes, "client writes held in front of Raft (queued and in flight) before new ones get ResourceExhausted")
+	fl.Int64Var(&o.maxQueuedBytes, "max-queued-bytes", mem.defaultMaxQueuedBytes(), "node-wide limit on payload bytes held (default: a quarter of memory, or of the cgroup's memory limit when lower)")
+	fl.Int64Var(&o.maxPending, "max-pending-bytes", mem.defaultMaxPendingBytes(), "client writes held in front of Raft (queued and in flight) before new ones get ResourceExhausted (default: 256 MiB, or an eighth of a smaller memory or cgroup limit)")
 	fl.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.Uint64Var(&o.snapThreshold, "snapshot-threshold", cluster.DefaultSnapshotThreshold, "log entries between automatic snapshots")
 	fl.Uint64Var(&o.trailingLogs, "trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot (followers further behind get the snapshot)")
@@ -93,18 +98,6 @@ func applyEnv(fs *pflag.FlagSet) error {
 	return firstErr
 }
 
-// defaultMaxQueuedBytes is a quarter of the machine's memory. State lives
-// in memory and a node's resident size measured ~2.6x its payload bytes
-// (3.1x while a snapshot is written), so DESIGN's "half of memory" would
-// let the kernel kill the node before admission control refused anything.
-func defaultMaxQueuedBytes() int64 {
-	var si syscall.Sysinfo_t
-	if err := syscall.Sysinfo(&si); err != nil || si.Totalram == 0 {
-		return 0
-	}
-	return int64(si.Totalram) * int64(si.Unit) / 4
-}
-
 func newLogger(level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
@@ -113,19 +106,33 @@ func newLogger(level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
-// advertise replaces the host of a bind address with the advertise host.
-func advertise(bind, host string) (string, error) {
-	h, p, err := net.SplitHostPort(bind)
+// resolveNodeID settles the node's id: the one given, which must match the
+// one recorded in the data dir if there is one; else the recorded one; else
+// the host name (recorded at the first start, so a container's random
+// host name becomes its lasting id only with its volume).
+func resolveNodeID(o *serveOptions) error {
+	have, err := cluster.PersistedNodeID(o.dataDir)
 	if err != nil {
-		return "", err
+		return err
 	}
-	if host != "" {
-		return net.JoinHostPort(host, p), nil
+	switch {
+	case o.nodeIDGiven && have != "" && o.nodeID != have:
+		return fmt.Errorf("--node-id %s: the data dir %s belongs to node %s (recorded in its node-id file); "+
+			"start it as --node-id %s, or give %s a new --data-dir", o.nodeID, o.dataDir, have, have, o.nodeID)
+	case o.nodeIDGiven:
+	case have != "":
+		o.nodeID = have
+	default:
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("no --node-id given and no host name: %w", err)
+		}
+		o.nodeID = host
 	}
-	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
-		return "", fmt.Errorf("bind address %s has no routable host: set --advertise-host", bind)
+	if o.nodeID == "" {
+		return errors.New("--node-id is empty")
 	}
-	return bind, nil
+	return nil
 }
 
 // startingHandler serves the operator port while the node starts: the
@@ -149,20 +156,25 @@ func (h *startingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, "starting: restoring state from the data dir", http.StatusServiceUnavailable)
 }
 
-func runServe(ctx context.Context, o *serveOptions) error {
+func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 	log, err := newLogger(o.logLevel)
 	if err != nil {
 		return err
 	}
-	if o.nodeID == "" {
-		return errors.New("--node-id is empty")
+	if err := resolveNodeID(o); err != nil {
+		return err
+	}
+	if limit := mem.goMemoryLimit(); limit > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(limit)
+		log.Info("memory limit from the cgroup", "limit_bytes", mem.bytes, "source", mem.from, "go_memory_limit", limit,
+			"max_queued_bytes", o.maxQueuedBytes, "max_pending_bytes", o.maxPending)
 	}
 	adv := map[string]string{}
 	for name, bind := range map[string]string{"grpc": o.grpcAddr, "raft": o.raftAddr, "gossip": o.gossipAddr, "http": o.httpAddr} {
 		if bind == "" {
 			continue
 		}
-		a, err := advertise(bind, o.advertiseHost)
+		a, err := advertise(bind, o.advertiseHost, net.InterfaceAddrs)
 		if err != nil {
 			return fmt.Errorf("--%s-addr: %w", name, err)
 		}
