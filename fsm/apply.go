@@ -53,6 +53,26 @@ func (f *FSM) apply(index, term uint64, cmd *fsmv1.Command, touched *state.Touch
 			break
 		}
 		return tx.SetClusterVersion(op.SetClusterVersion)
+	case *fsmv1.Command_CreateToken:
+		if version < state.AuthVersion {
+			break // unknown before version 5, as older builds saw it
+		}
+		return tx.CreateToken(op.CreateToken)
+	case *fsmv1.Command_RevokeToken:
+		if version < state.AuthVersion {
+			break
+		}
+		return tx.RevokeToken(op.RevokeToken)
+	case *fsmv1.Command_AuthGrant:
+		if version < state.AuthVersion {
+			break
+		}
+		return tx.AuthGrant(op.AuthGrant)
+	case *fsmv1.Command_AuthUngrant:
+		if version < state.AuthVersion {
+			break
+		}
+		return tx.AuthUngrant(op.AuthUngrant)
 	}
 	return failed(fmt.Errorf("%w: empty or unknown command", ErrInvalid))
 }

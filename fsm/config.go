@@ -41,3 +41,16 @@ func ValidateMask(paths []string) error { return state.ValidateMask(paths) }
 func ValidateMessage(i int, m *fsmv1.EnqueueMessage, cfg *fsmv1.QueueConfig) error {
 	return state.ValidateMessage(i, m, cfg)
 }
+
+// ValidateIdentity checks an identity or token name.
+func ValidateIdentity(name string) error { return state.ValidateIdentity(name) }
+
+// ValidatePattern checks a queue name pattern.
+func ValidatePattern(p string) error { return state.ValidatePattern(p) }
+
+// MatchPattern reports whether a queue name matches a pattern ('*' matches
+// any run of characters, dots included).
+func MatchPattern(pattern, name string) bool { return state.MatchPattern(pattern, name) }
+
+// ParsePerm reads one permission name.
+func ParsePerm(name string) (Perm, error) { return state.ParsePerm(name) }

@@ -17,6 +17,10 @@ var (
 	ErrStaleLease      = state.ErrStaleLease
 	ErrQueueFull       = state.ErrQueueFull
 	ErrInUse           = state.ErrInUse
+	ErrLimit           = state.ErrLimit
+	ErrTokenExists     = state.ErrTokenExists
+	ErrTokenNotFound   = state.ErrTokenNotFound
+	ErrGrantNotFound   = state.ErrGrantNotFound
 
 	// ErrNewerVersion marks an entry or snapshot written under a log
 	// version newer than MaxLogVersion: this node must not apply it and

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"github.com/raftq/raftq/fsm/state"
@@ -59,6 +60,10 @@ type FSM struct {
 	store       *state.Store
 	checkpoints checkpoints
 	halted      error // set once a newer version was met; nothing applies after
+
+	// auth is the store's current (immutable) auth state, published after
+	// each batch so every RPC's permission check reads it without a lock.
+	auth atomic.Pointer[state.Auth]
 }
 
 // New returns an empty state machine.
@@ -69,7 +74,9 @@ func New(opts Options) *FSM {
 	if opts.Fatal == nil {
 		opts.Fatal = func(err error) { panic(err.Error()) }
 	}
-	return &FSM{log: opts.Logger, notifier: opts.Notifier, fatal: opts.Fatal, proposals: opts.Proposals, store: state.New()}
+	f := &FSM{log: opts.Logger, notifier: opts.Notifier, fatal: opts.Fatal, proposals: opts.Proposals, store: state.New()}
+	f.auth.Store(f.store.Auth())
+	return f
 }
 
 // Encode serialises a command for raft.Apply.
@@ -133,6 +140,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		f.store.SetApplied(l.Index)
 	}
 	f.checkpoints.dropOld(f.store.AppliedIndex())
+	f.auth.Store(f.store.Auth())
 	n := f.notifier
 	fatal := f.fatal
 	f.mu.Unlock()
@@ -167,6 +175,10 @@ func (f *FSM) AppliedIndex() uint64 {
 	defer f.mu.RUnlock()
 	return f.store.AppliedIndex()
 }
+
+// Auth is the replicated identities, tokens and grants as of the last
+// applied batch. The value is immutable; reading it takes no lock.
+func (f *FSM) Auth() *state.Auth { return f.auth.Load() }
 
 // ClusterVersion is the replicated cluster version: the newest log version
 // every voter supported when it was last raised (1 until the first

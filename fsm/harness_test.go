@@ -112,8 +112,11 @@ func (h *harness) enqueuePayloads(q string, payloads ...string) []uint64 {
 func (h *harness) grant(q, consumer string, vis int64, ids ...uint64) []*state.Delivery {
 	h.t.Helper()
 	var gs []*fsmv1.Grant
-	for _, id := range ids {
-		gs = append(gs, &fsmv1.Grant{Queue: q, MessageId: id, ConsumerId: consumer, DeadlineMs: h.now + vis})
+	for i, id := range ids {
+		// A leader draws each token at random (log version 5); any
+		// non-zero value unique per grant stands in for it here.
+		token := (h.index+1)*0x9e3779b97f4a7c15 ^ uint64(i+1)
+		gs = append(gs, &fsmv1.Grant{Queue: q, MessageId: id, ConsumerId: consumer, DeadlineMs: h.now + vis, LeaseToken: token})
 	}
 	return as[*GrantResult](h.t, h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: gs}}})).Deliveries
 }

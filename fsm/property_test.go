@@ -87,7 +87,7 @@ func (g *cmdGen) next() *fsmv1.Command {
 		ds, _ := g.f.Peek(q, 1+g.r.IntN(4), false)
 		var gs []*fsmv1.Grant
 		for _, d := range ds {
-			gs = append(gs, &fsmv1.Grant{Queue: q, MessageId: d.ID, ConsumerId: fmt.Sprint("c", g.r.IntN(3)), DeadlineMs: g.now + int64(g.r.IntN(300))})
+			gs = append(gs, &fsmv1.Grant{Queue: q, MessageId: d.ID, ConsumerId: fmt.Sprint("c", g.r.IntN(3)), DeadlineMs: g.now + int64(g.r.IntN(300)), LeaseToken: g.r.Uint64() | 1})
 		}
 		if g.r.IntN(5) == 0 {
 			gs = append(gs, &fsmv1.Grant{Queue: q, MessageId: uint64(g.r.IntN(1 << 30)), ConsumerId: "c0"})

@@ -75,3 +75,24 @@ func (f *FSM) Peek(name string, limit int, deadLetter bool) ([]*state.Delivery, 
 	defer f.mu.RUnlock()
 	return f.store.View().Peek(name, limit, deadLetter)
 }
+
+// Auth names callers use; the store defines them.
+type (
+	Auth         = state.Auth
+	Perm         = state.Perm
+	Token        = state.Token
+	PatternGrant = state.PatternGrant
+	IdentityInfo = state.IdentityInfo
+)
+
+// The queue permissions (state.Perm).
+const (
+	PermProduce = state.PermProduce
+	PermConsume = state.PermConsume
+	PermBrowse  = state.PermBrowse
+	PermManage  = state.PermManage
+	AllPerms    = state.AllPerms
+	// AuthVersion is the log version from which auth commands and random
+	// lease tokens exist; the leader proposes them only from it on.
+	AuthVersion = state.AuthVersion
+)

@@ -61,6 +61,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.store = st
 	f.checkpoints = checkpoints{}
+	f.auth.Store(st.Auth())
 	names := st.View().QueueNames()
 	n := f.notifier
 	f.mu.Unlock()

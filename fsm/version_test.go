@@ -185,7 +185,7 @@ func TestNewerSnapshotStopsTheNode(t *testing.T) {
 		hdr  *fsmv1.SnapshotHeader
 		want string
 	}{
-		{"newer format (this build reads 1 to 4)", &fsmv1.SnapshotHeader{Version: 5}, "snapshot format version 5"},
+		{"newer format (this build reads 1 to 5)", &fsmv1.SnapshotHeader{Version: 6}, "snapshot format version 6"},
 		{"newer cluster", &fsmv1.SnapshotHeader{Version: 2, ClusterVersion: MaxLogVersion + 1}, fmt.Sprint("log version ", MaxLogVersion+1)},
 		{"newer cluster, format 4", &fsmv1.SnapshotHeader{Version: 4, ClusterVersion: MaxLogVersion + 1}, fmt.Sprint("log version ", MaxLogVersion+1)},
 	} {
@@ -220,7 +220,7 @@ func TestNewerSnapshotStopsTheNode(t *testing.T) {
 	// 2 has no key order, which cluster version 3 keeps; format 3 no
 	// leader clock, which version 4 keeps) or one of a later version.
 	for _, hdr := range []*fsmv1.SnapshotHeader{{Version: 1, ClusterVersion: 2}, {Version: 2, ClusterVersion: 3}, {Version: 3, ClusterVersion: 2},
-		{Version: 3, ClusterVersion: 4}, {Version: 4, ClusterVersion: 3}} {
+		{Version: 3, ClusterVersion: 4}, {Version: 4, ClusterVersion: 3}, {Version: 4, ClusterVersion: 5}, {Version: 5, ClusterVersion: 4}} {
 		var buf bytes.Buffer
 		_, _ = protodelim.MarshalTo(&buf, hdr)
 		rec := &fatalRecorder{}

@@ -28,11 +28,14 @@ func codeOf(err error) codes.Code {
 		return codes.OK
 	case errors.Is(err, fsm.ErrInvalid):
 		return codes.InvalidArgument
-	case errors.Is(err, fsm.ErrQueueNotFound), errors.Is(err, fsm.ErrMessageNotFound):
+	case errors.Is(err, fsm.ErrQueueNotFound), errors.Is(err, fsm.ErrMessageNotFound),
+		errors.Is(err, fsm.ErrTokenNotFound), errors.Is(err, fsm.ErrGrantNotFound):
 		return codes.NotFound
-	case errors.Is(err, fsm.ErrQueueExists):
+	case errors.Is(err, fsm.ErrQueueExists), errors.Is(err, fsm.ErrTokenExists):
 		return codes.AlreadyExists
-	case errors.Is(err, fsm.ErrQueueFull), errors.Is(err, broker.ErrOverloaded):
+	case errors.Is(err, broker.ErrAuthNotEnabled):
+		return codes.FailedPrecondition
+	case errors.Is(err, fsm.ErrQueueFull), errors.Is(err, fsm.ErrLimit), errors.Is(err, broker.ErrOverloaded):
 		return codes.ResourceExhausted
 	case errors.Is(err, fsm.ErrStaleLease), errors.Is(err, fsm.ErrInUse):
 		return codes.FailedPrecondition

@@ -19,6 +19,8 @@ var (
 	ErrQueueFull = errors.New("queue full")
 	// ErrInUse: the queue cannot be deleted or changed while others depend on it.
 	ErrInUse = errors.New("queue in use")
+	// ErrLimit: a count limit of the state (tokens, grants) is reached.
+	ErrLimit = errors.New("limit reached")
 )
 
 // ErrNewerVersion marks an entry or snapshot written under a log or

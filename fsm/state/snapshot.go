@@ -20,7 +20,8 @@ import (
 // cluster_version, written only when it is not 1 (an older build refuses
 // such a snapshot instead of dropping the field). Version 3, written at
 // cluster version 3, adds each queue's key_order; version 4, from cluster
-// version 4 on, adds the leader clock (clock.go). Each format is
+// version 4 on, adds the leader clock (clock.go); version 5, from cluster
+// version 5 on, adds one AuthRecord after the last queue. Each format is
 // written only at the cluster versions it belongs to, so replicas of two
 // builds at the same cluster version hash the same bytes.
 const (
@@ -28,7 +29,8 @@ const (
 	snapshotV2         = 2
 	snapshotV3         = 3
 	snapshotV4         = 4
-	maxSnapshotVersion = snapshotV4
+	snapshotV5         = 5
+	maxSnapshotVersion = snapshotV5
 )
 
 // maxRecordBytes bounds one snapshot record on restore: the largest message
@@ -45,6 +47,7 @@ type Frozen struct {
 	leader         leaderClock
 	clusterVersion uint32
 	queues         []frozenQueue
+	auth           *Auth // immutable: shared, not copied
 }
 
 type frozenQueue struct {
@@ -57,7 +60,7 @@ type frozenQueue struct {
 // the Checkpoint entry's own index for a checkpoint). It writes to the
 // trees (Clone marks them shared), so it needs the writer's exclusion.
 func (s *Store) Freeze(index uint64) *Frozen {
-	fr := &Frozen{index: index, lastNow: s.lastNow, leader: s.leader, clusterVersion: s.clusterVersion}
+	fr := &Frozen{index: index, lastNow: s.lastNow, leader: s.leader, clusterVersion: s.clusterVersion, auth: s.auth}
 	for _, name := range s.sortedQueueNames() {
 		q := s.queues[name]
 		fr.queues = append(fr.queues, frozenQueue{
@@ -114,6 +117,9 @@ func (fr *Frozen) Stream(w io.Writer) error {
 	}
 	hdr := &fsmv1.SnapshotHeader{Version: snapshotV1, LastNowMs: fr.lastNow, AppliedIndex: fr.index, QueueCount: uint64(len(fr.queues))}
 	switch {
+	case fr.clusterVersion >= AuthVersion:
+		hdr.Version, hdr.ClusterVersion = snapshotV5, fr.clusterVersion
+		hdr.LeaderTerm, hdr.LeaderNowMs = fr.leader.term, fr.leader.nowMs
 	case fr.clusterVersion >= elapsedTimeVersion:
 		hdr.Version, hdr.ClusterVersion = snapshotV4, fr.clusterVersion
 		hdr.LeaderTerm, hdr.LeaderNowMs = fr.leader.term, fr.leader.nowMs
@@ -148,6 +154,9 @@ func (fr *Frozen) Stream(w io.Writer) error {
 		if err != nil {
 			return err
 		}
+	}
+	if fr.clusterVersion >= AuthVersion {
+		return put(fr.auth.record())
 	}
 	return nil
 }
@@ -224,7 +233,8 @@ func (s *Store) load(r *bufio.Reader) error {
 	case hdr.Version == snapshotV2 && hdr.ClusterVersion >= 2 && hdr.ClusterVersion < keyOrderVersion,
 		hdr.Version == snapshotV3 && hdr.ClusterVersion >= keyOrderVersion && hdr.ClusterVersion < elapsedTimeVersion:
 		s.clusterVersion = hdr.ClusterVersion
-	case hdr.Version == snapshotV4 && hdr.ClusterVersion >= elapsedTimeVersion:
+	case hdr.Version == snapshotV4 && hdr.ClusterVersion >= elapsedTimeVersion && hdr.ClusterVersion < AuthVersion,
+		hdr.Version == snapshotV5 && hdr.ClusterVersion >= AuthVersion:
 		s.clusterVersion = hdr.ClusterVersion
 		s.leader = leaderClock{known: true, term: hdr.LeaderTerm, nowMs: hdr.LeaderNowMs}
 	default:
@@ -328,6 +338,17 @@ func (s *Store) load(r *bufio.Reader) error {
 				return fmt.Errorf("%w: %s names dead-letter queue %s which is missing or not a DLQ", ErrInvalid, q.name, d)
 			}
 		}
+	}
+	if hdr.Version >= snapshotV5 {
+		rec := &fsmv1.AuthRecord{}
+		if err := opts.UnmarshalFrom(r, rec); err != nil {
+			return fmt.Errorf("%w: auth record: %v", ErrInvalid, err)
+		}
+		a, err := loadAuth(rec)
+		if err != nil {
+			return err
+		}
+		s.auth = a
 	}
 	if _, err := r.ReadByte(); !errors.Is(err, io.EOF) {
 		return fmt.Errorf("%w: trailing data after snapshot", ErrInvalid)

@@ -29,6 +29,7 @@ type Store struct {
 	appliedIndex   uint64
 	keySeq         uint64 // source of activation sequence numbers; only their order matters (keyorder.go)
 	clusterVersion uint32 // the replicated cluster version (starts at 1)
+	auth           *Auth  // identities, tokens, grants (auth.go); replaced, never changed
 }
 
 // New returns an empty store at cluster version 1.
@@ -41,6 +42,7 @@ func New() *Store {
 		dedupExp:       btree.NewG(btreeDegree, lessDedupRef),
 		consumers:      map[string]map[queueMsg]struct{}{},
 		clusterVersion: 1,
+		auth:           newAuth(),
 	}
 }
 

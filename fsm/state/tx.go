@@ -296,7 +296,17 @@ func (tx *Tx) Grant(c *fsmv1.LeaseGrant) *GrantResult {
 		}
 		next := *m
 		next.state = stateLeased
-		next.leaseToken = tx.index<<20 | uint64(i)
+		if tx.version >= AuthVersion {
+			// The leader's random token: the index alone is public
+			// (Status) and would let anyone settle others' leases.
+			if g.LeaseToken == 0 {
+				res.Items[i] = fmt.Errorf("%w: grant without a lease token", ErrInvalid)
+				continue
+			}
+			next.leaseToken = g.LeaseToken
+		} else {
+			next.leaseToken = tx.index<<20 | uint64(i)
+		}
 		next.consumerID = g.ConsumerId
 		if tx.version >= elapsedTimeVersion {
 			// The deadline the leader computed on its clock, as a

@@ -4,10 +4,11 @@ package state
 // the format before versioning (entries carry no version); version 2 adds
 // only SetClusterVersion; version 3 makes the order and weights of
 // fairness keys replicated state (keyorder.go); version 4 measures time by
-// the time elapsed within each leader's term (clock.go). fsm/DESIGN.md
-// lists every version; a rule that changes in version N is written
-// `if tx.version >= N`.
-const MaxLogVersion uint32 = 4
+// the time elapsed within each leader's term (clock.go); version 5 adds
+// identities, tokens and grants (auth.go) and random lease tokens.
+// fsm/DESIGN.md lists every version; a rule that changes in version N is
+// written `if tx.version >= N`.
+const MaxLogVersion uint32 = 5
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the

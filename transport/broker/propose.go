@@ -26,6 +26,9 @@ func (b *Broker) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, e
 	if v := b.state.ClusterVersion(); v > 1 && cmd.Version == 0 {
 		cmd.Version = v
 	}
+	if err := drawLeaseTokens(cmd); err != nil {
+		return nil, err
+	}
 	data, forget, err := b.proposals.Encode(cmd)
 	if err != nil {
 		return nil, err

@@ -111,6 +111,10 @@ type Command struct {
 	//	*Command_Tick
 	//	*Command_Checkpoint
 	//	*Command_SetClusterVersion
+	//	*Command_CreateToken
+	//	*Command_RevokeToken
+	//	*Command_AuthGrant
+	//	*Command_AuthUngrant
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -311,6 +315,42 @@ func (x *Command) GetSetClusterVersion() *SetClusterVersion {
 	return nil
 }
 
+func (x *Command) GetCreateToken() *CreateToken {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CreateToken); ok {
+			return x.CreateToken
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRevokeToken() *RevokeToken {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RevokeToken); ok {
+			return x.RevokeToken
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAuthGrant() *AuthGrant {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AuthGrant); ok {
+			return x.AuthGrant
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAuthUngrant() *AuthUngrant {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AuthUngrant); ok {
+			return x.AuthUngrant
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -380,6 +420,23 @@ type Command_SetClusterVersion struct {
 	SetClusterVersion *SetClusterVersion `protobuf:"bytes,25,opt,name=set_cluster_version,json=setClusterVersion,proto3,oneof"`
 }
 
+type Command_CreateToken struct {
+	// Version 5: identities, tokens and permissions.
+	CreateToken *CreateToken `protobuf:"bytes,26,opt,name=create_token,json=createToken,proto3,oneof"`
+}
+
+type Command_RevokeToken struct {
+	RevokeToken *RevokeToken `protobuf:"bytes,27,opt,name=revoke_token,json=revokeToken,proto3,oneof"`
+}
+
+type Command_AuthGrant struct {
+	AuthGrant *AuthGrant `protobuf:"bytes,28,opt,name=auth_grant,json=authGrant,proto3,oneof"`
+}
+
+type Command_AuthUngrant struct {
+	AuthUngrant *AuthUngrant `protobuf:"bytes,29,opt,name=auth_ungrant,json=authUngrant,proto3,oneof"`
+}
+
 func (*Command_CreateQueue) isCommand_Op() {}
 
 func (*Command_UpdateQueue) isCommand_Op() {}
@@ -411,6 +468,14 @@ func (*Command_Tick) isCommand_Op() {}
 func (*Command_Checkpoint) isCommand_Op() {}
 
 func (*Command_SetClusterVersion) isCommand_Op() {}
+
+func (*Command_CreateToken) isCommand_Op() {}
+
+func (*Command_RevokeToken) isCommand_Op() {}
+
+func (*Command_AuthGrant) isCommand_Op() {}
+
+func (*Command_AuthUngrant) isCommand_Op() {}
 
 // ThrottleRule is wire-identical to raftq.v1.ThrottleRule.
 type ThrottleRule struct {
@@ -1037,11 +1102,15 @@ func (x *Enqueue) GetBatches() []*EnqueueBatch {
 }
 
 type Grant struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
-	MessageId     uint64                 `protobuf:"varint,2,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
-	ConsumerId    string                 `protobuf:"bytes,3,opt,name=consumer_id,json=consumerId,proto3" json:"consumer_id,omitempty"`
-	DeadlineMs    int64                  `protobuf:"varint,4,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Queue      string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	MessageId  uint64                 `protobuf:"varint,2,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	ConsumerId string                 `protobuf:"bytes,3,opt,name=consumer_id,json=consumerId,proto3" json:"consumer_id,omitempty"`
+	DeadlineMs int64                  `protobuf:"varint,4,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
+	// Log version 5 and later: the lease token, 64 random bits drawn by the
+	// leader (never 0), so knowing the entry's index is not enough to ack.
+	// Up to version 4 the token is index<<20 | position and this is unset.
+	LeaseToken    uint64 `protobuf:"fixed64,5,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1100,6 +1169,13 @@ func (x *Grant) GetConsumerId() string {
 func (x *Grant) GetDeadlineMs() int64 {
 	if x != nil {
 		return x.DeadlineMs
+	}
+	return 0
+}
+
+func (x *Grant) GetLeaseToken() uint64 {
+	if x != nil {
+		return x.LeaseToken
 	}
 	return 0
 }
@@ -1684,6 +1760,258 @@ func (*Checkpoint) Descriptor() ([]byte, []int) {
 	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{23}
 }
 
+// CreateToken (log version 5) stores a bearer token's SHA-256, never the
+// token: the leader draws the secret, answers it once and proposes only
+// its hash. Token names are unique; identity is who the token
+// authenticates as (the name grants are given to).
+type CreateToken struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Identity string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	Sha256   []byte                 `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Wall-clock instant (Unix ms, the proposing leader's clock) after which
+	// the token is refused; 0 = never.
+	ExpiresUnixMs int64 `protobuf:"varint,4,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateToken) Reset() {
+	*x = CreateToken{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateToken) ProtoMessage() {}
+
+func (x *CreateToken) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateToken.ProtoReflect.Descriptor instead.
+func (*CreateToken) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *CreateToken) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateToken) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *CreateToken) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+func (x *CreateToken) GetExpiresUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresUnixMs
+	}
+	return 0
+}
+
+// RevokeToken (log version 5) deletes a token by name.
+type RevokeToken struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeToken) Reset() {
+	*x = RevokeToken{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeToken) ProtoMessage() {}
+
+func (x *RevokeToken) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeToken.ProtoReflect.Descriptor instead.
+func (*RevokeToken) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RevokeToken) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// AuthGrant (log version 5) adds permissions to an identity on a queue
+// name pattern ('*' matches any run of characters), or makes it an admin.
+type AuthGrant struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Identity string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	Pattern  string                 `protobuf:"bytes,2,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	// Bit set of Perm values.
+	Perms         uint32 `protobuf:"varint,3,opt,name=perms,proto3" json:"perms,omitempty"`
+	Admin         bool   `protobuf:"varint,4,opt,name=admin,proto3" json:"admin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthGrant) Reset() {
+	*x = AuthGrant{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthGrant) ProtoMessage() {}
+
+func (x *AuthGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthGrant.ProtoReflect.Descriptor instead.
+func (*AuthGrant) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *AuthGrant) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *AuthGrant) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *AuthGrant) GetPerms() uint32 {
+	if x != nil {
+		return x.Perms
+	}
+	return 0
+}
+
+func (x *AuthGrant) GetAdmin() bool {
+	if x != nil {
+		return x.Admin
+	}
+	return false
+}
+
+// AuthUngrant (log version 5) removes an identity's grant on pattern, or
+// its admin role.
+type AuthUngrant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Identity      string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	Pattern       string                 `protobuf:"bytes,2,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	Admin         bool                   `protobuf:"varint,3,opt,name=admin,proto3" json:"admin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthUngrant) Reset() {
+	*x = AuthUngrant{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthUngrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthUngrant) ProtoMessage() {}
+
+func (x *AuthUngrant) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthUngrant.ProtoReflect.Descriptor instead.
+func (*AuthUngrant) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *AuthUngrant) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *AuthUngrant) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *AuthUngrant) GetAdmin() bool {
+	if x != nil {
+		return x.Admin
+	}
+	return false
+}
+
 type SnapshotHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Snapshot format version: 1 for a state whose cluster version is 1
@@ -1708,7 +2036,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +2048,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +2061,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -1785,6 +2113,249 @@ func (x *SnapshotHeader) GetLeaderNowMs() int64 {
 	return 0
 }
 
+// AuthRecord (snapshot format 5, cluster version 5 and later) follows the
+// last queue's records: every token by name, every identity's grants by
+// identity and pattern.
+type AuthRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        []*TokenRecord         `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	Identities    []*IdentityRecord      `protobuf:"bytes,2,rep,name=identities,proto3" json:"identities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthRecord) Reset() {
+	*x = AuthRecord{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthRecord) ProtoMessage() {}
+
+func (x *AuthRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
+func (*AuthRecord) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *AuthRecord) GetTokens() []*TokenRecord {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *AuthRecord) GetIdentities() []*IdentityRecord {
+	if x != nil {
+		return x.Identities
+	}
+	return nil
+}
+
+type TokenRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Identity      string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	Sha256        []byte                 `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	ExpiresUnixMs int64                  `protobuf:"varint,4,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"`
+	CreatedUnixMs int64                  `protobuf:"varint,5,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenRecord) Reset() {
+	*x = TokenRecord{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenRecord) ProtoMessage() {}
+
+func (x *TokenRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
+func (*TokenRecord) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *TokenRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TokenRecord) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *TokenRecord) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+func (x *TokenRecord) GetExpiresUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresUnixMs
+	}
+	return 0
+}
+
+func (x *TokenRecord) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+type IdentityRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Identity      string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	Admin         bool                   `protobuf:"varint,2,opt,name=admin,proto3" json:"admin,omitempty"`
+	Grants        []*PatternGrant        `protobuf:"bytes,3,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IdentityRecord) Reset() {
+	*x = IdentityRecord{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IdentityRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IdentityRecord) ProtoMessage() {}
+
+func (x *IdentityRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IdentityRecord.ProtoReflect.Descriptor instead.
+func (*IdentityRecord) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *IdentityRecord) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *IdentityRecord) GetAdmin() bool {
+	if x != nil {
+		return x.Admin
+	}
+	return false
+}
+
+func (x *IdentityRecord) GetGrants() []*PatternGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+type PatternGrant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pattern       string                 `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	Perms         uint32                 `protobuf:"varint,2,opt,name=perms,proto3" json:"perms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PatternGrant) Reset() {
+	*x = PatternGrant{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PatternGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PatternGrant) ProtoMessage() {}
+
+func (x *PatternGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PatternGrant.ProtoReflect.Descriptor instead.
+func (*PatternGrant) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *PatternGrant) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *PatternGrant) GetPerms() uint32 {
+	if x != nil {
+		return x.Perms
+	}
+	return 0
+}
+
 type QueueRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1808,7 +2379,7 @@ type QueueRecord struct {
 
 func (x *QueueRecord) Reset() {
 	*x = QueueRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +2391,7 @@ func (x *QueueRecord) String() string {
 func (*QueueRecord) ProtoMessage() {}
 
 func (x *QueueRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +2404,7 @@ func (x *QueueRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRecord.ProtoReflect.Descriptor instead.
 func (*QueueRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *QueueRecord) GetName() string {
@@ -1930,7 +2501,7 @@ type KeyOrder struct {
 
 func (x *KeyOrder) Reset() {
 	*x = KeyOrder{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2513,7 @@ func (x *KeyOrder) String() string {
 func (*KeyOrder) ProtoMessage() {}
 
 func (x *KeyOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2526,7 @@ func (x *KeyOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyOrder.ProtoReflect.Descriptor instead.
 func (*KeyOrder) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *KeyOrder) GetPriority() int32 {
@@ -1997,7 +2568,7 @@ type DedupEntry struct {
 
 func (x *DedupEntry) Reset() {
 	*x = DedupEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2580,7 @@ func (x *DedupEntry) String() string {
 func (*DedupEntry) ProtoMessage() {}
 
 func (x *DedupEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2593,7 @@ func (x *DedupEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupEntry.ProtoReflect.Descriptor instead.
 func (*DedupEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DedupEntry) GetDedupId() string {
@@ -2072,7 +2643,7 @@ type MessageRecord struct {
 
 func (x *MessageRecord) Reset() {
 	*x = MessageRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2655,7 @@ func (x *MessageRecord) String() string {
 func (*MessageRecord) ProtoMessage() {}
 
 func (x *MessageRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2668,7 @@ func (x *MessageRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRecord.ProtoReflect.Descriptor instead.
 func (*MessageRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MessageRecord) GetId() uint64 {
@@ -2230,7 +2801,7 @@ var File_raftq_fsm_v1_command_proto protoreflect.FileDescriptor
 
 const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x1araftq/fsm/v1/command.proto\x12\fraftq.fsm.v1\"\xec\a\n" +
+	"\x1araftq/fsm/v1/command.proto\x12\fraftq.fsm.v1\"\xe6\t\n" +
 	"\aCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\rR\aversion\x12>\n" +
@@ -2254,7 +2825,12 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"checkpoint\x18\x18 \x01(\v2\x18.raftq.fsm.v1.CheckpointH\x00R\n" +
 	"checkpoint\x12Q\n" +
-	"\x13set_cluster_version\x18\x19 \x01(\v2\x1f.raftq.fsm.v1.SetClusterVersionH\x00R\x11setClusterVersionB\x04\n" +
+	"\x13set_cluster_version\x18\x19 \x01(\v2\x1f.raftq.fsm.v1.SetClusterVersionH\x00R\x11setClusterVersion\x12>\n" +
+	"\fcreate_token\x18\x1a \x01(\v2\x19.raftq.fsm.v1.CreateTokenH\x00R\vcreateToken\x12>\n" +
+	"\frevoke_token\x18\x1b \x01(\v2\x19.raftq.fsm.v1.RevokeTokenH\x00R\vrevokeToken\x128\n" +
+	"\n" +
+	"auth_grant\x18\x1c \x01(\v2\x17.raftq.fsm.v1.AuthGrantH\x00R\tauthGrant\x12>\n" +
+	"\fauth_ungrant\x18\x1d \x01(\v2\x19.raftq.fsm.v1.AuthUngrantH\x00R\vauthUngrantB\x04\n" +
 	"\x02op\"F\n" +
 	"\fThrottleRule\x12 \n" +
 	"\frate_per_sec\x18\x01 \x01(\x01R\n" +
@@ -2306,7 +2882,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x128\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1c.raftq.fsm.v1.EnqueueMessageR\bmessages\"?\n" +
 	"\aEnqueue\x124\n" +
-	"\abatches\x18\x01 \x03(\v2\x1a.raftq.fsm.v1.EnqueueBatchR\abatches\"~\n" +
+	"\abatches\x18\x01 \x03(\v2\x1a.raftq.fsm.v1.EnqueueBatchR\abatches\"\x9f\x01\n" +
 	"\x05Grant\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1d\n" +
 	"\n" +
@@ -2314,7 +2890,9 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\vconsumer_id\x18\x03 \x01(\tR\n" +
 	"consumerId\x12\x1f\n" +
 	"\vdeadline_ms\x18\x04 \x01(\x03R\n" +
-	"deadlineMs\"9\n" +
+	"deadlineMs\x12\x1f\n" +
+	"\vlease_token\x18\x05 \x01(\x06R\n" +
+	"leaseToken\"9\n" +
 	"\n" +
 	"LeaseGrant\x12+\n" +
 	"\x06grants\x18\x01 \x03(\v2\x13.raftq.fsm.v1.GrantR\x06grants\"[\n" +
@@ -2351,7 +2929,23 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\"\x06\n" +
 	"\x04Tick\"\f\n" +
 	"\n" +
-	"Checkpoint\"\xfe\x01\n" +
+	"Checkpoint\"}\n" +
+	"\vCreateToken\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\fR\x06sha256\x12&\n" +
+	"\x0fexpires_unix_ms\x18\x04 \x01(\x03R\rexpiresUnixMs\"!\n" +
+	"\vRevokeToken\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"m\n" +
+	"\tAuthGrant\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x18\n" +
+	"\apattern\x18\x02 \x01(\tR\apattern\x12\x14\n" +
+	"\x05perms\x18\x03 \x01(\rR\x05perms\x12\x14\n" +
+	"\x05admin\x18\x04 \x01(\bR\x05admin\"Y\n" +
+	"\vAuthUngrant\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x18\n" +
+	"\apattern\x18\x02 \x01(\tR\apattern\x12\x14\n" +
+	"\x05admin\x18\x03 \x01(\bR\x05admin\"\xfe\x01\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1e\n" +
 	"\vlast_now_ms\x18\x02 \x01(\x03R\tlastNowMs\x12#\n" +
@@ -2361,7 +2955,26 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x0fcluster_version\x18\x05 \x01(\rR\x0eclusterVersion\x12\x1f\n" +
 	"\vleader_term\x18\x06 \x01(\x04R\n" +
 	"leaderTerm\x12\"\n" +
-	"\rleader_now_ms\x18\a \x01(\x03R\vleaderNowMs\"\x91\x03\n" +
+	"\rleader_now_ms\x18\a \x01(\x03R\vleaderNowMs\"}\n" +
+	"\n" +
+	"AuthRecord\x121\n" +
+	"\x06tokens\x18\x01 \x03(\v2\x19.raftq.fsm.v1.TokenRecordR\x06tokens\x12<\n" +
+	"\n" +
+	"identities\x18\x02 \x03(\v2\x1c.raftq.fsm.v1.IdentityRecordR\n" +
+	"identities\"\xa5\x01\n" +
+	"\vTokenRecord\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\fR\x06sha256\x12&\n" +
+	"\x0fexpires_unix_ms\x18\x04 \x01(\x03R\rexpiresUnixMs\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x05 \x01(\x03R\rcreatedUnixMs\"v\n" +
+	"\x0eIdentityRecord\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x14\n" +
+	"\x05admin\x18\x02 \x01(\bR\x05admin\x122\n" +
+	"\x06grants\x18\x03 \x03(\v2\x1a.raftq.fsm.v1.PatternGrantR\x06grants\">\n" +
+	"\fPatternGrant\x12\x18\n" +
+	"\apattern\x18\x01 \x01(\tR\apattern\x12\x14\n" +
+	"\x05perms\x18\x02 \x01(\rR\x05perms\"\x91\x03\n" +
 	"\vQueueRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.raftq.fsm.v1.QueueConfigR\x06config\x12\x19\n" +
@@ -2436,7 +3049,7 @@ func file_raftq_fsm_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_raftq_fsm_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(MessageState)(0),         // 0: raftq.fsm.v1.MessageState
 	(*Command)(nil),           // 1: raftq.fsm.v1.Command
@@ -2463,14 +3076,22 @@ var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(*Redrive)(nil),           // 22: raftq.fsm.v1.Redrive
 	(*Tick)(nil),              // 23: raftq.fsm.v1.Tick
 	(*Checkpoint)(nil),        // 24: raftq.fsm.v1.Checkpoint
-	(*SnapshotHeader)(nil),    // 25: raftq.fsm.v1.SnapshotHeader
-	(*QueueRecord)(nil),       // 26: raftq.fsm.v1.QueueRecord
-	(*KeyOrder)(nil),          // 27: raftq.fsm.v1.KeyOrder
-	(*DedupEntry)(nil),        // 28: raftq.fsm.v1.DedupEntry
-	(*MessageRecord)(nil),     // 29: raftq.fsm.v1.MessageRecord
-	nil,                       // 30: raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	nil,                       // 31: raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	nil,                       // 32: raftq.fsm.v1.MessageRecord.HeadersEntry
+	(*CreateToken)(nil),       // 25: raftq.fsm.v1.CreateToken
+	(*RevokeToken)(nil),       // 26: raftq.fsm.v1.RevokeToken
+	(*AuthGrant)(nil),         // 27: raftq.fsm.v1.AuthGrant
+	(*AuthUngrant)(nil),       // 28: raftq.fsm.v1.AuthUngrant
+	(*SnapshotHeader)(nil),    // 29: raftq.fsm.v1.SnapshotHeader
+	(*AuthRecord)(nil),        // 30: raftq.fsm.v1.AuthRecord
+	(*TokenRecord)(nil),       // 31: raftq.fsm.v1.TokenRecord
+	(*IdentityRecord)(nil),    // 32: raftq.fsm.v1.IdentityRecord
+	(*PatternGrant)(nil),      // 33: raftq.fsm.v1.PatternGrant
+	(*QueueRecord)(nil),       // 34: raftq.fsm.v1.QueueRecord
+	(*KeyOrder)(nil),          // 35: raftq.fsm.v1.KeyOrder
+	(*DedupEntry)(nil),        // 36: raftq.fsm.v1.DedupEntry
+	(*MessageRecord)(nil),     // 37: raftq.fsm.v1.MessageRecord
+	nil,                       // 38: raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	nil,                       // 39: raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	nil,                       // 40: raftq.fsm.v1.MessageRecord.HeadersEntry
 }
 var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	6,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
@@ -2489,29 +3110,36 @@ var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	23, // 13: raftq.fsm.v1.Command.tick:type_name -> raftq.fsm.v1.Tick
 	24, // 14: raftq.fsm.v1.Command.checkpoint:type_name -> raftq.fsm.v1.Checkpoint
 	5,  // 15: raftq.fsm.v1.Command.set_cluster_version:type_name -> raftq.fsm.v1.SetClusterVersion
-	30, // 16: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	31, // 17: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	3,  // 18: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	3,  // 19: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	4,  // 20: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
-	10, // 21: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
-	12, // 22: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
-	14, // 23: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
-	14, // 24: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
-	14, // 25: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
-	17, // 26: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
-	14, // 27: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
-	14, // 28: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
-	3,  // 29: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
-	27, // 30: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
-	32, // 31: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
-	0,  // 32: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
-	2,  // 33: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	25, // 16: raftq.fsm.v1.Command.create_token:type_name -> raftq.fsm.v1.CreateToken
+	26, // 17: raftq.fsm.v1.Command.revoke_token:type_name -> raftq.fsm.v1.RevokeToken
+	27, // 18: raftq.fsm.v1.Command.auth_grant:type_name -> raftq.fsm.v1.AuthGrant
+	28, // 19: raftq.fsm.v1.Command.auth_ungrant:type_name -> raftq.fsm.v1.AuthUngrant
+	38, // 20: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	39, // 21: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	3,  // 22: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	3,  // 23: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	4,  // 24: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
+	10, // 25: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
+	12, // 26: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
+	14, // 27: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
+	14, // 28: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
+	14, // 29: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
+	17, // 30: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
+	14, // 31: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
+	14, // 32: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
+	31, // 33: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
+	32, // 34: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
+	33, // 35: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
+	3,  // 36: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
+	35, // 37: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
+	40, // 38: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	0,  // 39: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
+	2,  // 40: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_raftq_fsm_v1_command_proto_init() }
@@ -2536,6 +3164,10 @@ func file_raftq_fsm_v1_command_proto_init() {
 		(*Command_Tick)(nil),
 		(*Command_Checkpoint)(nil),
 		(*Command_SetClusterVersion)(nil),
+		(*Command_CreateToken)(nil),
+		(*Command_RevokeToken)(nil),
+		(*Command_AuthGrant)(nil),
+		(*Command_AuthUngrant)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2543,7 +3175,7 @@ func file_raftq_fsm_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_fsm_v1_command_proto_rawDesc), len(file_raftq_fsm_v1_command_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
