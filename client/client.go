@@ -51,6 +51,9 @@ type options struct {
 	wait     bool
 	unary    bool
 	failFast bool
+	// err is an option's failure (a TLS file that cannot be read),
+	// returned by Dial.
+	err error
 }
 
 // WithLogger sets the logger for retries, redirects and consumer events.
@@ -70,7 +73,8 @@ func WithRetryPolicy(p RetryPolicy) Option {
 }
 
 // WithTransportCredentials sets the credentials used for every node (TLS).
-// The default is insecure (plaintext).
+// The default is insecure (plaintext). WithTLS and WithTLSConfig are the
+// short forms.
 func WithTransportCredentials(c credentials.TransportCredentials) Option {
 	return func(o *options) {
 		if c != nil {
@@ -120,6 +124,9 @@ func Dial(ctx context.Context, seeds []string, opts ...Option) (*Client, error) 
 	}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.err != nil {
+		return nil, o.err
 	}
 	var clean []string
 	for _, s := range seeds {

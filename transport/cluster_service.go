@@ -55,7 +55,7 @@ func (c *clusterService) peerApplied(ctx context.Context, nodes []*raftqv1.Node)
 		if n.Id == c.s.b.ID() || n.GrpcAddr == "" || n.State == "unreachable" {
 			continue
 		}
-		conn, err := c.s.peers.get(n.GrpcAddr)
+		conn, err := c.s.peers.get(n.Id, n.GrpcAddr)
 		if err != nil {
 			continue
 		}
@@ -155,7 +155,7 @@ func (c *clusterService) Verify(ctx context.Context, _ *raftqv1.VerifyRequest) (
 		}
 		idx = cp.Index
 	} else {
-		conn, err := c.s.peers.get(route.LeaderAddr)
+		conn, err := c.s.peers.get(route.LeaderID, route.LeaderAddr)
 		if err != nil {
 			return nil, toStatus(err)
 		}
@@ -177,7 +177,7 @@ func (c *clusterService) Verify(ctx context.Context, _ *raftqv1.VerifyRequest) (
 			nd, err = c.LocalDigest(ctx, &raftqv1.LocalDigestRequest{Index: idx})
 		} else if n.GRPCAddr == "" {
 			err = errors.New("address unknown")
-		} else if conn, cerr := c.s.peers.get(n.GRPCAddr); cerr != nil {
+		} else if conn, cerr := c.s.peers.get(n.ID, n.GRPCAddr); cerr != nil {
 			err = cerr
 		} else {
 			nctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -10,7 +10,9 @@ import (
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
 	"github.com/raftq/raftq/transport/broker"
+	"github.com/raftq/raftq/transport/tlsconfig"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
@@ -116,7 +118,7 @@ func (s *Server) forward(ctx context.Context, route broker.Route, method string,
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	conn, err := s.peers.get(route.LeaderAddr)
+	conn, err := s.peers.get(route.LeaderID, route.LeaderAddr)
 	if err != nil {
 		return nil, redirectError(route.LeaderID, route.LeaderAddr)
 	}
@@ -146,26 +148,42 @@ func isNotLeader(err error) bool {
 	return errors.Is(err, cluster.ErrNotLeader) || errors.Is(err, scheduler.ErrNotLeader)
 }
 
-// peerPool keeps one client connection per peer address.
+// peerPool keeps one client connection per peer (node id and address).
+// With TLS, a connection presents this node's certificate and accepts
+// only the node certificate of the id it was made for, so a call is never
+// forwarded to, nor a digest taken from, anything but that node.
 type peerPool struct {
+	tls   *tlsconfig.Source // nil: plaintext
 	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns map[peerKey]*grpc.ClientConn
 }
 
-func newPeerPool() *peerPool { return &peerPool{conns: map[string]*grpc.ClientConn{}} }
+type peerKey struct{ id, addr string }
 
-func (p *peerPool) get(addr string) (*grpc.ClientConn, error) {
+func newPeerPool(src *tlsconfig.Source) *peerPool {
+	return &peerPool{tls: src, conns: map[peerKey]*grpc.ClientConn{}}
+}
+
+func (p *peerPool) get(id, addr string) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c, ok := p.conns[addr]; ok {
+	k := peerKey{id, addr}
+	if c, ok := p.conns[k]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := insecure.NewCredentials()
+	if p.tls != nil {
+		if id == "" {
+			return nil, fmt.Errorf("peer %s: node id unknown, cannot check its certificate", addr)
+		}
+		creds = credentials.NewTLS(p.tls.NodeClientConfig(id))
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
 	if err != nil {
 		return nil, err
 	}
-	p.conns[addr] = c
+	p.conns[k] = c
 	return c, nil
 }
 

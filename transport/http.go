@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport/tlsconfig"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -87,6 +88,9 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		}),
 	)
 	registerNodeMetrics(reg, s)
+	if s.cfg.TLS != nil {
+		registerTLSMetrics(reg, s.cfg.TLS)
+	}
 	return m
 }
 
@@ -165,3 +169,26 @@ func (s *Server) HTTPHandler() http.Handler {
 	})
 	return mux
 }
+
+// registerTLSMetrics exports when the node's certificate and its CA
+// expire, read from the material in use at each scrape (so a reload shows
+// at once): alert well before either.
+func registerTLSMetrics(reg *prometheus.Registry, src *tlsconfig.Source) {
+	g := prometheus.NewDesc("raftq_tls_cert_not_after_timestamp_seconds",
+		"When the certificate in use expires (Unix seconds): cert=\"node\" is this node's certificate, cert=\"ca\" the CA that signed it.",
+		[]string{"cert"}, nil)
+	reg.MustRegister(collectorFunc{desc: g, collect: func(ch chan<- prometheus.Metric) {
+		node, ca := src.NotAfter()
+		ch <- prometheus.MustNewConstMetric(g, prometheus.GaugeValue, float64(node.Unix()), "node")
+		ch <- prometheus.MustNewConstMetric(g, prometheus.GaugeValue, float64(ca.Unix()), "ca")
+	}})
+}
+
+// collectorFunc is a collector of one metric family computed at scrape.
+type collectorFunc struct {
+	desc    *prometheus.Desc
+	collect func(chan<- prometheus.Metric)
+}
+
+func (c collectorFunc) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c collectorFunc) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }

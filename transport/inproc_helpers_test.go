@@ -27,6 +27,7 @@ import (
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
 	"github.com/raftq/raftq/transport/broker"
+	"github.com/raftq/raftq/transport/tlsconfig"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -49,6 +50,9 @@ type inprocOpts struct {
 	maxQueuedBytes int64         // broker.Config.MaxQueuedBytes
 	leaderWait     time.Duration // transport.Config.LeaderWait (0 = default)
 	noWait         bool          // do not wait for a leader
+	// tls runs every port over TLS with node certificates of this CA;
+	// the test clients (conn) trust it and present no certificate.
+	tls *testPKI
 }
 
 // inprocNode is one in-process raftq node.
@@ -105,6 +109,10 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 		if i > 0 {
 			join = []string{c.nodes[0].node.GossipAddr()}
 		}
+		var nodeTLS *tlsconfig.Source
+		if o.tls != nil {
+			nodeTLS = o.tls.source(t, id)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		n.b, err = broker.New(ctx, broker.Config{
 			Cluster: cluster.Config{
@@ -129,9 +137,13 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 			t.Fatalf("start %s: %v", id, err)
 		}
 		n.state, n.sched, n.node = n.b.State(), n.b.Scheduler(), n.b.Node()
-		n.srv = New(Config{Logger: l.With("component", "transport"), LeaderWait: o.leaderWait}, n.b)
+		n.srv = New(Config{Logger: l.With("component", "transport"), LeaderWait: o.leaderWait, TLS: nodeTLS}, n.b)
 		go func() { n.served <- n.srv.Serve(lis) }()
-		n.conn, err = grpc.NewClient(n.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds := insecure.NewCredentials()
+		if o.tls != nil {
+			creds = o.tls.clientCreds(t, "")
+		}
+		n.conn, err = grpc.NewClient(n.addr, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,9 @@ import (
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/transport/broker"
+	"github.com/raftq/raftq/transport/tlsconfig"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -27,6 +29,11 @@ type Config struct {
 	LeaderWait time.Duration
 	// Registry receives the server's metrics; nil = a private registry.
 	Registry *prometheus.Registry
+	// TLS, when set, serves gRPC over TLS (a client certificate is
+	// verified when given) and makes calls to other nodes (forwarding,
+	// status, digests) over mutual TLS with node certificates. nil:
+	// plaintext.
+	TLS *tlsconfig.Source
 }
 
 // Server serves the Broker and Cluster services of one node.
@@ -72,7 +79,7 @@ func New(cfg Config, b *broker.Broker) *Server {
 		b:        b,
 		node:     b.Node(),
 		state:    b.State(),
-		peers:    newPeerPool(),
+		peers:    newPeerPool(cfg.TLS),
 		settles:  newSettleGate(),
 		health:   health.NewServer(),
 		stopping: make(chan struct{}),
@@ -80,7 +87,11 @@ func New(cfg Config, b *broker.Broker) *Server {
 		handBackDone: make(chan struct{}),
 	}
 	s.metrics = newMetrics(cfg.Registry, s)
-	s.grpc = grpc.NewServer(
+	var creds []grpc.ServerOption
+	if cfg.TLS != nil {
+		creds = append(creds, grpc.Creds(credentials.NewTLS(cfg.TLS.ServerConfig("grpc"))))
+	}
+	s.grpc = grpc.NewServer(append(creds,
 		grpc.ChainUnaryInterceptor(s.metrics.unary, s.forwardUnary),
 		grpc.ChainStreamInterceptor(s.metrics.stream),
 		grpc.InTapHandle(s.settles.tap),
@@ -90,7 +101,7 @@ func New(cfg Config, b *broker.Broker) *Server {
 		grpc.NumStreamWorkers(64),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-	)
+	)...)
 	raftqv1.RegisterBrokerServer(s.grpc, brokerService{Server: s})
 	raftqv1.RegisterClusterServer(s.grpc, &clusterService{s: s})
 	healthpb.RegisterHealthServer(s.grpc, s.health)

@@ -49,7 +49,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 func describeError(err error) string {
 	var ue *client.UnreachableError
 	if errors.As(err, &ue) {
-		return ue.Error() + "\nIs a broker running there? Start one with `raftq serve` (or `make run`), or point --addr (or RAFTQ_ADDR) at one."
+		msg := ue.Error()
+		// A TLS node hangs up on a plaintext client (EOF); a TLS client
+		// meets certificate errors.
+		if strings.Contains(msg, "EOF") || strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:") || strings.Contains(msg, "certificate") {
+			return msg + "\nIf the cluster runs TLS: give --tls-ca FILE (or RAFTQ_CLIENT_TLS_CA), and --tls-cert/--tls-key for a client certificate; a certificate error above says what was refused."
+		}
+		return msg + "\nIs a broker running there? Start one with `raftq serve` (or `make run`), or point --addr (or RAFTQ_ADDR) at one."
 	}
 	var se interface{ GRPCStatus() *status.Status }
 	if !errors.As(err, &se) {
@@ -75,6 +81,7 @@ type app struct {
 	json    bool
 	timeout time.Duration
 	verbose bool
+	creds   clientCreds
 }
 
 func newRootCmd(a *app) *cobra.Command {
@@ -91,6 +98,7 @@ func newRootCmd(a *app) *cobra.Command {
 	pf.BoolVar(&a.json, "json", false, "print protobuf JSON instead of tables (one object per line for deliveries)")
 	pf.DurationVar(&a.timeout, "rpc-timeout", 15*time.Second, "deadline of each call to the cluster, retries included")
 	pf.BoolVar(&a.verbose, "verbose", false, "log retries and redirects to stderr")
+	addClientCredFlags(pf, &a.creds)
 
 	root.AddCommand(
 		newServeCmd(),
@@ -149,7 +157,8 @@ func (a *app) dial(cmd *cobra.Command) (*client.Client, error) {
 	log := slog.New(slog.NewTextHandler(a.errOut, &slog.HandlerOptions{Level: level}))
 	// --rpc-timeout is for slow answers: with no node listening at all
 	// the command says so at once, naming the addresses it tried.
-	return client.Dial(cmd.Context(), a.seeds(cmd), client.WithLogger(log), client.WithFailFast())
+	opts := append([]client.Option{client.WithLogger(log), client.WithFailFast()}, a.clientOptions(cmd)...)
+	return client.Dial(cmd.Context(), a.seeds(cmd), opts...)
 }
 
 // callCtx bounds one command's calls by --rpc-timeout.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/transport"
 	"github.com/raftq/raftq/transport/broker"
+	"github.com/raftq/raftq/transport/tlsconfig"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -39,6 +41,8 @@ type serveOptions struct {
 	logLevel        string
 	snapThreshold   uint64
 	trailingLogs    uint64
+	tls             tlsconfig.Files
+	insecure        bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -78,6 +82,10 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.Uint64Var(&o.snapThreshold, "snapshot-threshold", cluster.DefaultSnapshotThreshold, "log entries between automatic snapshots")
 	fl.Uint64Var(&o.trailingLogs, "trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot (followers further behind get the snapshot)")
+	fl.StringVar(&o.tls.Cert, "tls-cert", "", "this node's certificate (PEM, made by raftq cert node): TLS on every port, mTLS between nodes")
+	fl.StringVar(&o.tls.Key, "tls-key", "", "the key of --tls-cert (PEM)")
+	fl.StringVar(&o.tls.CA, "tls-ca", "", "the CA (PEM bundle) that signs node and client certificates")
+	fl.BoolVar(&o.insecure, "insecure", false, "allow binding a non-loopback address without TLS (anyone who reaches a port owns the cluster)")
 	return cmd
 }
 
@@ -169,6 +177,25 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 		log.Info("memory limit from the cgroup", "limit_bytes", mem.bytes, "source", mem.from, "go_memory_limit", limit,
 			"max_queued_bytes", o.maxQueuedBytes, "max_pending_bytes", o.maxPending)
 	}
+	if err := checkBinds(o); err != nil {
+		return err
+	}
+	var tlsSrc *tlsconfig.Source
+	if o.tls.Enabled() {
+		if tlsSrc, err = tlsconfig.Load(o.tls, log.With("component", "tls")); err != nil {
+			return err
+		}
+		if name := tlsSrc.NodeName(); name != o.nodeID {
+			return fmt.Errorf("--tls-cert is node %q's certificate, but --node-id is %q: other nodes would refuse this one", name, o.nodeID)
+		}
+	}
+	// SIGHUP (and a change of the files, checked every few seconds)
+	// reloads the certificate material: rotation without a restart.
+	rctx, stopReload := context.WithCancel(ctx)
+	defer stopReload()
+	reloadDone := startReloader(rctx, log, tlsSrc)
+	defer func() { stopReload(); <-reloadDone }()
+
 	adv := map[string]string{}
 	for name, bind := range map[string]string{"grpc": o.grpcAddr, "raft": o.raftAddr, "gossip": o.gossipAddr, "http": o.httpAddr} {
 		if bind == "" {
@@ -197,7 +224,12 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 		if err != nil {
 			return fmt.Errorf("--http-addr: %w", err)
 		}
-		httpSrv = &http.Server{Handler: httpHandler, ReadHeaderTimeout: 10 * time.Second}
+		if tlsSrc != nil {
+			httpLis = tls.NewListener(httpLis, tlsSrc.ServerConfig("http"))
+		}
+		httpSrv = &http.Server{Handler: httpHandler, ReadHeaderTimeout: 10 * time.Second,
+			// A refused handshake is logged by tlsconfig, once a second at most.
+			ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelDebug)}
 		go func() {
 			if err := httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
@@ -232,7 +264,7 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 	if err != nil {
 		return fmt.Errorf("start node: %w", err)
 	}
-	srv := transport.New(transport.Config{Logger: log.With("component", "transport")}, b)
+	srv := transport.New(transport.Config{Logger: log.With("component", "transport"), TLS: tlsSrc}, b)
 	go func() { errc <- srv.Serve(grpcLis) }()
 	httpHandler.ready(srv.HTTPHandler())
 	log.Info("raftq node started", "node_id", o.nodeID, "grpc", adv["grpc"], "raft", adv["raft"], "gossip", adv["gossip"], "http", adv["http"], "data_dir", o.dataDir,

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport/tlsconfig"
+)
+
+// TestNonLoopbackWithoutTLSRefused: secure by default. A node binding any
+// non-loopback address without TLS does not start (and says why) unless
+// --insecure is given; loopback needs nothing.
+func TestNonLoopbackWithoutTLSRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // "" = allowed
+	}{
+		{"all interfaces", []string{"--grpc-addr", "0.0.0.0:7400"}, "refusing to bind --grpc-addr 0.0.0.0:7400 without TLS"},
+		{"empty host", []string{"--raft-addr", ":7401"}, "refusing to bind --raft-addr :7401 without TLS"},
+		{"a LAN address", []string{"--gossip-addr", "10.1.2.3:7402"}, "refusing to bind --gossip-addr"},
+		{"http on all interfaces", []string{"--http-addr", "[::]:7403"}, "refusing to bind --http-addr"},
+		{"half of TLS", []string{"--grpc-addr", "0.0.0.0:7400", "--tls-cert", "x.pem"}, "TLS needs all of --tls-cert, --tls-key and --tls-ca"},
+		{"loopback", nil, ""},
+		{"localhost", []string{"--grpc-addr", "localhost:7400"}, ""},
+		{"--insecure", []string{"--grpc-addr", "0.0.0.0:7400", "--insecure"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &serveOptions{grpcAddr: "127.0.0.1:7400", raftAddr: "127.0.0.1:7401", gossipAddr: "[::1]:7402", httpAddr: "127.0.0.1:7403"}
+			cmd := newServeCmd()
+			if err := cmd.ParseFlags(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			fl := cmd.Flags()
+			for _, f := range []struct {
+				name string
+				dst  *string
+			}{{"grpc-addr", &o.grpcAddr}, {"raft-addr", &o.raftAddr}, {"gossip-addr", &o.gossipAddr}, {"http-addr", &o.httpAddr}, {"tls-cert", &o.tls.Cert}} {
+				if fl.Changed(f.name) {
+					*f.dst, _ = fl.GetString(f.name)
+				}
+			}
+			o.insecure, _ = fl.GetBool("insecure")
+			err := checkBinds(o)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v; want %q", err, tc.want)
+			}
+		})
+	}
+	// Through the command line: refused before anything is opened.
+	dir := t.TempDir()
+	r := runArgs(t, "serve", "--data-dir", dir, "--grpc-addr", "0.0.0.0:0", "--raft-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--http-addr", "")
+	if r.code != 1 || !strings.Contains(r.stderr, "--insecure") || !strings.Contains(r.stderr, "without TLS") {
+		t.Fatalf("serve on 0.0.0.0: %+v", r)
+	}
+}
+
+// TestClientTLSFlagsAndEnv: every client command connects with TLS from
+// --tls-ca/--tls-cert/--tls-key or RAFTQ_CLIENT_TLS_*, and never from a
+// node's RAFTQ_TLS_* variables.
+func TestClientTLSFlagsAndEnv(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	for _, args := range [][]string{
+		{"cert", "init", "--dir", dir},
+		{"cert", "node", "--dir", dir, "--name", "n1"},
+		{"cert", "client", "--dir", dir, "--name", "alice"},
+	} {
+		if r := runArgs(t, args...); r.code != 0 {
+			t.Fatalf("%v: %+v", args, r)
+		}
+	}
+	path := func(name string) string { return filepath.Join(dir, name) }
+	src, err := tlsconfig.Load(tlsconfig.Files{Cert: path("n1.pem"), Key: path("n1-key.pem"), CA: path("ca.pem")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fake{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(src.ServerConfig("grpc"))))
+	raftqv1.RegisterBrokerServer(srv, f)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(lis) }()
+	t.Cleanup(func() { srv.Stop(); <-done })
+	addr := lis.Addr().String()
+
+	runEnv := func(env map[string]string, args ...string) result {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var out, errOut bytes.Buffer
+		full := append([]string{"--addr", addr, "--rpc-timeout", "3s"}, args...)
+		code := run(ctx, full, strings.NewReader(""), &out, &errOut, func(k string) string { return env[k] })
+		return result{code, out.String(), errOut.String()}
+	}
+	if r := runEnv(nil, "queue", "list"); r.code == 0 || !strings.Contains(r.stderr, "--tls-ca") {
+		t.Fatalf("plaintext against TLS: %+v", r)
+	}
+	if r := runEnv(nil, "queue", "list", "--tls-ca", path("ca.pem")); r.code != 0 {
+		t.Fatalf("--tls-ca: %+v", r)
+	}
+	if r := runEnv(nil, "queue", "list", "--tls-ca", path("ca.pem"), "--tls-cert", path("alice.pem"), "--tls-key", path("alice-key.pem")); r.code != 0 {
+		t.Fatalf("client certificate flags: %+v", r)
+	}
+	if r := runEnv(nil, "queue", "list", "--tls-ca", path("ca.pem"), "--tls-cert", path("alice.pem")); r.code == 0 || !strings.Contains(r.stderr, "both") {
+		t.Fatalf("certificate without key: %+v", r)
+	}
+	env := map[string]string{"RAFTQ_CLIENT_TLS_CA": path("ca.pem"), "RAFTQ_CLIENT_TLS_CERT": path("alice.pem"), "RAFTQ_CLIENT_TLS_KEY": path("alice-key.pem")}
+	if r := runEnv(env, "queue", "list"); r.code != 0 {
+		t.Fatalf("RAFTQ_CLIENT_TLS_*: %+v", r)
+	}
+	nodeEnv := map[string]string{"RAFTQ_TLS_CA": path("ca.pem"), "RAFTQ_TLS_CERT": path("n1.pem"), "RAFTQ_TLS_KEY": path("n1-key.pem")}
+	if r := runEnv(nodeEnv, "queue", "list"); r.code == 0 {
+		t.Fatal("a client picked up the node's RAFTQ_TLS_* variables")
+	}
+	if n := len(requests[*raftqv1.ListQueuesRequest](f)); n != 3 {
+		t.Fatalf("%d ListQueues served, want 3", n)
+	}
+}
