@@ -217,6 +217,17 @@ func (c *Client) RemoveNode(ctx context.Context, id string, force bool) error {
 	return c.cluster(ctx, raftqv1.Cluster_RemoveNode_FullMethodName, false, &raftqv1.RemoveNodeRequest{Id: id, Force: force}, &raftqv1.RemoveNodeResponse{})
 }
 
+// Leave asks the node reached (the first reachable seed: dial exactly
+// the node meant) to leave the cluster: it hands leadership over if it
+// leads, is removed from the voters, answers with its id, and stops.
+// Without force, a leave that would leave fewer voters than the cluster's
+// --bootstrap-expect fails with FAILED_PRECONDITION and changes nothing.
+func (c *Client) Leave(ctx context.Context, force bool) (string, error) {
+	resp := &raftqv1.LeaveResponse{}
+	err := c.cluster(ctx, raftqv1.Cluster_Leave_FullMethodName, true, &raftqv1.LeaveRequest{Force: force}, resp)
+	return resp.GetId(), err
+}
+
 // TransferLeadership asks the leader to hand over to toID ("" = any voter)
 // and returns the new leader's id.
 func (c *Client) TransferLeadership(ctx context.Context, toID string) (string, error) {

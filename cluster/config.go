@@ -67,6 +67,11 @@ type Config struct {
 	// GRPCAdvertise and HTTPAdvertise are carried in gossip metadata so
 	// other nodes can reach this node's API. Optional.
 	GRPCAdvertise, HTTPAdvertise string
+	// ClientGRPCAdvertise is the gRPC address clients are sent to (the
+	// leader_addr of redirects, the addresses in Status), when it differs
+	// from where peers reach the node: a port published by a container
+	// runtime or a load balancer's. Default GRPCAdvertise.
+	ClientGRPCAdvertise string
 
 	// LogVersion is the newest replicated log format/semantics version this
 	// binary can apply; it is advertised in gossip metadata so the leader
@@ -178,6 +183,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.joinRetry <= 0 {
 		c.joinRetry = defaultJoinRetry
 	}
+	if c.ClientGRPCAdvertise == "" {
+		c.ClientGRPCAdvertise = c.GRPCAdvertise
+	}
 	c.Join = append([]string(nil), c.Join...)
 	return c, nil
+}
+
+// clientGRPC is ClientGRPCAdvertise when it differs from GRPCAdvertise,
+// else "" (gossip metadata then carries only GRPC).
+func (c Config) clientGRPC() string {
+	if c.ClientGRPCAdvertise == c.GRPCAdvertise {
+		return ""
+	}
+	return c.ClientGRPCAdvertise
 }

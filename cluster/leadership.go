@@ -58,10 +58,13 @@ type Leadership struct {
 	LeaderID string
 	// LeaderRaftAddr is the leader's Raft address.
 	LeaderRaftAddr string
-	// LeaderGRPCAddr is the gRPC address the leader advertises in gossip:
-	// where clients are sent. Empty until its metadata is known (see
-	// LeaderKnown) or if it advertises none.
+	// LeaderGRPCAddr is the gRPC address the leader advertises in gossip
+	// for its peers: where calls are forwarded. Empty until its metadata
+	// is known (see LeaderKnown) or if it advertises none.
 	LeaderGRPCAddr string
+	// LeaderClientAddr is where clients are sent (redirects): the
+	// leader's --advertise-grpc-addr, else LeaderGRPCAddr.
+	LeaderClientAddr string
 	// Established is true only while Role is RoleLeader and this term's
 	// Barrier has completed: the local state then holds every entry
 	// committed before the term, so the node may answer reads and run
@@ -92,10 +95,11 @@ func (l Leadership) same(o Leadership) bool {
 // record of peers failing heartbeats (for Status), which arrives on the
 // same Raft observer.
 type leadership struct {
-	self     string
-	selfGRPC string
-	r        *raft.Raft
-	log      *slog.Logger
+	self       string
+	selfGRPC   string
+	selfClient string // selfGRPC unless another client address is advertised
+	r          *raft.Raft
+	log        *slog.Logger
 	// meta returns a member's last gossip metadata.
 	meta func(id string) (nodeMeta, bool)
 	// services run during every established term, each until ctx ends.
@@ -124,9 +128,9 @@ type leadership struct {
 	hbClearedAt time.Time
 }
 
-func newLeadership(self, selfGRPC string, r *raft.Raft, log *slog.Logger, meta func(string) (nodeMeta, bool), hook func(Leadership)) *leadership {
+func newLeadership(self, selfGRPC, selfClient string, r *raft.Raft, log *slog.Logger, meta func(string) (nodeMeta, bool), hook func(Leadership)) *leadership {
 	l := &leadership{
-		self: self, selfGRPC: selfGRPC, r: r, log: log, meta: meta, hook: hook,
+		self: self, selfGRPC: selfGRPC, selfClient: selfClient, r: r, log: log, meta: meta, hook: hook,
 		// Raft drops observations when this is full; the loop only
 		// recomputes from Raft's live state, so a dropped one is repaired
 		// by the next, but a large buffer keeps that rare.
@@ -166,9 +170,9 @@ func (l *leadership) refresh() {
 	if id != "" && (string(id) != l.self || v.Role == RoleLeader) {
 		v.LeaderID, v.LeaderRaftAddr = string(id), string(addr)
 		if v.LeaderID == l.self {
-			v.LeaderGRPCAddr, v.leaderMeta = l.selfGRPC, true
+			v.LeaderGRPCAddr, v.LeaderClientAddr, v.leaderMeta = l.selfGRPC, l.selfClient, true
 		} else if m, ok := l.meta(v.LeaderID); ok {
-			v.LeaderGRPCAddr, v.leaderMeta = m.GRPC, true
+			v.LeaderGRPCAddr, v.LeaderClientAddr, v.leaderMeta = m.GRPC, m.clientGRPC(), true
 		}
 	}
 	v.Established = v.Role == RoleLeader && v.LeaderID == l.self && l.estTerm != 0 && l.estTerm == v.Term

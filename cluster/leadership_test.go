@@ -309,7 +309,7 @@ func TestHeartbeatFailuresFromALostTermAreIgnored(t *testing.T) {
 		{"stale report after a current one", []time.Time{lost.Add(2 * time.Second), lost.Add(-time.Second)}, lost.Add(2 * time.Second)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newLeadership("self", "", nil, testLogger(), nil, nil)
+			l := newLeadership("self", "", "", nil, testLogger(), nil, nil)
 			l.hbClearedAt = lost
 			for _, lc := range tc.lastContact {
 				l.noteHeartbeatFailure("p", lc)

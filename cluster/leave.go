@@ -2,16 +2,19 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
 )
 
-// leaveProtocol is the graceful part of Shutdown (see DESIGN.md, "Graceful
-// shutdown"): hand leadership over, announce the leave in gossip, and wait
-// (bounded) to be taken out of the Raft configuration. Failures are logged,
-// not fatal: the node stops regardless.
+// leaveProtocol takes the node out of the cluster on request (see
+// DESIGN.md, "Stopping and leaving"): hand leadership over, announce the
+// leave in gossip, and wait (bounded) to be taken out of the Raft
+// configuration. A plain Shutdown never runs it: a stopped node stays a
+// voter, so restarts never shrink the cluster.
 type leaveProtocol struct {
 	self string
 	log  *slog.Logger
@@ -21,38 +24,66 @@ type leaveProtocol struct {
 	// transfer hands leadership to the most up-to-date voter and returns
 	// the new leader's id.
 	transfer func(ctx context.Context) (string, error)
+
+	mu   sync.Mutex
+	left bool // the gossip leave was announced
+	err  error
 }
 
-func (p *leaveProtocol) run(ctx context.Context) {
-	if p.r.State() == raft.Leader && otherVoters(p.r, p.self) > 0 {
-		tctx, cancel := context.WithTimeout(ctx, leaveDrainTimeout)
-		if id, err := p.transfer(tctx); err != nil {
-			p.log.Warn("leadership transfer before leaving failed", "err", err)
-		} else {
-			p.log.Info("handed leadership over before leaving", "new_leader", id)
-		}
-		cancel()
+// handOver transfers leadership if this node leads and another voter can
+// take it, bounded by ctx and leaveDrainTimeout; failures are logged.
+func (p *leaveProtocol) handOver(ctx context.Context, why string) {
+	if p.r.State() != raft.Leader || otherVoters(p.r, p.self) == 0 {
+		return
 	}
+	tctx, cancel := context.WithTimeout(ctx, leaveDrainTimeout)
+	defer cancel()
+	if id, err := p.transfer(tctx); err != nil {
+		p.log.Warn("leadership transfer before "+why+" failed", "err", err)
+	} else {
+		p.log.Info("handed leadership over before "+why, "new_leader", id)
+	}
+}
+
+// run leaves once; later calls return the first one's result. It returns
+// nil once the node is out of the Raft configuration (or knows no leader
+// that could still count it), else why not; the gossip leave has been
+// announced either way, and gossip then keeps the node out of the
+// configuration until it restarts.
+func (p *leaveProtocol) run(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.left {
+		return p.err
+	}
+	p.handOver(ctx, "leaving")
 
 	timeout := leaveDrainTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(d))
 	}
 	p.ms.leave(timeout)
+	p.left = true
 
 	// Wait (bounded) for the leader to take us out of the configuration,
 	// so that a small cluster does not lose quorum for the removal.
 	if p.r.State() != raft.Leader && otherVoters(p.r, p.self) > 0 {
-		wctx, cancel := context.WithTimeout(ctx, leaveDrainTimeout)
-		err := p.waitRemoved(wctx)
-		cancel()
-		if err != nil {
+		if err := p.waitRemoved(ctx); err != nil {
+			p.err = fmt.Errorf("cluster: left gossip but not yet removed from the raft configuration: %w", err)
 			p.log.Warn("left gossip but not yet removed from the raft configuration", "err", err)
 		}
 	}
-	if err := p.ms.shutdown(); err != nil {
-		p.log.Warn("memberlist shutdown", "err", err)
+	if p.err == nil {
+		p.log.Info("left the cluster")
 	}
+	return p.err
+}
+
+// hasLeft reports whether the gossip leave was announced.
+func (p *leaveProtocol) hasLeft() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.left
 }
 
 // waitRemoved waits until this node is out of the Raft configuration or

@@ -99,6 +99,7 @@ func (m *membership) localMeta() nodeMeta {
 		ID:         m.cfg.NodeID,
 		Raft:       m.raftAddr,
 		GRPC:       m.cfg.GRPCAdvertise,
+		Client:     m.cfg.clientGRPC(),
 		HTTP:       m.cfg.HTTPAdvertise,
 		Expect:     m.cfg.BootstrapExpect,
 		State:      m.hasState.Load(),
@@ -181,13 +182,14 @@ func (m *membership) list() []Member {
 	out := make([]Member, 0, len(m.members))
 	for id, rec := range m.members {
 		mm := Member{
-			ID:         id,
-			GRPCAddr:   rec.meta.GRPC,
-			RaftAddr:   rec.meta.Raft,
-			HTTPAddr:   rec.meta.HTTP,
-			GossipAddr: rec.gossipAddr,
-			Alive:      rec.state == memberAlive,
-			State:      rec.state.String(),
+			ID:             id,
+			GRPCAddr:       rec.meta.GRPC,
+			ClientGRPCAddr: rec.meta.clientGRPC(),
+			RaftAddr:       rec.meta.Raft,
+			HTTPAddr:       rec.meta.HTTP,
+			GossipAddr:     rec.gossipAddr,
+			Alive:          rec.state == memberAlive,
+			State:          rec.state.String(),
 		}
 		if rec.metaOK {
 			mm.LogVersion = rec.meta.logVersion()

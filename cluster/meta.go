@@ -11,9 +11,12 @@ import (
 // nodeMeta is a node's memberlist metadata (JSON, at most
 // memberlist.MetaMaxSize bytes).
 type nodeMeta struct {
-	ID     string `json:"id"`
-	Raft   string `json:"raft"`
-	GRPC   string `json:"grpc,omitempty"`
+	ID   string `json:"id"`
+	Raft string `json:"raft"`
+	GRPC string `json:"grpc,omitempty"`
+	// Client: where clients reach the node's gRPC API, when that is not
+	// GRPC (a published port); builds before it omit it.
+	Client string `json:"client,omitempty"`
 	HTTP   string `json:"http,omitempty"`
 	Expect int    `json:"expect"`
 	// State: the node has Raft state (bootstrapped, or replicated to), so
@@ -25,6 +28,14 @@ type nodeMeta struct {
 	// LogVersion: the newest log version the node can apply. Builds before
 	// it was advertised omit it; they count as version 1.
 	LogVersion uint32 `json:"log_version,omitempty"`
+}
+
+// clientGRPC is where clients reach the node: Client, else GRPC.
+func (m nodeMeta) clientGRPC() string {
+	if m.Client != "" {
+		return m.Client
+	}
+	return m.GRPC
 }
 
 // logVersion is the advertised log version, 1 if none is.
@@ -66,12 +77,15 @@ type member struct {
 
 // Member is one gossip member as this node sees it.
 type Member struct {
-	ID         string
-	GRPCAddr   string
-	RaftAddr   string
-	HTTPAddr   string
-	GossipAddr string
-	Alive      bool
+	ID       string
+	GRPCAddr string
+	// ClientGRPCAddr is where clients reach it (GRPCAddr unless it
+	// advertises another).
+	ClientGRPCAddr string
+	RaftAddr       string
+	HTTPAddr       string
+	GossipAddr     string
+	Alive          bool
 	// State is "alive", "failed" or "left".
 	State string
 	// LogVersion is the newest log version the member advertises (1 for a

@@ -25,11 +25,13 @@ type LeaderService interface {
 }
 
 // LeaderInfo names the current leader. ID is empty if none is known;
-// GRPCAddr is empty if its gossip metadata is not (yet) known.
+// GRPCAddr (where peers reach it) and ClientGRPCAddr (where clients are
+// sent) are empty if its gossip metadata is not (yet) known.
 type LeaderInfo struct {
-	ID       string
-	RaftAddr string
-	GRPCAddr string
+	ID             string
+	RaftAddr       string
+	GRPCAddr       string
+	ClientGRPCAddr string
 }
 
 // Node is one member of a raftq cluster. It owns Raft and its stores and
@@ -191,7 +193,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err != nil {
 		return nil, fmt.Errorf("raft: %w", err)
 	}
-	n.lead = newLeadership(cfg.NodeID, cfg.GRPCAdvertise, n.raft, n.log, n.ms.meta, cfg.onLeadership)
+	n.lead = newLeadership(cfg.NodeID, cfg.GRPCAdvertise, cfg.ClientGRPCAdvertise, n.raft, n.log, n.ms.meta, cfg.onLeadership)
 	n.boot = newBootstrapper(cfg, n.log, n.raft, n.ms)
 	n.rec = newReconciler(cfg, n.log, n.raft, n.ms)
 	n.leave = &leaveProtocol{self: cfg.NodeID, log: n.log, r: n.raft, ms: n.ms, lead: n.lead,
@@ -238,18 +240,51 @@ func (n *Node) RaftAddr() string { return n.raftAddr }
 // GossipAddr returns the advertised gossip address (what others --join).
 func (n *Node) GossipAddr() string { return n.ms.addr }
 
-// Shutdown leaves the cluster gracefully and stops the node: if leader it
-// first hands leadership over, then announces its leave in gossip so the
-// leader removes it from the Raft configuration (waiting a little for
-// that), stops the leader service, shuts Raft down and closes the stores.
-// It is idempotent; later calls wait for the first to finish. If ctx ends
-// early the graceful steps are cut short, but the node still stops.
+// Shutdown stops the node and keeps it in the cluster: a leader first
+// hands leadership over (bounded by ctx), then gossip stops without a
+// leave, so the others see a failed member, which stays a voter (removed
+// only after DeadNodeTimeout, and never below BootstrapExpect) and takes
+// its place again when it restarts on the same data dir. Then the leader
+// service stops, Raft shuts down and the stores close. To take the node
+// out of the cluster, Leave first. Shutdown is idempotent; later calls wait
+// for the first to finish. If ctx ends early the hand-over is cut short,
+// but the node still stops.
 func (n *Node) Shutdown(ctx context.Context) error {
 	return n.stop(ctx, true)
 }
 
+// Leave takes this node out of the cluster while it keeps running: a
+// leader hands leadership over, the node announces its leave in gossip,
+// and Leave waits (bounded by ctx) until the leader has removed it from
+// the Raft configuration. The node should be shut down next: it is not
+// added back until it restarts. A voter whose leave would leave fewer
+// voters than BootstrapExpect is refused with ErrBelowExpect (nothing
+// done) unless force is set, as RemoveNode is. Once the leave has been
+// announced, later calls return the first one's result.
+func (n *Node) Leave(ctx context.Context, force bool) error {
+	if !force && !n.leave.hasLeft() {
+		servers, err := latestServers(n.raft)
+		if err != nil {
+			return err
+		}
+		voters, self := 0, false
+		for _, s := range servers {
+			if s.Suffrage == raft.Voter {
+				voters++
+				self = self || string(s.ID) == n.cfg.NodeID
+			}
+		}
+		if self && voters-1 < n.cfg.BootstrapExpect {
+			return fmt.Errorf("%w: %s leaving would leave %d voters, bootstrap-expect is %d",
+				ErrBelowExpect, n.cfg.NodeID, voters-1, n.cfg.BootstrapExpect)
+		}
+	}
+	n.log.Info("leaving the cluster on request", "force", force)
+	return n.leave.run(ctx)
+}
+
 // stop shuts the node down; graceful=false simulates a crash (no leadership
-// transfer, no gossip leave).
+// transfer).
 func (n *Node) stop(ctx context.Context, graceful bool) error {
 	n.shutMu.Lock()
 	if n.shutStarted {
@@ -265,10 +300,11 @@ func (n *Node) stop(ctx context.Context, graceful bool) error {
 	n.shutMu.Unlock()
 	defer close(n.shutDone)
 
-	n.log.Info("node shutting down", "graceful", graceful)
+	n.log.Info("node shutting down", "graceful", graceful, "left", n.leave.hasLeft())
 	if graceful {
-		n.leave.run(ctx)
-	} else if err := n.ms.shutdown(); err != nil {
+		n.leave.handOver(ctx, "stopping")
+	}
+	if err := n.ms.shutdown(); err != nil {
 		n.log.Warn("memberlist shutdown", "err", err)
 	}
 	n.shutErr = n.closeAll()

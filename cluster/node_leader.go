@@ -25,7 +25,7 @@ func (n *Node) LeaderReady() bool { return n.Leadership().Established && n.IsLea
 // no leader is known.
 func (n *Node) Leader() LeaderInfo {
 	l := n.Leadership()
-	return LeaderInfo{ID: l.LeaderID, RaftAddr: l.LeaderRaftAddr, GRPCAddr: l.LeaderGRPCAddr}
+	return l.info()
 }
 
 // WaitLeader blocks until a leader is known, together with its gossip
@@ -35,7 +35,7 @@ func (n *Node) WaitLeader(ctx context.Context) (LeaderInfo, error) {
 	for {
 		l := n.Leadership()
 		if l.LeaderKnown() {
-			return LeaderInfo{ID: l.LeaderID, RaftAddr: l.LeaderRaftAddr, GRPCAddr: l.LeaderGRPCAddr}, nil
+			return l.info(), nil
 		}
 		if l.Role == RoleShutdown {
 			return LeaderInfo{}, ErrShutdown
@@ -69,4 +69,8 @@ func (n *Node) WaitLeadership(ctx context.Context, cond func(Leadership) bool) (
 		case <-l.Changed:
 		}
 	}
+}
+
+func (l Leadership) info() LeaderInfo {
+	return LeaderInfo{ID: l.LeaderID, RaftAddr: l.LeaderRaftAddr, GRPCAddr: l.LeaderGRPCAddr, ClientGRPCAddr: l.LeaderClientAddr}
 }

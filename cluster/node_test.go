@@ -356,18 +356,58 @@ func TestCluster(t *testing.T) {
 		c.waitVoters(15*time.Second, all...)
 	})
 
-	step("graceful follower shutdown removes it", func(t *testing.T) {
+	step("a follower that leaves is removed at once", func(t *testing.T) {
 		f := c.follower()
+		if err := f.Leave(ctxTimeout(t, 10*time.Second), false); err != nil {
+			t.Fatalf("leave: %v", err)
+		}
+		// Removed before Leave returned, well before DeadNodeTimeout.
+		if got := voters(c.leader()); slices.Contains(got, f.ID()) {
+			t.Fatalf("voters after %s left: %v", f.ID(), got)
+		}
 		shutdown(t, f)
 		var rest []string
 		for _, n := range c.alive() {
 			rest = append(rest, n.ID())
 		}
-		// A leave is removed at once, well before DeadNodeTimeout.
-		c.waitVoters(testDeadTimeout, rest...)
+		c.waitVoters(time.Second, rest...)
 		if len(rest) != 3 {
 			t.Fatalf("%d nodes left, want 3", len(rest))
 		}
+	})
+
+	step("a stopped follower stays a voter and takes its place again", func(t *testing.T) {
+		f := c.follower()
+		var all []string
+		for _, n := range c.alive() {
+			all = append(all, n.ID())
+		}
+		shutdown(t, f)
+		l := c.leader()
+		waitFor(t, 10*time.Second, "the leader to see "+f.ID()+" fail in gossip", func() bool {
+			for _, m := range l.Members() {
+				if m.ID == f.ID() {
+					return m.State == "failed"
+				}
+			}
+			return false
+		})
+		if l.Leader().ID != l.ID() {
+			t.Fatal("leadership moved")
+		}
+		// A reconcile pass after the failure keeps it: a stop is no leave
+		// (a left member goes at once, even at the bootstrap-expect floor
+		// this three-voter cluster is at).
+		p := l.rec.passes.Load()
+		waitFor(t, 10*time.Second, "two reconcile passes", func() bool { return l.rec.passes.Load() >= p+2 })
+		if got := voters(l); !slices.Equal(got, all) {
+			t.Fatalf("voters after %s stopped: %v, want %v", f.ID(), got, all)
+		}
+		c.start(cfgs[f.ID()])
+		waitFor(t, 15*time.Second, f.ID()+" back as a follower", func() bool {
+			return c.nodes[f.ID()].Leader().ID == l.ID()
+		})
+		c.waitVoters(15*time.Second, all...)
 	})
 
 	step("leader crash: new leader, service moves, failed voter kept at the floor", func(t *testing.T) {
@@ -496,13 +536,22 @@ func TestBootstrapWaitsForExpect(t *testing.T) {
 	if a.boot.done.Load()+b.boot.done.Load() == 0 {
 		t.Fatal("nobody bootstrapped")
 	}
-	// Graceful shutdown of the leader: it hands over and is removed, and
-	// the other node carries on alone.
+	// The leader leaves: it hands over and is removed, and the other node
+	// carries on alone. Below bootstrap-expect that needs force.
 	l, other := a, b
 	if b.IsLeader() {
 		l, other = b, a
 	}
 	starts := other.svc.starts.Load()
+	if err := l.Leave(ctxTimeout(t, 10*time.Second), false); !errors.Is(err, ErrBelowExpect) {
+		t.Fatalf("leave below bootstrap-expect without force: %v", err)
+	}
+	if !l.IsLeader() || !slices.Equal(voters(l), []string{"a", "b"}) {
+		t.Fatal("a refused leave changed leadership or the voters")
+	}
+	if err := l.Leave(ctxTimeout(t, 10*time.Second), true); err != nil {
+		t.Fatalf("forced leave: %v", err)
+	}
 	shutdown(t, l)
 	if !other.IsLeader() {
 		t.Fatalf("%s not leader after %s left gracefully", other.ID(), l.ID())

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -21,6 +22,8 @@ type reconciler struct {
 	r    *raft.Raft
 	ms   *membership
 	wake chan struct{} // gossip changed
+	// passes counts finished passes (tests wait for one).
+	passes atomic.Uint64
 }
 
 func newReconciler(cfg Config, log *slog.Logger, r *raft.Raft, ms *membership) *reconciler {
@@ -47,6 +50,7 @@ func (rc *reconciler) run(ctx context.Context) {
 	st := &reconcileState{missing: map[string]time.Time{}, floorLogged: map[string]bool{}}
 	for {
 		next, err := rc.reconcile(ctx, st)
+		rc.passes.Add(1)
 		if ctx.Err() != nil {
 			return
 		}

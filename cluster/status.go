@@ -11,7 +11,7 @@ import (
 // raftq.v1.StatusResponse.
 type Status struct {
 	LeaderID     string
-	LeaderAddr   string // the leader's gRPC address
+	LeaderAddr   string // the leader's gRPC address for clients
 	Term         uint64
 	CommitIndex  uint64
 	AppliedIndex uint64
@@ -20,10 +20,13 @@ type Status struct {
 
 // NodeStatus describes one server of the Raft configuration.
 type NodeStatus struct {
-	ID       string
-	GRPCAddr string
-	RaftAddr string
-	HTTPAddr string
+	ID string
+	// GRPCAddr is where peers reach the node's API; ClientGRPCAddr where
+	// clients do (its advertised client address, else GRPCAddr).
+	GRPCAddr       string
+	ClientGRPCAddr string
+	RaftAddr       string
+	HTTPAddr       string
 	// Suffrage is "voter" or "nonvoter".
 	Suffrage string
 	// State is "leader", "follower", "candidate" or "unreachable".
@@ -46,7 +49,7 @@ func (n *Node) Status() Status {
 	leader := n.Leader()
 	st := Status{
 		LeaderID:     leader.ID,
-		LeaderAddr:   leader.GRPCAddr,
+		LeaderAddr:   leader.ClientGRPCAddr,
 		Term:         n.raft.CurrentTerm(),
 		CommitIndex:  n.raft.CommitIndex(),
 		AppliedIndex: n.raft.AppliedIndex(),
@@ -63,11 +66,11 @@ func (n *Node) Status() Status {
 			ns.Suffrage = "voter"
 		}
 		if m, ok := members[id]; ok && m.metaOK {
-			ns.GRPCAddr, ns.HTTPAddr, ns.LogVersion = m.meta.GRPC, m.meta.HTTP, m.meta.logVersion()
+			ns.GRPCAddr, ns.ClientGRPCAddr, ns.HTTPAddr, ns.LogVersion = m.meta.GRPC, m.meta.clientGRPC(), m.meta.HTTP, m.meta.logVersion()
 		}
 		switch {
 		case id == n.cfg.NodeID:
-			ns.GRPCAddr, ns.HTTPAddr, ns.LogVersion = n.cfg.GRPCAdvertise, n.cfg.HTTPAdvertise, n.cfg.LogVersion
+			ns.GRPCAddr, ns.ClientGRPCAddr, ns.HTTPAddr, ns.LogVersion = n.cfg.GRPCAdvertise, n.cfg.ClientGRPCAdvertise, n.cfg.HTTPAdvertise, n.cfg.LogVersion
 			ns.AppliedIndex = st.AppliedIndex
 			switch selfState {
 			case raft.Leader:

@@ -31,5 +31,9 @@ mkdir -p "$ctx/data"
 chmod 0750 "$ctx/data"
 
 # The classic builder: the engine here has no BuildKit client (buildx).
-DOCKER_BUILDKIT=0 docker build --quiet -f "$root/deploy/Dockerfile" -t "$tag" "$ctx" >/dev/null
+# (Its deprecation notice is printed only if the build fails.)
+if ! out=$(DOCKER_BUILDKIT=0 docker build --quiet -f "$root/deploy/Dockerfile" -t "$tag" "$ctx" 2>&1); then
+	echo "$out" >&2
+	exit 1
+fi
 echo "built image $tag"

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
@@ -33,7 +34,7 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 	}
 	for _, n := range st.Nodes {
 		out.Nodes = append(out.Nodes, &raftqv1.Node{
-			Id: n.ID, GrpcAddr: n.GRPCAddr, RaftAddr: n.RaftAddr, HttpAddr: n.HTTPAddr,
+			Id: n.ID, GrpcAddr: n.ClientGRPCAddr, PeerGrpcAddr: n.GRPCAddr, RaftAddr: n.RaftAddr, HttpAddr: n.HTTPAddr,
 			Suffrage: n.Suffrage, State: n.State, Healthy: n.Healthy,
 			LastContactMs: n.LastContactMs, AppliedIndex: n.AppliedIndex,
 			MaxLogVersion: n.LogVersion,
@@ -46,16 +47,17 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 }
 
 // peerApplied fills in other nodes' applied index, which only each node
-// knows of itself, by asking them (local_only, so they do not ask on).
+// knows of itself, by asking them (local_only, so they do not ask on) at
+// the address peers use.
 func (c *clusterService) peerApplied(ctx context.Context, nodes []*raftqv1.Node) {
 	ctx, cancel := context.WithTimeout(ctx, peerStatusTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, n := range nodes {
-		if n.Id == c.s.b.ID() || n.GrpcAddr == "" || n.State == "unreachable" {
+		if n.Id == c.s.b.ID() || n.PeerGrpcAddr == "" || n.State == "unreachable" {
 			continue
 		}
-		conn, err := c.s.peers.get(n.Id, n.GrpcAddr)
+		conn, err := c.s.peers.get(n.Id, n.PeerGrpcAddr)
 		if err != nil {
 			continue
 		}
@@ -77,6 +79,23 @@ func (c *clusterService) RemoveNode(ctx context.Context, req *raftqv1.RemoveNode
 		return nil, err
 	}
 	return &raftqv1.RemoveNodeResponse{}, nil
+}
+
+// Leave takes this node out of the cluster, then tells the process to
+// stop (Server.Left). A refusal (below bootstrap-expect without force)
+// changes nothing and the node keeps running; once the leave has been
+// announced in gossip the node stops even if its removal was not seen in
+// time (the leader removes a left member as soon as it hears of it).
+func (c *clusterService) Leave(ctx context.Context, req *raftqv1.LeaveRequest) (*raftqv1.LeaveResponse, error) {
+	err := c.s.b.Leave(ctx, req.GetForce())
+	if errors.Is(err, cluster.ErrBelowExpect) {
+		return nil, err
+	}
+	c.s.leftOnce.Do(func() { close(c.s.left) })
+	if err != nil {
+		return nil, err
+	}
+	return &raftqv1.LeaveResponse{Id: c.s.b.ID()}, nil
 }
 
 func (c *clusterService) TransferLeadership(ctx context.Context, req *raftqv1.TransferLeadershipRequest) (*raftqv1.TransferLeadershipResponse, error) {

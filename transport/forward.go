@@ -112,7 +112,7 @@ func (s *Server) atLeader(ctx context.Context, method string, req any, handler g
 func (s *Server) forward(ctx context.Context, route broker.Route, method string, req any) (any, error) {
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedByKey)) > 0 {
 		// Forwarded to us, but we do not lead (any more): one hop only.
-		return nil, redirectError(route.LeaderID, route.LeaderAddr)
+		return nil, redirectError(route.LeaderID, route.LeaderClientAddr)
 	}
 	msgType, err := responseType(method)
 	if err != nil {
@@ -120,7 +120,7 @@ func (s *Server) forward(ctx context.Context, route broker.Route, method string,
 	}
 	conn, err := s.peers.get(route.LeaderID, route.LeaderAddr)
 	if err != nil {
-		return nil, redirectError(route.LeaderID, route.LeaderAddr)
+		return nil, redirectError(route.LeaderID, route.LeaderClientAddr)
 	}
 	out := msgType.New().Interface()
 	fctx := metadata.NewOutgoingContext(ctx, metadata.Pairs(forwardedByKey, s.b.ID()))

@@ -55,7 +55,7 @@ func (s brokerService) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_Le
 		return err
 	}
 	if !route.Local {
-		return redirectError(route.LeaderID, route.LeaderAddr)
+		return redirectError(route.LeaderID, route.LeaderClientAddr)
 	}
 	maxInFlight := int(req.MaxInFlight)
 	if maxInFlight == 0 {
@@ -155,7 +155,7 @@ func (s brokerService) leaseEnded(ctx context.Context, c *scheduler.Consumer) er
 		if route.Local {
 			return status.Error(codes.Unavailable, "leadership changed; retry")
 		}
-		return redirectError(route.LeaderID, route.LeaderAddr)
+		return redirectError(route.LeaderID, route.LeaderClientAddr)
 	}
 	return toStatus(c.Err())
 }

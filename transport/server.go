@@ -60,6 +60,10 @@ type Server struct {
 	handBackDone chan struct{}
 	stopHandBack context.CancelFunc
 	closeOnce    sync.Once
+	// left is closed once this node has left the cluster (a Leave call):
+	// the process should stop.
+	left     chan struct{}
+	leftOnce sync.Once
 }
 
 // New builds the gRPC server of node b; Serve starts it.
@@ -83,6 +87,7 @@ func New(cfg Config, b *broker.Broker) *Server {
 		settles:  newSettleGate(),
 		health:   health.NewServer(),
 		stopping: make(chan struct{}),
+		left:     make(chan struct{}),
 
 		handBackDone: make(chan struct{}),
 	}
@@ -112,6 +117,10 @@ func New(cfg Config, b *broker.Broker) *Server {
 	go s.handBackLoop(hctx)
 	return s
 }
+
+// Left is closed once the node has left the cluster on a Leave call; the
+// process should then stop (Stop, then the broker's Close).
+func (s *Server) Left() <-chan struct{} { return s.left }
 
 // Serve accepts gRPC connections on lis until Stop.
 func (s *Server) Serve(lis net.Listener) error {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 )
 
@@ -63,4 +64,19 @@ func soleAddress(addrs func() ([]net.Addr, error)) (net.IP, error) {
 		}
 		return nil, fmt.Errorf("several addresses could be advertised (%s)", strings.Join(s, ", "))
 	}
+}
+
+// checkHostPort accepts host:port with a host and a port in 1-65535.
+func checkHostPort(s string) error {
+	h, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return err
+	}
+	if h == "" {
+		return fmt.Errorf("%q has no host", s)
+	}
+	if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q: port %q is not in 1-65535", s, p)
+	}
+	return nil
 }

@@ -48,6 +48,34 @@ func newClusterCmd(a *app) *cobra.Command {
 		}),
 	}
 	remove.Flags().BoolVar(&force, "force", false, "remove a voter even if fewer voters than --bootstrap-expect remain")
+	var leaveForce bool
+	leave := &cobra.Command{
+		Use:   "leave",
+		Short: "Make the node at --addr leave the cluster and stop",
+		Long: "Make the node at --addr (exactly one address) leave the cluster: it hands\n" +
+			"leadership over if it leads, is removed from the voters, and stops. A node\n" +
+			"stopped with SIGTERM (docker stop, Ctrl-C) stays a voter instead and takes\n" +
+			"its place again when it restarts. A leave that would leave fewer voters than\n" +
+			"the cluster's --bootstrap-expect is refused unless --force is given.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if seeds := a.seeds(cmd); len(seeds) != 1 {
+				return fmt.Errorf("cluster leave acts on the node at --addr: give exactly one address, not %q", strings.Join(seeds, ","))
+			}
+			return a.unary(func(ctx context.Context, c *client.Client, _ []string) error {
+				id, err := c.Leave(ctx, leaveForce)
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return printJSON(a.out, &raftqv1.LeaveResponse{Id: id})
+				}
+				_, err = fmt.Fprintf(a.out, "node %s left the cluster and is stopping\n", id)
+				return err
+			})(cmd, args)
+		},
+	}
+	leave.Flags().BoolVar(&leaveForce, "force", false, "leave even if fewer voters than --bootstrap-expect remain")
 	transfer := &cobra.Command{
 		Use:   "transfer-leadership [ID]",
 		Short: "Hand leadership to node ID, or to any other voter",
@@ -110,6 +138,6 @@ func newClusterCmd(a *app) *cobra.Command {
 			return nil
 		}),
 	}
-	cmd.AddCommand(status, remove, transfer, snapshot, verify)
+	cmd.AddCommand(status, remove, leave, transfer, snapshot, verify)
 	return cmd
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -24,25 +25,28 @@ import (
 
 // serveOptions are the flags of `raftq serve` (API.md, Command line).
 type serveOptions struct {
-	nodeID          string
-	nodeIDGiven     bool // --node-id (or RAFTQ_NODE_ID) was set
-	dataDir         string
-	grpcAddr        string
-	raftAddr        string
-	gossipAddr      string
-	httpAddr        string
-	advertiseHost   string
-	join            []string
-	bootstrapExpect int
-	deadNodeTimeout time.Duration
-	leaseGrace      time.Duration
-	maxQueuedBytes  int64
-	maxPending      int64
-	logLevel        string
-	snapThreshold   uint64
-	trailingLogs    uint64
-	tls             tlsconfig.Files
-	insecure        bool
+	nodeID           string
+	nodeIDGiven      bool // --node-id (or RAFTQ_NODE_ID) was set
+	dataDir          string
+	grpcAddr         string
+	raftAddr         string
+	gossipAddr       string
+	httpAddr         string
+	advertiseHost    string
+	advertiseGRPC    string
+	join             []string
+	bootstrapExpect  int
+	deadNodeTimeout  time.Duration
+	leaseGrace       time.Duration
+	maxQueuedBytes   int64
+	maxPending       int64
+	logLevel         string
+	snapThreshold    uint64
+	trailingLogs     uint64
+	shutdownTimeout  time.Duration
+	leaveOnTerminate bool
+	tls              tlsconfig.Files
+	insecure         bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -62,7 +66,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 			o.nodeIDGiven = cmd.Flags().Changed("node-id")
 			return nil
 		},
-		// main's context ends on SIGINT/SIGTERM: a graceful leave.
+		// main's context ends on SIGINT/SIGTERM: a graceful stop (see stopNode).
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), o, mem) },
 	}
 	fl := cmd.Flags()
@@ -73,6 +77,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.StringVar(&o.gossipAddr, "gossip-addr", "127.0.0.1:7402", "memberlist bind address")
 	fl.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:7403", "metrics and health bind address (empty = off)")
 	fl.StringVar(&o.advertiseHost, "advertise-host", "", "host other nodes and clients use to reach this node (default: the bind host)")
+	fl.StringVar(&o.advertiseGRPC, "advertise-grpc-addr", "", "host:port clients are sent to (redirects to the leader, addresses in cluster status) when it is not where peers reach the node, e.g. a port published by Docker; peers keep using --advertise-host and the --grpc-addr port")
 	fl.StringSliceVar(&o.join, "join", nil, "comma-separated gossip addresses of other nodes")
 	fl.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "voters to wait for before the first election")
 	fl.DurationVar(&o.deadNodeTimeout, "dead-node-timeout", 30*time.Second, "how long a failed node stays a voter before removal")
@@ -86,6 +91,8 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.StringVar(&o.tls.Key, "tls-key", "", "the key of --tls-cert (PEM)")
 	fl.StringVar(&o.tls.CA, "tls-ca", "", "the CA (PEM bundle) that signs node and client certificates")
 	fl.BoolVar(&o.insecure, "insecure", false, "allow binding a non-loopback address without TLS (anyone who reaches a port owns the cluster)")
+	fl.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 8*time.Second, "on SIGTERM or SIGINT, the time to hand leadership over, finish the calls in flight and stop (keep it below the container's stop timeout, 10 s by default)")
+	fl.BoolVar(&o.leaveOnTerminate, "leave-on-terminate", false, "on SIGTERM or SIGINT, leave the cluster (removed from the voters) before stopping; without it a stopped node stays a voter and takes its place again when it restarts")
 	return cmd
 }
 
@@ -112,6 +119,48 @@ func newLogger(level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// stopNode stops the node within timeout (a container runtime kills it
+// after its stop timeout, 10 s by default). By default the node stays in
+// the cluster, a voter if it was one, so restarts never shrink it; leave
+// (--leave-on-terminate) takes it out first. The steps, each with a
+// share of the time so a slow one cannot starve the next:
+//  1. leave, or hand leadership over: the scheduler stops, Lease streams
+//     end with a redirect to the new leader, and writes flow there;
+//  2. drain the API: calls in flight finish, streams end;
+//  3. stop the node (Raft, gossip, stores).
+func stopNode(log *slog.Logger, b *broker.Broker, srv *transport.Server, httpSrv *http.Server, leave bool, timeout time.Duration) {
+	stopBy := time.Now().Add(timeout)
+	// before leaves reserve for the steps after this one.
+	before := func(reserve time.Duration) (context.Context, context.CancelFunc) {
+		return context.WithDeadline(context.Background(), stopBy.Add(-reserve))
+	}
+	ctx, cancel := before(timeout / 4)
+	if leave {
+		// Forced: the flag is the operator's standing decision, even
+		// below --bootstrap-expect (the reconciler removes a left member
+		// at once regardless).
+		if err := b.Leave(ctx, true); err != nil {
+			log.Warn("leaving the cluster", "err", err)
+		}
+	} else if id, err := b.HandOff(ctx); err != nil {
+		log.Info("no leadership hand-over before stopping", "err", err)
+	} else if id != "" {
+		log.Info("handed leadership over", "new_leader", id)
+	}
+	cancel()
+	ctx, cancel = before(timeout / 8)
+	srv.Stop(ctx)
+	if httpSrv != nil {
+		_ = httpSrv.Shutdown(ctx)
+	}
+	cancel()
+	ctx, cancel = before(0)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		log.Warn("node shutdown", "err", err)
+	}
 }
 
 // resolveNodeID settles the node's id: the one given, which must match the
@@ -207,6 +256,11 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 		}
 		adv[name] = a
 	}
+	if o.advertiseGRPC != "" {
+		if err := checkHostPort(o.advertiseGRPC); err != nil {
+			return fmt.Errorf("--advertise-grpc-addr: %w", err)
+		}
+	}
 	grpcLis, err := net.Listen("tcp", o.grpcAddr)
 	if err != nil {
 		return fmt.Errorf("--grpc-addr: %w", err)
@@ -242,19 +296,20 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 	started := time.Now()
 	b, err := broker.New(ctx, broker.Config{
 		Cluster: cluster.Config{
-			NodeID:            o.nodeID,
-			DataDir:           o.dataDir,
-			RaftBind:          o.raftAddr,
-			RaftAdvertise:     adv["raft"],
-			GossipBind:        o.gossipAddr,
-			GossipAdvertise:   adv["gossip"],
-			GRPCAdvertise:     adv["grpc"],
-			HTTPAdvertise:     adv["http"],
-			Join:              o.join,
-			BootstrapExpect:   o.bootstrapExpect,
-			DeadNodeTimeout:   o.deadNodeTimeout,
-			SnapshotThreshold: o.snapThreshold,
-			TrailingLogs:      o.trailingLogs,
+			NodeID:              o.nodeID,
+			DataDir:             o.dataDir,
+			RaftBind:            o.raftAddr,
+			RaftAdvertise:       adv["raft"],
+			GossipBind:          o.gossipAddr,
+			GossipAdvertise:     adv["gossip"],
+			GRPCAdvertise:       adv["grpc"],
+			ClientGRPCAdvertise: o.advertiseGRPC,
+			HTTPAdvertise:       adv["http"],
+			Join:                o.join,
+			BootstrapExpect:     o.bootstrapExpect,
+			DeadNodeTimeout:     o.deadNodeTimeout,
+			SnapshotThreshold:   o.snapThreshold,
+			TrailingLogs:        o.trailingLogs,
 		},
 		LeaseGrace:      o.leaseGrace,
 		MaxQueuedBytes:  o.maxQueuedBytes,
@@ -267,38 +322,21 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 	srv := transport.New(transport.Config{Logger: log.With("component", "transport"), TLS: tlsSrc}, b)
 	go func() { errc <- srv.Serve(grpcLis) }()
 	httpHandler.ready(srv.HTTPHandler())
-	log.Info("raftq node started", "node_id", o.nodeID, "grpc", adv["grpc"], "raft", adv["raft"], "gossip", adv["gossip"], "http", adv["http"], "data_dir", o.dataDir,
+	log.Info("raftq node started", "node_id", o.nodeID, "grpc", adv["grpc"], "grpc_clients", cmp.Or(o.advertiseGRPC, adv["grpc"]), "raft", adv["raft"], "gossip", adv["gossip"], "http", adv["http"], "data_dir", o.dataDir,
 		"applied_index", b.State().AppliedIndex(), "startup", time.Since(started).Round(time.Millisecond))
 
 	var serveErr error
+	leave := o.leaveOnTerminate
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down")
+		log.Info("shutting down", "leave_cluster", leave, "within", o.shutdownTimeout)
+	case <-srv.Left():
+		log.Info("left the cluster on request; shutting down", "within", o.shutdownTimeout)
+		leave = false // done
 	case serveErr = <-errc:
 		log.Error("server failed", "err", serveErr)
 	}
-	// Hand leadership over first: the scheduler stops, Lease streams end
-	// with a redirect to the new leader, and writes keep flowing there.
-	// Only then drain the server, then leave the cluster - each step with
-	// its own deadline, so a slow one cannot starve the next.
-	tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	if id, err := b.HandOff(tctx); err != nil {
-		log.Info("no leadership hand-over before stopping", "err", err)
-	} else if id != "" {
-		log.Info("handed leadership over", "new_leader", id)
-	}
-	cancel()
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	srv.Stop(sctx)
-	if httpSrv != nil {
-		_ = httpSrv.Shutdown(sctx)
-	}
-	cancel()
-	nctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := b.Close(nctx); err != nil {
-		log.Warn("node shutdown", "err", err)
-	}
+	stopNode(log, b, srv, httpSrv, leave, o.shutdownTimeout)
 	log.Info("stopped")
 	return serveErr
 }

@@ -220,9 +220,17 @@ func (b *Broker) HandOff(ctx context.Context) (string, error) {
 	return b.node.TransferLeadership(ctx, "")
 }
 
+// Leave takes this node out of the cluster while it keeps serving (see
+// cluster.Node.Leave): a leader hands leadership over first. Close it
+// next. ErrBelowExpect (unless force) changes nothing.
+func (b *Broker) Leave(ctx context.Context, force bool) error {
+	return b.node.Leave(ctx, force)
+}
+
 // Close stops the leader-only work and the coalescers (queued requests
-// fail with ErrStopping, never proposed) and shuts the node down, leaving
-// the cluster gracefully. Call it after the API has stopped taking calls.
+// fail with ErrStopping, never proposed) and shuts the node down. The node
+// stays a member of the cluster (a voter, if it was one) unless it left
+// first (Leave). Call it after the API has stopped taking calls.
 func (b *Broker) Close(ctx context.Context) error {
 	var err error
 	b.closeOnce.Do(func() {

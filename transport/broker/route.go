@@ -15,9 +15,10 @@ var ErrNoLeader = errors.New("no leader elected yet")
 type Route struct {
 	// Local: this node is the established leader; serve the call here.
 	Local bool
-	// LeaderID and LeaderAddr name the leader to forward or redirect to
-	// when the call is not local.
-	LeaderID, LeaderAddr string
+	// LeaderID and LeaderAddr name the leader to forward to when the call
+	// is not local; LeaderClientAddr is where a redirect sends the client
+	// (the leader's --advertise-grpc-addr, else LeaderAddr).
+	LeaderID, LeaderAddr, LeaderClientAddr string
 }
 
 // Route decides, once per call, where a call that only the leader may
@@ -36,7 +37,7 @@ func (b *Broker) Route(ctx context.Context, wait time.Duration) (Route, error) {
 		case l.Role == cluster.RoleShutdown:
 			return Route{}, cluster.ErrShutdown
 		case l.Role != cluster.RoleLeader && l.LeaderKnown() && l.LeaderGRPCAddr != "":
-			return Route{LeaderID: l.LeaderID, LeaderAddr: l.LeaderGRPCAddr}, nil
+			return Route{LeaderID: l.LeaderID, LeaderAddr: l.LeaderGRPCAddr, LeaderClientAddr: l.LeaderClientAddr}, nil
 		}
 		if timeout == nil {
 			t := time.NewTimer(wait)
@@ -54,8 +55,8 @@ func (b *Broker) Route(ctx context.Context, wait time.Duration) (Route, error) {
 }
 
 // Leader is the leader this node knows of right now, for a redirect that
-// must not wait: "" when none is known.
-func (b *Broker) Leader() (id, addr string) {
+// must not wait: its id and where clients reach it, "" when none is known.
+func (b *Broker) Leader() (id, clientAddr string) {
 	l := b.node.Leadership()
-	return l.LeaderID, l.LeaderGRPCAddr
+	return l.LeaderID, l.LeaderClientAddr
 }

@@ -2494,6 +2494,10 @@ type Node struct {
 	// The newest replicated-log version the node's build understands, as it
 	// advertises in gossip (0: not known; 1: a build from before versioning).
 	MaxLogVersion uint32 `protobuf:"varint,10,opt,name=max_log_version,json=maxLogVersion,proto3" json:"max_log_version,omitempty"`
+	// grpc_addr is where clients reach the node (its --advertise-grpc-addr,
+	// e.g. a published port, when it has one); peer_grpc_addr is where the
+	// other nodes reach it (its --advertise-host and --grpc-addr port).
+	PeerGrpcAddr  string `protobuf:"bytes,11,opt,name=peer_grpc_addr,json=peerGrpcAddr,proto3" json:"peer_grpc_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2596,6 +2600,13 @@ func (x *Node) GetMaxLogVersion() uint32 {
 		return x.MaxLogVersion
 	}
 	return 0
+}
+
+func (x *Node) GetPeerGrpcAddr() string {
+	if x != nil {
+		return x.PeerGrpcAddr
+	}
+	return ""
 }
 
 type StatusRequest struct {
@@ -2829,6 +2840,97 @@ func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
 	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
 }
 
+type LeaveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Leave even if fewer voters than the cluster's --bootstrap-expect would
+	// remain (without it: FAILED_PRECONDITION, and nothing changes).
+	Force         bool `protobuf:"varint,1,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveRequest) Reset() {
+	*x = LeaveRequest{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveRequest) ProtoMessage() {}
+
+func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
+func (*LeaveRequest) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *LeaveRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type LeaveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node that left (it stops after answering).
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveResponse) Reset() {
+	*x = LeaveResponse{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveResponse) ProtoMessage() {}
+
+func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
+func (*LeaveResponse) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *LeaveResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 type TransferLeadershipRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ToId          string                 `protobuf:"bytes,1,opt,name=to_id,json=toId,proto3" json:"to_id,omitempty"`
@@ -2838,7 +2940,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2850,7 +2952,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2863,7 +2965,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TransferLeadershipRequest) GetToId() string {
@@ -2882,7 +2984,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2894,7 +2996,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2907,7 +3009,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TransferLeadershipResponse) GetNewLeaderId() string {
@@ -2925,7 +3027,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2937,7 +3039,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2950,7 +3052,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
 }
 
 type SnapshotResponse struct {
@@ -2962,7 +3064,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3076,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3089,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -3010,7 +3112,7 @@ type NodeDigest struct {
 
 func (x *NodeDigest) Reset() {
 	*x = NodeDigest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3022,7 +3124,7 @@ func (x *NodeDigest) String() string {
 func (*NodeDigest) ProtoMessage() {}
 
 func (x *NodeDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3035,7 +3137,7 @@ func (x *NodeDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDigest.ProtoReflect.Descriptor instead.
 func (*NodeDigest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *NodeDigest) GetId() string {
@@ -3081,7 +3183,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3093,7 +3195,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3106,7 +3208,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
 }
 
 type VerifyResponse struct {
@@ -3125,7 +3227,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3137,7 +3239,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3150,7 +3252,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *VerifyResponse) GetNodes() []*NodeDigest {
@@ -3182,7 +3284,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3296,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3309,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
 }
 
 type CheckpointResponse struct {
@@ -3219,7 +3321,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +3333,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +3346,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CheckpointResponse) GetIndex() uint64 {
@@ -3263,7 +3365,7 @@ type LocalDigestRequest struct {
 
 func (x *LocalDigestRequest) Reset() {
 	*x = LocalDigestRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3275,7 +3377,7 @@ func (x *LocalDigestRequest) String() string {
 func (*LocalDigestRequest) ProtoMessage() {}
 
 func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3288,7 +3390,7 @@ func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalDigestRequest.ProtoReflect.Descriptor instead.
 func (*LocalDigestRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *LocalDigestRequest) GetIndex() uint64 {
@@ -3307,7 +3409,7 @@ type ListConsumersRequest struct {
 
 func (x *ListConsumersRequest) Reset() {
 	*x = ListConsumersRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3319,7 +3421,7 @@ func (x *ListConsumersRequest) String() string {
 func (*ListConsumersRequest) ProtoMessage() {}
 
 func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3332,7 +3434,7 @@ func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersRequest.ProtoReflect.Descriptor instead.
 func (*ListConsumersRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListConsumersRequest) GetQueue() string {
@@ -3351,7 +3453,7 @@ type ListConsumersResponse struct {
 
 func (x *ListConsumersResponse) Reset() {
 	*x = ListConsumersResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3363,7 +3465,7 @@ func (x *ListConsumersResponse) String() string {
 func (*ListConsumersResponse) ProtoMessage() {}
 
 func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3376,7 +3478,7 @@ func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
@@ -3415,7 +3517,7 @@ type ConsumerInfo struct {
 
 func (x *ConsumerInfo) Reset() {
 	*x = ConsumerInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3427,7 +3529,7 @@ func (x *ConsumerInfo) String() string {
 func (*ConsumerInfo) ProtoMessage() {}
 
 func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3440,7 +3542,7 @@ func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ConsumerInfo) GetName() string {
@@ -3708,7 +3810,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\"'\n" +
 	"\x0fRedriveResponse\x12\x14\n" +
-	"\x05moved\x18\x01 \x01(\x03R\x05moved\"\xae\x02\n" +
+	"\x05moved\x18\x01 \x01(\x03R\x05moved\"\xd4\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x1b\n" +
@@ -3720,7 +3822,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x0flast_contact_ms\x18\b \x01(\x03R\rlastContactMs\x12#\n" +
 	"\rapplied_index\x18\t \x01(\x04R\fappliedIndex\x12&\n" +
 	"\x0fmax_log_version\x18\n" +
-	" \x01(\rR\rmaxLogVersion\".\n" +
+	" \x01(\rR\rmaxLogVersion\x12$\n" +
+	"\x0epeer_grpc_addr\x18\v \x01(\tR\fpeerGrpcAddr\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
 	"local_only\x18\x01 \x01(\bR\tlocalOnly\"\xf9\x01\n" +
@@ -3736,7 +3839,11 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x11RemoveNodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"\x14\n" +
-	"\x12RemoveNodeResponse\"0\n" +
+	"\x12RemoveNodeResponse\"$\n" +
+	"\fLeaveRequest\x12\x14\n" +
+	"\x05force\x18\x01 \x01(\bR\x05force\"\x1f\n" +
+	"\rLeaveResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"0\n" +
 	"\x19TransferLeadershipRequest\x12\x13\n" +
 	"\x05to_id\x18\x01 \x01(\tR\x04toId\"@\n" +
 	"\x1aTransferLeadershipResponse\x12\"\n" +
@@ -3797,7 +3904,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\vExtendLease\x12\x1c.raftq.v1.ExtendLeaseRequest\x1a\x1d.raftq.v1.ExtendLeaseResponse\x125\n" +
 	"\x04Peek\x12\x15.raftq.v1.PeekRequest\x1a\x16.raftq.v1.PeekResponse\x12>\n" +
 	"\aRedrive\x12\x18.raftq.v1.RedriveRequest\x1a\x19.raftq.v1.RedriveResponse\x12P\n" +
-	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse2\xfc\x03\n" +
+	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse2\xb6\x04\n" +
 	"\aCluster\x12;\n" +
 	"\x06Status\x12\x17.raftq.v1.StatusRequest\x1a\x18.raftq.v1.StatusResponse\x12G\n" +
 	"\n" +
@@ -3807,7 +3914,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x06Verify\x12\x17.raftq.v1.VerifyRequest\x1a\x18.raftq.v1.VerifyResponse\x12G\n" +
 	"\n" +
 	"Checkpoint\x12\x1b.raftq.v1.CheckpointRequest\x1a\x1c.raftq.v1.CheckpointResponse\x12A\n" +
-	"\vLocalDigest\x12\x1c.raftq.v1.LocalDigestRequest\x1a\x14.raftq.v1.NodeDigestB/Z-github.com/raftq/raftq/proto/raftq/v1;raftqv1b\x06proto3"
+	"\vLocalDigest\x12\x1c.raftq.v1.LocalDigestRequest\x1a\x14.raftq.v1.NodeDigest\x128\n" +
+	"\x05Leave\x12\x16.raftq.v1.LeaveRequest\x1a\x17.raftq.v1.LeaveResponseB/Z-github.com/raftq/raftq/proto/raftq/v1;raftqv1b\x06proto3"
 
 var (
 	file_raftq_v1_raftq_proto_rawDescOnce sync.Once
@@ -3821,7 +3929,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -3868,45 +3976,47 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*StatusResponse)(nil),             // 42: raftq.v1.StatusResponse
 	(*RemoveNodeRequest)(nil),          // 43: raftq.v1.RemoveNodeRequest
 	(*RemoveNodeResponse)(nil),         // 44: raftq.v1.RemoveNodeResponse
-	(*TransferLeadershipRequest)(nil),  // 45: raftq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 46: raftq.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 47: raftq.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 48: raftq.v1.SnapshotResponse
-	(*NodeDigest)(nil),                 // 49: raftq.v1.NodeDigest
-	(*VerifyRequest)(nil),              // 50: raftq.v1.VerifyRequest
-	(*VerifyResponse)(nil),             // 51: raftq.v1.VerifyResponse
-	(*CheckpointRequest)(nil),          // 52: raftq.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),         // 53: raftq.v1.CheckpointResponse
-	(*LocalDigestRequest)(nil),         // 54: raftq.v1.LocalDigestRequest
-	(*ListConsumersRequest)(nil),       // 55: raftq.v1.ListConsumersRequest
-	(*ListConsumersResponse)(nil),      // 56: raftq.v1.ListConsumersResponse
-	(*ConsumerInfo)(nil),               // 57: raftq.v1.ConsumerInfo
-	nil,                                // 58: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 59: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 60: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 61: google.protobuf.FieldMask
-	(*status.Status)(nil),              // 62: google.rpc.Status
+	(*LeaveRequest)(nil),               // 45: raftq.v1.LeaveRequest
+	(*LeaveResponse)(nil),              // 46: raftq.v1.LeaveResponse
+	(*TransferLeadershipRequest)(nil),  // 47: raftq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 48: raftq.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 49: raftq.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 50: raftq.v1.SnapshotResponse
+	(*NodeDigest)(nil),                 // 51: raftq.v1.NodeDigest
+	(*VerifyRequest)(nil),              // 52: raftq.v1.VerifyRequest
+	(*VerifyResponse)(nil),             // 53: raftq.v1.VerifyResponse
+	(*CheckpointRequest)(nil),          // 54: raftq.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 55: raftq.v1.CheckpointResponse
+	(*LocalDigestRequest)(nil),         // 56: raftq.v1.LocalDigestRequest
+	(*ListConsumersRequest)(nil),       // 57: raftq.v1.ListConsumersRequest
+	(*ListConsumersResponse)(nil),      // 58: raftq.v1.ListConsumersResponse
+	(*ConsumerInfo)(nil),               // 59: raftq.v1.ConsumerInfo
+	nil,                                // 60: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 61: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 62: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 63: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 64: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	58, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	60, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
 	1,  // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
 	2,  // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
 	3,  // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
 	4,  // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
 	6,  // 5: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
-	59, // 6: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	60, // 7: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	61, // 6: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	62, // 7: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
 	1,  // 8: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
 	5,  // 9: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	1,  // 10: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	61, // 11: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	63, // 11: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
 	5,  // 12: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 13: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 14: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
 	7,  // 15: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
 	24, // 16: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
 	25, // 17: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
-	62, // 18: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	64, // 18: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
 	8,  // 19: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
 	9,  // 20: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
 	11, // 21: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
@@ -3916,8 +4026,8 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	11, // 25: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
 	8,  // 26: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
 	40, // 27: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
-	49, // 28: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
-	57, // 29: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
+	51, // 28: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
+	59, // 29: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
 	0,  // 30: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
 	12, // 31: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
 	14, // 32: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
@@ -3933,38 +4043,40 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	34, // 42: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
 	36, // 43: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
 	38, // 44: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	55, // 45: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
+	57, // 45: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
 	41, // 46: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
 	43, // 47: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
-	45, // 48: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
-	47, // 49: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	50, // 50: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	52, // 51: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	54, // 52: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
-	13, // 53: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	15, // 54: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	17, // 55: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	19, // 56: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	21, // 57: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	23, // 58: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	25, // 59: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	27, // 60: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
-	29, // 61: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	31, // 62: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	33, // 63: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	35, // 64: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	37, // 65: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	39, // 66: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	56, // 67: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
-	42, // 68: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	44, // 69: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	46, // 70: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	48, // 71: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	51, // 72: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	53, // 73: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	49, // 74: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	53, // [53:75] is the sub-list for method output_type
-	31, // [31:53] is the sub-list for method input_type
+	47, // 48: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
+	49, // 49: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
+	52, // 50: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	54, // 51: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	56, // 52: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	45, // 53: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
+	13, // 54: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	15, // 55: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	17, // 56: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	19, // 57: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	21, // 58: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	23, // 59: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	25, // 60: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	27, // 61: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
+	29, // 62: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	31, // 63: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	33, // 64: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	35, // 65: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	37, // 66: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	39, // 67: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	58, // 68: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
+	42, // 69: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	44, // 70: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	48, // 71: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	50, // 72: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	53, // 73: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	55, // 74: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	51, // 75: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	46, // 76: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
+	54, // [54:77] is the sub-list for method output_type
+	31, // [31:54] is the sub-list for method input_type
 	31, // [31:31] is the sub-list for extension type_name
 	31, // [31:31] is the sub-list for extension extendee
 	0,  // [0:31] is the sub-list for field type_name
@@ -3981,7 +4093,7 @@ func file_raftq_v1_raftq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   61,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

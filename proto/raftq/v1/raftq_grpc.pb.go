@@ -681,6 +681,7 @@ const (
 	Cluster_Verify_FullMethodName             = "/raftq.v1.Cluster/Verify"
 	Cluster_Checkpoint_FullMethodName         = "/raftq.v1.Cluster/Checkpoint"
 	Cluster_LocalDigest_FullMethodName        = "/raftq.v1.Cluster/LocalDigest"
+	Cluster_Leave_FullMethodName              = "/raftq.v1.Cluster/Leave"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -698,6 +699,11 @@ type ClusterClient interface {
 	// each node reports its digest at that entry's index.
 	Checkpoint(ctx context.Context, in *CheckpointRequest, opts ...grpc.CallOption) (*CheckpointResponse, error)
 	LocalDigest(ctx context.Context, in *LocalDigestRequest, opts ...grpc.CallOption) (*NodeDigest, error)
+	// Leave takes the node that answers out of the cluster (never
+	// forwarded): a leader hands leadership over, the node announces its
+	// leave in gossip, waits to be removed from the voters, answers, then
+	// stops. A node stopped with SIGTERM does not leave: it stays a voter.
+	Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*LeaveResponse, error)
 }
 
 type clusterClient struct {
@@ -778,6 +784,16 @@ func (c *clusterClient) LocalDigest(ctx context.Context, in *LocalDigestRequest,
 	return out, nil
 }
 
+func (c *clusterClient) Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*LeaveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaveResponse)
+	err := c.cc.Invoke(ctx, Cluster_Leave_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -793,6 +809,11 @@ type ClusterServer interface {
 	// each node reports its digest at that entry's index.
 	Checkpoint(context.Context, *CheckpointRequest) (*CheckpointResponse, error)
 	LocalDigest(context.Context, *LocalDigestRequest) (*NodeDigest, error)
+	// Leave takes the node that answers out of the cluster (never
+	// forwarded): a leader hands leadership over, the node announces its
+	// leave in gossip, waits to be removed from the voters, answers, then
+	// stops. A node stopped with SIGTERM does not leave: it stays a voter.
+	Leave(context.Context, *LeaveRequest) (*LeaveResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -823,6 +844,9 @@ func (UnimplementedClusterServer) Checkpoint(context.Context, *CheckpointRequest
 }
 func (UnimplementedClusterServer) LocalDigest(context.Context, *LocalDigestRequest) (*NodeDigest, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method LocalDigest not implemented")
+}
+func (UnimplementedClusterServer) Leave(context.Context, *LeaveRequest) (*LeaveResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Leave not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -971,6 +995,24 @@ func _Cluster_LocalDigest_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_Leave_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).Leave(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_Leave_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).Leave(ctx, req.(*LeaveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1005,6 +1047,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "LocalDigest",
 			Handler:    _Cluster_LocalDigest_Handler,
+		},
+		{
+			MethodName: "Leave",
+			Handler:    _Cluster_Leave_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,329 @@
+// Package compose tests the deployment as shipped: it builds the image
+// with deploy/build-image.sh (what `make image` runs), brings up
+// deploy/compose.yaml under a project of its own with docker-compose, and
+// works the cluster through the ports it publishes on the host. It skips,
+// saying why, when no Docker engine answers or docker-compose is missing.
+package compose
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/raftq/raftq/client"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/test/harness"
+)
+
+// deployment is one compose project of the test's own: its image tag,
+// project name and published ports.
+type deployment struct {
+	t       *testing.T
+	root    string // the repository
+	image   string
+	project string
+	env     []string
+	grpc    map[string]string // node id -> published gRPC address
+}
+
+// run runs a command and returns its combined output; a failure is the
+// error, with the output.
+func run(ctx context.Context, env []string, dir, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out.String())
+	}
+	return out.String(), nil
+}
+
+// dockerOrSkip skips the test unless a Docker engine answers and
+// docker-compose is installed.
+func dockerOrSkip(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds an image and runs a compose cluster")
+	}
+	for _, bin := range []string{"docker", "docker-compose"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s is not installed: %v", bin, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if out, err := run(ctx, nil, "", "docker", "version", "--format", "{{.Server.Version}}"); err != nil {
+		t.Skipf("no Docker engine answers: %v", strings.TrimSpace(out))
+	}
+}
+
+func unique(t *testing.T) string {
+	b := make([]byte, 5)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// up builds the image and starts deploy/compose.yaml; everything it made
+// is removed when the test ends, whatever happened.
+func up(ctx context.Context, t *testing.T) *deployment {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := unique(t)
+	d := &deployment{t: t, root: root, image: "raftq:composetest-" + id, project: "raftqtest" + id, grpc: map[string]string{}}
+
+	began := time.Now()
+	t.Cleanup(func() {
+		// Last: the image (a removal of a missing one is not an error here).
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := run(cctx, nil, "", "docker", "image", "rm", "--force", d.image); err != nil && !strings.Contains(err.Error(), "No such image") {
+			t.Errorf("remove image %s: %v", d.image, err)
+		}
+	})
+	if _, err := run(ctx, nil, root, "bash", filepath.Join(root, "deploy", "build-image.sh"), d.image); err != nil {
+		t.Fatalf("build the image: %v", err)
+	}
+	t.Logf("built %s in %v", d.image, time.Since(began).Round(time.Millisecond))
+
+	ports, err := harness.FreePorts(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.env = []string{"RAFTQ_IMAGE=" + d.image, "RAFTQ_HOST_IP=127.0.0.1"}
+	for i, node := range []string{"n1", "n2", "n3"} {
+		n := strings.ToUpper(node)
+		d.env = append(d.env,
+			fmt.Sprintf("RAFTQ_%s_PORT=%d", n, ports[2*i]),
+			fmt.Sprintf("RAFTQ_%s_HTTP_PORT=%d", n, ports[2*i+1]))
+		d.grpc[node] = "127.0.0.1:" + strconv.Itoa(ports[2*i])
+	}
+	t.Cleanup(d.down)
+	began = time.Now()
+	if _, err := d.compose(ctx, "up", "-d"); err != nil {
+		t.Fatalf("compose up: %v", err)
+	}
+	t.Logf("compose up in %v", time.Since(began).Round(time.Millisecond))
+	return d
+}
+
+func (d *deployment) compose(ctx context.Context, args ...string) (string, error) {
+	full := append([]string{"--project-name", d.project, "--file", filepath.Join(d.root, "deploy", "compose.yaml"), "--ansi", "never"}, args...)
+	return run(ctx, d.env, d.root, "docker-compose", full...)
+}
+
+// down removes the project's containers, network and volumes, then checks
+// nothing labelled with the project is left.
+func (d *deployment) down() {
+	t := d.t
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if t.Failed() {
+		if out, err := d.compose(ctx, "logs", "--no-color", "--tail", "300"); err == nil {
+			t.Logf("---- compose logs ----\n%s", out)
+		}
+	}
+	if _, err := d.compose(ctx, "down", "--volumes", "--remove-orphans", "--timeout", "2"); err != nil {
+		t.Errorf("compose down: %v", err)
+	}
+	label := "label=com.docker.compose.project=" + d.project
+	for _, kind := range [][]string{
+		{"container", "ls", "--all", "--quiet", "--filter", label},
+		{"network", "ls", "--quiet", "--filter", label},
+		{"volume", "ls", "--quiet", "--filter", label},
+	} {
+		out, err := run(ctx, nil, "", "docker", kind...)
+		if err != nil {
+			t.Errorf("list %ss: %v", kind[0], err)
+			continue
+		}
+		if left := strings.Fields(out); len(left) > 0 {
+			t.Errorf("%ss of project %s left after down: %v; removing them", kind[0], d.project, left)
+			rm := []string{kind[0], "rm", "--force"}
+			if kind[0] == "network" {
+				rm = rm[:2]
+			}
+			_, _ = run(ctx, nil, "", "docker", append(rm, left...)...)
+		}
+	}
+}
+
+// container is the id of a node's container.
+func (d *deployment) container(ctx context.Context, node string) string {
+	out, err := d.compose(ctx, "ps", "--quiet", node)
+	if err != nil || strings.TrimSpace(out) == "" {
+		d.t.Fatalf("container of %s: %q %v", node, out, err)
+	}
+	return strings.TrimSpace(out)
+}
+
+// TestComposeClusterSurvivesKilledLeader: the compose cluster forms, takes
+// a workload through the published ports, loses its leader to docker
+// kill, gets it back with docker start, and ends with every acknowledged
+// message delivered and Verify agreeing on three replicas.
+func TestComposeClusterSurvivesKilledLeader(t *testing.T) {
+	dockerOrSkip(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	d := up(ctx, t)
+
+	c, err := client.Dial(ctx, []string{d.grpc["n1"], d.grpc["n2"], d.grpc["n3"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitHealthy := func(why string) *raftqv1.StatusResponse {
+		t.Helper()
+		var st *raftqv1.StatusResponse
+		harness.Eventually(t, 90*time.Second, func() error {
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			var err error
+			if st, err = c.ClusterStatus(cctx); err != nil {
+				return err
+			}
+			healthy := 0
+			for _, n := range st.Nodes {
+				if n.Suffrage == "voter" && n.Healthy {
+					healthy++
+				}
+				// Clients are told the published ports.
+				if n.GrpcAddr != d.grpc[n.Id] {
+					return fmt.Errorf("%s advertises %q to clients, want the published %q", n.Id, n.GrpcAddr, d.grpc[n.Id])
+				}
+			}
+			if healthy != 3 || st.LeaderId == "" {
+				return fmt.Errorf("%s: %d healthy voters, leader %q", why, healthy, st.LeaderId)
+			}
+			return nil
+		})
+		return st
+	}
+	st := waitHealthy("forming")
+	if _, err := c.CreateQueue(ctx, "compose", &raftqv1.QueueConfig{VisibilityTimeoutMs: 30_000}); err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		mu      sync.Mutex
+		acked   = map[string]bool{}
+		lastErr atomic.Value
+		count   atomic.Int64
+	)
+	prodCtx, stopProducers := context.WithCancel(ctx)
+	var producers sync.WaitGroup
+	for p := range 4 {
+		producers.Go(func() {
+			for i := 0; prodCtx.Err() == nil; i++ {
+				payload := fmt.Sprintf("p%d-%d", p, i)
+				cctx, cancel := context.WithTimeout(prodCtx, 20*time.Second)
+				_, err := c.Enqueue(cctx, "compose", &raftqv1.EnqueueMessage{Payload: []byte(payload)})
+				cancel()
+				if err != nil {
+					lastErr.Store(err.Error())
+					continue // outcome unknown: not counted as acknowledged
+				}
+				mu.Lock()
+				acked[payload] = true
+				mu.Unlock()
+				count.Add(1)
+			}
+		})
+	}
+	defer func() { stopProducers(); producers.Wait() }()
+	progress := func(n int64, why string) {
+		t.Helper()
+		from := count.Load()
+		harness.Eventually(t, 90*time.Second, func() error {
+			if got := count.Load() - from; got < n {
+				return fmt.Errorf("%s: %d enqueues acknowledged, want %d (last error: %v)", why, got, n, lastErr.Load())
+			}
+			return nil
+		})
+	}
+	progress(200, "before the kill")
+
+	leader := st.LeaderId
+	cid := d.container(ctx, leader)
+	if _, err := run(ctx, nil, "", "docker", "kill", cid); err != nil {
+		t.Fatalf("docker kill %s: %v", leader, err)
+	}
+	killed := time.Now()
+	t.Logf("docker kill of the leader %s after %d acknowledged enqueues", leader, count.Load())
+	progress(200, "after the kill")
+	t.Logf("200 enqueues acknowledged %v after the kill", time.Since(killed).Round(time.Millisecond))
+	if _, err := run(ctx, nil, "", "docker", "start", cid); err != nil {
+		t.Fatalf("docker start %s: %v", leader, err)
+	}
+	waitHealthy("after the restart")
+	progress(100, "after the restart")
+	stopProducers()
+	producers.Wait()
+	t.Logf("%d enqueues acknowledged in all", count.Load())
+
+	// Every acknowledged message is delivered.
+	var (
+		dmu  sync.Mutex
+		seen = map[string]bool{}
+	)
+	conCtx, stopConsumer := context.WithCancel(ctx)
+	con := client.NewConsumer(c, "compose", func(_ context.Context, dv *raftqv1.Delivery) error {
+		dmu.Lock()
+		seen[string(dv.Payload)] = true
+		dmu.Unlock()
+		return nil
+	}, client.ConsumerOptions{Name: "compose-test", MaxInFlight: 64})
+	var consumerErr error
+	var consumer sync.WaitGroup
+	consumer.Go(func() { consumerErr = con.Run(conCtx) })
+	harness.Eventually(t, 2*time.Minute, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		dmu.Lock()
+		defer dmu.Unlock()
+		missing := 0
+		for p := range acked {
+			if !seen[p] {
+				missing++
+			}
+		}
+		if missing > 0 {
+			return fmt.Errorf("%d of %d acknowledged messages not delivered yet", missing, len(acked))
+		}
+		return nil
+	})
+	stopConsumer()
+	consumer.Wait()
+	if consumerErr != nil {
+		t.Fatalf("consumer: %v", consumerErr)
+	}
+
+	harness.Eventually(t, 60*time.Second, func() error {
+		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		v, err := c.Verify(cctx)
+		if err != nil {
+			return err
+		}
+		if !v.Consistent || len(v.Nodes) != 3 {
+			return fmt.Errorf("verify: consistent=%v nodes=%v", v.Consistent, v.Nodes)
+		}
+		return nil
+	})
+}
