@@ -160,7 +160,14 @@ func TestLeadershipEventsAcrossElectionAndTransfer(t *testing.T) {
 	// lost (no longer established) before it names the target.
 	ov := logs[old.ID()].all()
 	iEst := slices.IndexFunc(ov, func(l Leadership) bool { return l.Established && l.Term == first.Term })
-	iLost := slices.IndexFunc(ov, func(l Leadership) bool { return l.Term >= first.Term && l.Role != RoleLeader })
+	// Lost is looked for after established: a candidate may publish the
+	// first term before it wins it.
+	iLost := -1
+	if iEst >= 0 {
+		if i := slices.IndexFunc(ov[iEst:], func(l Leadership) bool { return l.Term >= first.Term && l.Role != RoleLeader }); i >= 0 {
+			iLost = iEst + i
+		}
+	}
 	iNew := slices.IndexFunc(ov, func(l Leadership) bool { return l.LeaderID == target.ID() })
 	if iEst < 0 || iLost < iEst || iNew < iLost {
 		t.Fatalf("old leader's sequence out of order (established %d, lost %d, new leader %d): %+v", iEst, iLost, iNew, ov)

@@ -102,6 +102,6 @@ the node (loopback is always included).`,
 	clientCmd.Flags().StringVar(&name, "name", "", "client identity, the certificate's common name (required)")
 	_ = clientCmd.MarkFlagRequired("name")
 
-	cmd.AddCommand(initCmd, nodeCmd, clientCmd)
+	cmd.AddCommand(initCmd, nodeCmd, clientCmd, newCertClusterCmd())
 	return cmd
 }
