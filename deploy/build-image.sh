@@ -27,8 +27,9 @@ chmod 0644 "$ctx/rootfs/etc/passwd" "$ctx/rootfs/etc/group" "$ctx/rootfs/etc/ssl
 # /tmp for anything that needs a scratch file (sticky, world-writable).
 mkdir -p "$ctx/rootfs/tmp"
 chmod 1777 "$ctx/rootfs/tmp"
-mkdir -p "$ctx/data"
+mkdir -p "$ctx/data" "$ctx/etc-raftq/tls" "$ctx/etc-raftq/ca"
 chmod 0750 "$ctx/data"
+chmod 0700 "$ctx/etc-raftq/tls" "$ctx/etc-raftq/ca"
 
 # The classic builder: the engine here has no BuildKit client (buildx).
 # (Its deprecation notice is printed only if the build fails.)

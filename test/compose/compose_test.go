@@ -173,8 +173,8 @@ func (d *deployment) container(ctx context.Context, node string) string {
 	return strings.TrimSpace(out)
 }
 
-// TestComposeClusterSurvivesKilledLeader: the compose cluster forms, takes
-// a workload through the published ports, loses its leader to docker
+// TestComposeClusterSurvivesKilledLeader: the compose cluster forms with
+// TLS from its init service, takes a workload through the published ports, loses its leader to docker
 // kill, gets it back with docker start, and ends with every acknowledged
 // message delivered and Verify agreeing on three replicas.
 func TestComposeClusterSurvivesKilledLeader(t *testing.T) {
@@ -183,7 +183,13 @@ func TestComposeClusterSurvivesKilledLeader(t *testing.T) {
 	defer cancel()
 	d := up(ctx, t)
 
-	c, err := client.Dial(ctx, []string{d.grpc["n1"], d.grpc["n2"], d.grpc["n3"]})
+	// The cluster speaks TLS only: the client trusts the CA the init
+	// service made, copied out of a node's container.
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if _, err := run(ctx, nil, "", "docker", "cp", d.container(ctx, "n1")+":/etc/raftq/tls/ca.pem", caFile); err != nil {
+		t.Fatalf("copy the CA out: %v", err)
+	}
+	c, err := client.Dial(ctx, []string{d.grpc["n1"], d.grpc["n2"], d.grpc["n3"]}, client.WithTLS(caFile, "", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
