@@ -34,6 +34,12 @@ const (
 // ValidateQueueName checks API.md's rule: 1–255 characters of [A-Za-z0-9._-].
 func ValidateQueueName(name string) error { return state.ValidateQueueName(name) }
 
+// HumanMs renders milliseconds as a person reads them ("30s", "366 days").
+func HumanMs(ms int64) string { return state.HumanMs(ms) }
+
+// HumanBytes renders a size in binary units ("16 MiB").
+func HumanBytes(n int64) string { return state.HumanBytes(n) }
+
 // ValidateMask checks that every path names a QueueConfig field.
 func ValidateMask(paths []string) error { return state.ValidateMask(paths) }
 

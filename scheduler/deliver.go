@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/raftq/raftq/fsm"
@@ -85,7 +86,7 @@ func (t *term) selectQueue(v fsm.View, qv QueueView, name string, ps *passState,
 
 // dropQueue forgets a deleted queue and ends its consumers.
 func (t *term) dropQueue(name string) {
-	t.reg.drop(name, fsm.ErrQueueNotFound)
+	t.reg.drop(name, fmt.Errorf("%w: %s (deleted while this consumer was attached)", fsm.ErrQueueNotFound, name))
 	t.pipe.drop(name)
 	delete(t.policy.queues, name)
 }

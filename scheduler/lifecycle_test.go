@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -315,6 +316,10 @@ func TestQueueDeletedEndsConsumers(t *testing.T) {
 		}
 		if !errors.Is(c.Err(), fsm.ErrQueueNotFound) || e.s.Consumers("q") != 0 {
 			t.Fatalf("Err = %v, consumers %d", c.Err(), e.s.Consumers("q"))
+		}
+		// The consumer's error names the queue that went away.
+		if want := "queue not found: q (deleted"; !strings.HasPrefix(c.Err().Error(), want) {
+			t.Fatalf("Err = %q, want it to start with %q", c.Err(), want)
 		}
 	})
 }

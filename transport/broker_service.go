@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
@@ -35,8 +37,33 @@ func checkQueueName(field, name string) error {
 	return nil
 }
 
+// checkNewQueueName is checkQueueName for a name about to be created: it
+// may not start with '-', which every command line takes for a flag.
+// Queues so named before this rule stay usable (after "--" on a command
+// line).
+func checkNewQueueName(field, name string) error {
+	if err := checkQueueName(field, name); err != nil {
+		return err
+	}
+	if strings.HasPrefix(name, "-") {
+		return invalid("%s: queue name %q starts with '-', which command lines read as a flag; start it with a letter, digit, '.' or '_'", field, name)
+	}
+	return nil
+}
+
+// checkNewDLQ applies checkNewQueueName to a config's dead-letter queue.
+func checkNewDLQ(cfg *raftqv1.QueueConfig) error {
+	if dlq := cfg.GetDeadLetterQueue(); dlq != "" {
+		return checkNewQueueName("config.dead_letter_queue", dlq)
+	}
+	return nil
+}
+
 func (s brokerService) CreateQueue(ctx context.Context, req *raftqv1.CreateQueueRequest) (*raftqv1.CreateQueueResponse, error) {
-	if err := checkQueueName("name", req.GetName()); err != nil {
+	if err := checkNewQueueName("name", req.GetName()); err != nil {
+		return nil, err
+	}
+	if err := checkNewDLQ(req.GetConfig()); err != nil {
 		return nil, err
 	}
 	qi, err := s.b.Queues().CreateQueue(ctx, req.Name, req.Config)
@@ -53,6 +80,11 @@ func (s brokerService) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueue
 	mask := req.GetUpdateMask().GetPaths()
 	if err := fsm.ValidateMask(mask); err != nil {
 		return nil, err
+	}
+	if slices.Contains(mask, "dead_letter_queue") || len(mask) == 0 {
+		if err := checkNewDLQ(req.GetConfig()); err != nil {
+			return nil, err
+		}
 	}
 	qi, err := s.b.Queues().UpdateQueue(ctx, req.Name, req.Config, mask)
 	if err != nil {
@@ -158,11 +190,11 @@ func parseRefs(queue, field string, refs []*raftqv1.LeaseRef) ([]broker.LeaseRef
 }
 
 func parseRef(queue, field, id, token string) (broker.LeaseRef, error) {
-	mid, err := ParseID(id)
+	mid, err := parseHex("message id", id)
 	if err != nil {
 		return broker.LeaseRef{}, invalid("%s.message_id: %v", field, err)
 	}
-	tok, err := ParseID(token)
+	tok, err := parseHex("lease token", token)
 	if err != nil {
 		return broker.LeaseRef{}, invalid("%s.lease_token: %v", field, err)
 	}
@@ -214,7 +246,7 @@ func (s brokerService) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raf
 			return nil, err
 		}
 		if n.DelayMs < 0 || n.DelayMs > fsm.MaxDurationMs {
-			return nil, invalid("%s.delay_ms must be in [0, %d]", field, int64(fsm.MaxDurationMs))
+			return nil, invalid("%s.delay_ms is %d, it must be in [0, %d] (0 to %s)", field, n.DelayMs, int64(fsm.MaxDurationMs), fsm.HumanMs(fsm.MaxDurationMs))
 		}
 		if len(n.Reason) > maxReasonLen {
 			return nil, invalid("%s.reason is longer than %d bytes", field, maxReasonLen)
@@ -233,7 +265,7 @@ func (s brokerService) ExtendLease(ctx context.Context, req *raftqv1.ExtendLease
 		return nil, err
 	}
 	if req.ExtendByMs < 0 || req.ExtendByMs > fsm.MaxDurationMs {
-		return nil, invalid("extend_by_ms must be in [0, %d]", int64(fsm.MaxDurationMs))
+		return nil, invalid("extend_by_ms is %d, it must be in [0, %d] (0 to %s)", req.ExtendByMs, int64(fsm.MaxDurationMs), fsm.HumanMs(fsm.MaxDurationMs))
 	}
 	refs, err := parseRefs(req.Queue, "leases", req.Leases)
 	if err != nil {

@@ -124,7 +124,10 @@ type validationCase struct {
 	// leaderOnly: a follower redirects a Lease stream before it looks at
 	// the queue, so the case applies to the leader only.
 	leaderOnly bool
-	call       func(ctx context.Context, b raftqv1.BrokerClient) ([]*raftqv1.ItemResult, error)
+	// msg, when set, must be part of the error's message: errors name
+	// the field, queue or token they are about, in units people read.
+	msg  string
+	call func(ctx context.Context, b raftqv1.BrokerClient) ([]*raftqv1.ItemResult, error)
 }
 
 func testForwarding(t *testing.T, c *inprocCluster) {

@@ -35,8 +35,9 @@ func (s brokerService) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_Le
 	if req.MaxInFlight < 0 || req.MaxInFlight > MaxInFlight {
 		return invalid("max_in_flight must be in [0, %d]", MaxInFlight)
 	}
-	if req.VisibilityTimeoutMs < 0 || req.VisibilityTimeoutMs > 366*24*3600*1000 {
-		return invalid("visibility_timeout_ms out of range")
+	if req.VisibilityTimeoutMs < 0 || req.VisibilityTimeoutMs > state.MaxDurationMs {
+		return invalid("visibility_timeout_ms is %d, it must be in [0, %d] (0 to %s; 0 takes the queue's)",
+			req.VisibilityTimeoutMs, int64(state.MaxDurationMs), state.HumanMs(state.MaxDurationMs))
 	}
 	if req.Limit < 0 {
 		return invalid("limit must not be negative")

@@ -30,13 +30,17 @@ func FormatID(v uint64) string {
 }
 
 // ParseID parses FormatID's output; anything else is fsm.ErrInvalid.
-func ParseID(s string) (uint64, error) {
+func ParseID(s string) (uint64, error) { return parseHex("id", s) }
+
+// parseHex is ParseID naming what it parses ("message id", "lease
+// token"), so an error says which of the two was wrong.
+func parseHex(what, s string) (uint64, error) {
 	if len(s) != 16 {
-		return 0, fmt.Errorf("%w: id %q is not 16 hex digits", fsm.ErrInvalid, s)
+		return 0, fmt.Errorf("%w: %s %q is not 16 hex digits", fsm.ErrInvalid, what, s)
 	}
 	v, err := strconv.ParseUint(s, 16, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: id %q is not 16 hex digits", fsm.ErrInvalid, s)
+		return 0, fmt.Errorf("%w: %s %q is not 16 hex digits", fsm.ErrInvalid, what, s)
 	}
 	return v, nil
 }

@@ -133,7 +133,10 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		{name: "create: 256-character name", code: inv, call: create(long, nil)},
 		{name: "create: space in name", code: inv, call: create("a b", nil)},
 		{name: "create: slash in name", code: inv, call: create("a/b", nil)},
-		{name: "create: non-ASCII name", code: inv, call: create("queue-é", nil)},
+		{name: "create: non-ASCII name", code: inv, msg: `character 'ö' outside`, call: create("jöbs", nil)},
+		{name: "create: name starting with '-'", code: inv, msg: `starts with '-'`, call: create("-jobs", nil)},
+		{name: "create: dead_letter_queue starting with '-'", code: inv, msg: "config.dead_letter_queue", call: create("n", &raftqv1.QueueConfig{DeadLetterQueue: "-d"})},
+		{name: "update: dead_letter_queue starting with '-'", code: inv, msg: `starts with '-'`, call: update("v", &raftqv1.QueueConfig{DeadLetterQueue: "-d"}, "dead_letter_queue")},
 		{name: "create: exists", code: codes.AlreadyExists, call: create("v", nil)},
 		// Config ranges.
 		{name: "create: negative visibility_timeout_ms", code: inv, call: create("n", &raftqv1.QueueConfig{VisibilityTimeoutMs: -1})},
@@ -142,9 +145,9 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		{name: "create: negative max_bytes", code: inv, call: create("n", &raftqv1.QueueConfig{MaxBytes: -1})},
 		{name: "create: negative message_ttl_ms", code: inv, call: create("n", &raftqv1.QueueConfig{MessageTtlMs: -1})},
 		{name: "create: negative dedup_window_ms", code: inv, call: create("n", &raftqv1.QueueConfig{DedupWindowMs: -1})},
-		{name: "create: max_message_bytes over the cap", code: inv, call: create("n", &raftqv1.QueueConfig{MaxMessageBytes: fsm.MaxMessageBytesCap + 1})},
+		{name: "create: max_message_bytes over the cap", code: inv, msg: "the limit is 16777216 (16 MiB)", call: create("n", &raftqv1.QueueConfig{MaxMessageBytes: fsm.MaxMessageBytesCap + 1})},
 		{name: "create: negative fairness_quantum", code: inv, call: create("n", &raftqv1.QueueConfig{FairnessQuantum: -1})},
-		{name: "create: visibility over a year", code: inv, call: create("n", &raftqv1.QueueConfig{VisibilityTimeoutMs: fsm.MaxDurationMs + 1})},
+		{name: "create: visibility over a year", code: inv, msg: "(41666.7 days), the limit is 31622400000 (366 days)", call: create("n", &raftqv1.QueueConfig{VisibilityTimeoutMs: 3_600_000_000_000})},
 		{name: "create: bad dead_letter_queue name", code: inv, call: create("n", &raftqv1.QueueConfig{DeadLetterQueue: "a b"})},
 		{name: "create: throttle rate 0", code: inv, call: create("n", &raftqv1.QueueConfig{Throttles: map[string]*raftqv1.ThrottleRule{"t": {}}})},
 		{name: "create: throttle rate NaN", code: inv, call: create("n", &raftqv1.QueueConfig{Throttles: map[string]*raftqv1.ThrottleRule{"t": {RatePerSec: math.NaN()}}})},
@@ -210,10 +213,10 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		{name: "enqueue: bad queue name", code: inv, call: enqueue(&raftqv1.EnqueueRequest{Queue: "a b", Messages: nMsgs(1)})},
 		{name: "enqueue: zero messages", code: inv, call: enqueue(msgs())},
 		{name: "enqueue: 1001 messages", code: inv, call: enqueue(msgs(nMsgs(MaxBatch + 1)...))},
-		{name: "enqueue: payload over the queue's limit", code: inv, call: enqueue(msgs(&raftqv1.EnqueueMessage{Payload: make([]byte, 101)}))},
+		{name: "enqueue: payload over the queue's limit", code: inv, msg: "messages[0].payload is 101 bytes, the queue's limit (max_message_bytes) is 100 bytes", call: enqueue(msgs(&raftqv1.EnqueueMessage{Payload: make([]byte, 101)}))},
 		{name: "enqueue: one bad message fails the batch", code: inv, call: enqueue(msgs(&raftqv1.EnqueueMessage{Payload: []byte("ok")}, &raftqv1.EnqueueMessage{DelayMs: -1}))},
 		{name: "enqueue: negative delay_ms", code: inv, call: enqueue(msgs(&raftqv1.EnqueueMessage{DelayMs: -1}))},
-		{name: "enqueue: delay_ms over a year", code: inv, call: enqueue(msgs(&raftqv1.EnqueueMessage{DelayMs: fsm.MaxDurationMs + 1}))},
+		{name: "enqueue: delay_ms over a year", code: inv, msg: "(0 to 366 days)", call: enqueue(msgs(&raftqv1.EnqueueMessage{DelayMs: fsm.MaxDurationMs + 1}))},
 		{name: "enqueue: negative ttl_ms", code: inv, call: enqueue(msgs(&raftqv1.EnqueueMessage{TtlMs: -1}))},
 		{name: "enqueue: weight over the limit", code: inv, call: enqueue(msgs(&raftqv1.EnqueueMessage{Weight: fsm.MaxWeight + 1}))},
 		{name: "enqueue: overlong fairness_key", code: inv, call: enqueue(msgs(&raftqv1.EnqueueMessage{FairnessKey: long}))},
@@ -229,8 +232,8 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		// Ack.
 		{name: "ack: zero items", code: inv, call: ack("v")},
 		{name: "ack: 1001 items", code: inv, call: ack("v", nRefs(MaxBatch+1)...)},
-		{name: "ack: malformed message id", code: inv, call: ack("v", ref("zz", wrongToken))},
-		{name: "ack: malformed lease token", code: inv, call: ack("v", ref(held.Id, "not-a-token"))},
+		{name: "ack: malformed message id", code: inv, msg: `acks[0].message_id: invalid argument: message id "zz"`, call: ack("v", ref("zz", wrongToken))},
+		{name: "ack: malformed lease token", code: inv, msg: `acks[0].lease_token: invalid argument: lease token "not-a-token" is not 16 hex digits`, call: ack("v", ref(held.Id, "not-a-token"))},
 		{name: "ack: empty lease token", code: inv, call: ack("v", ref(held.Id, ""))},
 		{name: "ack: bad queue name", code: inv, call: ack("a b", refOf(held))},
 		{name: "ack: unknown queue", code: nf, call: ack("nope", refOf(held))},
@@ -250,8 +253,8 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		// ExtendLease.
 		{name: "extend: zero items", code: inv, call: extend("v", 1000)},
 		{name: "extend: negative extend_by_ms", code: inv, call: extend("v", -1, refOf(held))},
-		{name: "extend: extend_by_ms over a year", code: inv, call: extend("v", fsm.MaxDurationMs+1, refOf(held))},
-		{name: "extend: malformed token", code: inv, call: extend("v", 1000, ref(held.Id, "xyz"))},
+		{name: "extend: extend_by_ms over a year", code: inv, msg: "(0 to 366 days)", call: extend("v", fsm.MaxDurationMs+1, refOf(held))},
+		{name: "extend: malformed token", code: inv, msg: `lease token "xyz"`, call: extend("v", 1000, ref(held.Id, "xyz"))},
 		{name: "extend: unknown queue", code: nf, call: extend("nope", 1000, refOf(held))},
 		{name: "extend: stale token", item: codes.FailedPrecondition, call: extend("v", 1000, ref(held.Id, wrongToken))},
 		{name: "extend: unknown message id", item: nf, call: extend("v", 1000, ref(unknownID, held.LeaseToken))},
@@ -285,6 +288,9 @@ func testValidation(t *testing.T, c *inprocCluster) {
 					}
 					if status.Convert(err).Message() == "" {
 						t.Fatal("error without a message")
+					}
+					if !strings.Contains(status.Convert(err).Message(), tc.msg) {
+						t.Fatalf("message %q does not contain %q", status.Convert(err).Message(), tc.msg)
 					}
 				} else {
 					if err != nil {

@@ -405,3 +405,46 @@ func TestFormatDrain(t *testing.T) {
 		}
 	}
 }
+
+// Errors found before any call speak in the user's terms: durations the
+// broker would silently turn into a default, payloads no queue takes, an
+// argument that looks like a flag.
+func TestPlainErrorsBeforeAnyCall(t *testing.T) {
+	big := strings.Repeat("x", 17<<20)
+	for _, tc := range []struct {
+		name  string
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"sub-millisecond visibility", "", []string{"queue", "create", "jobs", "--visibility-timeout", "1ns"}, "--visibility-timeout 1ns is less than 1ms"},
+		{"negative ttl", "", []string{"enqueue", "jobs", "--ttl", "-1s", "x"}, "--ttl must not be negative"},
+		{"duration over the limit", "", []string{"queue", "update", "jobs", "--message-ttl", "9000h"}, "is more than 366 days"},
+		{"sub-millisecond nack delay", "", []string{"consume", "jobs", "--nack", "--nack-delay", "10us"}, "--nack-delay 10µs is less than 1ms"},
+		{"oversized payload", big + "\n", []string{"enqueue", "jobs"}, "message 1 is 17 MiB; no queue accepts a payload over 16 MiB (queue jobs"},
+		{"dash argument", "", []string{"queue", "delete", "-jobs"}, "goes after --"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fake{}
+			r := raftq(t, serve(t, f), tc.stdin, tc.args...)
+			if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q, want it to contain %q", r.code, r.stderr, tc.want)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if len(f.reqs) != 0 {
+				t.Fatalf("%d requests reached the broker", len(f.reqs))
+			}
+		})
+	}
+}
+
+func TestPlainTooLarge(t *testing.T) {
+	got, ok := plainTooLarge("grpc: received message larger than max (104857700 vs. 17825792)")
+	if want := "the request is 100.0 MiB, more than the 17 MiB a node accepts in one call"; !ok || !strings.HasPrefix(got, want) {
+		t.Fatalf("got %q, want prefix %q", got, want)
+	}
+	if _, ok := plainTooLarge("queue not found: q"); ok {
+		t.Fatal("rewrote an unrelated message")
+	}
+}

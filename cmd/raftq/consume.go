@@ -49,6 +49,12 @@ func newConsumeCmd(a *app) *cobra.Command {
 		if f.count < 0 || f.maxInFlight <= 0 || f.idle < 0 {
 			return errors.New("--count and --timeout must not be negative, --max-in-flight must be positive")
 		}
+		if _, err := msOf("visibility-timeout", f.visibility); err != nil {
+			return err
+		}
+		if _, err := msOf("nack-delay", f.nackDelay); err != nil {
+			return err
+		}
 		c, err := a.dial(cmd)
 		if err != nil {
 			return err

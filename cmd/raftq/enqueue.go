@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/raftq/raftq/client"
+	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
@@ -35,16 +36,21 @@ type enqueueFlags struct {
 
 // template is the message every payload is enqueued with.
 func (f *enqueueFlags) template() (*raftqv1.EnqueueMessage, error) {
-	if f.delay < 0 || f.ttl < 0 {
-		return nil, errors.New("--delay and --ttl must not be negative")
+	delay, err := msOf("delay", f.delay)
+	if err != nil {
+		return nil, err
+	}
+	ttl, err := msOf("ttl", f.ttl)
+	if err != nil {
+		return nil, err
 	}
 	m := &raftqv1.EnqueueMessage{
 		Priority:     f.priority,
 		FairnessKey:  f.fairnessKey,
 		Weight:       f.weight,
 		ThrottleKeys: f.throttleKeys,
-		DelayMs:      f.delay.Milliseconds(),
-		TtlMs:        f.ttl.Milliseconds(),
+		DelayMs:      delay,
+		TtlMs:        ttl,
 		DedupId:      f.dedupID,
 	}
 	for _, h := range f.headers {
@@ -133,6 +139,12 @@ func (e *enqueuer) add(payload []byte) error {
 	if e.tmpl.DedupId != "" && e.total > 0 {
 		// One dedup id on two messages would silently drop the second.
 		return errors.New("--dedup-id names a single message, but more than one was given")
+	}
+	if len(payload) > fsm.MaxMessageBytesCap {
+		// gRPC would refuse the request with "received message larger
+		// than max"; no queue could take it anyway.
+		return fmt.Errorf("message %d is %s; no queue accepts a payload over %s (queue %s takes at most its max_message_bytes, 1 MiB by default)",
+			e.total+1, fsm.HumanBytes(int64(len(payload))), fsm.HumanBytes(fsm.MaxMessageBytesCap), e.queue)
 	}
 	m := &raftqv1.EnqueueMessage{
 		Payload:      payload,

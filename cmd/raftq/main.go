@@ -62,6 +62,9 @@ func describeError(err error) string {
 		return err.Error()
 	}
 	st := se.GRPCStatus()
+	if plain, ok := plainTooLarge(st.Message()); ok {
+		return fmt.Sprintf("%s: %s", st.Code(), plain)
+	}
 	msg := fmt.Sprintf("%s: %s", st.Code(), st.Message())
 	if st.Code() != codes.DeadlineExceeded && errors.Is(err, context.DeadlineExceeded) {
 		msg += " (gave up retrying: deadline exceeded)"
@@ -93,6 +96,12 @@ func newRootCmd(a *app) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		if strings.HasPrefix(err.Error(), "unknown flag") || strings.HasPrefix(err.Error(), "unknown shorthand flag") {
+			return fmt.Errorf("%w\n(an argument that starts with '-' goes after --, as in: raftq queue delete -- -jobs)", err)
+		}
+		return err
+	})
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.addr, "addr", "127.0.0.1:7400", "gRPC address of a node; a comma-separated list is a seed list (env RAFTQ_ADDR)")
 	pf.BoolVar(&a.json, "json", false, "print protobuf JSON instead of tables (one object per line for deliveries)")

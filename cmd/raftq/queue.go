@@ -78,10 +78,11 @@ func (f *configFlags) build(fs *pflag.FlagSet) (*raftqv1.QueueConfig, []string, 
 		if !fs.Changed(d.flag) {
 			continue
 		}
-		if d.v < 0 {
-			return nil, nil, fmt.Errorf("--%s must not be negative", d.flag)
+		v, err := msOf(d.flag, d.v)
+		if err != nil {
+			return nil, nil, err
 		}
-		*d.dst = d.v.Milliseconds()
+		*d.dst = v
 		mask = append(mask, d.path)
 	}
 	others := []struct {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	"google.golang.org/protobuf/proto"
@@ -37,19 +38,23 @@ const (
 )
 
 // ValidateQueueName checks API.md's rule: 1–255 characters of [A-Za-z0-9._-].
+// A bad character is reported as the character, not as one of its bytes.
 func ValidateQueueName(name string) error {
 	if name == "" {
 		return fmt.Errorf("%w: queue name is empty", ErrInvalid)
 	}
+	for i, r := range name {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
+		if ok {
+			continue
+		}
+		if r == utf8.RuneError {
+			return fmt.Errorf("%w: queue name %q has byte %#02x, not UTF-8 text; allowed are [A-Za-z0-9._-]", ErrInvalid, name, name[i])
+		}
+		return fmt.Errorf("%w: queue name %q has character %q outside [A-Za-z0-9._-]", ErrInvalid, name, r)
+	}
 	if len(name) > MaxQueueNameLen {
 		return fmt.Errorf("%w: queue name is %d characters, the limit is %d", ErrInvalid, len(name), MaxQueueNameLen)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
-		if !ok {
-			return fmt.Errorf("%w: queue name %q has character %q outside [A-Za-z0-9._-]", ErrInvalid, name, c)
-		}
 	}
 	return nil
 }
@@ -64,21 +69,25 @@ func validateConfig(c *fsmv1.QueueConfig) error {
 		field string
 		v     int64
 		max   int64
+		human func(int64) string // the unit a person reads; nil for counts
 	}{
-		{"visibility_timeout_ms", c.VisibilityTimeoutMs, MaxDurationMs},
-		{"max_deliveries", int64(c.MaxDeliveries), MaxMaxDeliveries},
-		{"max_depth", c.MaxDepth, math.MaxInt64},
-		{"max_bytes", c.MaxBytes, math.MaxInt64},
-		{"message_ttl_ms", c.MessageTtlMs, MaxDurationMs},
-		{"dedup_window_ms", c.DedupWindowMs, MaxDurationMs},
-		{"max_message_bytes", c.MaxMessageBytes, MaxMessageBytesCap},
-		{"fairness_quantum", int64(c.FairnessQuantum), MaxFairnessQuantum},
+		{"visibility_timeout_ms", c.VisibilityTimeoutMs, MaxDurationMs, HumanMs},
+		{"max_deliveries", int64(c.MaxDeliveries), MaxMaxDeliveries, nil},
+		{"max_depth", c.MaxDepth, math.MaxInt64, nil},
+		{"max_bytes", c.MaxBytes, math.MaxInt64, HumanBytes},
+		{"message_ttl_ms", c.MessageTtlMs, MaxDurationMs, HumanMs},
+		{"dedup_window_ms", c.DedupWindowMs, MaxDurationMs, HumanMs},
+		{"max_message_bytes", c.MaxMessageBytes, MaxMessageBytesCap, HumanBytes},
+		{"fairness_quantum", int64(c.FairnessQuantum), MaxFairnessQuantum, nil},
 	}
 	for _, ch := range checks {
 		if ch.v < 0 {
 			return fmt.Errorf("%w: config.%s is negative (%d)", ErrInvalid, ch.field, ch.v)
 		}
 		if ch.v > ch.max {
+			if ch.human != nil {
+				return fmt.Errorf("%w: config.%s is %d (%s), the limit is %d (%s)", ErrInvalid, ch.field, ch.v, ch.human(ch.v), ch.max, ch.human(ch.max))
+			}
 			return fmt.Errorf("%w: config.%s is %d, the limit is %d", ErrInvalid, ch.field, ch.v, ch.max)
 		}
 	}
@@ -196,6 +205,14 @@ func mergeConfig(cur, upd *fsmv1.QueueConfig, mask []string) *fsmv1.QueueConfig 
 	return out
 }
 
+// bytesText is n in bytes, and in binary units when those differ.
+func bytesText(n int64) string {
+	if h := HumanBytes(n); !strings.HasSuffix(h, "bytes") && !strings.HasSuffix(h, "byte") {
+		return fmt.Sprintf("%d bytes (%s)", n, h)
+	}
+	return HumanBytes(n)
+}
+
 // ValidateMessage checks one message against a queue's effective config.
 // The transport calls it before proposing; the FSM calls it again so a bad
 // command changes nothing.
@@ -204,13 +221,14 @@ func ValidateMessage(i int, m *fsmv1.EnqueueMessage, cfg *fsmv1.QueueConfig) err
 		return fmt.Errorf("%w: messages[%d] is null", ErrInvalid, i)
 	}
 	if int64(len(m.Payload)) > cfg.MaxMessageBytes {
-		return fmt.Errorf("%w: messages[%d].payload is %d bytes, the queue's limit is %d", ErrInvalid, i, len(m.Payload), cfg.MaxMessageBytes)
+		return fmt.Errorf("%w: messages[%d].payload is %s, the queue's limit (max_message_bytes) is %s", ErrInvalid,
+			i, bytesText(int64(len(m.Payload))), bytesText(cfg.MaxMessageBytes))
 	}
 	if m.DelayMs < 0 || m.DelayMs > MaxDurationMs {
-		return fmt.Errorf("%w: messages[%d].delay_ms must be in [0, %d]", ErrInvalid, i, int64(MaxDurationMs))
+		return fmt.Errorf("%w: messages[%d].delay_ms is %d, it must be in [0, %d] (0 to %s)", ErrInvalid, i, m.DelayMs, int64(MaxDurationMs), HumanMs(MaxDurationMs))
 	}
 	if m.TtlMs < 0 || m.TtlMs > MaxDurationMs {
-		return fmt.Errorf("%w: messages[%d].ttl_ms must be in [0, %d]", ErrInvalid, i, int64(MaxDurationMs))
+		return fmt.Errorf("%w: messages[%d].ttl_ms is %d, it must be in [0, %d] (0 to %s)", ErrInvalid, i, m.TtlMs, int64(MaxDurationMs), HumanMs(MaxDurationMs))
 	}
 	if m.Weight > MaxWeight {
 		return fmt.Errorf("%w: messages[%d].weight is %d, the limit is %d", ErrInvalid, i, m.Weight, MaxWeight)
@@ -237,7 +255,7 @@ func ValidateMessage(i int, m *fsmv1.EnqueueMessage, cfg *fsmv1.QueueConfig) err
 		size += len(k) + len(v)
 	}
 	if size > MaxHeaderBytes {
-		return fmt.Errorf("%w: messages[%d].headers total %d bytes, the limit is %d", ErrInvalid, i, size, MaxHeaderBytes)
+		return fmt.Errorf("%w: messages[%d].headers total %d bytes, the limit is %d (%s)", ErrInvalid, i, size, MaxHeaderBytes, HumanBytes(MaxHeaderBytes))
 	}
 	return nil
 }
