@@ -18,8 +18,16 @@ BENCH_MOD := test/bench
 
 .PHONY: build run test test-short proto lint bench fuzz cluster clean image image-prereqs
 
+# `raftq version` reports VERSION (git describe) and the commit; the go
+# command stamps the commit too when it can (not in a git worktree, nor
+# under GOFLAGS=-buildvcs=false), so it is passed explicitly as well.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+export RAFTQ_LDFLAGS := $(LDFLAGS)
+
 build:
-	$(GO) build -o $(RAFTQ) ./cmd/raftq
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(RAFTQ) ./cmd/raftq
 
 # The container image: a static binary in a FROM scratch image (no registry
 # pull), tagged $(IMAGE). deploy/compose.yaml runs three of them.

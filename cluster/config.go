@@ -80,6 +80,10 @@ type Config struct {
 	// advertises no version (an older build) counts as.
 	LogVersion uint32
 
+	// Version names this node's build (release and commit), advertised in
+	// gossip so Status can show what every node runs. Optional.
+	Version string
+
 	// Join lists gossip addresses (host:port) of other nodes. Unreachable
 	// seeds are retried in the background until one answers.
 	Join []string

@@ -105,6 +105,7 @@ func (m *membership) localMeta() nodeMeta {
 		State:      m.hasState.Load(),
 		Leaving:    m.leaving.Load(),
 		LogVersion: m.cfg.LogVersion,
+		Version:    m.cfg.Version,
 	}
 }
 

@@ -41,6 +41,8 @@ type NodeStatus struct {
 	// LogVersion is the newest log version the node advertises (1 for a
 	// build that advertises none; 0 while its metadata is unknown).
 	LogVersion uint32
+	// Version is the node's build as it advertises it ("" if unknown).
+	Version string
 }
 
 // Status returns this node's view of the cluster: the servers of the Raft
@@ -67,10 +69,12 @@ func (n *Node) Status() Status {
 		}
 		if m, ok := members[id]; ok && m.metaOK {
 			ns.GRPCAddr, ns.ClientGRPCAddr, ns.HTTPAddr, ns.LogVersion = m.meta.GRPC, m.meta.clientGRPC(), m.meta.HTTP, m.meta.logVersion()
+			ns.Version = m.meta.Version
 		}
 		switch {
 		case id == n.cfg.NodeID:
 			ns.GRPCAddr, ns.ClientGRPCAddr, ns.HTTPAddr, ns.LogVersion = n.cfg.GRPCAdvertise, n.cfg.ClientGRPCAdvertise, n.cfg.HTTPAdvertise, n.cfg.LogVersion
+			ns.Version = n.cfg.Version
 			ns.AppliedIndex = st.AppliedIndex
 			switch selfState {
 			case raft.Leader:

@@ -11,7 +11,7 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 
 # A static binary: no libc to find in an image that has none.
-(cd "$root" && CGO_ENABLED=0 ${GO:-go} build -trimpath -ldflags="-s -w" -o "$ctx/raftq" ./cmd/raftq)
+(cd "$root" && CGO_ENABLED=0 ${GO:-go} build -trimpath -ldflags="-s -w ${RAFTQ_LDFLAGS:-}" -o "$ctx/raftq" ./cmd/raftq)
 
 cp -r "$root/deploy/rootfs" "$ctx/rootfs"
 # TLS to anything outside the cluster needs the CA bundle; take the build

@@ -37,7 +37,7 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 			Id: n.ID, GrpcAddr: n.ClientGRPCAddr, PeerGrpcAddr: n.GRPCAddr, RaftAddr: n.RaftAddr, HttpAddr: n.HTTPAddr,
 			Suffrage: n.Suffrage, State: n.State, Healthy: n.Healthy,
 			LastContactMs: n.LastContactMs, AppliedIndex: n.AppliedIndex,
-			MaxLogVersion: n.LogVersion,
+			MaxLogVersion: n.LogVersion, Version: n.Version,
 		})
 	}
 	if !req.GetLocalOnly() {

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/pprof"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 type metrics struct {
@@ -164,8 +164,15 @@ func (s *Server) HTTPHandler() http.Handler {
 	})
 	mux.HandleFunc("/status", func(w http.ResponseWriter, r *http.Request) {
 		st, _ := (&clusterService{s: s}).Status(r.Context(), &raftqv1.StatusRequest{})
+		// The same JSON as `raftq cluster status --json`: protojson with
+		// the .proto field names and zero values present (docs/api.md).
+		b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(st)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(st)
+		_, _ = w.Write(append(b, '\n'))
 	})
 	return mux
 }

@@ -121,6 +121,7 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 				RaftBind:           "127.0.0.1:0",
 				GossipBind:         "127.0.0.1:0",
 				GRPCAdvertise:      n.addr,
+				Version:            "build-of-" + id,
 				Join:               join,
 				BootstrapExpect:    o.expect,
 				DeadNodeTimeout:    time.Minute,

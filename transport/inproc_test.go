@@ -2,8 +2,11 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // maxQueuedBytes is the node-wide admission limit of the 3-node test
@@ -68,6 +72,9 @@ func testStatus(t *testing.T, c *inprocCluster) {
 				if nd.MaxLogVersion != fsm.MaxLogVersion {
 					return fmt.Errorf("Status via %s: %s advertises log version %d, want %d", n.id, nd.Id, nd.MaxLogVersion, fsm.MaxLogVersion)
 				}
+				if want := "build-of-" + nd.Id; nd.Version != want {
+					return fmt.Errorf("Status via %s: %s advertises version %q, want %q", n.id, nd.Id, nd.Version, want)
+				}
 			}
 			// Every voter runs this build, so the cluster version rose to it.
 			if st.ClusterVersion != fsm.MaxLogVersion {
@@ -84,6 +91,36 @@ func testStatus(t *testing.T, c *inprocCluster) {
 				t.Fatalf("local-only Status via %s: %s applied index %d (only its own is known)", n.id, nd.Id, nd.AppliedIndex)
 			}
 		}
+	}
+	testHTTPStatusJSON(t, l)
+}
+
+// testHTTPStatusJSON: /status is the Status response in the one JSON
+// encoding of the API (protojson, .proto field names, zeros present), the
+// same as `raftq cluster status --json`.
+func testHTTPStatusJSON(t *testing.T, n *inprocNode) {
+	rec := httptest.NewRecorder()
+	n.srv.HTTPHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status", nil))
+	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("/status: %d %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	var st raftqv1.StatusResponse
+	if err := protojson.Unmarshal(rec.Body.Bytes(), &st); err != nil {
+		t.Fatalf("/status is not protojson of StatusResponse: %v\n%s", err, rec.Body)
+	}
+	if st.LeaderId != n.id || len(st.Nodes) != 3 {
+		t.Fatalf("/status = %v", &st)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	// 64-bit integers are strings in protojson; names are the .proto's.
+	if _, ok := raw["commit_index"].(string); !ok {
+		t.Fatalf("/status commit_index = %#v, want a string (protojson int64)", raw["commit_index"])
+	}
+	if _, ok := raw["leaderId"]; ok {
+		t.Fatal("/status uses camelCase names")
 	}
 }
 

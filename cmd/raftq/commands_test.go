@@ -2,6 +2,7 @@ package main
 
 import (
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -446,5 +447,41 @@ func TestPlainTooLarge(t *testing.T) {
 	}
 	if _, ok := plainTooLarge("queue not found: q"); ok {
 		t.Fatal("rewrote an unrelated message")
+	}
+}
+
+func TestVersion(t *testing.T) {
+	r := raftq(t, "127.0.0.1:1", "", "version")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "raftq ") || !strings.Contains(r.stdout, "\ngo: "+runtime.Version()+"\n") {
+		t.Fatalf("version: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	flag := raftq(t, "127.0.0.1:1", "", "--version")
+	if flag.code != 0 || flag.stdout != r.stdout {
+		t.Fatalf("--version printed %q, want what version prints, %q", flag.stdout, r.stdout)
+	}
+	j := raftq(t, "127.0.0.1:1", "", "version", "--json")
+	var bi raftqv1.BuildInfo
+	if err := protojson.Unmarshal([]byte(j.stdout), &bi); err != nil || bi.GetGoVersion() != runtime.Version() || bi.GetVersion() == "" {
+		t.Fatalf("version --json: %q (%v)", j.stdout, err)
+	}
+	if !strings.Contains(j.stdout, `"go_version"`) {
+		t.Fatalf("version --json uses other than the proto field names: %s", j.stdout)
+	}
+}
+
+func TestBuildInfoDescribe(t *testing.T) {
+	for _, tc := range []struct {
+		b    buildInfo
+		want string
+	}{
+		{buildInfo{version: "v1.2.0"}, "v1.2.0"},
+		{buildInfo{version: "v1.2.0", commit: "0123456789abcdef0123"}, "v1.2.0 (0123456789ab)"},
+		{buildInfo{version: "v1.2.0", commit: "0123456789abcdef0123", modified: true}, "v1.2.0 (0123456789ab-dirty)"},
+		// git describe already names the commit.
+		{buildInfo{version: "v1.2.0-3-g0123456", commit: "0123456789abcdef0123"}, "v1.2.0-3-g0123456"},
+	} {
+		if got := tc.b.describe(); got != tc.want {
+			t.Errorf("%+v: got %q, want %q", tc.b, got, tc.want)
+		}
 	}
 }

@@ -95,7 +95,11 @@ func newRootCmd(a *app) *cobra.Command {
 			"(every other command). Client commands reach the cluster through --addr.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       readBuildInfo().describe(),
 	}
+	// --version prints what `raftq version` does (no template actions in
+	// the text, so braces in a version string cannot break it).
+	root.SetVersionTemplate(strings.ReplaceAll(readBuildInfo().text(), "{{", "{{`{{`}}"))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		if strings.HasPrefix(err.Error(), "unknown flag") || strings.HasPrefix(err.Error(), "unknown shorthand flag") {
 			return fmt.Errorf("%w\n(an argument that starts with '-' goes after --, as in: raftq queue delete -- -jobs)", err)
@@ -120,6 +124,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newRedriveCmd(a),
 		newClusterCmd(a),
 		newCertCmd(),
+		newVersionCmd(a),
 	)
 	return root
 }

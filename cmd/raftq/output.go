@@ -219,14 +219,18 @@ func printStatus(w io.Writer, st *raftqv1.StatusResponse) error {
 	}
 	fmt.Fprintln(w)
 	tw = table(w)
-	fmt.Fprintln(tw, "ID\tSTATE\tSUFFRAGE\tHEALTHY\tAPPLIED\tLAST_CONTACT\tMAX_LOG_VERSION\tGRPC\tRAFT\tHTTP")
+	fmt.Fprintln(tw, "ID\tSTATE\tSUFFRAGE\tHEALTHY\tAPPLIED\tLAST_CONTACT\tMAX_LOG_VERSION\tVERSION\tGRPC\tRAFT\tHTTP")
 	for _, n := range st.GetNodes() {
 		contact := "-"
 		if n.GetLastContactMs() > 0 {
 			contact = ms(n.GetLastContactMs())
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%s\t%d\t%s\t%s\t%s\n", n.GetId(), n.GetState(), n.GetSuffrage(),
-			n.GetHealthy(), n.GetAppliedIndex(), contact, n.GetMaxLogVersion(), n.GetGrpcAddr(), n.GetRaftAddr(), n.GetHttpAddr())
+		version := n.GetVersion()
+		if version == "" {
+			version = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", n.GetId(), n.GetState(), n.GetSuffrage(),
+			n.GetHealthy(), n.GetAppliedIndex(), contact, n.GetMaxLogVersion(), version, n.GetGrpcAddr(), n.GetRaftAddr(), n.GetHttpAddr())
 	}
 	return tw.Flush()
 }

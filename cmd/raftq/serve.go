@@ -310,6 +310,7 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 			DeadNodeTimeout:     o.deadNodeTimeout,
 			SnapshotThreshold:   o.snapThreshold,
 			TrailingLogs:        o.trailingLogs,
+			Version:             readBuildInfo().describe(),
 		},
 		LeaseGrace:      o.leaseGrace,
 		MaxQueuedBytes:  o.maxQueuedBytes,

@@ -2497,7 +2497,11 @@ type Node struct {
 	// grpc_addr is where clients reach the node (its --advertise-grpc-addr,
 	// e.g. a published port, when it has one); peer_grpc_addr is where the
 	// other nodes reach it (its --advertise-host and --grpc-addr port).
-	PeerGrpcAddr  string `protobuf:"bytes,11,opt,name=peer_grpc_addr,json=peerGrpcAddr,proto3" json:"peer_grpc_addr,omitempty"`
+	PeerGrpcAddr string `protobuf:"bytes,11,opt,name=peer_grpc_addr,json=peerGrpcAddr,proto3" json:"peer_grpc_addr,omitempty"`
+	// The node's build as it advertises in gossip: `raftq version`'s
+	// version, with the commit when the version does not already name it
+	// ("" for a build from before it was advertised).
+	Version       string `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2609,6 +2613,84 @@ func (x *Node) GetPeerGrpcAddr() string {
 	return ""
 }
 
+func (x *Node) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// BuildInfo is what `raftq version --json` prints: the binary's release,
+// VCS commit and the Go toolchain that built it.
+type BuildInfo struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	Commit  string                 `protobuf:"bytes,2,opt,name=commit,proto3" json:"commit,omitempty"`
+	// The working tree had uncommitted changes when the binary was built.
+	Modified      bool   `protobuf:"varint,3,opt,name=modified,proto3" json:"modified,omitempty"`
+	GoVersion     string `protobuf:"bytes,4,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BuildInfo) Reset() {
+	*x = BuildInfo{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildInfo) ProtoMessage() {}
+
+func (x *BuildInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
+func (*BuildInfo) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *BuildInfo) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *BuildInfo) GetCommit() string {
+	if x != nil {
+		return x.Commit
+	}
+	return ""
+}
+
+func (x *BuildInfo) GetModified() bool {
+	if x != nil {
+		return x.Modified
+	}
+	return false
+}
+
+func (x *BuildInfo) GetGoVersion() string {
+	if x != nil {
+		return x.GoVersion
+	}
+	return ""
+}
+
 type StatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Answer from this node alone. Without it, the node asks the others for
@@ -2621,7 +2703,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2715,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2728,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{41}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StatusRequest) GetLocalOnly() bool {
@@ -2673,7 +2755,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2767,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2780,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{42}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StatusResponse) GetLeaderId() string {
@@ -2762,7 +2844,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2774,7 +2856,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2787,7 +2869,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{43}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -2812,7 +2894,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +2906,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +2919,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
 }
 
 type LeaveRequest struct {
@@ -2851,7 +2933,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2863,7 +2945,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2876,7 +2958,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *LeaveRequest) GetForce() bool {
@@ -2896,7 +2978,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +2990,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +3003,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *LeaveResponse) GetId() string {
@@ -2940,7 +3022,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2952,7 +3034,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2965,7 +3047,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TransferLeadershipRequest) GetToId() string {
@@ -2984,7 +3066,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3078,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3091,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TransferLeadershipResponse) GetNewLeaderId() string {
@@ -3027,7 +3109,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3039,7 +3121,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3052,7 +3134,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
 }
 
 type SnapshotResponse struct {
@@ -3064,7 +3146,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3076,7 +3158,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3089,7 +3171,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -3112,7 +3194,7 @@ type NodeDigest struct {
 
 func (x *NodeDigest) Reset() {
 	*x = NodeDigest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3124,7 +3206,7 @@ func (x *NodeDigest) String() string {
 func (*NodeDigest) ProtoMessage() {}
 
 func (x *NodeDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3137,7 +3219,7 @@ func (x *NodeDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDigest.ProtoReflect.Descriptor instead.
 func (*NodeDigest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *NodeDigest) GetId() string {
@@ -3183,7 +3265,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3277,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3290,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
 }
 
 type VerifyResponse struct {
@@ -3227,7 +3309,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3321,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3334,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *VerifyResponse) GetNodes() []*NodeDigest {
@@ -3284,7 +3366,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3296,7 +3378,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3309,7 +3391,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
 }
 
 type CheckpointResponse struct {
@@ -3321,7 +3403,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3333,7 +3415,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3346,7 +3428,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CheckpointResponse) GetIndex() uint64 {
@@ -3365,7 +3447,7 @@ type LocalDigestRequest struct {
 
 func (x *LocalDigestRequest) Reset() {
 	*x = LocalDigestRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3377,7 +3459,7 @@ func (x *LocalDigestRequest) String() string {
 func (*LocalDigestRequest) ProtoMessage() {}
 
 func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3390,7 +3472,7 @@ func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalDigestRequest.ProtoReflect.Descriptor instead.
 func (*LocalDigestRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *LocalDigestRequest) GetIndex() uint64 {
@@ -3409,7 +3491,7 @@ type ListConsumersRequest struct {
 
 func (x *ListConsumersRequest) Reset() {
 	*x = ListConsumersRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3421,7 +3503,7 @@ func (x *ListConsumersRequest) String() string {
 func (*ListConsumersRequest) ProtoMessage() {}
 
 func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3434,7 +3516,7 @@ func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersRequest.ProtoReflect.Descriptor instead.
 func (*ListConsumersRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListConsumersRequest) GetQueue() string {
@@ -3453,7 +3535,7 @@ type ListConsumersResponse struct {
 
 func (x *ListConsumersResponse) Reset() {
 	*x = ListConsumersResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3465,7 +3547,7 @@ func (x *ListConsumersResponse) String() string {
 func (*ListConsumersResponse) ProtoMessage() {}
 
 func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3478,7 +3560,7 @@ func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
@@ -3517,7 +3599,7 @@ type ConsumerInfo struct {
 
 func (x *ConsumerInfo) Reset() {
 	*x = ConsumerInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3529,7 +3611,7 @@ func (x *ConsumerInfo) String() string {
 func (*ConsumerInfo) ProtoMessage() {}
 
 func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3542,7 +3624,7 @@ func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ConsumerInfo) GetName() string {
@@ -3810,7 +3892,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\"'\n" +
 	"\x0fRedriveResponse\x12\x14\n" +
-	"\x05moved\x18\x01 \x01(\x03R\x05moved\"\xd4\x02\n" +
+	"\x05moved\x18\x01 \x01(\x03R\x05moved\"\xee\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x1b\n" +
@@ -3823,7 +3905,14 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\rapplied_index\x18\t \x01(\x04R\fappliedIndex\x12&\n" +
 	"\x0fmax_log_version\x18\n" +
 	" \x01(\rR\rmaxLogVersion\x12$\n" +
-	"\x0epeer_grpc_addr\x18\v \x01(\tR\fpeerGrpcAddr\".\n" +
+	"\x0epeer_grpc_addr\x18\v \x01(\tR\fpeerGrpcAddr\x12\x18\n" +
+	"\aversion\x18\f \x01(\tR\aversion\"x\n" +
+	"\tBuildInfo\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\x12\x16\n" +
+	"\x06commit\x18\x02 \x01(\tR\x06commit\x12\x1a\n" +
+	"\bmodified\x18\x03 \x01(\bR\bmodified\x12\x1d\n" +
+	"\n" +
+	"go_version\x18\x04 \x01(\tR\tgoVersion\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
 	"local_only\x18\x01 \x01(\bR\tlocalOnly\"\xf9\x01\n" +
@@ -3929,7 +4018,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -3972,51 +4061,52 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*RedriveRequest)(nil),             // 38: raftq.v1.RedriveRequest
 	(*RedriveResponse)(nil),            // 39: raftq.v1.RedriveResponse
 	(*Node)(nil),                       // 40: raftq.v1.Node
-	(*StatusRequest)(nil),              // 41: raftq.v1.StatusRequest
-	(*StatusResponse)(nil),             // 42: raftq.v1.StatusResponse
-	(*RemoveNodeRequest)(nil),          // 43: raftq.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 44: raftq.v1.RemoveNodeResponse
-	(*LeaveRequest)(nil),               // 45: raftq.v1.LeaveRequest
-	(*LeaveResponse)(nil),              // 46: raftq.v1.LeaveResponse
-	(*TransferLeadershipRequest)(nil),  // 47: raftq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 48: raftq.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 49: raftq.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 50: raftq.v1.SnapshotResponse
-	(*NodeDigest)(nil),                 // 51: raftq.v1.NodeDigest
-	(*VerifyRequest)(nil),              // 52: raftq.v1.VerifyRequest
-	(*VerifyResponse)(nil),             // 53: raftq.v1.VerifyResponse
-	(*CheckpointRequest)(nil),          // 54: raftq.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),         // 55: raftq.v1.CheckpointResponse
-	(*LocalDigestRequest)(nil),         // 56: raftq.v1.LocalDigestRequest
-	(*ListConsumersRequest)(nil),       // 57: raftq.v1.ListConsumersRequest
-	(*ListConsumersResponse)(nil),      // 58: raftq.v1.ListConsumersResponse
-	(*ConsumerInfo)(nil),               // 59: raftq.v1.ConsumerInfo
-	nil,                                // 60: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 61: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 62: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 63: google.protobuf.FieldMask
-	(*status.Status)(nil),              // 64: google.rpc.Status
+	(*BuildInfo)(nil),                  // 41: raftq.v1.BuildInfo
+	(*StatusRequest)(nil),              // 42: raftq.v1.StatusRequest
+	(*StatusResponse)(nil),             // 43: raftq.v1.StatusResponse
+	(*RemoveNodeRequest)(nil),          // 44: raftq.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 45: raftq.v1.RemoveNodeResponse
+	(*LeaveRequest)(nil),               // 46: raftq.v1.LeaveRequest
+	(*LeaveResponse)(nil),              // 47: raftq.v1.LeaveResponse
+	(*TransferLeadershipRequest)(nil),  // 48: raftq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 49: raftq.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 50: raftq.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 51: raftq.v1.SnapshotResponse
+	(*NodeDigest)(nil),                 // 52: raftq.v1.NodeDigest
+	(*VerifyRequest)(nil),              // 53: raftq.v1.VerifyRequest
+	(*VerifyResponse)(nil),             // 54: raftq.v1.VerifyResponse
+	(*CheckpointRequest)(nil),          // 55: raftq.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 56: raftq.v1.CheckpointResponse
+	(*LocalDigestRequest)(nil),         // 57: raftq.v1.LocalDigestRequest
+	(*ListConsumersRequest)(nil),       // 58: raftq.v1.ListConsumersRequest
+	(*ListConsumersResponse)(nil),      // 59: raftq.v1.ListConsumersResponse
+	(*ConsumerInfo)(nil),               // 60: raftq.v1.ConsumerInfo
+	nil,                                // 61: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 62: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 63: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 64: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 65: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	60, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	61, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
 	1,  // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
 	2,  // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
 	3,  // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
 	4,  // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
 	6,  // 5: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
-	61, // 6: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	62, // 7: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	62, // 6: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	63, // 7: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
 	1,  // 8: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
 	5,  // 9: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	1,  // 10: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	63, // 11: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	64, // 11: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
 	5,  // 12: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 13: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 14: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
 	7,  // 15: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
 	24, // 16: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
 	25, // 17: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
-	64, // 18: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	65, // 18: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
 	8,  // 19: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
 	9,  // 20: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
 	11, // 21: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
@@ -4026,8 +4116,8 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	11, // 25: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
 	8,  // 26: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
 	40, // 27: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
-	51, // 28: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
-	59, // 29: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
+	52, // 28: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
+	60, // 29: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
 	0,  // 30: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
 	12, // 31: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
 	14, // 32: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
@@ -4043,15 +4133,15 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	34, // 42: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
 	36, // 43: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
 	38, // 44: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	57, // 45: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
-	41, // 46: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
-	43, // 47: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
-	47, // 48: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
-	49, // 49: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	52, // 50: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	54, // 51: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	56, // 52: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
-	45, // 53: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
+	58, // 45: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
+	42, // 46: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
+	44, // 47: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
+	48, // 48: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
+	50, // 49: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
+	53, // 50: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	55, // 51: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	57, // 52: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	46, // 53: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
 	13, // 54: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
 	15, // 55: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
 	17, // 56: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
@@ -4066,15 +4156,15 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	35, // 65: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
 	37, // 66: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
 	39, // 67: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	58, // 68: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
-	42, // 69: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	44, // 70: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	48, // 71: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	50, // 72: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	53, // 73: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	55, // 74: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	51, // 75: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	46, // 76: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
+	59, // 68: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
+	43, // 69: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	45, // 70: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	49, // 71: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	51, // 72: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	54, // 73: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	56, // 74: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	52, // 75: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	47, // 76: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
 	54, // [54:77] is the sub-list for method output_type
 	31, // [31:54] is the sub-list for method input_type
 	31, // [31:31] is the sub-list for extension type_name
@@ -4093,7 +4183,7 @@ func file_raftq_v1_raftq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   63,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
