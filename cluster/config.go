@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,6 +39,9 @@ const (
 	// bootstrapSettle is how long the founder set must stay unchanged
 	// before a multi-server bootstrap.
 	bootstrapSettle = 500 * time.Millisecond
+	// memberCheckTimeout bounds the leader's mTLS check of a member
+	// before it is added as a voter.
+	memberCheckTimeout = 5 * time.Second
 	// leaveDrainTimeout bounds how long a leaving node waits to see itself
 	// removed from the Raft configuration.
 	leaveDrainTimeout = 5 * time.Second
@@ -111,11 +115,37 @@ type Config struct {
 	// nodes share cores and a disk; tests use shorter ones.
 	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
 
+	// TLS, when set, runs the Raft transport over mutual TLS with node
+	// certificates, makes the leader check a gossip member's node
+	// certificate before adding it as a voter, and removes a node at once
+	// only when it announced its leave over mutual TLS (a gossip leave
+	// alone counts as a failure). nil: plain TCP, gossip trusted.
+	TLS *TLS
+
+	// GossipKeys, when set, encrypts and authenticates gossip with
+	// memberlist's keyring (AES-GCM): the first key encrypts, every key is
+	// accepted, and a member without one of them cannot join. Each key is
+	// 16, 24 or 32 bytes. Node.SetGossipKeys replaces them at run time.
+	GossipKeys [][]byte
+
 	// Test hooks (unexported: the package's own tests set them).
 	reconcileInterval time.Duration
 	joinRetry         time.Duration
 	tuneGossip        func(*memberlist.Config)
 	onLeadership      func(Leadership) // sees every published value, in order
+}
+
+// TLS is what the Raft transport needs to speak mutual TLS. The configs
+// carry the verification; this package only asks for a node's name.
+type TLS struct {
+	// Server is the Raft listener's config: it must require a node
+	// certificate of the cluster's CA (and refuse client certificates).
+	Server *tls.Config
+	// Dial returns the config for dialling node id: it presents this
+	// node's certificate and must accept only id's node certificate.
+	Dial func(id string) *tls.Config
+	// PeerName names the node of a connection Server accepted.
+	PeerName func(tls.ConnectionState) (string, bool)
 }
 
 // withDefaults returns a copy of c with defaults filled in, or an error
@@ -189,6 +219,14 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ClientGRPCAdvertise == "" {
 		c.ClientGRPCAdvertise = c.GRPCAdvertise
+	}
+	for i, k := range c.GossipKeys {
+		if n := len(k); n != 16 && n != 24 && n != 32 {
+			return c, fmt.Errorf("cluster: config: gossip key %d is %d bytes, want 16, 24 or 32", i+1, n)
+		}
+	}
+	if c.TLS != nil && (c.TLS.Server == nil || c.TLS.Dial == nil || c.TLS.PeerName == nil) {
+		return c, errors.New("cluster: config: TLS needs Server, Dial and PeerName")
 	}
 	c.Join = append([]string(nil), c.Join...)
 	return c, nil

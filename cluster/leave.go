@@ -24,6 +24,9 @@ type leaveProtocol struct {
 	// transfer hands leadership to the most up-to-date voter and returns
 	// the new leader's id.
 	transfer func(ctx context.Context) (string, error)
+	// announce, with TLS, tells server id at addr over mutual TLS that
+	// this node leaves: with TLS only such a leave removes a node at once.
+	announce func(ctx context.Context, id, addr string) error
 
 	mu   sync.Mutex
 	left bool // the gossip leave was announced
@@ -62,6 +65,9 @@ func (p *leaveProtocol) run(ctx context.Context) error {
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(d))
 	}
+	if p.announce != nil {
+		p.announceLeave(ctx, timeout)
+	}
 	p.ms.leave(timeout)
 	p.left = true
 
@@ -84,6 +90,30 @@ func (p *leaveProtocol) hasLeft() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.left
+}
+
+// announceLeave tells every other server in the configuration, over
+// mutual TLS, that this node leaves: whichever of them leads removes it.
+func (p *leaveProtocol) announceLeave(ctx context.Context, timeout time.Duration) {
+	servers, err := latestServers(p.r)
+	if err != nil {
+		p.log.Warn("announcing leave: no configuration", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		if string(s.ID) == p.self {
+			continue
+		}
+		wg.Go(func() {
+			if err := p.announce(ctx, string(s.ID), string(s.Address)); err != nil {
+				p.log.Warn("announcing leave over mutual TLS", "to", s.ID, "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // waitRemoved waits until this node is out of the Raft configuration or

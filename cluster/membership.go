@@ -1,11 +1,14 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -29,9 +32,17 @@ type membership struct {
 	raftAddr string
 	ml       *memberlist.Memberlist
 	addr     string // advertised gossip address
+	// keyring is memberlist's (shared with it; safe for concurrent use),
+	// nil when gossip is not encrypted.
+	keyring *memberlist.Keyring
 	// onChange is called after every member update, with no lock held; set
 	// before start.
 	onChange []func()
+
+	// authLeaves: only a leave announced over mutual TLS
+	// (authenticatedLeave) counts; the Leaving flag and leave notices in
+	// gossip, which anyone who can send gossip could forge, are ignored.
+	authLeaves bool
 
 	metaMu   sync.Mutex // serialises metadata updates with leaving
 	hasState atomic.Bool
@@ -45,7 +56,8 @@ type membership struct {
 // newMembership checks that the node's metadata fits memberlist's limit;
 // start creates the memberlist.
 func newMembership(cfg Config, log *slog.Logger, raftAddr string, hasState bool) (*membership, error) {
-	m := &membership{cfg: cfg, log: log, raftAddr: raftAddr, members: map[string]*member{}, changed: make(chan struct{})}
+	m := &membership{cfg: cfg, log: log, raftAddr: raftAddr, members: map[string]*member{}, changed: make(chan struct{}),
+		authLeaves: cfg.TLS != nil}
 	m.hasState.Store(hasState)
 	probe := m.localMeta()
 	probe.State, probe.Leaving = true, true
@@ -78,6 +90,14 @@ func (m *membership) start(ctx context.Context, hcl hclog.Logger) error {
 		}
 		mc.AdvertiseAddr, mc.AdvertisePort = ip.String(), aport
 	}
+	if len(m.cfg.GossipKeys) > 0 {
+		kr, err := memberlist.NewKeyring(m.cfg.GossipKeys[1:], m.cfg.GossipKeys[0])
+		if err != nil {
+			return fmt.Errorf("gossip keyring: %w", err)
+		}
+		mc.Keyring, m.keyring = kr, kr
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
 	mc.Delegate = &metaDelegate{m: m}
 	mc.Events = &eventDelegate{m: m}
 	mc.LogOutput = nil
@@ -90,6 +110,34 @@ func (m *membership) start(ctx context.Context, hcl hclog.Logger) error {
 		return fmt.Errorf("memberlist: %w", err)
 	}
 	m.ml, m.addr = ml, ml.LocalNode().Address()
+	return nil
+}
+
+// setKeys makes keys the gossip keyring: keys[0] encrypts from now on,
+// all of them are accepted, and keys not listed are dropped.
+func (m *membership) setKeys(keys [][]byte) error {
+	if m.keyring == nil {
+		return errors.New("gossip encryption is off on this node: start it with a gossip key to use a keyring")
+	}
+	if len(keys) == 0 {
+		return errors.New("no gossip key: turning encryption off needs a restart of every node")
+	}
+	kr := m.keyring
+	for _, k := range keys {
+		if err := kr.AddKey(k); err != nil {
+			return fmt.Errorf("gossip keyring: %w", err)
+		}
+	}
+	if err := kr.UseKey(keys[0]); err != nil {
+		return fmt.Errorf("gossip keyring: %w", err)
+	}
+	for _, old := range kr.GetKeys() {
+		if !slices.ContainsFunc(keys, func(k []byte) bool { return bytes.Equal(k, old) }) {
+			if err := kr.RemoveKey(old); err != nil {
+				return fmt.Errorf("gossip keyring: %w", err)
+			}
+		}
+	}
 	return nil
 }
 
@@ -123,7 +171,7 @@ func (m *membership) update(mn *memberlist.Node, state memberState, joined bool)
 	}
 	if metaErr == nil {
 		rec.meta, rec.metaOK = meta, true
-		if meta.Leaving {
+		if meta.Leaving && !m.authLeaves {
 			rec.leaving = true
 		}
 	} else if !rec.metaOK {
@@ -135,7 +183,7 @@ func (m *membership) update(mn *memberlist.Node, state memberState, joined bool)
 	}
 	if joined {
 		// A (re)join starts afresh: a new process, not leaving, addable.
-		rec.leaving, rec.noAdd = meta.Leaving, false
+		rec.leaving, rec.noAdd = meta.Leaving && !m.authLeaves, false
 	}
 	prev := rec.state
 	if rec.state != state || joined {
@@ -167,13 +215,35 @@ func (m *membership) changes() <-chan struct{} {
 	return m.changed
 }
 
-// leaveNoticeFrom records that id announced a graceful leave.
+// leaveNoticeFrom records that id announced a graceful leave in gossip
+// (ignored when leaves must be authenticated).
 func (m *membership) leaveNoticeFrom(id string) {
+	if m.authLeaves {
+		return
+	}
 	m.mu.Lock()
 	if rec, ok := m.members[id]; ok {
 		rec.leaving = true
 	}
 	m.mu.Unlock()
+}
+
+// authenticatedLeave records that id announced its leave over mutual TLS
+// (its node certificate named it): when gossip reports it gone, or if it
+// already has, it has left rather than failed.
+func (m *membership) authenticatedLeave(id string) {
+	m.mu.Lock()
+	rec, ok := m.members[id]
+	if ok {
+		rec.leaving = true
+		if rec.state == memberFailed {
+			rec.state, rec.since = memberLeft, time.Now()
+		}
+	}
+	m.mu.Unlock()
+	if ok {
+		m.notifyChanged()
+	}
 }
 
 // list returns the gossip view, sorted by id: every member heard of,

@@ -149,7 +149,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		}
 		advertise = &net.TCPAddr{IP: ip, Port: port}
 	}
-	stream, err := newStreamLayer(ctx, cfg.RaftBind, advertise)
+	stream, err := newStreamLayer(ctx, cfg.RaftBind, advertise, cfg.TLS, n.log)
 	if err != nil {
 		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftBind, err)
 	}
@@ -193,11 +193,20 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err != nil {
 		return nil, fmt.Errorf("raft: %w", err)
 	}
+	stream.raft.Store(n.raft)
 	n.lead = newLeadership(cfg.NodeID, cfg.GRPCAdvertise, cfg.ClientGRPCAdvertise, n.raft, n.log, n.ms.meta, cfg.onLeadership)
 	n.boot = newBootstrapper(cfg, n.log, n.raft, n.ms)
 	n.rec = newReconciler(cfg, n.log, n.raft, n.ms)
 	n.leave = &leaveProtocol{self: cfg.NodeID, log: n.log, r: n.raft, ms: n.ms, lead: n.lead,
 		transfer: func(ctx context.Context) (string, error) { return n.TransferLeadership(ctx, "") }}
+	if cfg.TLS != nil {
+		// The leader adds a member only once it has shown its node
+		// certificate; a leave counts only when announced over mTLS.
+		n.rec.checkNode = stream.checkNode
+		n.leave.announce = stream.sendLeave
+		onLeave := n.ms.authenticatedLeave
+		stream.onLeave.Store(&onLeave)
+	}
 	if leader != nil {
 		n.lead.services = append(n.lead.services, func(ctx context.Context) {
 			n.log.Info("starting leader service")
@@ -229,6 +238,18 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	n.log.Info("node started", "raft", n.raftAddr, "gossip", n.ms.addr, "grpc", cfg.GRPCAdvertise,
 		"existing_state", hasState, "bootstrap_expect", cfg.BootstrapExpect, "join", cfg.Join)
 	return n, nil
+}
+
+// SetGossipKeys replaces the gossip keyring of a node started with
+// Config.GossipKeys: keys[0] encrypts, every key is accepted, others are
+// dropped. Rotating a key takes three rounds over every node: add the new
+// key second, make it first, drop the old one.
+func (n *Node) SetGossipKeys(keys [][]byte) error {
+	if err := n.ms.setKeys(keys); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	n.log.Info("gossip keyring replaced", "keys", len(keys))
+	return nil
 }
 
 // ID returns the node's id.

@@ -2,33 +2,67 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 )
+
+// leaveByte opens an authenticated leave on the Raft port instead of a
+// Raft RPC (whose type bytes are small integers): the dialling node, known
+// by its node certificate, announces that it is leaving.
+const leaveByte = 0xF0
+
+// tlsAcceptTimeout bounds a connection's TLS handshake and its first
+// byte. Raft writes an RPC as soon as it has dialled, so only a silent or
+// refused peer meets it.
+const tlsAcceptTimeout = 10 * time.Second
 
 // streamLayer is raft's TCP stream layer, except that it tracks every
 // connection it accepts or dials and closes them all on Close. raft's own
 // TCPStreamLayer leaves inbound connection handlers blocked in Read until
 // the peer closes its end, so a stopped node would keep goroutines and
 // sockets until its peers noticed.
+//
+// With TLS (Config.TLS) every connection is mutual TLS: an accepted peer
+// must present a node certificate, a dial accepts only the node
+// certificate of the server id at that address in the Raft configuration,
+// and the port also takes authenticated leaves (leaveByte).
 type streamLayer struct {
 	ln        net.Listener
 	advertise net.Addr
 
+	tls *TLS
+	log *slog.Logger
+	// raft is set once Raft exists: dials look up the server id of an
+	// address in its latest configuration.
+	raft atomic.Pointer[raft.Raft]
+	// onLeave hears an authenticated leave of a node; set once
+	// membership exists (until then a leave is refused).
+	onLeave atomic.Pointer[func(id string)]
+	// accepted carries TLS connections whose handshake and first byte
+	// arrived, to Accept.
+	accepted chan net.Conn
+	done     chan struct{} // closed by Close
+	wg       sync.WaitGroup
+
 	mu     sync.Mutex
 	closed bool
-	conns  map[*trackedConn]struct{}
+	conns  map[net.Conn]struct{}
 }
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
 
 // newStreamLayer listens on bind; advertise (nil = the bound address) must
-// be a specific address others can dial.
-func newStreamLayer(ctx context.Context, bind string, advertise net.Addr) (*streamLayer, error) {
+// be a specific address others can dial. tlsCfg nil: plain TCP.
+func newStreamLayer(ctx context.Context, bind string, advertise net.Addr, tlsCfg *TLS, log *slog.Logger) (*streamLayer, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", bind)
 	if err != nil {
@@ -41,9 +75,16 @@ func newStreamLayer(ctx context.Context, bind string, advertise net.Addr) (*stre
 		ln.Close()
 		return nil, fmt.Errorf("raft address %s is not advertisable: set the advertise address", advertise)
 	}
-	return &streamLayer{ln: ln, advertise: advertise, conns: map[*trackedConn]struct{}{}}, nil
+	s := &streamLayer{ln: ln, advertise: advertise, tls: tlsCfg, log: log, conns: map[net.Conn]struct{}{},
+		accepted: make(chan net.Conn), done: make(chan struct{})}
+	if tlsCfg != nil {
+		s.wg.Add(1)
+		go s.acceptLoop()
+	}
+	return s, nil
 }
 
+// track records c so Close closes it; it fails once closed.
 func (s *streamLayer) track(c net.Conn) (net.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -56,35 +97,195 @@ func (s *streamLayer) track(c net.Conn) (net.Conn, error) {
 	return tc, nil
 }
 
+func (s *streamLayer) untrack(c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
 func (s *streamLayer) Accept() (net.Conn, error) {
-	c, err := s.ln.Accept()
+	if s.tls == nil {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return nil, err
+		}
+		return s.track(c)
+	}
+	select {
+	case c := <-s.accepted:
+		return c, nil
+	case <-s.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// acceptLoop accepts TLS connections and hands each to its own
+// goroutine, so a slow or hostile peer cannot hold up the others.
+func (s *streamLayer) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			select {
+			case <-s.done:
+				return
+			case <-time.After(50 * time.Millisecond): // e.g. out of file descriptors
+			}
+			continue
+		}
+		tc, err := s.track(tls.Server(c, s.tls.Server))
+		if err != nil {
+			return
+		}
+		s.wg.Add(1)
+		go s.serveConn(tc)
+	}
+}
+
+// serveConn completes the handshake (which refuses anything but a node
+// certificate of the CA), reads the first byte, and either takes an
+// authenticated leave or passes the connection to Raft with the byte put
+// back.
+func (s *streamLayer) serveConn(c net.Conn) {
+	defer s.wg.Done()
+	_ = c.SetDeadline(time.Now().Add(tlsAcceptTimeout))
+	tc := c.(*trackedConn).Conn.(*tls.Conn)
+	if err := tc.Handshake(); err != nil {
+		// The config's verifier logged why a certificate was refused.
+		s.log.Debug("raft: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+		c.Close()
+		return
+	}
+	var first [1]byte
+	if _, err := io.ReadFull(c, first[:]); err != nil {
+		c.Close() // a probe (voter admission) or a peer that hung up
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	if first[0] == leaveByte {
+		defer c.Close()
+		name, ok := s.tls.PeerName(tc.ConnectionState())
+		onLeave := s.onLeave.Load()
+		if !ok || onLeave == nil {
+			return
+		}
+		s.log.Info("node announced its leave over mutual TLS", "id", name)
+		(*onLeave)(name)
+		_ = c.SetDeadline(time.Now().Add(tlsAcceptTimeout))
+		_, _ = c.Write([]byte{1})
+		return
+	}
+	select {
+	case s.accepted <- &prefixConn{Conn: c, first: first[0], pending: true}:
+	case <-s.done:
+		c.Close()
+	}
+}
+
+func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	if s.tls == nil {
+		d := net.Dialer{Timeout: timeout}
+		c, err := d.Dial("tcp", string(addr))
+		if err != nil {
+			return nil, err
+		}
+		return s.track(c)
+	}
+	id, ok := s.idOf(addr)
+	if !ok {
+		return nil, fmt.Errorf("raft: no single server at %s in the configuration: cannot tell which node certificate to expect", addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := s.dialNode(ctx, id, string(addr))
 	if err != nil {
 		return nil, err
 	}
 	return s.track(c)
 }
 
-func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	d := net.Dialer{Timeout: timeout}
-	c, err := d.Dial("tcp", string(addr))
-	if err != nil {
-		return nil, err
+// idOf names the one server at addr in the latest Raft configuration.
+func (s *streamLayer) idOf(addr raft.ServerAddress) (string, bool) {
+	r := s.raft.Load()
+	if r == nil {
+		return "", false
 	}
-	return s.track(c)
+	servers, err := latestServers(r)
+	if err != nil {
+		return "", false
+	}
+	id, n := "", 0
+	for _, sv := range servers {
+		if sv.Address == addr {
+			id, n = string(sv.ID), n+1
+		}
+	}
+	return id, n == 1
+}
+
+// dialNode dials node id at addr over mutual TLS, handshake included.
+func (s *streamLayer) dialNode(ctx context.Context, id, addr string) (net.Conn, error) {
+	d := tls.Dialer{Config: s.tls.Dial(id)}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("raft: dial node %s at %s: %w", id, addr, err)
+	}
+	return c, nil
+}
+
+// checkNode proves that node id answers at addr with its node
+// certificate: the leader's check before making a gossip member a voter.
+func (s *streamLayer) checkNode(ctx context.Context, id, addr string) error {
+	c, err := s.dialNode(ctx, id, addr)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// sendLeave tells node id at addr, over mutual TLS, that this node is
+// leaving; it returns once id acknowledged.
+func (s *streamLayer) sendLeave(ctx context.Context, id, addr string) error {
+	c, err := s.dialNode(ctx, id, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if d, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(d)
+	}
+	if _, err := c.Write([]byte{leaveByte}); err != nil {
+		return fmt.Errorf("raft: leave to %s: %w", id, err)
+	}
+	var ack [1]byte
+	if _, err := io.ReadFull(c, ack[:]); err != nil {
+		return fmt.Errorf("raft: leave to %s: no acknowledgement: %w", id, err)
+	}
+	return nil
 }
 
 func (s *streamLayer) Addr() net.Addr { return s.advertise }
 
 func (s *streamLayer) Close() error {
 	s.mu.Lock()
-	s.closed = true
-	conns := s.conns
-	s.conns = map[*trackedConn]struct{}{}
-	s.mu.Unlock()
-	for c := range conns {
-		c.Conn.Close()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
 	}
-	return s.ln.Close()
+	s.closed = true
+	close(s.done)
+	conns := s.conns
+	s.conns = map[net.Conn]struct{}{}
+	s.mu.Unlock()
+	err := s.ln.Close()
+	for c := range conns {
+		c.(*trackedConn).Conn.Close()
+	}
+	s.wg.Wait()
+	return err
 }
 
 type trackedConn struct {
@@ -93,8 +294,25 @@ type trackedConn struct {
 }
 
 func (c *trackedConn) Close() error {
-	c.s.mu.Lock()
-	delete(c.s.conns, c)
-	c.s.mu.Unlock()
+	c.s.untrack(c)
 	return c.Conn.Close()
 }
+
+// prefixConn returns first before the rest of the connection.
+type prefixConn struct {
+	net.Conn
+	first   byte
+	pending bool
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if c.pending && len(p) > 0 {
+		c.pending = false
+		p[0] = c.first
+		return 1, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// Close closes the tracked connection underneath.
+func (c *prefixConn) Close() error { return c.Conn.Close() }

@@ -24,6 +24,10 @@ type reconciler struct {
 	wake chan struct{} // gossip changed
 	// passes counts finished passes (tests wait for one).
 	passes atomic.Uint64
+	// checkNode, with TLS, proves that node id answers at its Raft
+	// address with its own node certificate; a member that cannot is
+	// never added (gossip alone does not make a voter).
+	checkNode func(ctx context.Context, id, addr string) error
 }
 
 func newReconciler(cfg Config, log *slog.Logger, r *raft.Raft, ms *membership) *reconciler {
@@ -37,6 +41,9 @@ type reconcileState struct {
 	missing map[string]time.Time
 	// floorLogged: failed voters already reported as kept for the floor.
 	floorLogged map[string]bool
+	// refused: members whose certificate check failed, with the error
+	// last logged (logged again only when it changes).
+	refused map[string]string
 }
 
 // reconcileLoop makes the Raft configuration follow gossip while this node
@@ -47,7 +54,7 @@ func (rc *reconciler) run(ctx context.Context) {
 	defer tick.Stop()
 	wake := time.NewTimer(time.Hour)
 	defer wake.Stop()
-	st := &reconcileState{missing: map[string]time.Time{}, floorLogged: map[string]bool{}}
+	st := &reconcileState{missing: map[string]time.Time{}, floorLogged: map[string]bool{}, refused: map[string]string{}}
 	for {
 		next, err := rc.reconcile(ctx, st)
 		rc.passes.Add(1)
@@ -110,6 +117,20 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 		}
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
+		}
+		if rc.checkNode != nil {
+			cctx, cancel := context.WithTimeout(ctx, memberCheckTimeout)
+			err := rc.checkNode(cctx, id, m.meta.Raft)
+			cancel()
+			if err != nil {
+				if st.refused[id] != err.Error() {
+					st.refused[id] = err.Error()
+					rc.log.Warn("not adding gossip member as a voter: it did not show its node certificate", "id", id, "raft_addr", m.meta.Raft, "err", err)
+				}
+				errs = append(errs, fmt.Errorf("check node %s: %w", id, err))
+				continue
+			}
+			delete(st.refused, id)
 		}
 		rc.log.Info("adding voter", "id", id, "raft_addr", m.meta.Raft)
 		if err := rc.r.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 0).Error(); err != nil {

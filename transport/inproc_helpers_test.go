@@ -128,6 +128,7 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 				HeartbeatTimeout:   ipHeartbeat,
 				ElectionTimeout:    ipHeartbeat,
 				LeaderLeaseTimeout: ipLease,
+				TLS:                clusterTLS(nodeTLS),
 			},
 			MaxQueuedBytes: o.maxQueuedBytes,
 			Logger:         l,

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/transport/tlsconfig"
 	"github.com/raftq/raftq/transport/tlsconfig/pki"
 	"google.golang.org/grpc/credentials"
@@ -90,4 +91,12 @@ func expired(name string, node bool) pki.Request {
 
 func tlsClientConfigFiles(ca, cert, key string) (*tls.Config, error) {
 	return tlsconfig.ClientConfig(ca, cert, key)
+}
+
+// clusterTLS is what serve gives Raft (cmd/raftq/serve.go clusterTLS).
+func clusterTLS(src *tlsconfig.Source) *cluster.TLS {
+	if src == nil {
+		return nil
+	}
+	return &cluster.TLS{Server: src.NodeServerConfig("raft"), Dial: src.NodeClientConfig, PeerName: tlsconfig.PeerNodeName}
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -102,6 +104,20 @@ the node (loopback is always included).`,
 	clientCmd.Flags().StringVar(&name, "name", "", "client identity, the certificate's common name (required)")
 	_ = clientCmd.MarkFlagRequired("name")
 
-	cmd.AddCommand(initCmd, nodeCmd, clientCmd, newCertClusterCmd())
+	gossipCmd := &cobra.Command{
+		Use:   "gossip-key",
+		Short: "Print a new gossip key (base64, 32 random bytes) for a --gossip-key-file line",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k := make([]byte, 32)
+			if _, err := rand.Read(k); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), base64.StdEncoding.EncodeToString(k))
+			return nil
+		},
+	}
+
+	cmd.AddCommand(initCmd, nodeCmd, clientCmd, gossipCmd, newCertClusterCmd())
 	return cmd
 }

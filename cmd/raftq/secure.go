@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -70,11 +73,21 @@ func loopbackBind(addr string) bool {
 	return true
 }
 
-// startReloader reloads the TLS material on SIGHUP and when its files
-// change, until ctx ends; the returned channel closes when it has
-// stopped. Reload failures are logged by tlsconfig (the old material
-// stays in use).
-func startReloader(ctx context.Context, log *slog.Logger, src *tlsconfig.Source) <-chan struct{} {
+// reloader reloads the TLS material on SIGHUP and when its files change,
+// and the gossip keyring on SIGHUP. Failures are logged; what was loaded
+// before stays in use.
+type reloader struct {
+	log    *slog.Logger
+	tls    *tlsconfig.Source // nil: no TLS
+	gossip atomic.Pointer[func() error]
+}
+
+// setGossip sets the keyring reload, once the node exists.
+func (r *reloader) setGossip(f func() error) { r.gossip.Store(&f) }
+
+// start handles SIGHUP (from now on: the signal no longer ends the
+// process) until ctx ends; the returned channel closes when it stopped.
+func (r *reloader) start(ctx context.Context) <-chan struct{} {
 	done := make(chan struct{})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -82,9 +95,9 @@ func startReloader(ctx context.Context, log *slog.Logger, src *tlsconfig.Source)
 		defer close(done)
 		defer signal.Stop(hup)
 		var watchDone chan struct{}
-		if src != nil {
+		if r.tls != nil {
 			watchDone = make(chan struct{})
-			go func() { defer close(watchDone); src.Watch(ctx, tlsWatchInterval) }()
+			go func() { defer close(watchDone); r.tls.Watch(ctx, tlsWatchInterval) }()
 		}
 		for {
 			select {
@@ -94,12 +107,50 @@ func startReloader(ctx context.Context, log *slog.Logger, src *tlsconfig.Source)
 				}
 				return
 			case <-hup:
-				log.Info("SIGHUP: reloading TLS material")
-				if src != nil {
-					_ = src.Reload()
-				}
+				r.reload()
 			}
 		}
 	}()
 	return done
+}
+
+func (r *reloader) reload() {
+	r.log.Info("SIGHUP: reloading TLS material and gossip keys")
+	if r.tls != nil {
+		_ = r.tls.Reload() // logs its own failure
+	}
+	if f := r.gossip.Load(); f != nil {
+		if err := (*f)(); err != nil {
+			r.log.Error("gossip keyring not reloaded; the previous keys stay in use", "err", err)
+		}
+	}
+}
+
+// readGossipKeys reads a keyring file: one base64-encoded 32-byte key per
+// line (blank lines and lines starting with # are skipped); the first
+// key encrypts, all are accepted. Errors never quote a key.
+func readGossipKeys(path string) ([][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--gossip-key-file: %w", err)
+	}
+	var keys [][]byte
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, err := base64.StdEncoding.DecodeString(line)
+		if err != nil {
+			return nil, fmt.Errorf("--gossip-key-file %s line %d: not base64", path, i+1)
+		}
+		if len(k) != 32 {
+			return nil, fmt.Errorf("--gossip-key-file %s line %d: a key is 32 bytes, this one %d", path, i+1, len(k))
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("--gossip-key-file %s holds no key", path)
+	}
+	return keys, nil
 }

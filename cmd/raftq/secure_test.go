@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -131,5 +133,31 @@ func TestClientTLSFlagsAndEnv(t *testing.T) {
 	}
 	if n := len(requests[*raftqv1.ListQueuesRequest](f)); n != 3 {
 		t.Fatalf("%d ListQueues served, want 3", n)
+	}
+}
+
+func TestGossipKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	r1, r2 := runArgs(t, "cert", "gossip-key"), runArgs(t, "cert", "gossip-key")
+	if r1.code != 0 || r2.code != 0 || r1.stdout == r2.stdout {
+		t.Fatalf("gossip-key: %+v %+v", r1, r2)
+	}
+	write := func(s string) string {
+		p := filepath.Join(dir, "keys")
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	keys, err := readGossipKeys(write("# rotation in progress\n" + r1.stdout + "\n  " + r2.stdout))
+	if err != nil || len(keys) != 2 || len(keys[0]) != 32 {
+		t.Fatalf("keys %d, %v", len(keys), err)
+	}
+	for _, bad := range []string{"", "not base64!\n", base64.StdEncoding.EncodeToString([]byte("short")) + "\n"} {
+		if _, err := readGossipKeys(write(bad)); err == nil {
+			t.Fatalf("%q accepted", bad)
+		} else if strings.Contains(err.Error(), strings.TrimSpace(bad)) && strings.TrimSpace(bad) != "" {
+			t.Fatalf("the error quotes the key: %v", err)
+		}
 	}
 }

@@ -47,6 +47,7 @@ type serveOptions struct {
 	leaveOnTerminate bool
 	tls              tlsconfig.Files
 	insecure         bool
+	gossipKeyFile    string
 }
 
 func newServeCmd() *cobra.Command {
@@ -90,6 +91,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.StringVar(&o.tls.Cert, "tls-cert", "", "this node's certificate (PEM, made by raftq cert node): TLS on every port, mTLS between nodes")
 	fl.StringVar(&o.tls.Key, "tls-key", "", "the key of --tls-cert (PEM)")
 	fl.StringVar(&o.tls.CA, "tls-ca", "", "the CA (PEM bundle) that signs node and client certificates")
+	fl.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "gossip keyring: one base64 32-byte key per line (make one with raftq cert gossip-key); the first encrypts, all are accepted; reloaded on SIGHUP")
 	fl.BoolVar(&o.insecure, "insecure", false, "allow binding a non-loopback address without TLS (anyone who reaches a port owns the cluster)")
 	fl.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 8*time.Second, "on SIGTERM or SIGINT, the time to hand leadership over, finish the calls in flight and stop (keep it below the container's stop timeout, 10 s by default)")
 	fl.BoolVar(&o.leaveOnTerminate, "leave-on-terminate", false, "on SIGTERM or SIGINT, leave the cluster (removed from the voters) before stopping; without it a stopped node stays a voter and takes its place again when it restarts")
@@ -238,11 +240,19 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 			return fmt.Errorf("--tls-cert is node %q's certificate, but --node-id is %q: other nodes would refuse this one", name, o.nodeID)
 		}
 	}
-	// SIGHUP (and a change of the files, checked every few seconds)
-	// reloads the certificate material: rotation without a restart.
+	var gossipKeys [][]byte
+	if o.gossipKeyFile != "" {
+		if gossipKeys, err = readGossipKeys(o.gossipKeyFile); err != nil {
+			return err
+		}
+	}
+	// SIGHUP (and, for certificates, a change of the files, checked
+	// every few seconds) reloads the TLS material and the gossip keyring:
+	// rotation without a restart.
+	rl := &reloader{log: log, tls: tlsSrc}
 	rctx, stopReload := context.WithCancel(ctx)
 	defer stopReload()
-	reloadDone := startReloader(rctx, log, tlsSrc)
+	reloadDone := rl.start(rctx)
 	defer func() { stopReload(); <-reloadDone }()
 
 	adv := map[string]string{}
@@ -311,6 +321,8 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 			SnapshotThreshold:   o.snapThreshold,
 			TrailingLogs:        o.trailingLogs,
 			Version:             readBuildInfo().describe(),
+			TLS:                 clusterTLS(tlsSrc),
+			GossipKeys:          gossipKeys,
 		},
 		LeaseGrace:      o.leaseGrace,
 		MaxQueuedBytes:  o.maxQueuedBytes,
@@ -319,6 +331,16 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 	})
 	if err != nil {
 		return fmt.Errorf("start node: %w", err)
+	}
+	if o.gossipKeyFile != "" {
+		node := b.Node()
+		rl.setGossip(func() error {
+			keys, err := readGossipKeys(o.gossipKeyFile)
+			if err != nil {
+				return err
+			}
+			return node.SetGossipKeys(keys)
+		})
 	}
 	srv := transport.New(transport.Config{Logger: log.With("component", "transport"), TLS: tlsSrc}, b)
 	go func() { errc <- srv.Serve(grpcLis) }()
@@ -340,4 +362,12 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 	stopNode(log, b, srv, httpSrv, leave, o.shutdownTimeout)
 	log.Info("stopped")
 	return serveErr
+}
+
+// clusterTLS is what Raft needs of the node's TLS material (nil: none).
+func clusterTLS(src *tlsconfig.Source) *cluster.TLS {
+	if src == nil {
+		return nil
+	}
+	return &cluster.TLS{Server: src.NodeServerConfig("raft"), Dial: src.NodeClientConfig, PeerName: tlsconfig.PeerNodeName}
 }
