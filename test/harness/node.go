@@ -48,6 +48,9 @@ type Node struct {
 	DataDir                  string
 	LogPath                  string
 	Args                     []string // extra serve flags; may be changed while stopped
+	// TLS is set by UseTLS: the node serves TLS with a certificate of
+	// this CA.
+	TLS *TLS
 
 	bin    string
 	wrap   []string

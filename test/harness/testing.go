@@ -43,6 +43,9 @@ func Dial(t testing.TB, nodes ...*Node) *client.Client {
 		seeds = append(seeds, n.GRPC)
 	}
 	var opts []client.Option
+	if len(nodes) > 0 && nodes[0].TLS != nil {
+		opts = append(opts, nodes[0].TLS.ClientOptions()...)
+	}
 	if os.Getenv("RAFTQ_TEST_CLIENT_LOG") != "" {
 		opts = append(opts, client.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	}
