@@ -154,3 +154,32 @@ func TestCertCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDevTLS: raftq dev --tls makes what each node loads and the client
+// flags it prints.
+func TestDevTLS(t *testing.T) {
+	dir := t.TempDir()
+	flags, client, err := makeDevTLS(dir, []string{"n1", "n2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"n1", "n2"} {
+		f := flags[id]
+		if len(f) != 8 || f[0] != "--tls-cert" || f[6] != "--gossip-key-file" {
+			t.Fatalf("%s flags %v", id, f)
+		}
+		src, err := tlsconfig.Load(tlsconfig.Files{Cert: f[1], Key: f[3], CA: f[5]}, nil)
+		if err != nil || src.NodeName() != id {
+			t.Fatalf("%s: %v", id, err)
+		}
+		if keys, err := readGossipKeys(f[7]); err != nil || len(keys) != 1 {
+			t.Fatalf("gossip keys: %v", err)
+		}
+	}
+	if len(client) != 6 || client[0] != "--tls-ca" {
+		t.Fatalf("client flags %v", client)
+	}
+	if c := readCert(t, client[3]); c.Subject.CommonName != "dev" || len(c.URIs) != 0 {
+		t.Fatalf("client certificate %v %v", c.Subject, c.URIs)
+	}
+}

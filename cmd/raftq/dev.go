@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +16,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/raftq/raftq/transport/tlsconfig/pki"
 )
 
 // newDevCmd runs a local cluster of `raftq serve` processes on loopback,
@@ -24,6 +28,7 @@ func newDevCmd() *cobra.Command {
 		basePort int
 		dataDir  string
 		keep     bool
+		tlsOn    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -45,17 +50,32 @@ func newDevCmd() *cobra.Command {
 					defer os.RemoveAll(dataDir)
 				}
 			}
-			return runDev(cmd.Context(), cmd.OutOrStdout(), self, nodes, basePort, dataDir)
+			return runDev(cmd.Context(), cmd.OutOrStdout(), self, nodes, basePort, dataDir, tlsOn)
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of nodes")
 	cmd.Flags().IntVar(&basePort, "base-port", 7400, "node i uses ports base+10i .. base+10i+3 (gRPC, Raft, gossip, HTTP)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "where node data goes (default: a temp dir removed on exit)")
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the temp data dir on exit")
+	cmd.Flags().BoolVar(&tlsOn, "tls", false, "TLS on every port and an encrypted gossip, with a CA, certificates and a gossip key made in the data dir")
 	return cmd
 }
 
-func runDev(ctx context.Context, out io.Writer, self string, nodes, basePort int, dataDir string) error {
+func runDev(ctx context.Context, out io.Writer, self string, nodes, basePort int, dataDir string, tlsOn bool) error {
+	var ids []string
+	for i := range nodes {
+		ids = append(ids, fmt.Sprintf("n%d", i+1))
+	}
+	var (
+		nodeFlags   map[string][]string
+		clientFlags []string
+	)
+	if tlsOn {
+		var err error
+		if nodeFlags, clientFlags, err = makeDevTLS(filepath.Join(dataDir, "tls"), ids); err != nil {
+			return err
+		}
+	}
 	var gossip, grpcAddrs []string
 	for i := range nodes {
 		gossip = append(gossip, fmt.Sprintf("127.0.0.1:%d", basePort+10*i+2))
@@ -83,6 +103,7 @@ func runDev(ctx context.Context, out io.Writer, self string, nodes, basePort int
 			"--join", strings.Join(gossip, ","),
 			"--bootstrap-expect", fmt.Sprint(nodes),
 		)
+		c.Args = append(c.Args, nodeFlags[id]...)
 		c.Stdout, c.Stderr = logf, logf
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := c.Start(); err != nil {
@@ -95,7 +116,14 @@ func runDev(ctx context.Context, out io.Writer, self string, nodes, basePort int
 		go func() { defer wg.Done(); _ = c.Wait(); logf.Close() }()
 		fmt.Fprintf(out, "%s: grpc 127.0.0.1:%d  http 127.0.0.1:%d  pid %d  log %s\n", id, p, p+3, c.Process.Pid, logPath)
 	}
-	fmt.Fprintf(out, "\nReach the cluster with:\n  raftq --addr %s cluster status\n", strings.Join(grpcAddrs, ","))
+	flags := ""
+	if len(clientFlags) > 0 {
+		flags = strings.Join(clientFlags, " ") + " "
+	}
+	fmt.Fprintf(out, "\nReach the cluster with:\n  raftq %s--addr %s cluster status\n", flags, strings.Join(grpcAddrs, ","))
+	if len(clientFlags) > 0 {
+		fmt.Fprintf(out, "or set RAFTQ_CLIENT_TLS_CA, RAFTQ_CLIENT_TLS_CERT and RAFTQ_CLIENT_TLS_KEY to those files.\n")
+	}
 	fmt.Fprintf(out, "Kill a node (kill -9 <pid>) to watch a failover. Ctrl-C stops them all.\n")
 	<-ctx.Done()
 	stopAll(procs, &wg)
@@ -117,4 +145,44 @@ func stopAll(procs []*exec.Cmd, wg *sync.WaitGroup) {
 		}
 		<-done
 	}
+}
+
+// makeDevTLS makes, in dir, a CA, a node certificate for each id, a client
+// certificate "dev" and a gossip key file; it returns each node's serve
+// flags and the client flags that reach the cluster.
+func makeDevTLS(dir string, ids []string) (map[string][]string, []string, error) {
+	ca, err := pki.NewCA("raftq dev CA", time.Now(), 30*24*time.Hour)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := ca.WriteCA(dir, true); err != nil {
+		return nil, nil, err
+	}
+	path := func(name string) string { return filepath.Join(dir, name) }
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, nil, err
+	}
+	keyFile := path("gossip.keys")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		return nil, nil, err
+	}
+	issue := func(name string, node bool) error {
+		c, k, err := ca.Issue(pki.Request{Name: name, Node: node})
+		if err != nil {
+			return err
+		}
+		return pki.WritePair(dir, pki.CertFile(name), pki.KeyFile(name), c, k, true)
+	}
+	flags := map[string][]string{}
+	for _, id := range ids {
+		if err := issue(id, true); err != nil {
+			return nil, nil, err
+		}
+		flags[id] = []string{"--tls-cert", path(pki.CertFile(id)), "--tls-key", path(pki.KeyFile(id)), "--tls-ca", path(pki.CAFile), "--gossip-key-file", keyFile}
+	}
+	if err := issue("dev", false); err != nil {
+		return nil, nil, err
+	}
+	return flags, []string{"--tls-ca", path(pki.CAFile), "--tls-cert", path(pki.CertFile("dev")), "--tls-key", path(pki.KeyFile("dev"))}, nil
 }
