@@ -96,10 +96,32 @@ func (c *Client) UpdateQueue(ctx context.Context, name string, cfg *raftqv1.Queu
 	return resp.GetQueue(), err
 }
 
+// DeleteCondition makes DeleteQueue refuse, with codes.FailedPrecondition,
+// a queue that is in use.
+type DeleteCondition int
+
+const (
+	// IfEmpty refuses a queue that holds messages (ready, delayed or
+	// leased) or has messages in its dead-letter queue.
+	IfEmpty DeleteCondition = iota + 1
+	// IfUnused refuses a queue that has consumers attached.
+	IfUnused
+)
+
 // DeleteQueue deletes a queue (and its auto-created dead-letter queue when
-// no other queue uses it).
-func (c *Client) DeleteQueue(ctx context.Context, name string) error {
-	return c.broker(ctx, raftqv1.Broker_DeleteQueue_FullMethodName, &raftqv1.DeleteQueueRequest{Name: name}, &raftqv1.DeleteQueueResponse{})
+// no other queue uses it), and everything in it, unless one of conds
+// refuses.
+func (c *Client) DeleteQueue(ctx context.Context, name string, conds ...DeleteCondition) error {
+	req := &raftqv1.DeleteQueueRequest{Name: name}
+	for _, cond := range conds {
+		switch cond {
+		case IfEmpty:
+			req.IfEmpty = true
+		case IfUnused:
+			req.IfUnused = true
+		}
+	}
+	return c.broker(ctx, raftqv1.Broker_DeleteQueue_FullMethodName, req, &raftqv1.DeleteQueueResponse{})
 }
 
 // GetQueue returns a queue's effective config and stats; includeKeys adds

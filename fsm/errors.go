@@ -17,6 +17,7 @@ var (
 	ErrStaleLease      = state.ErrStaleLease
 	ErrQueueFull       = state.ErrQueueFull
 	ErrInUse           = state.ErrInUse
+	ErrNotEmpty        = state.ErrNotEmpty
 	ErrLimit           = state.ErrLimit
 	ErrTokenExists     = state.ErrTokenExists
 	ErrTokenNotFound   = state.ErrTokenNotFound

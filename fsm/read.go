@@ -44,6 +44,15 @@ func (f *FSM) HasQueue(name string) error {
 	return f.store.View().HasQueue(name)
 }
 
+// CheckEmpty reports ErrNotEmpty for a queue that holds messages or has
+// messages in its dead-letter queue: the leader's check of a conditional
+// delete on a cluster below IfEmptyVersion.
+func (f *FSM) CheckEmpty(name string) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.store.View().CheckEmpty(name)
+}
+
 // QueueConfig returns a queue's effective config (a copy).
 func (f *FSM) QueueConfig(name string) (*fsmv1.QueueConfig, error) {
 	f.mu.RLock()
@@ -95,4 +104,7 @@ const (
 	// AuthVersion is the log version from which auth commands and random
 	// lease tokens exist; the leader proposes them only from it on.
 	AuthVersion = state.AuthVersion
+	// IfEmptyVersion is the log version from which DeleteQueue.if_empty
+	// is checked at apply; the leader sets it only from then on.
+	IfEmptyVersion = state.IfEmptyVersion
 )

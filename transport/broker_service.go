@@ -97,7 +97,7 @@ func (s brokerService) DeleteQueue(ctx context.Context, req *raftqv1.DeleteQueue
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	if err := s.b.Queues().DeleteQueue(ctx, req.Name); err != nil {
+	if err := s.b.Queues().DeleteQueue(ctx, req.Name, broker.DeleteConditions{IfEmpty: req.IfEmpty, IfUnused: req.IfUnused}); err != nil {
 		return nil, err
 	}
 	return &raftqv1.DeleteQueueResponse{}, nil

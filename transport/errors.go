@@ -37,7 +37,7 @@ func codeOf(err error) codes.Code {
 		return codes.FailedPrecondition
 	case errors.Is(err, fsm.ErrQueueFull), errors.Is(err, fsm.ErrLimit), errors.Is(err, broker.ErrOverloaded):
 		return codes.ResourceExhausted
-	case errors.Is(err, fsm.ErrStaleLease), errors.Is(err, fsm.ErrInUse):
+	case errors.Is(err, fsm.ErrStaleLease), errors.Is(err, fsm.ErrInUse), errors.Is(err, fsm.ErrNotEmpty):
 		return codes.FailedPrecondition
 	case errors.Is(err, cluster.ErrUnknownNode):
 		return codes.NotFound

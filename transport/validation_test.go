@@ -172,6 +172,14 @@ func testValidation(t *testing.T, c *inprocCluster) {
 			_, err := b.DeleteQueue(ctx, &raftqv1.DeleteQueueRequest{Name: "v" + fsm.DLQSuffix})
 			return nil, err
 		}},
+		{name: "delete: if_empty of a queue that holds messages", code: codes.FailedPrecondition, msg: "queue v holds 2 messages (1 ready, 0 delayed, 1 in flight)", call: func(ctx context.Context, b raftqv1.BrokerClient) ([]*raftqv1.ItemResult, error) {
+			_, err := b.DeleteQueue(ctx, &raftqv1.DeleteQueueRequest{Name: "v", IfEmpty: true})
+			return nil, err
+		}},
+		{name: "delete: if_unused of a queue with a consumer", code: codes.FailedPrecondition, msg: "queue v has 1 consumer(s) attached", call: func(ctx context.Context, b raftqv1.BrokerClient) ([]*raftqv1.ItemResult, error) {
+			_, err := b.DeleteQueue(ctx, &raftqv1.DeleteQueueRequest{Name: "v", IfUnused: true})
+			return nil, err
+		}},
 		{name: "get: unknown queue", code: nf, call: func(ctx context.Context, b raftqv1.BrokerClient) ([]*raftqv1.ItemResult, error) {
 			_, err := b.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "nope"})
 			return nil, err

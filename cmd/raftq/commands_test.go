@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"regexp"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -483,5 +487,80 @@ func TestBuildInfoDescribe(t *testing.T) {
 		if got := tc.b.describe(); got != tc.want {
 			t.Errorf("%+v: got %q, want %q", tc.b, got, tc.want)
 		}
+	}
+}
+
+// runTerminal runs the command line as if stdin were a terminal on which
+// the user types answer.
+func runTerminal(t *testing.T, addr, answer string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	a := &app{in: strings.NewReader(answer), out: &out, errOut: &errOut, getenv: func(string) string { return "" },
+		isTerminal: func() bool { return true }}
+	root := newRootCmd(a)
+	root.SetArgs(append([]string{"--addr", addr, "--rpc-timeout", "3s"}, args...))
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	code := 0
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(&errOut, "raftq: %s\n", describeError(err))
+		code = 1
+	}
+	return result{code, out.String(), errOut.String()}
+}
+
+func TestDeleteAndPurgeConfirm(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		terminal bool
+		answer   string
+		args     []string
+		wantDone bool
+		want     string // in stdout when done, in stderr otherwise
+	}{
+		{"delete, no terminal", false, "", []string{"queue", "delete", "q"}, false, "stdin is not a terminal; pass --force"},
+		{"delete --force", false, "", []string{"queue", "delete", "q", "--force"}, true, "deleted queue q"},
+		{"delete --if-empty needs no confirmation", false, "", []string{"queue", "delete", "q", "--if-empty"}, true, "deleted queue q"},
+		{"delete, terminal, yes", true, "y\n", []string{"queue", "delete", "q"}, true, "deleted queue q"},
+		{"delete, terminal, no", true, "n\n", []string{"queue", "delete", "q"}, false, "not confirmed"},
+		{"delete, terminal, no answer", true, "", []string{"queue", "delete", "q"}, false, "no answer"},
+		{"purge, no terminal", false, "", []string{"queue", "purge", "q"}, false, "pass --force"},
+		{"purge --force", false, "", []string{"queue", "purge", "q", "--force"}, true, "purged 3 messages from q"},
+		{"purge, terminal, yes", true, "yes\n", []string{"queue", "purge", "q"}, true, "purged 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fake{}
+			addr := serve(t, f)
+			var r result
+			if tc.terminal {
+				r = runTerminal(t, addr, tc.answer, tc.args...)
+			} else {
+				r = raftq(t, addr, tc.answer, tc.args...)
+			}
+			done := len(requests[*raftqv1.DeleteQueueRequest](f))+len(requests[*raftqv1.PurgeQueueRequest](f)) > 0
+			if done != tc.wantDone {
+				t.Fatalf("done = %t, want %t (exit %d, stderr %q)", done, tc.wantDone, r.code, r.stderr)
+			}
+			out := r.stderr
+			if tc.wantDone {
+				out = r.stdout
+			}
+			if (r.code == 0) != tc.wantDone || !strings.Contains(out, tc.want) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want %q", r.code, r.stdout, r.stderr, tc.want)
+			}
+			if tc.terminal && !strings.Contains(r.stderr, "[y/N]") {
+				t.Fatalf("no question asked: %q", r.stderr)
+			}
+		})
+	}
+	// The conditions reach the broker.
+	f := &fake{}
+	if r := raftq(t, serve(t, f), "", "queue", "delete", "q", "--if-empty", "--if-unused"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	if d := requests[*raftqv1.DeleteQueueRequest](f); len(d) != 1 || !d[0].GetIfEmpty() || !d[0].GetIfUnused() {
+		t.Fatalf("requests %v", d)
 	}
 }

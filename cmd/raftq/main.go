@@ -79,6 +79,8 @@ type app struct {
 	out    io.Writer
 	errOut io.Writer
 	getenv func(string) string
+	// isTerminal overrides the check that stdin is a terminal (tests).
+	isTerminal func() bool
 
 	addr    string
 	json    bool

@@ -303,3 +303,13 @@ func TestNoBrokerFailsFastNamingAddresses(t *testing.T) {
 		})
 	}
 }
+
+func (f *fake) DeleteQueue(_ context.Context, r *raftqv1.DeleteQueueRequest) (*raftqv1.DeleteQueueResponse, error) {
+	f.record(r)
+	return &raftqv1.DeleteQueueResponse{}, nil
+}
+
+func (f *fake) PurgeQueue(_ context.Context, r *raftqv1.PurgeQueueRequest) (*raftqv1.PurgeQueueResponse, error) {
+	f.record(r)
+	return &raftqv1.PurgeQueueResponse{Purged: 3}, nil
+}

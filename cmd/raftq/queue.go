@@ -200,14 +200,46 @@ func newQueueUpdateCmd(a *app) *cobra.Command {
 	return cmd
 }
 
+// contents describes what a queue holds, for a confirmation question.
+func contents(q *raftqv1.QueueInfo) string {
+	st := q.GetStats()
+	return fmt.Sprintf("%d ready, %d delayed, %d in flight, %d dead-lettered", st.GetReady(), st.GetDelayed(), st.GetInFlight(), st.GetDeadLettered())
+}
+
 func newQueueDeleteCmd(a *app) *cobra.Command {
+	var force, ifEmpty, ifUnused bool
 	cmd := &cobra.Command{
 		Use:   "delete NAME",
 		Short: "Delete a queue and its messages (and its own dead-letter queue)",
-		Args:  cobra.ExactArgs(1),
+		Long: "Delete a queue, every message in it and its auto-created dead-letter queue.\n" +
+			"On a terminal it asks first; otherwise it needs --force. --if-empty refuses\n" +
+			"a queue that holds messages (checked as the delete commits), and needs no\n" +
+			"confirmation since nothing can be lost; --if-unused refuses one with consumers.",
+		Args: cobra.ExactArgs(1),
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "delete without asking")
+	cmd.Flags().BoolVar(&ifEmpty, "if-empty", false, "refuse if the queue (or its dead-letter queue) holds messages from it")
+	cmd.Flags().BoolVar(&ifUnused, "if-unused", false, "refuse if consumers are attached")
 	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
-		if err := c.DeleteQueue(ctx, args[0]); err != nil {
+		name := args[0]
+		var conds []client.DeleteCondition
+		if ifEmpty {
+			conds = append(conds, client.IfEmpty)
+		}
+		if ifUnused {
+			conds = append(conds, client.IfUnused)
+		}
+		if !ifEmpty && !force {
+			q, err := c.GetQueue(ctx, name, false)
+			if err != nil {
+				return err
+			}
+			if err := a.confirm(force, "delete queue "+name,
+				fmt.Sprintf("Delete queue %s and its messages (%s)?", name, contents(q))); err != nil {
+				return err
+			}
+		}
+		if err := c.DeleteQueue(ctx, name, conds...); err != nil {
 			return err
 		}
 		if a.json {
@@ -261,12 +293,27 @@ func newQueueGetCmd(a *app) *cobra.Command {
 }
 
 func newQueuePurgeCmd(a *app) *cobra.Command {
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "purge NAME",
 		Short: "Remove a queue's ready and delayed messages (leased ones stay)",
-		Args:  cobra.ExactArgs(1),
+		Long: "Remove a queue's ready and delayed messages (leased ones stay). On a\n" +
+			"terminal it asks first; otherwise it needs --force.",
+		Args: cobra.ExactArgs(1),
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "purge without asking")
 	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
+		if !force {
+			q, err := c.GetQueue(ctx, args[0], false)
+			if err != nil {
+				return err
+			}
+			st := q.GetStats()
+			if err := a.confirm(force, "purge queue "+args[0],
+				fmt.Sprintf("Remove the %d ready and %d delayed messages of queue %s?", st.GetReady(), st.GetDelayed(), args[0])); err != nil {
+				return err
+			}
+		}
 		n, err := c.PurgeQueue(ctx, args[0])
 		if err != nil {
 			return err

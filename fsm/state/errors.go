@@ -19,6 +19,9 @@ var (
 	ErrQueueFull = errors.New("queue full")
 	// ErrInUse: the queue cannot be deleted or changed while others depend on it.
 	ErrInUse = errors.New("queue in use")
+	// ErrNotEmpty: a conditional delete (if_empty) of a queue that holds
+	// messages.
+	ErrNotEmpty = errors.New("queue not empty")
 	// ErrLimit: a count limit of the state (tokens, grants) is reached.
 	ErrLimit = errors.New("limit reached")
 )

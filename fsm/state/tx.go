@@ -141,6 +141,11 @@ func (tx *Tx) DeleteQueue(c *fsmv1.DeleteQueue) *Done {
 			return failed(fmt.Errorf("%w: %s is the dead-letter queue of %d queue(s); delete those first", ErrInUse, q.name, users))
 		}
 	}
+	if tx.version >= IfEmptyVersion && c.GetIfEmpty() {
+		if err := q.checkEmpty(); err != nil {
+			return failed(err)
+		}
+	}
 	tx.s.dropQueue(q)
 	tx.touched.add(q.name)
 	if dlq := tx.s.queues[q.cfg.DeadLetterQueue]; dlq != nil && !q.isDLQ {
@@ -495,4 +500,15 @@ func (tx *Tx) Redrive(c *fsmv1.Redrive) *CountResult {
 		tx.touched.add(dlq.name)
 	}
 	return &CountResult{Count: int64(len(moving))}
+}
+
+// checkEmpty is DeleteQueue's if_empty condition: no message in the queue
+// (ready, delayed or leased) and none of its messages in its dead-letter
+// queue, which a delete would drop or orphan.
+func (q *queue) checkEmpty() error {
+	if n := int64(q.msgs.Len()); n > 0 || q.deadLettered > 0 {
+		return fmt.Errorf("%w: queue %s holds %d messages (%d ready, %d delayed, %d in flight) and %d dead-lettered; purge or redrive them first, or delete without if_empty",
+			ErrNotEmpty, q.name, n, q.ready, q.delayed, q.inFlight, q.deadLettered)
+	}
+	return nil
 }

@@ -5,10 +5,11 @@ package state
 // only SetClusterVersion; version 3 makes the order and weights of
 // fairness keys replicated state (keyorder.go); version 4 measures time by
 // the time elapsed within each leader's term (clock.go); version 5 adds
-// identities, tokens and grants (auth.go) and random lease tokens.
+// identities, tokens and grants (auth.go) and random lease tokens; version 6
+// adds DeleteQueue.if_empty (IfEmptyVersion).
 // fsm/DESIGN.md lists every version; a rule that changes in version N is
 // written `if tx.version >= N`.
-const MaxLogVersion uint32 = 5
+const MaxLogVersion uint32 = 6
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the
@@ -20,3 +21,8 @@ const keyOrderVersion uint32 = 3
 // state's clock by the time its leader measured since its previous entry,
 // never to the leader's clock reading itself (clock.go).
 const elapsedTimeVersion uint32 = 4
+
+// IfEmptyVersion is the log version from which DeleteQueue.if_empty is
+// honoured: the queue must hold no messages when the entry applies, so no
+// enqueue committed between a check and the delete can be lost.
+const IfEmptyVersion uint32 = 6

@@ -86,6 +86,17 @@ func (v View) HasQueue(name string) error {
 	return nil
 }
 
+// CheckEmpty reports ErrNotEmpty for a queue that holds messages or has
+// messages in its dead-letter queue (DeleteQueue's if_empty condition),
+// ErrQueueNotFound for an unknown one.
+func (v View) CheckEmpty(name string) error {
+	q := v.s.queues[name]
+	if q == nil {
+		return fmt.Errorf("%w: %s", ErrQueueNotFound, name)
+	}
+	return q.checkEmpty()
+}
+
 // QueueConfig returns a queue's effective config (a copy).
 func (v View) QueueConfig(name string) (*fsmv1.QueueConfig, error) {
 	q := v.s.queues[name]

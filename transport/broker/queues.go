@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/fsm/logconv"
@@ -39,9 +40,41 @@ func (qs Queues) UpdateQueue(ctx context.Context, name string, cfg *raftqv1.Queu
 	return qs.queue(res.Queue), nil
 }
 
-// DeleteQueue deletes a queue and everything in it.
-func (qs Queues) DeleteQueue(ctx context.Context, name string) error {
-	_, err := apply[*fsm.Done](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: name}}})
+// DeleteConditions make a delete conditional (DeleteQueueRequest).
+type DeleteConditions struct {
+	// IfEmpty: refuse a queue that holds messages, or whose messages wait
+	// in its dead-letter queue.
+	IfEmpty bool
+	// IfUnused: refuse a queue that has consumers.
+	IfUnused bool
+}
+
+// DeleteQueue deletes a queue and everything in it, if cond holds. It runs
+// on the leader (the transport forwards writes there), whose scheduler
+// knows the consumers. IfEmpty is checked by the state machine as the
+// delete applies once the cluster is at fsm.IfEmptyVersion, so a message
+// committed just before the delete is never dropped unseen; on an older
+// cluster the leader checks its own state just before proposing.
+func (qs Queues) DeleteQueue(ctx context.Context, name string, cond DeleteConditions) error {
+	del := &fsmv1.DeleteQueue{Name: name}
+	if cond.IfUnused {
+		cs, err := qs.b.sched.ListConsumers(name)
+		if err != nil {
+			return err
+		}
+		if len(cs) > 0 {
+			return fmt.Errorf("%w: queue %s has %d consumer(s) attached (raftq consumers %s lists them); stop them first, or delete without if_unused",
+				fsm.ErrInUse, name, len(cs), name)
+		}
+	}
+	if cond.IfEmpty {
+		if qs.b.state.ClusterVersion() >= fsm.IfEmptyVersion {
+			del.IfEmpty = true
+		} else if err := qs.b.state.CheckEmpty(name); err != nil {
+			return err
+		}
+	}
+	_, err := apply[*fsm.Done](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_DeleteQueue{DeleteQueue: del}})
 	if err == nil {
 		qs.b.leases.Forget(name)
 	}

@@ -1277,8 +1277,16 @@ func (x *UpdateQueueResponse) GetQueue() *QueueInfo {
 }
 
 type DeleteQueueRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Refuse (FAILED_PRECONDITION, nothing deleted) a queue that holds
+	// messages (ready, delayed or leased) or has messages in its dead-letter
+	// queue. Checked when the delete applies once every voter runs a build
+	// of log version 6; before that, by the leader just before it proposes.
+	IfEmpty bool `protobuf:"varint,2,opt,name=if_empty,json=ifEmpty,proto3" json:"if_empty,omitempty"`
+	// Refuse (FAILED_PRECONDITION) a queue that has consumers attached, as
+	// the leader's scheduler sees them when it proposes the delete.
+	IfUnused      bool `protobuf:"varint,3,opt,name=if_unused,json=ifUnused,proto3" json:"if_unused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1318,6 +1326,20 @@ func (x *DeleteQueueRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *DeleteQueueRequest) GetIfEmpty() bool {
+	if x != nil {
+		return x.IfEmpty
+	}
+	return false
+}
+
+func (x *DeleteQueueRequest) GetIfUnused() bool {
+	if x != nil {
+		return x.IfUnused
+	}
+	return false
 }
 
 type DeleteQueueResponse struct {
@@ -3823,9 +3845,11 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\vupdate_mask\x18\x03 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
 	"updateMask\"@\n" +
 	"\x13UpdateQueueResponse\x12)\n" +
-	"\x05queue\x18\x01 \x01(\v2\x13.raftq.v1.QueueInfoR\x05queue\"(\n" +
+	"\x05queue\x18\x01 \x01(\v2\x13.raftq.v1.QueueInfoR\x05queue\"`\n" +
 	"\x12DeleteQueueRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\bif_empty\x18\x02 \x01(\bR\aifEmpty\x12\x1b\n" +
+	"\tif_unused\x18\x03 \x01(\bR\bifUnused\"\x15\n" +
 	"\x13DeleteQueueResponse\"H\n" +
 	"\x0fGetQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +

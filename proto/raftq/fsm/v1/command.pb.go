@@ -917,8 +917,13 @@ func (x *UpdateQueue) GetMask() []string {
 }
 
 type DeleteQueue struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// From log version 6: refuse (FAILED_PRECONDITION) a queue that holds
+	// messages, or whose messages wait in its dead-letter queue, when the
+	// entry applies. Ignored in entries of earlier versions, which never
+	// carry it.
+	IfEmpty       bool `protobuf:"varint,2,opt,name=if_empty,json=ifEmpty,proto3" json:"if_empty,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -958,6 +963,13 @@ func (x *DeleteQueue) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *DeleteQueue) GetIfEmpty() bool {
+	if x != nil {
+		return x.IfEmpty
+	}
+	return false
 }
 
 type PurgeQueue struct {
@@ -2872,9 +2884,10 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\vUpdateQueue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.raftq.fsm.v1.QueueConfigR\x06config\x12\x12\n" +
-	"\x04mask\x18\x03 \x03(\tR\x04mask\"!\n" +
+	"\x04mask\x18\x03 \x03(\tR\x04mask\"<\n" +
 	"\vDeleteQueue\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\" \n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\bif_empty\x18\x02 \x01(\bR\aifEmpty\" \n" +
 	"\n" +
 	"PurgeQueue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"^\n" +
