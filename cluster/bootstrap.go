@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,7 +128,7 @@ func (b *bootstrapper) bootstrap(conf raft.Configuration) bool {
 	switch {
 	case err == nil:
 		b.done.Add(1)
-		b.log.Info("bootstrapped cluster", "servers", conf.Servers)
+		b.log.Info("bootstrapped cluster", "servers", describeServers(conf.Servers))
 		return true
 	case errors.Is(err, raft.ErrCantBootstrap):
 		return true // state arrived from a leader meanwhile
@@ -135,4 +136,15 @@ func (b *bootstrapper) bootstrap(conf raft.Configuration) bool {
 		b.log.Error("bootstrap failed", "err", err)
 		return false
 	}
+}
+
+// describeServers renders servers for a log line as "id@address (voter)";
+// raft.Server has no String method, and slog's fallback printed
+// `[%+v []]`.
+func describeServers(servers []raft.Server) string {
+	parts := make([]string, len(servers))
+	for i, s := range servers {
+		parts[i] = fmt.Sprintf("%s@%s (%s)", s.ID, s.Address, strings.ToLower(s.Suffrage.String()))
+	}
+	return strings.Join(parts, ", ")
 }

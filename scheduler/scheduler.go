@@ -243,7 +243,9 @@ func (s *Scheduler) RunLeader(ctx context.Context) {
 	s.cur = t
 	s.mu.Unlock()
 	s.leading.Store(true)
-	s.log.Info("scheduler started", "term", t.n, "lease_grace", s.cfg.LeaseGrace)
+	// stint counts this node's times as leader; it is not the Raft term
+	// (which cluster logs as "term"), so it must not be called one.
+	s.log.Info("scheduler started", "stint", t.n, "lease_grace", s.cfg.LeaseGrace)
 
 	s.loop(t)
 
@@ -259,7 +261,7 @@ func (s *Scheduler) RunLeader(ctx context.Context) {
 	case <-s.wake:
 	default:
 	}
-	s.log.Info("scheduler stopped", "term", t.n, "consumers_ended", n)
+	s.log.Info("scheduler stopped", "stint", t.n, "consumers_ended", n)
 }
 
 // loop runs passes until the term ends. It sleeps on one channel (kicks)

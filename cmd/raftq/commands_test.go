@@ -138,7 +138,9 @@ func TestQueueHumanOutput(t *testing.T) {
 		want []string
 	}{
 		{[]string{"queue", "get", "q", "--keys"}, []string{"visibility timeout:", "30s", "api=5/s burst 2", "ready:", "tenant-a", "1.50", "drain:", "empties in ~30s at the current rate (-5.00/s net, 5.50 deliveries/s)"}},
-		{[]string{"queue", "list", "ord"}, []string{"NAME", "orders.dlq"}},
+		// A DLQ's messages arrive by dead-lettering, not enqueue: its
+		// ENQUEUED is "-", not a 0 beside the 3 messages it holds.
+		{[]string{"queue", "list", "ord"}, []string{"NAME", "orders.dlq  3      0        0          0              0          -         0      (is a DLQ)"}},
 		{[]string{"redrive", "q", "--limit", "7"}, []string{"moved 7 messages back to q"}},
 	} {
 		r := raftq(t, addr, "", tc.args...)
@@ -562,5 +564,24 @@ func TestDeleteAndPurgeConfirm(t *testing.T) {
 	}
 	if d := requests[*raftqv1.DeleteQueueRequest](f); len(d) != 1 || !d[0].GetIfEmpty() || !d[0].GetIfUnused() {
 		t.Fatalf("requests %v", d)
+	}
+}
+
+// Tab completion of a queue argument lists the cluster's queues; the
+// completion script itself comes from cobra.
+func TestCompletion(t *testing.T) {
+	addr := serve(t, &fake{})
+	r := raftq(t, addr, "", "__complete", "peek", "ord")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "orders\norders.dlq\n:4\n") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// Only the first argument is a queue.
+	if r := raftq(t, addr, "", "__complete", "enqueue", "orders", ""); strings.Contains(r.stdout, "orders\n") {
+		t.Fatalf("completed a payload as a queue: %q", r.stdout)
+	}
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		if r := raftq(t, addr, "", "completion", shell); r.code != 0 || !strings.Contains(r.stdout, "raftq") {
+			t.Fatalf("completion %s: exit %d, %q", shell, r.code, r.stderr)
+		}
 	}
 }

@@ -128,6 +128,16 @@ func newRootCmd(a *app) *cobra.Command {
 		newCertCmd(),
 		newVersionCmd(a),
 	)
+	// Shell completion (cobra's `raftq completion bash|zsh|fish|powershell`)
+	// completes queue names from the cluster at --addr.
+	for _, path := range [][]string{
+		{"queue", "get"}, {"queue", "update"}, {"queue", "delete"}, {"queue", "purge"},
+		{"enqueue"}, {"consume"}, {"consumers"}, {"peek"}, {"redrive"},
+	} {
+		if c, rest, err := root.Find(path); err == nil && len(rest) == 0 {
+			a.withQueueCompletion(c)
+		}
+	}
 	return root
 }
 

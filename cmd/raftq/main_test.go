@@ -115,7 +115,9 @@ func (f *fake) GetQueue(_ context.Context, r *raftqv1.GetQueueRequest) (*raftqv1
 
 func (f *fake) ListQueues(_ context.Context, r *raftqv1.ListQueuesRequest) (*raftqv1.ListQueuesResponse, error) {
 	f.record(r)
-	return &raftqv1.ListQueuesResponse{Queues: []*raftqv1.QueueInfo{queueInfo("orders", nil), queueInfo("orders.dlq", nil)}}, nil
+	dlq := queueInfo("orders.dlq", nil)
+	dlq.IsDeadLetterQueue = true
+	return &raftqv1.ListQueuesResponse{Queues: []*raftqv1.QueueInfo{queueInfo("orders", nil), dlq}}, nil
 }
 
 func (f *fake) Enqueue(_ context.Context, r *raftqv1.EnqueueRequest) (*raftqv1.EnqueueResponse, error) {

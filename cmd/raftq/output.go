@@ -74,7 +74,13 @@ func printQueue(w io.Writer, q *raftqv1.QueueInfo) error {
 	line("dead lettered", itoa(st.GetDeadLettered()))
 	line("consumers", itoa(st.GetConsumers()))
 	line("bytes", itoa(st.GetBytes()))
-	line("enqueued total", itoa(st.GetEnqueuedTotal()))
+	if q.GetIsDeadLetterQueue() && st.GetEnqueuedTotal() == 0 {
+		// Dead-lettering is not an enqueue: a DLQ's messages arrive
+		// uncounted here, so 0 would read as "empty".
+		line("enqueued total", "- (messages arrive by dead-lettering, counted as dead lettered in their queue)")
+	} else {
+		line("enqueued total", itoa(st.GetEnqueuedTotal()))
+	}
 	line("acked total", itoa(st.GetAckedTotal()))
 	line("nacked total", itoa(st.GetNackedTotal()))
 	line("expired total", itoa(st.GetExpiredTotal()))
@@ -149,11 +155,17 @@ func printQueueTable(w io.Writer, qs []*raftqv1.QueueInfo) error {
 	for _, q := range qs {
 		st := q.GetStats()
 		dlq := q.GetConfig().GetDeadLetterQueue()
+		enqueued := itoa(st.GetEnqueuedTotal())
 		if q.GetIsDeadLetterQueue() {
 			dlq = "(is a DLQ)"
+			if st.GetEnqueuedTotal() == 0 {
+				// Its messages arrive by dead-lettering, which is not
+				// an enqueue: 0 here would read as "never received any".
+				enqueued = "-"
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", q.GetName(), st.GetReady(), st.GetDelayed(),
-			st.GetInFlight(), st.GetDeadLettered(), st.GetConsumers(), st.GetEnqueuedTotal(), st.GetAckedTotal(), dlq)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", q.GetName(), st.GetReady(), st.GetDelayed(),
+			st.GetInFlight(), st.GetDeadLettered(), st.GetConsumers(), enqueued, st.GetAckedTotal(), dlq)
 	}
 	return tw.Flush()
 }

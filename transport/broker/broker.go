@@ -137,7 +137,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	// 3. The scheduler proposes through this broker, which stamps time
 	//    and the log version on every command.
 	b.sched = scheduler.New(scheduler.Config{
-		Logger:     cfg.Logger.With("component", "scheduler"),
+		Logger:     cfg.Logger, // the scheduler names its own component
 		Clock:      cfg.Clock,
 		NodeID:     b.id,
 		LeaseGrace: cfg.LeaseGrace,
