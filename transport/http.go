@@ -142,10 +142,11 @@ func (m *metrics) clientEnded(ctx context.Context, code codes.Code) bool {
 }
 
 // HTTPHandler serves /metrics (Prometheus), /healthz (the process is up),
-// /readyz (a leader is known), /status (cluster status as JSON) and
-// /debug/pprof.
+// /readyz (a leader is known), /status (cluster status as JSON),
+// /debug/pprof and, at every other path, the dashboard (Dashboard).
 func (s *Server) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("/", s.dash)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	// Profiling on the operator port: what dominates the leader under load.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -199,3 +200,7 @@ type collectorFunc struct {
 
 func (c collectorFunc) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c collectorFunc) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
+
+// Dashboard is the web UI alone, for a caller that puts its own
+// middleware (auth) in front of it.
+func (s *Server) Dashboard() http.Handler { return s.dash }

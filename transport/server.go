@@ -12,6 +12,7 @@ import (
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/transport/broker"
+	"github.com/raftq/raftq/transport/dashboard"
 	"github.com/raftq/raftq/transport/tlsconfig"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -64,6 +65,12 @@ type Server struct {
 	// the process should stop.
 	left     chan struct{}
 	leftOnce sync.Once
+
+	// dash is the web UI on the HTTP port; its depth sampler runs until
+	// Stop (stopDash, then dashDone).
+	dash     *dashboard.Dashboard
+	stopDash context.CancelFunc
+	dashDone chan struct{}
 }
 
 // New builds the gRPC server of node b; Serve starts it.
@@ -115,12 +122,30 @@ func New(cfg Config, b *broker.Broker) *Server {
 	hctx, cancel := context.WithCancel(context.Background())
 	s.stopHandBack = cancel
 	go s.handBackLoop(hctx)
+	s.startDashboard()
 	return s
 }
 
 // Left is closed once the node has left the cluster on a Leave call; the
 // process should then stop (Stop, then the broker's Close).
 func (s *Server) Left() <-chan struct{} { return s.left }
+
+// startDashboard builds the web UI and starts its depth sampler.
+func (s *Server) startDashboard() {
+	dash, err := dashboard.New(dashboard.Config{Backend: dashBackend{s: s}, Logger: s.log})
+	if err != nil {
+		// Only the embedded templates can fail here, fixed at build time
+		// and parsed by the dashboard's tests.
+		panic(err)
+	}
+	s.dash = dash
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopDash, s.dashDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.dashDone)
+		dash.Run(ctx)
+	}()
+}
 
 // Serve accepts gRPC connections on lis until Stop.
 func (s *Server) Serve(lis net.Listener) error {
@@ -148,6 +173,8 @@ func (s *Server) Stop(ctx context.Context) {
 			<-s.handBackDone
 		}
 		s.stopHandBack()
+		s.stopDash()
+		<-s.dashDone
 		s.peers.close()
 	})
 }

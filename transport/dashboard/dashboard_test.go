@@ -1,0 +1,340 @@
+package dashboard
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// fakeBackend holds queues in memory and answers as the broker would:
+// unknown queues are NotFound, a redrive moves dead letters back.
+type fakeBackend struct {
+	mu        sync.Mutex
+	queues    map[string]*raftqv1.QueueInfo
+	dlq       map[string][]*raftqv1.Delivery
+	consumers map[string][]*raftqv1.ConsumerInfo
+	leaderErr error // what every leader-only call fails with, if set
+	verifies  int
+	redrives  []int64
+}
+
+func newFake() *fakeBackend {
+	return &fakeBackend{
+		queues: map[string]*raftqv1.QueueInfo{
+			"jobs": {Name: "jobs", Config: &raftqv1.QueueConfig{DeadLetterQueue: "jobs.dlq"}, Stats: &raftqv1.QueueStats{Ready: 7, InFlight: 2, DeadLettered: 2, Bytes: 2048, EnqueuedTotal: 11},
+				Drain: &raftqv1.DrainEstimate{State: "draining", EmptiesInSec: 90, DeliveriesPerSec: 1.5}},
+			"jobs.dlq": {Name: "jobs.dlq", IsDeadLetterQueue: true, Stats: &raftqv1.QueueStats{Ready: 2}},
+		},
+		dlq: map[string][]*raftqv1.Delivery{"jobs": {
+			{Id: "00000000000000a1", Payload: []byte("<script>alert(1)</script>"), DeadLetterReason: "max_deliveries", Attempt: 5},
+			{Id: "00000000000000a2", Payload: []byte{0xff, 0xfe}, DeadLetterReason: "nack", Attempt: 1},
+		}},
+		consumers: map[string][]*raftqv1.ConsumerInfo{"jobs": {{Name: "worker-1", Address: "10.0.0.9:5555", InFlight: 2, Credit: 62}}},
+	}
+}
+
+func (f *fakeBackend) NodeID() string { return "n2" }
+func (f *fakeBackend) Status(context.Context) (*raftqv1.StatusResponse, error) {
+	return &raftqv1.StatusResponse{LeaderId: "n1", Term: 3, AppliedIndex: 90, Nodes: []*raftqv1.Node{
+		{Id: "n1", State: "leader", Suffrage: "voter", Healthy: true, AppliedIndex: 100},
+		{Id: "n2", State: "follower", Suffrage: "voter", Healthy: true, AppliedIndex: 90},
+		{Id: "n3", State: "unreachable", Suffrage: "voter"},
+	}}, nil
+}
+func (f *fakeBackend) Verify(context.Context) (*raftqv1.VerifyResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.verifies++
+	return &raftqv1.VerifyResponse{Nodes: []*raftqv1.NodeDigest{
+		{Id: "n1", Digest: "abcdef0123456789", CountersOk: true, AppliedIndex: 99},
+		{Id: "n2", Digest: "abcdef0123456789", CountersOk: true, AppliedIndex: 99},
+		{Id: "n3", Error: "unreachable"},
+	}, InconsistentIds: []string{"n3"}}, nil
+}
+func (f *fakeBackend) LocalQueues(context.Context) ([]*raftqv1.QueueInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return []*raftqv1.QueueInfo{f.queues["jobs"], f.queues["jobs.dlq"]}, nil
+}
+func (f *fakeBackend) LocalQueue(_ context.Context, name string) (*raftqv1.QueueInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q, ok := f.queues[name]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "queue %q not found", name)
+	}
+	return q, nil
+}
+func (f *fakeBackend) LeaderQueues(ctx context.Context) ([]*raftqv1.QueueInfo, error) {
+	if f.leaderErr != nil {
+		return nil, f.leaderErr
+	}
+	var out []*raftqv1.QueueInfo
+	qs, _ := f.LocalQueues(ctx)
+	for _, q := range qs {
+		c := &raftqv1.QueueInfo{Name: q.Name, Stats: &raftqv1.QueueStats{Consumers: int64(len(f.consumers[q.Name]))}}
+		out = append(out, c)
+	}
+	return out, nil
+}
+func (f *fakeBackend) LeaderQueue(ctx context.Context, name string) (*raftqv1.QueueInfo, error) {
+	if f.leaderErr != nil {
+		return nil, f.leaderErr
+	}
+	if _, err := f.LocalQueue(ctx, name); err != nil {
+		return nil, err
+	}
+	return &raftqv1.QueueInfo{Name: name, Stats: &raftqv1.QueueStats{Consumers: int64(len(f.consumers[name]))},
+		FairnessKeys: []*raftqv1.FairnessKeyStats{{Key: "small", Pending: 1, Weight: 1}, {Key: "big", Pending: 6, Weight: 3, Deficit: 2}, {Key: "idle", Weight: 1}},
+		ThrottleKeys: []*raftqv1.ThrottleKeyStats{{Key: "api", Tokens: 1.5, RatePerSec: 2, Burst: 3}},
+	}, nil
+}
+func (f *fakeBackend) ListConsumers(_ context.Context, q string) ([]*raftqv1.ConsumerInfo, error) {
+	if f.leaderErr != nil {
+		return nil, f.leaderErr
+	}
+	return f.consumers[q], nil
+}
+func (f *fakeBackend) Peek(_ context.Context, q string, limit int32, dlq bool) ([]*raftqv1.Delivery, error) {
+	if f.leaderErr != nil {
+		return nil, f.leaderErr
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if dlq {
+		return f.dlq[q], nil
+	}
+	return []*raftqv1.Delivery{{Id: "0000000000000001", Payload: []byte("hello"), FairnessKey: "big"}}, nil
+}
+func (f *fakeBackend) Redrive(_ context.Context, q string, limit int64) (int64, error) {
+	if f.leaderErr != nil {
+		return 0, f.leaderErr
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.queues[q]; !ok {
+		return 0, status.Errorf(codes.NotFound, "queue %q not found", q)
+	}
+	f.redrives = append(f.redrives, limit)
+	n := int64(len(f.dlq[q]))
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	f.dlq[q] = f.dlq[q][n:]
+	return n, nil
+}
+
+func newTestDashboard(t *testing.T, b Backend, now func() time.Time) *Dashboard {
+	t.Helper()
+	d, err := New(Config{Backend: b, Logger: slog.New(slog.DiscardHandler), Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func get(t *testing.T, h http.Handler, path string, cookies ...*http.Cookie) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	for _, c := range cookies {
+		req.AddCookie(c)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	b, _ := io.ReadAll(rec.Result().Body)
+	return rec.Code, string(b)
+}
+
+func TestPagesRender(t *testing.T) {
+	f := newFake()
+	d := newTestDashboard(t, f, time.Now)
+	csrf := &http.Cookie{Name: CSRFCookie, Value: "tok-123"}
+	for _, tc := range []struct {
+		path string
+		code int
+		want []string
+		not  []string
+	}{
+		{"/", 200, []string{`<dd id="leader">n1</dd>`, `n2 (this node)`, `<td class="lag">10</td>`, `<td class="lag">?</td>`, `abcdef012345`, `agrees`, `unreachable`, `inconsistent`}, nil},
+		{"/queues", 200, []string{`href="/queues/jobs"`, `<td class="ready num">7</td>`, `<td class="in_flight num">2</td>`, `<td class="consumers num">1</td>`, `empties in ~1m30s`, `2.0 KiB`, `class="spark"`}, nil},
+		{"/queues/jobs", 200, []string{`worker-1`, `10.0.0.9:5555`, `data-key="big"`, `<td class="num share">75.0%</td>`, `<td class="num share">25.0%</td>`, `data-key="api"`,
+			`&lt;script&gt;alert(1)&lt;/script&gt;`, `(2 bytes, binary)`, `max_deliveries`, `name="csrf" value="tok-123"`, `action="/queues/jobs/redrive"`, `hello`}, []string{`<script>alert(1)`}},
+		{"/queues/jobs.dlq", 200, []string{`DLQ`}, []string{`redrive-form`}},
+		{"/queues/nope", 404, []string{`queue &#34;nope&#34; not found`}, nil},
+		{"/static/app.js", 200, []string{`drawSpark`}, nil},
+		{"/static/style.css", 200, []string{`svg.spark`}, nil},
+		{"/elsewhere", 404, nil, nil},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			code, body := get(t, d, tc.path, csrf)
+			if code != tc.code {
+				t.Fatalf("GET %s: %d, want %d\n%s", tc.path, code, tc.code, body)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("GET %s lacks %q", tc.path, w)
+				}
+			}
+			for _, w := range tc.not {
+				if strings.Contains(body, w) {
+					t.Errorf("GET %s has %q", tc.path, w)
+				}
+			}
+		})
+	}
+}
+
+func TestEveryFormCarriesTheCSRFCookie(t *testing.T) {
+	d := newTestDashboard(t, newFake(), time.Now)
+	for _, cookie := range []*http.Cookie{nil, {Name: CSRFCookie, Value: "a<b>&c"}} {
+		var cs []*http.Cookie
+		want := `name="csrf" value=""`
+		if cookie != nil {
+			cs, want = []*http.Cookie{cookie}, `name="csrf" value="a&lt;b&gt;&amp;c"`
+		}
+		_, body := get(t, d, "/queues/jobs", cs...)
+		if forms, fields := strings.Count(body, "<form"), strings.Count(body, want); forms == 0 || forms != fields {
+			t.Errorf("cookie %v: %d forms, %d with %s", cookie, forms, fields, want)
+		}
+	}
+}
+
+func TestRedrive(t *testing.T) {
+	post := func(h http.Handler, path string, form url.Values) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	for _, tc := range []struct {
+		name, path, limit string
+		leaderErr         error
+		code              int
+		location          string
+		redrives          []int64
+	}{
+		{"all", "/queues/jobs/redrive", "0", nil, 303, "/queues/jobs?redriven=2", []int64{0}},
+		{"one", "/queues/jobs/redrive", "1", nil, 303, "/queues/jobs?redriven=1", []int64{1}},
+		{"no limit field", "/queues/jobs/redrive", "", nil, 303, "/queues/jobs?redriven=2", []int64{0}},
+		{"negative", "/queues/jobs/redrive", "-1", nil, 400, "", nil},
+		{"not a number", "/queues/jobs/redrive", "x", nil, 400, "", nil},
+		{"unknown queue", "/queues/nope/redrive", "0", nil, 404, "", nil},
+		{"no leader", "/queues/jobs/redrive", "0", status.Error(codes.Unavailable, "no leader"), 503, "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake()
+			f.leaderErr = tc.leaderErr
+			d := newTestDashboard(t, f, time.Now)
+			rec := post(d, tc.path, url.Values{"limit": {tc.limit}, "csrf": {"t"}})
+			if rec.Code != tc.code {
+				t.Fatalf("POST: %d, want %d: %s", rec.Code, tc.code, rec.Body.String())
+			}
+			if got := rec.Header().Get("Location"); got != tc.location {
+				t.Errorf("Location %q, want %q", got, tc.location)
+			}
+			if len(f.redrives) != len(tc.redrives) || (len(tc.redrives) > 0 && f.redrives[0] != tc.redrives[0]) {
+				t.Errorf("redrives %v, want %v", f.redrives, tc.redrives)
+			}
+		})
+	}
+	// A GET never redrives.
+	f := newFake()
+	d := newTestDashboard(t, f, time.Now)
+	if code, _ := get(t, d, "/queues/jobs/redrive"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET redrive: %d, want 405", code)
+	}
+	if len(f.redrives) != 0 {
+		t.Errorf("GET redrove: %v", f.redrives)
+	}
+}
+
+func TestLeaderUnreachableStillShowsThisNodesNumbers(t *testing.T) {
+	f := newFake()
+	f.leaderErr = status.Error(codes.Unavailable, "no leader known")
+	d := newTestDashboard(t, f, time.Now)
+	for path, want := range map[string][]string{
+		"/queues":      {`<td class="ready num">7</td>`, `<td class="consumers num">?</td>`, `no leader known`},
+		"/queues/jobs": {`<dd class="ready">7</dd>`, `from the leader: no leader known`},
+	} {
+		code, body := get(t, d, path)
+		if code != 200 {
+			t.Fatalf("%s: %d", path, code)
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				t.Errorf("%s lacks %q", path, w)
+			}
+		}
+	}
+}
+
+func TestVerifyIsReusedForItsTTL(t *testing.T) {
+	f := newFake()
+	now := time.Unix(1000, 0)
+	d := newTestDashboard(t, f, func() time.Time { return now })
+	get(t, d, "/")
+	get(t, d, "/")
+	now = now.Add(11 * time.Second)
+	get(t, d, "/")
+	if f.verifies != 2 {
+		t.Errorf("%d verifies for three loads over 11 s, want 2", f.verifies)
+	}
+}
+
+func TestHistory(t *testing.T) {
+	h := NewHistory(3)
+	t0 := time.Unix(0, 0)
+	q := func(name string, depth, enq int64) *raftqv1.QueueInfo {
+		return &raftqv1.QueueInfo{Name: name, Stats: &raftqv1.QueueStats{Ready: depth, EnqueuedTotal: enq}}
+	}
+	for i := range 5 {
+		h.Record(t0.Add(time.Duration(i)*time.Second), []*raftqv1.QueueInfo{q("a", int64(i), int64(10*i)), q("b", 1, 0)})
+	}
+	s := h.Samples("a")
+	if len(s) != 3 || s[0].Depth != 2 || s[2].Depth != 4 {
+		t.Fatalf("ring holds %+v, want the last 3 (depths 2..4)", s)
+	}
+	if r := RatesOf(s); !r.Known || r.Enqueued != 10 {
+		t.Errorf("rates %+v, want 10 enqueued/s", r)
+	}
+	h.Record(t0.Add(6*time.Second), []*raftqv1.QueueInfo{q("b", 1, 0)})
+	if s := h.Samples("a"); s != nil {
+		t.Errorf("a deleted queue keeps %d samples", len(s))
+	}
+	if r := RatesOf(h.Samples("b")[:1]); r.Known {
+		t.Errorf("one sample gives rates %+v", r)
+	}
+}
+
+func TestRunSamplesUntilCancelled(t *testing.T) {
+	f := newFake()
+	d, err := New(Config{Backend: f, Logger: slog.New(slog.DiscardHandler), SampleInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	deadline := time.After(10 * time.Second)
+	for len(d.History().Samples("jobs")) < 2 {
+		select {
+		case <-deadline:
+			t.Fatal("no two samples within 10 s")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	<-done
+}
