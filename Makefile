@@ -47,13 +47,33 @@ run: build
 cluster:
 	$(GO) run ./cmd/raftq dev --nodes 3
 
+# Debian packages some tests drive: chromium (the dashboard's browser
+# test) and prometheus (promtool checks the alert rules). Installed with
+# apt-get when missing; where that cannot be done (not root, no network)
+# the tests that need them skip and say why, so this never fails.
+DEB_TEST_TOOLS := chromium:chromium prometheus:promtool
+
+.PHONY: test-tools
+test-tools:
+	@missing=""; for pt in $(DEB_TEST_TOOLS); do \
+	  command -v $${pt#*:} >/dev/null || missing="$$missing $${pt%%:*}"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing (apt-get)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null) \
+	    || echo "could not install$$missing: the tests that need them will skip"; \
+	fi
+
+# Test artifacts (the dashboard's screenshots) are kept in test-artifacts/.
+ARTIFACTS := $(CURDIR)/test-artifacts
+
 # gofmt lists every Go file of both modules.
-test:
+test: test-tools
 	$(GO) vet ./...
 	cd $(BENCH_MOD) && $(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	$(GO) test -race -count=1 -timeout 14m ./...
+	mkdir -p $(ARTIFACTS)
+	$(GO) test -race -count=1 -timeout 14m -artifacts -outputdir $(ARTIFACTS) ./...
 	cd $(BENCH_MOD) && $(GO) test -race -count=1 -timeout 10m ./...
 
 test-short:

@@ -1,0 +1,382 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/test/harness"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// findChromium looks for the browser the Makefile installs (Debian's
+// chromium) or another Chromium-based one on PATH; RAFTQ_CHROMIUM names
+// one explicitly.
+func findChromium() (string, error) {
+	if p := os.Getenv("RAFTQ_CHROMIUM"); p != "" {
+		return exec.LookPath(p)
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("none of chromium, chromium-browser, google-chrome on PATH (make test installs Debian's chromium with apt-get when it can)")
+}
+
+// browser starts headless Chromium for the test; everything it started
+// ends with the test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := findChromium()
+	if err != nil {
+		t.Skip("no browser for the dashboard test: ", err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox, // root in a container has no user namespace for the sandbox
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1400, 1000),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		cancelBrowser()
+		cancelAlloc()
+	})
+	// Start the browser now, on a context without a deadline (it lives
+	// as long as the context of its first call), so a failure to start
+	// is reported as such.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start %s: %v", path, err)
+	}
+	return bctx
+}
+
+// do runs browser steps with a deadline.
+func do(t *testing.T, bctx context.Context, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// get runs one browser action that returns a value, with a deadline.
+func get[T any](t *testing.T, bctx context.Context, a chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// count is how many elements match a CSS selector now.
+func count(t *testing.T, bctx context.Context, sel string) int {
+	t.Helper()
+	return get(t, bctx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", sel)))
+}
+
+func text(t *testing.T, bctx context.Context, sel string) string {
+	t.Helper()
+	return get(t, bctx, chromedp.Text(chromedp.CSS(sel)))
+}
+
+// screenshot keeps a full-page screenshot as a test artifact (go test
+// -artifacts keeps them; make test does, under test-artifacts/).
+func screenshot(t *testing.T, bctx context.Context, name string) {
+	t.Helper()
+	png := get(t, bctx, chromedp.FullScreenshot(100))
+	path := filepath.Join(t.ArtifactDir(), name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s", path)
+}
+
+// pageNumbers reads the numbers of one queue from the queues page.
+func pageNumbers(t *testing.T, bctx context.Context, node *harness.Node, queue string) map[string]string {
+	t.Helper()
+	row := fmt.Sprintf(`tr[data-queue=%q]`, queue)
+	do(t, bctx, chromedp.Navigate("http://"+node.HTTP+"/queues"), chromedp.WaitVisible(chromedp.CSS(row)))
+	got := map[string]string{}
+	for _, k := range []string{"ready", "delayed", "in_flight", "dead_lettered", "consumers"} {
+		got[k] = text(t, bctx, row+" td."+k)
+	}
+	got["bytes"] = get(t, bctx, chromedp.AttributeValue(chromedp.CSS(row+" td.bytes"), "data-bytes")).Value
+	return got
+}
+
+// metricsOf reads one node's /metrics.
+func metricsOf(node *harness.Node) (string, error) {
+	resp, err := http.Get("http://" + node.HTTP + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// sample finds the value of one series in a text exposition.
+func sample(metrics, series string) (string, bool) {
+	for _, line := range strings.Split(metrics, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// cliQueue is `raftq queue get --json` against node.
+func cliQueue(t *testing.T, ctx context.Context, node *harness.Node, queue string) *raftqv1.QueueInfo {
+	t.Helper()
+	q := &raftqv1.QueueInfo{}
+	if err := protojson.Unmarshal([]byte(cli(t, ctx, node, "--json", "queue", "get", queue)), q); err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// mixedWorkload enqueues to two queues from several producers while a
+// consumer acks, and dead-letters some, of what it gets; then a consumer
+// named dash-holder takes three messages and holds them, so the numbers
+// stay put for the comparison.
+func mixedWorkload(t *testing.T, ctx context.Context, leader *harness.Node) raftqv1.Broker_LeaseClient {
+	t.Helper()
+	b := raftqv1.NewBrokerClient(rawConn(t, leader))
+	for _, q := range []*raftqv1.CreateQueueRequest{
+		{Name: "orders", Config: &raftqv1.QueueConfig{Throttles: map[string]*raftqv1.ThrottleRule{"api": {RatePerSec: 1000, Burst: 20}}}},
+		{Name: "emails"},
+	} {
+		if _, err := b.CreateQueue(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for p, tenant := range []string{"tenant-a", "tenant-b", "tenant-c"} {
+		wg.Go(func() {
+			for i := range 20 {
+				req := &raftqv1.EnqueueRequest{Queue: "orders"}
+				for j := range 5 {
+					req.Messages = append(req.Messages, &raftqv1.EnqueueMessage{
+						Payload: fmt.Appendf(nil, "order %s %d-%d", tenant, i, j), FairnessKey: tenant, Weight: uint32(p + 1), ThrottleKeys: []string{"api"},
+					})
+				}
+				if _, err := b.Enqueue(ctx, req); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 30 {
+			m := &raftqv1.EnqueueMessage{Payload: fmt.Appendf(nil, "email %d", i)}
+			if i%3 == 0 {
+				m.DelayMs = int64(time.Hour / time.Millisecond) // stays delayed
+			}
+			if _, err := b.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "emails", Messages: []*raftqv1.EnqueueMessage{m}}); err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	wg.Go(func() {
+		// Acks 40 and dead-letters 10 of what it gets while producers run.
+		lctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		s, err := b.Lease(lctx, &raftqv1.LeaseRequest{Queue: "orders", ConsumerName: "ack-worker", MaxInFlight: 8, Limit: 50})
+		if err != nil {
+			errs <- err
+			return
+		}
+		for n := 0; n < 50; {
+			resp, err := s.Recv()
+			if err != nil {
+				errs <- err
+				return
+			}
+			for _, d := range resp.Messages {
+				ref := &raftqv1.LeaseRef{MessageId: d.Id, LeaseToken: d.LeaseToken}
+				if n < 10 {
+					_, err = b.Nack(ctx, &raftqv1.NackRequest{Queue: "orders", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, DeadLetter: true, Reason: "poison"}}})
+				} else {
+					_, err = b.Ack(ctx, &raftqv1.AckRequest{Queue: "orders", Acks: []*raftqv1.LeaseRef{ref}})
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				n++
+			}
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	holder, err := b.Lease(ctx, &raftqv1.LeaseRequest{Queue: "orders", ConsumerName: "dash-holder", MaxInFlight: 3, VisibilityTimeoutMs: int64(time.Hour / time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for got := 0; got < 3; {
+		resp, err := holder.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += len(resp.Messages)
+	}
+	return holder
+}
+
+// TestDashboardInABrowser: a 3-node cluster under a mixed workload; the
+// dashboard of a follower and of the leader, loaded in headless Chromium,
+// shows the same per-queue numbers as that node's /metrics and the CLI;
+// the queue page lists the consumer by name, the fairness and throttle
+// keys and the dead letters; clicking Redrive on the follower moves them
+// back. Screenshots are kept as artifacts.
+func TestDashboardInABrowser(t *testing.T) {
+	bctx := browser(t)
+	nodes, _ := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	leader := leaderOf(t, nodes)
+	var follower *harness.Node
+	for _, n := range nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	mixedWorkload(t, ctx, leader)
+
+	// The same numbers everywhere, once the node has applied what the
+	// leader has (the page and /metrics read the node's own state; the
+	// CLI asks the leader).
+	check := func(node *harness.Node) {
+		harness.Eventually(t, 60*time.Second, func() error {
+			for _, queue := range []string{"orders", "emails"} {
+				cq := cliQueue(t, ctx, node, queue)
+				st := cq.GetStats()
+				want := map[string]string{
+					"ready": itoa(st.GetReady()), "delayed": itoa(st.GetDelayed()), "in_flight": itoa(st.GetInFlight()),
+					"dead_lettered": itoa(st.GetDeadLettered()), "bytes": itoa(st.GetBytes()), "consumers": itoa(st.GetConsumers()),
+				}
+				page := pageNumbers(t, bctx, node, queue)
+				m, err := metricsOf(node)
+				if err != nil {
+					return err
+				}
+				lm, err := metricsOf(leader) // consumers: a leader-only family
+				if err != nil {
+					return err
+				}
+				for k, v := range want {
+					series := fmt.Sprintf(`raftq_queue_messages{queue=%q,state=%q}`, queue, k)
+					src := m
+					switch k {
+					case "bytes":
+						series = fmt.Sprintf(`raftq_queue_bytes{queue=%q}`, queue)
+					case "consumers":
+						series, src = fmt.Sprintf(`raftq_queue_consumers{queue=%q}`, queue), lm
+					}
+					mv, ok := sample(src, series)
+					if !ok || mv != v || page[k] != v {
+						return fmt.Errorf("%s on %s: CLI %s, page %q, /metrics %q", series, node.ID, v, page[k], mv)
+					}
+				}
+			}
+			return nil
+		})
+	}
+	orders := cliQueue(t, ctx, leader, "orders").GetStats()
+	if orders.GetDeadLettered() != 10 || orders.GetInFlight() != 3 || orders.GetConsumers() != 1 {
+		t.Fatalf("workload left orders at %v, want 10 dead-lettered, 3 in flight, 1 consumer", orders)
+	}
+	check(follower)
+	check(leader)
+
+	// The sparkline has been drawn by the page's script once two samples exist.
+	harness.Eventually(t, 60*time.Second, func() error {
+		do(t, bctx, chromedp.Navigate("http://"+follower.HTTP+"/queues"), chromedp.WaitVisible(chromedp.CSS(`tr[data-queue="orders"]`)))
+		if count(t, bctx, `tr[data-queue="orders"] svg.spark[data-drawn="true"] polyline`) != 1 {
+			return fmt.Errorf("sparkline not drawn yet")
+		}
+		return nil
+	})
+	screenshot(t, bctx, "queues-follower")
+
+	// The cluster page on the follower: the leader, three healthy nodes
+	// whose digests agree.
+	do(t, bctx, chromedp.Navigate("http://"+follower.HTTP+"/"), chromedp.WaitVisible(chromedp.CSS(`#nodes`)))
+	leaderText, verify, rows := text(t, bctx, `#leader`), text(t, bctx, `#verify span`), count(t, bctx, `#nodes tbody tr`)
+	if leaderText != leader.ID || verify != "consistent" || rows != 3 {
+		t.Errorf("cluster page on %s: leader %q (want %s), replicas %q, %d nodes", follower.ID, leaderText, leader.ID, verify, rows)
+	}
+	if n := count(t, bctx, `#nodes td.health .ok`); n != 3 {
+		t.Errorf("%d healthy nodes on the cluster page, want 3", n)
+	}
+	if n := count(t, bctx, `#nodes td.digest .ok`); n != 3 {
+		t.Errorf("%d nodes whose digest agrees, want 3", n)
+	}
+	screenshot(t, bctx, "cluster-follower")
+	do(t, bctx, chromedp.Navigate("http://"+leader.HTTP+"/"), chromedp.WaitVisible(chromedp.CSS(`#nodes`)))
+	screenshot(t, bctx, "cluster-leader")
+
+	// One queue on the follower: what only the leader knows, and the DLQ.
+	do(t, bctx, chromedp.Navigate("http://"+follower.HTTP+"/queues/orders"), chromedp.WaitVisible(chromedp.CSS(`#redrive`)))
+	consumer, keys, throttle := text(t, bctx, `#consumers tr[data-consumer="dash-holder"]`), text(t, bctx, `#fairness-keys`), text(t, bctx, `#throttle-keys`)
+	dlqRows := count(t, bctx, `#dlq tbody tr`)
+	if !strings.Contains(consumer, "dash-holder") || !strings.Contains(consumer, "127.0.0.1:") {
+		t.Errorf("consumer row %q", consumer)
+	}
+	for _, k := range []string{"tenant-a", "tenant-b", "tenant-c"} {
+		if !strings.Contains(keys, k) {
+			t.Errorf("fairness keys lack %s: %q", k, keys)
+		}
+	}
+	if !strings.Contains(throttle, "api") {
+		t.Errorf("throttle buckets lack api: %q", throttle)
+	}
+	if dlqRows != 10 {
+		t.Errorf("%d dead letters shown, want 10", dlqRows)
+	}
+	screenshot(t, bctx, "queue-orders-follower")
+
+	// Redrive from the follower's page.
+	do(t, bctx, chromedp.Click(chromedp.CSS(`#redrive`)), chromedp.WaitVisible(chromedp.CSS(`#redriven`)))
+	if flash := text(t, bctx, `#redriven`); !strings.Contains(flash, "moved 10") {
+		t.Errorf("after redrive: %q", flash)
+	}
+	if st := cliQueue(t, ctx, leader, "orders").GetStats(); st.GetDeadLettered() != 0 || st.GetReady() != orders.GetReady()+10 {
+		t.Errorf("after redrive the CLI shows %v, want none dead-lettered and 10 more ready than %d", st, orders.GetReady())
+	}
+	harness.Eventually(t, 30*time.Second, func() error {
+		do(t, bctx, chromedp.Navigate("http://"+follower.HTTP+"/queues/orders"), chromedp.WaitVisible(chromedp.CSS(`#stats`)))
+		if count(t, bctx, `#no-dlq`) != 1 {
+			return fmt.Errorf("the follower's page still lists dead letters")
+		}
+		return nil
+	})
+	screenshot(t, bctx, "queue-orders-after-redrive")
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
