@@ -24,6 +24,16 @@ func registerNodeMetrics(reg *prometheus.Registry, s *Server) {
 		s.b.LeaseMetrics(),
 		newClusterCollector(s),
 	)
+	if n := s.cfg.MetricsTopKeys; n > 0 {
+		throttles := func(queue string) ([]*raftqv1.ThrottleKeyStats, bool) {
+			if !s.node.LeaderReady() {
+				return nil, false
+			}
+			_, th := s.b.Scheduler().KeyStats(queue)
+			return th, true
+		}
+		reg.MustRegister(qmetrics.NewKeysCollector(s.state, throttles, n))
+	}
 }
 
 // followerLagTimeout bounds asking followers for their applied index

@@ -35,6 +35,10 @@ type Config struct {
 	// status, digests) over mutual TLS with node certificates. nil:
 	// plaintext.
 	TLS *tlsconfig.Source
+	// MetricsTopKeys, when above 0, adds per fairness key and per throttle
+	// key series: the top N keys of each queue, the rest summed under
+	// key="_other" (raftq serve --metrics-top-keys).
+	MetricsTopKeys int
 }
 
 // Server serves the Broker and Cluster services of one node.

@@ -48,6 +48,7 @@ type serveOptions struct {
 	tls              tlsconfig.Files
 	insecure         bool
 	gossipKeyFile    string
+	metricsTopKeys   int
 }
 
 func newServeCmd() *cobra.Command {
@@ -87,6 +88,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.Int64Var(&o.maxPending, "max-pending-bytes", mem.defaultMaxPendingBytes(), "client writes held in front of Raft (queued and in flight) before new ones get ResourceExhausted (default: 256 MiB, or an eighth of a smaller memory or cgroup limit)")
 	fl.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.Uint64Var(&o.snapThreshold, "snapshot-threshold", cluster.DefaultSnapshotThreshold, "log entries between automatic snapshots")
+	fl.IntVar(&o.metricsTopKeys, "metrics-top-keys", 0, "export per fairness key and throttle key metrics for each queue's top N keys, the rest summed as key=\"_other\" (0 = off)")
 	fl.Uint64Var(&o.trailingLogs, "trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot (followers further behind get the snapshot)")
 	fl.StringVar(&o.tls.Cert, "tls-cert", "", "this node's certificate (PEM, made by raftq cert node): TLS on every port, mTLS between nodes")
 	fl.StringVar(&o.tls.Key, "tls-key", "", "the key of --tls-cert (PEM)")
@@ -190,6 +192,9 @@ func resolveNodeID(o *serveOptions) error {
 	}
 	if o.nodeID == "" {
 		return errors.New("--node-id is empty")
+	}
+	if o.metricsTopKeys < 0 {
+		return fmt.Errorf("--metrics-top-keys %d: want 0 (off) or more", o.metricsTopKeys)
 	}
 	return nil
 }
@@ -342,7 +347,7 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 			return node.SetGossipKeys(keys)
 		})
 	}
-	srv := transport.New(transport.Config{Logger: log.With("component", "transport"), TLS: tlsSrc}, b)
+	srv := transport.New(transport.Config{Logger: log.With("component", "transport"), TLS: tlsSrc, MetricsTopKeys: o.metricsTopKeys}, b)
 	go func() { errc <- srv.Serve(grpcLis) }()
 	httpHandler.ready(srv.HTTPHandler())
 	log.Info("raftq node started", "node_id", o.nodeID, "grpc", adv["grpc"], "grpc_clients", cmp.Or(o.advertiseGRPC, adv["grpc"]), "raft", adv["raft"], "gossip", adv["gossip"], "http", adv["http"], "data_dir", o.dataDir,
