@@ -47,6 +47,8 @@ type Node struct {
 	snaps *raft.FileSnapshotStore
 	// snapStats counts the snapshots written (for metrics).
 	snapStats snapshotCounter
+	// timedLogs times appends to the log (for metrics).
+	timedLogs *timedLogStore
 	trans     *raft.NetworkTransport
 	raftAddr  string // advertised Raft address
 
@@ -128,7 +130,10 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	}
 	// The cache sits above the chunking: LogCache.DeleteRange empties the
 	// whole cache, and should do so once per compaction, not once per chunk.
-	logs, err := raft.NewLogCache(logCacheSize, newChunkedLogStore(n.store, compactChunk))
+	// Timing sits under the chunking, so each chunk of a compaction is its
+	// own deletion between appends.
+	n.timedLogs = newTimedLogStore(n.store, n.store.Stats)
+	logs, err := raft.NewLogCache(logCacheSize, newChunkedLogStore(n.timedLogs, compactChunk))
 	if err != nil {
 		return nil, fmt.Errorf("log cache: %w", err)
 	}

@@ -2,6 +2,8 @@ package transport
 
 import (
 	"context"
+
+	"github.com/raftq/raftq/cluster"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,6 +48,7 @@ type clusterCollector struct {
 
 	term, leader, leaderChanges, commit, applied, lag, members, diskFree *prometheus.Desc
 	snapshots, snapshotBytes, snapshotSecs                               *prometheus.Desc
+	logAppend, logFsync                                                  *prometheus.Desc
 }
 
 func newClusterCollector(s *Server) *clusterCollector {
@@ -62,11 +65,13 @@ func newClusterCollector(s *Server) *clusterCollector {
 		snapshots:     prometheus.NewDesc("raftq_snapshots_total", "Raft snapshots this node has written to its data dir since it started.", nil, nil),
 		snapshotBytes: prometheus.NewDesc("raftq_snapshot_last_bytes", "Size of the newest snapshot this node wrote (0 before the first).", nil, nil),
 		snapshotSecs:  prometheus.NewDesc("raftq_snapshot_last_duration_seconds", "Time the newest snapshot took to write, from creation to its final fsync (0 before the first).", nil, nil),
+		logAppend:     prometheus.NewDesc("raftq_raft_log_append_seconds", "Latency of each append to this node's Raft log: entries encoded, written and fsynced in one bolt transaction.", nil, nil),
+		logFsync:      prometheus.NewDesc("raftq_raft_log_fsync_seconds", "Disk part of each Raft log append as bbolt times it: pages written and fdatasynced, then the meta page written and fdatasynced.", nil, nil),
 	}
 }
 
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.term, c.leader, c.leaderChanges, c.commit, c.applied, c.lag, c.members, c.diskFree, c.snapshots, c.snapshotBytes, c.snapshotSecs} {
+	for _, d := range []*prometheus.Desc{c.term, c.leader, c.leaderChanges, c.commit, c.applied, c.lag, c.members, c.diskFree, c.snapshots, c.snapshotBytes, c.snapshotSecs, c.logAppend, c.logFsync} {
 		ch <- d
 	}
 }
@@ -97,6 +102,9 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.snapshots, prometheus.CounterValue, float64(snap.Count))
 	ch <- prometheus.MustNewConstMetric(c.snapshotBytes, gauge, float64(snap.LastBytes))
 	ch <- prometheus.MustNewConstMetric(c.snapshotSecs, gauge, snap.LastDuration.Seconds())
+	logs := c.s.node.LogStoreStats()
+	ch <- constHistogram(c.logAppend, logs.Append)
+	ch <- constHistogram(c.logFsync, logs.Fsync)
 	if free, ok := diskFree(c.s.b.DataDir()); ok {
 		ch <- prometheus.MustNewConstMetric(c.diskFree, gauge, float64(free))
 	}
@@ -118,4 +126,18 @@ func (c *clusterCollector) followerLag(ch chan<- prometheus.Metric, leaderApplie
 		}
 		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, lag, n.GetId())
 	}
+}
+
+// constHistogram turns a cluster histogram snapshot into a metric.
+func constHistogram(d *prometheus.Desc, h cluster.Histogram) prometheus.Metric {
+	bounds := cluster.LogLatencyBuckets()
+	buckets := make(map[float64]uint64, len(bounds))
+	for i, b := range bounds {
+		if i < len(h.Counts) {
+			buckets[b] = h.Counts[i]
+		} else {
+			buckets[b] = h.Count
+		}
+	}
+	return prometheus.MustNewConstHistogram(d, h.Count, h.Sum, buckets)
 }

@@ -209,12 +209,17 @@ type page struct {
 	Leader   string
 	IsLeader bool
 	CSRF     string
+	Scheme   string // of this request: links to other nodes' dashboards use it too
 	Now      string
 	Body     any
 }
 
 func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, code int, name, title string, body any) {
-	p := page{Title: title, NodeID: d.b.NodeID(), CSRF: csrfToken(r), Now: d.cfg.Now().UTC().Format(time.RFC3339), Body: body}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	p := page{Title: title, NodeID: d.b.NodeID(), CSRF: csrfToken(r), Scheme: scheme, Now: d.cfg.Now().UTC().Format(time.RFC3339), Body: body}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)

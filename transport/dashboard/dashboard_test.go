@@ -47,7 +47,7 @@ func newFake() *fakeBackend {
 func (f *fakeBackend) NodeID() string { return "n2" }
 func (f *fakeBackend) Status(context.Context) (*raftqv1.StatusResponse, error) {
 	return &raftqv1.StatusResponse{LeaderId: "n1", Term: 3, AppliedIndex: 90, Nodes: []*raftqv1.Node{
-		{Id: "n1", State: "leader", Suffrage: "voter", Healthy: true, AppliedIndex: 100},
+		{Id: "n1", State: "leader", Suffrage: "voter", Healthy: true, AppliedIndex: 100, HttpAddr: "10.0.0.1:7403"},
 		{Id: "n2", State: "follower", Suffrage: "voter", Healthy: true, AppliedIndex: 90},
 		{Id: "n3", State: "unreachable", Suffrage: "voter"},
 	}}, nil
@@ -166,7 +166,7 @@ func TestPagesRender(t *testing.T) {
 		want []string
 		not  []string
 	}{
-		{"/", 200, []string{`<dd id="leader">n1</dd>`, `n2 (this node)`, `<td class="lag">10</td>`, `<td class="lag">?</td>`, `abcdef012345`, `agrees`, `unreachable`, `inconsistent`}, nil},
+		{"/", 200, []string{`<dd id="leader">n1</dd>`, `n2 (this node)`, `<td class="lag">10</td>`, `<td class="lag">?</td>`, `abcdef012345`, `agrees`, `unreachable`, `inconsistent`, `href="http://10.0.0.1:7403/"`}, nil},
 		{"/queues", 200, []string{`href="/queues/jobs"`, `<td class="ready num">7</td>`, `<td class="in_flight num">2</td>`, `<td class="consumers num">1</td>`, `empties in ~1m30s`, `2.0 KiB`, `class="spark"`}, nil},
 		{"/queues/jobs", 200, []string{`worker-1`, `10.0.0.9:5555`, `data-key="big"`, `<td class="num share">75.0%</td>`, `<td class="num share">25.0%</td>`, `data-key="api"`,
 			`&lt;script&gt;alert(1)&lt;/script&gt;`, `(2 bytes, binary)`, `max_deliveries`, `name="csrf" value="tok-123"`, `action="/queues/jobs/redrive"`, `hello`}, []string{`<script>alert(1)`}},

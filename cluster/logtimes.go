@@ -1,0 +1,132 @@
+package cluster
+
+import (
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"go.etcd.io/bbolt"
+)
+
+// LogLatencyBuckets are the upper bounds, in seconds, of the log store
+// histograms: 100 µs doubling to ~3.3 s.
+func LogLatencyBuckets() []float64 {
+	b := make([]float64, 16)
+	for i := range b {
+		b[i] = 0.0001 * float64(uint(1)<<i)
+	}
+	return b
+}
+
+// Histogram is a snapshot of one latency histogram: Counts[i] is how many
+// observations were at most LogLatencyBuckets()[i] (cumulative, as
+// Prometheus wants them).
+type Histogram struct {
+	Count  uint64
+	Sum    float64 // seconds
+	Counts []uint64
+}
+
+// LogStoreStats times the appends to the Raft log on this node's disk.
+type LogStoreStats struct {
+	// Append is each StoreLogs call: the entries encoded, written and
+	// fsynced in one bolt transaction (what a commit waits for here).
+	Append Histogram
+	// Fsync is the disk part of each append as bbolt times it: writing the
+	// transaction's pages and fdatasync, then the meta page and its
+	// fdatasync.
+	Fsync Histogram
+}
+
+// hist accumulates one histogram; guarded by its owner's mutex.
+type hist struct {
+	bounds []float64
+	counts []uint64 // per bucket, not cumulative; the last is +Inf
+	count  uint64
+	sum    float64
+}
+
+func newHist() hist {
+	b := LogLatencyBuckets()
+	return hist{bounds: b, counts: make([]uint64, len(b)+1)}
+}
+
+func (h *hist) observe(d time.Duration) {
+	s := d.Seconds()
+	i := 0
+	for i < len(h.bounds) && s > h.bounds[i] {
+		i++
+	}
+	h.counts[i]++
+	h.count++
+	h.sum += s
+}
+
+func (h *hist) snapshot() Histogram {
+	out := Histogram{Count: h.count, Sum: h.sum, Counts: make([]uint64, len(h.bounds))}
+	var cum uint64
+	for i := range h.bounds {
+		cum += h.counts[i]
+		out.Counts[i] = cum
+	}
+	return out
+}
+
+// timedLogStore times the appends of the log store under it. The bolt
+// store's own statistics say how long the disk part of each commit took;
+// appends are serialized here so that the difference read around one
+// append is that append's (Raft has one log writer anyway; a compaction's
+// deletes are other transactions, counted as they commit, outside).
+type timedLogStore struct {
+	raft.LogStore
+	boltStats func() bbolt.Stats
+
+	mu             sync.Mutex
+	append, fsyncs hist
+}
+
+func newTimedLogStore(s raft.LogStore, boltStats func() bbolt.Stats) *timedLogStore {
+	return &timedLogStore{LogStore: s, boltStats: boltStats, append: newHist(), fsyncs: newHist()}
+}
+
+// StoreLog implements raft.LogStore.
+func (s *timedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+
+// StoreLogs implements raft.LogStore.
+func (s *timedLogStore) StoreLogs(logs []*raft.Log) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	before := s.boltStats().TxStats.WriteTime
+	start := time.Now()
+	err := s.LogStore.StoreLogs(logs)
+	took := time.Since(start)
+	if err != nil {
+		return err
+	}
+	s.append.observe(took)
+	s.fsyncs.observe(max(s.boltStats().TxStats.WriteTime-before, 0))
+	return nil
+}
+
+// DeleteRange implements raft.LogStore, serialized with appends so that an
+// append's disk time does not take in a deletion's.
+func (s *timedLogStore) DeleteRange(lo, hi uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.LogStore.DeleteRange(lo, hi)
+}
+
+func (s *timedLogStore) stats() LogStoreStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return LogStoreStats{Append: s.append.snapshot(), Fsync: s.fsyncs.snapshot()}
+}
+
+// LogStoreStats reports the latency of this node's log appends since it
+// started.
+func (n *Node) LogStoreStats() LogStoreStats {
+	if n.timedLogs == nil {
+		return LogStoreStats{}
+	}
+	return n.timedLogs.stats()
+}
