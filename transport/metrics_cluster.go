@@ -2,11 +2,10 @@ package transport
 
 import (
 	"context"
-
-	"github.com/raftq/raftq/cluster"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/raftq/raftq/cluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	qmetrics "github.com/raftq/raftq/transport/metrics"
 )

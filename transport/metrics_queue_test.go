@@ -182,6 +182,12 @@ func TestQueueMetricsMatchGetQueue(t *testing.T) {
 		if _, ok := sample(fams, "raftq_data_dir_free_bytes"); !ok {
 			t.Errorf("%s: no raftq_data_dir_free_bytes", n.id)
 		}
+		// Every node appended the workload's entries to its own log.
+		appends, _ := sample(fams, "raftq_raft_log_append_seconds")
+		fsyncs, _ := sample(fams, "raftq_raft_log_fsync_seconds")
+		if appends == 0 || fsyncs != appends {
+			t.Errorf("%s: %v log appends timed, %v fsyncs; want some, one per append", n.id, appends, fsyncs)
+		}
 	}
 
 	text, fams := scrape(t, l)
