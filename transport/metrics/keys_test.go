@@ -166,3 +166,15 @@ func BenchmarkScrapeTopKeys(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkKeysCollectorRead: the part of a top-keys scrape that holds the
+// state's read lock (every queue's per-key ready counts, 10,000 keys).
+func BenchmarkKeysCollectorRead(b *testing.B) {
+	f := buildState(b, 1000, 100, 10, time.Now().UnixMilli())
+	c := NewKeysCollector(f, nil, 3)
+	for b.Loop() {
+		if names, _ := c.readKeys(); len(names) != 2000 {
+			b.Fatalf("%d queues", len(names))
+		}
+	}
+}
