@@ -44,8 +44,9 @@ run: build
 	$(RAFTQ) serve
 
 # A three-node cluster on loopback (ports 7400-7423), data in a temp dir.
-cluster:
-	$(GO) run ./cmd/raftq dev --nodes 3
+# A node that dies is restarted after 5 s (raftq dev --restart-after).
+cluster: build
+	$(RAFTQ) dev --nodes 3
 
 # Debian packages some tests drive: chromium (the dashboard's browser
 # test) and prometheus (promtool checks the alert rules). Installed with

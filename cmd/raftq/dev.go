@@ -8,11 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,6 +26,7 @@ func newDevCmd() *cobra.Command {
 		dataDir  string
 		keep     bool
 		tlsOn    bool
+		restart  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -42,26 +40,36 @@ func newDevCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if restart < 0 {
+				return errors.New("--restart-after must not be negative")
+			}
+			out := cmd.OutOrStdout()
 			if dataDir == "" {
 				if dataDir, err = os.MkdirTemp("", "raftq-dev-"); err != nil {
 					return err
 				}
 				if !keep {
-					defer os.RemoveAll(dataDir)
+					// Only after every node, restarted ones included,
+					// has stopped (runDev returns then).
+					defer func() {
+						os.RemoveAll(dataDir)
+						fmt.Fprintf(out, "removed %s (--keep keeps it)\n", dataDir)
+					}()
 				}
 			}
-			return runDev(cmd.Context(), cmd.OutOrStdout(), self, nodes, basePort, dataDir, tlsOn)
+			return runDev(cmd.Context(), out, self, nodes, basePort, dataDir, tlsOn, restart)
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of nodes")
 	cmd.Flags().IntVar(&basePort, "base-port", 7400, "node i uses ports base+10i .. base+10i+3 (gRPC, Raft, gossip, HTTP)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "where node data goes (default: a temp dir removed on exit)")
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the temp data dir on exit")
+	cmd.Flags().DurationVar(&restart, "restart-after", 5*time.Second, "restart a node that dies after this long (0 = never)")
 	cmd.Flags().BoolVar(&tlsOn, "tls", false, "TLS on every port and an encrypted gossip, with a CA, certificates and a gossip key made in the data dir")
 	return cmd
 }
 
-func runDev(ctx context.Context, out io.Writer, self string, nodes, basePort int, dataDir string, tlsOn bool) error {
+func runDev(ctx context.Context, out io.Writer, self string, nodes, basePort int, dataDir string, tlsOn bool, restartAfter time.Duration) error {
 	var ids []string
 	for i := range nodes {
 		ids = append(ids, fmt.Sprintf("n%d", i+1))
@@ -81,19 +89,12 @@ func runDev(ctx context.Context, out io.Writer, self string, nodes, basePort int
 		gossip = append(gossip, fmt.Sprintf("127.0.0.1:%d", basePort+10*i+2))
 		grpcAddrs = append(grpcAddrs, fmt.Sprintf("127.0.0.1:%d", basePort+10*i))
 	}
-	var (
-		wg    sync.WaitGroup
-		procs []*exec.Cmd
-	)
+	sup := newSupervisor(out, restartAfter)
 	for i := range nodes {
 		id := fmt.Sprintf("n%d", i+1)
 		p := basePort + 10*i
 		logPath := filepath.Join(dataDir, id+".log")
-		logf, err := os.Create(logPath)
-		if err != nil {
-			return err
-		}
-		c := exec.Command(self, "serve",
+		args := []string{"serve",
 			"--node-id", id,
 			"--data-dir", filepath.Join(dataDir, id),
 			"--grpc-addr", fmt.Sprintf("127.0.0.1:%d", p),
@@ -102,19 +103,14 @@ func runDev(ctx context.Context, out io.Writer, self string, nodes, basePort int
 			"--http-addr", fmt.Sprintf("127.0.0.1:%d", p+3),
 			"--join", strings.Join(gossip, ","),
 			"--bootstrap-expect", fmt.Sprint(nodes),
-		)
-		c.Args = append(c.Args, nodeFlags[id]...)
-		c.Stdout, c.Stderr = logf, logf
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := c.Start(); err != nil {
-			logf.Close()
-			stopAll(procs, &wg)
+		}
+		args = append(args, nodeFlags[id]...)
+		pid, err := sup.start(ctx, id, self, args, logPath)
+		if err != nil {
+			sup.stop()
 			return fmt.Errorf("start %s: %w", id, err)
 		}
-		procs = append(procs, c)
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = c.Wait(); logf.Close() }()
-		fmt.Fprintf(out, "%s: grpc 127.0.0.1:%d  http 127.0.0.1:%d  pid %d  log %s\n", id, p, p+3, c.Process.Pid, logPath)
+		fmt.Fprintf(out, "%s: grpc 127.0.0.1:%d  http 127.0.0.1:%d  pid %d  log %s\n", id, p, p+3, pid, logPath)
 	}
 	flags := ""
 	if len(clientFlags) > 0 {
@@ -124,27 +120,15 @@ func runDev(ctx context.Context, out io.Writer, self string, nodes, basePort int
 	if len(clientFlags) > 0 {
 		fmt.Fprintf(out, "or set RAFTQ_CLIENT_TLS_CA, RAFTQ_CLIENT_TLS_CERT and RAFTQ_CLIENT_TLS_KEY to those files.\n")
 	}
-	fmt.Fprintf(out, "Kill a node (kill -9 <pid>) to watch a failover. Ctrl-C stops them all.\n")
+	fmt.Fprintf(out, "Every node's data is under %s until dev exits.\n", dataDir)
+	if restartAfter > 0 {
+		fmt.Fprintf(out, "Kill a node (kill -9 <pid>) to watch a failover; dev restarts it after %s (--restart-after). Ctrl-C stops them all.\n", restartAfter)
+	} else {
+		fmt.Fprintf(out, "Kill a node (kill -9 <pid>) to watch a failover; dev does not restart it (--restart-after 0). Ctrl-C stops them all.\n")
+	}
 	<-ctx.Done()
-	stopAll(procs, &wg)
+	sup.stop()
 	return nil
-}
-
-// stopAll asks every node to leave (SIGTERM) and kills stragglers.
-func stopAll(procs []*exec.Cmd, wg *sync.WaitGroup) {
-	for _, p := range procs {
-		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		for _, p := range procs {
-			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
-		}
-		<-done
-	}
 }
 
 // makeDevTLS makes, in dir, a CA, a node certificate for each id, a client
