@@ -267,10 +267,15 @@ func TestConsume(t *testing.T) {
 		wantNacked  int
 		wantInLight int32
 		json        bool
+		fate        string // printed before the payload
+		wantDead    bool   // nacks ask for the dead-letter queue
 	}{
 		{name: "count", args: []string{"--count", "2"}, wantLines: 2, wantAcked: 2, wantInLight: 2},
 		{name: "count json", args: []string{"--count", "3", "--json"}, wantLines: 3, wantAcked: 3, wantInLight: 3, json: true},
-		{name: "nack", args: []string{"--count", "2", "--nack", "--nack-delay", "1s"}, wantLines: 2, wantNacked: 2, wantInLight: 2},
+		{name: "nack", args: []string{"--count", "2", "--nack", "--nack-delay", "1s"}, wantLines: 2, wantNacked: 2, wantInLight: 2,
+			fate: "nacked (redelivered; dead-lettered after the queue's max deliveries)\t"},
+		{name: "nack to the DLQ", args: []string{"--count", "1", "--nack", "--dead-letter", "--nack-delay", "1s"}, wantLines: 1, wantNacked: 1, wantInLight: 1,
+			fate: "nacked (to the dead-letter queue)\t", wantDead: true},
 		{name: "idle timeout", args: []string{"--timeout", "200ms", "--max-in-flight", "8"}, wantLines: 4, wantAcked: 4, wantInLight: 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -289,7 +294,7 @@ func TestConsume(t *testing.T) {
 					if err := protojson.Unmarshal([]byte(line), &d); err != nil || d.GetLeaseToken() == "" {
 						t.Fatalf("line %d is not a Delivery: %v: %s", i, err, line)
 					}
-				} else if want := f.deliveries[i].GetId() + "\tattempt=1\tpayload-" + f.deliveries[i].GetId(); line != want {
+				} else if want := f.deliveries[i].GetId() + "\tattempt=1\t" + tc.fate + "payload-" + f.deliveries[i].GetId(); line != want {
 					t.Fatalf("line %d = %q, want %q", i, line, want)
 				}
 			}
@@ -300,8 +305,8 @@ func TestConsume(t *testing.T) {
 			for _, n := range requests[*raftqv1.NackRequest](f) {
 				nacked += len(n.GetNacks())
 				for _, item := range n.GetNacks() {
-					if item.GetDelayMs() != 1000 {
-						t.Errorf("nack delay = %d", item.GetDelayMs())
+					if item.GetDelayMs() != 1000 || item.GetDeadLetter() != tc.wantDead {
+						t.Errorf("nack delay = %d, dead_letter %t", item.GetDelayMs(), item.GetDeadLetter())
 					}
 				}
 			}

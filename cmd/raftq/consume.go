@@ -19,6 +19,7 @@ var errNackFlag = errors.New("nacked by raftq consume --nack")
 type consumeFlags struct {
 	count       int
 	nack        bool
+	deadLetter  bool
 	nackDelay   time.Duration
 	maxInFlight int
 	idle        time.Duration
@@ -40,6 +41,7 @@ func newConsumeCmd(a *app) *cobra.Command {
 	fs.IntVar(&f.count, "count", 0, "stop after this many deliveries (0 = no limit)")
 	fs.BoolVar(&f.nack, "nack", false, "nack deliveries instead of acking them")
 	fs.DurationVar(&f.nackDelay, "nack-delay", 0, "with --nack: redelivery delay")
+	fs.BoolVar(&f.deadLetter, "dead-letter", false, "with --nack: move each delivery to the dead-letter queue at once instead of redelivering it")
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 64, "unacked deliveries the broker may push at once")
 	fs.DurationVar(&f.idle, "timeout", 0, "stop after no delivery for this long (0 = never)")
 	fs.StringVar(&f.name, "name", "", "consumer name shown by raftq consumers (default host-pid)")
@@ -48,6 +50,9 @@ func newConsumeCmd(a *app) *cobra.Command {
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if f.count < 0 || f.maxInFlight <= 0 || f.idle < 0 {
 			return errors.New("--count and --timeout must not be negative, --max-in-flight must be positive")
+		}
+		if f.deadLetter && !f.nack {
+			return errors.New("--dead-letter goes with --nack")
 		}
 		if _, err := msOf("visibility-timeout", f.visibility); err != nil {
 			return err
@@ -91,6 +96,14 @@ func (a *app) consume(ctx context.Context, c *client.Client, queue string, f con
 		var err error
 		if a.json {
 			err = printJSON(a.out, d)
+		} else if f.nack {
+			// Unlike an ack (the plain line scripts read), a nack says
+			// what becomes of the message.
+			fate := "nacked (redelivered; dead-lettered after the queue's max deliveries)"
+			if f.deadLetter {
+				fate = "nacked (to the dead-letter queue)"
+			}
+			_, err = fmt.Fprintf(a.out, "%s\tattempt=%d\t%s\t%s\n", d.GetId(), d.GetAttempt(), fate, payloadText(d.GetPayload(), 0))
 		} else {
 			_, err = fmt.Fprintf(a.out, "%s\tattempt=%d\t%s\n", d.GetId(), d.GetAttempt(), payloadText(d.GetPayload(), 0))
 		}
@@ -103,6 +116,9 @@ func (a *app) consume(ctx context.Context, c *client.Client, queue string, f con
 		handled++
 		if f.count > 0 && handled >= f.count {
 			stop()
+		}
+		if f.deadLetter {
+			return client.DeadLetter(errNackFlag)
 		}
 		if f.nack {
 			return errNackFlag
