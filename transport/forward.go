@@ -9,6 +9,7 @@ import (
 	"github.com/raftq/raftq/cluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
+	"github.com/raftq/raftq/transport/auth"
 	"github.com/raftq/raftq/transport/broker"
 	"github.com/raftq/raftq/transport/tlsconfig"
 	"google.golang.org/grpc"
@@ -33,6 +34,10 @@ var leaderMethods = func() map[string]bool {
 		raftqv1.Cluster_RemoveNode_FullMethodName:         true,
 		raftqv1.Cluster_TransferLeadership_FullMethodName: true,
 		raftqv1.Cluster_Checkpoint_FullMethodName:         true,
+		raftqv1.Auth_CreateToken_FullMethodName:           true,
+		raftqv1.Auth_RevokeToken_FullMethodName:           true,
+		raftqv1.Auth_Grant_FullMethodName:                 true,
+		raftqv1.Auth_Ungrant_FullMethodName:               true,
 	}
 	for name, md := range unaryMethods {
 		if md.Parent().Name() == "Broker" {
@@ -153,15 +158,16 @@ func isNotLeader(err error) bool {
 // only the node certificate of the id it was made for, so a call is never
 // forwarded to, nor a digest taken from, anything but that node.
 type peerPool struct {
-	tls   *tlsconfig.Source // nil: plaintext
+	tls   *tlsconfig.Source   // nil: plaintext
+	auth  *auth.Authenticator // carries the caller's identity on every call
 	mu    sync.Mutex
 	conns map[peerKey]*grpc.ClientConn
 }
 
 type peerKey struct{ id, addr string }
 
-func newPeerPool(src *tlsconfig.Source) *peerPool {
-	return &peerPool{tls: src, conns: map[peerKey]*grpc.ClientConn{}}
+func newPeerPool(src *tlsconfig.Source, a *auth.Authenticator) *peerPool {
+	return &peerPool{tls: src, auth: a, conns: map[peerKey]*grpc.ClientConn{}}
 }
 
 func (p *peerPool) get(id, addr string) (*grpc.ClientConn, error) {
@@ -179,6 +185,7 @@ func (p *peerPool) get(id, addr string) (*grpc.ClientConn, error) {
 		creds = credentials.NewTLS(p.tls.NodeClientConfig(id))
 	}
 	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+		grpc.WithChainUnaryInterceptor(p.auth.ClientUnary),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport/auth"
 	"github.com/raftq/raftq/transport/tlsconfig"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -142,17 +143,23 @@ func (m *metrics) clientEnded(ctx context.Context, code codes.Code) bool {
 }
 
 // HTTPHandler serves /metrics (Prometheus), /healthz (the process is up),
-// /readyz (a leader is known), /status (cluster status as JSON),
-// /debug/pprof and, at every other path, the dashboard (Dashboard).
+// /readyz (a leader is known), /status (cluster status as JSON), with
+// Config.Pprof /debug/pprof and, at every other path, the dashboard
+// (Dashboard). With auth on every path but /healthz and /readyz needs an
+// identity (transport/auth's Middleware states the contract, login and
+// CSRF included, that handlers added here rely on).
 func (s *Server) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", s.dash)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
-	// Profiling on the operator port: what dominates the leader under load.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if s.cfg.Pprof {
+		// Profiling on the operator port: what dominates the leader under
+		// load. Off by default: a profile shows memory and call paths.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -175,7 +182,7 @@ func (s *Server) HTTPHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(append(b, '\n'))
 	})
-	return mux
+	return s.cfg.Auth.Middleware(mux, auth.HTTPOptions{SecureCookies: s.cfg.HTTPSecure})
 }
 
 // registerTLSMetrics exports when the node's certificate and its CA

@@ -26,6 +26,7 @@ import (
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
+	"github.com/raftq/raftq/transport/auth"
 	"github.com/raftq/raftq/transport/broker"
 	"github.com/raftq/raftq/transport/tlsconfig"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -52,7 +53,10 @@ type inprocOpts struct {
 	noWait         bool          // do not wait for a leader
 	// tls runs every port over TLS with node certificates of this CA;
 	// the test clients (conn) trust it and present no certificate.
-	tls *testPKI
+	tls            *testPKI
+	auth           auth.Mode    // "" = none
+	bootstrapToken string       // accepted as an admin token by every node
+	logger         *slog.Logger // nil = inprocLogger()
 }
 
 // inprocNode is one in-process raftq node.
@@ -96,7 +100,10 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 	c := &inprocCluster{t: t, base: runtime.NumGoroutine()}
 	t.Cleanup(c.stop)
 	dir := t.TempDir()
-	log := inprocLogger()
+	log := o.logger
+	if log == nil {
+		log = inprocLogger()
+	}
 	for i := range o.nodes {
 		id := fmt.Sprintf("n%d", i+1)
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -139,7 +146,8 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 			t.Fatalf("start %s: %v", id, err)
 		}
 		n.state, n.sched, n.node = n.b.State(), n.b.Scheduler(), n.b.Node()
-		n.srv = New(Config{Logger: l.With("component", "transport"), LeaderWait: o.leaderWait, TLS: nodeTLS}, n.b)
+		authn := auth.New(auth.Config{Mode: o.auth, BootstrapToken: o.bootstrapToken, State: n.b.State().Auth, Logger: l.With("component", "audit")})
+		n.srv = New(Config{Logger: l.With("component", "transport"), LeaderWait: o.leaderWait, TLS: nodeTLS, Auth: authn}, n.b)
 		go func() { n.served <- n.srv.Serve(lis) }()
 		creds := insecure.NewCredentials()
 		if o.tls != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport/auth"
 	"github.com/raftq/raftq/transport/broker"
 	"github.com/raftq/raftq/transport/dashboard"
 	"github.com/raftq/raftq/transport/tlsconfig"
@@ -39,6 +40,14 @@ type Config struct {
 	// key series: the top N keys of each queue, the rest summed under
 	// key="_other" (raftq serve --metrics-top-keys).
 	MetricsTopKeys int
+	// Auth authenticates and authorises every call (transport/auth); nil
+	// = auth off (every caller may do everything).
+	Auth *auth.Authenticator
+	// Pprof serves /debug/pprof on the HTTP port (to admins when auth is
+	// on).
+	Pprof bool
+	// HTTPSecure marks the HTTP port's cookies Secure (it serves TLS).
+	HTTPSecure bool
 }
 
 // Server serves the Broker and Cluster services of one node.
@@ -88,13 +97,16 @@ func New(cfg Config, b *broker.Broker) *Server {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
+	if cfg.Auth == nil {
+		cfg.Auth = auth.New(auth.Config{Mode: auth.ModeNone})
+	}
 	s := &Server{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		b:        b,
 		node:     b.Node(),
 		state:    b.State(),
-		peers:    newPeerPool(cfg.TLS),
+		peers:    newPeerPool(cfg.TLS, cfg.Auth),
 		settles:  newSettleGate(),
 		health:   health.NewServer(),
 		stopping: make(chan struct{}),
@@ -108,8 +120,10 @@ func New(cfg Config, b *broker.Broker) *Server {
 		creds = append(creds, grpc.Creds(credentials.NewTLS(cfg.TLS.ServerConfig("grpc"))))
 	}
 	s.grpc = grpc.NewServer(append(creds,
-		grpc.ChainUnaryInterceptor(s.metrics.unary, s.forwardUnary),
-		grpc.ChainStreamInterceptor(s.metrics.stream),
+		// Auth runs before routing and every handler: nothing is read or
+		// changed for a caller it refuses.
+		grpc.ChainUnaryInterceptor(s.metrics.unary, cfg.Auth.UnaryInterceptor, s.forwardUnary),
+		grpc.ChainStreamInterceptor(s.metrics.stream, cfg.Auth.StreamInterceptor),
 		grpc.InTapHandle(s.settles.tap),
 		grpc.MaxRecvMsgSize(64<<20),
 		// Reused handler goroutines keep their grown stacks: profiles of a
@@ -120,6 +134,7 @@ func New(cfg Config, b *broker.Broker) *Server {
 	)...)
 	raftqv1.RegisterBrokerServer(s.grpc, brokerService{Server: s})
 	raftqv1.RegisterClusterServer(s.grpc, &clusterService{s: s})
+	raftqv1.RegisterAuthServer(s.grpc, authService{s: s})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

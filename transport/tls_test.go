@@ -9,6 +9,7 @@ import (
 	"time"
 
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport/auth"
 	"github.com/raftq/raftq/transport/tlsconfig/pki"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -126,7 +127,7 @@ func TestForwardDialChecksTheLeader(t *testing.T) {
 			go func() { defer close(done); _ = srv.Serve(lis) }()
 			defer func() { srv.Stop(); <-done }()
 
-			pool := newPeerPool(self)
+			pool := newPeerPool(self, auth.New(auth.Config{}))
 			defer pool.close()
 			conn, err := pool.get("n1", lis.Addr().String())
 			if err != nil {
@@ -146,7 +147,7 @@ func TestForwardDialChecksTheLeader(t *testing.T) {
 			}
 		})
 	}
-	if _, err := newPeerPool(self).get("", "127.0.0.1:1"); err == nil {
+	if _, err := newPeerPool(self, auth.New(auth.Config{})).get("", "127.0.0.1:1"); err == nil {
 		t.Fatal("a peer with no id was dialled with TLS")
 	}
 }

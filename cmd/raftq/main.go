@@ -87,6 +87,9 @@ type app struct {
 	timeout time.Duration
 	verbose bool
 	creds   clientCreds
+	// token and tokenFile authenticate every call (env RAFTQ_TOKEN).
+	token     string
+	tokenFile string
 }
 
 func newRootCmd(a *app) *cobra.Command {
@@ -114,6 +117,8 @@ func newRootCmd(a *app) *cobra.Command {
 	pf.DurationVar(&a.timeout, "rpc-timeout", 15*time.Second, "deadline of each call to the cluster, retries included")
 	pf.BoolVar(&a.verbose, "verbose", false, "log retries and redirects to stderr")
 	addClientCredFlags(pf, &a.creds)
+	pf.StringVar(&a.token, "token", "", "bearer token sent with every call (env RAFTQ_TOKEN); prefer --token-file, a flag shows in the process list")
+	pf.StringVar(&a.tokenFile, "token-file", "", "file whose first line is the bearer token")
 
 	root.AddCommand(
 		newServeCmd(),
@@ -127,6 +132,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newClusterCmd(a),
 		newCertCmd(),
 		newVersionCmd(a),
+		newAuthCmd(a),
 	)
 	// Shell completion (cobra's `raftq completion bash|zsh|fish|powershell`)
 	// completes queue names from the cluster at --addr.
@@ -183,8 +189,32 @@ func (a *app) dial(cmd *cobra.Command) (*client.Client, error) {
 	log := slog.New(slog.NewTextHandler(a.errOut, &slog.HandlerOptions{Level: level}))
 	// --rpc-timeout is for slow answers: with no node listening at all
 	// the command says so at once, naming the addresses it tried.
-	opts := append([]client.Option{client.WithLogger(log), client.WithFailFast()}, a.clientOptions(cmd)...)
+	tok, err := a.bearer()
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]client.Option{client.WithLogger(log), client.WithFailFast(), client.WithToken(tok)}, a.clientOptions(cmd)...)
 	return client.Dial(cmd.Context(), a.seeds(cmd), opts...)
+}
+
+// bearer is the token to send: --token, else --token-file, else
+// RAFTQ_TOKEN; "" for none.
+func (a *app) bearer() (string, error) {
+	switch {
+	case a.token != "" && a.tokenFile != "":
+		return "", errors.New("give --token or --token-file, not both")
+	case a.token != "":
+		return a.token, nil
+	case a.tokenFile != "":
+		tok, err := readTokenFile(a.tokenFile)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		return tok, nil
+	case a.getenv != nil:
+		return strings.TrimSpace(a.getenv("RAFTQ_TOKEN")), nil
+	}
+	return "", nil
 }
 
 // callCtx bounds one command's calls by --rpc-timeout.

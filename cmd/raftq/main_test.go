@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -55,9 +56,12 @@ func TestMain(m *testing.M) {
 type fake struct {
 	raftqv1.UnimplementedBrokerServer
 	raftqv1.UnimplementedClusterServer
+	raftqv1.UnimplementedAuthServer
 
 	mu   sync.Mutex
 	reqs []proto.Message
+	// authz is the authorization metadata of every call, in order.
+	authz []string
 
 	deliveries []*raftqv1.Delivery     // pushed on Lease, up to max_in_flight
 	consumers  []*raftqv1.ConsumerInfo // ListConsumers of "q"
@@ -199,9 +203,16 @@ func serve(t *testing.T, f *fake) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		f.mu.Lock()
+		f.authz = append(f.authz, strings.Join(md.Get("authorization"), ";"))
+		f.mu.Unlock()
+		return h(ctx, req)
+	}))
 	raftqv1.RegisterBrokerServer(srv, f)
 	raftqv1.RegisterClusterServer(srv, f)
+	raftqv1.RegisterAuthServer(srv, f)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

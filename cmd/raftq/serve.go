@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/transport"
 	"github.com/raftq/raftq/transport/broker"
 	"github.com/raftq/raftq/transport/tlsconfig"
@@ -49,6 +50,7 @@ type serveOptions struct {
 	insecure         bool
 	gossipKeyFile    string
 	metricsTopKeys   int
+	auth             authOptions
 }
 
 func newServeCmd() *cobra.Command {
@@ -97,6 +99,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.BoolVar(&o.insecure, "insecure", false, "allow binding a non-loopback address without TLS (anyone who reaches a port owns the cluster)")
 	fl.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 8*time.Second, "on SIGTERM or SIGINT, the time to hand leadership over, finish the calls in flight and stop (keep it below the container's stop timeout, 10 s by default)")
 	fl.BoolVar(&o.leaveOnTerminate, "leave-on-terminate", false, "on SIGTERM or SIGINT, leave the cluster (removed from the voters) before stopping; without it a stopped node stays a voter and takes its place again when it restarts")
+	addAuthFlags(fl, &o.auth)
 	return cmd
 }
 
@@ -276,6 +279,13 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 			return fmt.Errorf("--advertise-grpc-addr: %w", err)
 		}
 	}
+	// Checked before anything starts; it reads the node's state (b) only
+	// once calls arrive.
+	var b *broker.Broker
+	authn, err := o.auth.authenticator(tlsSrc != nil, func() *fsm.Auth { return b.State().Auth() }, log)
+	if err != nil {
+		return err
+	}
 	grpcLis, err := net.Listen("tcp", o.grpcAddr)
 	if err != nil {
 		return fmt.Errorf("--grpc-addr: %w", err)
@@ -309,7 +319,7 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 
 	log.Info("starting node: restoring state from the data dir", "node_id", o.nodeID, "data_dir", o.dataDir)
 	started := time.Now()
-	b, err := broker.New(ctx, broker.Config{
+	b, err = broker.New(ctx, broker.Config{
 		Cluster: cluster.Config{
 			NodeID:              o.nodeID,
 			DataDir:             o.dataDir,
@@ -347,7 +357,7 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 			return node.SetGossipKeys(keys)
 		})
 	}
-	srv := transport.New(transport.Config{Logger: log.With("component", "transport"), TLS: tlsSrc, MetricsTopKeys: o.metricsTopKeys}, b)
+	srv := transport.New(transport.Config{Logger: log.With("component", "transport"), TLS: tlsSrc, MetricsTopKeys: o.metricsTopKeys, Auth: authn, Pprof: o.auth.pprof, HTTPSecure: tlsSrc != nil}, b)
 	go func() { errc <- srv.Serve(grpcLis) }()
 	httpHandler.ready(srv.HTTPHandler())
 	log.Info("raftq node started", "node_id", o.nodeID, "grpc", adv["grpc"], "grpc_clients", cmp.Or(o.advertiseGRPC, adv["grpc"]), "raft", adv["raft"], "gossip", adv["gossip"], "http", adv["http"], "data_dir", o.dataDir,

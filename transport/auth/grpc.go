@@ -1,0 +1,275 @@
+package auth
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+
+	"github.com/raftq/raftq/fsm"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// rule is what one method needs.
+type rule struct {
+	perm  fsm.Perm
+	admin bool
+	// queue names the queue a request addresses (perm is checked on it).
+	queue func(req any) string
+	// audit: an administrative action, logged with its outcome.
+	audit bool
+	// target names what an audited request acts on, for the audit line.
+	target func(req any) string
+}
+
+type queueNamer interface{ GetQueue() string }
+type nameNamer interface{ GetName() string }
+
+func byQueue(req any) string {
+	if r, ok := req.(queueNamer); ok {
+		return r.GetQueue()
+	}
+	return ""
+}
+
+func byName(req any) string {
+	if r, ok := req.(nameNamer); ok {
+		return r.GetName()
+	}
+	return ""
+}
+
+func byIdentity(req any) string {
+	switch r := req.(type) {
+	case *raftqv1.GrantRequest:
+		if r.GetAdmin() {
+			return r.GetIdentity() + " admin"
+		}
+		return r.GetIdentity() + " " + r.GetPattern() + " " + strings.Join(r.GetAllow(), ",")
+	case *raftqv1.UngrantRequest:
+		if r.GetAdmin() {
+			return r.GetIdentity() + " admin"
+		}
+		return r.GetIdentity() + " " + r.GetPattern()
+	case *raftqv1.RemoveNodeRequest:
+		return r.GetId()
+	case *raftqv1.TransferLeadershipRequest:
+		return r.GetToId()
+	case *raftqv1.CreateTokenRequest:
+		// The name and identity, never the token (it is in the response,
+		// which is never logged).
+		id := r.GetIdentity()
+		if id == "" {
+			id = r.GetName()
+		}
+		return r.GetName() + " for " + id
+	}
+	return ""
+}
+
+// rules maps each method of ours to what it needs. Methods of other
+// services (health checking, reflection) are open; a method of ours that
+// is missing here needs the admin role, so a new RPC is closed until it
+// is given a rule.
+var rules = map[string]rule{
+	raftqv1.Broker_CreateQueue_FullMethodName:   {perm: fsm.PermManage, queue: byName, audit: true, target: byName},
+	raftqv1.Broker_UpdateQueue_FullMethodName:   {perm: fsm.PermManage, queue: byName, audit: true, target: byName},
+	raftqv1.Broker_DeleteQueue_FullMethodName:   {perm: fsm.PermManage, queue: byName, audit: true, target: byName},
+	raftqv1.Broker_PurgeQueue_FullMethodName:    {perm: fsm.PermManage, queue: byName, audit: true, target: byName},
+	raftqv1.Broker_Redrive_FullMethodName:       {perm: fsm.PermManage, queue: byQueue, audit: true, target: byQueue},
+	raftqv1.Broker_GetQueue_FullMethodName:      {perm: fsm.PermBrowse, queue: byName},
+	raftqv1.Broker_Peek_FullMethodName:          {perm: fsm.PermBrowse, queue: byQueue},
+	raftqv1.Broker_ListConsumers_FullMethodName: {perm: fsm.PermBrowse, queue: byQueue},
+	raftqv1.Broker_ListQueues_FullMethodName:    {}, // any identity; the answer is filtered
+	raftqv1.Broker_Enqueue_FullMethodName:       {perm: fsm.PermProduce, queue: byQueue},
+	raftqv1.Broker_EnqueueStream_FullMethodName: {perm: fsm.PermProduce, queue: func(req any) string {
+		if r, ok := req.(*raftqv1.EnqueueStreamRequest); ok {
+			return r.GetRequest().GetQueue()
+		}
+		return ""
+	}},
+	raftqv1.Broker_Lease_FullMethodName:       {perm: fsm.PermConsume, queue: byQueue},
+	raftqv1.Broker_Ack_FullMethodName:         {perm: fsm.PermConsume, queue: byQueue},
+	raftqv1.Broker_Nack_FullMethodName:        {perm: fsm.PermConsume, queue: byQueue},
+	raftqv1.Broker_ExtendLease_FullMethodName: {perm: fsm.PermConsume, queue: byQueue},
+
+	raftqv1.Cluster_Status_FullMethodName:             {}, // any identity; details for admins only
+	raftqv1.Cluster_RemoveNode_FullMethodName:         {admin: true, audit: true, target: byIdentity},
+	raftqv1.Cluster_TransferLeadership_FullMethodName: {admin: true, audit: true, target: byIdentity},
+	raftqv1.Cluster_Snapshot_FullMethodName:           {admin: true, audit: true},
+	raftqv1.Cluster_Verify_FullMethodName:             {admin: true, audit: true},
+	raftqv1.Cluster_Checkpoint_FullMethodName:         {admin: true},
+	raftqv1.Cluster_LocalDigest_FullMethodName:        {admin: true},
+
+	raftqv1.Auth_CreateToken_FullMethodName: {admin: true, audit: true, target: byIdentity},
+	raftqv1.Auth_RevokeToken_FullMethodName: {admin: true, audit: true, target: byName},
+	raftqv1.Auth_Grant_FullMethodName:       {admin: true, audit: true, target: byIdentity},
+	raftqv1.Auth_Ungrant_FullMethodName:     {admin: true, audit: true, target: byIdentity},
+	raftqv1.Auth_ListAuth_FullMethodName:    {admin: true},
+	raftqv1.Auth_WhoAmI_FullMethodName:      {},
+}
+
+// ours reports whether a method belongs to one of raftq's services.
+func ours(method string) bool { return strings.HasPrefix(method, "/raftq.v1.") }
+
+func ruleFor(method string) (rule, bool) {
+	if r, ok := rules[method]; ok {
+		return r, true
+	}
+	if ours(method) {
+		return rule{admin: true, audit: true}, true
+	}
+	return rule{}, false
+}
+
+// check authorises one request of method for p.
+func (a *Authenticator) check(p *Principal, r rule, req any) error {
+	switch {
+	case r.admin:
+		if !a.IsAdmin(p) {
+			return denied(p, "admin", "")
+		}
+	case r.perm != 0:
+		q := r.queue(req)
+		if !a.Allowed(p, r.perm, q) {
+			return denied(p, r.perm.String(), q)
+		}
+	}
+	return nil
+}
+
+// UnaryInterceptor authenticates and authorises every unary call before
+// its handler runs (so before anything is read or changed), filters what
+// ListQueues and Status answer to what the caller may see, and writes the
+// audit line of administrative calls.
+func (a *Authenticator) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	r, ok := ruleFor(info.FullMethod)
+	if !ok {
+		return handler(ctx, req) // health checking, reflection
+	}
+	p, err := a.Authenticate(ctx)
+	if err == nil {
+		err = a.check(p, r, req)
+	}
+	if err != nil {
+		if r.audit {
+			a.audit(ctx, p, info.FullMethod, r, req, err)
+		}
+		return nil, err
+	}
+	ctx = WithPrincipal(ctx, p)
+	resp, err := handler(ctx, req)
+	if r.audit {
+		a.audit(ctx, p, info.FullMethod, r, req, err)
+	}
+	if err != nil {
+		return resp, err
+	}
+	return a.filter(p, resp), nil
+}
+
+// filter trims an answer to what p may see.
+func (a *Authenticator) filter(p *Principal, resp any) any {
+	switch r := resp.(type) {
+	case *raftqv1.ListQueuesResponse:
+		if a.IsAdmin(p) {
+			return r
+		}
+		out := &raftqv1.ListQueuesResponse{}
+		for _, q := range r.GetQueues() {
+			if a.Allowed(p, fsm.PermBrowse, q.GetName()) {
+				out.Queues = append(out.Queues, q)
+			}
+		}
+		return out
+	case *raftqv1.StatusResponse:
+		if a.IsAdmin(p) {
+			return r
+		}
+		// Enough to find the leader and the other nodes' API addresses
+		// (what clients need), nothing of indexes, versions or the
+		// internal ports.
+		out := &raftqv1.StatusResponse{LeaderId: r.GetLeaderId(), LeaderAddr: r.GetLeaderAddr()}
+		for _, n := range r.GetNodes() {
+			out.Nodes = append(out.Nodes, &raftqv1.Node{Id: n.GetId(), GrpcAddr: n.GetGrpcAddr(), Suffrage: n.GetSuffrage(), State: n.GetState(), Healthy: n.GetHealthy()})
+		}
+		return out
+	}
+	return resp
+}
+
+// StreamInterceptor authenticates a stream before its handler runs and
+// authorises every request received on it (an EnqueueStream may name a
+// different queue in each).
+func (a *Authenticator) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	r, ok := ruleFor(info.FullMethod)
+	if !ok {
+		return handler(srv, ss)
+	}
+	p, err := a.Authenticate(ss.Context())
+	if err != nil {
+		return err
+	}
+	if r.admin && !a.IsAdmin(p) {
+		return denied(p, "admin", "")
+	}
+	return handler(srv, &checkedStream{ServerStream: ss, ctx: WithPrincipal(ss.Context(), p), a: a, p: p, r: r})
+}
+
+type checkedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+	a   *Authenticator
+	p   *Principal
+	r   rule
+}
+
+func (s *checkedStream) Context() context.Context { return s.ctx }
+
+func (s *checkedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.a.check(s.p, s.r, m)
+}
+
+// audit writes one structured line per administrative call: who, what,
+// on what, and how it ended. It never includes a token: requests are
+// summarised by target, and responses are never logged.
+func (a *Authenticator) audit(ctx context.Context, p *Principal, method string, r rule, req any, err error) {
+	who, kind := "", ""
+	if p != nil {
+		who, kind = p.Name, string(p.Kind)
+	}
+	target := ""
+	if r.target != nil {
+		target = r.target(req)
+	}
+	via := ""
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		via = first(md, "raftq-forwarded-by")
+	}
+	a.log.LogAttrs(ctx, auditLevel(err), "audit",
+		slog.String("identity", who), slog.String("kind", kind),
+		slog.String("action", method[strings.LastIndexByte(method, '/')+1:]),
+		slog.String("service", serviceOf(method)), slog.String("target", target),
+		slog.String("result", status.Code(err).String()), slog.String("forwarded_by", via))
+}
+
+func serviceOf(method string) string {
+	s := strings.TrimPrefix(method, "/raftq.v1.")
+	if i := strings.IndexByte(s, '/'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func auditLevel(err error) slog.Level {
+	if c := status.Code(err); c == codes.PermissionDenied || c == codes.Unauthenticated {
+		return slog.LevelWarn
+	}
+	return slog.LevelInfo
+}

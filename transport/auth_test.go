@@ -1,0 +1,569 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/raftq/raftq/fsm"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport/auth"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+const testBootstrap = "rqt_bootstrap-token-for-tests-only"
+
+func bearer(ctx context.Context, token string) context.Context {
+	if token == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}
+
+// waitAuthVersion waits until the cluster runs log version 5, from which
+// auth commands are proposed.
+func waitAuthVersion(t *testing.T, c *inprocCluster) {
+	t.Helper()
+	waitUntil(t, 20*time.Second, "cluster version 5", func() error {
+		for _, n := range c.nodes {
+			if v := n.state.ClusterVersion(); v < fsm.AuthVersion {
+				return fmt.Errorf("%s at cluster version %d", n.id, v)
+			}
+		}
+		return nil
+	})
+}
+
+func mustToken(t *testing.T, ctx context.Context, n *inprocNode, name string, ttl time.Duration) string {
+	t.Helper()
+	resp, err := raftqv1.NewAuthClient(n.conn).CreateToken(bearer(ctx, testBootstrap), &raftqv1.CreateTokenRequest{Name: name, ExpiresInMs: ttl.Milliseconds()})
+	if err != nil {
+		t.Fatalf("create token %s: %v", name, err)
+	}
+	if !strings.HasPrefix(resp.Token, "rqt_") || resp.Name != name || resp.Identity != name {
+		t.Fatalf("create token answered %+v", resp)
+	}
+	return resp.Token
+}
+
+func mustGrant(t *testing.T, ctx context.Context, n *inprocNode, req *raftqv1.GrantRequest) {
+	t.Helper()
+	if _, err := raftqv1.NewAuthClient(n.conn).Grant(bearer(ctx, testBootstrap), req); err != nil {
+		t.Fatalf("grant %v: %v", req, err)
+	}
+}
+
+// authCall is one RPC as a caller with some token makes it.
+type authCall struct {
+	method string
+	perm   string // what a PERMISSION_DENIED names
+	queue  string // "" for admin methods
+	call   func(ctx context.Context, n *inprocNode) error
+}
+
+func authCalls() []authCall {
+	const q = "jobs.a"
+	unary := func(method, perm, queue string, f func(ctx context.Context, n *inprocNode) error) authCall {
+		return authCall{method, perm, queue, f}
+	}
+	fakeRef := []*raftqv1.LeaseRef{{MessageId: "0000000000100000", LeaseToken: "0000000000100000"}}
+	return []authCall{
+		unary("CreateQueue", "manage", "new.q", func(ctx context.Context, n *inprocNode) error {
+			_, err := n.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "new.q"})
+			return err
+		}),
+		unary("UpdateQueue", "manage", q, func(ctx context.Context, n *inprocNode) error {
+			_, err := n.broker.UpdateQueue(ctx, &raftqv1.UpdateQueueRequest{Name: q, Config: &raftqv1.QueueConfig{MaxDeliveries: 9}})
+			return err
+		}),
+		unary("DeleteQueue", "manage", q, func(ctx context.Context, n *inprocNode) error {
+			_, err := n.broker.DeleteQueue(ctx, &raftqv1.DeleteQueueRequest{Name: q})
+			return err
+		}),
+		unary("PurgeQueue", "manage", q, func(ctx context.Context, n *inprocNode) error {
+			_, err := n.broker.PurgeQueue(ctx, &raftqv1.PurgeQueueRequest{Name: q})
+			return err
+		}),
+		unary("Redrive", "manage", q, func(ctx context.Context, n *inprocNode) error {
+			_, err := n.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: q})
+			return err
+		}),
+		unary("GetQueue", "browse", q, func(ctx context.Context, n *inprocNode) error {
+			_, err := n.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: q})
+			return err
+		}),
+		unary("Peek", "browse", q, func(ctx context.Context, n *inprocNode) error {
+			_, err := n.broker.Peek(ctx, &raftqv1.PeekRequest{Queue: q, Limit: 10})
+			return err
+		}),
+		unary("Peek DLQ", "browse", q, func(ctx context.Context, n *inprocNode) error {
+			_, err := n.broker.Peek(ctx, &raftqv1.PeekRequest{Queue: q, Limit: 10, DeadLetter: true})
+			return err
+		}),
+		unary("ListConsumers", "browse", q, func(ctx context.Context, n *inprocNode) error {
+			_, err := n.broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: q})
+			return err
+		}),
+		unary("Enqueue", "produce", q, func(ctx context.Context, n *inprocNode) error {
+			_, err := n.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: q, Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("x")}}})
+			return err
+		}),
+		unary("EnqueueStream", "produce", q, func(ctx context.Context, n *inprocNode) error {
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			s, err := n.broker.EnqueueStream(ctx)
+			if err != nil {
+				return err
+			}
+			if err := s.Send(&raftqv1.EnqueueStreamRequest{Seq: 1, Request: &raftqv1.EnqueueRequest{Queue: q, Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("x")}}}}); err != nil && !errors.Is(err, io.EOF) {
+				return err
+			} // on io.EOF the server ended the stream: Recv has its status
+			r, err := s.Recv()
+			if err == nil && r.GetError() != nil {
+				err = status.ErrorProto(r.GetError())
+			}
+			return err
+		}),
+		unary("Lease", "consume", q, func(ctx context.Context, n *inprocNode) error {
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			return leaseErr(ctx, n.broker, &raftqv1.LeaseRequest{Queue: q, MaxInFlight: 1})
+		}),
+		unary("Ack", "consume", q, func(ctx context.Context, n *inprocNode) error {
+			_, err := n.broker.Ack(ctx, &raftqv1.AckRequest{Queue: q, Acks: fakeRef})
+			return err
+		}),
+		unary("Nack", "consume", q, func(ctx context.Context, n *inprocNode) error {
+			_, err := n.broker.Nack(ctx, &raftqv1.NackRequest{Queue: q, Nacks: []*raftqv1.NackItem{{MessageId: fakeRef[0].MessageId, LeaseToken: fakeRef[0].LeaseToken}}})
+			return err
+		}),
+		unary("ExtendLease", "consume", q, func(ctx context.Context, n *inprocNode) error {
+			_, err := n.broker.ExtendLease(ctx, &raftqv1.ExtendLeaseRequest{Queue: q, Leases: fakeRef})
+			return err
+		}),
+		unary("RemoveNode", "admin", "", func(ctx context.Context, n *inprocNode) error {
+			_, err := n.admin.RemoveNode(ctx, &raftqv1.RemoveNodeRequest{Id: n.id, Force: true})
+			return err
+		}),
+		unary("TransferLeadership", "admin", "", func(ctx context.Context, n *inprocNode) error {
+			_, err := n.admin.TransferLeadership(ctx, &raftqv1.TransferLeadershipRequest{})
+			return err
+		}),
+		unary("Snapshot", "admin", "", func(ctx context.Context, n *inprocNode) error {
+			_, err := n.admin.Snapshot(ctx, &raftqv1.SnapshotRequest{})
+			return err
+		}),
+		unary("Verify", "admin", "", func(ctx context.Context, n *inprocNode) error {
+			_, err := n.admin.Verify(ctx, &raftqv1.VerifyRequest{})
+			return err
+		}),
+		unary("Checkpoint", "admin", "", func(ctx context.Context, n *inprocNode) error {
+			_, err := n.admin.Checkpoint(ctx, &raftqv1.CheckpointRequest{})
+			return err
+		}),
+		unary("LocalDigest", "admin", "", func(ctx context.Context, n *inprocNode) error {
+			_, err := n.admin.LocalDigest(ctx, &raftqv1.LocalDigestRequest{Index: 1})
+			return err
+		}),
+		unary("CreateToken", "admin", "", func(ctx context.Context, n *inprocNode) error {
+			_, err := raftqv1.NewAuthClient(n.conn).CreateToken(ctx, &raftqv1.CreateTokenRequest{Name: "sneaky"})
+			return err
+		}),
+		unary("RevokeToken", "admin", "", func(ctx context.Context, n *inprocNode) error {
+			_, err := raftqv1.NewAuthClient(n.conn).RevokeToken(ctx, &raftqv1.RevokeTokenRequest{Name: "weak"})
+			return err
+		}),
+		unary("Grant", "admin", "", func(ctx context.Context, n *inprocNode) error {
+			_, err := raftqv1.NewAuthClient(n.conn).Grant(ctx, &raftqv1.GrantRequest{Identity: "weak", Admin: true})
+			return err
+		}),
+		unary("Ungrant", "admin", "", func(ctx context.Context, n *inprocNode) error {
+			_, err := raftqv1.NewAuthClient(n.conn).Ungrant(ctx, &raftqv1.UngrantRequest{Identity: "weak", Pattern: "unrelated.*"})
+			return err
+		}),
+		unary("ListAuth", "admin", "", func(ctx context.Context, n *inprocNode) error {
+			_, err := raftqv1.NewAuthClient(n.conn).ListAuth(ctx, &raftqv1.ListAuthRequest{})
+			return err
+		}),
+	}
+}
+
+// observed is what a refused call must leave as it was: every node's state
+// (queues, messages, leases, counters; auth via ListAuth) and log.
+type observed struct {
+	digests []string
+	applied []uint64
+	queues  string
+	auth    string
+	voters  int
+}
+
+func observe(t *testing.T, ctx context.Context, c *inprocCluster) observed {
+	t.Helper()
+	var o observed
+	c.synced()
+	for _, n := range c.nodes {
+		o.digests = append(o.digests, stateDigest(t, n.state))
+		o.applied = append(o.applied, n.state.AppliedIndex())
+	}
+	l := c.leader()
+	qs, err := l.broker.ListQueues(bearer(ctx, testBootstrap), &raftqv1.ListQueuesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.queues = fmt.Sprint(qs.Queues)
+	as, err := raftqv1.NewAuthClient(l.conn).ListAuth(bearer(ctx, testBootstrap), &raftqv1.ListAuthRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.auth = fmt.Sprint(as.Identities)
+	for _, ns := range l.node.Status().Nodes {
+		if ns.Suffrage == "voter" {
+			o.voters++
+		}
+	}
+	return o
+}
+
+// TestEveryRPCRefusesWithoutPermission: every RPC, called without
+// credentials, with a revoked token, with an expired token and with a
+// token that lacks the permission, answers UNAUTHENTICATED or
+// PERMISSION_DENIED (naming the permission and the queue), on the leader
+// and through a follower, and changes nothing: every replica's state and
+// applied index, the stats and the auth state are equal before and after.
+func TestEveryRPCRefusesWithoutPermission(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 2, expect: 2, auth: auth.ModeToken, bootstrapToken: testBootstrap})
+	waitAuthVersion(t, c)
+	ctx := tctx(t, 3*time.Minute)
+	l := c.leader()
+	admin := bearer(ctx, testBootstrap)
+	for _, q := range []string{"jobs.a", "other"} {
+		if _, err := l.broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: q}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.broker.Enqueue(admin, &raftqv1.EnqueueRequest{Queue: q, Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	weak := mustToken(t, ctx, l, "weak", 0)
+	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "weak", Pattern: "unrelated.*", Allow: []string{"produce", "consume", "browse", "manage"}})
+	revoked := mustToken(t, ctx, l, "revoked", 0)
+	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "revoked", Admin: true})
+	if _, err := raftqv1.NewAuthClient(l.conn).RevokeToken(admin, &raftqv1.RevokeTokenRequest{Name: "revoked"}); err != nil {
+		t.Fatal(err)
+	}
+	expired := mustToken(t, ctx, l, "expired", 50*time.Millisecond)
+	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "expired", Admin: true})
+	for _, n := range c.nodes {
+		waitUntil(t, 10*time.Second, "the token to expire on "+n.id, func() error {
+			_, err := raftqv1.NewAuthClient(n.conn).WhoAmI(bearer(ctx, expired), &raftqv1.WhoAmIRequest{})
+			if status.Code(err) != codes.Unauthenticated {
+				return fmt.Errorf("WhoAmI: %v", err)
+			}
+			return nil
+		})
+	}
+
+	before := observe(t, ctx, c)
+	creds := []struct {
+		name, token string
+		want        codes.Code
+	}{
+		{"no credentials", "", codes.Unauthenticated},
+		{"garbage token", "rqt_not-a-token", codes.Unauthenticated},
+		{"revoked token", revoked, codes.Unauthenticated},
+		{"expired token", expired, codes.Unauthenticated},
+		{"wrong permission", weak, codes.PermissionDenied},
+	}
+	for _, call := range authCalls() {
+		for _, cr := range creds {
+			for _, n := range c.nodes {
+				err := call.call(bearer(ctx, cr.token), n)
+				if status.Code(err) != cr.want {
+					t.Errorf("%s with %s on %s: %v, want %v", call.method, cr.name, n.id, err, cr.want)
+					continue
+				}
+				if cr.want == codes.PermissionDenied {
+					msg := status.Convert(err).Message()
+					if !strings.Contains(msg, call.perm) || !strings.Contains(msg, call.queue) {
+						t.Errorf("%s denial %q does not name %s and %q", call.method, msg, call.perm, call.queue)
+					}
+				}
+			}
+		}
+	}
+	after := observe(t, ctx, c)
+	if fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("refused calls changed something:\nbefore %+v\nafter  %+v", before, after)
+	}
+
+	// A forged identity header from a client (not a node certificate) is
+	// ignored: it neither authenticates nor adds to a token's rights.
+	forged := metadata.AppendToOutgoingContext(ctx, "raftq-identity", "bootstrap", "raftq-identity-kind", "bootstrap", "raftq-identity-admin", "true", "raftq-forwarded-by", "n1")
+	for _, n := range c.nodes {
+		if _, err := n.admin.Snapshot(forged, &raftqv1.SnapshotRequest{}); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("forged identity alone on %s: %v", n.id, err)
+		}
+		if _, err := n.broker.DeleteQueue(bearer(forged, weak), &raftqv1.DeleteQueueRequest{Name: "jobs.a"}); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("forged identity with a weak token on %s: %v", n.id, err)
+		}
+	}
+	if after := observe(t, ctx, c); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("forged identities changed something:\nbefore %+v\nafter  %+v", before, after)
+	}
+}
+
+// TestPermissionsAllowAndFilter: a token does what its grants allow, on
+// the queues its patterns match, through the leader and forwarded by a
+// follower (the leader checks the caller, not the follower); ListQueues
+// lists only what the caller may browse; Status tells a non-admin only
+// where the nodes are.
+func TestPermissionsAllowAndFilter(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 2, expect: 2, auth: auth.ModeToken, bootstrapToken: testBootstrap})
+	waitAuthVersion(t, c)
+	ctx := tctx(t, time.Minute)
+	l := c.leader()
+	f := c.followers()[0]
+	admin := bearer(ctx, testBootstrap)
+	for _, q := range []string{"jobs.a", "jobs.b.c", "other"} {
+		if _, err := l.broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok := mustToken(t, ctx, l, "worker", 0)
+	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "worker", Pattern: "jobs.*", Allow: []string{"produce", "browse"}})
+	c.synced()
+	as := bearer(ctx, tok)
+	for _, n := range []*inprocNode{l, f} {
+		if _, err := n.broker.Enqueue(as, &raftqv1.EnqueueRequest{Queue: "jobs.b.c", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("ok")}}}); err != nil {
+			t.Fatalf("enqueue with produce on jobs.* via %s: %v", n.id, err)
+		}
+		if _, err := n.broker.Enqueue(as, &raftqv1.EnqueueRequest{Queue: "other", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("no")}}}); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("enqueue on other via %s: %v", n.id, err)
+		}
+		if _, err := n.broker.PurgeQueue(as, &raftqv1.PurgeQueueRequest{Name: "jobs.a"}); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("purge without manage via %s: %v", n.id, err)
+		}
+		qs, err := n.broker.ListQueues(as, &raftqv1.ListQueuesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, q := range qs.Queues {
+			names = append(names, q.GetName())
+		}
+		if fmt.Sprint(names) != "[jobs.a jobs.a.dlq jobs.b.c jobs.b.c.dlq]" {
+			t.Fatalf("ListQueues for worker via %s: %v", n.id, names)
+		}
+		st, err := n.admin.Status(as, &raftqv1.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.LeaderAddr != l.addr || len(st.Nodes) != 2 || st.AppliedIndex != 0 || st.Nodes[0].RaftAddr != "" {
+			t.Fatalf("Status for a non-admin: %v", st)
+		}
+		who, err := raftqv1.NewAuthClient(n.conn).WhoAmI(as, &raftqv1.WhoAmIRequest{})
+		if err != nil || who.Identity != "worker" || who.Kind != "token" || who.Admin || len(who.Grants) != 1 {
+			t.Fatalf("WhoAmI via %s: %v %v", n.id, who, err)
+		}
+	}
+	st, err := f.admin.Status(admin, &raftqv1.StatusRequest{})
+	if err != nil || st.AppliedIndex == 0 || st.Nodes[0].RaftAddr == "" {
+		t.Fatalf("Status for an admin: %v %v", st, err)
+	}
+	info, err := l.broker.GetQueue(as, &raftqv1.GetQueueRequest{Name: "jobs.b.c"})
+	if err != nil || info.Queue.Stats.GetReady() != 2 {
+		t.Fatalf("the two enqueues (one forwarded) did not both land: %v %v", info, err)
+	}
+	// Taking the grant away takes the permission away at once.
+	if _, err := raftqv1.NewAuthClient(f.conn).Ungrant(admin, &raftqv1.UngrantRequest{Identity: "worker", Pattern: "jobs.*"}); err != nil {
+		t.Fatal(err)
+	}
+	c.synced()
+	for _, n := range []*inprocNode{l, f} {
+		if _, err := n.broker.GetQueue(as, &raftqv1.GetQueueRequest{Name: "jobs.a"}); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("browse after ungrant via %s: %v", n.id, err)
+		}
+	}
+}
+
+// TestLeaseTokenForgeryRefused: knowing a lease's log index (Status shows
+// the applied index) is not enough to settle it: the tokens an index
+// implies are refused and change nothing; the delivered token works.
+func TestLeaseTokenForgeryRefused(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 1})
+	waitAuthVersion(t, c)
+	ctx := tctx(t, time.Minute)
+	n := c.nodes[0]
+	if _, err := n.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "q", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}}); err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := n.broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "q", MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := recvN(t, s, 1)[0]
+	applied := n.state.AppliedIndex()
+	before := stateDigest(t, n.state)
+	for idx := applied; idx+64 > applied && idx > 0; idx-- {
+		for _, pos := range []uint64{0, 1} {
+			forged := FormatID(idx<<20 | pos)
+			if forged == d.LeaseToken {
+				t.Fatalf("the delivered token %s is the index token of entry %d", forged, idx)
+			}
+			for _, op := range []func() (*raftqv1.ItemResult, error){
+				func() (*raftqv1.ItemResult, error) {
+					r, err := n.broker.Ack(ctx, &raftqv1.AckRequest{Queue: "q", Acks: []*raftqv1.LeaseRef{{MessageId: d.Id, LeaseToken: forged}}})
+					return r.GetResults()[0], err
+				},
+				func() (*raftqv1.ItemResult, error) {
+					r, err := n.broker.Nack(ctx, &raftqv1.NackRequest{Queue: "q", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: forged}}})
+					return r.GetResults()[0], err
+				},
+				func() (*raftqv1.ItemResult, error) {
+					r, err := n.broker.ExtendLease(ctx, &raftqv1.ExtendLeaseRequest{Queue: "q", Leases: []*raftqv1.LeaseRef{{MessageId: d.Id, LeaseToken: forged}}})
+					return r.GetResults()[0], err
+				},
+			} {
+				res, err := op()
+				if err != nil || res.Ok || codes.Code(res.Code) != codes.FailedPrecondition {
+					t.Fatalf("forged token %s: %v %v", forged, res, err)
+				}
+			}
+		}
+	}
+	if stateDigest(t, n.state) != before {
+		t.Fatal("forged settlements changed the state")
+	}
+	r, err := n.broker.Ack(ctx, &raftqv1.AckRequest{Queue: "q", Acks: []*raftqv1.LeaseRef{refOf(d)}})
+	if err != nil || !r.Results[0].Ok {
+		t.Fatalf("ack with the delivered token: %v %v", r, err)
+	}
+}
+
+// lockedBuffer collects a node's log lines from many goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestAuditLinesCarryNoSecret: admin actions and auth changes each write
+// an audit line (identity, action, target, result), refusals too; no log
+// line of any node, at any level, carries a token, while one is created,
+// used (also forwarded), refused and revoked.
+func TestAuditLinesCarryNoSecret(t *testing.T) {
+	var logs lockedBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c := startInproc(t, inprocOpts{nodes: 2, expect: 2, auth: auth.ModeToken, bootstrapToken: testBootstrap, logger: logger})
+	waitAuthVersion(t, c)
+	ctx := tctx(t, time.Minute)
+	l, f := c.leader(), c.followers()[0]
+	admin := bearer(ctx, testBootstrap)
+	ac := raftqv1.NewAuthClient(f.conn) // through the follower: forwarded
+	tok, err := ac.CreateToken(admin, &raftqv1.CreateTokenRequest{Name: "alice-1", Identity: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.Grant(admin, &raftqv1.GrantRequest{Identity: "alice", Pattern: "a.*", Allow: []string{"manage"}}); err != nil {
+		t.Fatal(err)
+	}
+	as := bearer(ctx, tok.Token)
+	c.synced() // the follower knows the token once it applied its entry
+	if _, err := f.broker.CreateQueue(as, &raftqv1.CreateQueueRequest{Name: "a.q"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.admin.Snapshot(as, &raftqv1.SnapshotRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("snapshot as alice: %v", err)
+	}
+	if _, err := ac.RevokeToken(admin, &raftqv1.RevokeTokenRequest{Name: "alice-1"}); err != nil {
+		t.Fatal(err)
+	}
+	c.synced()
+	if _, err := f.broker.DeleteQueue(as, &raftqv1.DeleteQueueRequest{Name: "a.q"}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("delete with a revoked token: %v", err)
+	}
+	out := logs.String()
+	for _, secret := range []string{tok.Token, strings.TrimPrefix(tok.Token, "rqt_"), testBootstrap} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("a log line carries a token")
+		}
+	}
+	for _, want := range []string{
+		`"component":"audit","identity":"bootstrap","kind":"bootstrap","action":"CreateToken","service":"Auth","target":"alice-1 for alice","result":"OK"`,
+		`"action":"Grant","service":"Auth","target":"alice a.* manage","result":"OK"`,
+		`"identity":"alice","kind":"token","action":"CreateQueue","service":"Broker","target":"a.q","result":"OK"`,
+		`"identity":"alice","kind":"token","action":"Snapshot","service":"Cluster","target":"","result":"PermissionDenied"`,
+		`"action":"RevokeToken","service":"Auth","target":"alice-1","result":"OK"`,
+		`"identity":"","kind":"","action":"DeleteQueue","service":"Broker","target":"a.q","result":"Unauthenticated"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no audit line with %s", want)
+		}
+	}
+	// The forwarded CreateToken is audited on the leader as the caller,
+	// naming the follower it came through.
+	if !strings.Contains(out, `"action":"CreateToken","service":"Auth","target":"alice-1 for alice","result":"OK","forwarded_by":"`+f.id+`"`) {
+		t.Error("the leader's audit line of a forwarded call does not name the follower")
+	}
+}
+
+// TestHTTPPortNeedsATokenWithAuthOn: the node's HTTP port, with auth on,
+// answers only /healthz and /readyz without a token, serves /metrics to
+// an admin, and has no pprof unless asked for.
+func TestHTTPPortNeedsATokenWithAuthOn(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 1, auth: auth.ModeToken, bootstrapToken: testBootstrap})
+	h := c.nodes[0].srv.HTTPHandler()
+	get := func(path, token string) int {
+		r := httptest.NewRequest("GET", path, nil)
+		if token != "" {
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	for _, tc := range []struct {
+		path, token string
+		want        int
+	}{
+		{"/healthz", "", 200},
+		{"/readyz", "", 200},
+		{"/metrics", "", 401},
+		{"/status", "", 401},
+		{"/metrics", "rqt_wrong", 401},
+		{"/metrics", testBootstrap, 200},
+		{"/status", testBootstrap, 200},
+		{"/debug/pprof/", testBootstrap, 404}, // not without --pprof
+	} {
+		if got := get(tc.path, tc.token); got != tc.want {
+			t.Errorf("GET %s (token %v): %d, want %d", tc.path, tc.token != "", got, tc.want)
+		}
+	}
+}
