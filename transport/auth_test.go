@@ -16,7 +16,9 @@ import (
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/transport/auth"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -566,4 +568,57 @@ func TestHTTPPortNeedsATokenWithAuthOn(t *testing.T) {
 			t.Errorf("GET %s (token %v): %d, want %d", tc.path, tc.token != "", got, tc.want)
 		}
 	}
+}
+
+// TestCertificateIdentitiesOverTLS: with TLS and token auth a client
+// certificate authenticates as its common name, also through a follower
+// (which vouches for it with its node certificate); identity headers a
+// client sends are ignored; a node's own calls (its node certificate)
+// work without any token.
+func TestCertificateIdentitiesOverTLS(t *testing.T) {
+	p := newTestPKI(t)
+	c := startInproc(t, inprocOpts{nodes: 2, expect: 2, tls: p, auth: auth.ModeToken, bootstrapToken: testBootstrap})
+	waitAuthVersion(t, c)
+	ctx := tctx(t, time.Minute)
+	l, f := c.leader(), c.followers()[0]
+	admin := bearer(ctx, testBootstrap)
+	if _, err := l.broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: "jobs.a"}); err != nil {
+		t.Fatal(err)
+	}
+	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "carol", Pattern: "jobs.*", Allow: []string{"produce"}})
+	c.synced()
+	carol := dialTLS(t, f.addr, p.clientCreds(t, "carol"))
+	if _, err := raftqv1.NewBrokerClient(carol).Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "jobs.a", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("x")}}}); err != nil {
+		t.Fatalf("carol's forwarded enqueue: %v", err)
+	}
+	who, err := raftqv1.NewAuthClient(carol).WhoAmI(ctx, &raftqv1.WhoAmIRequest{})
+	if err != nil || who.Identity != "carol" || who.Kind != "certificate" {
+		t.Fatalf("WhoAmI: %v %v", who, err)
+	}
+	forged := metadata.AppendToOutgoingContext(ctx, "raftq-identity", "n1", "raftq-identity-kind", "node", "raftq-identity-admin", "true")
+	for _, n := range []*inprocNode{l, f} {
+		conn := dialTLS(t, n.addr, p.clientCreds(t, "carol"))
+		if _, err := raftqv1.NewBrokerClient(conn).PurgeQueue(forged, &raftqv1.PurgeQueueRequest{Name: "jobs.a"}); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("carol with forged node identity headers on %s: %v", n.id, err)
+		}
+	}
+	// Verify asks every node for its digest with the caller's identity;
+	// an admin certificate is not needed for the nodes' own calls.
+	v, err := f.admin.Verify(admin, &raftqv1.VerifyRequest{})
+	if err != nil || !v.Consistent {
+		t.Fatalf("verify: %v %v", v, err)
+	}
+	if info, err := l.broker.GetQueue(admin, &raftqv1.GetQueueRequest{Name: "jobs.a"}); err != nil || info.Queue.Stats.Ready != 1 {
+		t.Fatalf("after the forged purges: %v %v", info, err)
+	}
+}
+
+func dialTLS(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }

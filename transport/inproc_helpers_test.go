@@ -146,7 +146,7 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 			t.Fatalf("start %s: %v", id, err)
 		}
 		n.state, n.sched, n.node = n.b.State(), n.b.Scheduler(), n.b.Node()
-		authn := auth.New(auth.Config{Mode: o.auth, BootstrapToken: o.bootstrapToken, State: n.b.State().Auth, Logger: l.With("component", "audit")})
+		authn := auth.New(auth.Config{Mode: o.auth, BootstrapToken: o.bootstrapToken, State: n.b.State().Auth, Logger: l.With("component", "audit"), NodeTLS: nodeTLS != nil})
 		n.srv = New(Config{Logger: l.With("component", "transport"), LeaderWait: o.leaderWait, TLS: nodeTLS, Auth: authn}, n.b)
 		go func() { n.served <- n.srv.Serve(lis) }()
 		creds := insecure.NewCredentials()

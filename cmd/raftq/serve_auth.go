@@ -44,7 +44,7 @@ func (o authOptions) authenticator(tlsOn bool, state func() *fsm.Auth, log *slog
 		}
 		mode = m
 	}
-	cfg := auth.Config{Mode: mode, AdminCN: o.adminCN, State: state, Logger: log.With("component", "audit")}
+	cfg := auth.Config{Mode: mode, AdminCN: o.adminCN, State: state, Logger: log.With("component", "audit"), NodeTLS: tlsOn}
 	if o.bootstrapFile != "" {
 		if mode != auth.ModeToken {
 			return nil, fmt.Errorf("--bootstrap-token-file needs --auth token (it is %s)", mode)

@@ -103,6 +103,10 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives the audit lines (slog.Default()).
 	Logger *slog.Logger
+	// NodeTLS: this node calls its peers over mutual TLS with its node
+	// certificate, which speaks for it; without it the node's own calls
+	// carry the bootstrap token.
+	NodeTLS bool
 }
 
 // Authenticator authenticates callers and checks permissions.
@@ -137,7 +141,11 @@ func New(cfg Config) *Authenticator {
 	a := &Authenticator{mode: cfg.Mode, adminCN: cfg.AdminCN, state: cfg.State, now: cfg.Now, log: cfg.Logger}
 	if cfg.BootstrapToken != "" {
 		a.bootstrap, a.hasBoot = sha256.Sum256([]byte(cfg.BootstrapToken)), true
-		a.selfBearer = cfg.BootstrapToken
+		if !cfg.NodeTLS {
+			// A peer that reads another bootstrap file would refuse it;
+			// over TLS the node certificate is the node's credential.
+			a.selfBearer = cfg.BootstrapToken
+		}
 	}
 	return a
 }
