@@ -177,6 +177,10 @@ func authCalls() []authCall {
 			_, err := n.admin.LocalDigest(ctx, &raftqv1.LocalDigestRequest{Index: 1})
 			return err
 		}),
+		unary("Leave", "admin", "", func(ctx context.Context, n *inprocNode) error {
+			_, err := n.admin.Leave(ctx, &raftqv1.LeaveRequest{Force: true})
+			return err
+		}),
 		unary("CreateToken", "admin", "", func(ctx context.Context, n *inprocNode) error {
 			_, err := raftqv1.NewAuthClient(n.conn).CreateToken(ctx, &raftqv1.CreateTokenRequest{Name: "sneaky"})
 			return err

@@ -183,13 +183,23 @@ func TestComposeClusterSurvivesKilledLeader(t *testing.T) {
 	defer cancel()
 	d := up(ctx, t)
 
-	// The cluster speaks TLS only: the client trusts the CA the init
-	// service made, copied out of a node's container.
+	// The cluster speaks TLS only and, with TLS, wants a token: the
+	// client trusts the CA the init service made and shows the bootstrap
+	// token it drew, both copied out of a node's container.
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	if _, err := run(ctx, nil, "", "docker", "cp", d.container(ctx, "n1")+":/etc/raftq/tls/ca.pem", caFile); err != nil {
 		t.Fatalf("copy the CA out: %v", err)
 	}
-	c, err := client.Dial(ctx, []string{d.grpc["n1"], d.grpc["n2"], d.grpc["n3"]}, client.WithTLS(caFile, "", ""))
+	tokenFile := filepath.Join(t.TempDir(), "bootstrap-token")
+	if _, err := run(ctx, nil, "", "docker", "cp", d.container(ctx, "n1")+":/etc/raftq/tls/bootstrap-token", tokenFile); err != nil {
+		t.Fatalf("copy the bootstrap token out: %v", err)
+	}
+	token, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, []string{d.grpc["n1"], d.grpc["n2"], d.grpc["n3"]}, client.WithTLS(caFile, "", ""),
+		client.WithToken(strings.TrimSpace(string(token))))
 	if err != nil {
 		t.Fatal(err)
 	}
