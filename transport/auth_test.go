@@ -395,6 +395,25 @@ func TestPermissionsAllowAndFilter(t *testing.T) {
 	if err != nil || info.Queue.Stats.GetReady() != 2 {
 		t.Fatalf("the two enqueues (one forwarded) did not both land: %v %v", info, err)
 	}
+	// A Lease stream is listed with its caller's identity.
+	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "worker", Pattern: "jobs.b.c", Allow: []string{"consume"}})
+	c.synced()
+	lctx, cancel := context.WithCancel(as)
+	defer cancel()
+	if _, err := l.broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "jobs.b.c", MaxInFlight: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the consumer listed with its identity", func() error {
+		cs, err := l.broker.ListConsumers(as, &raftqv1.ListConsumersRequest{Queue: "jobs.b.c"})
+		if err != nil {
+			return err
+		}
+		if len(cs.Consumers) != 1 || cs.Consumers[0].Identity != "worker" {
+			return fmt.Errorf("consumers %v", cs.Consumers)
+		}
+		return nil
+	})
+	cancel()
 	// Taking the grant away takes the permission away at once.
 	if _, err := raftqv1.NewAuthClient(f.conn).Ungrant(admin, &raftqv1.UngrantRequest{Identity: "worker", Pattern: "jobs.*"}); err != nil {
 		t.Fatal(err)

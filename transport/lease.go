@@ -9,6 +9,7 @@ import (
 	"github.com/raftq/raftq/fsm/state"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
+	"github.com/raftq/raftq/transport/auth"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -70,6 +71,7 @@ func (s brokerService) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_Le
 		VisibilityTimeout: time.Duration(req.VisibilityTimeoutMs) * time.Millisecond,
 		Limit:             int(min(req.Limit, math.MaxInt32)),
 		Address:           peerAddr(ctx),
+		Identity:          identityOf(ctx),
 	})
 	if err != nil {
 		if errors.Is(err, scheduler.ErrNotLeader) {
@@ -178,6 +180,14 @@ func capBytes(ds []*raftqv1.Delivery, maxBytes int) []*raftqv1.Delivery {
 		}
 	}
 	return ds
+}
+
+// identityOf is the authenticated caller's identity ("" with auth off).
+func identityOf(ctx context.Context) string {
+	if p := auth.PrincipalFrom(ctx); p != nil && p.Kind != auth.KindAnonymous {
+		return p.Name
+	}
+	return ""
 }
 
 // peerAddr is the client's address as this server sees it ("" if unknown).
