@@ -71,7 +71,12 @@ func TestTLSCluster(t *testing.T) {
 	defer https.CloseIdleConnections()
 	get := func(url string) (int, string) {
 		t.Helper()
-		resp, err := https.Get(url)
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+p.Token) // TLS on: auth on
+		resp, err := https.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,14 +103,17 @@ func TestTLSCluster(t *testing.T) {
 		cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 		defer ccancel()
 		cmd := exec.CommandContext(cctx, binary, append([]string{"--addr", nodes[1].GRPC}, args...)...)
-		cmd.Env = append(os.Environ(), "RAFTQ_CLIENT_TLS_CA=", "RAFTQ_ADDR=")
+		cmd.Env = append(os.Environ(), "RAFTQ_CLIENT_TLS_CA=", "RAFTQ_ADDR=", "RAFTQ_TOKEN=")
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
 	if out, err := cli("queue", "list"); err == nil || !strings.Contains(out, "--tls-ca") {
 		t.Fatalf("CLI without the CA: %v %s", err, out)
 	}
-	if out, err := cli("--tls-ca", p.CAFile(), "queue", "list"); err != nil || !strings.Contains(out, "q-n1") {
+	if out, err := cli("--tls-ca", p.CAFile(), "queue", "list"); err == nil || !strings.Contains(out, "Unauthenticated") {
+		t.Fatalf("CLI with the CA, without a token: %v %s", err, out)
+	}
+	if out, err := cli("--tls-ca", p.CAFile(), "--token-file", p.TokenFile(), "queue", "list"); err != nil || !strings.Contains(out, "q-n1") {
 		t.Fatalf("CLI with the CA: %v %s", err, out)
 	}
 

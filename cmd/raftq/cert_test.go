@@ -165,7 +165,7 @@ func TestDevTLS(t *testing.T) {
 	}
 	for _, id := range []string{"n1", "n2"} {
 		f := flags[id]
-		if len(f) != 8 || f[0] != "--tls-cert" || f[6] != "--gossip-key-file" {
+		if len(f) != 10 || f[0] != "--tls-cert" || f[6] != "--gossip-key-file" || f[8] != "--admin-cn" || f[9] != "dev" {
 			t.Fatalf("%s flags %v", id, f)
 		}
 		src, err := tlsconfig.Load(tlsconfig.Files{Cert: f[1], Key: f[3], CA: f[5]}, nil)

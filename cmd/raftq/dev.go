@@ -132,7 +132,8 @@ func runDev(ctx context.Context, out io.Writer, self string, nodes, basePort int
 }
 
 // makeDevTLS makes, in dir, a CA, a node certificate for each id, a client
-// certificate "dev" and a gossip key file; it returns each node's serve
+// certificate "dev" (which the nodes make an admin: --admin-cn) and a
+// gossip key file; it returns each node's serve
 // flags and the client flags that reach the cluster.
 func makeDevTLS(dir string, ids []string) (map[string][]string, []string, error) {
 	ca, err := pki.NewCA("raftq dev CA", time.Now(), 30*24*time.Hour)
@@ -163,7 +164,10 @@ func makeDevTLS(dir string, ids []string) (map[string][]string, []string, error)
 		if err := issue(id, true); err != nil {
 			return nil, nil, err
 		}
-		flags[id] = []string{"--tls-cert", path(pki.CertFile(id)), "--tls-key", path(pki.KeyFile(id)), "--tls-ca", path(pki.CAFile), "--gossip-key-file", keyFile}
+		// With TLS a node wants credentials (--auth token): the client
+		// certificate "dev" is an admin's.
+		flags[id] = []string{"--tls-cert", path(pki.CertFile(id)), "--tls-key", path(pki.KeyFile(id)), "--tls-ca", path(pki.CAFile), "--gossip-key-file", keyFile,
+			"--admin-cn", "dev"}
 	}
 	if err := issue("dev", false); err != nil {
 		return nil, nil, err

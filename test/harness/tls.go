@@ -2,8 +2,11 @@ package harness
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -17,7 +20,9 @@ import (
 // `raftq cert` commands, for clusters that run with TLS (Node.UseTLS).
 type TLS struct {
 	Dir string
-	bin string
+	// Token is the nodes' bootstrap token (in TokenFile), an admin's.
+	Token string
+	bin   string
 }
 
 // NewTLS makes a CA in dir with bin (`raftq cert init`).
@@ -26,8 +31,21 @@ func NewTLS(bin, dir string) (*TLS, error) {
 	if err := p.run("init", "--dir", dir); err != nil {
 		return nil, err
 	}
+	// With TLS a node wants a token (--auth token): every node accepts
+	// this one as an admin's, and clients made by Dial show it.
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return nil, err
+	}
+	p.Token = hex.EncodeToString(raw[:])
+	if err := os.WriteFile(p.TokenFile(), []byte(p.Token+"\n"), 0o600); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
+
+// TokenFile holds Token, the nodes' bootstrap (admin) token.
+func (p *TLS) TokenFile() string { return filepath.Join(p.Dir, "bootstrap-token") }
 
 func (p *TLS) run(args ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -52,7 +70,8 @@ func (p *TLS) NodeFlags(id string, hosts ...string) ([]string, error) {
 	if err := p.run(args...); err != nil {
 		return nil, err
 	}
-	return []string{"--tls-cert", filepath.Join(p.Dir, id+".pem"), "--tls-key", filepath.Join(p.Dir, id+"-key.pem"), "--tls-ca", p.CAFile()}, nil
+	return []string{"--tls-cert", filepath.Join(p.Dir, id+".pem"), "--tls-key", filepath.Join(p.Dir, id+"-key.pem"), "--tls-ca", p.CAFile(),
+		"--bootstrap-token-file", p.TokenFile()}, nil
 }
 
 // Client issues a client certificate for name and returns its files.
@@ -64,9 +83,9 @@ func (p *TLS) Client(name string) (cert, key string, err error) {
 }
 
 // ClientOptions connect a client that trusts the CA (no client
-// certificate).
+// certificate) and shows the bootstrap token.
 func (p *TLS) ClientOptions() []client.Option {
-	return []client.Option{client.WithTLS(p.CAFile(), "", "")}
+	return []client.Option{client.WithTLS(p.CAFile(), "", ""), client.WithToken(p.Token)}
 }
 
 // UseTLS gives the node a certificate of p for the host it binds and
