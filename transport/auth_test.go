@@ -649,3 +649,50 @@ func dialTLS(t *testing.T, addr string, creds credentials.TransportCredentials) 
 	t.Cleanup(func() { conn.Close() })
 	return conn
 }
+
+// TestDashboardChecksPermissions: the dashboard on the HTTP port calls
+// the broker's handlers directly, so it checks each call as the gRPC
+// method it stands for: a token that may browse jobs.* sees only those
+// queues, cannot open another queue's page, and cannot redrive without
+// manage.
+func TestDashboardChecksPermissions(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 1, auth: auth.ModeToken, bootstrapToken: testBootstrap})
+	waitAuthVersion(t, c)
+	ctx := tctx(t, time.Minute)
+	n := c.nodes[0]
+	for _, q := range []string{"jobs.a", "secret"} {
+		if _, err := n.broker.CreateQueue(bearer(ctx, testBootstrap), &raftqv1.CreateQueueRequest{Name: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok := mustToken(t, ctx, n, "viewer", 0)
+	mustGrant(t, ctx, n, &raftqv1.GrantRequest{Identity: "viewer", Pattern: "jobs.*", Allow: []string{"browse"}})
+	h := n.srv.HTTPHandler()
+	do := func(method, path, token string) (int, string) {
+		r := httptest.NewRequest(method, path, strings.NewReader(""))
+		r.Header.Set("Authorization", "Bearer "+token)
+		if method == "POST" {
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code, w.Body.String()
+	}
+	code, body := do("GET", "/queues", tok)
+	if code != 200 || !strings.Contains(body, "jobs.a") || strings.Contains(body, "secret") {
+		t.Fatalf("GET /queues as viewer: %d, lists secret: %v", code, strings.Contains(body, "secret"))
+	}
+	if code, _ := do("GET", "/queues/secret", tok); code != 403 {
+		t.Fatalf("GET /queues/secret as viewer: %d", code)
+	}
+	before := stateDigest(t, n.state)
+	if code, _ := do("POST", "/queues/jobs.a/redrive", tok); code != 403 {
+		t.Fatalf("redrive without manage: %d", code)
+	}
+	if stateDigest(t, n.state) != before {
+		t.Fatal("a refused redrive changed the state")
+	}
+	if code, body := do("GET", "/queues", testBootstrap); code != 200 || !strings.Contains(body, "secret") {
+		t.Fatalf("GET /queues as admin: %d", code)
+	}
+}

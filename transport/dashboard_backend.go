@@ -16,9 +16,13 @@ type dashBackend struct{ s *Server }
 
 var _ dashboard.Backend = dashBackend{}
 
-// viaLeader serves one leader-only Broker call as the interceptor would.
+// viaLeader serves one leader-only Broker call as the interceptors would:
+// the caller's permission first (auth.Authorize), then the route.
 func viaLeader[Req, Resp any](ctx context.Context, s *Server, method string, req Req, h func(context.Context, Req) (Resp, error)) (Resp, error) {
 	var zero Resp
+	if err := s.cfg.Auth.Authorize(ctx, method, req); err != nil {
+		return zero, err
+	}
 	out, err := s.atLeader(ctx, method, req, grpc.UnaryHandler(func(ctx context.Context, r any) (any, error) {
 		return h(ctx, r.(Req))
 	}))
@@ -30,27 +34,48 @@ func viaLeader[Req, Resp any](ctx context.Context, s *Server, method string, req
 
 func (d dashBackend) NodeID() string { return d.s.b.ID() }
 
+// The dashboard's calls are checked as the gRPC methods they stand for
+// (the caller is the HTTP middleware's principal), and lists and status
+// are trimmed to what the caller may see.
+
 func (d dashBackend) Status(ctx context.Context) (*raftqv1.StatusResponse, error) {
-	return (&clusterService{s: d.s}).Status(ctx, &raftqv1.StatusRequest{})
+	resp, err := (&clusterService{s: d.s}).Status(ctx, &raftqv1.StatusRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return d.s.cfg.Auth.Filter(ctx, resp).(*raftqv1.StatusResponse), nil
 }
 
 func (d dashBackend) Verify(ctx context.Context) (*raftqv1.VerifyResponse, error) {
+	if err := d.s.cfg.Auth.Authorize(ctx, raftqv1.Cluster_Verify_FullMethodName, &raftqv1.VerifyRequest{}); err != nil {
+		return nil, err
+	}
 	return (&clusterService{s: d.s}).Verify(ctx, &raftqv1.VerifyRequest{})
 }
 
 func (d dashBackend) LocalQueues(ctx context.Context) ([]*raftqv1.QueueInfo, error) {
 	resp, err := brokerService{Server: d.s}.ListQueues(ctx, &raftqv1.ListQueuesRequest{})
-	return resp.GetQueues(), toStatus(err)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return d.s.cfg.Auth.Filter(ctx, resp).(*raftqv1.ListQueuesResponse).GetQueues(), nil
 }
 
 func (d dashBackend) LocalQueue(ctx context.Context, name string) (*raftqv1.QueueInfo, error) {
-	resp, err := brokerService{Server: d.s}.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: name})
+	req := &raftqv1.GetQueueRequest{Name: name}
+	if err := d.s.cfg.Auth.Authorize(ctx, raftqv1.Broker_GetQueue_FullMethodName, req); err != nil {
+		return nil, err
+	}
+	resp, err := brokerService{Server: d.s}.GetQueue(ctx, req)
 	return resp.GetQueue(), toStatus(err)
 }
 
 func (d dashBackend) LeaderQueues(ctx context.Context) ([]*raftqv1.QueueInfo, error) {
 	resp, err := viaLeader(ctx, d.s, raftqv1.Broker_ListQueues_FullMethodName, &raftqv1.ListQueuesRequest{}, brokerService{Server: d.s}.ListQueues)
-	return resp.GetQueues(), err
+	if err != nil {
+		return nil, err
+	}
+	return d.s.cfg.Auth.Filter(ctx, resp).(*raftqv1.ListQueuesResponse).GetQueues(), nil
 }
 
 func (d dashBackend) LeaderQueue(ctx context.Context, name string) (*raftqv1.QueueInfo, error) {

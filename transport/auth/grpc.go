@@ -274,3 +274,34 @@ func auditLevel(err error) slog.Level {
 	}
 	return slog.LevelInfo
 }
+
+// Authorize checks what the interceptor checks for one request of method,
+// for callers that reach a method's handler by another way than gRPC (the
+// dashboard on the HTTP port). The caller is the principal in ctx, which
+// the HTTP middleware set; a ctx without one is the node's own work (the
+// dashboard's background sampling), which is not a caller's request.
+func (a *Authenticator) Authorize(ctx context.Context, method string, req any) error {
+	p := PrincipalFrom(ctx)
+	if p == nil {
+		return nil
+	}
+	r, ok := ruleFor(method)
+	if !ok {
+		return nil
+	}
+	err := a.check(p, r, req)
+	if r.audit {
+		a.audit(ctx, p, method, r, req, err)
+	}
+	return err
+}
+
+// Filter trims an answer of a list or status method to what the caller in
+// ctx may see (as the interceptor does); without a caller it is unchanged.
+func (a *Authenticator) Filter(ctx context.Context, resp any) any {
+	p := PrincipalFrom(ctx)
+	if p == nil {
+		return resp
+	}
+	return a.filter(p, resp)
+}
