@@ -133,6 +133,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newCertCmd(),
 		newVersionCmd(a),
 		newAuthCmd(a),
+		newConfigCmd(a),
 	)
 	// Shell completion (cobra's `raftq completion bash|zsh|fish|powershell`)
 	// completes queue names from the cluster at --addr.

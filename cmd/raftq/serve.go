@@ -28,6 +28,7 @@ import (
 type serveOptions struct {
 	nodeID           string
 	nodeIDGiven      bool // --node-id (or RAFTQ_NODE_ID) was set
+	configFile       string
 	dataDir          string
 	grpcAddr         string
 	raftAddr         string
@@ -67,6 +68,15 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 			if err := applyEnv(cmd.Flags()); err != nil {
 				return err
 			}
+			if o.configFile != "" {
+				settings, err := readConfigFile(o.configFile)
+				if err != nil {
+					return fmt.Errorf("--config: %w", err)
+				}
+				if err := applyConfig(o.configFile, settings, cmd.Flags()); err != nil {
+					return fmt.Errorf("--config: %w", err)
+				}
+			}
 			o.nodeIDGiven = cmd.Flags().Changed("node-id")
 			return nil
 		},
@@ -74,6 +84,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), o, mem) },
 	}
 	fl := cmd.Flags()
+	fl.StringVar(&o.configFile, "config", "", "YAML file with one key per flag (node-id: n1); flags and RAFTQ_<FLAG> override it; check one with raftq config check")
 	fl.StringVar(&o.nodeID, "node-id", "", "unique, stable node id (default: the id recorded in --data-dir, else the host name); recorded in the data dir on first start, and a different one is refused later")
 	fl.StringVar(&o.dataDir, "data-dir", "./raftq-data", "Raft log, stable store and snapshots")
 	fl.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:7400", "client API bind address")

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeFile(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "raftq.yaml")
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A flag beats RAFTQ_<FLAG>, which beats the file, which beats the default;
+// lists and every flag type come from the file.
+func TestServeConfigPrecedence(t *testing.T) {
+	path := writeFile(t, "node-id: from-file\ngrpc-addr: 127.0.0.1:1\nhttp-addr: 127.0.0.1:2\njoin: [a:1, b:2]\nlease-grace: 7s\nbootstrap-expect: 3\n")
+	t.Setenv("RAFTQ_GRPC_ADDR", "127.0.0.1:10")
+	cmd := newServeCmd()
+	if err := cmd.ParseFlags([]string{"--config", path, "--http-addr", "127.0.0.1:20"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.PreRunE(cmd, nil); err != nil {
+		t.Fatal(err)
+	}
+	fs := cmd.Flags()
+	for flag, want := range map[string]string{
+		"node-id":          "from-file",
+		"grpc-addr":        "127.0.0.1:10", // env over file
+		"http-addr":        "127.0.0.1:20", // flag over file
+		"join":             "[a:1,b:2]",
+		"lease-grace":      "7s",
+		"bootstrap-expect": "3",
+		"raft-addr":        "127.0.0.1:7401", // default
+	} {
+		if got := fs.Lookup(flag).Value.String(); got != want {
+			t.Errorf("%s = %q, want %q", flag, got, want)
+		}
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	good := writeFile(t, "# a comment\nnode-id: n1\nmax-queued-bytes: 1048576\ninsecure: true\n")
+	r := raftq(t, "127.0.0.1:1", "", "config", "check", good)
+	if r.code != 0 || !strings.Contains(r.stdout, "ok, 3 settings") {
+		t.Fatalf("good file: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	bad := writeFile(t, "node-id: n1\nnode_id: n2\nlease-grace: soon\nbootstrap-expect: -x\nconfig: other.yaml\n")
+	r = raftq(t, "127.0.0.1:1", "", "config", "check", bad)
+	if r.code == 0 {
+		t.Fatal("a bad file passed the check")
+	}
+	for _, want := range []string{
+		`:2: unknown key "node_id"`,
+		`:3: lease-grace: "soon"`,
+		`:4: bootstrap-expect: "-x"`,
+		`:5: unknown key "config"`,
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if r := raftq(t, "127.0.0.1:1", "", "config", "check", writeFile(t, "- a\n- b\n")); r.code == 0 || !strings.Contains(r.stderr, "want a mapping") {
+		t.Fatalf("a list: exit %d, %q", r.code, r.stderr)
+	}
+	// serve refuses the same file before starting anything.
+	cmd := newServeCmd()
+	if err := cmd.ParseFlags([]string{"--config", bad}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.PreRunE(cmd, nil); err == nil || !strings.Contains(err.Error(), `unknown key "node_id"`) {
+		t.Fatalf("serve with a bad config: %v", err)
+	}
+}
