@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -153,6 +154,15 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 			return nil, fmt.Errorf("raft advertise: %w", err)
 		}
 		advertise = &net.TCPAddr{IP: ip, Port: port}
+		if net.ParseIP(host) == nil {
+			// A name stays a name in the Raft configuration, and each
+			// dial resolves it: a container recreated on its network
+			// (all of a compose project restarted, say) often comes back
+			// with another node's old address, and peers that dialled
+			// the old IPs sent one node's RPCs to another until the
+			// configuration was corrected.
+			advertise = namedAddr(net.JoinHostPort(host, strconv.Itoa(port)))
+		}
 	}
 	stream, err := newStreamLayer(ctx, cfg.RaftBind, advertise, cfg.TLS, n.log)
 	if err != nil {

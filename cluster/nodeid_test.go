@@ -50,3 +50,53 @@ func TestPersistedNodeIDRefusesAnEmptyRecord(t *testing.T) {
 		t.Fatal("an empty node-id file was accepted")
 	}
 }
+
+// TestRaftAdvertisedByName: a Raft address advertised by host name stays
+// the name in the configuration (each dial resolves it, so a peer whose IP
+// changes is still found), and such nodes form a cluster.
+func TestRaftAdvertisedByName(t *testing.T) {
+	dir := t.TempDir()
+	var nodes []*testNode
+	var seeds []string
+	for _, id := range []string{"a", "b"} {
+		cfg := testConfig(t, id, dir, 2)
+		_, port, _ := strings.Cut(cfg.RaftBind, ":")
+		cfg.RaftAdvertise = "localhost:" + port
+		cfg.Join = seeds
+		n := startNode(t, cfg)
+		defer shutdown(t, n)
+		if n.RaftAddr() != cfg.RaftAdvertise {
+			t.Fatalf("%s advertises %q, want the name %q", id, n.RaftAddr(), cfg.RaftAdvertise)
+		}
+		seeds = append(seeds, n.GossipAddr())
+		nodes = append(nodes, n)
+	}
+	waitFor(t, 20*time.Second, "two voters by name", func() bool {
+		for _, n := range nodes {
+			servers, err := latestServers(n.raft)
+			if err != nil || len(servers) != 2 {
+				return false
+			}
+			for _, s := range servers {
+				if !strings.HasPrefix(string(s.Address), "localhost:") {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	li, err := nodes[0].WaitLeader(ctxTimeout(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(li.RaftAddr, "localhost:") {
+		t.Fatalf("leader's raft address %q, want it by name", li.RaftAddr)
+	}
+	for _, n := range nodes {
+		if n.ID() == li.ID {
+			if _, err := n.Apply(ctxTimeout(t, 10*time.Second), []byte("by-name")); err != nil {
+				t.Fatalf("apply on the leader: %v", err)
+			}
+		}
+	}
+}

@@ -71,7 +71,7 @@ func newStreamLayer(ctx context.Context, bind string, advertise net.Addr, tlsCfg
 	if advertise == nil {
 		advertise = ln.Addr()
 	}
-	if ta, ok := advertise.(*net.TCPAddr); !ok || ta.IP == nil || ta.IP.IsUnspecified() {
+	if ta, ok := advertise.(*net.TCPAddr); ok && (ta.IP == nil || ta.IP.IsUnspecified()) || !ok && !isNamedAddr(advertise) {
 		ln.Close()
 		return nil, fmt.Errorf("raft address %s is not advertisable: set the advertise address", advertise)
 	}
@@ -83,6 +83,15 @@ func newStreamLayer(ctx context.Context, bind string, advertise net.Addr, tlsCfg
 	}
 	return s, nil
 }
+
+// namedAddr is an advertised Raft address by host name (host:port), kept
+// as the name in the Raft configuration; dials resolve it each time.
+type namedAddr string
+
+func (a namedAddr) Network() string { return "tcp" }
+func (a namedAddr) String() string  { return string(a) }
+
+func isNamedAddr(a net.Addr) bool { _, ok := a.(namedAddr); return ok }
 
 // track records c so Close closes it; it fails once closed.
 func (s *streamLayer) track(c net.Conn) (net.Conn, error) {

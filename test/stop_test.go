@@ -65,13 +65,14 @@ func TestStopStaysAVoterAndLeavingIsExplicit(t *testing.T) {
 		}
 	}
 	for _, n := range order {
+		stops := strings.Count(n.Log(), "msg=stopped")
 		began := time.Now()
 		if err := n.Stop(containerStopTimeout); err != nil {
 			t.Fatalf("SIGTERM %s: %v", n.ID, err)
 		}
 		took := time.Since(began)
 		t.Logf("%s stopped %v after SIGTERM", n.ID, took.Round(time.Millisecond))
-		if !strings.Contains(n.Log(), "stopped") {
+		if strings.Count(n.Log(), "msg=stopped") != stops+1 {
 			t.Fatalf("%s did not log a clean stop:\n%s", n.ID, n.LogTail(4000))
 		}
 		var up []*harness.Node

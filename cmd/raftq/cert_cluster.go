@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 func newCertClusterCmd() *cobra.Command {
 	var o struct {
 		caDir, dir, tokenFile string
+		gossipKeyFile         string
 		nodes, clients, hosts []string
 		validFor              time.Duration
 	}
@@ -38,7 +40,9 @@ exists (so it can run before every start):
             every --host; loopback is always included), a client certificate
             for each --client;
   --bootstrap-token-file: a random token (one line, mode 0600) for
-            raftq serve --bootstrap-token-file and clients' --token-file.
+            raftq serve --bootstrap-token-file and clients' --token-file;
+  --gossip-key-file: a random 32-byte gossip key (base64, one line, mode
+            0600) for raftq serve --gossip-key-file.
 Keep --ca-dir apart from what the nodes mount: its key signs certificates.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -94,6 +98,17 @@ Keep --ca-dir apart from what the nodes mount: its key signs certificates.`,
 				}
 				report(out, made, o.tokenFile)
 			}
+			if o.gossipKeyFile != "" {
+				key := make([]byte, 32)
+				if _, err := rand.Read(key); err != nil {
+					return err
+				}
+				made, err := writeIfMissing(o.gossipKeyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600, false)
+				if err != nil {
+					return err
+				}
+				report(out, made, o.gossipKeyFile)
+			}
 			return nil
 		},
 	}
@@ -104,6 +119,7 @@ Keep --ca-dir apart from what the nodes mount: its key signs certificates.`,
 	fl.StringSliceVar(&o.clients, "client", nil, "client identity to make a client certificate for (repeat or comma-separate)")
 	fl.StringSliceVar(&o.hosts, "host", nil, "extra IP addresses and DNS names for every node certificate")
 	fl.StringVar(&o.tokenFile, "bootstrap-token-file", "", "file to hold a random bootstrap token (made if missing)")
+	fl.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "file to hold a random gossip encryption key (made if missing)")
 	fl.DurationVar(&o.validFor, "valid-for", pki.DefaultCertValidity, "lifetime of the node and client certificates made")
 	_ = cmd.MarkFlagRequired("ca-dir")
 	_ = cmd.MarkFlagRequired("dir")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,15 +16,15 @@ import (
 // every file as it was; a dir holding another CA's certificate is refused.
 func TestCertCluster(t *testing.T) {
 	caDir, dir := filepath.Join(t.TempDir(), "ca"), filepath.Join(t.TempDir(), "tls")
-	token := filepath.Join(dir, "bootstrap-token")
+	token, gossip := filepath.Join(dir, "bootstrap-token"), filepath.Join(dir, "gossip-key")
 	args := []string{"cert", "cluster", "--ca-dir", caDir, "--dir", dir, "--node", "n1,n2", "--client", "admin",
-		"--host", "10.0.0.9", "--bootstrap-token-file", token}
+		"--host", "10.0.0.9", "--bootstrap-token-file", token, "--gossip-key-file", gossip}
 	r := runArgs(t, args...)
-	if r.code != 0 || strings.Count(r.stdout, "made ") != 6 || strings.Contains(r.stdout, "kept ") {
+	if r.code != 0 || strings.Count(r.stdout, "made ") != 7 || strings.Contains(r.stdout, "kept ") {
 		t.Fatalf("first run: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	files := map[string][]byte{}
-	for _, name := range []string{"ca.pem", "n1.pem", "n1-key.pem", "n2.pem", "n2-key.pem", "admin.pem", "admin-key.pem", "bootstrap-token"} {
+	for _, name := range []string{"ca.pem", "n1.pem", "n1-key.pem", "n2.pem", "n2-key.pem", "admin.pem", "admin-key.pem", "bootstrap-token", "gossip-key"} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
@@ -53,8 +54,13 @@ func TestCertCluster(t *testing.T) {
 		t.Fatalf("token file: %v %v %q", fi.Mode(), err, files["bootstrap-token"])
 	}
 
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(files["gossip-key"])))
+	if fi, _ := os.Stat(gossip); err != nil || len(key) != 32 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("gossip key file: %d bytes, %v, %v", len(key), err, fi.Mode())
+	}
+
 	r = runArgs(t, args...)
-	if r.code != 0 || strings.Count(r.stdout, "kept ") != 6 || strings.Contains(r.stdout, "made ") {
+	if r.code != 0 || strings.Count(r.stdout, "kept ") != 7 || strings.Contains(r.stdout, "made ") {
 		t.Fatalf("second run: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	for name, b := range files {
