@@ -44,11 +44,13 @@ func TestLargestMessageWithDefaults(t *testing.T) {
 	}
 	f := &fake{deliveries: []*raftqv1.Delivery{d}}
 	addr := serve(t, f)
-	r := raftq(t, addr, "", "peek", "q")
+	// 16 MiB through the race detector on a loaded machine can take more
+	// than the helper's 3 s RPC timeout.
+	r := raftq(t, addr, "", "--rpc-timeout", "9s", "peek", "q")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "ID") || !strings.Contains(r.stdout, d.Id) {
 		t.Fatalf("peek: exit %d: %s", r.code, r.stderr)
 	}
-	r = raftq(t, addr, "", "consume", "q", "--count", "1")
+	r = raftq(t, addr, "", "--rpc-timeout", "9s", "consume", "q", "--count", "1")
 	if want := d.Id + "\tattempt=1\t" + string(d.Payload) + "\n"; r.code != 0 || r.stdout != want {
 		t.Fatalf("consume: exit %d, %d bytes printed, want %d: %s", r.code, len(r.stdout), len(want), r.stderr)
 	}
