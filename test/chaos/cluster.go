@@ -8,18 +8,21 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/raftq/raftq/client"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/test/harness"
+	"github.com/raftq/raftq/transport/tlsconfig"
 )
 
 // Cluster is N nodes of the binary, each on its own host of a Network,
@@ -30,6 +33,9 @@ type Cluster struct {
 	Nodes   []*Node
 	Proxy   *Proxy
 	log     *slog.Logger
+
+	// sec is the cluster's TLS and gossip key (nil: plaintext).
+	sec *security
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -47,6 +53,10 @@ type ClusterConfig struct {
 	// OnPanic runs when a harness goroutine panics, before the panic goes
 	// on (the tests tear every namespace down there).
 	OnPanic func()
+	// Plaintext runs the nodes without TLS and gossip encryption (with
+	// --insecure). By default every port is TLS, Raft mutual TLS, and
+	// gossip encrypted, as a production cluster runs.
+	Plaintext bool
 }
 
 // StartCluster creates the network and proxy and starts every node; it
@@ -65,6 +75,11 @@ func StartCluster(ctx context.Context, log *slog.Logger, cfg ClusterConfig) (c *
 	if c.Proxy, err = NewProxy(ctx, c.Net, log); err != nil {
 		return c, err
 	}
+	if !cfg.Plaintext {
+		if c.sec, err = newSecurity(cfg.Bin, filepath.Join(cfg.Dir, "security")); err != nil {
+			return c, err
+		}
+	}
 	var join []string
 	for _, h := range c.Net.Hosts {
 		join = append(join, net.JoinHostPort(h.IP, strconv.Itoa(gossipPort)))
@@ -74,7 +89,7 @@ func StartCluster(ctx context.Context, log *slog.Logger, cfg ClusterConfig) (c *
 		onCrash = func(NodeCrash) {}
 	}
 	for _, h := range c.Net.Hosts {
-		n, err := newNode(cfg.Bin, cfg.Dir, h, []string{strings.Join(join, ",")}, cfg.Nodes, cfg.Extra, log, onCrash)
+		n, err := newNode(cfg.Bin, cfg.Dir, h, []string{strings.Join(join, ",")}, cfg.Nodes, cfg.Extra, c.sec, log, onCrash)
 		if err != nil {
 			return c, err
 		}
@@ -130,8 +145,16 @@ func (c *Cluster) Conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
+	creds := insecure.NewCredentials()
+	if c.sec != nil {
+		cfg, err := tlsconfig.ClientConfig(c.sec.tls.CAFile(), "", "")
+		if err != nil {
+			return nil, err
+		}
+		creds = credentials.NewTLS(cfg)
+	}
 	cc, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 6 * time.Second, Timeout: 3 * time.Second, PermitWithoutStream: false}))
 	if err != nil {
 		return nil, err
@@ -143,8 +166,12 @@ func (c *Cluster) Conn(addr string) (*grpc.ClientConn, error) {
 // Dial returns a client of the cluster as users would have one: every
 // node as a seed, each attempt bounded so a paused node is passed over.
 func (c *Cluster) Dial(ctx context.Context, log *slog.Logger) (*client.Client, error) {
-	return client.Dial(ctx, c.Seeds(), client.WithLogger(log),
-		client.WithRetryPolicy(client.RetryPolicy{AttemptTimeout: 3 * time.Second, MaxBackoff: 500 * time.Millisecond}))
+	opts := []client.Option{client.WithLogger(log),
+		client.WithRetryPolicy(client.RetryPolicy{AttemptTimeout: 3 * time.Second, MaxBackoff: 500 * time.Millisecond})}
+	if c.sec != nil {
+		opts = append(opts, c.sec.tls.ClientOptions()...)
+	}
+	return client.Dial(ctx, c.Seeds(), opts...)
 }
 
 // Status asks one node for its own view.

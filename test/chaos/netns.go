@@ -59,9 +59,11 @@ var namePattern = regexp.MustCompile(`^rqc(\d+)-(\d+)(-|h$)`)
 func NewNetwork(ctx context.Context, log *slog.Logger, n int) (nw *Network, err error) {
 	sweepLeftovers(ctx, log)
 	nw = &Network{Prefix: fmt.Sprintf("rqc%d-%d", os.Getpid(), netCounter.Add(1)), log: log}
+	// The error returns set nw to nil: clean up what this call created.
+	created := nw
 	defer func() {
 		if err != nil {
-			nw.Close()
+			created.Close()
 		}
 	}()
 	if nw.Subnet, err = freeSubnet(ctx); err != nil {

@@ -3,8 +3,11 @@
 package chaos
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -28,12 +31,17 @@ type Node struct {
 	Host *Host
 }
 
-func newNode(bin, dir string, h *Host, join []string, n int, extra []string, log *slog.Logger, onCrash func(NodeCrash)) (*Node, error) {
+func newNode(bin, dir string, h *Host, join []string, n int, extra []string, sec *security, log *slog.Logger, onCrash func(NodeCrash)) (*Node, error) {
 	id := fmt.Sprintf("n%d", h.Index+1)
-	// The hosts are network namespaces on a private bridge; the nodes
-	// bind their addresses there, which a node refuses without TLS unless
-	// told it is meant.
-	args := []string{"--bootstrap-expect", strconv.Itoa(n), "--insecure"}
+	args := []string{"--bootstrap-expect", strconv.Itoa(n)}
+	if sec == nil {
+		// The hosts are network namespaces on a private bridge; the nodes
+		// bind their addresses there, which a node refuses without TLS
+		// unless told it is meant.
+		args = append(args, "--insecure")
+	} else {
+		args = append(args, "--gossip-key-file", sec.gossipKeys)
+	}
 	for _, j := range join {
 		args = append(args, "--join", j)
 	}
@@ -58,5 +66,33 @@ func newNode(bin, dir string, h *Host, join []string, n int, extra []string, log
 	if err != nil {
 		return nil, err
 	}
+	if sec != nil {
+		if err := hn.UseTLS(sec.tls); err != nil {
+			return nil, err
+		}
+	}
 	return &Node{Node: hn, Host: h}, nil
+}
+
+// security is what a TLS cluster's nodes share: the CA and certificates
+// (made with the binary's raftq cert) and a gossip keyring.
+type security struct {
+	tls        *harness.TLS
+	gossipKeys string
+}
+
+func newSecurity(bin, dir string) (*security, error) {
+	p, err := harness.NewTLS(bin, dir)
+	if err != nil {
+		return nil, err
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	keys := filepath.Join(dir, "gossip.keys")
+	if err := os.WriteFile(keys, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return &security{tls: p, gossipKeys: keys}, nil
 }
