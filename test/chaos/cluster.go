@@ -145,17 +145,17 @@ func (c *Cluster) Conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	creds := insecure.NewCredentials()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if c.sec != nil {
 		cfg, err := tlsconfig.ClientConfig(c.sec.tls.CAFile(), "", "")
 		if err != nil {
 			return nil, err
 		}
-		creds = credentials.NewTLS(cfg)
+		// The nodes' bootstrap token: an admin, as the checker needs.
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg)), grpc.WithPerRPCCredentials(bearer(c.sec.tls.Token))}
 	}
-	cc, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(creds),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 6 * time.Second, Timeout: 3 * time.Second, PermitWithoutStream: false}))
+	cc, err := grpc.NewClient(addr, append(opts,
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 6 * time.Second, Timeout: 3 * time.Second, PermitWithoutStream: false}))...)
 	if err != nil {
 		return nil, err
 	}
@@ -302,3 +302,12 @@ func (c *Cluster) guard() {
 		panic(r)
 	}
 }
+
+// bearer sends a token as `authorization: Bearer TOKEN` with every call.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return true }
