@@ -35,3 +35,14 @@ func TestStartingHandler(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsTopKeysMustNotBeNegative: a negative --metrics-top-keys is
+// refused before the node starts, naming the flag.
+func TestMetricsTopKeysMustNotBeNegative(t *testing.T) {
+	dir := t.TempDir()
+	r := runArgs(t, "serve", "--data-dir", dir, "--node-id", "n1", "--metrics-top-keys", "-1",
+		"--grpc-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--http-addr", "")
+	if r.code != 1 || !strings.Contains(r.stderr, "--metrics-top-keys -1") {
+		t.Fatalf("serve --metrics-top-keys -1: %+v", r)
+	}
+}
