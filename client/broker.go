@@ -148,10 +148,12 @@ func (c *Client) ListQueues(ctx context.Context, prefix string) ([]*raftqv1.Queu
 }
 
 // PurgeQueue removes a queue's ready and delayed messages and returns how
-// many were removed.
+// many were removed. The call carries a random idempotency key, chosen
+// before the first attempt, so a retry after a lost answer purges nothing
+// more (it answers the first attempt's count).
 func (c *Client) PurgeQueue(ctx context.Context, name string) (int64, error) {
 	resp := &raftqv1.PurgeQueueResponse{}
-	err := c.broker(ctx, raftqv1.Broker_PurgeQueue_FullMethodName, &raftqv1.PurgeQueueRequest{Name: name}, resp)
+	err := c.broker(ctx, raftqv1.Broker_PurgeQueue_FullMethodName, &raftqv1.PurgeQueueRequest{Name: name, IdempotencyKey: NewDedupID()}, resp)
 	return resp.GetPurged(), err
 }
 
@@ -164,10 +166,11 @@ func (c *Client) Peek(ctx context.Context, queue string, limit int32, deadLetter
 }
 
 // Redrive moves up to limit (0 = all) messages that came from queue back
-// from its dead-letter queue, and returns how many moved.
+// from its dead-letter queue, and returns how many moved. Like PurgeQueue
+// it carries a random idempotency key, so a retry moves nothing twice.
 func (c *Client) Redrive(ctx context.Context, queue string, limit int64) (int64, error) {
 	resp := &raftqv1.RedriveResponse{}
-	err := c.broker(ctx, raftqv1.Broker_Redrive_FullMethodName, &raftqv1.RedriveRequest{Queue: queue, Limit: limit}, resp)
+	err := c.broker(ctx, raftqv1.Broker_Redrive_FullMethodName, &raftqv1.RedriveRequest{Queue: queue, Limit: limit, IdempotencyKey: NewDedupID()}, resp)
 	return resp.GetMoved(), err
 }
 

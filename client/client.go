@@ -1,6 +1,17 @@
 // Package client is the Go SDK for raftq: it finds the leader from a seed
-// list, retries calls safely (enqueues carry dedup ids) and runs a consumer
-// loop that survives leader changes.
+// list, retries calls safely and runs a consumer loop that survives leader
+// changes.
+//
+// Every call is retried after UNAVAILABLE (node down, no leader, leader
+// moved, or leadership lost with the outcome unknown) under the Client's
+// RetryPolicy; other codes are final. Retrying is safe because the broker
+// recognises a repeat: enqueues carry dedup ids (Enqueue sets one per
+// message), PurgeQueue and Redrive carry an idempotency key chosen before
+// the first attempt, and an Ack or Nack of a lease the same call already
+// settled answers OK (the broker remembers settled tokens for 5 minutes).
+// CreateQueue and DeleteQueue retried after a lost answer report
+// AlreadyExists or NotFound. docs/api.md, "Retries", has the
+// table.
 package client
 
 import (

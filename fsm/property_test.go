@@ -27,6 +27,14 @@ type cmdGen struct {
 
 func (g *cmdGen) queue() string { return g.queues[g.r.IntN(len(g.queues))] }
 
+// idempotencyKey is none, or one of a few keys, so that repeats happen.
+func (g *cmdGen) idempotencyKey() string {
+	if g.r.IntN(2) == 0 {
+		return ""
+	}
+	return fmt.Sprint("i", g.r.IntN(3))
+}
+
 func (g *cmdGen) next() *fsmv1.Command {
 	g.now += int64(g.r.IntN(50))
 	if g.r.IntN(40) == 0 {
@@ -45,9 +53,9 @@ func (g *cmdGen) next() *fsmv1.Command {
 	case n < 8:
 		c.Op = &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: g.queue(), Config: &fsmv1.QueueConfig{MaxDeliveries: int32(g.r.IntN(5))}, Mask: []string{"max_deliveries"}}}
 	case n < 9:
-		c.Op = &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: g.queue()}}
+		c.Op = &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: g.queue(), IdempotencyKey: g.idempotencyKey()}}
 	case n < 11:
-		c.Op = &fsmv1.Command_Redrive{Redrive: &fsmv1.Redrive{Queue: g.queue(), Limit: int64(g.r.IntN(3))}}
+		c.Op = &fsmv1.Command_Redrive{Redrive: &fsmv1.Redrive{Queue: g.queue(), Limit: int64(g.r.IntN(3)), IdempotencyKey: g.idempotencyKey()}}
 	case n < 35:
 		var batches []*fsmv1.EnqueueBatch
 		for b := 0; b < 1+g.r.IntN(2); b++ {

@@ -185,7 +185,7 @@ func TestNewerSnapshotStopsTheNode(t *testing.T) {
 		hdr  *fsmv1.SnapshotHeader
 		want string
 	}{
-		{"newer format (this build reads 1 to 5)", &fsmv1.SnapshotHeader{Version: 6}, "snapshot format version 6"},
+		{"newer format (this build reads 1 to 6)", &fsmv1.SnapshotHeader{Version: 7}, "snapshot format version 7"},
 		{"newer cluster", &fsmv1.SnapshotHeader{Version: 2, ClusterVersion: MaxLogVersion + 1}, fmt.Sprint("log version ", MaxLogVersion+1)},
 		{"newer cluster, format 4", &fsmv1.SnapshotHeader{Version: 4, ClusterVersion: MaxLogVersion + 1}, fmt.Sprint("log version ", MaxLogVersion+1)},
 	} {

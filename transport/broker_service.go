@@ -144,7 +144,10 @@ func (s brokerService) PurgeQueue(ctx context.Context, req *raftqv1.PurgeQueueRe
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	n, err := s.b.Queues().PurgeQueue(ctx, req.Name)
+	if len(req.IdempotencyKey) > fsm.MaxDedupIDLen {
+		return nil, invalid("idempotency_key is longer than %d bytes", fsm.MaxDedupIDLen)
+	}
+	n, err := s.b.Queues().PurgeQueue(ctx, req.Name, req.IdempotencyKey)
 	if err != nil {
 		return nil, err
 	}
@@ -304,7 +307,10 @@ func (s brokerService) Redrive(ctx context.Context, req *raftqv1.RedriveRequest)
 	if req.Limit < 0 {
 		return nil, invalid("limit must not be negative")
 	}
-	n, err := s.b.Queues().Redrive(ctx, req.Queue, req.Limit)
+	if len(req.IdempotencyKey) > fsm.MaxDedupIDLen {
+		return nil, invalid("idempotency_key is longer than %d bytes", fsm.MaxDedupIDLen)
+	}
+	n, err := s.b.Queues().Redrive(ctx, req.Queue, req.Limit, req.IdempotencyKey)
 	if err != nil {
 		return nil, err
 	}

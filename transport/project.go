@@ -108,6 +108,7 @@ func projectQueue(q *state.QueueInfo) *raftqv1.QueueInfo {
 			NackedTotal:   st.NackedTotal,
 			ExpiredTotal:  st.ExpiredTotal,
 			Bytes:         st.Bytes,
+			RecentSettled: st.RecentSettled,
 		},
 	}
 }

@@ -162,16 +162,18 @@ type queue struct {
 	// agree; a restart starts them again at 0, as Prometheus expects).
 	grantedApplied, deadLetteredApplied int64
 
-	dedup *btree.BTreeG[dedupEntry] // by dedup id; a tree so snapshots clone it in O(1)
+	dedup  *btree.BTreeG[dedupEntry]  // by dedup id; a tree so snapshots clone it in O(1)
+	recent *btree.BTreeG[recentEntry] // recently settled outcomes (recent.go)
 }
 
 const btreeDegree = 32
 
 func newQueue(name string) *queue {
 	return &queue{
-		name:  name,
-		msgs:  btree.NewG(btreeDegree, lessMsgItem),
-		dedup: btree.NewG(btreeDegree, lessDedupEntry),
+		name:   name,
+		msgs:   btree.NewG(btreeDegree, lessMsgItem),
+		dedup:  btree.NewG(btreeDegree, lessDedupEntry),
+		recent: newRecentTree(),
 	}
 }
 

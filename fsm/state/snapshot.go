@@ -21,7 +21,9 @@ import (
 // such a snapshot instead of dropping the field). Version 3, written at
 // cluster version 3, adds each queue's key_order; version 4, from cluster
 // version 4 on, adds the leader clock (clock.go); version 5, from cluster
-// version 5 on, adds one AuthRecord after the last queue. Each format is
+// version 5 on, adds one AuthRecord after the last queue; version 6, from
+// cluster version 7 on, also follows each queue's dedup entries with its
+// recently settled outcomes (recent.go). Each format is
 // written only at the cluster versions it belongs to, so replicas of two
 // builds at the same cluster version hash the same bytes.
 const (
@@ -30,7 +32,8 @@ const (
 	snapshotV3         = 3
 	snapshotV4         = 4
 	snapshotV5         = 5
-	maxSnapshotVersion = snapshotV5
+	snapshotV6         = 6
+	maxSnapshotVersion = snapshotV6
 )
 
 // maxRecordBytes bounds one snapshot record on restore: the largest message
@@ -51,9 +54,10 @@ type Frozen struct {
 }
 
 type frozenQueue struct {
-	rec   *fsmv1.QueueRecord
-	msgs  *btree.BTreeG[msgItem]
-	dedup *btree.BTreeG[dedupEntry]
+	rec    *fsmv1.QueueRecord
+	msgs   *btree.BTreeG[msgItem]
+	dedup  *btree.BTreeG[dedupEntry]
+	recent *btree.BTreeG[recentEntry] // nil below cluster version 5
 }
 
 // Freeze copies the store as of index (the applied index for a snapshot,
@@ -63,6 +67,11 @@ func (s *Store) Freeze(index uint64) *Frozen {
 	fr := &Frozen{index: index, lastNow: s.lastNow, leader: s.leader, clusterVersion: s.clusterVersion, auth: s.auth}
 	for _, name := range s.sortedQueueNames() {
 		q := s.queues[name]
+		var recent *btree.BTreeG[recentEntry]
+		var recentCount uint64
+		if s.clusterVersion >= recentVersion {
+			recent, recentCount = q.recent.Clone(), uint64(q.recent.Len())
+		}
 		fr.queues = append(fr.queues, frozenQueue{
 			rec: &fsmv1.QueueRecord{
 				Name:          q.name,
@@ -76,9 +85,11 @@ func (s *Store) Freeze(index uint64) *Frozen {
 				MessageCount:  uint64(q.msgs.Len()),
 				DedupCount:    uint64(q.dedup.Len()),
 				KeyOrder:      keyOrderAt(s.clusterVersion, q),
+				RecentCount:   recentCount,
 			},
-			msgs:  q.msgs.Clone(),
-			dedup: q.dedup.Clone(),
+			msgs:   q.msgs.Clone(),
+			dedup:  q.dedup.Clone(),
+			recent: recent,
 		})
 	}
 	return fr
@@ -117,6 +128,9 @@ func (fr *Frozen) Stream(w io.Writer) error {
 	}
 	hdr := &fsmv1.SnapshotHeader{Version: snapshotV1, LastNowMs: fr.lastNow, AppliedIndex: fr.index, QueueCount: uint64(len(fr.queues))}
 	switch {
+	case fr.clusterVersion >= recentVersion:
+		hdr.Version, hdr.ClusterVersion = snapshotV6, fr.clusterVersion
+		hdr.LeaderTerm, hdr.LeaderNowMs = fr.leader.term, fr.leader.nowMs
 	case fr.clusterVersion >= AuthVersion:
 		hdr.Version, hdr.ClusterVersion = snapshotV5, fr.clusterVersion
 		hdr.LeaderTerm, hdr.LeaderNowMs = fr.leader.term, fr.leader.nowMs
@@ -133,6 +147,7 @@ func (fr *Frozen) Stream(w io.Writer) error {
 	}
 	rec := &fsmv1.MessageRecord{}
 	dedup := &fsmv1.DedupEntry{}
+	recent := &fsmv1.RecentEntry{}
 	for _, fq := range fr.queues {
 		if err := put(fq.rec); err != nil {
 			return err
@@ -153,6 +168,16 @@ func (fr *Frozen) Stream(w io.Writer) error {
 		})
 		if err != nil {
 			return err
+		}
+		if fq.recent != nil {
+			fq.recent.Ascend(func(e recentEntry) bool {
+				e.record(recent)
+				err = put(recent)
+				return err == nil
+			})
+			if err != nil {
+				return err
+			}
 		}
 	}
 	if fr.clusterVersion >= AuthVersion {
@@ -234,7 +259,8 @@ func (s *Store) load(r *bufio.Reader) error {
 		hdr.Version == snapshotV3 && hdr.ClusterVersion >= keyOrderVersion && hdr.ClusterVersion < elapsedTimeVersion:
 		s.clusterVersion = hdr.ClusterVersion
 	case hdr.Version == snapshotV4 && hdr.ClusterVersion >= elapsedTimeVersion && hdr.ClusterVersion < AuthVersion,
-		hdr.Version == snapshotV5 && hdr.ClusterVersion >= AuthVersion:
+		hdr.Version == snapshotV5 && hdr.ClusterVersion >= AuthVersion && hdr.ClusterVersion < recentVersion,
+		hdr.Version == snapshotV6 && hdr.ClusterVersion >= recentVersion:
 		s.clusterVersion = hdr.ClusterVersion
 		s.leader = leaderClock{known: true, term: hdr.LeaderTerm, nowMs: hdr.LeaderNowMs}
 	default:
@@ -317,6 +343,18 @@ func (s *Store) load(r *bufio.Reader) error {
 			entry.messageID, entry.expiresMs = de.MessageId, de.ExpiresMs
 			q.dedup.ReplaceOrInsert(entry)
 			s.dedupExp.ReplaceOrInsert(dedupRef{at: de.ExpiresMs, messageID: de.MessageId, queue: q.name, key: key})
+		}
+		if rec.RecentCount > 0 && hdr.Version < snapshotV6 {
+			return fmt.Errorf("%w: recent entries in a format-%d snapshot", ErrInvalid, hdr.Version)
+		}
+		for j := uint64(0); j < rec.RecentCount; j++ {
+			re := &fsmv1.RecentEntry{}
+			if err := opts.UnmarshalFrom(r, re); err != nil {
+				return fmt.Errorf("%w: recent record: %v", ErrInvalid, err)
+			}
+			if err := s.loadRecent(q, re); err != nil {
+				return err
+			}
 		}
 	}
 	for _, p := range dlqMsgs {

@@ -17,13 +17,16 @@ import (
 // recomputes them.
 type Store struct {
 	queues    map[string]*queue
-	delayed   *btree.BTreeG[timedRef] // delayed messages by visible time
-	ttl       *btree.BTreeG[timedRef] // ready/delayed messages by TTL
-	leases    *btree.BTreeG[timedRef] // leased messages by deadline
-	dedupExp  *btree.BTreeG[dedupRef] // dedup entries by expiry
+	delayed   *btree.BTreeG[timedRef]  // delayed messages by visible time
+	ttl       *btree.BTreeG[timedRef]  // ready/delayed messages by TTL
+	leases    *btree.BTreeG[timedRef]  // leased messages by deadline
+	dedupExp  *btree.BTreeG[dedupRef]  // dedup entries by expiry
+	recentExp *btree.BTreeG[recentRef] // recently settled outcomes, oldest first (recent.go)
 	consumers map[string]map[queueMsg]struct{}
 
 	totalBytes     int64 // payload bytes across queues (derived, like the per-queue counters)
+	recentBytes    int64 // what the recently settled outcomes cost, about (derived)
+	maxRecent      int   // MaxRecent; a field only so that a test can reach the bound
 	lastNow        int64 // the state's clock (clock.go)
 	leader         leaderClock
 	appliedIndex   uint64
@@ -40,9 +43,11 @@ func New() *Store {
 		ttl:            btree.NewG(btreeDegree, lessTimedRef),
 		leases:         btree.NewG(btreeDegree, lessTimedRef),
 		dedupExp:       btree.NewG(btreeDegree, lessDedupRef),
+		recentExp:      btree.NewG(btreeDegree, lessRecentRef),
 		consumers:      map[string]map[queueMsg]struct{}{},
 		clusterVersion: 1,
 		auth:           newAuth(),
+		maxRecent:      MaxRecent,
 	}
 }
 
@@ -252,6 +257,7 @@ func (s *Store) advance(touched *Touched) {
 			}
 		}
 	}
+	s.expireRecent()
 }
 
 // deadLetter moves m out of q into q's DLQ, or, for a queue without one (a
@@ -309,6 +315,7 @@ func (s *Store) dropQueue(q *queue) {
 		s.dedupExp.Delete(dedupRef{at: e.expiresMs, messageID: e.messageID})
 		return true
 	})
+	s.dropRecent(q)
 	delete(s.queues, q.name)
 }
 

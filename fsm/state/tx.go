@@ -24,8 +24,24 @@ type Tx struct {
 // Rollback undoes grants that were never pushed: the attempt is not counted.
 func (tx *Tx) Rollback(refs []*fsmv1.Ref) *ItemsResult { return tx.forRefs(refs, tx.rollbackOne) }
 
-// Ack deletes acknowledged messages.
-func (tx *Tx) Ack(refs []*fsmv1.Ref) *ItemsResult { return tx.forRefs(refs, tx.ackOne) }
+// Ack deletes acknowledged messages. From log version 7 it records each
+// token it settled, and an ack of a token it already settled (a retry
+// whose first answer was lost) answers OK and changes nothing.
+func (tx *Tx) Ack(refs []*fsmv1.Ref) *ItemsResult {
+	res := &ItemsResult{Items: make([]error, len(refs))}
+	for i, r := range refs {
+		q, m, err := tx.lookupLease(r)
+		switch {
+		case err == nil:
+			err = tx.ackOne(q, m)
+			tx.settle(q, recentAck, r)
+		case tx.settledBefore(recentAck, r):
+			err = nil
+		}
+		res.Items[i] = err
+	}
+	return res
+}
 
 // Expire ends leases whose deadline has passed by the entry's clock.
 func (tx *Tx) Expire(refs []*fsmv1.Ref) *ItemsResult { return tx.forRefs(refs, tx.expireOne) }
@@ -177,18 +193,20 @@ func (tx *Tx) PurgeQueue(c *fsmv1.PurgeQueue) *CountResult {
 	if q == nil {
 		return &CountResult{Done: Done{Err: fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetName())}}
 	}
-	var victims []*message
-	q.msgs.Ascend(func(it msgItem) bool {
-		if it.m.state != stateLeased {
-			victims = append(victims, it.m)
+	return tx.idempotent(q, recentPurge, c.GetIdempotencyKey(), func() int64 {
+		var victims []*message
+		q.msgs.Ascend(func(it msgItem) bool {
+			if it.m.state != stateLeased {
+				victims = append(victims, it.m)
+			}
+			return true
+		})
+		for _, m := range victims {
+			tx.s.put(q, m, nil)
 		}
-		return true
+		tx.touched.add(q.name)
+		return int64(len(victims))
 	})
-	for _, m := range victims {
-		tx.s.put(q, m, nil)
-	}
-	tx.touched.add(q.name)
-	return &CountResult{Count: int64(len(victims))}
 }
 
 func (tx *Tx) Enqueue(c *fsmv1.Enqueue) *EnqueueResult {
@@ -390,9 +408,12 @@ func (tx *Tx) Nack(c *fsmv1.Nack) *ItemsResult {
 		}
 		q, m, err := tx.lookupLease(it.GetRef())
 		if err != nil {
-			res.Items[i] = err
+			if !tx.settledBefore(recentNack, it.GetRef()) {
+				res.Items[i] = err
+			}
 			continue
 		}
+		tx.settle(q, recentNack, it.GetRef())
 		if it.Uncounted && !it.DeadLetter {
 			tx.rollbackOne(q, m)
 			continue
@@ -480,26 +501,28 @@ func (tx *Tx) Redrive(c *fsmv1.Redrive) *CountResult {
 	if q.isDLQ || dlq == nil {
 		return &CountResult{}
 	}
-	var moving []*message
-	dlq.msgs.Ascend(func(it msgItem) bool {
-		if it.m.origin == q.name && it.m.state != stateLeased {
-			moving = append(moving, it.m)
+	return tx.idempotent(q, recentRedrive, c.GetIdempotencyKey(), func() int64 {
+		var moving []*message
+		dlq.msgs.Ascend(func(it msgItem) bool {
+			if it.m.origin == q.name && it.m.state != stateLeased {
+				moving = append(moving, it.m)
+			}
+			return c.Limit == 0 || int64(len(moving)) < c.Limit
+		})
+		for _, m := range moving {
+			tx.s.put(dlq, m, nil)
+			next := *m
+			next.state, next.visibleMs = stateReady, 0
+			next.origin, next.dlReason = "", ""
+			next.attempts = 0
+			tx.s.put(q, nil, &next)
 		}
-		return c.Limit == 0 || int64(len(moving)) < c.Limit
+		if len(moving) > 0 {
+			tx.touched.add(q.name)
+			tx.touched.add(dlq.name)
+		}
+		return int64(len(moving))
 	})
-	for _, m := range moving {
-		tx.s.put(dlq, m, nil)
-		next := *m
-		next.state, next.visibleMs = stateReady, 0
-		next.origin, next.dlReason = "", ""
-		next.attempts = 0
-		tx.s.put(q, nil, &next)
-	}
-	if len(moving) > 0 {
-		tx.touched.add(q.name)
-		tx.touched.add(dlq.name)
-	}
-	return &CountResult{Count: int64(len(moving))}
 }
 
 // checkEmpty is DeleteQueue's if_empty condition: no message in the queue

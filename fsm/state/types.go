@@ -34,4 +34,7 @@ type QueueStats struct {
 	Ready, Delayed, InFlight, DeadLettered               int64
 	EnqueuedTotal, AckedTotal, NackedTotal, ExpiredTotal int64
 	Bytes                                                int64
+	// RecentSettled is how many recently settled outcomes the queue
+	// remembers for retries (recent.go).
+	RecentSettled int64
 }

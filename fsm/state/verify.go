@@ -113,6 +113,9 @@ func (s *Store) Verify() error {
 		return fmt.Errorf("global indexes delayed=%d ttl=%d leases=%d, messages delayed=%d ttl=%d leased=%d",
 			s.delayed.Len(), s.ttl.Len(), s.leases.Len(), delayed, ttl, leases)
 	}
+	if err := s.verifyRecent(); err != nil {
+		return err
+	}
 	if len(consumers) != len(s.consumers) {
 		return fmt.Errorf("%d consumers hold leases, index has %d", len(consumers), len(s.consumers))
 	}
@@ -120,6 +123,35 @@ func (s *Store) Verify() error {
 		if len(s.consumers[id]) != n {
 			return fmt.Errorf("consumer %q holds %d leases, index has %d", id, n, len(s.consumers[id]))
 		}
+	}
+	return nil
+}
+
+// verifyRecent checks that the expiry index lists exactly the recently
+// settled outcomes the queues hold, and recomputes their cost.
+func (s *Store) verifyRecent() error {
+	var n int
+	var bytes int64
+	var err error
+	for _, name := range s.sortedQueueNames() {
+		q := s.queues[name]
+		n += q.recent.Len()
+		q.recent.Ascend(func(e recentEntry) bool {
+			bytes += e.bytes()
+			if !s.recentExp.Has(recentRef{at: e.atMs, queue: name, entry: e}) {
+				err = fmt.Errorf("%s: recent %v entry of message %d missing from the expiry index", name, e.kind, e.messageID)
+			}
+			return err == nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if n != s.recentExp.Len() || n > s.maxRecent {
+		return fmt.Errorf("%d recent entries in queues, %d in the expiry index (at most %d)", n, s.recentExp.Len(), s.maxRecent)
+	}
+	if bytes != s.recentBytes {
+		return fmt.Errorf("recent entries cost %d bytes, counter says %d", bytes, s.recentBytes)
 	}
 	return nil
 }

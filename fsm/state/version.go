@@ -6,10 +6,11 @@ package state
 // fairness keys replicated state (keyorder.go); version 4 measures time by
 // the time elapsed within each leader's term (clock.go); version 5 adds
 // identities, tokens and grants (auth.go) and random lease tokens; version 6
-// adds DeleteQueue.if_empty (IfEmptyVersion).
+// adds DeleteQueue.if_empty (IfEmptyVersion); version 7 answers a retried
+// ack, nack, purge or redrive as the first (recent.go).
 // fsm/DESIGN.md lists every version; a rule that changes in version N is
 // written `if tx.version >= N`.
-const MaxLogVersion uint32 = 6
+const MaxLogVersion uint32 = 7
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the

@@ -53,6 +53,7 @@ func (q *queue) stats() QueueStats {
 		NackedTotal:   q.nackedTotal,
 		ExpiredTotal:  q.expiredTotal,
 		Bytes:         q.bytes,
+		RecentSettled: int64(q.recent.Len()),
 	}
 }
 

@@ -82,9 +82,11 @@ func (qs Queues) DeleteQueue(ctx context.Context, name string, cond DeleteCondit
 }
 
 // PurgeQueue drops every message of a queue that is not leased and returns
-// how many.
-func (qs Queues) PurgeQueue(ctx context.Context, name string) (int64, error) {
-	res, err := apply[*fsm.CountResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: name}}})
+// how many. A purge repeated with the same non-empty idempotency key (a
+// retry) answers the first one's count and purges nothing more, once the
+// cluster applies log version 7.
+func (qs Queues) PurgeQueue(ctx context.Context, name, idempotencyKey string) (int64, error) {
+	res, err := apply[*fsm.CountResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: name, IdempotencyKey: idempotencyKey}}})
 	if err != nil {
 		return 0, err
 	}
@@ -92,9 +94,10 @@ func (qs Queues) PurgeQueue(ctx context.Context, name string) (int64, error) {
 }
 
 // Redrive moves up to limit messages (0: all) from a queue's dead-letter
-// queue back to it and returns how many moved.
-func (qs Queues) Redrive(ctx context.Context, queue string, limit int64) (int64, error) {
-	res, err := apply[*fsm.CountResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_Redrive{Redrive: &fsmv1.Redrive{Queue: queue, Limit: limit}}})
+// queue back to it and returns how many moved; a repeated idempotency key
+// works as for PurgeQueue.
+func (qs Queues) Redrive(ctx context.Context, queue string, limit int64, idempotencyKey string) (int64, error) {
+	res, err := apply[*fsm.CountResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_Redrive{Redrive: &fsmv1.Redrive{Queue: queue, Limit: limit, IdempotencyKey: idempotencyKey}}})
 	if err != nil {
 		return 0, err
 	}

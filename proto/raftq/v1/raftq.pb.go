@@ -209,6 +209,9 @@ type QueueStats struct {
 	ExpiredTotal  int64                  `protobuf:"varint,8,opt,name=expired_total,json=expiredTotal,proto3" json:"expired_total,omitempty"`
 	Consumers     int64                  `protobuf:"varint,9,opt,name=consumers,proto3" json:"consumers,omitempty"`
 	Bytes         int64                  `protobuf:"varint,10,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// Recently settled outcomes the queue remembers so that a retried ack,
+	// nack, purge or redrive answers as the first did (bounded, 5 minutes).
+	RecentSettled int64 `protobuf:"varint,11,opt,name=recent_settled,json=recentSettled,proto3" json:"recent_settled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +312,13 @@ func (x *QueueStats) GetConsumers() int64 {
 func (x *QueueStats) GetBytes() int64 {
 	if x != nil {
 		return x.Bytes
+	}
+	return 0
+}
+
+func (x *QueueStats) GetRecentSettled() int64 {
+	if x != nil {
+		return x.RecentSettled
 	}
 	return 0
 }
@@ -1564,10 +1574,14 @@ func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
 }
 
 type PurgeQueueRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Optional, up to 255 bytes. A purge of the same queue repeated with the
+	// same key within 5 minutes (a retry after a lost answer) answers the
+	// first one's count and purges nothing more. The Go client sets one.
+	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PurgeQueueRequest) Reset() {
@@ -1603,6 +1617,13 @@ func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
 func (x *PurgeQueueRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *PurgeQueueRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
 	}
 	return ""
 }
@@ -2407,11 +2428,15 @@ func (x *PeekResponse) GetMessages() []*Delivery {
 }
 
 type RedriveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
-	Limit         int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Limit int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Optional, up to 255 bytes. A redrive of the same queue repeated with
+	// the same key within 5 minutes answers the first one's count and moves
+	// nothing more. The Go client sets one.
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RedriveRequest) Reset() {
@@ -2456,6 +2481,13 @@ func (x *RedriveRequest) GetLimit() int64 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *RedriveRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 type RedriveResponse struct {
@@ -4526,7 +4558,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	" \x01(\x05R\x0ffairnessQuantum\x1aT\n" +
 	"\x0eThrottlesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
-	"\x05value\x18\x02 \x01(\v2\x16.raftq.v1.ThrottleRuleR\x05value:\x028\x01\"\xc2\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.raftq.v1.ThrottleRuleR\x05value:\x028\x01\"\xe9\x02\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\x03R\x05ready\x12\x18\n" +
@@ -4540,7 +4572,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\rexpired_total\x18\b \x01(\x03R\fexpiredTotal\x12\x1c\n" +
 	"\tconsumers\x18\t \x01(\x03R\tconsumers\x12\x14\n" +
 	"\x05bytes\x18\n" +
-	" \x01(\x03R\x05bytes\"p\n" +
+	" \x01(\x03R\x05bytes\x12%\n" +
+	"\x0erecent_settled\x18\v \x01(\x03R\rrecentSettled\"p\n" +
 	"\x10FairnessKeyStats\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\apending\x18\x02 \x01(\x03R\apending\x12\x18\n" +
@@ -4643,9 +4676,10 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x11ListQueuesRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"A\n" +
 	"\x12ListQueuesResponse\x12+\n" +
-	"\x06queues\x18\x01 \x03(\v2\x13.raftq.v1.QueueInfoR\x06queues\"'\n" +
+	"\x06queues\x18\x01 \x03(\v2\x13.raftq.v1.QueueInfoR\x06queues\"P\n" +
 	"\x11PurgeQueueRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\",\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\",\n" +
 	"\x12PurgeQueueResponse\x12\x16\n" +
 	"\x06purged\x18\x01 \x01(\x03R\x06purged\"\\\n" +
 	"\x0eEnqueueRequest\x12\x14\n" +
@@ -4695,10 +4729,11 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\vdead_letter\x18\x03 \x01(\bR\n" +
 	"deadLetter\">\n" +
 	"\fPeekResponse\x12.\n" +
-	"\bmessages\x18\x01 \x03(\v2\x12.raftq.v1.DeliveryR\bmessages\"<\n" +
+	"\bmessages\x18\x01 \x03(\v2\x12.raftq.v1.DeliveryR\bmessages\"e\n" +
 	"\x0eRedriveRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x03R\x05limit\"'\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"'\n" +
 	"\x0fRedriveResponse\x12\x14\n" +
 	"\x05moved\x18\x01 \x01(\x03R\x05moved\"\xee\x02\n" +
 	"\x04Node\x12\x0e\n" +

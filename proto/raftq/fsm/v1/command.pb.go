@@ -34,6 +34,61 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type RecentKind int32
+
+const (
+	RecentKind_RECENT_KIND_UNSPECIFIED RecentKind = 0
+	RecentKind_RECENT_KIND_ACK         RecentKind = 1
+	RecentKind_RECENT_KIND_NACK        RecentKind = 2
+	RecentKind_RECENT_KIND_PURGE       RecentKind = 3
+	RecentKind_RECENT_KIND_REDRIVE     RecentKind = 4
+)
+
+// Enum value maps for RecentKind.
+var (
+	RecentKind_name = map[int32]string{
+		0: "RECENT_KIND_UNSPECIFIED",
+		1: "RECENT_KIND_ACK",
+		2: "RECENT_KIND_NACK",
+		3: "RECENT_KIND_PURGE",
+		4: "RECENT_KIND_REDRIVE",
+	}
+	RecentKind_value = map[string]int32{
+		"RECENT_KIND_UNSPECIFIED": 0,
+		"RECENT_KIND_ACK":         1,
+		"RECENT_KIND_NACK":        2,
+		"RECENT_KIND_PURGE":       3,
+		"RECENT_KIND_REDRIVE":     4,
+	}
+)
+
+func (x RecentKind) Enum() *RecentKind {
+	p := new(RecentKind)
+	*p = x
+	return p
+}
+
+func (x RecentKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RecentKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_raftq_fsm_v1_command_proto_enumTypes[0].Descriptor()
+}
+
+func (RecentKind) Type() protoreflect.EnumType {
+	return &file_raftq_fsm_v1_command_proto_enumTypes[0]
+}
+
+func (x RecentKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RecentKind.Descriptor instead.
+func (RecentKind) EnumDescriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{0}
+}
+
 type MessageState int32
 
 const (
@@ -67,11 +122,11 @@ func (x MessageState) String() string {
 }
 
 func (MessageState) Descriptor() protoreflect.EnumDescriptor {
-	return file_raftq_fsm_v1_command_proto_enumTypes[0].Descriptor()
+	return file_raftq_fsm_v1_command_proto_enumTypes[1].Descriptor()
 }
 
 func (MessageState) Type() protoreflect.EnumType {
-	return &file_raftq_fsm_v1_command_proto_enumTypes[0]
+	return &file_raftq_fsm_v1_command_proto_enumTypes[1]
 }
 
 func (x MessageState) Number() protoreflect.EnumNumber {
@@ -80,7 +135,7 @@ func (x MessageState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MessageState.Descriptor instead.
 func (MessageState) EnumDescriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{0}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{1}
 }
 
 // Command is one Raft log entry.
@@ -973,10 +1028,13 @@ func (x *DeleteQueue) GetIfEmpty() bool {
 }
 
 type PurgeQueue struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Log version 7: a purge repeated with the same key (a client's retry
+	// after a lost answer) answers the first one's count and purges nothing.
+	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PurgeQueue) Reset() {
@@ -1012,6 +1070,13 @@ func (*PurgeQueue) Descriptor() ([]byte, []int) {
 func (x *PurgeQueue) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *PurgeQueue) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
 	}
 	return ""
 }
@@ -1647,11 +1712,14 @@ func (x *ReleaseConsumer) GetConsumerId() string {
 }
 
 type Redrive struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
-	Limit         int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Limit int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Log version 7: a redrive repeated with the same key answers the first
+	// one's count and moves nothing.
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Redrive) Reset() {
@@ -1696,6 +1764,13 @@ func (x *Redrive) GetLimit() int64 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *Redrive) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 // Tick only advances time: delayed messages become ready, TTLs pass.
@@ -2030,7 +2105,9 @@ type SnapshotHeader struct {
 	// (byte-identical to snapshots written before versioning), 2 when
 	// cluster_version is present, 3 (cluster version 3) when queue records
 	// carry key_order, 4 (cluster version 4 and later) when the header also
-	// carries the leader clock.
+	// carries the leader clock, 5 (cluster version 5) when an AuthRecord
+	// follows the queues (also at cluster version 6), 6 (cluster version 7 and later) when each queue's
+	// dedup entries are also followed by its recent entries.
 	Version      uint32 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	LastNowMs    int64  `protobuf:"varint,2,opt,name=last_now_ms,json=lastNowMs,proto3" json:"last_now_ms,omitempty"`
 	AppliedIndex uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
@@ -2384,7 +2461,10 @@ type QueueRecord struct {
 	// Snapshot format 3 and later: every fairness key with ready messages,
 	// by priority (highest first), then in activation order (the order
 	// deficit round-robin visits them), with the weight it delivers at.
-	KeyOrder      []*KeyOrder `protobuf:"bytes,11,rep,name=key_order,json=keyOrder,proto3" json:"key_order,omitempty"`
+	KeyOrder []*KeyOrder `protobuf:"bytes,11,rep,name=key_order,json=keyOrder,proto3" json:"key_order,omitempty"`
+	// Snapshot format 6 and later: followed, after the dedup entries, by
+	// recent_count RecentEntry records.
+	RecentCount   uint64 `protobuf:"varint,12,opt,name=recent_count,json=recentCount,proto3" json:"recent_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2496,6 +2576,102 @@ func (x *QueueRecord) GetKeyOrder() []*KeyOrder {
 	return nil
 }
 
+func (x *QueueRecord) GetRecentCount() uint64 {
+	if x != nil {
+		return x.RecentCount
+	}
+	return 0
+}
+
+// RecentEntry is one recently settled outcome of a queue (log version 7):
+// a lease token an ack or nack settled, or an idempotency key a purge or
+// redrive used, with what it answered. A repeated request (a client's
+// retry after a lost answer) gets that answer again and changes nothing.
+type RecentEntry struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Kind           RecentKind             `protobuf:"varint,1,opt,name=kind,proto3,enum=raftq.fsm.v1.RecentKind" json:"kind,omitempty"`
+	MessageId      uint64                 `protobuf:"varint,2,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	LeaseToken     uint64                 `protobuf:"varint,3,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	Count          int64                  `protobuf:"varint,5,opt,name=count,proto3" json:"count,omitempty"`
+	// The state clock when it was recorded; it lapses a fixed time later.
+	AtMs          int64 `protobuf:"varint,6,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecentEntry) Reset() {
+	*x = RecentEntry{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecentEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecentEntry) ProtoMessage() {}
+
+func (x *RecentEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecentEntry.ProtoReflect.Descriptor instead.
+func (*RecentEntry) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RecentEntry) GetKind() RecentKind {
+	if x != nil {
+		return x.Kind
+	}
+	return RecentKind_RECENT_KIND_UNSPECIFIED
+}
+
+func (x *RecentEntry) GetMessageId() uint64 {
+	if x != nil {
+		return x.MessageId
+	}
+	return 0
+}
+
+func (x *RecentEntry) GetLeaseToken() uint64 {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return 0
+}
+
+func (x *RecentEntry) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *RecentEntry) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *RecentEntry) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
 // KeyOrder is one fairness key of one priority of a queue, as delivery
 // order depends on it: its place in the list is its activation order.
 type KeyOrder struct {
@@ -2513,7 +2689,7 @@ type KeyOrder struct {
 
 func (x *KeyOrder) Reset() {
 	*x = KeyOrder{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2701,7 @@ func (x *KeyOrder) String() string {
 func (*KeyOrder) ProtoMessage() {}
 
 func (x *KeyOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +2714,7 @@ func (x *KeyOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyOrder.ProtoReflect.Descriptor instead.
 func (*KeyOrder) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *KeyOrder) GetPriority() int32 {
@@ -2580,7 +2756,7 @@ type DedupEntry struct {
 
 func (x *DedupEntry) Reset() {
 	*x = DedupEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2592,7 +2768,7 @@ func (x *DedupEntry) String() string {
 func (*DedupEntry) ProtoMessage() {}
 
 func (x *DedupEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2605,7 +2781,7 @@ func (x *DedupEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupEntry.ProtoReflect.Descriptor instead.
 func (*DedupEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DedupEntry) GetDedupId() string {
@@ -2655,7 +2831,7 @@ type MessageRecord struct {
 
 func (x *MessageRecord) Reset() {
 	*x = MessageRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2843,7 @@ func (x *MessageRecord) String() string {
 func (*MessageRecord) ProtoMessage() {}
 
 func (x *MessageRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2856,7 @@ func (x *MessageRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRecord.ProtoReflect.Descriptor instead.
 func (*MessageRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MessageRecord) GetId() uint64 {
@@ -2887,10 +3063,11 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x04mask\x18\x03 \x03(\tR\x04mask\"<\n" +
 	"\vDeleteQueue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
-	"\bif_empty\x18\x02 \x01(\bR\aifEmpty\" \n" +
+	"\bif_empty\x18\x02 \x01(\bR\aifEmpty\"I\n" +
 	"\n" +
 	"PurgeQueue\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"^\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"^\n" +
 	"\fEnqueueBatch\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x128\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1c.raftq.fsm.v1.EnqueueMessageR\bmessages\"?\n" +
@@ -2936,10 +3113,11 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x04refs\x18\x01 \x03(\v2\x11.raftq.fsm.v1.RefR\x04refs\"2\n" +
 	"\x0fReleaseConsumer\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x01(\tR\n" +
-	"consumerId\"5\n" +
+	"consumerId\"^\n" +
 	"\aRedrive\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x03R\x05limit\"\x06\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"\x06\n" +
 	"\x04Tick\"\f\n" +
 	"\n" +
 	"Checkpoint\"}\n" +
@@ -2987,7 +3165,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x06grants\x18\x03 \x03(\v2\x1a.raftq.fsm.v1.PatternGrantR\x06grants\">\n" +
 	"\fPatternGrant\x12\x18\n" +
 	"\apattern\x18\x01 \x01(\tR\apattern\x12\x14\n" +
-	"\x05perms\x18\x02 \x01(\rR\x05perms\"\x91\x03\n" +
+	"\x05perms\x18\x02 \x01(\rR\x05perms\"\xb4\x03\n" +
 	"\vQueueRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.raftq.fsm.v1.QueueConfigR\x06config\x12\x19\n" +
@@ -3002,7 +3180,17 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"dedupCount\x12\x15\n" +
 	"\x06is_dlq\x18\n" +
 	" \x01(\bR\x05isDlq\x123\n" +
-	"\tkey_order\x18\v \x03(\v2\x16.raftq.fsm.v1.KeyOrderR\bkeyOrder\"h\n" +
+	"\tkey_order\x18\v \x03(\v2\x16.raftq.fsm.v1.KeyOrderR\bkeyOrder\x12!\n" +
+	"\frecent_count\x18\f \x01(\x04R\vrecentCount\"\xcf\x01\n" +
+	"\vRecentEntry\x12,\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x18.raftq.fsm.v1.RecentKindR\x04kind\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x02 \x01(\x04R\tmessageId\x12\x1f\n" +
+	"\vlease_token\x18\x03 \x01(\x04R\n" +
+	"leaseToken\x12'\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x14\n" +
+	"\x05count\x18\x05 \x01(\x03R\x05count\x12\x13\n" +
+	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\"h\n" +
 	"\bKeyOrder\x12\x1a\n" +
 	"\bpriority\x18\x01 \x01(\x05R\bpriority\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -3043,7 +3231,14 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x05state\x18\x12 \x01(\x0e2\x1a.raftq.fsm.v1.MessageStateR\x05state\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\\\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x84\x01\n" +
+	"\n" +
+	"RecentKind\x12\x1b\n" +
+	"\x17RECENT_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fRECENT_KIND_ACK\x10\x01\x12\x14\n" +
+	"\x10RECENT_KIND_NACK\x10\x02\x12\x15\n" +
+	"\x11RECENT_KIND_PURGE\x10\x03\x12\x17\n" +
+	"\x13RECENT_KIND_REDRIVE\x10\x04*\\\n" +
 	"\fMessageState\x12\x17\n" +
 	"\x13MESSAGE_STATE_READY\x10\x00\x12\x19\n" +
 	"\x15MESSAGE_STATE_DELAYED\x10\x01\x12\x18\n" +
@@ -3061,98 +3256,101 @@ func file_raftq_fsm_v1_command_proto_rawDescGZIP() []byte {
 	return file_raftq_fsm_v1_command_proto_rawDescData
 }
 
-var file_raftq_fsm_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_raftq_fsm_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_raftq_fsm_v1_command_proto_goTypes = []any{
-	(MessageState)(0),         // 0: raftq.fsm.v1.MessageState
-	(*Command)(nil),           // 1: raftq.fsm.v1.Command
-	(*ThrottleRule)(nil),      // 2: raftq.fsm.v1.ThrottleRule
-	(*QueueConfig)(nil),       // 3: raftq.fsm.v1.QueueConfig
-	(*EnqueueMessage)(nil),    // 4: raftq.fsm.v1.EnqueueMessage
-	(*SetClusterVersion)(nil), // 5: raftq.fsm.v1.SetClusterVersion
-	(*CreateQueue)(nil),       // 6: raftq.fsm.v1.CreateQueue
-	(*UpdateQueue)(nil),       // 7: raftq.fsm.v1.UpdateQueue
-	(*DeleteQueue)(nil),       // 8: raftq.fsm.v1.DeleteQueue
-	(*PurgeQueue)(nil),        // 9: raftq.fsm.v1.PurgeQueue
-	(*EnqueueBatch)(nil),      // 10: raftq.fsm.v1.EnqueueBatch
-	(*Enqueue)(nil),           // 11: raftq.fsm.v1.Enqueue
-	(*Grant)(nil),             // 12: raftq.fsm.v1.Grant
-	(*LeaseGrant)(nil),        // 13: raftq.fsm.v1.LeaseGrant
-	(*Ref)(nil),               // 14: raftq.fsm.v1.Ref
-	(*LeaseRollback)(nil),     // 15: raftq.fsm.v1.LeaseRollback
-	(*Ack)(nil),               // 16: raftq.fsm.v1.Ack
-	(*NackOne)(nil),           // 17: raftq.fsm.v1.NackOne
-	(*Nack)(nil),              // 18: raftq.fsm.v1.Nack
-	(*Extend)(nil),            // 19: raftq.fsm.v1.Extend
-	(*LeaseExpire)(nil),       // 20: raftq.fsm.v1.LeaseExpire
-	(*ReleaseConsumer)(nil),   // 21: raftq.fsm.v1.ReleaseConsumer
-	(*Redrive)(nil),           // 22: raftq.fsm.v1.Redrive
-	(*Tick)(nil),              // 23: raftq.fsm.v1.Tick
-	(*Checkpoint)(nil),        // 24: raftq.fsm.v1.Checkpoint
-	(*CreateToken)(nil),       // 25: raftq.fsm.v1.CreateToken
-	(*RevokeToken)(nil),       // 26: raftq.fsm.v1.RevokeToken
-	(*AuthGrant)(nil),         // 27: raftq.fsm.v1.AuthGrant
-	(*AuthUngrant)(nil),       // 28: raftq.fsm.v1.AuthUngrant
-	(*SnapshotHeader)(nil),    // 29: raftq.fsm.v1.SnapshotHeader
-	(*AuthRecord)(nil),        // 30: raftq.fsm.v1.AuthRecord
-	(*TokenRecord)(nil),       // 31: raftq.fsm.v1.TokenRecord
-	(*IdentityRecord)(nil),    // 32: raftq.fsm.v1.IdentityRecord
-	(*PatternGrant)(nil),      // 33: raftq.fsm.v1.PatternGrant
-	(*QueueRecord)(nil),       // 34: raftq.fsm.v1.QueueRecord
-	(*KeyOrder)(nil),          // 35: raftq.fsm.v1.KeyOrder
-	(*DedupEntry)(nil),        // 36: raftq.fsm.v1.DedupEntry
-	(*MessageRecord)(nil),     // 37: raftq.fsm.v1.MessageRecord
-	nil,                       // 38: raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	nil,                       // 39: raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	nil,                       // 40: raftq.fsm.v1.MessageRecord.HeadersEntry
+	(RecentKind)(0),           // 0: raftq.fsm.v1.RecentKind
+	(MessageState)(0),         // 1: raftq.fsm.v1.MessageState
+	(*Command)(nil),           // 2: raftq.fsm.v1.Command
+	(*ThrottleRule)(nil),      // 3: raftq.fsm.v1.ThrottleRule
+	(*QueueConfig)(nil),       // 4: raftq.fsm.v1.QueueConfig
+	(*EnqueueMessage)(nil),    // 5: raftq.fsm.v1.EnqueueMessage
+	(*SetClusterVersion)(nil), // 6: raftq.fsm.v1.SetClusterVersion
+	(*CreateQueue)(nil),       // 7: raftq.fsm.v1.CreateQueue
+	(*UpdateQueue)(nil),       // 8: raftq.fsm.v1.UpdateQueue
+	(*DeleteQueue)(nil),       // 9: raftq.fsm.v1.DeleteQueue
+	(*PurgeQueue)(nil),        // 10: raftq.fsm.v1.PurgeQueue
+	(*EnqueueBatch)(nil),      // 11: raftq.fsm.v1.EnqueueBatch
+	(*Enqueue)(nil),           // 12: raftq.fsm.v1.Enqueue
+	(*Grant)(nil),             // 13: raftq.fsm.v1.Grant
+	(*LeaseGrant)(nil),        // 14: raftq.fsm.v1.LeaseGrant
+	(*Ref)(nil),               // 15: raftq.fsm.v1.Ref
+	(*LeaseRollback)(nil),     // 16: raftq.fsm.v1.LeaseRollback
+	(*Ack)(nil),               // 17: raftq.fsm.v1.Ack
+	(*NackOne)(nil),           // 18: raftq.fsm.v1.NackOne
+	(*Nack)(nil),              // 19: raftq.fsm.v1.Nack
+	(*Extend)(nil),            // 20: raftq.fsm.v1.Extend
+	(*LeaseExpire)(nil),       // 21: raftq.fsm.v1.LeaseExpire
+	(*ReleaseConsumer)(nil),   // 22: raftq.fsm.v1.ReleaseConsumer
+	(*Redrive)(nil),           // 23: raftq.fsm.v1.Redrive
+	(*Tick)(nil),              // 24: raftq.fsm.v1.Tick
+	(*Checkpoint)(nil),        // 25: raftq.fsm.v1.Checkpoint
+	(*CreateToken)(nil),       // 26: raftq.fsm.v1.CreateToken
+	(*RevokeToken)(nil),       // 27: raftq.fsm.v1.RevokeToken
+	(*AuthGrant)(nil),         // 28: raftq.fsm.v1.AuthGrant
+	(*AuthUngrant)(nil),       // 29: raftq.fsm.v1.AuthUngrant
+	(*SnapshotHeader)(nil),    // 30: raftq.fsm.v1.SnapshotHeader
+	(*AuthRecord)(nil),        // 31: raftq.fsm.v1.AuthRecord
+	(*TokenRecord)(nil),       // 32: raftq.fsm.v1.TokenRecord
+	(*IdentityRecord)(nil),    // 33: raftq.fsm.v1.IdentityRecord
+	(*PatternGrant)(nil),      // 34: raftq.fsm.v1.PatternGrant
+	(*QueueRecord)(nil),       // 35: raftq.fsm.v1.QueueRecord
+	(*RecentEntry)(nil),       // 36: raftq.fsm.v1.RecentEntry
+	(*KeyOrder)(nil),          // 37: raftq.fsm.v1.KeyOrder
+	(*DedupEntry)(nil),        // 38: raftq.fsm.v1.DedupEntry
+	(*MessageRecord)(nil),     // 39: raftq.fsm.v1.MessageRecord
+	nil,                       // 40: raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	nil,                       // 41: raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	nil,                       // 42: raftq.fsm.v1.MessageRecord.HeadersEntry
 }
 var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
-	6,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
-	7,  // 1: raftq.fsm.v1.Command.update_queue:type_name -> raftq.fsm.v1.UpdateQueue
-	8,  // 2: raftq.fsm.v1.Command.delete_queue:type_name -> raftq.fsm.v1.DeleteQueue
-	9,  // 3: raftq.fsm.v1.Command.purge_queue:type_name -> raftq.fsm.v1.PurgeQueue
-	11, // 4: raftq.fsm.v1.Command.enqueue:type_name -> raftq.fsm.v1.Enqueue
-	13, // 5: raftq.fsm.v1.Command.lease_grant:type_name -> raftq.fsm.v1.LeaseGrant
-	15, // 6: raftq.fsm.v1.Command.lease_rollback:type_name -> raftq.fsm.v1.LeaseRollback
-	16, // 7: raftq.fsm.v1.Command.ack:type_name -> raftq.fsm.v1.Ack
-	18, // 8: raftq.fsm.v1.Command.nack:type_name -> raftq.fsm.v1.Nack
-	19, // 9: raftq.fsm.v1.Command.extend:type_name -> raftq.fsm.v1.Extend
-	20, // 10: raftq.fsm.v1.Command.lease_expire:type_name -> raftq.fsm.v1.LeaseExpire
-	21, // 11: raftq.fsm.v1.Command.release_consumer:type_name -> raftq.fsm.v1.ReleaseConsumer
-	22, // 12: raftq.fsm.v1.Command.redrive:type_name -> raftq.fsm.v1.Redrive
-	23, // 13: raftq.fsm.v1.Command.tick:type_name -> raftq.fsm.v1.Tick
-	24, // 14: raftq.fsm.v1.Command.checkpoint:type_name -> raftq.fsm.v1.Checkpoint
-	5,  // 15: raftq.fsm.v1.Command.set_cluster_version:type_name -> raftq.fsm.v1.SetClusterVersion
-	25, // 16: raftq.fsm.v1.Command.create_token:type_name -> raftq.fsm.v1.CreateToken
-	26, // 17: raftq.fsm.v1.Command.revoke_token:type_name -> raftq.fsm.v1.RevokeToken
-	27, // 18: raftq.fsm.v1.Command.auth_grant:type_name -> raftq.fsm.v1.AuthGrant
-	28, // 19: raftq.fsm.v1.Command.auth_ungrant:type_name -> raftq.fsm.v1.AuthUngrant
-	38, // 20: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	39, // 21: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	3,  // 22: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	3,  // 23: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	4,  // 24: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
-	10, // 25: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
-	12, // 26: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
-	14, // 27: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
-	14, // 28: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
-	14, // 29: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
-	17, // 30: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
-	14, // 31: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
-	14, // 32: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
-	31, // 33: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
-	32, // 34: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
-	33, // 35: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
-	3,  // 36: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
-	35, // 37: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
-	40, // 38: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
-	0,  // 39: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
-	2,  // 40: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	7,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
+	8,  // 1: raftq.fsm.v1.Command.update_queue:type_name -> raftq.fsm.v1.UpdateQueue
+	9,  // 2: raftq.fsm.v1.Command.delete_queue:type_name -> raftq.fsm.v1.DeleteQueue
+	10, // 3: raftq.fsm.v1.Command.purge_queue:type_name -> raftq.fsm.v1.PurgeQueue
+	12, // 4: raftq.fsm.v1.Command.enqueue:type_name -> raftq.fsm.v1.Enqueue
+	14, // 5: raftq.fsm.v1.Command.lease_grant:type_name -> raftq.fsm.v1.LeaseGrant
+	16, // 6: raftq.fsm.v1.Command.lease_rollback:type_name -> raftq.fsm.v1.LeaseRollback
+	17, // 7: raftq.fsm.v1.Command.ack:type_name -> raftq.fsm.v1.Ack
+	19, // 8: raftq.fsm.v1.Command.nack:type_name -> raftq.fsm.v1.Nack
+	20, // 9: raftq.fsm.v1.Command.extend:type_name -> raftq.fsm.v1.Extend
+	21, // 10: raftq.fsm.v1.Command.lease_expire:type_name -> raftq.fsm.v1.LeaseExpire
+	22, // 11: raftq.fsm.v1.Command.release_consumer:type_name -> raftq.fsm.v1.ReleaseConsumer
+	23, // 12: raftq.fsm.v1.Command.redrive:type_name -> raftq.fsm.v1.Redrive
+	24, // 13: raftq.fsm.v1.Command.tick:type_name -> raftq.fsm.v1.Tick
+	25, // 14: raftq.fsm.v1.Command.checkpoint:type_name -> raftq.fsm.v1.Checkpoint
+	6,  // 15: raftq.fsm.v1.Command.set_cluster_version:type_name -> raftq.fsm.v1.SetClusterVersion
+	26, // 16: raftq.fsm.v1.Command.create_token:type_name -> raftq.fsm.v1.CreateToken
+	27, // 17: raftq.fsm.v1.Command.revoke_token:type_name -> raftq.fsm.v1.RevokeToken
+	28, // 18: raftq.fsm.v1.Command.auth_grant:type_name -> raftq.fsm.v1.AuthGrant
+	29, // 19: raftq.fsm.v1.Command.auth_ungrant:type_name -> raftq.fsm.v1.AuthUngrant
+	40, // 20: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	41, // 21: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	4,  // 22: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	4,  // 23: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	5,  // 24: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
+	11, // 25: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
+	13, // 26: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
+	15, // 27: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
+	15, // 28: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
+	15, // 29: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
+	18, // 30: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
+	15, // 31: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
+	15, // 32: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
+	32, // 33: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
+	33, // 34: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
+	34, // 35: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
+	4,  // 36: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
+	37, // 37: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
+	0,  // 38: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
+	42, // 39: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	1,  // 40: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
+	3,  // 41: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_raftq_fsm_v1_command_proto_init() }
@@ -3187,8 +3385,8 @@ func file_raftq_fsm_v1_command_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_fsm_v1_command_proto_rawDesc), len(file_raftq_fsm_v1_command_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   40,
+			NumEnums:      2,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
