@@ -93,3 +93,61 @@ func BenchmarkSelect(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchPicks), "ns/msg")
 	})
 }
+
+// BenchmarkThrottledPass measures one scheduling pass over a queue whose
+// every fairness key is throttled (issue 11, item 3): keys × perKey ready
+// messages, each key's messages under a throttle key of its own whose
+// bucket is empty, so the pass picks nothing. Its cost is what Apply waits
+// for behind the state's read lock at every pass.
+func BenchmarkThrottledPass(b *testing.B) {
+	for _, tc := range []struct{ keys, perKey int }{{200, 1_100}, {10_000, 100}} {
+		b.Run(fmt.Sprintf("keys=%d/msgs=%d", tc.keys, tc.perKey), func(b *testing.B) {
+			f := fsm.New(fsm.Options{Logger: discard})
+			idx := uint64(0)
+			apply := func(cmd *fsmv1.Command) {
+				idx++
+				if res := f.ApplyCommand(idx, cmd); res.Failure() != nil {
+					b.Fatal(res.Failure())
+				}
+			}
+			rules := map[string]*fsmv1.ThrottleRule{}
+			for k := range tc.keys {
+				rules[fmt.Sprint("t", k)] = &fsmv1.ThrottleRule{RatePerSec: 1e-6}
+			}
+			apply(&fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: "q", Config: &fsmv1.QueueConfig{Throttles: rules}}}})
+			total := tc.keys * tc.perKey
+			for i := 0; i < total; i += 10_000 {
+				msgs := make([]*fsmv1.EnqueueMessage, min(10_000, total-i))
+				for j := range msgs {
+					k := (i + j) % tc.keys
+					msgs[j] = &fsmv1.EnqueueMessage{Payload: make([]byte, 100), FairnessKey: fmt.Sprint("k", k), ThrottleKeys: []string{fmt.Sprint("t", k)}}
+				}
+				apply(&fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}}}})
+			}
+			s := New(Config{Logger: discard, MaxGrantBatch: 1 << 30}, f, nil)
+			t := s.newTerm(context.Background(), 1, time.UnixMilli(1_700_000_000_000))
+			if err := t.reg.add(&Consumer{id: "c", queue: "q", seq: 1, max: 1 << 30}); err != nil {
+				b.Fatal(err)
+			}
+			ps := &passState{now: t.anchor, nowMs: t.anchor.UnixMilli(), anchor: t.anchor}
+			// The first pass spends each key's one token.
+			f.Read(func(v fsm.View) {
+				qv, _ := v.Queue("q")
+				if n := t.selectQueue(v, qv, "q", ps, 1<<30); n != tc.keys {
+					b.Fatalf("first pass picked %d, want one per key", n)
+				}
+			})
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				f.Read(func(v fsm.View) {
+					qv, _ := v.Queue("q")
+					if n := t.selectQueue(v, qv, "q", ps, 1<<30); n != 0 {
+						b.Fatalf("picked %d from throttled keys", n)
+					}
+				})
+			}
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/pass")
+		})
+	}
+}

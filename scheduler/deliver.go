@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/raftq/raftq/fsm"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
@@ -24,6 +25,15 @@ type policy struct {
 type queuePolicy struct {
 	cur cursors
 	bk  buckets
+	// stalled: the last pick over the queue, with credit to fill, found
+	// nothing deliverable. Until the queue changes (an applied entry
+	// touches it, or a failed grant frees its pending marks) or wake (a
+	// throttle's next token; zero: none) passes, nothing can be, and
+	// passes skip it without reading it: a pass caused by other queues'
+	// traffic does not walk a throttled backlog again.
+	stalled bool
+	wake    time.Time
+	walks   int // picks run over the queue (what a stall saves; tests read it)
 }
 
 // queue is name's policy state, created on first use (p.mu held).
@@ -45,6 +55,13 @@ func (t *term) deliver(v fsm.View, ps *passState) {
 	if !until.IsZero() {
 		ps.wakeAt(until)
 	}
+	// Every queue that changed may have something deliverable again,
+	// whether or not it has consumers now.
+	for name := range ps.dirty {
+		if qp := p.queues[name]; qp != nil {
+			qp.stalled = false
+		}
+	}
 	p.names = t.reg.queueNames(p.names[:0])
 	p.drop = p.drop[:0]
 	n := len(p.names)
@@ -63,6 +80,15 @@ func (t *term) deliver(v fsm.View, ps *passState) {
 		}
 		if budget <= 0 || qv.Ready() == 0 {
 			continue
+		}
+		if qp := p.queues[name]; qp != nil && qp.stalled {
+			if qp.wake.IsZero() || ps.now.Before(qp.wake) {
+				if !qp.wake.IsZero() {
+					ps.wakeAt(qp.wake)
+				}
+				continue
+			}
+			qp.stalled = false
 		}
 		budget -= t.selectQueue(v, qv, name, ps, budget)
 	}

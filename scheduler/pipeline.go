@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,11 +54,17 @@ func (pl *pipeline) pickAndGrant(qv QueueView, queue string, cs *creditScratch, 
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	pend := pl.pending[queue]
+	qp.walks++
 	res := pickQueue(qv, pickInput{NowNs: ps.nowNs, Budget: budget, Seqs: cs.seqs, Credit: cs.credit, Pending: pend}, &qp.cur, &qp.bk, sc)
+	var wake time.Time
 	if res.Wake {
-		ps.wakeAt(nsToTime(ps.anchor, res.WakeNs))
+		wake = nsToTime(ps.anchor, res.WakeNs)
+		ps.wakeAt(wake)
 	}
 	if len(res.Picks) == 0 {
+		// Credit and budget to fill, and nothing deliverable: the same
+		// until the queue changes or the wake time (deliver.go).
+		qp.stalled, qp.wake = true, wake
 		return 0
 	}
 	// Count the grants against their consumers before any can complete.
@@ -118,6 +125,17 @@ func (pl *pipeline) run(ctx context.Context, grants []*fsmv1.Grant, to []*Consum
 	}
 	for _, g := range grants {
 		delete(pl.pending[g.Queue], g.MessageId)
+	}
+	if err != nil {
+		// Nothing applied: the messages are pickable again, with no
+		// change to the state that would say so.
+		queues := make([]string, 0, 1)
+		for _, g := range grants {
+			if !slices.Contains(queues, g.Queue) {
+				queues = append(queues, g.Queue)
+			}
+		}
+		pl.t.changed(queues)
 	}
 	var unpushed []int
 	if err == nil {

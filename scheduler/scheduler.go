@@ -22,11 +22,6 @@ const (
 	// MaxKeyStats bounds the fairness keys KeyStats reports.
 	MaxKeyStats = 10_000
 
-	// throttleLookahead is how many throttled messages of one fairness key
-	// a pass steps over looking for a deliverable one behind them: a
-	// bound on the work of a pass, and so on how deep inside one key an
-	// unthrottled message can be found behind throttled ones.
-	throttleLookahead = 1024
 	// maxExpireBatch is the most leases one LeaseExpire command names.
 	maxExpireBatch = 1024
 	// releaseTimeout bounds the ReleaseConsumer proposal of Consumer.Close.
@@ -126,6 +121,34 @@ type term struct {
 	pipe   *pipeline
 	sweep  *sweeper
 	policy *policy
+
+	// dirty are the queues changed since the last pass took them: a
+	// stalled queue (deliver.go) is read again only once it is here.
+	dirtyMu sync.Mutex
+	dirty   map[string]struct{}
+}
+
+// changed records that queues changed (an applied entry touched them, or
+// pending marks were freed) and wakes the loop.
+func (t *term) changed(queues []string) {
+	t.dirtyMu.Lock()
+	if t.dirty == nil {
+		t.dirty = map[string]struct{}{}
+	}
+	for _, q := range queues {
+		t.dirty[q] = struct{}{}
+	}
+	t.dirtyMu.Unlock()
+	t.kick()
+}
+
+// takeDirty returns the queues changed since the last call.
+func (t *term) takeDirty() map[string]struct{} {
+	t.dirtyMu.Lock()
+	defer t.dirtyMu.Unlock()
+	d := t.dirty
+	t.dirty = nil
+	return d
 }
 
 // inGrace reports whether the term's grace period keeps a lease with
@@ -192,9 +215,14 @@ var _ fsm.Notifier = (*Scheduler)(nil)
 // QueuesChanged implements fsm.Notifier: a non-blocking, coalescing wakeup
 // of the loop. It does nothing unless the scheduler is leading.
 func (s *Scheduler) QueuesChanged(queues []string) {
-	if s.leading.Load() {
-		s.kick()
+	if !s.leading.Load() {
+		return
 	}
+	if t := s.current(); t != nil {
+		t.changed(queues)
+		return
+	}
+	s.kick()
 }
 
 func (s *Scheduler) kick() {
@@ -294,6 +322,7 @@ func (s *Scheduler) loop(t *term) {
 // passState is what one pass knows of time and what it learns of when to
 // come back.
 type passState struct {
+	dirty  map[string]struct{} // queues changed since the previous pass
 	now    time.Time
 	nowMs  int64
 	nowNs  float64   // since the term's anchor
@@ -311,8 +340,11 @@ func (ps *passState) wakeAt(t time.Time) {
 // the grants, ticks and expiries due, and returns when it next has work
 // (zero: only an event can create work).
 func (s *Scheduler) pass(t *term) time.Time {
+	// Taken before the state is read: a change applied after this is
+	// seen by the next pass, which its notice wakes.
+	dirty := t.takeDirty()
 	now := s.clock.Now()
-	ps := passState{now: now, nowMs: now.UnixMilli(), nowNs: float64(now.Sub(t.anchor)), anchor: t.anchor}
+	ps := passState{dirty: dirty, now: now, nowMs: now.UnixMilli(), nowNs: float64(now.Sub(t.anchor)), anchor: t.anchor}
 	t.policy.mu.Lock()
 	defer t.policy.mu.Unlock()
 	s.state.Read(func(v fsm.View) {

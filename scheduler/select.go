@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"math"
 	"slices"
 
 	"github.com/raftq/raftq/fsm"
@@ -12,6 +13,8 @@ import (
 // lock is held.
 type QueueView interface {
 	Config() *fsmv1.QueueConfig
+	// Ready is the number of ready messages.
+	Ready() int64
 	// Priorities appends the priorities with ready messages, highest first.
 	Priorities(dst []int32) []int32
 	// NextKey is the active key at prio with the smallest Seq > afterSeq.
@@ -20,6 +23,11 @@ type QueueView interface {
 	Key(prio int32, key string) (fsm.KeyInfo, bool)
 	// NextReady is the key's ready message with the smallest id > afterID.
 	NextReady(prio int32, key string, afterID uint64) (fsm.ReadyMessage, bool)
+	// ThrottleGroups appends the names of the key's throttle groups: its
+	// ready messages split by the exact throttle keys they carry.
+	ThrottleGroups(prio int32, key string, dst []string) []string
+	// NextInGroup is the smallest ready id > afterID of one throttle group.
+	NextInGroup(prio int32, key, group string, afterID uint64) (fsm.ReadyMessage, bool)
 }
 
 // pickInput is what one queue's picking depends on besides the view, the
@@ -77,16 +85,29 @@ type drrLevel struct {
 // entry does not matter.
 type pickScratch struct {
 	prios  []int32
-	keys   map[string]keyCursor // per priority: how far each key was scanned
+	keys   map[string]keyCursor // per priority: where each key's scan stands
+	groups []groupCursor        // the keyCursors' groups, one run per key
+	names  []string
 	bs     []*bucket
 	credit []int
 	picks  []pick
 }
 
+// keyCursor is how far one call has scanned a key: its throttle groups
+// still open are groups[from:to] of the scratch, each with its next
+// message. A group leaves the run when it is exhausted or throttled.
 type keyCursor struct {
-	after uint64 // every ready id <= after is pending, taken or throttled
-	skips int    // throttled messages stepped over
-	done  bool   // nothing more to take from this key this call
+	from, to  int
+	opened    int     // groups the run started with
+	throttled int     // of them, closed by a throttle
+	untilNs   float64 // the earliest token among the throttles met
+}
+
+// groupCursor is one throttle group of a key during a call: every id of
+// the group below next is pending or taken.
+type groupCursor struct {
+	name string
+	next fsm.ReadyMessage
 }
 
 // pickQueue chooses up to in.Budget (message, consumer) pairs of one queue:
@@ -130,6 +151,7 @@ func pickQueue(qv QueueView, in pickInput, cur *cursors, bk *buckets, sc *pickSc
 			cur.levels[prio] = L
 		}
 		clear(sc.keys)
+		sc.groups = sc.groups[:0]
 		p.drr(prio, L, in.Budget-len(p.res.Picks))
 	}
 	if len(cur.levels) > len(sc.prios) {
@@ -202,7 +224,7 @@ func (p *picker) drr(prio int32, L *drrLevel, limit int) {
 			}
 			L.seq, L.key, L.deficit = k.Seq, k.Key, qw
 		}
-		n, done := p.serveKey(prio, k.Key, int(min(L.deficit, int64(limit-picked))))
+		n, done := p.serveKey(prio, k, int(min(L.deficit, int64(limit-picked))))
 		picked += n
 		L.deficit -= int64(n)
 		if L.deficit > 0 && !done {
@@ -226,25 +248,56 @@ func (p *picker) drr(prio int32, L *drrLevel, limit int) {
 // serveKey takes up to limit messages of one key in FIFO order, skipping
 // pending and throttled ones. done reports that the key has nothing more to
 // give this call.
-func (p *picker) serveKey(prio int32, key string, limit int) (n int, done bool) {
-	cur := p.sc.keys[key]
+//
+// The key's ready messages come in throttle groups (messages carrying the
+// same throttle keys), and each group is walked in id order; the next
+// message is the smallest head among the groups still open. A group whose
+// head is throttled closes for the rest of the call with everything behind
+// it: every message of the group needs the same buckets, and within a call
+// buckets only lose tokens. So a throttled backlog costs one bucket check
+// per group, not one step per message, whatever its depth.
+func (p *picker) serveKey(prio int32, k fsm.KeyInfo, limit int) (n int, done bool) {
+	key := k.Key
+	cur, ok := p.sc.keys[key]
+	if !ok {
+		if until, parked := p.bk.isParked(prio, k, p.in.NowNs); parked {
+			p.wakeAt(until)
+			return 0, true
+		}
+		cur = p.openKey(prio, key)
+	}
 	defer func() { p.sc.keys[key] = cur }()
-	for !cur.done && n < limit {
-		m, ok := p.qv.NextReady(prio, key, cur.after)
-		if !ok {
-			cur.done = true
-			break
+	gs := p.sc.groups
+	for cur.to > cur.from && n < limit {
+		best := cur.from
+		for i := cur.from + 1; i < cur.to; i++ {
+			if gs[i].next.ID < gs[best].next.ID {
+				best = i
+			}
 		}
-		cur.after = m.ID
+		g := &gs[best]
+		m := g.next
+		var more bool
+		g.next, more = p.qv.NextInGroup(prio, key, g.name, m.ID)
 		if _, pending := p.in.Pending[m.ID]; pending {
-			continue
-		}
-		if !p.admit(m.ThrottleKeys) {
-			cur.skips++
-			if cur.skips >= throttleLookahead {
-				cur.done = true
+			if !more {
+				cur.close(gs, best)
 			}
 			continue
+		}
+		if until, ok := p.admit(m.ThrottleKeys); !ok {
+			cur.close(gs, best)
+			cur.throttled++
+			cur.untilNs = min(cur.untilNs, until)
+			if cur.throttled == cur.opened && n == 0 {
+				// Every group is throttled and nothing was taken: no
+				// message of the key can go before a token arrives.
+				p.bk.park(prio, k, cur.untilNs, p.qv.Ready())
+			}
+			continue
+		}
+		if !more {
+			cur.close(gs, best)
 		}
 		i := p.nextConsumer()
 		p.sc.credit[i]--
@@ -252,15 +305,38 @@ func (p *picker) serveKey(prio int32, key string, limit int) (n int, done bool) 
 		p.res.Picks = append(p.res.Picks, pick{ID: m.ID, Consumer: i})
 		n++
 	}
-	return n, cur.done
+	return n, cur.to == cur.from
+}
+
+// openKey starts the call's scan of a key: one cursor per throttle group,
+// at the group's first ready message, appended to the scratch as one run.
+func (p *picker) openKey(prio int32, key string) keyCursor {
+	cur := keyCursor{from: len(p.sc.groups)}
+	p.sc.names = p.qv.ThrottleGroups(prio, key, p.sc.names[:0])
+	for _, name := range p.sc.names {
+		if m, ok := p.qv.NextInGroup(prio, key, name, 0); ok {
+			p.sc.groups = append(p.sc.groups, groupCursor{name: name, next: m})
+		}
+	}
+	cur.to = len(p.sc.groups)
+	cur.opened, cur.untilNs = cur.to-cur.from, math.Inf(1)
+	return cur
+}
+
+// close removes group i from the key's run (order within a run does not
+// matter: the next message is chosen by id).
+func (c *keyCursor) close(gs []groupCursor, i int) {
+	c.to--
+	gs[i] = gs[c.to]
 }
 
 // admit reports whether every throttle key of a message that has a rule
 // has a token, and if so spends one from each (once per distinct key).
-func (p *picker) admit(keys []string) bool {
+// When it refuses, untilNs is when the refusing bucket has a token.
+func (p *picker) admit(keys []string) (untilNs float64, ok bool) {
 	rules := p.cfg.GetThrottles()
 	if len(keys) == 0 || len(rules) == 0 {
-		return true
+		return 0, true
 	}
 	now := p.in.NowNs
 	bs := p.sc.bs[:0]
@@ -275,17 +351,24 @@ func (p *picker) admit(keys []string) bool {
 			continue
 		}
 		if !b.conforms(now) {
-			if t := b.nextToken(); !p.res.Wake || t < p.res.WakeNs {
-				p.res.Wake, p.res.WakeNs = true, t
-			}
-			return false
+			t := b.nextToken()
+			p.wakeAt(t)
+			return t, false
 		}
 		bs = append(bs, b)
 	}
 	for _, b := range bs {
 		b.take(now)
 	}
-	return true
+	return 0, true
+}
+
+// wakeAt asks for the loop to come back at ns (since the buckets' origin)
+// if nothing earlier is due.
+func (p *picker) wakeAt(ns float64) {
+	if !p.res.Wake || ns < p.res.WakeNs {
+		p.res.Wake, p.res.WakeNs = true, ns
+	}
 }
 
 // nextConsumer is the index of the consumer after the round-robin cursor

@@ -178,6 +178,32 @@ func TestPickQueue(t *testing.T) {
 			calls: []call{{budget: 10, want: []string{"s0", "o0", "f0", "o1", "f1"}, wake: time.Second}},
 		},
 		{
+			// Issue 11, item 3: the walk used to give up after 1,024
+			// throttled messages of one key.
+			name: "an unthrottled message behind 2,000 throttled ones of its key goes at once",
+			cfg:  throttles("slow", 1.0, 1),
+			groups: []group{
+				{label: "s", n: 2000, key: "k", throttle: []string{"slow"}},
+				{label: "f", n: 1, key: "k"},
+			},
+			calls: []call{{budget: 10, want: []string{"s0", "f0"}, wake: time.Second}},
+		},
+		{
+			name: "a wholly throttled key is passed by until its token, then served in FIFO order",
+			cfg:  throttles("a", 1.0, 1, "b", 2.0, 1),
+			groups: []group{
+				{label: "a", n: 3, key: "k", throttle: []string{"a"}},
+				{label: "b", n: 3, key: "k", throttle: []string{"b"}},
+				{label: "o", n: 1, key: "other"},
+			},
+			calls: []call{
+				{budget: 10, want: []string{"a0", "o0", "b0"}, wake: 500 * time.Millisecond},
+				{at: 100 * time.Millisecond, budget: 10, want: nil, wake: 500 * time.Millisecond},
+				{at: 500 * time.Millisecond, budget: 10, want: []string{"b1"}, wake: time.Second},
+				{at: time.Second, budget: 10, want: []string{"a1", "b2"}, wake: 2 * time.Second},
+			},
+		},
+		{
 			name: "a message needs a token of every throttle key",
 			cfg:  throttles("a", 100.0, 3, "b", 1.0, 1),
 			groups: []group{
@@ -314,3 +340,67 @@ type configured struct {
 }
 
 func (c configured) Config() *fsmv1.QueueConfig { return c.cfg }
+
+// stepCounter is a QueueView that counts the messages picking steps over.
+type stepCounter struct {
+	QueueView
+	steps *int
+}
+
+func (c stepCounter) NextReady(prio int32, key string, after uint64) (fsm.ReadyMessage, bool) {
+	*c.steps++
+	return c.QueueView.NextReady(prio, key, after)
+}
+
+func (c stepCounter) NextInGroup(prio int32, key, group string, after uint64) (fsm.ReadyMessage, bool) {
+	*c.steps++
+	return c.QueueView.NextInGroup(prio, key, group, after)
+}
+
+// TestThrottledBacklogCostsNothing: picking over fairness keys whose
+// messages are all throttled steps over each key's throttle groups once,
+// not over their backlog (issue 11, item 3: a pass stepped over up to
+// 1,024 messages per key, holding the state's read lock, at every token
+// and every applied change); and once a key is found wholly throttled,
+// later calls pass it by without stepping at all until its token is due.
+func TestThrottledBacklogCostsNothing(t *testing.T) {
+	const keys, perKey = 50, 200
+	var groups []group
+	cfg := &fsmv1.QueueConfig{Throttles: map[string]*fsmv1.ThrottleRule{}}
+	for k := range keys {
+		tk := fmt.Sprint("t", k)
+		cfg.Throttles[tk] = &fsmv1.ThrottleRule{RatePerSec: 1, Burst: 1}
+		groups = append(groups, group{label: fmt.Sprint("k", k, "-"), n: perKey, key: fmt.Sprint("k", k), throttle: []string{tk}})
+	}
+	f, _ := pickState(t, cfg, groups)
+	var (
+		cur cursors
+		bk  buckets
+		sc  pickScratch
+	)
+	granted := map[uint64]struct{}{}
+	pickAt := func(at time.Duration) (picked, steps int, res pickResult) {
+		f.Read(func(v fsm.View) {
+			qv, _ := v.Queue("q")
+			res = pickQueue(stepCounter{qv, &steps}, pickInput{NowNs: float64(at), Budget: 1 << 20, Seqs: seqs(1), Credit: []int{1 << 20}, Pending: maps.Clone(granted)}, &cur, &bk, &sc)
+		})
+		for _, p := range res.Picks {
+			granted[p.ID] = struct{}{}
+		}
+		return len(res.Picks), steps, res
+	}
+	// Each key's one token goes; finding the rest throttled costs a few
+	// steps per key (its head, the next; later also the pending head of
+	// the grant before), nothing per message behind.
+	const most = 4 * keys
+	if n, steps, _ := pickAt(0); n != keys || steps > most {
+		t.Fatalf("first call: %d picks in %d steps; want %d picks in at most %d steps", n, steps, keys, most)
+	}
+	n, steps, res := pickAt(500 * time.Millisecond)
+	if n != 0 || steps != 0 || !res.Wake || time.Duration(res.WakeNs) != time.Second {
+		t.Fatalf("before the tokens: %d picks, %d steps, wake %v at %v; want nothing picked, no step, a wake at 1s", n, steps, res.Wake, time.Duration(res.WakeNs))
+	}
+	if n, steps, _ := pickAt(time.Second); n != keys || steps > most {
+		t.Fatalf("at the tokens: %d picks in %d steps; want %d in at most %d", n, steps, keys, most)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/raftq/raftq/fsm"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 )
 
@@ -83,7 +84,28 @@ func nsToTime(anchor time.Time, ns float64) time.Time {
 type buckets struct {
 	cfg *fsmv1.QueueConfig // the config the buckets were last synced with
 	m   map[string]*bucket
+	// parked are the fairness keys a pick found wholly throttled (every
+	// throttle group's next message refused), with the instant the first
+	// of their buckets has a token again: until then, and unless the key
+	// gains a throttle group or re-activates, picking passes them by at
+	// the cost of one lookup. Cleared when the rules change.
+	parked map[parkKey]parked
 }
+
+type parkKey struct {
+	prio int32
+	key  string
+}
+
+type parked struct {
+	seq, groupGen uint64  // the key's activation and group generation when parked
+	untilNs       float64 // when its earliest blocking bucket has a token
+}
+
+// maxStaleParked bounds the parked entries of keys no longer active
+// beyond the queue's ready messages (an entry is dropped when its key is
+// next visited; keys that emptied are not).
+const maxStaleParked = 1024
 
 // sync brings the buckets in line with the queue's throttle rules when its
 // config changed (UpdateQueue): changed rules keep their tokens, clamped;
@@ -93,6 +115,7 @@ func (bk *buckets) sync(cfg *fsmv1.QueueConfig, now float64) {
 		return
 	}
 	bk.cfg = cfg
+	clear(bk.parked)
 	rules := cfg.GetThrottles()
 	for k, b := range bk.m {
 		if r := rules[k]; r == nil {
@@ -114,4 +137,30 @@ func (bk *buckets) get(k string, r *fsmv1.ThrottleRule, now float64) *bucket {
 		bk.m[k] = b
 	}
 	return b
+}
+
+// isParked reports whether the key k at prio is parked at now, and if so
+// when it may deliver again.
+func (bk *buckets) isParked(prio int32, k fsm.KeyInfo, now float64) (untilNs float64, ok bool) {
+	pk, found := bk.parked[parkKey{prio, k.Key}]
+	if !found {
+		return 0, false
+	}
+	if pk.seq != k.Seq || pk.groupGen != k.GroupGen || now >= pk.untilNs {
+		delete(bk.parked, parkKey{prio, k.Key})
+		return 0, false
+	}
+	return pk.untilNs, true
+}
+
+// park records that every throttle group of k at prio is throttled until
+// untilNs.
+func (bk *buckets) park(prio int32, k fsm.KeyInfo, untilNs float64, ready int64) {
+	if bk.parked == nil {
+		bk.parked = map[parkKey]parked{}
+	}
+	if int64(len(bk.parked)) > ready+maxStaleParked {
+		clear(bk.parked) // mostly keys that emptied since: forget them all
+	}
+	bk.parked[parkKey{prio, k.Key}] = parked{seq: k.Seq, groupGen: k.GroupGen, untilNs: untilNs}
 }

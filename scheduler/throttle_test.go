@@ -190,3 +190,44 @@ func TestThrottleRuleChanges(t *testing.T) {
 		}
 	})
 }
+
+// TestStalledQueueIsNotWalked: once a pass finds nothing deliverable in a
+// queue with credit to fill (here: every message throttled), later passes
+// skip it without reading it until it changes or a token is due, so
+// traffic on other queues does not walk its backlog again at every
+// applied entry (issue 11, item 3).
+func TestStalledQueueIsNotWalked(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("slow", throttles("t", 1.0, 1))
+		e.createQueue("busy", nil)
+		slow := e.register("slow", 100)
+		busy := e.register("busy", 100)
+		e.enqueueN("slow", 20, &fsmv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
+		if got := e.drain(slow); len(got) != 1 {
+			t.Fatalf("%d delivered of a throttled queue, want its one token", len(got))
+		}
+		walks := func() int {
+			e.term.policy.mu.Lock()
+			defer e.term.policy.mu.Unlock()
+			return e.term.policy.queue("slow").walks
+		}
+		before := walks()
+		for range 10 {
+			e.enqueueN("busy", 1, nil)
+			e.drain(busy)
+		}
+		if w := walks(); w != before {
+			t.Fatalf("traffic on another queue walked the stalled one %d times", w-before)
+		}
+		e.enqueueN("slow", 1, &fsmv1.EnqueueMessage{ThrottleKeys: []string{"t"}})
+		e.idle()
+		if w := walks(); w == before {
+			t.Fatal("an enqueue to the stalled queue did not make a pass read it")
+		}
+		// Its next token is due in a second: then it delivers again.
+		if got := e.countFor(slow, time.Second, 100*time.Millisecond); len(got) != 1 {
+			t.Fatalf("%d delivered at the next token, want 1", len(got))
+		}
+	})
+}

@@ -2,6 +2,7 @@ package state
 
 import (
 	"cmp"
+	"encoding/binary"
 	"slices"
 
 	"github.com/google/btree"
@@ -76,7 +77,37 @@ type keyQueue struct {
 	weight uint32 // weight of the most recently enqueued message of the key
 	newest uint64 // id whose weight is recorded
 	ids    *btree.BTreeG[uint64]
+	// groups splits ids by the messages' throttle keys (throttleGroup), so
+	// the scheduler can step over a throttled group's whole backlog at
+	// once instead of message by message. Derived, like ids: not in
+	// snapshots or digests, no apply rule reads it.
+	groups map[string]*btree.BTreeG[uint64]
+	// groupGen counts the groups created since the key became active, so
+	// a scheduler that found every group throttled can tell whether a new
+	// one (maybe deliverable) has appeared since.
+	groupGen uint64
 }
+
+// throttleGroup is the name of the group of messages carrying exactly
+// these throttle keys: "" for none, the key itself for one (the common
+// case: no allocation), otherwise a length-prefixed list, which no single
+// key equals unless it starts with a NUL byte (encoded the same way).
+func throttleGroup(keys []string) string {
+	switch {
+	case len(keys) == 0:
+		return ""
+	case len(keys) == 1 && (keys[0] == "" || keys[0][0] != 0):
+		return keys[0]
+	}
+	b := []byte{0}
+	for _, k := range keys {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+	}
+	return string(b)
+}
+
+func lessID(a, b uint64) bool { return a < b }
 
 type keyRef struct {
 	seq uint64

@@ -117,6 +117,13 @@ func (s *Store) unindex(q *queue, m *message) {
 		l := q.level(m.priority, false)
 		kq := l.keys[m.fairnessKey]
 		kq.ids.Delete(m.id)
+		g := throttleGroup(m.throttleKeys)
+		if gt := kq.groups[g]; gt != nil {
+			gt.Delete(m.id)
+			if gt.Len() == 0 {
+				delete(kq.groups, g)
+			}
+		}
 		l.count--
 		q.ready--
 		if kq.ids.Len() == 0 {
@@ -153,7 +160,7 @@ func (s *Store) index(q *queue, m *message) {
 		kq := l.keys[m.fairnessKey]
 		if kq == nil {
 			s.keySeq++
-			kq = &keyQueue{key: m.fairnessKey, seq: s.keySeq, ids: btree.NewG(btreeDegree, func(a, b uint64) bool { return a < b })}
+			kq = &keyQueue{key: m.fairnessKey, seq: s.keySeq, ids: btree.NewG(btreeDegree, lessID), groups: map[string]*btree.BTreeG[uint64]{}}
 			l.keys[m.fairnessKey] = kq
 			l.active.ReplaceOrInsert(keyRef{seq: kq.seq, key: kq.key})
 		}
@@ -161,6 +168,14 @@ func (s *Store) index(q *queue, m *message) {
 			kq.newest, kq.weight = m.id, m.weight
 		}
 		kq.ids.ReplaceOrInsert(m.id)
+		g := throttleGroup(m.throttleKeys)
+		gt := kq.groups[g]
+		if gt == nil {
+			gt = btree.NewG(btreeDegree, lessID)
+			kq.groups[g] = gt
+			kq.groupGen++
+		}
+		gt.ReplaceOrInsert(m.id)
 		l.count++
 		q.ready++
 	case stateDelayed:

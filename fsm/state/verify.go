@@ -34,6 +34,10 @@ func (s *Store) Verify() error {
 					err = fmt.Errorf("%s: ready message %d missing from its key queue", name, m.id)
 					return false
 				}
+				if g := l.keys[m.fairnessKey].groups[throttleGroup(m.throttleKeys)]; g == nil || !g.Has(m.id) {
+					err = fmt.Errorf("%s: ready message %d missing from its throttle group", name, m.id)
+					return false
+				}
 			case stateDelayed:
 				c.delayed++
 				delayed++
@@ -86,6 +90,17 @@ func (s *Store) Verify() error {
 			})
 			if err != nil {
 				return err
+			}
+		}
+		for _, l := range q.levels {
+			for _, kq := range l.keys {
+				n := 0
+				for _, g := range kq.groups {
+					n += g.Len()
+				}
+				if n != kq.ids.Len() {
+					return fmt.Errorf("%s: key %q holds %d ready ids, its throttle groups %d", name, kq.key, kq.ids.Len(), n)
+				}
 			}
 		}
 		if len(readyPerLevel) != len(q.levels) {

@@ -9,6 +9,7 @@
 //	go run .                                  # raftq, 1 and 3 nodes
 //	go run . -systems raftq-1,raftq-3,nats,nats-sync,rabbitmq
 //	go run . -mode memory                     # issue 2 figures
+//	go run . -mode throttle -throttle-compare OLD_BINARY   # issue 11, item 3
 //
 // See docs/benchmarks.md for how to read the output.
 package main
@@ -46,15 +47,17 @@ type options struct {
 	logLevel    string
 	noFsync     bool
 	memory      systems.MemoryOptions
+	throttle    systems.ThrottleOptions
+	compareBin  string
 	cfg         workload.Config
 	setupTimout time.Duration
 	waitIdle    time.Duration
 }
 
 func main() {
-	o := options{cfg: workload.DefaultConfig(), memory: systems.DefaultMemoryOptions()}
+	o := options{cfg: workload.DefaultConfig(), memory: systems.DefaultMemoryOptions(), throttle: systems.DefaultThrottleOptions()}
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
-	fs.StringVar(&o.mode, "mode", "throughput", "throughput (the workload against -systems), memory (issue 2 figures, one raftq node) or all")
+	fs.StringVar(&o.mode, "mode", "throughput", "throughput (the workload against -systems), memory (issue 2 figures, one raftq node), throttle (issue 11 item 3: Apply behind a throttled backlog, one node) or all")
 	fs.StringVar(&o.systems, "systems", "raftq-1,raftq-3", "comma-separated systems: raftq-1, raftq-3, raftq-1-unary, raftq-3-unary (producers without EnqueueStream), nats, nats-sync, rabbitmq")
 	fs.StringVar(&o.base, "base", "raftq-3", "system the comparison table divides by the others")
 	fs.StringVar(&o.jsonPath, "json", "", "write the full results as JSON to this file")
@@ -93,6 +96,12 @@ func main() {
 	fs.IntVar(&m.Concurrency, "memory-concurrency", m.Concurrency, "memory mode: outstanding Enqueue calls")
 	fs.Float64Var(&m.TrickleRate, "trickle-rate", m.TrickleRate, "memory mode: enqueues per second during the snapshot")
 	fs.DurationVar(&m.Baseline, "trickle-baseline", m.Baseline, "memory mode: trickle time before the snapshot")
+	th := &o.throttle
+	fs.IntVar(&th.Keys, "throttle-keys", th.Keys, "throttle mode: fairness keys, each with its own throttle key")
+	fs.IntVar(&th.PerKey, "throttle-per-key", th.PerKey, "throttle mode: messages per key")
+	fs.IntVar(&th.PayloadSize, "throttle-payload", th.PayloadSize, "throttle mode: payload bytes")
+	fs.DurationVar(&th.Probe, "throttle-probe", th.Probe, "throttle mode: how long to probe")
+	fs.StringVar(&o.compareBin, "throttle-compare", "", "throttle mode: also run this raftq binary (e.g. one built before a change), labelled \"compare\", in the same run")
 	_ = fs.Parse(os.Args[1:])
 
 	var level slog.Level
@@ -114,8 +123,8 @@ func run(ctx context.Context, log *slog.Logger, o *options) error {
 	if err := o.cfg.Validate(); err != nil {
 		return err
 	}
-	if o.mode != "throughput" && o.mode != "memory" && o.mode != "all" {
-		return fmt.Errorf("-mode %q: want throughput, memory or all", o.mode)
+	if o.mode != "throughput" && o.mode != "memory" && o.mode != "throttle" && o.mode != "all" {
+		return fmt.Errorf("-mode %q: want throughput, memory, throttle or all", o.mode)
 	}
 	rep := &workload.Report{
 		Started: time.Now().UTC(),
@@ -144,12 +153,23 @@ func run(ctx context.Context, log *slog.Logger, o *options) error {
 		}
 	}
 	rep.RaftqBuild = buildStamp(o.raftqBin)
-	if o.mode != "memory" {
+	if o.mode == "throughput" || o.mode == "all" {
 		if err := throughput(ctx, log, o, rep); err != nil {
 			return err
 		}
 	}
-	if o.mode != "throughput" {
+	if o.mode == "throttle" || o.mode == "all" {
+		bins := []workload.Binary{{Label: "this", Path: o.raftqBin}}
+		if o.compareBin != "" {
+			bins = append(bins, workload.Binary{Label: "compare", Path: o.compareBin})
+		}
+		log.Info("throttle mode: one raftq node per run", "keys", o.throttle.Keys, "per_key", o.throttle.PerKey)
+		tr := systems.RunThrottle(ctx, log, bins, o.throttle)
+		rep.Throttle = &tr
+		fmt.Println()
+		workload.WriteThrottle(os.Stdout, &tr)
+	}
+	if o.mode == "memory" || o.mode == "all" {
 		log.Info("memory mode: one raftq node", "messages", o.memory.Messages)
 		mr := systems.RunMemory(ctx, log, o.raftqBin, o.memory)
 		rep.Memory = &mr

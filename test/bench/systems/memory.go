@@ -189,6 +189,7 @@ func runMemory(ctx context.Context, log *slog.Logger, bin string, o MemoryOption
 // trickle is an open-loop stream of single-message enqueues.
 type trickle struct {
 	cl       *client.Client
+	queue    string
 	payloads *workload.Payloads
 	every    time.Duration
 	mu       sync.Mutex
@@ -204,7 +205,7 @@ type call struct {
 }
 
 func newTrickle(cl *client.Client, p *workload.Payloads, rate float64) *trickle {
-	return &trickle{cl: cl, payloads: p, every: time.Duration(float64(time.Second) / rate)}
+	return &trickle{cl: cl, queue: memoryQueue, payloads: p, every: time.Duration(float64(time.Second) / rate)}
 }
 
 // run starts one call per tick until ctx ends, then waits for them.
@@ -223,7 +224,7 @@ func (t *trickle) run(ctx context.Context) {
 			start := time.Now()
 			m := &raftqv1.EnqueueMessage{Payload: t.payloads.Make(workload.MakeKey(2, 0, t.seq.Add(1)), start)}
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
-			_, err := t.cl.Enqueue(cctx, memoryQueue, m)
+			_, err := t.cl.Enqueue(cctx, t.queue, m)
 			cancel()
 			if err != nil {
 				t.errors.Add(1)

@@ -80,12 +80,13 @@ type Report struct {
 	Git     string    `json:"git,omitempty"`
 	// RaftqBuild is the raftq binary's VCS stamp (revision, modified)
 	// when it has one.
-	RaftqBuild string         `json:"raftq_build,omitempty"`
-	Machine    Machine        `json:"machine"`
-	Config     Config         `json:"config"`
-	Systems    []SystemResult `json:"systems,omitempty"`
-	Memory     *MemoryResult  `json:"memory,omitempty"`
-	Profiles   []Profile      `json:"profiles,omitempty"`
+	RaftqBuild string          `json:"raftq_build,omitempty"`
+	Machine    Machine         `json:"machine"`
+	Config     Config          `json:"config"`
+	Systems    []SystemResult  `json:"systems,omitempty"`
+	Memory     *MemoryResult   `json:"memory,omitempty"`
+	Throttle   *ThrottleResult `json:"throttle,omitempty"`
+	Profiles   []Profile       `json:"profiles,omitempty"`
 }
 
 // WriteJSON writes r, indented, to path.
