@@ -92,6 +92,9 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = wallClock()
 	}
+	// Commands are stamped, and the scheduler reckons, on one clock that a
+	// wall-clock step cannot move (clock.go).
+	cfg.Clock = steady(cfg.Clock)
 	if cfg.MaxPendingBytes <= 0 {
 		cfg.MaxPendingBytes = DefaultMaxPendingBytes
 	}

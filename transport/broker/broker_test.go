@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,5 +145,84 @@ func TestOperationsEndToEnd(t *testing.T) {
 	}
 	if _, err := b.Enqueue(ctx, "nope", []*raftqv1.EnqueueMessage{{Payload: []byte("a")}}); !errors.Is(err, fsm.ErrQueueNotFound) {
 		t.Fatalf("enqueue to a missing queue: %v", err)
+	}
+}
+
+// steppedClock is a wall clock an operator can step while the node runs,
+// over the real monotonic clock, which no one can set.
+type steppedClock struct {
+	start time.Time
+	step  atomic.Int64 // ns added to the wall reading
+}
+
+func newSteppedClock() *steppedClock { return &steppedClock{start: time.Now()} }
+
+func (c *steppedClock) Now() time.Time         { return time.Now().Round(0).Add(time.Duration(c.step.Load())) }
+func (c *steppedClock) Elapsed() time.Duration { return time.Since(c.start) }
+
+// TestWallClockStepsMoveNothing: a wall clock stepped while the node leads
+// moves no command's time (issue 11, leftover of item 4): stepped back an
+// hour, the state's clock used to stand still for that hour (a 300 ms
+// delay waited an hour); stepped forward, that hour counted as elapsed
+// (an hour's delay ended at once).
+func TestWallClockStepsMoveNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		step  time.Duration
+		delay time.Duration // of a message enqueued after the step
+	}{
+		{"back an hour", -time.Hour, 300 * time.Millisecond},
+		{"forward an hour", time.Hour, 30 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newSteppedClock()
+			b := startOne(t, clock)
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			if _, err := b.Queues().CreateQueue(ctx, "q", &raftqv1.QueueConfig{}); err != nil {
+				t.Fatal(err)
+			}
+			enqueue := func(delay time.Duration) {
+				t.Helper()
+				if _, err := b.Enqueue(ctx, "q", []*raftqv1.EnqueueMessage{{Payload: []byte("x"), DelayMs: delay.Milliseconds()}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.step > 0 {
+				enqueue(tc.delay) // before the step
+			}
+			enqueue(0) // an entry of this term before the step: one ready
+			clock.step.Store(int64(tc.step))
+			if tc.step < 0 {
+				enqueue(tc.delay)
+				// The delay passes on the monotonic clock.
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					ds, err := b.Queues().Peek("q", 10, false)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(ds) == 2 {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("a %v delay is still running 10 s after a wall-clock step of %v", tc.delay, tc.step)
+					}
+					select {
+					case <-ctx.Done():
+						t.Fatal(ctx.Err())
+					case <-time.After(50 * time.Millisecond):
+					}
+				}
+			}
+			enqueue(0) // an entry after the step: time passes by it
+			ds, err := b.Queues().Peek("q", 10, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ds) != 2 {
+				t.Fatalf("%d ready after a wall-clock step of %v; want the 2 undelayed ones (a %v delay is not over)", len(ds), tc.step, tc.delay)
+			}
+		})
 	}
 }
