@@ -105,9 +105,29 @@ func TestSingleNodeLifecycle(t *testing.T) {
 				t.Fatalf("ack %d: %v", i, r)
 			}
 		}
+		// A second ack of the same lease is a retry (its first answer may
+		// have been lost): OK, and nothing changes. Another token for the
+		// acked message is unknown.
+		acked := func() int64 {
+			t.Helper()
+			q, err := c.GetQueue(ctx, "jobs", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return q.GetStats().GetAckedTotal()
+		}
+		before := acked()
 		res, err = c.Ack(ctx, "jobs", refs[0])
+		if err != nil || !res[0].Ok {
+			t.Fatalf("second ack of an acked message = %v, %v; want OK (a retry)", res, err)
+		}
+		other := &raftqv1.LeaseRef{MessageId: refs[0].MessageId, LeaseToken: refs[1].LeaseToken}
+		res, err = c.Ack(ctx, "jobs", other)
 		if err != nil || res[0].Ok || codes.Code(res[0].Code) != codes.NotFound {
-			t.Fatalf("second ack of an acked message = %v, %v; want NOT_FOUND", res, err)
+			t.Fatalf("ack of an acked message under another token = %v, %v; want NOT_FOUND", res, err)
+		}
+		if got := acked(); got != before {
+			t.Fatalf("acked_total %d after a retried ack, want %d", got, before)
 		}
 	})
 

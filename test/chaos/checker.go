@@ -13,7 +13,9 @@ const (
 	// An acknowledged enqueue (or any message ever delivered) ends neither
 	// acked nor dead-lettered.
 	InvLostWrite = "lost-write"
-	// Two acks of one message both answered success.
+	// Acks of one message under two different leases both answered
+	// success. (A retried ack of the same lease answers success again by
+	// design, from log version 7: that settles nothing twice.)
 	InvDoubleAck = "double-ack"
 	// A message was delivered again after an ack of it succeeded.
 	InvDeliveredAfterAck = "delivered-after-ack"
@@ -219,9 +221,9 @@ func Check(h *History) *Report {
 	for _, id := range ids {
 		m := msgs[id]
 		checkMessage(m, isDLQ, drops, streams, add)
-		var okAcks []Settle
+		var okAcks []Settle // one per lease: a retry of the same lease settles nothing twice
 		for _, s := range m.settles {
-			if s.Kind == Ack && s.Outcome == OK {
+			if s.Kind == Ack && s.Outcome == OK && !slices.ContainsFunc(okAcks, func(o Settle) bool { return o.Token == s.Token }) {
 				okAcks = append(okAcks, s)
 			}
 		}

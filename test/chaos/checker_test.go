@@ -120,6 +120,26 @@ func TestCheckerCleanHistoryPasses(t *testing.T) {
 	}
 }
 
+// TestCheckerRetriedAckIsNoDoubleAck: an ack retried after a lost answer
+// (same message, same lease) answers success again; that is not two
+// settles.
+func TestCheckerRetriedAckIsNoDoubleAck(t *testing.T) {
+	h := cleanHistory()
+	var first Settle
+	for _, s := range h.Settles {
+		if s.Kind == Ack && s.Outcome == OK {
+			first = s
+			break
+		}
+	}
+	retry := first
+	retry.Start, retry.End = first.End.Add(10*time.Millisecond), first.End.Add(20*time.Millisecond)
+	h.Settles = append(h.Settles, retry)
+	if r := Check(h); !r.OK() {
+		t.Fatalf("a retried ack of one lease flagged: %+v", r.Violations)
+	}
+}
+
 // TestCheckerFlagsViolations breaks one invariant at a time in the clean
 // history and expects the checker to name it.
 func TestCheckerFlagsViolations(t *testing.T) {
@@ -135,7 +155,8 @@ func TestCheckerFlagsViolations(t *testing.T) {
 			h.Enqueues = append(h.Enqueues, enq("z", OK, 900, 910, "m9"))
 		}},
 		{"double ack", InvDoubleAck, func(h *History) {
-			h.Settles = append(h.Settles, settle(Ack, "m2", "t3", OK, 800, 810))
+			// Under two leases: the nacked one's ack succeeding too.
+			h.Settles = append(h.Settles, settle(Ack, "m2", "t2", OK, 800, 810))
 		}},
 		{"delivery after ack", InvDeliveredAfterAck, func(h *History) {
 			h.Deliveries = append(h.Deliveries, deliver("c2", "q", "m1", "a", "t99", 2, 3100, 3101))
