@@ -31,6 +31,8 @@ const (
 	logCacheSize = 512
 	// snapshotsRetained is how many file snapshots are kept on disk.
 	snapshotsRetained = 2
+	// raftDBFile is the Raft log and stable store (bolt), in the data dir.
+	raftDBFile = "raft.db"
 	// defaultReconcileInterval is the leader's periodic resync of gossip
 	// membership against the Raft configuration.
 	defaultReconcileInterval = 5 * time.Second

@@ -109,7 +109,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		return nil, err
 	}
 	n.store, err = raftboltdb.New(raftboltdb.Options{
-		Path:   filepath.Join(cfg.DataDir, "raft.db"),
+		Path:   filepath.Join(cfg.DataDir, raftDBFile),
 		NoSync: false, // every append is fsynced before Raft counts it
 		BoltOptions: &bbolt.Options{
 			// A second broker on the same data dir fails instead of hanging.

@@ -44,8 +44,9 @@ func (f *FSM) apply(index, term uint64, cmd *fsmv1.Command, touched *state.Touch
 	case *fsmv1.Command_Tick:
 		return &Done{} // Begin already let time pass
 	case *fsmv1.Command_Checkpoint:
-		f.checkpoints.add(index, f.store.Freeze(index))
-		return &CheckpointResult{Index: index}
+		fr := f.store.Freeze(index)
+		f.checkpoints.add(index, fr)
+		return &CheckpointResult{Index: index, Term: term, Frozen: fr}
 	case *fsmv1.Command_SetClusterVersion:
 		if version < 2 {
 			// Version 1 has no such command: a version-1 build read it

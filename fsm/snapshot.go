@@ -60,8 +60,13 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.store = st
+	// The restored state is the state at its index on every replica, so
+	// this one can report the digest there as if it had applied a
+	// Checkpoint entry at it: a node restored from a backup answers for
+	// the backup's index (LocalDigest).
 	f.checkpoints = checkpoints{}
 	f.auth.Store(st.Auth())
+	f.checkpoints.add(st.AppliedIndex(), st.Freeze(st.AppliedIndex()))
 	names := st.View().QueueNames()
 	n := f.notifier
 	f.mu.Unlock()

@@ -181,6 +181,15 @@ func authCalls() []authCall {
 			_, err := n.admin.Leave(ctx, &raftqv1.LeaveRequest{Force: true})
 			return err
 		}),
+		unary("Backup", "admin", "", func(ctx context.Context, n *inprocNode) error {
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			s, err := n.admin.Backup(ctx, &raftqv1.BackupRequest{})
+			if err == nil {
+				_, err = s.Recv() // a stream's status comes with its first message
+			}
+			return err
+		}),
 		unary("CreateToken", "admin", "", func(ctx context.Context, n *inprocNode) error {
 			_, err := raftqv1.NewAuthClient(n.conn).CreateToken(ctx, &raftqv1.CreateTokenRequest{Name: "sneaky"})
 			return err

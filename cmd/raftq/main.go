@@ -134,6 +134,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newVersionCmd(a),
 		newAuthCmd(a),
 		newConfigCmd(a),
+		newBackupCmd(a),
 	)
 	// Shell completion (cobra's `raftq completion bash|zsh|fish|powershell`)
 	// completes queue names from the cluster at --addr.

@@ -76,8 +76,12 @@ type CountResult struct {
 	Count int64
 }
 
-// CheckpointResult: the log index whose state every replica froze.
+// CheckpointResult: the log index whose state every replica froze, and
+// that frozen state, so the proposer can stream exactly what every replica
+// hashes at Index (a backup) without a second freeze at another index.
 type CheckpointResult struct {
 	Done
-	Index uint64
+	Index  uint64
+	Term   uint64 // the Raft term of the entry
+	Frozen *Frozen
 }

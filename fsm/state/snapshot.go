@@ -393,3 +393,7 @@ func (s *Store) load(r *bufio.Reader) error {
 	}
 	return nil
 }
+
+// ClusterVersion is the cluster version of the frozen state (what decides
+// its snapshot format).
+func (fr *Frozen) ClusterVersion() uint32 { return fr.clusterVersion }

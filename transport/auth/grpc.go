@@ -104,6 +104,7 @@ var rules = map[string]rule{
 	raftqv1.Cluster_Checkpoint_FullMethodName:         {admin: true},
 	raftqv1.Cluster_LocalDigest_FullMethodName:        {admin: true},
 	raftqv1.Cluster_Leave_FullMethodName:              {admin: true, audit: true},
+	raftqv1.Cluster_Backup_FullMethodName:             {admin: true, audit: true}, // every payload and token hash
 
 	raftqv1.Auth_CreateToken_FullMethodName: {admin: true, audit: true, target: byIdentity},
 	raftqv1.Auth_RevokeToken_FullMethodName: {admin: true, audit: true, target: byName},

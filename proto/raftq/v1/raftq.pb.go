@@ -4535,6 +4535,199 @@ func (x *WhoAmIResponse) GetGrants() []*PermissionGrant {
 	return nil
 }
 
+type BackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRequest) Reset() {
+	*x = BackupRequest{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRequest) ProtoMessage() {}
+
+func (x *BackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
+func (*BackupRequest) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
+}
+
+// BackupChunk is one message of a Backup stream: first info (alone), then
+// data chunks (at most 1 MiB each), then sha256 and size (alone). The data,
+// concatenated, is the state in the replicated log's snapshot format.
+type BackupChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Info  *BackupInfo            `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	Data  []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// SHA-256 (hex) of all data: equal to the state digest Cluster.Verify
+	// reports for every replica at info.index.
+	Sha256 string `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Bytes of data in the whole stream.
+	Size          int64 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupChunk) Reset() {
+	*x = BackupChunk{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupChunk) ProtoMessage() {}
+
+func (x *BackupChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
+func (*BackupChunk) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *BackupChunk) GetInfo() *BackupInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+func (x *BackupChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *BackupChunk) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *BackupChunk) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+// BackupInfo says what a backup holds.
+type BackupInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The log index the state was frozen at (a Checkpoint entry's).
+	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The Raft term of that entry.
+	Term uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	// The cluster's log version at that index; a build restores a backup
+	// only if it applies that version.
+	ClusterVersion uint32 `protobuf:"varint,3,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	// The node (leader) that served it.
+	NodeId string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// When it was taken, ms since the Unix epoch (the leader's clock).
+	CreatedMs     int64 `protobuf:"varint,5,opt,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupInfo) Reset() {
+	*x = BackupInfo{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupInfo) ProtoMessage() {}
+
+func (x *BackupInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupInfo.ProtoReflect.Descriptor instead.
+func (*BackupInfo) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *BackupInfo) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *BackupInfo) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *BackupInfo) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
+}
+
+func (x *BackupInfo) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *BackupInfo) GetCreatedMs() int64 {
+	if x != nil {
+		return x.CreatedMs
+	}
+	return 0
+}
+
 var File_raftq_v1_raftq_proto protoreflect.FileDescriptor
 
 const file_raftq_v1_raftq_proto_rawDesc = "" +
@@ -4864,7 +5057,21 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05admin\x18\x03 \x01(\bR\x05admin\x121\n" +
-	"\x06grants\x18\x04 \x03(\v2\x19.raftq.v1.PermissionGrantR\x06grants2\x93\b\n" +
+	"\x06grants\x18\x04 \x03(\v2\x19.raftq.v1.PermissionGrantR\x06grants\"\x0f\n" +
+	"\rBackupRequest\"w\n" +
+	"\vBackupChunk\x12(\n" +
+	"\x04info\x18\x01 \x01(\v2\x14.raftq.v1.BackupInfoR\x04info\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\"\x97\x01\n" +
+	"\n" +
+	"BackupInfo\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12'\n" +
+	"\x0fcluster_version\x18\x03 \x01(\rR\x0eclusterVersion\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"created_ms\x18\x05 \x01(\x03R\tcreatedMs2\x93\b\n" +
 	"\x06Broker\x12J\n" +
 	"\vCreateQueue\x12\x1c.raftq.v1.CreateQueueRequest\x1a\x1d.raftq.v1.CreateQueueResponse\x12J\n" +
 	"\vUpdateQueue\x12\x1c.raftq.v1.UpdateQueueRequest\x1a\x1d.raftq.v1.UpdateQueueResponse\x12J\n" +
@@ -4882,7 +5089,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\vExtendLease\x12\x1c.raftq.v1.ExtendLeaseRequest\x1a\x1d.raftq.v1.ExtendLeaseResponse\x125\n" +
 	"\x04Peek\x12\x15.raftq.v1.PeekRequest\x1a\x16.raftq.v1.PeekResponse\x12>\n" +
 	"\aRedrive\x12\x18.raftq.v1.RedriveRequest\x1a\x19.raftq.v1.RedriveResponse\x12P\n" +
-	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse2\xb6\x04\n" +
+	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse2\xf2\x04\n" +
 	"\aCluster\x12;\n" +
 	"\x06Status\x12\x17.raftq.v1.StatusRequest\x1a\x18.raftq.v1.StatusResponse\x12G\n" +
 	"\n" +
@@ -4893,7 +5100,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\n" +
 	"Checkpoint\x12\x1b.raftq.v1.CheckpointRequest\x1a\x1c.raftq.v1.CheckpointResponse\x12A\n" +
 	"\vLocalDigest\x12\x1c.raftq.v1.LocalDigestRequest\x1a\x14.raftq.v1.NodeDigest\x128\n" +
-	"\x05Leave\x12\x16.raftq.v1.LeaveRequest\x1a\x17.raftq.v1.LeaveResponse2\x98\x03\n" +
+	"\x05Leave\x12\x16.raftq.v1.LeaveRequest\x1a\x17.raftq.v1.LeaveResponse\x12:\n" +
+	"\x06Backup\x12\x17.raftq.v1.BackupRequest\x1a\x15.raftq.v1.BackupChunk0\x012\x98\x03\n" +
 	"\x04Auth\x12J\n" +
 	"\vCreateToken\x12\x1c.raftq.v1.CreateTokenRequest\x1a\x1d.raftq.v1.CreateTokenResponse\x12J\n" +
 	"\vRevokeToken\x12\x1c.raftq.v1.RevokeTokenRequest\x1a\x1d.raftq.v1.RevokeTokenResponse\x128\n" +
@@ -4914,7 +5122,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -4992,32 +5200,35 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*PermissionGrant)(nil),            // 73: raftq.v1.PermissionGrant
 	(*WhoAmIRequest)(nil),              // 74: raftq.v1.WhoAmIRequest
 	(*WhoAmIResponse)(nil),             // 75: raftq.v1.WhoAmIResponse
-	nil,                                // 76: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 77: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 78: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 79: google.protobuf.FieldMask
-	(*status.Status)(nil),              // 80: google.rpc.Status
+	(*BackupRequest)(nil),              // 76: raftq.v1.BackupRequest
+	(*BackupChunk)(nil),                // 77: raftq.v1.BackupChunk
+	(*BackupInfo)(nil),                 // 78: raftq.v1.BackupInfo
+	nil,                                // 79: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 80: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 81: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 82: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 83: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	76, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	79, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
 	1,  // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
 	2,  // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
 	3,  // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
 	4,  // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
 	6,  // 5: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
-	77, // 6: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	78, // 7: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	80, // 6: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	81, // 7: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
 	1,  // 8: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
 	5,  // 9: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	1,  // 10: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	79, // 11: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	82, // 11: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
 	5,  // 12: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 13: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 14: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
 	7,  // 15: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
 	24, // 16: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
 	25, // 17: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
-	80, // 18: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	83, // 18: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
 	8,  // 19: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
 	9,  // 20: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
 	11, // 21: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
@@ -5033,70 +5244,73 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	72, // 31: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
 	73, // 32: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
 	73, // 33: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
-	0,  // 34: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
-	12, // 35: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
-	14, // 36: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
-	16, // 37: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
-	18, // 38: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
-	20, // 39: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
-	22, // 40: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
-	24, // 41: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
-	26, // 42: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
-	28, // 43: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
-	30, // 44: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
-	32, // 45: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
-	34, // 46: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
-	36, // 47: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
-	38, // 48: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	58, // 49: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
-	42, // 50: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
-	44, // 51: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
-	48, // 52: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
-	50, // 53: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	53, // 54: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	55, // 55: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	57, // 56: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
-	46, // 57: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
-	61, // 58: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
-	63, // 59: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
-	65, // 60: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
-	67, // 61: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
-	69, // 62: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
-	74, // 63: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
-	13, // 64: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	15, // 65: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	17, // 66: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	19, // 67: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	21, // 68: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	23, // 69: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	25, // 70: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	27, // 71: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
-	29, // 72: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	31, // 73: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	33, // 74: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	35, // 75: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	37, // 76: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	39, // 77: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	59, // 78: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
-	43, // 79: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	45, // 80: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	49, // 81: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	51, // 82: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	54, // 83: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	56, // 84: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	52, // 85: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	47, // 86: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
-	62, // 87: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
-	64, // 88: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
-	66, // 89: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
-	68, // 90: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
-	70, // 91: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
-	75, // 92: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
-	64, // [64:93] is the sub-list for method output_type
-	35, // [35:64] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	78, // 34: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
+	0,  // 35: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
+	12, // 36: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
+	14, // 37: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
+	16, // 38: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
+	18, // 39: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
+	20, // 40: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
+	22, // 41: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
+	24, // 42: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
+	26, // 43: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
+	28, // 44: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
+	30, // 45: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
+	32, // 46: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
+	34, // 47: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
+	36, // 48: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
+	38, // 49: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
+	58, // 50: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
+	42, // 51: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
+	44, // 52: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
+	48, // 53: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
+	50, // 54: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
+	53, // 55: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	55, // 56: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	57, // 57: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	46, // 58: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
+	76, // 59: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
+	61, // 60: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
+	63, // 61: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
+	65, // 62: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
+	67, // 63: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
+	69, // 64: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
+	74, // 65: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
+	13, // 66: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	15, // 67: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	17, // 68: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	19, // 69: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	21, // 70: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	23, // 71: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	25, // 72: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	27, // 73: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
+	29, // 74: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	31, // 75: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	33, // 76: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	35, // 77: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	37, // 78: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	39, // 79: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	59, // 80: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
+	43, // 81: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	45, // 82: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	49, // 83: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	51, // 84: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	54, // 85: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	56, // 86: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	52, // 87: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	47, // 88: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
+	77, // 89: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
+	62, // 90: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
+	64, // 91: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
+	66, // 92: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
+	68, // 93: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
+	70, // 94: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
+	75, // 95: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
+	66, // [66:96] is the sub-list for method output_type
+	36, // [36:66] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_raftq_v1_raftq_proto_init() }
@@ -5110,7 +5324,7 @@ func file_raftq_v1_raftq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   79,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -682,6 +682,7 @@ const (
 	Cluster_Checkpoint_FullMethodName         = "/raftq.v1.Cluster/Checkpoint"
 	Cluster_LocalDigest_FullMethodName        = "/raftq.v1.Cluster/LocalDigest"
 	Cluster_Leave_FullMethodName              = "/raftq.v1.Cluster/Leave"
+	Cluster_Backup_FullMethodName             = "/raftq.v1.Cluster/Backup"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -704,6 +705,12 @@ type ClusterClient interface {
 	// leave in gossip, waits to be removed from the voters, answers, then
 	// stops. A node stopped with SIGTERM does not leave: it stays a voter.
 	Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*LeaveResponse, error)
+	// Backup streams a consistent copy of the whole replicated state (every
+	// queue, message payload, lease, dead-letter queue and, with auth on,
+	// token hash): the state every replica froze at one Checkpoint entry.
+	// The leader serves it; a follower answers NOT_LEADER. The first message
+	// carries info and no data, the last the SHA-256 of all data.
+	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
 }
 
 type clusterClient struct {
@@ -794,6 +801,25 @@ func (c *clusterClient) Leave(ctx context.Context, in *LeaveRequest, opts ...grp
 	return out, nil
 }
 
+func (c *clusterClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Cluster_ServiceDesc.Streams[0], Cluster_Backup_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BackupRequest, BackupChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Cluster_BackupClient = grpc.ServerStreamingClient[BackupChunk]
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -814,6 +840,12 @@ type ClusterServer interface {
 	// leave in gossip, waits to be removed from the voters, answers, then
 	// stops. A node stopped with SIGTERM does not leave: it stays a voter.
 	Leave(context.Context, *LeaveRequest) (*LeaveResponse, error)
+	// Backup streams a consistent copy of the whole replicated state (every
+	// queue, message payload, lease, dead-letter queue and, with auth on,
+	// token hash): the state every replica froze at one Checkpoint entry.
+	// The leader serves it; a follower answers NOT_LEADER. The first message
+	// carries info and no data, the last the SHA-256 of all data.
+	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -847,6 +879,9 @@ func (UnimplementedClusterServer) LocalDigest(context.Context, *LocalDigestReque
 }
 func (UnimplementedClusterServer) Leave(context.Context, *LeaveRequest) (*LeaveResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Leave not implemented")
+}
+func (UnimplementedClusterServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error {
+	return status.Errorf(codes.Unimplemented, "method Backup not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -1013,6 +1048,17 @@ func _Cluster_Leave_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BackupRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ClusterServer).Backup(m, &grpc.GenericServerStream[BackupRequest, BackupChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Cluster_BackupServer = grpc.ServerStreamingServer[BackupChunk]
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1053,7 +1099,13 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Cluster_Leave_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Backup",
+			Handler:       _Cluster_Backup_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "raftq/v1/raftq.proto",
 }
 

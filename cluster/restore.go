@@ -1,0 +1,206 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// RestoreConfig says which node a restored data dir belongs to. NodeID and
+// RaftAdvertise must be what the node will start with (serve's --node-id
+// and advertised Raft address): they are the only server of the restored
+// configuration, and a node that is not in its own configuration never
+// elects itself.
+type RestoreConfig struct {
+	DataDir       string
+	NodeID        string
+	RaftAdvertise string
+	// Index and Term are the log position the state was taken at. The
+	// snapshot is written at Index; Term becomes the node's current term,
+	// so the restored cluster's first leader starts a later term than any
+	// the state remembers (the state's clock tells leaders apart by term).
+	Index, Term uint64
+}
+
+// keyCurrentTerm is where hashicorp/raft keeps its current term in the
+// stable store. It is part of raft's on-disk format (a raft.db written by
+// one raft version is read by the next), so it does not change under us.
+var keyCurrentTerm = []byte("CurrentTerm")
+
+// RestoreSnapshot makes cfg.DataDir the data dir of a node that starts as
+// the only voter of a new cluster holding the state read from data (an
+// FSM snapshot stream): the way hashicorp/raft's RecoverCluster leaves a
+// node after recovery, without a log to replay. It writes data into the
+// file snapshot store as a snapshot at Index whose configuration is this
+// node alone, and Term into the stable store. Started on that dir, the
+// node restores the snapshot, sees state (so it never bootstraps) and
+// elects itself; other nodes then join it as they join any cluster.
+//
+// The data dir must be empty or absent: restoring over a node's state
+// would mix two histories. On failure nothing is left in it. validate,
+// if set, reads the same bytes as they are written (on its own
+// goroutine); its error, or a short read of it, fails the restore.
+func RestoreSnapshot(ctx context.Context, cfg RestoreConfig, data io.Reader, validate func(io.Reader) error) (err error) {
+	if cfg.NodeID == "" || cfg.DataDir == "" || cfg.RaftAdvertise == "" {
+		return errors.New("cluster: restore: node id, data dir and Raft address are required")
+	}
+	if cfg.Index == 0 {
+		return errors.New("cluster: restore: the snapshot's log index is 0")
+	}
+	addr, err := resolveAdvertise(ctx, cfg.RaftAdvertise)
+	if err != nil {
+		return fmt.Errorf("cluster: restore: Raft address: %w", err)
+	}
+	created, err := claimEmptyDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			cleanDir(cfg.DataDir, created)
+		}
+	}()
+
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, raftDBFile)})
+	if err != nil {
+		return fmt.Errorf("cluster: restore: raft store: %w", err)
+	}
+	defer func() { err = errors.Join(err, store.Close()) }()
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, newHCLogger(slog.New(slog.DiscardHandler), "snapshots"))
+	if err != nil {
+		return fmt.Errorf("cluster: restore: snapshot store: %w", err)
+	}
+	// The file store encodes the configuration's peers through a
+	// transport (for snapshot readers of raft's oldest protocol); an
+	// in-memory one encodes an address as itself, as the TCP one does.
+	_, trans := raft.NewInmemTransport(raft.ServerAddress(addr))
+	defer trans.Close()
+	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(cfg.NodeID), Address: raft.ServerAddress(addr)}}}
+	term := max(cfg.Term, 1)
+	sink, err := snaps.Create(raft.SnapshotVersionMax, cfg.Index, term, conf, cfg.Index, trans)
+	if err != nil {
+		return fmt.Errorf("cluster: restore: create snapshot: %w", err)
+	}
+	if err := copyValidated(ctx, sink, data, validate); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	if err := sink.Close(); err != nil { // fsyncs the state, its meta and the directory
+		return fmt.Errorf("cluster: restore: write snapshot: %w", err)
+	}
+	if err := store.SetUint64(keyCurrentTerm, term); err != nil {
+		return fmt.Errorf("cluster: restore: set term: %w", err)
+	}
+	// The dir is this node's: serve takes its id from it, and refuses
+	// another, which would not be in the restored configuration.
+	return claimDataDir(cfg.DataDir, cfg.NodeID)
+}
+
+// copyValidated copies data to w while validate reads the same bytes.
+func copyValidated(ctx context.Context, w io.Writer, data io.Reader, validate func(io.Reader) error) error {
+	if validate == nil {
+		_, err := io.Copy(w, ctxReader{ctx, data})
+		return err
+	}
+	pr, pw := io.Pipe()
+	verr := make(chan error, 1)
+	go func() {
+		err := validate(pr)
+		if err == nil {
+			// What validate left unread must still be there to fail on.
+			_, err = io.Copy(io.Discard, pr)
+		}
+		pr.CloseWithError(cmpErr(err, errValidatorStopped)) // unblocks the writer if validate stopped early
+		verr <- err
+	}()
+	_, err := io.Copy(io.MultiWriter(w, pw), ctxReader{ctx, data})
+	pw.CloseWithError(err) // nil: validate sees EOF
+	vErr := <-verr
+	switch {
+	case vErr != nil && (err == nil || errors.Is(err, vErr)):
+		// validate failed first (the copy failed on its closed pipe).
+		return fmt.Errorf("the state does not load: %w", vErr)
+	case err != nil:
+		return err // reading data failed; validate only saw the end
+	}
+	return nil
+}
+
+var errValidatorStopped = errors.New("validation ended")
+
+func cmpErr(err, otherwise error) error {
+	if err != nil {
+		return err
+	}
+	return otherwise
+}
+
+// ctxReader stops a long copy when ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// resolveAdvertise turns host:port into the address the node's Raft
+// transport will report for itself (New resolves a host name the same way).
+func resolveAdvertise(ctx context.Context, hostport string) (string, error) {
+	host, port, err := splitHostPort(hostport)
+	if err != nil {
+		return "", err
+	}
+	ip, err := resolveIP(ctx, host)
+	if err != nil {
+		return "", err
+	}
+	if ip.IsUnspecified() {
+		return "", fmt.Errorf("%s is not an address other nodes can reach", hostport)
+	}
+	return (&net.TCPAddr{IP: ip, Port: port}).String(), nil
+}
+
+// claimEmptyDir makes sure dir exists and is empty, reporting whether it
+// was created here (so a failed restore removes it rather than leaving an
+// empty directory the operator did not make).
+func claimEmptyDir(dir string) (created bool, err error) {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return false, fmt.Errorf("cluster: restore: data dir: %w", err)
+		}
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("cluster: restore: data dir: %w", err)
+	case len(entries) > 0:
+		return false, fmt.Errorf("cluster: restore: data dir %s is not empty (%d entries, e.g. %s): "+
+			"a backup is restored only into an empty or new directory, never over a node's state", dir, len(entries), entries[0].Name())
+	}
+	return false, nil
+}
+
+// cleanDir removes what a failed restore wrote.
+func cleanDir(dir string, created bool) {
+	if created {
+		_ = os.RemoveAll(dir)
+		return
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
+}
