@@ -88,6 +88,14 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	}, nil
 }
 
+// SetBin makes later starts run bin (a rolling upgrade swaps the binary
+// of a stopped node); the running process, if any, is not affected.
+func (n *Node) SetBin(bin string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.bin = bin
+}
+
 // Launch starts the process; it is an error if it runs. Launching again
 // after Kill or Stop restarts the node on the same data dir and ports.
 func (n *Node) Launch() error {

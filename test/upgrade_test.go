@@ -1,0 +1,261 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/raftq/raftq/client"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/test/harness"
+)
+
+// upgradeFrom is the first commit of this repository with a versioned log
+// ("fsm: own, versioned log format; cluster version; ..."): the oldest
+// build a rolling upgrade must start from. Its `serve` takes every flag
+// the harness passes (--node-id, --data-dir, the four addresses, --join,
+// --bootstrap-expect, --lease-grace). Its nodes advertise no log version
+// in gossip (that came later), which counts as version 1.
+const upgradeFrom = "0ab67c76155cc4b6fba184edf1501c230abb99a6"
+
+// TestRollingUpgrade builds upgradeFrom from the repository's history,
+// runs a three-node cluster of it under a continuous enqueue/consume
+// load, and upgrades it to this build one node at a time: stop
+// (SIGTERM), swap the binary, start on the same data dir, wait until the
+// node has caught up. While any voter runs the old build the cluster
+// stays at log version 1 (an old node would stop at a newer entry, and
+// none does); after the last node it rises to this build's. Nothing
+// acknowledged is lost, nothing is held twice, and the replicas agree.
+// Then the old build, started again on an upgraded node's data dir, stops
+// with a clear message rather than apply entries it does not know.
+func TestRollingUpgrade(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds an earlier raftq and upgrades a three-node cluster")
+	}
+	began := time.Now()
+	bctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	oldBin, err := harness.BuildRevision(bctx, t.TempDir(), upgradeFrom)
+	cancel()
+	if errors.Is(err, harness.ErrNoHistory) {
+		t.Skipf("cannot build the version to upgrade from: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("built %s in %v", upgradeFrom[:12], time.Since(began).Round(time.Second))
+
+	nodes := make([]*harness.Node, 3)
+	for i := range nodes {
+		nodes[i] = harness.TestNode(t, oldBin, fmt.Sprintf("n%d", i+1))
+	}
+	flags := append(harness.JoinFlags(nodes), "--lease-grace", "2s")
+	for _, n := range nodes {
+		n.Args = append(n.Args, flags...)
+		n.Start()
+	}
+	c := harness.Dial(t, nodes...)
+	ctx := ctxT(t)
+	if err := harness.WaitReady(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	waitVoters(t, c, nodes[0], 3)
+	if _, err := c.CreateQueue(ctx, "up", &raftqv1.QueueConfig{VisibilityTimeoutMs: 20_000}); err != nil {
+		t.Fatal(err)
+	}
+
+	w := newWorkload(c, "up")
+	runCtx, stop := context.WithCancel(context.Background())
+	prodCtx, stopProducers := context.WithCancel(runCtx)
+	defer stopProducers()
+	var wg, producers sync.WaitGroup
+	for p := range 2 {
+		producers.Add(1)
+		go func() { defer producers.Done(); w.produce(prodCtx, p) }()
+	}
+	var consumerErr atomic.Value
+	for i := range 2 {
+		con := client.NewConsumer(c, "up", w.handle, client.ConsumerOptions{Name: fmt.Sprint("c", i), MaxInFlight: 16})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := con.Run(runCtx); err != nil {
+				consumerErr.Store(err.Error())
+			}
+		}()
+	}
+	consumersOK := func() {
+		if err := consumerErr.Load(); err != nil {
+			t.Fatalf("consumer stopped: %v", err)
+		}
+	}
+	defer func() { stop(); producers.Wait(); wg.Wait() }()
+	progress := func(what string, n int64) {
+		t.Helper()
+		from := w.enqueued.Load()
+		harness.Eventually(t, 60*time.Second, func() error {
+			if got := w.enqueued.Load() - from; got < n {
+				return fmt.Errorf("%s: %d enqueues acknowledged, want %d (last error: %v)", what, got, n, w.lastErr.Load())
+			}
+			return nil
+		})
+	}
+	progress("on the old build", 200)
+
+	// Followers first, the leader last: the usual order, one election.
+	leader := leaderOf(t, nodes)
+	var order []*harness.Node
+	for _, n := range nodes {
+		if n != leader {
+			order = append(order, n)
+		}
+	}
+	order = append(order, leader)
+	for i, n := range order {
+		for _, m := range nodes {
+			if !m.Running() {
+				t.Fatalf("%s is not running before %s is upgraded:\n%s", m.ID, n.ID, m.LogTail(4000))
+			}
+		}
+		if err := n.Stop(harness.StopTimeout); err != nil {
+			t.Fatal(err)
+		}
+		n.SetBin(binary)
+		n.Start()
+		waitCaughtUp(t, c, nodes, n)
+		progress("after upgrading "+n.ID, 100)
+		if i < len(order)-1 {
+			// An old voter remains: nothing newer than version 1 may be
+			// proposed, so the new node reports cluster version 1.
+			if v := clusterVersionAt(t, n); v != 1 {
+				t.Fatalf("cluster version %d with %d old voters left; want 1", v, len(order)-1-i)
+			}
+		}
+		t.Logf("upgraded %s (%d of %d) at %v, %d enqueues acknowledged so far", n.ID, i+1, len(order),
+			time.Since(began).Round(time.Second), w.enqueued.Load())
+	}
+
+	// Every voter runs this build: the cluster version rises to what it
+	// applies, as each node advertises.
+	harness.Eventually(t, 30*time.Second, func() error {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		st, err := c.ClusterStatus(cctx)
+		if err != nil {
+			return err
+		}
+		for _, nd := range st.Nodes {
+			if nd.MaxLogVersion <= 1 || nd.MaxLogVersion != st.Nodes[0].MaxLogVersion {
+				return fmt.Errorf("node %s advertises log version %d", nd.Id, nd.MaxLogVersion)
+			}
+		}
+		if want := st.Nodes[0].MaxLogVersion; st.ClusterVersion != want {
+			return fmt.Errorf("cluster version %d, want %d", st.ClusterVersion, want)
+		}
+		return nil
+	})
+	progress("at the new cluster version", 100)
+
+	stopProducers()
+	producers.Wait()
+	consumersOK()
+	harness.Eventually(t, 90*time.Second, func() error {
+		consumersOK()
+		if m := w.missing(); len(m) > 0 {
+			qi, err := c.GetQueue(ctx, "up", false)
+			return fmt.Errorf("%d acknowledged messages not yet consumed (e.g. %s); queue %v %v", len(m), m[0], qi.GetStats(), err)
+		}
+		return nil
+	})
+	stop()
+	wg.Wait()
+	consumersOK()
+	if len(w.overlap) > 0 {
+		t.Fatalf("messages held by two consumers at once: %v", w.overlap)
+	}
+	verifyConsistent(t, c, 3)
+	for _, n := range nodes {
+		if strings.Contains(n.Log(), "this build applies versions up to") {
+			t.Fatalf("%s met an entry or snapshot it could not apply:\n%s", n.ID, n.LogTail(4000))
+		}
+	}
+	t.Logf("%d enqueues acknowledged over the upgrade, every one consumed", w.enqueued.Load())
+
+	// Going back is refused: the old build, started on a node's data dir
+	// now holding entries of the new log version, stops with a message
+	// that says what to do instead of applying them. The node then comes
+	// back on this build and catches up.
+	back := order[0]
+	if err := back.Stop(harness.StopTimeout); err != nil {
+		t.Fatal(err)
+	}
+	mark := len(back.Log())
+	back.SetBin(oldBin)
+	back.Start()
+	harness.Eventually(t, 60*time.Second, func() error {
+		if back.Running() {
+			return fmt.Errorf("the old build still runs on %s's upgraded data dir", back.ID)
+		}
+		return nil
+	})
+	tail := back.Log()[mark:]
+	if !strings.Contains(tail, "this build applies versions up to") || !strings.Contains(tail, "upgrade this node's raftq binary") {
+		t.Fatalf("the old build on %s's upgraded data dir stopped without saying why:\n%s", back.ID, tail[max(0, len(tail)-4000):])
+	}
+	back.SetBin(binary)
+	back.Start()
+	waitCaughtUp(t, c, nodes, back)
+	verifyConsistent(t, c, 3)
+}
+
+// waitCaughtUp waits until n is a voter again, healthy in the leader's
+// view, and has applied what the leader had committed when n came back.
+func waitCaughtUp(t *testing.T, c *client.Client, nodes []*harness.Node, n *harness.Node) {
+	t.Helper()
+	var target uint64
+	harness.Eventually(t, 60*time.Second, func() error {
+		leader := leaderOf(t, nodes)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		st, err := statusOf(ctx, t, leader)
+		if err != nil {
+			return err
+		}
+		if target == 0 {
+			target = st.CommitIndex
+		}
+		found := false
+		for _, nd := range st.Nodes {
+			if nd.Id == n.ID {
+				found = nd.Suffrage == "voter" && nd.Healthy
+			}
+		}
+		if !found {
+			return fmt.Errorf("%s is not a healthy voter in %s's view: %v", n.ID, leader.ID, st.Nodes)
+		}
+		own, err := statusOf(ctx, t, n)
+		if err != nil {
+			return err
+		}
+		if own.AppliedIndex < target {
+			return fmt.Errorf("%s applied %d, the leader had committed %d", n.ID, own.AppliedIndex, target)
+		}
+		return nil
+	})
+}
+
+// clusterVersionAt is the cluster version as node n (of this build) sees it.
+func clusterVersionAt(t *testing.T, n *harness.Node) uint32 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := raftqv1.NewClusterClient(rawConn(t, n)).Status(ctx, &raftqv1.StatusRequest{LocalOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.ClusterVersion
+}
