@@ -74,6 +74,13 @@ func (f *FSM) apply(index, term uint64, cmd *fsmv1.Command, touched *state.Touch
 			break
 		}
 		return tx.AuthUngrant(op.AuthUngrant)
+	case *fsmv1.Command_RecountQueues:
+		if version < state.RecountVersion {
+			break // unknown before version 8, as older builds saw it
+		}
+		res := tx.RecountQueues(op.RecountQueues)
+		f.noteRepairs(res)
+		return res
 	}
 	return failed(fmt.Errorf("%w: empty or unknown command", ErrInvalid))
 }

@@ -18,7 +18,10 @@ import (
 // before versioning (entries carry no version); version 2 adds only the
 // SetClusterVersion command; version 3 makes fairness keys' order and
 // weights replicated state; version 4 moves the clock by elapsed time
-// within each leader's term. fsm/DESIGN.md lists every version.
+// within each leader's term; version 5 adds identities, tokens and
+// grants; version 6 adds DeleteQueue.if_empty; version 7 answers retries as the first call;
+// version 8 adds RecountQueues. fsm/DESIGN.md
+// lists every version.
 const MaxLogVersion = state.MaxLogVersion
 
 // Notifier learns which queues an applied batch touched (new ready work,
@@ -64,6 +67,9 @@ type FSM struct {
 	// auth is the store's current (immutable) auth state, published after
 	// each batch so every RPC's permission check reads it without a lock.
 	auth atomic.Pointer[state.Auth]
+	// repairs counts counter repairs per queue on this node (recount.go);
+	// for metrics, not state.
+	repairs map[string]uint64
 }
 
 // New returns an empty state machine.

@@ -19,6 +19,9 @@ type (
 	ExtendResult     = state.ExtendResult
 	CountResult      = state.CountResult
 	CheckpointResult = state.CheckpointResult
+	RecountResult    = state.RecountResult
+	Repair           = state.Repair
+	Counters         = state.Counters
 )
 
 func failed(err error) *Done { return &Done{Err: err} }

@@ -19,6 +19,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,6 +52,8 @@ type inprocOpts struct {
 	maxQueuedBytes int64         // broker.Config.MaxQueuedBytes
 	leaderWait     time.Duration // transport.Config.LeaderWait (0 = default)
 	noWait         bool          // do not wait for a leader
+	audit          broker.AuditConfig
+	logs           *logBuffer // if set, every node's warnings and errors go here
 	// tls runs every port over TLS with node certificates of this CA;
 	// the test clients (conn) trust it and present no certificate.
 	tls            *testPKI
@@ -89,6 +92,24 @@ func inprocLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
 
+// logBuffer collects log lines from every node, safe for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // startInproc starts o.nodes nodes (the first is the gossip seed), waits for
 // a ready leader known to every node (unless o.noWait) and registers a
 // cleanup that stops everything and checks no goroutine is left behind.
@@ -101,6 +122,9 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 	t.Cleanup(c.stop)
 	dir := t.TempDir()
 	log := o.logger
+	if o.logs != nil {
+		log = slog.New(slog.NewTextHandler(o.logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	if log == nil {
 		log = inprocLogger()
 	}
@@ -138,6 +162,7 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 				TLS:                clusterTLS(nodeTLS),
 			},
 			MaxQueuedBytes: o.maxQueuedBytes,
+			Audit:          o.audit,
 			Logger:         l,
 		})
 		cancel()

@@ -11,8 +11,8 @@ import (
 )
 
 // registerNodeMetrics adds the per-queue collector (every node, from its
-// own replicated state), the leader's lease histograms and the Raft and
-// cluster collector.
+// own replicated state), the leader's lease histograms, the Raft and
+// cluster collector and the self-healing collector.
 func registerNodeMetrics(reg *prometheus.Registry, s *Server) {
 	consumers := func(queue string) (int, bool) {
 		if !s.node.LeaderReady() {
@@ -24,6 +24,7 @@ func registerNodeMetrics(reg *prometheus.Registry, s *Server) {
 		qmetrics.NewQueueCollector(s.state, consumers, time.Now, s.b.Drain()),
 		s.b.LeaseMetrics(),
 		newClusterCollector(s),
+		newHealCollector(s),
 	)
 	if n := s.cfg.MetricsTopKeys; n > 0 {
 		throttles := func(queue string) ([]*raftqv1.ThrottleKeyStats, bool) {

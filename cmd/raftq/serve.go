@@ -45,6 +45,7 @@ type serveOptions struct {
 	logLevel         string
 	snapThreshold    uint64
 	trailingLogs     uint64
+	audit            broker.AuditConfig
 	shutdownTimeout  time.Duration
 	leaveOnTerminate bool
 	tls              tlsconfig.Files
@@ -102,6 +103,8 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.Uint64Var(&o.snapThreshold, "snapshot-threshold", cluster.DefaultSnapshotThreshold, "log entries between automatic snapshots")
 	fl.IntVar(&o.metricsTopKeys, "metrics-top-keys", 0, "export per fairness key and throttle key metrics for each queue's top N keys, the rest summed as key=\"_other\" (0 = off)")
+	fl.DurationVar(&o.audit.Interval, "audit-interval", time.Second, "leader: time between counter audit ticks (negative = no audit)")
+	fl.IntVar(&o.audit.Budget, "audit-budget", 64, "leader: the most queues whose counters one audit tick recounts")
 	fl.Uint64Var(&o.trailingLogs, "trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot (followers further behind get the snapshot)")
 	fl.StringVar(&o.tls.Cert, "tls-cert", "", "this node's certificate (PEM, made by raftq cert node): TLS on every port, mTLS between nodes")
 	fl.StringVar(&o.tls.Key, "tls-key", "", "the key of --tls-cert (PEM)")
@@ -353,6 +356,7 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 		LeaseGrace:      o.leaseGrace,
 		MaxQueuedBytes:  o.maxQueuedBytes,
 		MaxPendingBytes: o.maxPending,
+		Audit:           o.audit,
 		Logger:          log,
 	})
 	if err != nil {

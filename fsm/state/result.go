@@ -10,6 +10,7 @@ package state
 //	PurgeQueue, Redrive, ReleaseConsumer   *CountResult
 //	Checkpoint                             *CheckpointResult
 //	DeleteQueue, Tick, SetClusterVersion   *Done
+//	RecountQueues                          *RecountResult
 //
 // An entry that fails before it reaches its command (undecodable, unknown
 // command, FSM halted) is a *Done carrying the error. fsm.As gets the
@@ -84,4 +85,13 @@ type CheckpointResult struct {
 	Index  uint64
 	Term   uint64 // the Raft term of the entry
 	Frozen *Frozen
+}
+
+// RecountResult lists what RecountQueues changed on this replica: the
+// queues whose counters had drifted, and the node's byte total if it had.
+type RecountResult struct {
+	Done
+	Repairs                           []Repair
+	TotalBytesRepaired                bool
+	TotalBytesBefore, TotalBytesAfter int64
 }

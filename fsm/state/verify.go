@@ -6,7 +6,12 @@ import "fmt"
 // reports the first disagreement. Tests call it after every step; operators
 // reach it through Cluster.Verify.
 func (s *Store) Verify() error {
-	type counts struct{ ready, delayed, inFlight, bytes, deadLettered int64 }
+	// counts uses the tally recount uses (recount.go): the audit and
+	// Verify cannot disagree on what a counter should hold.
+	type counts struct {
+		tally
+		deadLettered int64
+	}
 	got := map[string]*counts{}
 	for name := range s.queues {
 		got[name] = &counts{}
@@ -17,18 +22,15 @@ func (s *Store) Verify() error {
 	for _, name := range s.sortedQueueNames() {
 		q := s.queues[name]
 		c := got[name]
-		readyPerLevel := map[int32]int{}
 		q.msgs.Ascend(func(it msgItem) bool {
 			m := it.m
 			if it.id != m.id {
 				err = fmt.Errorf("%s: tree key %d holds message %d", name, it.id, m.id)
 				return false
 			}
-			c.bytes += m.size()
+			c.add(m)
 			switch m.state {
 			case stateReady:
-				c.ready++
-				readyPerLevel[m.priority]++
 				l := q.level(m.priority, false)
 				if l == nil || l.keys[m.fairnessKey] == nil || !l.keys[m.fairnessKey].ids.Has(m.id) {
 					err = fmt.Errorf("%s: ready message %d missing from its key queue", name, m.id)
@@ -39,14 +41,12 @@ func (s *Store) Verify() error {
 					return false
 				}
 			case stateDelayed:
-				c.delayed++
 				delayed++
 				if !s.delayed.Has(timedRef{at: m.visibleMs, queue: name, id: m.id}) {
 					err = fmt.Errorf("%s: delayed message %d missing from the delay index", name, m.id)
 					return false
 				}
 			case stateLeased:
-				c.inFlight++
 				leases++
 				consumers[m.consumerID]++
 				if !s.leases.Has(timedRef{at: m.deadlineMs, queue: name, id: m.id}) {
@@ -76,8 +76,8 @@ func (s *Store) Verify() error {
 			return err
 		}
 		for _, l := range q.levels {
-			if readyPerLevel[l.priority] != l.count {
-				return fmt.Errorf("%s: priority %d counts %d ready, structures hold %d", name, l.priority, l.count, readyPerLevel[l.priority])
+			if c.readyPerLevel[l.priority] != int64(l.count) {
+				return fmt.Errorf("%s: priority %d counts %d ready, structures hold %d", name, l.priority, l.count, c.readyPerLevel[l.priority])
 			}
 			if l.active.Len() != len(l.keys) {
 				return fmt.Errorf("%s: priority %d has %d active keys but %d key queues", name, l.priority, l.active.Len(), len(l.keys))
@@ -103,8 +103,8 @@ func (s *Store) Verify() error {
 				}
 			}
 		}
-		if len(readyPerLevel) != len(q.levels) {
-			return fmt.Errorf("%s: %d priority levels for %d priorities with ready messages", name, len(q.levels), len(readyPerLevel))
+		if len(c.readyPerLevel) != len(q.levels) {
+			return fmt.Errorf("%s: %d priority levels for %d priorities with ready messages", name, len(q.levels), len(c.readyPerLevel))
 		}
 		if q.dedup.Len() > s.dedupExp.Len() {
 			return fmt.Errorf("%s: %d dedup entries but %d in the expiry index", name, q.dedup.Len(), s.dedupExp.Len())

@@ -8,9 +8,10 @@ package state
 // identities, tokens and grants (auth.go) and random lease tokens; version 6
 // adds DeleteQueue.if_empty (IfEmptyVersion); version 7 answers a retried
 // ack, nack, purge or redrive as the first (recent.go).
-// fsm/DESIGN.md lists every version; a rule that changes in version N is
+// Version 8 adds RecountQueues (recount.go). fsm/DESIGN.md lists every
+// version; a rule that changes in version N is
 // written `if tx.version >= N`.
-const MaxLogVersion uint32 = 7
+const MaxLogVersion uint32 = 8
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the
@@ -27,3 +28,8 @@ const elapsedTimeVersion uint32 = 4
 // honoured: the queue must hold no messages when the entry applies, so no
 // enqueue committed between a check and the delete can be lost.
 const IfEmptyVersion uint32 = 6
+
+// RecountVersion is the log version that introduces RecountQueues: the
+// leader's counter audit proposes repairs only once the cluster version
+// has reached it.
+const RecountVersion uint32 = 8

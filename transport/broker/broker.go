@@ -32,6 +32,8 @@ type Config struct {
 	// DrainInterval is how often each queue's depth is sampled for its
 	// drain-time estimate (0 = 5s).
 	DrainInterval time.Duration
+	// Audit tunes the leader's counter audit (audit.go).
+	Audit AuditConfig
 	// Clock stamps every command and drives the scheduler; nil = the wall
 	// clock. Tests replace it.
 	Clock Clock
@@ -154,7 +156,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	b.acks = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.Propose, buildAck, sizeAck)
 
 	// 5. Leader-only work follows leadership from now on.
-	b.leader = &leaderWork{log: b.log, node: b.node, state: b.state, sched: b.sched, feed: b.feed, propose: b.Propose}
+	b.leader = &leaderWork{log: b.log, node: b.node, state: b.state, sched: b.sched, feed: b.feed, propose: b.Propose, audit: cfg.Audit}
 	b.leader.start()
 
 	// 6. Drain-time estimates, sampled from this node's own state.
@@ -206,6 +208,10 @@ func (b *Broker) LeaseMetrics() *metrics.Leases { return b.leases }
 // LeaderChanges counts the leaders this node has seen take office (a
 // new leader id or term) since it started.
 func (b *Broker) LeaderChanges() uint64 { return b.leader.changes.Load() }
+
+// AuditedQueues counts the queues the leader's counter audit recounted
+// on this node since it started (audit.go).
+func (b *Broker) AuditedQueues() uint64 { return b.leader.audited.Load() }
 
 // DataDir is the node's data directory.
 func (b *Broker) DataDir() string { return b.cfg.Cluster.DataDir }

@@ -16,7 +16,8 @@ import (
 // leadership as values (leader known, established after its Barrier,
 // lost); one goroutine follows them and runs the leader-only work for
 // exactly the stretch of an established term: the scheduler (which owns
-// its sweeper) and the cluster-version raiser (version.go).
+// its sweeper), the cluster-version raiser (version.go) and the counter
+// audit (audit.go).
 type leaderWork struct {
 	log   *slog.Logger
 	node  *cluster.Node
@@ -25,9 +26,12 @@ type leaderWork struct {
 	feed  *changeFeed
 	// propose is Broker.Propose.
 	propose func(context.Context, *fsmv1.Command) (fsm.Result, error)
+	audit   AuditConfig
 
 	// changes counts the leaders seen take office (for metrics).
 	changes atomic.Uint64
+	// audited counts the queues the counter audit recounted (for metrics).
+	audited atomic.Uint64
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -106,6 +110,7 @@ func (w *leaderWork) runTerm(term uint64) *leaderTerm {
 		defer w.feed.stop()
 		var wg sync.WaitGroup
 		wg.Go(func() { w.raiseClusterVersion(ctx) })
+		wg.Go(func() { w.auditCounters(ctx) })
 		w.log.Info("leader term established: starting the scheduler", "term", term)
 		w.sched.RunLeader(ctx)
 		w.log.Info("leader term over: scheduler stopped", "term", term)

@@ -170,6 +170,7 @@ type Command struct {
 	//	*Command_RevokeToken
 	//	*Command_AuthGrant
 	//	*Command_AuthUngrant
+	//	*Command_RecountQueues
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -406,6 +407,15 @@ func (x *Command) GetAuthUngrant() *AuthUngrant {
 	return nil
 }
 
+func (x *Command) GetRecountQueues() *RecountQueues {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RecountQueues); ok {
+			return x.RecountQueues
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -492,6 +502,11 @@ type Command_AuthUngrant struct {
 	AuthUngrant *AuthUngrant `protobuf:"bytes,29,opt,name=auth_ungrant,json=authUngrant,proto3,oneof"`
 }
 
+type Command_RecountQueues struct {
+	// Version 8.
+	RecountQueues *RecountQueues `protobuf:"bytes,30,opt,name=recount_queues,json=recountQueues,proto3,oneof"`
+}
+
 func (*Command_CreateQueue) isCommand_Op() {}
 
 func (*Command_UpdateQueue) isCommand_Op() {}
@@ -531,6 +546,8 @@ func (*Command_RevokeToken) isCommand_Op() {}
 func (*Command_AuthGrant) isCommand_Op() {}
 
 func (*Command_AuthUngrant) isCommand_Op() {}
+
+func (*Command_RecountQueues) isCommand_Op() {}
 
 // ThrottleRule is wire-identical to raftq.v1.ThrottleRule.
 type ThrottleRule struct {
@@ -2099,6 +2116,55 @@ func (x *AuthUngrant) GetAdmin() bool {
 	return false
 }
 
+// RecountQueues (log version 8 and later) has every replica recompute the
+// named queues' counters from its own structures, and the node's byte
+// total from the queues' byte counters. It carries names only, never
+// numbers: each replica trusts its own message trees, which digests show
+// to be equal, so all end with the same counters whatever they held before.
+type RecountQueues struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queues        []string               `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecountQueues) Reset() {
+	*x = RecountQueues{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecountQueues) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecountQueues) ProtoMessage() {}
+
+func (x *RecountQueues) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecountQueues.ProtoReflect.Descriptor instead.
+func (*RecountQueues) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RecountQueues) GetQueues() []string {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
 type SnapshotHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Snapshot format version: 1 for a state whose cluster version is 1
@@ -2125,7 +2191,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +2203,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +2216,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -2215,7 +2281,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2293,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2306,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AuthRecord) GetTokens() []*TokenRecord {
@@ -2270,7 +2336,7 @@ type TokenRecord struct {
 
 func (x *TokenRecord) Reset() {
 	*x = TokenRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2348,7 @@ func (x *TokenRecord) String() string {
 func (*TokenRecord) ProtoMessage() {}
 
 func (x *TokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2361,7 @@ func (x *TokenRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
 func (*TokenRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TokenRecord) GetName() string {
@@ -2344,7 +2410,7 @@ type IdentityRecord struct {
 
 func (x *IdentityRecord) Reset() {
 	*x = IdentityRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2422,7 @@ func (x *IdentityRecord) String() string {
 func (*IdentityRecord) ProtoMessage() {}
 
 func (x *IdentityRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2435,7 @@ func (x *IdentityRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityRecord.ProtoReflect.Descriptor instead.
 func (*IdentityRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *IdentityRecord) GetIdentity() string {
@@ -2403,7 +2469,7 @@ type PatternGrant struct {
 
 func (x *PatternGrant) Reset() {
 	*x = PatternGrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2481,7 @@ func (x *PatternGrant) String() string {
 func (*PatternGrant) ProtoMessage() {}
 
 func (x *PatternGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2494,7 @@ func (x *PatternGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatternGrant.ProtoReflect.Descriptor instead.
 func (*PatternGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PatternGrant) GetPattern() string {
@@ -2471,7 +2537,7 @@ type QueueRecord struct {
 
 func (x *QueueRecord) Reset() {
 	*x = QueueRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2483,7 +2549,7 @@ func (x *QueueRecord) String() string {
 func (*QueueRecord) ProtoMessage() {}
 
 func (x *QueueRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2496,7 +2562,7 @@ func (x *QueueRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRecord.ProtoReflect.Descriptor instead.
 func (*QueueRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *QueueRecord) GetName() string {
@@ -2602,7 +2668,7 @@ type RecentEntry struct {
 
 func (x *RecentEntry) Reset() {
 	*x = RecentEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2680,7 @@ func (x *RecentEntry) String() string {
 func (*RecentEntry) ProtoMessage() {}
 
 func (x *RecentEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2693,7 @@ func (x *RecentEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentEntry.ProtoReflect.Descriptor instead.
 func (*RecentEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RecentEntry) GetKind() RecentKind {
@@ -2689,7 +2755,7 @@ type KeyOrder struct {
 
 func (x *KeyOrder) Reset() {
 	*x = KeyOrder{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2701,7 +2767,7 @@ func (x *KeyOrder) String() string {
 func (*KeyOrder) ProtoMessage() {}
 
 func (x *KeyOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2714,7 +2780,7 @@ func (x *KeyOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyOrder.ProtoReflect.Descriptor instead.
 func (*KeyOrder) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *KeyOrder) GetPriority() int32 {
@@ -2756,7 +2822,7 @@ type DedupEntry struct {
 
 func (x *DedupEntry) Reset() {
 	*x = DedupEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2768,7 +2834,7 @@ func (x *DedupEntry) String() string {
 func (*DedupEntry) ProtoMessage() {}
 
 func (x *DedupEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2781,7 +2847,7 @@ func (x *DedupEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupEntry.ProtoReflect.Descriptor instead.
 func (*DedupEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DedupEntry) GetDedupId() string {
@@ -2831,7 +2897,7 @@ type MessageRecord struct {
 
 func (x *MessageRecord) Reset() {
 	*x = MessageRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2909,7 @@ func (x *MessageRecord) String() string {
 func (*MessageRecord) ProtoMessage() {}
 
 func (x *MessageRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2922,7 @@ func (x *MessageRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRecord.ProtoReflect.Descriptor instead.
 func (*MessageRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{37}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MessageRecord) GetId() uint64 {
@@ -2989,7 +3055,8 @@ var File_raftq_fsm_v1_command_proto protoreflect.FileDescriptor
 
 const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x1araftq/fsm/v1/command.proto\x12\fraftq.fsm.v1\"\xe6\t\n" +
+	"\x1araftq/fsm/v1/command.proto\x12\fraftq.fsm.v1\"\xac\n" +
+	"\n" +
 	"\aCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\rR\aversion\x12>\n" +
@@ -3018,7 +3085,8 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\frevoke_token\x18\x1b \x01(\v2\x19.raftq.fsm.v1.RevokeTokenH\x00R\vrevokeToken\x128\n" +
 	"\n" +
 	"auth_grant\x18\x1c \x01(\v2\x17.raftq.fsm.v1.AuthGrantH\x00R\tauthGrant\x12>\n" +
-	"\fauth_ungrant\x18\x1d \x01(\v2\x19.raftq.fsm.v1.AuthUngrantH\x00R\vauthUngrantB\x04\n" +
+	"\fauth_ungrant\x18\x1d \x01(\v2\x19.raftq.fsm.v1.AuthUngrantH\x00R\vauthUngrant\x12D\n" +
+	"\x0erecount_queues\x18\x1e \x01(\v2\x1b.raftq.fsm.v1.RecountQueuesH\x00R\rrecountQueuesB\x04\n" +
 	"\x02op\"F\n" +
 	"\fThrottleRule\x12 \n" +
 	"\frate_per_sec\x18\x01 \x01(\x01R\n" +
@@ -3136,7 +3204,9 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\vAuthUngrant\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x18\n" +
 	"\apattern\x18\x02 \x01(\tR\apattern\x12\x14\n" +
-	"\x05admin\x18\x03 \x01(\bR\x05admin\"\xfe\x01\n" +
+	"\x05admin\x18\x03 \x01(\bR\x05admin\"'\n" +
+	"\rRecountQueues\x12\x16\n" +
+	"\x06queues\x18\x01 \x03(\tR\x06queues\"\xfe\x01\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1e\n" +
 	"\vlast_now_ms\x18\x02 \x01(\x03R\tlastNowMs\x12#\n" +
@@ -3257,7 +3327,7 @@ func file_raftq_fsm_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_raftq_fsm_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(RecentKind)(0),           // 0: raftq.fsm.v1.RecentKind
 	(MessageState)(0),         // 1: raftq.fsm.v1.MessageState
@@ -3289,19 +3359,20 @@ var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(*RevokeToken)(nil),       // 27: raftq.fsm.v1.RevokeToken
 	(*AuthGrant)(nil),         // 28: raftq.fsm.v1.AuthGrant
 	(*AuthUngrant)(nil),       // 29: raftq.fsm.v1.AuthUngrant
-	(*SnapshotHeader)(nil),    // 30: raftq.fsm.v1.SnapshotHeader
-	(*AuthRecord)(nil),        // 31: raftq.fsm.v1.AuthRecord
-	(*TokenRecord)(nil),       // 32: raftq.fsm.v1.TokenRecord
-	(*IdentityRecord)(nil),    // 33: raftq.fsm.v1.IdentityRecord
-	(*PatternGrant)(nil),      // 34: raftq.fsm.v1.PatternGrant
-	(*QueueRecord)(nil),       // 35: raftq.fsm.v1.QueueRecord
-	(*RecentEntry)(nil),       // 36: raftq.fsm.v1.RecentEntry
-	(*KeyOrder)(nil),          // 37: raftq.fsm.v1.KeyOrder
-	(*DedupEntry)(nil),        // 38: raftq.fsm.v1.DedupEntry
-	(*MessageRecord)(nil),     // 39: raftq.fsm.v1.MessageRecord
-	nil,                       // 40: raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	nil,                       // 41: raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	nil,                       // 42: raftq.fsm.v1.MessageRecord.HeadersEntry
+	(*RecountQueues)(nil),     // 30: raftq.fsm.v1.RecountQueues
+	(*SnapshotHeader)(nil),    // 31: raftq.fsm.v1.SnapshotHeader
+	(*AuthRecord)(nil),        // 32: raftq.fsm.v1.AuthRecord
+	(*TokenRecord)(nil),       // 33: raftq.fsm.v1.TokenRecord
+	(*IdentityRecord)(nil),    // 34: raftq.fsm.v1.IdentityRecord
+	(*PatternGrant)(nil),      // 35: raftq.fsm.v1.PatternGrant
+	(*QueueRecord)(nil),       // 36: raftq.fsm.v1.QueueRecord
+	(*RecentEntry)(nil),       // 37: raftq.fsm.v1.RecentEntry
+	(*KeyOrder)(nil),          // 38: raftq.fsm.v1.KeyOrder
+	(*DedupEntry)(nil),        // 39: raftq.fsm.v1.DedupEntry
+	(*MessageRecord)(nil),     // 40: raftq.fsm.v1.MessageRecord
+	nil,                       // 41: raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	nil,                       // 42: raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	nil,                       // 43: raftq.fsm.v1.MessageRecord.HeadersEntry
 }
 var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	7,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
@@ -3324,33 +3395,34 @@ var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	27, // 17: raftq.fsm.v1.Command.revoke_token:type_name -> raftq.fsm.v1.RevokeToken
 	28, // 18: raftq.fsm.v1.Command.auth_grant:type_name -> raftq.fsm.v1.AuthGrant
 	29, // 19: raftq.fsm.v1.Command.auth_ungrant:type_name -> raftq.fsm.v1.AuthUngrant
-	40, // 20: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	41, // 21: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	4,  // 22: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	4,  // 23: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	5,  // 24: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
-	11, // 25: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
-	13, // 26: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
-	15, // 27: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
-	15, // 28: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
-	15, // 29: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
-	18, // 30: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
-	15, // 31: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
-	15, // 32: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
-	32, // 33: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
-	33, // 34: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
-	34, // 35: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
-	4,  // 36: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
-	37, // 37: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
-	0,  // 38: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
-	42, // 39: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
-	1,  // 40: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
-	3,  // 41: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	30, // 20: raftq.fsm.v1.Command.recount_queues:type_name -> raftq.fsm.v1.RecountQueues
+	41, // 21: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	42, // 22: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	4,  // 23: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	4,  // 24: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	5,  // 25: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
+	11, // 26: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
+	13, // 27: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
+	15, // 28: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
+	15, // 29: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
+	15, // 30: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
+	18, // 31: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
+	15, // 32: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
+	15, // 33: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
+	33, // 34: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
+	34, // 35: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
+	35, // 36: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
+	4,  // 37: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
+	38, // 38: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
+	0,  // 39: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
+	43, // 40: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	1,  // 41: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
+	3,  // 42: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_raftq_fsm_v1_command_proto_init() }
@@ -3379,6 +3451,7 @@ func file_raftq_fsm_v1_command_proto_init() {
 		(*Command_RevokeToken)(nil),
 		(*Command_AuthGrant)(nil),
 		(*Command_AuthUngrant)(nil),
+		(*Command_RecountQueues)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3386,7 +3459,7 @@ func file_raftq_fsm_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_fsm_v1_command_proto_rawDesc), len(file_raftq_fsm_v1_command_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
