@@ -170,6 +170,13 @@ func (m *membership) update(mn *memberlist.Node, state memberState, joined bool)
 		m.members[mn.Name] = rec
 	}
 	if metaErr == nil {
+		if rec.metaOK && rec.meta.State && !meta.State {
+			// It had Raft state and now has none: a new process on a
+			// wiped data dir (a diverged replica repaired, transport's
+			// replica.go), back faster than gossip noticed it gone. That
+			// is a rejoin: addable again.
+			joined = true
+		}
 		rec.meta, rec.metaOK = meta, true
 		if meta.Leaving && !m.authLeaves {
 			rec.leaving = true

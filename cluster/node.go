@@ -105,6 +105,9 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
+	if err := wipeIfRequested(cfg.DataDir, n.log); err != nil {
+		return nil, fmt.Errorf("set raft state aside: %w", err)
+	}
 	if err := claimDataDir(cfg.DataDir, cfg.NodeID); err != nil {
 		return nil, err
 	}

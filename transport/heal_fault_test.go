@@ -4,6 +4,10 @@ package transport
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +15,8 @@ import (
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/transport/broker"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // waitClusterVersion waits until every node applies at least version v.
@@ -76,5 +82,119 @@ func TestCounterAuditRepairsDrift(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("logs lack %q:\n%s", want, text)
 		}
+	}
+}
+
+// TestReplicaDivergenceRepaired: a follower whose state is changed on
+// purpose is found by the leader's periodic replica check, with nobody
+// running cluster verify: the leader logs it and counts
+// raftq_replica_divergence_total{node}, the follower learns it, reports
+// raftq_replica_diverged 1, answers /readyz with 503 and exports no queue
+// numbers from its state. The leader removes it (2 agreeing voters are a
+// quorum of the 2 that remain) and tells it; it asks to be started again
+// with its Raft state set aside, and started again (as raftq serve does)
+// it joins as a new member and comes back a voter with the leader's
+// digest. The cluster takes writes throughout (through the leader and the
+// healthy follower; through the repaired node once it is back).
+func TestReplicaDivergenceRepaired(t *testing.T) {
+	logs := &logBuffer{}
+	c := startInproc(t, inprocOpts{nodes: 3, replicaCheck: 100 * time.Millisecond, logs: logs})
+	l := c.leader()
+	mustCreate(t, l, "q", nil)
+	ctx := tctx(t, 30*time.Second)
+	enqueue := func(n *inprocNode, payload string) {
+		t.Helper()
+		if _, err := n.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "q", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte(payload)}}}); err != nil {
+			t.Fatalf("enqueue through %s: %v", n.id, err)
+		}
+	}
+	enqueue(l, "before")
+	c.synced()
+	bad, good := c.followers()[0], c.followers()[1]
+	if err := bad.state.InjectStateFault("q"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 20*time.Second, "the replica check to find the diverged follower", func() error {
+		if !bad.srv.Diverged() {
+			return fmt.Errorf("%s does not know it diverged", bad.id)
+		}
+		return nil
+	})
+	if good.srv.Diverged() || l.srv.Diverged() {
+		t.Fatal("a replica with the right state was marked diverged")
+	}
+	if v, _ := sample(scrapeFams(t, l), "raftq_replica_divergence_total", "node", bad.id); v < 1 {
+		t.Errorf("leader: raftq_replica_divergence_total{node=%s} = %v", bad.id, v)
+	}
+	fams := scrapeFams(t, bad)
+	if v, _ := sample(fams, "raftq_replica_diverged"); v != 1 {
+		t.Errorf("%s: raftq_replica_diverged = %v, want 1", bad.id, v)
+	}
+	if _, ok := fams["raftq_queue_messages"]; ok {
+		t.Errorf("%s still exports queue numbers from a diverged state", bad.id)
+	}
+	if _, ok := scrapeFams(t, good)["raftq_queue_messages"]; !ok {
+		t.Errorf("%s (not diverged) exports no queue numbers", good.id)
+	}
+	rec := httptest.NewRecorder()
+	bad.srv.HTTPHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("%s /readyz: %d, want 503", bad.id, rec.Code)
+	}
+	// Writes go on (not through the diverged node: the leader may have
+	// removed it for repair already, and then it knows no leader).
+	enqueue(l, "after-detection")
+	enqueue(good, "after-detection-2")
+	if !strings.Contains(logs.String(), "replica check: a replica's state differs") {
+		t.Errorf("no log line for the divergence:\n%s", logs.String())
+	}
+	// A report the leader's own digest does not back changes nothing.
+	cp, err := l.admin.Checkpoint(ctx, &raftqv1.CheckpointRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := good.admin.ReportDivergence(ctx, &raftqv1.ReportDivergenceRequest{Index: cp.GetIndex(), Digest: "not-it"})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("false report: %v %v, want FailedPrecondition", resp, err)
+	}
+	if good.srv.Diverged() {
+		t.Fatal("a false report marked a replica diverged")
+	}
+
+	// The repair: removed, told, restarted with its state set aside.
+	select {
+	case <-bad.srv.RepairRestart():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s was not asked to restart for repair:\n%s", bad.id, logs.String())
+	}
+	waitUntil(t, 10*time.Second, "the diverged node out of the configuration", func() error {
+		for _, n := range l.node.Status().Nodes {
+			if n.ID == bad.id && n.Suffrage != "" {
+				return fmt.Errorf("%s still a %s", bad.id, n.Suffrage)
+			}
+		}
+		return nil
+	})
+	enqueue(l, "while-away")
+	enqueue(good, "while-away-2")
+	nb := c.restart(bad)
+	waitUntil(t, 30*time.Second, "the repaired node back as a voter", func() error {
+		for _, n := range l.node.Status().Nodes {
+			if n.ID == nb.id && n.Suffrage == "voter" {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s not a voter yet:\n%s", nb.id, logs.String())
+	})
+	enqueue(nb, "after-repair")
+	c.digests() // every replica, the repaired one too, has the leader's digest
+	if nb.srv.Diverged() {
+		t.Fatal("the repaired node still counts itself diverged")
+	}
+	if _, err := os.Stat(filepath.Join(c.dir, nb.id, "diverged-1", "raft.db")); err != nil {
+		t.Errorf("the diverged Raft state was not kept aside: %v", err)
+	}
+	if err := nb.state.Verify(); err != nil {
+		t.Fatal(err)
 	}
 }

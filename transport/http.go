@@ -143,7 +143,8 @@ func (m *metrics) clientEnded(ctx context.Context, code codes.Code) bool {
 }
 
 // HTTPHandler serves /metrics (Prometheus), /healthz (the process is up),
-// /readyz (a leader is known), /status (cluster status as JSON), with
+// /readyz (a leader is known and this node's state has not diverged),
+// /status (cluster status as JSON), with
 // Config.Pprof /debug/pprof and, at every other path, the dashboard
 // (Dashboard). With auth on every path but /healthz and /readyz needs an
 // identity (transport/auth's Middleware states the contract, login and
@@ -166,6 +167,10 @@ func (s *Server) HTTPHandler() http.Handler {
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if s.node.Leader().ID == "" {
 			http.Error(w, "no leader", http.StatusServiceUnavailable)
+			return
+		}
+		if s.Diverged() {
+			http.Error(w, "this node's state diverged from the replicas': repair pending", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))

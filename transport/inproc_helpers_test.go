@@ -53,7 +53,11 @@ type inprocOpts struct {
 	leaderWait     time.Duration // transport.Config.LeaderWait (0 = default)
 	noWait         bool          // do not wait for a leader
 	audit          broker.AuditConfig
-	logs           *logBuffer // if set, every node's warnings and errors go here
+	// replicaCheck is Config.ReplicaCheckInterval; 0 = off here, because
+	// tests compare replicas at quiet moments and a background
+	// Checkpoint entry lets time pass (delays, TTLs) on some first.
+	replicaCheck time.Duration
+	logs         *logBuffer // if set, every node's warnings and errors go here
 	// tls runs every port over TLS with node certificates of this CA;
 	// the test clients (conn) trust it and present no certificate.
 	tls            *testPKI
@@ -79,6 +83,9 @@ type inprocNode struct {
 
 type inprocCluster struct {
 	t     *testing.T
+	o     inprocOpts
+	dir   string
+	log   *slog.Logger
 	nodes []*inprocNode
 	base  int // goroutines before the cluster started
 	down  bool
@@ -118,6 +125,9 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 	if o.expect == 0 {
 		o.expect = o.nodes
 	}
+	if o.replicaCheck == 0 {
+		o.replicaCheck = -1
+	}
 	c := &inprocCluster{t: t, base: runtime.NumGoroutine()}
 	t.Cleanup(c.stop)
 	dir := t.TempDir()
@@ -128,67 +138,115 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 	if log == nil {
 		log = inprocLogger()
 	}
+	c.o, c.dir, c.log = o, dir, log
 	for i := range o.nodes {
-		id := fmt.Sprintf("n%d", i+1)
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := &inprocNode{id: id, addr: lis.Addr().String(), served: make(chan error, 1)}
-		l := log.With("node", id)
 		var join []string
 		if i > 0 {
 			join = []string{c.nodes[0].node.GossipAddr()}
 		}
-		var nodeTLS *tlsconfig.Source
-		if o.tls != nil {
-			nodeTLS = o.tls.source(t, id)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		n.b, err = broker.New(ctx, broker.Config{
-			Cluster: cluster.Config{
-				NodeID:             id,
-				DataDir:            filepath.Join(dir, id),
-				RaftBind:           "127.0.0.1:0",
-				GossipBind:         "127.0.0.1:0",
-				GRPCAdvertise:      n.addr,
-				Version:            "build-of-" + id,
-				Join:               join,
-				BootstrapExpect:    o.expect,
-				DeadNodeTimeout:    time.Minute,
-				HeartbeatTimeout:   ipHeartbeat,
-				ElectionTimeout:    ipHeartbeat,
-				LeaderLeaseTimeout: ipLease,
-				TLS:                clusterTLS(nodeTLS),
-			},
-			MaxQueuedBytes: o.maxQueuedBytes,
-			Audit:          o.audit,
-			Logger:         l,
-		})
-		cancel()
-		if err != nil {
-			lis.Close()
-			t.Fatalf("start %s: %v", id, err)
-		}
-		n.state, n.sched, n.node = n.b.State(), n.b.Scheduler(), n.b.Node()
-		authn := auth.New(auth.Config{Mode: o.auth, BootstrapToken: o.bootstrapToken, State: n.b.State().Auth, Logger: l.With("component", "audit"), NodeTLS: nodeTLS != nil})
-		n.srv = New(Config{Logger: l.With("component", "transport"), LeaderWait: o.leaderWait, TLS: nodeTLS, Auth: authn}, n.b)
-		go func() { n.served <- n.srv.Serve(lis) }()
-		creds := insecure.NewCredentials()
-		if o.tls != nil {
-			creds = o.tls.clientCreds(t, "")
-		}
-		n.conn, err = grpc.NewClient(n.addr, grpc.WithTransportCredentials(creds))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.broker, n.admin = raftqv1.NewBrokerClient(n.conn), raftqv1.NewClusterClient(n.conn)
-		c.nodes = append(c.nodes, n)
+		c.nodes = append(c.nodes, c.startNode(fmt.Sprintf("n%d", i+1), join))
 	}
 	if !o.noWait {
 		c.waitStable(20 * time.Second)
 	}
 	return c
+}
+
+// startNode starts one node on its data dir under c.dir, joining join.
+func (c *inprocCluster) startNode(id string, join []string) *inprocNode {
+	c.t.Helper()
+	return c.startNodeAt(id, join, nodeAddrs{grpc: "127.0.0.1:0", raft: "127.0.0.1:0", gossip: "127.0.0.1:0"})
+}
+
+// nodeAddrs are the addresses a node binds.
+type nodeAddrs struct{ grpc, raft, gossip string }
+
+// startNodeAt is startNode on given addresses (a restart keeps its own).
+func (c *inprocCluster) startNodeAt(id string, join []string, at nodeAddrs) *inprocNode {
+	c.t.Helper()
+	o, dir, log := c.o, c.dir, c.log
+	lis, err := net.Listen("tcp", at.grpc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n := &inprocNode{id: id, addr: lis.Addr().String(), served: make(chan error, 1)}
+	l := log.With("node", id)
+	var nodeTLS *tlsconfig.Source
+	if o.tls != nil {
+		nodeTLS = o.tls.source(c.t, id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	n.b, err = broker.New(ctx, broker.Config{
+		Cluster: cluster.Config{
+			NodeID:             id,
+			DataDir:            filepath.Join(dir, id),
+			RaftBind:           at.raft,
+			GossipBind:         at.gossip,
+			GRPCAdvertise:      n.addr,
+			Version:            "build-of-" + id,
+			Join:               join,
+			BootstrapExpect:    o.expect,
+			DeadNodeTimeout:    time.Minute,
+			HeartbeatTimeout:   ipHeartbeat,
+			ElectionTimeout:    ipHeartbeat,
+			LeaderLeaseTimeout: ipLease,
+			TLS:                clusterTLS(nodeTLS),
+		},
+		MaxQueuedBytes: o.maxQueuedBytes,
+		Audit:          o.audit,
+		Logger:         l,
+	})
+	cancel()
+	if err != nil {
+		lis.Close()
+		c.t.Fatalf("start %s: %v", id, err)
+	}
+	n.state, n.sched, n.node = n.b.State(), n.b.Scheduler(), n.b.Node()
+	authn := auth.New(auth.Config{Mode: o.auth, BootstrapToken: o.bootstrapToken, State: n.b.State().Auth, Logger: l.With("component", "audit"), NodeTLS: nodeTLS != nil})
+	n.srv = New(Config{Logger: l.With("component", "transport"), LeaderWait: o.leaderWait, TLS: nodeTLS, Auth: authn, ReplicaCheckInterval: o.replicaCheck}, n.b)
+	go func() { n.served <- n.srv.Serve(lis) }()
+	creds := insecure.NewCredentials()
+	if o.tls != nil {
+		creds = o.tls.clientCreds(c.t, "")
+	}
+	n.conn, err = grpc.NewClient(n.addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n.broker, n.admin = raftqv1.NewBrokerClient(n.conn), raftqv1.NewClusterClient(n.conn)
+	return n
+}
+
+// restart stops n without leaving (as a process that ends) and starts a
+// node with its id on its data dir and its addresses, joining through the
+// other nodes, as raftq serve starting again does; the new node takes n's
+// place in c.nodes.
+func (c *inprocCluster) restart(n *inprocNode) *inprocNode {
+	c.t.Helper()
+	at := nodeAddrs{grpc: n.addr, raft: n.node.RaftAddr(), gossip: n.node.GossipAddr()}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n.conn.Close()
+	n.srv.Stop(ctx)
+	if err := <-n.served; err != nil {
+		c.t.Errorf("%s: Serve: %v", n.id, err)
+	}
+	if err := n.b.Close(ctx); err != nil {
+		c.t.Errorf("%s: shutdown: %v", n.id, err)
+	}
+	var join []string
+	for _, o := range c.nodes {
+		if o != n {
+			join = append(join, o.node.GossipAddr())
+		}
+	}
+	m := c.startNodeAt(n.id, join, at)
+	for i := range c.nodes {
+		if c.nodes[i] == n {
+			c.nodes[i] = m
+		}
+	}
+	return m
 }
 
 // waitStable waits until one node leads (its Barrier done), every node

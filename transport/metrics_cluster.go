@@ -21,7 +21,8 @@ func registerNodeMetrics(reg *prometheus.Registry, s *Server) {
 		return s.b.Scheduler().Consumers(queue), true
 	}
 	reg.MustRegister(
-		qmetrics.NewQueueCollector(s.state, consumers, time.Now, s.b.Drain()),
+		// A node whose state diverged serves no reads from it (replica.go).
+		unlessDiverged{s: s, c: qmetrics.NewQueueCollector(s.state, consumers, time.Now, s.b.Drain())},
 		s.b.LeaseMetrics(),
 		newClusterCollector(s),
 		newHealCollector(s),

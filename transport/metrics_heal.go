@@ -8,11 +8,12 @@ import (
 )
 
 // healCollector reports the self-healing work: counter repairs this node
-// applied, queues the leader's audit recounted. Read at scrape.
+// applied, queues the leader's audit recounted, replica divergence found
+// (as leader) or known (of itself). Read at scrape.
 type healCollector struct {
 	s *Server
 
-	repairs, audited *prometheus.Desc
+	repairs, audited, diverged *prometheus.Desc
 }
 
 func newHealCollector(s *Server) *healCollector {
@@ -23,12 +24,16 @@ func newHealCollector(s *Server) *healCollector {
 			[]string{"queue"}, nil),
 		audited: prometheus.NewDesc("raftq_audit_queues_recounted_total",
 			"Queues whose counters this node's counter audit recounted while it led, since it started.", nil, nil),
+		diverged: prometheus.NewDesc("raftq_replica_diverged",
+			"1 once this node learnt that its state digest differs from the replicas' (it then serves no reads from its state until repaired), else 0.", nil, nil),
 	}
 }
 
 func (c *healCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.repairs
 	ch <- c.audited
+	ch <- c.diverged
+	c.s.divergences.Describe(ch)
 }
 
 func (c *healCollector) Collect(ch chan<- prometheus.Metric) {
@@ -37,4 +42,26 @@ func (c *healCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.repairs, prometheus.CounterValue, float64(repairs[q]), q)
 	}
 	ch <- prometheus.MustNewConstMetric(c.audited, prometheus.CounterValue, float64(c.s.b.AuditedQueues()))
+	d := 0.0
+	if c.s.Diverged() {
+		d = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.diverged, prometheus.GaugeValue, d)
+	c.s.divergences.Collect(ch)
+}
+
+// unlessDiverged collects c only while this node's state is not known to
+// have diverged: a diverged node's queue numbers are wrong, and must not
+// be read as the cluster's.
+type unlessDiverged struct {
+	s *Server
+	c prometheus.Collector
+}
+
+func (u unlessDiverged) Describe(ch chan<- *prometheus.Desc) { u.c.Describe(ch) }
+
+func (u unlessDiverged) Collect(ch chan<- prometheus.Metric) {
+	if !u.s.Diverged() {
+		u.c.Collect(ch)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,6 +49,9 @@ type Config struct {
 	Pprof bool
 	// HTTPSecure marks the HTTP port's cookies Secure (it serves TLS).
 	HTTPSecure bool
+	// ReplicaCheckInterval is how often the leader checks that every
+	// replica's state digest agrees (replica.go); 0 = 1m, negative = never.
+	ReplicaCheckInterval time.Duration
 }
 
 // Server serves the Broker and Cluster services of one node.
@@ -73,7 +77,6 @@ type Server struct {
 	// stopHandBack cuts a hand-back in progress short.
 	handBackDone chan struct{}
 	stopHandBack context.CancelFunc
-	closeOnce    sync.Once
 	// left is closed once this node has left the cluster (a Leave call):
 	// the process should stop.
 	left     chan struct{}
@@ -84,6 +87,20 @@ type Server struct {
 	dash     *dashboard.Dashboard
 	stopDash context.CancelFunc
 	dashDone chan struct{}
+
+	// diverged is set once this node learns its state differs from the
+	// replicas' (replica.go); replicaDone is closed when the replica loop
+	// has returned, stopReplica ends it.
+	diverged    atomic.Pointer[divergence]
+	divergences *prometheus.CounterVec
+	replicaDone chan struct{}
+	stopReplica context.CancelFunc
+	// restart is closed when this diverged node has been removed and has
+	// asked for its Raft state to be set aside: the process should start
+	// the node again (replica.go).
+	restart     chan struct{}
+	restartOnce sync.Once
+	closeOnce   sync.Once
 }
 
 // New builds the gRPC server of node b; Serve starts it.
@@ -113,6 +130,16 @@ func New(cfg Config, b *broker.Broker) *Server {
 		left:     make(chan struct{}),
 
 		handBackDone: make(chan struct{}),
+		replicaDone:  make(chan struct{}),
+		restart:      make(chan struct{}),
+		divergences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "raftq_replica_divergence_total",
+			Help: "Replica checks led by this node that found a node's state digest differing from the replicas' (node is the one that differed). Every one is a bug report.",
+		}, []string{"node"}),
+	}
+	if cfg.ReplicaCheckInterval == 0 {
+		cfg.ReplicaCheckInterval = defaultReplicaCheckInterval
+		s.cfg.ReplicaCheckInterval = cfg.ReplicaCheckInterval
 	}
 	s.metrics = newMetrics(cfg.Registry, s)
 	var creds []grpc.ServerOption
@@ -142,6 +169,9 @@ func New(cfg Config, b *broker.Broker) *Server {
 	s.stopHandBack = cancel
 	go s.handBackLoop(hctx)
 	s.startDashboard()
+	rctx, rcancel := context.WithCancel(context.Background())
+	s.stopReplica = rcancel
+	go s.replicaLoop(rctx, cfg.ReplicaCheckInterval)
 	return s
 }
 
@@ -194,6 +224,8 @@ func (s *Server) Stop(ctx context.Context) {
 		s.stopHandBack()
 		s.stopDash()
 		<-s.dashDone
+		s.stopReplica()
+		<-s.replicaDone
 		s.peers.close()
 	})
 }

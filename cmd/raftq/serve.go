@@ -46,6 +46,7 @@ type serveOptions struct {
 	snapThreshold    uint64
 	trailingLogs     uint64
 	audit            broker.AuditConfig
+	replicaCheck     time.Duration
 	shutdownTimeout  time.Duration
 	leaveOnTerminate bool
 	tls              tlsconfig.Files
@@ -82,7 +83,16 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 			return nil
 		},
 		// main's context ends on SIGINT/SIGTERM: a graceful stop (see stopNode).
-		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), o, mem) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for {
+				err := runServe(cmd.Context(), o, mem)
+				if !errors.Is(err, errRepairRestart) {
+					return err
+				}
+				// A diverged replica was removed for repair: start again
+				// on the same data dir, whose Raft state is set aside.
+			}
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&o.configFile, "config", "", "YAML file with one key per flag (node-id: n1); flags and RAFTQ_<FLAG> override it; check one with raftq config check")
@@ -105,6 +115,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.IntVar(&o.metricsTopKeys, "metrics-top-keys", 0, "export per fairness key and throttle key metrics for each queue's top N keys, the rest summed as key=\"_other\" (0 = off)")
 	fl.DurationVar(&o.audit.Interval, "audit-interval", time.Second, "leader: time between counter audit ticks (negative = no audit)")
 	fl.IntVar(&o.audit.Budget, "audit-budget", 64, "leader: the most queues whose counters one audit tick recounts")
+	fl.DurationVar(&o.replicaCheck, "replica-check-interval", time.Minute, "leader: time between checks that every replica's state digest agrees (negative = never)")
 	fl.Uint64Var(&o.trailingLogs, "trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot (followers further behind get the snapshot)")
 	fl.StringVar(&o.tls.Cert, "tls-cert", "", "this node's certificate (PEM, made by raftq cert node): TLS on every port, mTLS between nodes")
 	fl.StringVar(&o.tls.Key, "tls-key", "", "the key of --tls-cert (PEM)")
@@ -236,6 +247,10 @@ func (h *startingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	http.Error(w, "starting: restoring state from the data dir", http.StatusServiceUnavailable)
 }
+
+// errRepairRestart ends runServe when the node must start again (replica
+// repair, transport/replica.go).
+var errRepairRestart = errors.New("restart for replica repair")
 
 func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 	log, err := newLogger(o.logLevel)
@@ -372,7 +387,7 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 			return node.SetGossipKeys(keys)
 		})
 	}
-	srv := transport.New(transport.Config{Logger: log.With("component", "transport"), TLS: tlsSrc, MetricsTopKeys: o.metricsTopKeys, Auth: authn, Pprof: o.auth.pprof, HTTPSecure: tlsSrc != nil}, b)
+	srv := transport.New(transport.Config{Logger: log.With("component", "transport"), TLS: tlsSrc, MetricsTopKeys: o.metricsTopKeys, Auth: authn, Pprof: o.auth.pprof, HTTPSecure: tlsSrc != nil, ReplicaCheckInterval: o.replicaCheck}, b)
 	go func() { errc <- srv.Serve(grpcLis) }()
 	httpHandler.ready(srv.HTTPHandler())
 	log.Info("raftq node started", "node_id", o.nodeID, "grpc", adv["grpc"], "grpc_clients", cmp.Or(o.advertiseGRPC, adv["grpc"]), "raft", adv["raft"], "gossip", adv["gossip"], "http", adv["http"], "data_dir", o.dataDir,
@@ -386,6 +401,10 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 	case <-srv.Left():
 		log.Info("left the cluster on request; shutting down", "within", o.shutdownTimeout)
 		leave = false // done
+	case <-srv.RepairRestart():
+		log.Warn("this replica's state diverged and it was removed for repair: restarting with its Raft state set aside")
+		leave = false // already out of the configuration
+		serveErr = errRepairRestart
 	case serveErr = <-errc:
 		log.Error("server failed", "err", serveErr)
 	}

@@ -5,10 +5,14 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -143,6 +147,7 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 	drain.DataRaces = dataRaces(c)
 	rec.Update(func(h *History) { h.Drain = drain })
 	rec.Update(func(h *History) { h.Verify = verify(ctx, c) })
+	rec.Update(func(h *History) { h.Repairs = repairs(ctx, c) })
 
 	h := rec.Snapshot()
 	r := Check(&h)
@@ -173,6 +178,28 @@ func verify(ctx context.Context, c *Cluster) VerifyResult {
 		return nil
 	})
 	return last
+}
+
+// repairs reads every node's log (all its runs) and, from the nodes that
+// answer, /metrics, for repairs of counters or replicas.
+func repairs(ctx context.Context, c *Cluster) []Repair {
+	var out []Repair
+	for _, n := range c.Nodes {
+		if b, err := os.ReadFile(n.LogPath); err == nil {
+			out = append(out, RepairsInLog(n.ID, string(b))...)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		req, err := http.NewRequestWithContext(rctx, http.MethodGet, fmt.Sprintf("http://%s/metrics", net.JoinHostPort(n.Host.IP, strconv.Itoa(httpPort))), nil)
+		if err == nil {
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				out = append(out, RepairsInMetrics(n.ID, string(b))...)
+			}
+		}
+		cancel()
+	}
+	return out
 }
 
 // dataRaces lists race detector reports in the nodes' logs.

@@ -39,6 +39,9 @@ const (
 	InvNodeCrash = "node-crash"
 	// The race detector reported a data race in a node.
 	InvDataRace = "data-race"
+	// A node repaired its counters or a replica (repairs.go) although no
+	// fault was injected for it: the repair covers a bug.
+	InvRepairWithoutFault = "repair-without-fault"
 )
 
 // clockSlackMs absorbs the millisecond rounding of broker timestamps when
@@ -319,6 +322,7 @@ func Check(h *History) *Report {
 	for _, race := range h.Drain.DataRaces {
 		add(Violation{Invariant: InvDataRace, Detail: race})
 	}
+	checkRepairs(h, add)
 	return r
 }
 

@@ -154,6 +154,12 @@ func TestCheckerFlagsViolations(t *testing.T) {
 		{"acked enqueue never delivered", InvLostWrite, func(h *History) {
 			h.Enqueues = append(h.Enqueues, enq("z", OK, 900, 910, "m9"))
 		}},
+		{"counter repaired with no fault injected", InvRepairWithoutFault, func(h *History) {
+			h.Repairs = RepairsInLog("n2", `time=2026-11-30T18:00:00Z level=WARN msg="queue counters disagreed with the queue's messages; recomputed them (a repair is a bug report)" queue=q0`)
+		}},
+		{"replica repaired with no fault injected", InvRepairWithoutFault, func(h *History) {
+			h.Repairs = RepairsInMetrics("n1", "raftq_replica_divergence_total{node=\"n3\"} 1\n")
+		}},
 		{"double ack", InvDoubleAck, func(h *History) {
 			// Under two leases: the nacked one's ack succeeding too.
 			h.Settles = append(h.Settles, settle(Ack, "m2", "t2", OK, 800, 810))
@@ -337,5 +343,27 @@ func TestRecheckHistory(t *testing.T) {
 	t.Logf("\n%s", r.Table())
 	for _, v := range r.Violations {
 		t.Errorf("[%s] msg=%s payload=%s: %s", v.Invariant, v.MessageID, v.Payload, v.Detail)
+	}
+}
+
+// TestRepairEvidence: the scanners find repair lines and non-zero repair
+// series, and nothing in a clean node's log and metrics.
+func TestRepairEvidence(t *testing.T) {
+	cleanLog := "level=INFO msg=\"counter audit: recount committed\"\nlevel=INFO msg=\"node started\"\n"
+	if got := RepairsInLog("n1", cleanLog); len(got) != 0 {
+		t.Fatalf("clean log: %v", got)
+	}
+	cleanMetrics := "# HELP raftq_replica_diverged x\n# TYPE raftq_replica_diverged gauge\nraftq_replica_diverged 0\nraftq_audit_queues_recounted_total 40\n"
+	if got := RepairsInMetrics("n1", cleanMetrics); len(got) != 0 {
+		t.Fatalf("clean metrics: %v", got)
+	}
+	log := cleanLog + "level=ERROR msg=\"replica check: a replica's state differs from the leader's at a checkpoint; it stops serving reads until repaired\" node=n3\n" +
+		"level=WARN msg=\"node byte total disagreed with the queues' byte counters; recomputed it (a repair is a bug report)\"\n"
+	if got := RepairsInLog("n1", log); len(got) != 2 {
+		t.Fatalf("log repairs: %v, want 2", got)
+	}
+	m := cleanMetrics + "raftq_counter_repairs_total{queue=\"q0\"} 2\nraftq_replica_diverged 1\n"
+	if got := RepairsInMetrics("n1", m); len(got) != 2 {
+		t.Fatalf("metric repairs: %v, want 2", got)
 	}
 }

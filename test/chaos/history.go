@@ -31,6 +31,10 @@ type History struct {
 	Drain    DrainResult  `json:"drain"`
 	Recovery Recovery     `json:"recovery"`
 	Verify   VerifyResult `json:"verify"`
+	// Repairs the nodes made (read from every node's log and metrics at
+	// the end of the run); the chaos binary injects no fault that calls
+	// for one.
+	Repairs []Repair `json:"repairs,omitempty"`
 }
 
 // QueueSpec describes a queue the workload uses and its dead-letter queue.

@@ -3311,6 +3311,133 @@ func (x *NodeDigest) GetError() string {
 	return ""
 }
 
+type ReportDivergenceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The checkpoint's index.
+	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The digest the replicas agree on at that index.
+	Digest   string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	LeaderId string `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// The leader has removed this node from the Raft configuration to repair
+	// it: a diverged node sets its Raft state aside and starts again with
+	// none, so it joins as a new member and takes the leader's state.
+	Removed       bool `protobuf:"varint,4,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportDivergenceRequest) Reset() {
+	*x = ReportDivergenceRequest{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportDivergenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportDivergenceRequest) ProtoMessage() {}
+
+func (x *ReportDivergenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportDivergenceRequest.ProtoReflect.Descriptor instead.
+func (*ReportDivergenceRequest) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ReportDivergenceRequest) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ReportDivergenceRequest) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *ReportDivergenceRequest) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *ReportDivergenceRequest) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
+type ReportDivergenceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when this node's digest at index differs: it now serves no reads.
+	Diverged bool `protobuf:"varint,1,opt,name=diverged,proto3" json:"diverged,omitempty"`
+	// This node's digest at index ("" if it has no such checkpoint).
+	Digest        string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportDivergenceResponse) Reset() {
+	*x = ReportDivergenceResponse{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportDivergenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportDivergenceResponse) ProtoMessage() {}
+
+func (x *ReportDivergenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportDivergenceResponse.ProtoReflect.Descriptor instead.
+func (*ReportDivergenceResponse) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ReportDivergenceResponse) GetDiverged() bool {
+	if x != nil {
+		return x.Diverged
+	}
+	return false
+}
+
+func (x *ReportDivergenceResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
 type VerifyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3319,7 +3446,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3458,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3471,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
 }
 
 type VerifyResponse struct {
@@ -3363,7 +3490,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3375,7 +3502,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3388,7 +3515,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *VerifyResponse) GetNodes() []*NodeDigest {
@@ -3420,7 +3547,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3432,7 +3559,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3445,7 +3572,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
 }
 
 type CheckpointResponse struct {
@@ -3457,7 +3584,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3469,7 +3596,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3482,7 +3609,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CheckpointResponse) GetIndex() uint64 {
@@ -3501,7 +3628,7 @@ type LocalDigestRequest struct {
 
 func (x *LocalDigestRequest) Reset() {
 	*x = LocalDigestRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3513,7 +3640,7 @@ func (x *LocalDigestRequest) String() string {
 func (*LocalDigestRequest) ProtoMessage() {}
 
 func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3526,7 +3653,7 @@ func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalDigestRequest.ProtoReflect.Descriptor instead.
 func (*LocalDigestRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *LocalDigestRequest) GetIndex() uint64 {
@@ -3545,7 +3672,7 @@ type ListConsumersRequest struct {
 
 func (x *ListConsumersRequest) Reset() {
 	*x = ListConsumersRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3557,7 +3684,7 @@ func (x *ListConsumersRequest) String() string {
 func (*ListConsumersRequest) ProtoMessage() {}
 
 func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3570,7 +3697,7 @@ func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersRequest.ProtoReflect.Descriptor instead.
 func (*ListConsumersRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListConsumersRequest) GetQueue() string {
@@ -3589,7 +3716,7 @@ type ListConsumersResponse struct {
 
 func (x *ListConsumersResponse) Reset() {
 	*x = ListConsumersResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3601,7 +3728,7 @@ func (x *ListConsumersResponse) String() string {
 func (*ListConsumersResponse) ProtoMessage() {}
 
 func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3614,7 +3741,7 @@ func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
@@ -3653,7 +3780,7 @@ type ConsumerInfo struct {
 
 func (x *ConsumerInfo) Reset() {
 	*x = ConsumerInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3665,7 +3792,7 @@ func (x *ConsumerInfo) String() string {
 func (*ConsumerInfo) ProtoMessage() {}
 
 func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3678,7 +3805,7 @@ func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ConsumerInfo) GetName() string {
@@ -3765,7 +3892,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3777,7 +3904,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3790,7 +3917,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -3828,7 +3955,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3840,7 +3967,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3853,7 +3980,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CreateTokenResponse) GetName() string {
@@ -3893,7 +4020,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3905,7 +4032,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3918,7 +4045,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RevokeTokenRequest) GetName() string {
@@ -3936,7 +4063,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3948,7 +4075,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3961,7 +4088,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
 }
 
 type GrantRequest struct {
@@ -3980,7 +4107,7 @@ type GrantRequest struct {
 
 func (x *GrantRequest) Reset() {
 	*x = GrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3992,7 +4119,7 @@ func (x *GrantRequest) String() string {
 func (*GrantRequest) ProtoMessage() {}
 
 func (x *GrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4005,7 +4132,7 @@ func (x *GrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRequest.ProtoReflect.Descriptor instead.
 func (*GrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GrantRequest) GetIdentity() string {
@@ -4044,7 +4171,7 @@ type GrantResponse struct {
 
 func (x *GrantResponse) Reset() {
 	*x = GrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4056,7 +4183,7 @@ func (x *GrantResponse) String() string {
 func (*GrantResponse) ProtoMessage() {}
 
 func (x *GrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4069,7 +4196,7 @@ func (x *GrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantResponse.ProtoReflect.Descriptor instead.
 func (*GrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
 }
 
 type UngrantRequest struct {
@@ -4084,7 +4211,7 @@ type UngrantRequest struct {
 
 func (x *UngrantRequest) Reset() {
 	*x = UngrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4096,7 +4223,7 @@ func (x *UngrantRequest) String() string {
 func (*UngrantRequest) ProtoMessage() {}
 
 func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4109,7 +4236,7 @@ func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantRequest.ProtoReflect.Descriptor instead.
 func (*UngrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *UngrantRequest) GetIdentity() string {
@@ -4141,7 +4268,7 @@ type UngrantResponse struct {
 
 func (x *UngrantResponse) Reset() {
 	*x = UngrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4153,7 +4280,7 @@ func (x *UngrantResponse) String() string {
 func (*UngrantResponse) ProtoMessage() {}
 
 func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4166,7 +4293,7 @@ func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantResponse.ProtoReflect.Descriptor instead.
 func (*UngrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
 }
 
 type ListAuthRequest struct {
@@ -4177,7 +4304,7 @@ type ListAuthRequest struct {
 
 func (x *ListAuthRequest) Reset() {
 	*x = ListAuthRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4189,7 +4316,7 @@ func (x *ListAuthRequest) String() string {
 func (*ListAuthRequest) ProtoMessage() {}
 
 func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4202,7 +4329,7 @@ func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthRequest.ProtoReflect.Descriptor instead.
 func (*ListAuthRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
 }
 
 type ListAuthResponse struct {
@@ -4214,7 +4341,7 @@ type ListAuthResponse struct {
 
 func (x *ListAuthResponse) Reset() {
 	*x = ListAuthResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4226,7 +4353,7 @@ func (x *ListAuthResponse) String() string {
 func (*ListAuthResponse) ProtoMessage() {}
 
 func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4239,7 +4366,7 @@ func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthResponse.ProtoReflect.Descriptor instead.
 func (*ListAuthResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListAuthResponse) GetIdentities() []*IdentityInfo {
@@ -4261,7 +4388,7 @@ type IdentityInfo struct {
 
 func (x *IdentityInfo) Reset() {
 	*x = IdentityInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4273,7 +4400,7 @@ func (x *IdentityInfo) String() string {
 func (*IdentityInfo) ProtoMessage() {}
 
 func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4286,7 +4413,7 @@ func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityInfo.ProtoReflect.Descriptor instead.
 func (*IdentityInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *IdentityInfo) GetName() string {
@@ -4329,7 +4456,7 @@ type TokenInfo struct {
 
 func (x *TokenInfo) Reset() {
 	*x = TokenInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4341,7 +4468,7 @@ func (x *TokenInfo) String() string {
 func (*TokenInfo) ProtoMessage() {}
 
 func (x *TokenInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4354,7 +4481,7 @@ func (x *TokenInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenInfo.ProtoReflect.Descriptor instead.
 func (*TokenInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *TokenInfo) GetName() string {
@@ -4388,7 +4515,7 @@ type PermissionGrant struct {
 
 func (x *PermissionGrant) Reset() {
 	*x = PermissionGrant{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4400,7 +4527,7 @@ func (x *PermissionGrant) String() string {
 func (*PermissionGrant) ProtoMessage() {}
 
 func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4413,7 +4540,7 @@ func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionGrant.ProtoReflect.Descriptor instead.
 func (*PermissionGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *PermissionGrant) GetPattern() string {
@@ -4438,7 +4565,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4450,7 +4577,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4463,7 +4590,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
 }
 
 type WhoAmIResponse struct {
@@ -4479,7 +4606,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4491,7 +4618,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4504,7 +4631,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *WhoAmIResponse) GetIdentity() string {
@@ -4543,7 +4670,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4555,7 +4682,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4568,7 +4695,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
 }
 
 // BackupChunk is one message of a Backup stream: first info (alone), then
@@ -4589,7 +4716,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4601,7 +4728,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4614,7 +4741,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *BackupChunk) GetInfo() *BackupInfo {
@@ -4665,7 +4792,7 @@ type BackupInfo struct {
 
 func (x *BackupInfo) Reset() {
 	*x = BackupInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4677,7 +4804,7 @@ func (x *BackupInfo) String() string {
 func (*BackupInfo) ProtoMessage() {}
 
 func (x *BackupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4690,7 +4817,7 @@ func (x *BackupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupInfo.ProtoReflect.Descriptor instead.
 func (*BackupInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *BackupInfo) GetIndex() uint64 {
@@ -4983,7 +5110,15 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x06digest\x18\x03 \x01(\tR\x06digest\x12\x1f\n" +
 	"\vcounters_ok\x18\x04 \x01(\bR\n" +
 	"countersOk\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"\x0f\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"~\n" +
+	"\x17ReportDivergenceRequest\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x1b\n" +
+	"\tleader_id\x18\x03 \x01(\tR\bleaderId\x12\x18\n" +
+	"\aremoved\x18\x04 \x01(\bR\aremoved\"N\n" +
+	"\x18ReportDivergenceResponse\x12\x1a\n" +
+	"\bdiverged\x18\x01 \x01(\bR\bdiverged\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\"\x0f\n" +
 	"\rVerifyRequest\"\x87\x01\n" +
 	"\x0eVerifyResponse\x12*\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x14.raftq.v1.NodeDigestR\x05nodes\x12\x1e\n" +
@@ -5089,7 +5224,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\vExtendLease\x12\x1c.raftq.v1.ExtendLeaseRequest\x1a\x1d.raftq.v1.ExtendLeaseResponse\x125\n" +
 	"\x04Peek\x12\x15.raftq.v1.PeekRequest\x1a\x16.raftq.v1.PeekResponse\x12>\n" +
 	"\aRedrive\x12\x18.raftq.v1.RedriveRequest\x1a\x19.raftq.v1.RedriveResponse\x12P\n" +
-	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse2\xf2\x04\n" +
+	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse2\xcd\x05\n" +
 	"\aCluster\x12;\n" +
 	"\x06Status\x12\x17.raftq.v1.StatusRequest\x1a\x18.raftq.v1.StatusResponse\x12G\n" +
 	"\n" +
@@ -5101,7 +5236,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"Checkpoint\x12\x1b.raftq.v1.CheckpointRequest\x1a\x1c.raftq.v1.CheckpointResponse\x12A\n" +
 	"\vLocalDigest\x12\x1c.raftq.v1.LocalDigestRequest\x1a\x14.raftq.v1.NodeDigest\x128\n" +
 	"\x05Leave\x12\x16.raftq.v1.LeaveRequest\x1a\x17.raftq.v1.LeaveResponse\x12:\n" +
-	"\x06Backup\x12\x17.raftq.v1.BackupRequest\x1a\x15.raftq.v1.BackupChunk0\x012\x98\x03\n" +
+	"\x06Backup\x12\x17.raftq.v1.BackupRequest\x1a\x15.raftq.v1.BackupChunk0\x01\x12Y\n" +
+	"\x10ReportDivergence\x12!.raftq.v1.ReportDivergenceRequest\x1a\".raftq.v1.ReportDivergenceResponse2\x98\x03\n" +
 	"\x04Auth\x12J\n" +
 	"\vCreateToken\x12\x1c.raftq.v1.CreateTokenRequest\x1a\x1d.raftq.v1.CreateTokenResponse\x12J\n" +
 	"\vRevokeToken\x12\x1c.raftq.v1.RevokeTokenRequest\x1a\x1d.raftq.v1.RevokeTokenResponse\x128\n" +
@@ -5122,7 +5258,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -5177,58 +5313,60 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*SnapshotRequest)(nil),            // 50: raftq.v1.SnapshotRequest
 	(*SnapshotResponse)(nil),           // 51: raftq.v1.SnapshotResponse
 	(*NodeDigest)(nil),                 // 52: raftq.v1.NodeDigest
-	(*VerifyRequest)(nil),              // 53: raftq.v1.VerifyRequest
-	(*VerifyResponse)(nil),             // 54: raftq.v1.VerifyResponse
-	(*CheckpointRequest)(nil),          // 55: raftq.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),         // 56: raftq.v1.CheckpointResponse
-	(*LocalDigestRequest)(nil),         // 57: raftq.v1.LocalDigestRequest
-	(*ListConsumersRequest)(nil),       // 58: raftq.v1.ListConsumersRequest
-	(*ListConsumersResponse)(nil),      // 59: raftq.v1.ListConsumersResponse
-	(*ConsumerInfo)(nil),               // 60: raftq.v1.ConsumerInfo
-	(*CreateTokenRequest)(nil),         // 61: raftq.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),        // 62: raftq.v1.CreateTokenResponse
-	(*RevokeTokenRequest)(nil),         // 63: raftq.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),        // 64: raftq.v1.RevokeTokenResponse
-	(*GrantRequest)(nil),               // 65: raftq.v1.GrantRequest
-	(*GrantResponse)(nil),              // 66: raftq.v1.GrantResponse
-	(*UngrantRequest)(nil),             // 67: raftq.v1.UngrantRequest
-	(*UngrantResponse)(nil),            // 68: raftq.v1.UngrantResponse
-	(*ListAuthRequest)(nil),            // 69: raftq.v1.ListAuthRequest
-	(*ListAuthResponse)(nil),           // 70: raftq.v1.ListAuthResponse
-	(*IdentityInfo)(nil),               // 71: raftq.v1.IdentityInfo
-	(*TokenInfo)(nil),                  // 72: raftq.v1.TokenInfo
-	(*PermissionGrant)(nil),            // 73: raftq.v1.PermissionGrant
-	(*WhoAmIRequest)(nil),              // 74: raftq.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),             // 75: raftq.v1.WhoAmIResponse
-	(*BackupRequest)(nil),              // 76: raftq.v1.BackupRequest
-	(*BackupChunk)(nil),                // 77: raftq.v1.BackupChunk
-	(*BackupInfo)(nil),                 // 78: raftq.v1.BackupInfo
-	nil,                                // 79: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 80: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 81: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 82: google.protobuf.FieldMask
-	(*status.Status)(nil),              // 83: google.rpc.Status
+	(*ReportDivergenceRequest)(nil),    // 53: raftq.v1.ReportDivergenceRequest
+	(*ReportDivergenceResponse)(nil),   // 54: raftq.v1.ReportDivergenceResponse
+	(*VerifyRequest)(nil),              // 55: raftq.v1.VerifyRequest
+	(*VerifyResponse)(nil),             // 56: raftq.v1.VerifyResponse
+	(*CheckpointRequest)(nil),          // 57: raftq.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 58: raftq.v1.CheckpointResponse
+	(*LocalDigestRequest)(nil),         // 59: raftq.v1.LocalDigestRequest
+	(*ListConsumersRequest)(nil),       // 60: raftq.v1.ListConsumersRequest
+	(*ListConsumersResponse)(nil),      // 61: raftq.v1.ListConsumersResponse
+	(*ConsumerInfo)(nil),               // 62: raftq.v1.ConsumerInfo
+	(*CreateTokenRequest)(nil),         // 63: raftq.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),        // 64: raftq.v1.CreateTokenResponse
+	(*RevokeTokenRequest)(nil),         // 65: raftq.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),        // 66: raftq.v1.RevokeTokenResponse
+	(*GrantRequest)(nil),               // 67: raftq.v1.GrantRequest
+	(*GrantResponse)(nil),              // 68: raftq.v1.GrantResponse
+	(*UngrantRequest)(nil),             // 69: raftq.v1.UngrantRequest
+	(*UngrantResponse)(nil),            // 70: raftq.v1.UngrantResponse
+	(*ListAuthRequest)(nil),            // 71: raftq.v1.ListAuthRequest
+	(*ListAuthResponse)(nil),           // 72: raftq.v1.ListAuthResponse
+	(*IdentityInfo)(nil),               // 73: raftq.v1.IdentityInfo
+	(*TokenInfo)(nil),                  // 74: raftq.v1.TokenInfo
+	(*PermissionGrant)(nil),            // 75: raftq.v1.PermissionGrant
+	(*WhoAmIRequest)(nil),              // 76: raftq.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),             // 77: raftq.v1.WhoAmIResponse
+	(*BackupRequest)(nil),              // 78: raftq.v1.BackupRequest
+	(*BackupChunk)(nil),                // 79: raftq.v1.BackupChunk
+	(*BackupInfo)(nil),                 // 80: raftq.v1.BackupInfo
+	nil,                                // 81: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 82: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 83: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 84: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 85: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	79, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	81, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
 	1,  // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
 	2,  // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
 	3,  // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
 	4,  // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
 	6,  // 5: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
-	80, // 6: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	81, // 7: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	82, // 6: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	83, // 7: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
 	1,  // 8: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
 	5,  // 9: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	1,  // 10: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	82, // 11: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	84, // 11: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
 	5,  // 12: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 13: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 14: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
 	7,  // 15: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
 	24, // 16: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
 	25, // 17: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
-	83, // 18: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	85, // 18: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
 	8,  // 19: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
 	9,  // 20: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
 	11, // 21: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
@@ -5239,12 +5377,12 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	8,  // 26: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
 	40, // 27: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
 	52, // 28: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
-	60, // 29: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
-	71, // 30: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
-	72, // 31: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
-	73, // 32: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
-	73, // 33: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
-	78, // 34: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
+	62, // 29: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
+	73, // 30: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
+	74, // 31: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
+	75, // 32: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
+	75, // 33: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
+	80, // 34: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
 	0,  // 35: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
 	12, // 36: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
 	14, // 37: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
@@ -5260,54 +5398,56 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	34, // 47: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
 	36, // 48: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
 	38, // 49: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	58, // 50: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
+	60, // 50: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
 	42, // 51: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
 	44, // 52: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
 	48, // 53: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
 	50, // 54: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	53, // 55: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	55, // 56: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	57, // 57: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	55, // 55: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	57, // 56: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	59, // 57: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
 	46, // 58: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
-	76, // 59: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
-	61, // 60: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
-	63, // 61: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
-	65, // 62: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
-	67, // 63: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
-	69, // 64: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
-	74, // 65: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
-	13, // 66: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	15, // 67: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	17, // 68: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	19, // 69: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	21, // 70: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	23, // 71: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	25, // 72: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	27, // 73: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
-	29, // 74: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	31, // 75: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	33, // 76: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	35, // 77: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	37, // 78: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	39, // 79: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	59, // 80: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
-	43, // 81: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	45, // 82: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	49, // 83: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	51, // 84: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	54, // 85: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	56, // 86: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	52, // 87: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	47, // 88: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
-	77, // 89: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
-	62, // 90: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
-	64, // 91: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
-	66, // 92: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
-	68, // 93: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
-	70, // 94: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
-	75, // 95: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
-	66, // [66:96] is the sub-list for method output_type
-	36, // [36:66] is the sub-list for method input_type
+	78, // 59: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
+	53, // 60: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
+	63, // 61: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
+	65, // 62: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
+	67, // 63: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
+	69, // 64: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
+	71, // 65: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
+	76, // 66: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
+	13, // 67: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	15, // 68: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	17, // 69: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	19, // 70: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	21, // 71: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	23, // 72: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	25, // 73: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	27, // 74: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
+	29, // 75: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	31, // 76: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	33, // 77: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	35, // 78: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	37, // 79: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	39, // 80: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	61, // 81: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
+	43, // 82: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	45, // 83: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	49, // 84: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	51, // 85: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	56, // 86: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	58, // 87: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	52, // 88: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	47, // 89: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
+	79, // 90: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
+	54, // 91: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
+	64, // 92: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
+	66, // 93: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
+	68, // 94: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
+	70, // 95: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
+	72, // 96: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
+	77, // 97: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
+	67, // [67:98] is the sub-list for method output_type
+	36, // [36:67] is the sub-list for method input_type
 	36, // [36:36] is the sub-list for extension type_name
 	36, // [36:36] is the sub-list for extension extendee
 	0,  // [0:36] is the sub-list for field type_name
@@ -5324,7 +5464,7 @@ func file_raftq_v1_raftq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   82,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

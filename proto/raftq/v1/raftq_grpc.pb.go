@@ -683,6 +683,7 @@ const (
 	Cluster_LocalDigest_FullMethodName        = "/raftq.v1.Cluster/LocalDigest"
 	Cluster_Leave_FullMethodName              = "/raftq.v1.Cluster/Leave"
 	Cluster_Backup_FullMethodName             = "/raftq.v1.Cluster/Backup"
+	Cluster_ReportDivergence_FullMethodName   = "/raftq.v1.Cluster/ReportDivergence"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -711,6 +712,13 @@ type ClusterClient interface {
 	// The leader serves it; a follower answers NOT_LEADER. The first message
 	// carries info and no data, the last the SHA-256 of all data.
 	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
+	// Leader to a node whose digest at a checkpoint differed from the one
+	// the replicas agree on (the leader checks replicas on its own; see
+	// docs/architecture.md): the node compares it with its own digest and,
+	// if they differ, stops serving reads from its state until it is
+	// repaired. A report that does not match what the node finds changes
+	// nothing.
+	ReportDivergence(ctx context.Context, in *ReportDivergenceRequest, opts ...grpc.CallOption) (*ReportDivergenceResponse, error)
 }
 
 type clusterClient struct {
@@ -820,6 +828,16 @@ func (c *clusterClient) Backup(ctx context.Context, in *BackupRequest, opts ...g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_BackupClient = grpc.ServerStreamingClient[BackupChunk]
 
+func (c *clusterClient) ReportDivergence(ctx context.Context, in *ReportDivergenceRequest, opts ...grpc.CallOption) (*ReportDivergenceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportDivergenceResponse)
+	err := c.cc.Invoke(ctx, Cluster_ReportDivergence_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -846,6 +864,13 @@ type ClusterServer interface {
 	// The leader serves it; a follower answers NOT_LEADER. The first message
 	// carries info and no data, the last the SHA-256 of all data.
 	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error
+	// Leader to a node whose digest at a checkpoint differed from the one
+	// the replicas agree on (the leader checks replicas on its own; see
+	// docs/architecture.md): the node compares it with its own digest and,
+	// if they differ, stops serving reads from its state until it is
+	// repaired. A report that does not match what the node finds changes
+	// nothing.
+	ReportDivergence(context.Context, *ReportDivergenceRequest) (*ReportDivergenceResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -882,6 +907,9 @@ func (UnimplementedClusterServer) Leave(context.Context, *LeaveRequest) (*LeaveR
 }
 func (UnimplementedClusterServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error {
 	return status.Errorf(codes.Unimplemented, "method Backup not implemented")
+}
+func (UnimplementedClusterServer) ReportDivergence(context.Context, *ReportDivergenceRequest) (*ReportDivergenceResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReportDivergence not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -1059,6 +1087,24 @@ func _Cluster_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_BackupServer = grpc.ServerStreamingServer[BackupChunk]
 
+func _Cluster_ReportDivergence_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportDivergenceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).ReportDivergence(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_ReportDivergence_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).ReportDivergence(ctx, req.(*ReportDivergenceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1097,6 +1143,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Leave",
 			Handler:    _Cluster_Leave_Handler,
+		},
+		{
+			MethodName: "ReportDivergence",
+			Handler:    _Cluster_ReportDivergence_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

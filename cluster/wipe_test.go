@@ -1,0 +1,45 @@
+package cluster
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestWipeIfRequested: a requested wipe moves the Raft state (and only
+// it) aside once; without a request nothing moves.
+func TestWipeIfRequested(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"raft.db", "node-id", filepath.Join("snapshots", "1-2-3", "state.bin")} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(f), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log := slog.New(slog.DiscardHandler)
+	if err := wipeIfRequested(dir, log); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "raft.db")); err != nil {
+		t.Fatalf("moved without a request: %v", err)
+	}
+	if err := RequestWipe(dir, "diverged at 42"); err != nil {
+		t.Fatal(err)
+	}
+	if err := wipeIfRequested(dir, log); err != nil {
+		t.Fatal(err)
+	}
+	for _, gone := range []string{"raft.db", "snapshots", wipeMarker} {
+		if _, err := os.Stat(filepath.Join(dir, gone)); !os.IsNotExist(err) {
+			t.Errorf("%s still there: %v", gone, err)
+		}
+	}
+	for _, kept := range []string{"node-id", filepath.Join("diverged-1", "raft.db"), filepath.Join("diverged-1", "snapshots", "1-2-3", "state.bin")} {
+		if _, err := os.Stat(filepath.Join(dir, kept)); err != nil {
+			t.Errorf("%s: %v", kept, err)
+		}
+	}
+}
