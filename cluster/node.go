@@ -50,7 +50,7 @@ type Node struct {
 	snapStats snapshotCounter
 	// timedLogs times appends to the log (for metrics).
 	timedLogs *timedLogStore
-	trans     *raft.NetworkTransport
+	trans     drainedTransport
 	raftAddr  string // advertised Raft address
 
 	ms    *membership
@@ -171,12 +171,12 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err != nil {
 		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftBind, err)
 	}
-	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	n.trans = drainedTransport{raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  stream,
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  hcl.Named("raft-net"),
-	})
+	})}
 	n.raftAddr = string(n.trans.LocalAddr())
 
 	hasState, err := raft.HasExistingState(logs, n.store, n.snaps)
@@ -370,7 +370,7 @@ func (n *Node) closeAll() error {
 		}
 		close(n.raftDone)
 		n.lead.stopObserving()
-	} else if n.trans != nil {
+	} else if n.trans.NetworkTransport != nil {
 		if err := n.trans.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("raft transport: %w", err))
 		}
