@@ -17,6 +17,7 @@ type Command struct {
 	Name    string   // for logs and errors
 	Argv    []string // the program and its arguments
 	Env     []string // added to this process's environment
+	Dir     string   // working directory; empty is the caller's
 	LogPath string   // stdout and stderr are appended here
 	// OnExit, if set, is called (on a goroutine of its own, after Done is
 	// closed) when the process exits without Kill, Stop or Signal having
@@ -53,6 +54,7 @@ func StartProcess(c Command) (*Process, error) {
 	}
 	fmt.Fprintf(logf, "---- harness: start %s at %s ----\n", c.Name, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(c.Argv[0], c.Argv[1:]...)
+	cmd.Dir = c.Dir
 	if len(c.Env) > 0 {
 		cmd.Env = append(os.Environ(), c.Env...)
 	}
