@@ -438,13 +438,31 @@ func validUntilMs(d Delivery, settles []Settle, drops map[int64]time.Time) int64
 
 // usedAfter finds a successful extension or nack of d's lease that
 // started after ms (acks are the stale-ack rule's).
+//
+// A successful settle may be the retry of an earlier one of the same kind
+// and token whose answer was lost: from log version 7 the broker answers
+// such a retry OK from its record of recent outcomes, and the lease ended
+// when the first call applied. So the use counts from the earliest start
+// of any call of that kind and token that may have taken effect.
 func usedAfter(d Delivery, settles []Settle, ms int64) (Settle, bool) {
 	for _, s := range settles {
-		if s.Token == d.Token && s.Outcome == OK && s.Kind != Ack && s.Start.UnixMilli() > ms {
+		if s.Token == d.Token && s.Outcome == OK && s.Kind != Ack && mayHaveTakenEffectFrom(s, settles) > ms {
 			return s, true
 		}
 	}
 	return Settle{}, false
+}
+
+// mayHaveTakenEffectFrom is the earliest start (ms) of s or of a call of
+// the same kind and token, before s, whose outcome is unknown.
+func mayHaveTakenEffectFrom(s Settle, settles []Settle) int64 {
+	from := s.Start.UnixMilli()
+	for _, o := range settles {
+		if o.Token == s.Token && o.Kind == s.Kind && o.Outcome == Unknown && o.Start.Before(s.Start) && o.Start.UnixMilli() < from {
+			from = o.Start.UnixMilli()
+		}
+	}
+	return from
 }
 
 // streamGrants is the latest grant (ms) seen on each stream.

@@ -367,3 +367,23 @@ func TestRepairEvidence(t *testing.T) {
 		t.Fatalf("metric repairs: %v, want 2", got)
 	}
 }
+
+// A nack retried after its first answer was lost answers OK from the
+// broker's record of recent outcomes (log version 7): the lease ended
+// when the first call applied, so a grant between the two calls is no
+// second holder. The same late nack without the earlier call still is
+// (TestCheckerFlagsViolations).
+func TestCheckerRetriedNackIsNoSecondHolder(t *testing.T) {
+	h := cleanHistory()
+	i := slices.IndexFunc(h.Settles, func(s Settle) bool { return s.Token == "t2" && s.Kind == Nack })
+	if i < 0 {
+		t.Fatal("clean history has no nack of t2")
+	}
+	first := h.Settles[i]
+	first.Outcome = Unknown
+	h.Settles[i].Start, h.Settles[i].End = at(650), at(660) // the retry, after t3's grant
+	h.Settles = append(h.Settles, first)
+	if r := Check(h); !r.OK() {
+		t.Fatalf("a retried nack flagged: %+v", r.Violations)
+	}
+}
