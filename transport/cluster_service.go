@@ -126,20 +126,8 @@ func (c *clusterService) Checkpoint(ctx context.Context, _ *raftqv1.CheckpointRe
 // (within the deadline) for the node to apply it.
 func (c *clusterService) LocalDigest(ctx context.Context, req *raftqv1.LocalDigestRequest) (*raftqv1.NodeDigest, error) {
 	out := &raftqv1.NodeDigest{Id: c.s.b.ID()}
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for c.s.state.AppliedIndex() < req.Index {
-		select {
-		case <-ctx.Done():
-			return nil, status.Errorf(codes.DeadlineExceeded, "index %d not applied here (at %d)", req.Index, c.s.state.AppliedIndex())
-		case <-t.C:
-		}
-	}
-	d, err := c.s.state.DigestAt(req.Index)
+	d, err := c.digestAt(ctx, req.Index)
 	if err != nil {
-		if errors.Is(err, fsm.ErrNoCheckpoint) {
-			return nil, status.Error(codes.FailedPrecondition, err.Error())
-		}
 		return nil, err
 	}
 	out.AppliedIndex = req.Index
@@ -251,4 +239,26 @@ func judgeDigests(nodes []*raftqv1.NodeDigest, voters map[string]bool, leader st
 		}
 	}
 	return len(bad) == 0 && len(count) > 0, bad
+}
+
+// digestAt is this node's state digest at a checkpoint index, once the
+// node has applied it (waiting within ctx's deadline).
+func (c *clusterService) digestAt(ctx context.Context, index uint64) (string, error) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for c.s.state.AppliedIndex() < index {
+		select {
+		case <-ctx.Done():
+			return "", status.Errorf(codes.DeadlineExceeded, "index %d not applied here (at %d)", index, c.s.state.AppliedIndex())
+		case <-t.C:
+		}
+	}
+	d, err := c.s.state.DigestAt(index)
+	if err != nil {
+		if errors.Is(err, fsm.ErrNoCheckpoint) {
+			return "", status.Error(codes.FailedPrecondition, err.Error())
+		}
+		return "", err
+	}
+	return d, nil
 }

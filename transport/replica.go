@@ -2,13 +2,11 @@ package transport
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/raftq/raftq/cluster"
-	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -265,20 +263,8 @@ func (c *clusterService) ReportDivergence(ctx context.Context, req *raftqv1.Repo
 	if req.GetIndex() == 0 || req.GetDigest() == "" {
 		return nil, invalid("index and digest are required")
 	}
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for c.s.state.AppliedIndex() < req.Index {
-		select {
-		case <-ctx.Done():
-			return nil, status.Errorf(codes.DeadlineExceeded, "index %d not applied here (at %d)", req.Index, c.s.state.AppliedIndex())
-		case <-t.C:
-		}
-	}
-	d, err := c.s.state.DigestAt(req.Index)
+	d, err := c.digestAt(ctx, req.Index)
 	if err != nil {
-		if errors.Is(err, fsm.ErrNoCheckpoint) {
-			return nil, status.Error(codes.FailedPrecondition, err.Error())
-		}
 		return nil, err
 	}
 	if d == req.Digest {
