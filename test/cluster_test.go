@@ -132,6 +132,46 @@ func newWorkload(c *client.Client, queue string) *workload {
 	return &workload{c: c, queue: queue, acked: map[string]bool{}, processed: map[string]int{}, holding: map[string]bool{}}
 }
 
+// runningWorkload is a workload driven by two producers and some
+// consumers until the test stops them (or its cleanup does).
+type runningWorkload struct {
+	*workload
+	stopRun, stopProd    context.CancelFunc
+	producers, consumers sync.WaitGroup
+	consumerErr          atomic.Value
+}
+
+func startWorkload(t *testing.T, c *client.Client, queue string, consumers int) *runningWorkload {
+	r := &runningWorkload{workload: newWorkload(c, queue)}
+	runCtx, stop := context.WithCancel(context.Background())
+	prodCtx, stopProd := context.WithCancel(runCtx)
+	r.stopRun, r.stopProd = stop, stopProd
+	for p := range 2 {
+		r.producers.Go(func() { r.produce(prodCtx, p) })
+	}
+	for i := range consumers {
+		con := client.NewConsumer(c, queue, r.handle, client.ConsumerOptions{Name: fmt.Sprint("c", i), MaxInFlight: 16})
+		r.consumers.Go(func() {
+			if err := con.Run(runCtx); err != nil {
+				r.consumerErr.Store(err.Error())
+			}
+		})
+	}
+	t.Cleanup(func() { stop(); r.producers.Wait(); r.consumers.Wait() })
+	return r
+}
+
+func (r *runningWorkload) stopProducers() { r.stopProd(); r.producers.Wait() }
+func (r *runningWorkload) stopConsumers() { r.stopRun(); r.consumers.Wait() }
+
+// consumersOK fails the test if a consumer gave up.
+func (r *runningWorkload) consumersOK(t *testing.T) {
+	t.Helper()
+	if err := r.consumerErr.Load(); err != nil {
+		t.Fatalf("consumer stopped: %v", err)
+	}
+}
+
 func (w *workload) produce(ctx context.Context, id int) {
 	for i := 0; ctx.Err() == nil; i++ {
 		payload := fmt.Sprintf("p%d-%d", id, i)
@@ -189,33 +229,9 @@ func TestThreeNodeFailover(t *testing.T) {
 	if _, err := c.CreateQueue(ctx, "ha", &raftqv1.QueueConfig{VisibilityTimeoutMs: 20_000}); err != nil {
 		t.Fatal(err)
 	}
-	w := newWorkload(c, "ha")
-	runCtx, stop := context.WithCancel(context.Background())
-	prodCtx, stopProducers := context.WithCancel(runCtx)
-	defer stopProducers()
-	var wg, producers sync.WaitGroup
-	for p := range 2 {
-		producers.Add(1)
-		go func() { defer producers.Done(); w.produce(prodCtx, p) }()
-	}
-	var consumerErr atomic.Value
-	for i := range 2 {
-		con := client.NewConsumer(c, "ha", w.handle, client.ConsumerOptions{Name: fmt.Sprint("c", i), MaxInFlight: 16})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := con.Run(runCtx); err != nil {
-				consumerErr.Store(err.Error())
-			}
-		}()
-	}
+	w := startWorkload(t, c, "ha", 2)
 	// A consumer gives up only on errors retrying cannot fix; none may occur.
-	consumersOK := func() {
-		if err := consumerErr.Load(); err != nil {
-			t.Fatalf("consumer stopped: %v", err)
-		}
-	}
-	defer func() { stop(); producers.Wait(); wg.Wait() }()
+	consumersOK := func() { t.Helper(); w.consumersOK(t) }
 
 	harness.Eventually(t, 60*time.Second, func() error {
 		if n := w.enqueued.Load(); n < 200 {
@@ -245,8 +261,7 @@ func TestThreeNodeFailover(t *testing.T) {
 		}
 		return nil
 	})
-	stopProducers()
-	producers.Wait()
+	w.stopProducers()
 	consumersOK()
 	harness.Eventually(t, 90*time.Second, func() error {
 		consumersOK()
@@ -256,8 +271,7 @@ func TestThreeNodeFailover(t *testing.T) {
 		}
 		return nil
 	})
-	stop()
-	wg.Wait()
+	w.stopConsumers()
 	consumersOK()
 	if len(w.overlap) > 0 {
 		t.Fatalf("messages held by two consumers at once: %v", w.overlap)

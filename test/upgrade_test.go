@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,32 +66,9 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	w := newWorkload(c, "up")
-	runCtx, stop := context.WithCancel(context.Background())
-	prodCtx, stopProducers := context.WithCancel(runCtx)
-	defer stopProducers()
-	var wg, producers sync.WaitGroup
-	for p := range 2 {
-		producers.Add(1)
-		go func() { defer producers.Done(); w.produce(prodCtx, p) }()
-	}
-	var consumerErr atomic.Value
-	for i := range 2 {
-		con := client.NewConsumer(c, "up", w.handle, client.ConsumerOptions{Name: fmt.Sprint("c", i), MaxInFlight: 16})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := con.Run(runCtx); err != nil {
-				consumerErr.Store(err.Error())
-			}
-		}()
-	}
-	consumersOK := func() {
-		if err := consumerErr.Load(); err != nil {
-			t.Fatalf("consumer stopped: %v", err)
-		}
-	}
-	defer func() { stop(); producers.Wait(); wg.Wait() }()
+	w := startWorkload(t, c, "up", 2)
+	// A consumer gives up only on errors retrying cannot fix; none may occur.
+	consumersOK := func() { t.Helper(); w.consumersOK(t) }
 	progress := func(what string, n int64) {
 		t.Helper()
 		from := w.enqueued.Load()
@@ -160,8 +135,7 @@ func TestRollingUpgrade(t *testing.T) {
 	})
 	progress("at the new cluster version", 100)
 
-	stopProducers()
-	producers.Wait()
+	w.stopProducers()
 	consumersOK()
 	harness.Eventually(t, 90*time.Second, func() error {
 		consumersOK()
@@ -171,8 +145,7 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		return nil
 	})
-	stop()
-	wg.Wait()
+	w.stopConsumers()
 	consumersOK()
 	if len(w.overlap) > 0 {
 		t.Fatalf("messages held by two consumers at once: %v", w.overlap)
