@@ -159,7 +159,7 @@ func startCluster(t *testing.T, log *slog.Logger, n int, onCrash func(NodeCrash)
 		if c == nil {
 			return
 		}
-		if out := os.Getenv("RAFTQ_CHAOS_OUT"); out != "" {
+		if out := os.Getenv("RAFTQ_CHAOS_OUT"); out != "" && c.Net != nil {
 			for _, nd := range c.Nodes {
 				if b, err := os.ReadFile(nd.LogPath); err == nil {
 					_ = os.WriteFile(filepath.Join(out, fmt.Sprintf("%s-%s.log", c.Net.Prefix, nd.ID)), b, 0o644)
@@ -173,6 +173,9 @@ func startCluster(t *testing.T, log *slog.Logger, n int, onCrash func(NodeCrash)
 		}
 		c.Close()
 		untrack(c)
+		if c.Net == nil {
+			return // the network was never made: nothing of it can be left
+		}
 		if left := waitNoLeftovers(context.Background(), c.Net.Prefix); len(left) > 0 {
 			t.Errorf("left behind after teardown: %v", left)
 		}
