@@ -113,15 +113,17 @@ lint: $(BIN)/staticcheck
 	cd $(BENCH_MOD) && $(BIN)/staticcheck ./...
 
 # Benchmarks report figures; they never fail on speed (docs/benchmarks.md).
-# `make bench` runs the workload against raftq with 1 and 3 nodes, then the
-# memory/snapshot/restart figures of one node; BENCH_FLAGS adds flags
+# `make bench` runs the workload against raftq with 1 and 3 nodes and with 3
+# secured nodes (TLS, mTLS Raft, gossip key, token auth: the cost of security
+# as a same-run ratio against raftq-3), then the memory/snapshot/restart
+# figures of one node; BENCH_FLAGS adds flags
 # (cd test/bench && go run . -h lists them). Full results go to bin/*.json.
 NATS_SERVER_VERSION := v2.15.2
 BENCH_FLAGS ?=
 .PHONY: bench-peers bench-peer-tools
 
 bench: build
-	cd $(BENCH_MOD) && $(GO) run . -raftq-bin $(RAFTQ) -mode all -systems raftq-1,raftq-3 \
+	cd $(BENCH_MOD) && $(GO) run . -raftq-bin $(RAFTQ) -mode all -systems raftq-1,raftq-3,raftq-3-secure \
 	  -json $(BIN)/bench.json $(BENCH_FLAGS)
 	@echo "== scheduler selection cost: plain FIFO vs DRR over 1, 100, 10,000 fairness keys =="
 	$(GO) test -run '^$$' -bench BenchmarkSelect -benchtime 2s ./scheduler

@@ -58,7 +58,7 @@ func main() {
 	o := options{cfg: workload.DefaultConfig(), memory: systems.DefaultMemoryOptions(), throttle: systems.DefaultThrottleOptions()}
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
 	fs.StringVar(&o.mode, "mode", "throughput", "throughput (the workload against -systems), memory (issue 2 figures, one raftq node), throttle (issue 11 item 3: Apply behind a throttled backlog, one node) or all")
-	fs.StringVar(&o.systems, "systems", "raftq-1,raftq-3", "comma-separated systems: raftq-1, raftq-3, raftq-1-unary, raftq-3-unary (producers without EnqueueStream), nats, nats-sync, rabbitmq")
+	fs.StringVar(&o.systems, "systems", "raftq-1,raftq-3", "comma-separated systems: raftq-1, raftq-3, raftq-1-unary, raftq-3-unary (producers without EnqueueStream), raftq-3-secure (TLS, mTLS Raft, gossip key, token auth), nats, nats-sync, rabbitmq")
 	fs.StringVar(&o.base, "base", "raftq-3", "system the comparison table divides by the others")
 	fs.StringVar(&o.jsonPath, "json", "", "write the full results as JSON to this file")
 	fs.StringVar(&o.raftqBin, "raftq-bin", "", "raftq binary to run (default: build ./cmd/raftq without -race)")
@@ -193,9 +193,12 @@ func throughput(ctx context.Context, log *slog.Logger, o *options, rep *workload
 		// The SDK before EnqueueStream: one unary RPC per Enqueue call.
 		"raftq-1-unary": systems.RaftqStarter("raftq-1-unary", o.raftqBin, 1, client.WithUnaryEnqueue()),
 		"raftq-3-unary": systems.RaftqStarter("raftq-3-unary", o.raftqBin, 3, client.WithUnaryEnqueue()),
-		"nats":          systems.NATSStarter("nats", natsBinary(o.natsServer), 3, false),
-		"nats-sync":     systems.NATSStarter("nats-sync", natsBinary(o.natsServer), 3, true),
-		"rabbitmq":      systems.RabbitStarter("rabbitmq", o.rabbitDir, 3),
+		// TLS on every port, mTLS Raft, encrypted gossip, token auth:
+		// the cost of security against raftq-3 in the same run.
+		"raftq-3-secure": systems.RaftqSecureStarter("raftq-3-secure", o.raftqBin, 3),
+		"nats":           systems.NATSStarter("nats", natsBinary(o.natsServer), 3, false),
+		"nats-sync":      systems.NATSStarter("nats-sync", natsBinary(o.natsServer), 3, true),
+		"rabbitmq":       systems.RabbitStarter("rabbitmq", o.rabbitDir, 3),
 	}
 	runner := &workload.Runner{Cfg: o.cfg, Log: log}
 	if o.profileDir != "" {
@@ -247,6 +250,7 @@ func throughput(ctx context.Context, log *slog.Logger, o *options, rep *workload
 		}
 		res := runner.Run(ctx, sys.Target)
 		sys.Close()
+		noteLoad(&res)
 		rep.Systems = append(rep.Systems, res)
 	}
 	fmt.Println()
@@ -259,6 +263,7 @@ func throughput(ctx context.Context, log *slog.Logger, o *options, rep *workload
 			return err
 		}
 	}
+	printSecureCost(rep.Systems)
 	for _, p := range rep.Profiles {
 		fmt.Println()
 		workload.WriteProfile(os.Stdout, p)

@@ -32,16 +32,29 @@ type RaftqCluster struct {
 	Nodes []*harness.Node
 	dir   string
 	log   *slog.Logger
+	// sec is set on a secure cluster (StartRaftqSecure): its clients
+	// speak TLS and show a token.
+	sec *security
 }
 
 // StartRaftq starts n nodes of bin (n > 1 bootstrap together) and waits
 // until they have a leader and every node is a voter.
 func StartRaftq(ctx context.Context, log *slog.Logger, bin string, n int, extra ...string) (*RaftqCluster, error) {
+	return startRaftq(ctx, log, bin, n, false, extra)
+}
+
+func startRaftq(ctx context.Context, log *slog.Logger, bin string, n int, secure bool, extra []string) (*RaftqCluster, error) {
 	dir, err := os.MkdirTemp("", "raftq-bench-")
 	if err != nil {
 		return nil, fmt.Errorf("raftq: %w", err)
 	}
 	c := &RaftqCluster{dir: dir, log: log}
+	if secure {
+		if c.sec, err = newSecurity(bin, filepath.Join(dir, "tls")); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	for i := range n {
 		id := fmt.Sprintf("n%d", i+1)
 		node, err := harness.NewNode(harness.NodeConfig{ID: id, Bin: bin, Dir: filepath.Join(dir, id), Args: extra})
@@ -50,6 +63,12 @@ func StartRaftq(ctx context.Context, log *slog.Logger, bin string, n int, extra 
 			return nil, err
 		}
 		c.Nodes = append(c.Nodes, node)
+		if c.sec != nil {
+			if err := c.sec.secure(node); err != nil {
+				c.Close()
+				return nil, err
+			}
+		}
 	}
 	if n > 1 {
 		join := harness.JoinFlags(c.Nodes)
@@ -94,9 +113,18 @@ func (c *RaftqCluster) Seeds(first *harness.Node) []string {
 	return s
 }
 
+// adminOpts are what an admin's client needs on top of the defaults: TLS
+// and the bootstrap token on a secure cluster, nothing otherwise.
+func (c *RaftqCluster) adminOpts() []client.Option {
+	if c.sec == nil {
+		return nil
+	}
+	return c.sec.tls.ClientOptions()
+}
+
 // status asks node for the cluster status.
-func status(ctx context.Context, node *harness.Node) (*raftqv1.StatusResponse, error) {
-	cl, err := client.Dial(ctx, []string{node.GRPC}, client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))
+func (c *RaftqCluster) status(ctx context.Context, node *harness.Node) (*raftqv1.StatusResponse, error) {
+	cl, err := client.Dial(ctx, []string{node.GRPC}, append(c.adminOpts(), client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))...)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +142,7 @@ func (c *RaftqCluster) WaitReady(ctx context.Context, timeout time.Duration) err
 		if err != nil {
 			return err
 		}
-		st, err := status(ctx, leader)
+		st, err := c.status(ctx, leader)
 		if err != nil {
 			return err
 		}
@@ -127,7 +155,7 @@ func (c *RaftqCluster) WaitReady(ctx context.Context, timeout time.Duration) err
 		if voters != len(c.Nodes) {
 			return fmt.Errorf("%d voters of %d nodes", voters, len(c.Nodes))
 		}
-		cl, err := client.Dial(ctx, []string{leader.GRPC}, client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))
+		cl, err := client.Dial(ctx, []string{leader.GRPC}, append(c.adminOpts(), client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))...)
 		if err != nil {
 			return err
 		}
@@ -146,7 +174,7 @@ func (c *RaftqCluster) Leader(ctx context.Context) (*harness.Node, error) {
 		if !n.Running() {
 			continue
 		}
-		st, err := status(ctx, n)
+		st, err := c.status(ctx, n)
 		if err != nil {
 			return nil, fmt.Errorf("status of %s: %w", n.ID, err)
 		}
@@ -172,9 +200,17 @@ func (c *RaftqCluster) Target(ctx context.Context, name string, producerOpts ...
 	if err != nil {
 		return workload.Target{}, nil, err
 	}
-	d, err := NewRaftqDriver(ctx, c.Seeds(leader), producerOpts...)
+	d, err := newRaftqDriver(ctx, c.Seeds(leader), c.adminOpts(), producerOpts...)
 	if err != nil {
 		return workload.Target{}, nil, err
+	}
+	notes := []string{fmt.Sprintf("%d node(s), default serve flags (fsync on), clients seeded leader first", len(c.Nodes))}
+	if c.sec != nil {
+		if err := c.sec.benchIdentity(ctx, d); err != nil {
+			d.Close()
+			return workload.Target{}, nil, err
+		}
+		notes = append(notes, secureNote)
 	}
 	var procs []workload.Proc
 	for _, n := range c.Nodes {
@@ -194,7 +230,7 @@ func (c *RaftqCluster) Target(ctx context.Context, name string, producerOpts ...
 		Nodes:  len(c.Nodes),
 		Driver: d,
 		Procs:  func() []workload.Proc { return procs },
-		Notes:  []string{fmt.Sprintf("%d node(s), default serve flags (fsync on), clients seeded leader first", len(c.Nodes))},
+		Notes:  notes,
 	}
 	return t, d, nil
 }
@@ -203,8 +239,18 @@ func (c *RaftqCluster) Target(ctx context.Context, name string, producerOpts ...
 // producers' clients get producerOpts (client.WithUnaryEnqueue for the
 // unary baseline).
 func RaftqStarter(name, bin string, n int, producerOpts ...client.Option) Starter {
+	return raftqStarter(name, bin, n, false, producerOpts)
+}
+
+// RaftqSecureStarter is RaftqStarter with every port secured as
+// docs/security.md's hardened cluster has them (see newSecurity).
+func RaftqSecureStarter(name, bin string, n int, producerOpts ...client.Option) Starter {
+	return raftqStarter(name, bin, n, true, producerOpts)
+}
+
+func raftqStarter(name, bin string, n int, secure bool, producerOpts []client.Option) Starter {
 	return Starter{Name: name, Start: func(ctx context.Context, log *slog.Logger) (*System, error) {
-		c, err := StartRaftq(ctx, log, bin, n)
+		c, err := startRaftq(ctx, log, bin, n, secure, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -224,12 +270,19 @@ type RaftqDriver struct {
 	seeds        []string
 	admin        *client.Client
 	producerOpts []client.Option
+	// clientOpts go to every producer's and consumer's client: TLS and
+	// a token of their own on a secure cluster.
+	clientOpts []client.Option
 }
 
 // NewRaftqDriver returns a driver for the cluster reachable through seeds;
 // producerOpts are added to each producer's client.
 func NewRaftqDriver(ctx context.Context, seeds []string, producerOpts ...client.Option) (*RaftqDriver, error) {
-	admin, err := client.Dial(ctx, seeds)
+	return newRaftqDriver(ctx, seeds, nil, producerOpts...)
+}
+
+func newRaftqDriver(ctx context.Context, seeds []string, adminOpts []client.Option, producerOpts ...client.Option) (*RaftqDriver, error) {
+	admin, err := client.Dial(ctx, seeds, adminOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("raftq: %w", err)
 	}
@@ -253,7 +306,7 @@ type raftqProducer struct {
 }
 
 func (d *RaftqDriver) NewProducer(ctx context.Context, queue string) (workload.Producer, error) {
-	c, err := client.Dial(ctx, d.seeds, d.producerOpts...)
+	c, err := client.Dial(ctx, d.seeds, append(slices.Clone(d.clientOpts), d.producerOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("raftq producer: %w", err)
 	}
@@ -286,7 +339,7 @@ type raftqConsumer struct {
 }
 
 func (d *RaftqDriver) StartConsumer(ctx context.Context, queue string, maxInFlight int, handle func([]byte)) (workload.Consumer, error) {
-	c, err := client.Dial(ctx, d.seeds)
+	c, err := client.Dial(ctx, d.seeds, d.clientOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("raftq consumer: %w", err)
 	}

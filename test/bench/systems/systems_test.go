@@ -4,10 +4,15 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/raftq/raftq/client"
 	"github.com/raftq/raftq/test/bench/workload"
 )
 
@@ -150,5 +155,85 @@ func TestParsePerfReport(t *testing.T) {
 	if got := parsePerfReport(children, 10, "raftq/raftq/"); len(got) != 1 || got[0].Percent != 40.1 ||
 		got[0].Symbol != "github.com/raftq/raftq/transport.(*Server).Enqueue" {
 		t.Fatalf("parsed children report %+v", got)
+	}
+}
+
+// TestRaftqSecureSmoke runs the enqueue and lifecycle phases, tiny,
+// against the secure three-node system, and checks that it is secured as
+// its note says: a client without a token, or without TLS, is refused, and
+// the bench identity may produce and consume but not manage.
+func TestRaftqSecureSmoke(t *testing.T) {
+	bin := raftqBin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	log := testLog(t)
+	c, err := startRaftq(ctx, log, bin, 3, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	target, d, err := c.Target(ctx, "raftq-3-secure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+
+	cfg := workload.DefaultConfig()
+	cfg.Producers, cfg.Window = 2, 8
+	cfg.Consumers, cfg.MaxInFlight = 2, 16
+	cfg.Enqueue = workload.Limit{Messages: 200}
+	cfg.EnqueueHalf, cfg.EnqueueSync, cfg.EnqueueBatch = workload.Limit{}, workload.Limit{}, workload.Limit{}
+	cfg.Drain = true
+	cfg.Lifecycle = workload.Limit{Messages: 100}
+	cfg.IdleTimeout = 20 * time.Second
+	res := (&workload.Runner{Cfg: cfg, Log: log}).Run(ctx, target)
+	if res.Error != "" {
+		t.Fatalf("run failed: %s", res.Error)
+	}
+	want := map[string]int64{workload.PhaseEnqueue: 200, workload.PhaseDrain: 200, workload.PhaseLifecycle: 100}
+	if len(res.Phases) != len(want) {
+		t.Fatalf("%d phases: %+v", len(res.Phases), res.Phases)
+	}
+	for _, p := range res.Phases {
+		if p.Messages != want[p.Name] || p.Errors != 0 || p.Aborted {
+			t.Errorf("%s: %d messages, %d errors (%s), want %d and none", p.Name, p.Messages, p.Errors, p.FirstError, want[p.Name])
+		}
+	}
+	if ck := res.Check; ck == nil || !ck.OK() || ck.Acked != 300 {
+		t.Fatalf("check: %v", ck)
+	}
+	if !slices.Contains(res.Notes, secureNote) {
+		t.Errorf("notes %q lack the secure note", res.Notes)
+	}
+
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(opts ...client.Option) error {
+		cl, err := client.Dial(ctx, []string{leader.GRPC}, append(opts, client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))...)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err = cl.CreateQueue(cctx, "bench-other", nil)
+		return err
+	}
+	for _, tc := range []struct {
+		name string
+		opts []client.Option
+		code codes.Code
+	}{
+		{"TLS without a token", []client.Option{client.WithTLS(c.sec.tls.CAFile(), "", "")}, codes.Unauthenticated},
+		{"the bench identity manages", d.clientOpts, codes.PermissionDenied},
+		{"no TLS", []client.Option{client.WithToken(c.sec.tls.Token)}, codes.Unavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := call(tc.opts...); status.Code(err) != tc.code {
+				t.Fatalf("CreateQueue: %v, want %s", err, tc.code)
+			}
+		})
 	}
 }

@@ -1,0 +1,62 @@
+package workload
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// ratioFigures are the figures WriteRatio divides: each phase's rate and
+// call latency, and for lifecycle also deliveries and enqueue→delivery.
+var ratioFigures = []struct {
+	phase, label string
+	get          func(*PhaseResult) float64
+}{
+	{PhaseEnqueue, "msgs/s", func(p *PhaseResult) float64 { return p.Rate }},
+	{PhaseEnqueue, "p50", func(p *PhaseResult) float64 { return latOf(p.Latency).P50 }},
+	{PhaseEnqueue, "p99", func(p *PhaseResult) float64 { return latOf(p.Latency).P99 }},
+	{PhaseLifecycle, "msgs/s", func(p *PhaseResult) float64 { return p.Rate }},
+	{PhaseLifecycle, "deliv/s", func(p *PhaseResult) float64 { return p.DeliveryRate }},
+	{PhaseLifecycle, "p50", func(p *PhaseResult) float64 { return latOf(p.Latency).P50 }},
+	{PhaseLifecycle, "p99", func(p *PhaseResult) float64 { return latOf(p.Latency).P99 }},
+	{PhaseLifecycle, "e2e p50", func(p *PhaseResult) float64 { return latOf(p.EndToEnd).P50 }},
+	{PhaseLifecycle, "e2e p99", func(p *PhaseResult) float64 { return latOf(p.EndToEnd).P99 }},
+}
+
+// WriteRatio prints one line per phase (enqueue, lifecycle) with the
+// figures of system num over those of system den, both from the same run:
+// below 1x num is slower for a rate, above 1x it takes longer for a
+// latency. A figure either system lacks is "-". It prints nothing and
+// returns false when either system is missing or did not run.
+func WriteRatio(w io.Writer, systems []SystemResult, num, den string) bool {
+	var a, b *SystemResult
+	for i := range systems {
+		switch systems[i].System {
+		case num:
+			a = &systems[i]
+		case den:
+			b = &systems[i]
+		}
+	}
+	if a == nil || b == nil || len(a.Phases) == 0 || len(b.Phases) == 0 {
+		return false
+	}
+	for _, phase := range []string{PhaseEnqueue, PhaseLifecycle} {
+		pa, pb := a.Phase(phase), b.Phase(phase)
+		var parts []string
+		for _, f := range ratioFigures {
+			if f.phase != phase {
+				continue
+			}
+			cell := "-"
+			if pa != nil && pb != nil {
+				if va, vb := f.get(pa), f.get(pb); va != 0 && vb != 0 {
+					cell = fmt.Sprintf("%.2fx", va/vb)
+				}
+			}
+			parts = append(parts, f.label+" "+cell)
+		}
+		fmt.Fprintf(w, "%s/%s %s: %s\n", num, den, phase, strings.Join(parts, ", "))
+	}
+	return true
+}
