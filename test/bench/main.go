@@ -9,6 +9,7 @@
 //	go run .                                  # raftq, 1 and 3 nodes
 //	go run . -systems raftq-1,raftq-3,nats,nats-sync,rabbitmq
 //	go run . -mode memory                     # issue 2 figures
+//	go run . -mode throughput,memory          # what make bench-peers runs: with the issue 15 target table
 //	go run . -mode throttle -throttle-compare OLD_BINARY   # issue 11, item 3
 //
 // See docs/benchmarks.md for how to read the output.
@@ -57,7 +58,8 @@ type options struct {
 func main() {
 	o := options{cfg: workload.DefaultConfig(), memory: systems.DefaultMemoryOptions(), throttle: systems.DefaultThrottleOptions()}
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
-	fs.StringVar(&o.mode, "mode", "throughput", "throughput (the workload against -systems), memory (issue 2 figures, one raftq node), throttle (issue 11 item 3: Apply behind a throttled backlog, one node) or all")
+	fs.StringVar(&o.mode, "mode", "throughput", "comma-separated: throughput (the workload against -systems), memory (issue 2 figures, one raftq node; feeds the memory rows of the issue 15 target table), throttle (issue 11 item 3: Apply behind a throttled backlog, one node), or all")
+	clients := fs.String("clients", strings.Join(workload.ClientKinds, ","), "comma-separated client kinds to run: unary (one message per call, plain gRPC for raftq, one ack per message), batch (-batch messages per call), sdk (raftq's Go SDK; the peers' is their unary client)")
 	fs.StringVar(&o.systems, "systems", "raftq-1,raftq-3", "comma-separated systems: raftq-1, raftq-3, raftq-1-unary, raftq-3-unary (producers without EnqueueStream), raftq-3-secure (TLS, mTLS Raft, gossip key, token auth), nats, nats-sync, rabbitmq")
 	fs.StringVar(&o.base, "base", "raftq-3", "system the comparison table divides by the others")
 	fs.StringVar(&o.jsonPath, "json", "", "write the full results as JSON to this file")
@@ -74,14 +76,16 @@ func main() {
 	fs.IntVar(&c.PayloadSize, "payload", c.PayloadSize, "payload bytes per message")
 	fs.IntVar(&c.Producers, "producers", c.Producers, "producers (each its own connection)")
 	fs.IntVar(&c.Window, "window", c.Window, "outstanding enqueue calls per producer (enqueue, lifecycle)")
-	fs.IntVar(&c.BatchSize, "batch", c.BatchSize, "messages per call in enqueue-batch")
-	fs.IntVar(&c.BatchWindow, "batch-window", c.BatchWindow, "outstanding batch calls per producer in enqueue-batch")
+	fs.IntVar(&c.BatchSize, "batch", c.BatchSize, "messages per call of the batch client")
+	fs.IntVar(&c.BatchWindow, "batch-window", c.BatchWindow, "outstanding calls per producer of the batch client")
 	fs.IntVar(&c.Consumers, "consumers", c.Consumers, "consumers (each its own connection)")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "unsettled deliveries per consumer")
 	fs.Var(&c.Enqueue, "enqueue", "enqueue phase limit: a duration (10s), a message count (50000) or 0 (skip)")
 	fs.Var(&c.EnqueueHalf, "enqueue-half", "enqueue-half phase limit (the enqueue workload paced to half the rate the enqueue phase reached)")
 	fs.Var(&c.EnqueueSync, "enqueue-sync", "enqueue-sync phase limit (one outstanding call per producer)")
-	fs.Var(&c.EnqueueBatch, "enqueue-batch", "enqueue-batch phase limit")
+	fs.Var(&c.EnqueueBatch, "enqueue-batch", "the batch client's enqueue phase limit")
+	fs.Var(&c.Paced, "paced", "paced phase limit (producers and consumers together at -paced-rate)")
+	fs.Float64Var(&c.PacedRate, "paced-rate", c.PacedRate, "msgs/s in all of the paced phase")
 	fs.Var(&c.Lifecycle, "lifecycle", "lifecycle phase limit (producers and consumers together)")
 	fs.Float64Var(&c.LifecycleRate, "lifecycle-rate", c.LifecycleRate, "pace lifecycle producers to this many msgs/s in all (0: unpaced)")
 	fs.BoolVar(&c.Drain, "drain", c.Drain, "run the drain phase (consume the backlog)")
@@ -103,6 +107,11 @@ func main() {
 	fs.DurationVar(&th.Probe, "throttle-probe", th.Probe, "throttle mode: how long to probe")
 	fs.StringVar(&o.compareBin, "throttle-compare", "", "throttle mode: also run this raftq binary (e.g. one built before a change), labelled \"compare\", in the same run")
 	_ = fs.Parse(os.Args[1:])
+	var err error
+	if o.cfg.Clients, err = workload.ParseClients(*clients); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -clients:", err)
+		os.Exit(2)
+	}
 
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
@@ -123,14 +132,24 @@ func run(ctx context.Context, log *slog.Logger, o *options) error {
 	if err := o.cfg.Validate(); err != nil {
 		return err
 	}
-	if o.mode != "throughput" && o.mode != "memory" && o.mode != "throttle" && o.mode != "all" {
-		return fmt.Errorf("-mode %q: want throughput, memory, throttle or all", o.mode)
+	modes := map[string]bool{}
+	for _, m := range strings.Split(o.mode, ",") {
+		m = strings.TrimSpace(m)
+		switch m {
+		case "throughput", "memory", "throttle":
+			modes[m] = true
+		case "all":
+			modes["throughput"], modes["memory"], modes["throttle"] = true, true, true
+		default:
+			return fmt.Errorf("-mode %q: want throughput, memory, throttle or all, or a comma-separated list", m)
+		}
 	}
 	rep := &workload.Report{
 		Started: time.Now().UTC(),
 		Command: strings.Join(os.Args, " "),
 		Git:     gitDescribe(ctx),
 		Machine: systems.DescribeMachine(),
+		LoadAvg: []string{loadAvg()},
 		Config:  o.cfg,
 	}
 	if !o.noFsync {
@@ -153,12 +172,12 @@ func run(ctx context.Context, log *slog.Logger, o *options) error {
 		}
 	}
 	rep.RaftqBuild = buildStamp(o.raftqBin)
-	if o.mode == "throughput" || o.mode == "all" {
+	if modes["throughput"] {
 		if err := throughput(ctx, log, o, rep); err != nil {
 			return err
 		}
 	}
-	if o.mode == "throttle" || o.mode == "all" {
+	if modes["throttle"] {
 		bins := []workload.Binary{{Label: "this", Path: o.raftqBin}}
 		if o.compareBin != "" {
 			bins = append(bins, workload.Binary{Label: "compare", Path: o.compareBin})
@@ -169,13 +188,25 @@ func run(ctx context.Context, log *slog.Logger, o *options) error {
 		fmt.Println()
 		workload.WriteThrottle(os.Stdout, &tr)
 	}
-	if o.mode == "memory" || o.mode == "all" {
+	if modes["memory"] {
 		log.Info("memory mode: one raftq node", "messages", o.memory.Messages)
 		mr := systems.RunMemory(ctx, log, o.raftqBin, o.memory)
 		rep.Memory = &mr
 		fmt.Println()
 		workload.WriteMemory(os.Stdout, &mr)
 	}
+	if modes["throughput"] && hasPeer(rep.Systems) {
+		memNotRun := ""
+		if !modes["memory"] {
+			memNotRun = "needs -mode memory: 1M × 1 KiB on one node, minutes"
+		}
+		rep.Targets = workload.Targets(rep.Systems, o.base, rep.Memory, memNotRun)
+		fmt.Println()
+		if err := workload.WriteTargets(os.Stdout, o.base, rep.Targets); err != nil {
+			return err
+		}
+	}
+	rep.LoadAvg = append(rep.LoadAvg, loadAvg())
 	printMachine(rep)
 	if o.jsonPath != "" {
 		if err := rep.WriteJSON(o.jsonPath); err != nil {
@@ -205,7 +236,7 @@ func throughput(ctx context.Context, log *slog.Logger, o *options, rep *workload
 		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
 			return err
 		}
-		runner.OnPhase = func(ctx context.Context, t workload.Target, phase string) func() {
+		runner.OnPhase = func(ctx context.Context, t workload.Target, client, phase string) func() {
 			if phase != workload.PhaseEnqueue || !strings.HasPrefix(t.Name, "raftq") {
 				return nil
 			}
@@ -216,10 +247,10 @@ func throughput(ctx context.Context, log *slog.Logger, o *options, rep *workload
 					p = q
 				}
 			}
-			stop := systems.StartPerf(ctx, log, p.Pid, filepath.Join(o.profileDir, "perf-"+t.Name+".data"))
+			stop := systems.StartPerf(ctx, log, p.Pid, filepath.Join(o.profileDir, "perf-"+t.Name+"-"+client+".data"))
 			return func() {
 				prof := stop()
-				prof.System, prof.Process, prof.Phase = t.Name, p.Name, phase
+				prof.System, prof.Process, prof.Phase = t.Name, p.Name, client+" "+phase
 				rep.Profiles = append(rep.Profiles, prof)
 			}
 		}
@@ -298,6 +329,17 @@ func waitIdle(ctx context.Context, log *slog.Logger, max time.Duration) {
 	log.Warn("machine still busy; running anyway", "waited", max)
 }
 
+// hasPeer reports whether a peer the target table compares with ran.
+func hasPeer(systems []workload.SystemResult) bool {
+	for _, s := range systems {
+		switch s.System {
+		case workload.PeerNATSSync, workload.PeerNATS, workload.PeerRabbitMQ:
+			return true
+		}
+	}
+	return false
+}
+
 func natsBinary(flagValue string) string {
 	if flagValue != "" {
 		return flagValue
@@ -350,9 +392,19 @@ func gitDescribe(ctx context.Context) string {
 	return strings.TrimSpace(string(out))
 }
 
+// loadAvg is the load average now, or why it is unknown.
+func loadAvg() string {
+	la, err := workload.LoadAverage()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	return la
+}
+
 func printMachine(rep *workload.Report) {
 	m := rep.Machine
 	fmt.Printf("\nmachine: %d CPUs (%s), %.0f GiB, kernel %s, %s; work tree %s; raftq binary %s\n", m.CPUs, m.CPUModel, float64(m.MemBytes)/(1<<30), m.Kernel, m.Go, rep.Git, rep.RaftqBuild)
+	fmt.Printf("load average (1, 5, 15 min) at start: %s; at end: %s\n", rep.LoadAvg[0], rep.LoadAvg[len(rep.LoadAvg)-1])
 	if m.Fsync != nil {
 		fmt.Printf("disk: 4 KiB append + fdatasync p50 %.2f ms, p99 %.2f ms (%d samples, temp dir)\n", m.Fsync.P50, m.Fsync.P99, m.Fsync.Count)
 	}

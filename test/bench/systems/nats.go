@@ -118,7 +118,7 @@ jetstream {
 		Target: workload.Target{
 			Name: name, Nodes: n, Driver: d,
 			Procs: func() []workload.Proc { return wp },
-			Notes: []string{fmt.Sprintf("%d nats-server, JetStream R%d WorkQueue stream, file storage, %s; batch = 100 PublishAsync awaited together", n, n, syncNote)},
+			Notes: []string{fmt.Sprintf("%d nats-server, JetStream R%d WorkQueue stream, file storage, %s; unary and sdk: js.Publish (one outstanding per goroutine) and msg.Ack(); batch: a batch of PublishAsync awaited together", n, n, syncNote)},
 		},
 		close: cleanup,
 	}, nil

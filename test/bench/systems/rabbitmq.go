@@ -154,7 +154,7 @@ func startRabbit(ctx context.Context, log *slog.Logger, name, binDir string, n i
 		Target: workload.Target{
 			Name: name, Nodes: n, Driver: &rabbitDriver{url: urls[0]},
 			Procs: func() []workload.Proc { return wp },
-			Notes: []string{fmt.Sprintf("%d RabbitMQ 3.10 nodes on one machine, quorum queues (declared on and clients connected to r1), persistent messages, publisher confirms, manual acks, prefetch = max-in-flight; batch = 100 publishes whose confirms are awaited together", n)},
+			Notes: []string{fmt.Sprintf("%d RabbitMQ 3.10 nodes on one machine, quorum queues (declared on and clients connected to r1), persistent messages, publisher confirms, manual acks, prefetch = max-in-flight; unary and sdk: one publish whose confirm is awaited per call, one ack per message; batch: a batch of publishes whose confirms are awaited together", n)},
 		},
 		close: cleanup,
 	}, nil

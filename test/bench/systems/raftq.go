@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/raftq/raftq/client"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/test/bench/workload"
@@ -204,9 +206,17 @@ func (c *RaftqCluster) Target(ctx context.Context, name string, producerOpts ...
 	if err != nil {
 		return workload.Target{}, nil, err
 	}
-	notes := []string{fmt.Sprintf("%d node(s), default serve flags (fsync on), clients seeded leader first", len(c.Nodes))}
+	notes := []string{
+		fmt.Sprintf("%d node(s), default serve flags (fsync on), clients seeded leader first", len(c.Nodes)),
+		"sdk: the Go SDK (Enqueue over EnqueueStream, client.Consumer); unary and batch: plain grpc-go on the generated stubs to the leader (unary Enqueue, Lease stream, unary Ack per message / per Lease response)",
+	}
+	var grpcOpts []grpc.DialOption // plaintext
 	if c.sec != nil {
 		if err := c.sec.benchIdentity(ctx, d); err != nil {
+			d.Close()
+			return workload.Target{}, nil, err
+		}
+		if grpcOpts, err = grpcSecureOptions(c.sec.tls.CAFile(), c.sec.token); err != nil {
 			d.Close()
 			return workload.Target{}, nil, err
 		}
@@ -229,8 +239,12 @@ func (c *RaftqCluster) Target(ctx context.Context, name string, producerOpts ...
 		Name:   name,
 		Nodes:  len(c.Nodes),
 		Driver: d,
-		Procs:  func() []workload.Proc { return procs },
-		Notes:  notes,
+		Clients: map[string]workload.Driver{
+			workload.ClientUnary: NewGRPCDriver(d, leader.GRPC, false, grpcOpts...),
+			workload.ClientBatch: NewGRPCDriver(d, leader.GRPC, true, grpcOpts...),
+		},
+		Procs: func() []workload.Proc { return procs },
+		Notes: notes,
 	}
 	return t, d, nil
 }

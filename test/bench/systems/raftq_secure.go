@@ -32,6 +32,8 @@ const secureNote = "secure: TLS on gRPC, HTTP and forwarding, mutual TLS on Raft
 type security struct {
 	tls        *harness.TLS
 	gossipKeys string
+	// token is the bench identity's, once benchIdentity made it.
+	token string
 }
 
 func newSecurity(bin, dir string) (*security, error) {
@@ -76,6 +78,7 @@ func (s *security) benchIdentity(ctx context.Context, d *RaftqDriver) error {
 	if err := admin.Grant(ctx, benchIdentity, benchPattern, "produce", "consume"); err != nil {
 		return fmt.Errorf("raftq secure: grant the bench identity: %w", err)
 	}
-	d.clientOpts = []client.Option{client.WithTLS(s.tls.CAFile(), "", ""), client.WithToken(tok.GetToken())}
+	s.token = tok.GetToken()
+	d.clientOpts = []client.Option{client.WithTLS(s.tls.CAFile(), "", ""), client.WithToken(s.token)}
 	return nil
 }

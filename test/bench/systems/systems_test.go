@@ -2,6 +2,7 @@ package systems
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"slices"
@@ -41,7 +42,7 @@ func testLog(t *testing.T) *slog.Logger {
 // exactly-once verdict, never a speed.
 func TestRaftqSmoke(t *testing.T) {
 	bin := raftqBin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	log := testLog(t)
 	sys, err := RaftqStarter("raftq-1", bin, 1).Start(ctx, log)
@@ -59,37 +60,52 @@ func TestRaftqSmoke(t *testing.T) {
 	cfg.EnqueueSync = workload.Limit{Messages: 20}
 	cfg.EnqueueBatch = workload.Limit{Messages: 100}
 	cfg.Lifecycle = workload.Limit{Messages: 100}
+	cfg.Paced, cfg.PacedRate = workload.Limit{Messages: 20}, 200
 	cfg.IdleTimeout = 20 * time.Second
 	res := (&workload.Runner{Cfg: cfg, Log: log}).Run(ctx, sys.Target)
 	if res.Error != "" {
 		t.Fatalf("run failed: %s", res.Error)
 	}
-	want := map[string]int64{
-		workload.PhaseEnqueue: 200, workload.PhaseEnqueueHalf: 50, workload.PhaseEnqueueSync: 20, workload.PhaseEnqueueBatch: 100,
-		workload.PhaseDrain: 370, workload.PhaseLifecycle: 100,
+	// Every client kind runs its own phases: unary and batch through the
+	// plain gRPC driver, sdk through the Go SDK.
+	single := map[string]int64{
+		workload.PhaseEnqueue: 200, workload.PhaseEnqueueHalf: 50, workload.PhaseEnqueueSync: 20,
+		workload.PhaseDrain: 270, workload.PhaseLifecycle: 100, workload.PhasePaced: 20,
 	}
-	if len(res.Phases) != len(want) {
-		t.Fatalf("%d phases: %+v", len(res.Phases), res.Phases)
+	want := map[string]map[string]int64{
+		workload.ClientUnary: single,
+		workload.ClientBatch: {workload.PhaseEnqueue: 100, workload.PhaseDrain: 100, workload.PhaseLifecycle: 100},
+		workload.ClientSDK:   single,
+	}
+	if len(res.Phases) != 15 || len(res.SameClient) != 0 {
+		t.Fatalf("%d phases (same client %v): %+v", len(res.Phases), res.SameClient, res.Phases)
 	}
 	for _, p := range res.Phases {
-		if p.Messages != want[p.Name] || p.Errors != 0 || p.Aborted {
-			t.Errorf("%s: %d messages, %d errors (%s), want %d and none", p.Name, p.Messages, p.Errors, p.FirstError, want[p.Name])
+		w := want[p.Client][p.Name]
+		if p.Messages != w || p.Errors != 0 || p.Aborted {
+			t.Errorf("%s %s: %d messages, %d errors (%s), want %d and none", p.Client, p.Name, p.Messages, p.Errors, p.FirstError, w)
 		}
 		if len(p.ServerCPU) != 1 || p.ServerCPU[0].Name != "n1" {
-			t.Errorf("%s: server cpu %+v", p.Name, p.ServerCPU)
+			t.Errorf("%s %s: server cpu %+v", p.Client, p.Name, p.ServerCPU)
 		}
 	}
-	if c := res.Check; c == nil || !c.OK() || c.Acked != 470 {
-		t.Fatalf("check: %v", c)
+	const total = 2*(270+100+20) + 200
+	if c := res.Check; c == nil || !c.OK() || c.Acked != total {
+		t.Fatalf("check: %v, want %d acked", c, total)
 	}
-	if e := res.Phase(workload.PhaseLifecycle).EndToEnd; e == nil || e.Count != 100 {
-		t.Fatalf("lifecycle end-to-end latency: %+v", e)
+	for _, k := range []string{workload.ClientUnary, workload.ClientBatch, workload.ClientSDK} {
+		if e := res.Phase(k, workload.PhaseLifecycle).EndToEnd; e == nil || e.Count != 100 {
+			t.Fatalf("%s lifecycle end-to-end latency: %+v", k, e)
+		}
+	}
+	if e := res.Phase(workload.ClientUnary, workload.PhasePaced).EndToEnd; e == nil || e.Count != 20 {
+		t.Fatalf("paced end-to-end latency: %+v", e)
 	}
 	var tbl strings.Builder
 	if err := workload.WriteTable(&tbl, []workload.SystemResult{res}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(tbl.String(), "raftq-1: exactly once: acked 470") {
+	if !strings.Contains(tbl.String(), fmt.Sprintf("raftq-1: exactly once: acked %d", total)) {
 		t.Fatalf("table:\n%s", tbl.String())
 	}
 }
@@ -185,21 +201,24 @@ func TestRaftqSecureSmoke(t *testing.T) {
 	cfg.EnqueueHalf, cfg.EnqueueSync, cfg.EnqueueBatch = workload.Limit{}, workload.Limit{}, workload.Limit{}
 	cfg.Drain = true
 	cfg.Lifecycle = workload.Limit{Messages: 100}
+	cfg.Paced = workload.Limit{}
+	// The plain gRPC client (TLS and the token by hand) and the SDK.
+	cfg.Clients = []string{workload.ClientUnary, workload.ClientSDK}
 	cfg.IdleTimeout = 20 * time.Second
 	res := (&workload.Runner{Cfg: cfg, Log: log}).Run(ctx, target)
 	if res.Error != "" {
 		t.Fatalf("run failed: %s", res.Error)
 	}
 	want := map[string]int64{workload.PhaseEnqueue: 200, workload.PhaseDrain: 200, workload.PhaseLifecycle: 100}
-	if len(res.Phases) != len(want) {
+	if len(res.Phases) != 2*len(want) {
 		t.Fatalf("%d phases: %+v", len(res.Phases), res.Phases)
 	}
 	for _, p := range res.Phases {
 		if p.Messages != want[p.Name] || p.Errors != 0 || p.Aborted {
-			t.Errorf("%s: %d messages, %d errors (%s), want %d and none", p.Name, p.Messages, p.Errors, p.FirstError, want[p.Name])
+			t.Errorf("%s %s: %d messages, %d errors (%s), want %d and none", p.Client, p.Name, p.Messages, p.Errors, p.FirstError, want[p.Name])
 		}
 	}
-	if ck := res.Check; ck == nil || !ck.OK() || ck.Acked != 300 {
+	if ck := res.Check; ck == nil || !ck.OK() || ck.Acked != 600 {
 		t.Fatalf("check: %v", ck)
 	}
 	if !slices.Contains(res.Notes, secureNote) {

@@ -7,6 +7,7 @@ package workload
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,15 +66,61 @@ func (l *Limit) Set(s string) error {
 	return nil
 }
 
+// Client kinds: how the load generator calls a broker. Every kind runs
+// its own phases on its own queues, so one run measures them side by side.
+const (
+	// ClientUnary is one message per call over the broker's plain API,
+	// waiting for each call, and one acknowledgement per delivery: what a
+	// Python, Java or grpcurl user does. For raftq that is a grpc-go client
+	// on the generated stubs (unary Enqueue, the Lease stream, one unary
+	// Ack per message); for NATS and RabbitMQ it is their ordinary client.
+	ClientUnary = "unary"
+	// ClientBatch sends BatchSize messages per call (raftq: one Enqueue of
+	// BatchSize messages, one Ack per Lease response; the peers: BatchSize
+	// publishes whose acknowledgements are awaited together).
+	ClientBatch = "batch"
+	// ClientSDK is the system's own client library as its users would use
+	// it (raftq: the Go SDK, whose Enqueue rides EnqueueStream and whose
+	// consumer acks in batches). For the peers it is the unary client, so
+	// its phases are not run twice (SystemResult.SameClient).
+	ClientSDK = "sdk"
+)
+
+// ClientKinds lists the client kinds in the order a run performs them.
+var ClientKinds = []string{ClientUnary, ClientBatch, ClientSDK}
+
+// ParseClients reads a comma-separated list of client kinds.
+func ParseClients(s string) ([]string, error) {
+	var out []string
+	for _, k := range strings.Split(s, ",") {
+		k = strings.TrimSpace(k)
+		if k == "" {
+			continue
+		}
+		if !slices.Contains(ClientKinds, k) {
+			return nil, fmt.Errorf("client kind %q: want one of %s", k, strings.Join(ClientKinds, ", "))
+		}
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no client kind given")
+	}
+	return out, nil
+}
+
 // Config is one workload definition, applied identically to every system.
 type Config struct {
-	PayloadSize int `json:"payload_size"`
+	// Clients are the client kinds to run, in this order.
+	Clients     []string `json:"clients"`
+	PayloadSize int      `json:"payload_size"`
 	// Producers each keep Window enqueue calls outstanding (one message
 	// per call) in the enqueue and lifecycle phases.
 	Producers int `json:"producers"`
 	Window    int `json:"window"`
-	// BatchSize messages go in one call in the enqueue-batch phase, with
-	// BatchWindow calls outstanding per producer.
+	// BatchSize messages go in one call in the batch client's enqueue and
+	// lifecycle phases, with BatchWindow calls outstanding per producer.
 	BatchSize   int `json:"batch_size"`
 	BatchWindow int `json:"batch_window"`
 	// Consumers each allow MaxInFlight unsettled deliveries.
@@ -83,10 +130,16 @@ type Config struct {
 	Enqueue Limit `json:"enqueue"`
 	// EnqueueHalf runs the enqueue workload again, paced to half the rate
 	// the enqueue phase reached: latency under load short of saturation.
-	EnqueueHalf  Limit `json:"enqueue_half"`
-	EnqueueSync  Limit `json:"enqueue_sync"`
+	EnqueueHalf Limit `json:"enqueue_half"`
+	EnqueueSync Limit `json:"enqueue_sync"`
+	// EnqueueBatch limits the batch client's enqueue phase.
 	EnqueueBatch Limit `json:"enqueue_batch"`
 	Lifecycle    Limit `json:"lifecycle"`
+	// Paced runs producers and consumers together at PacedRate messages
+	// per second in all, far below any system's peak: the latency from
+	// send to delivery when nothing queues.
+	Paced     Limit   `json:"paced"`
+	PacedRate float64 `json:"paced_rate"`
 	// LifecycleRate paces the lifecycle producers to this many messages
 	// per second in all (0: as fast as the window allows). Unpaced, the
 	// end-to-end latency mostly measures the backlog that builds when
@@ -107,10 +160,11 @@ type Config struct {
 // DefaultConfig is the workload `make bench` runs.
 func DefaultConfig() Config {
 	return Config{
+		Clients:      slices.Clone(ClientKinds),
 		PayloadSize:  1024,
 		Producers:    4,
 		Window:       256,
-		BatchSize:    100,
+		BatchSize:    64,
 		BatchWindow:  16,
 		Consumers:    4,
 		MaxInFlight:  64,
@@ -119,6 +173,8 @@ func DefaultConfig() Config {
 		EnqueueSync:  Limit{Duration: 5 * time.Second},
 		EnqueueBatch: Limit{Duration: 10 * time.Second},
 		Lifecycle:    Limit{Duration: 10 * time.Second},
+		Paced:        Limit{Duration: 10 * time.Second},
+		PacedRate:    100,
 		Drain:        true,
 		CallTimeout:  30 * time.Second,
 		IdleTimeout:  15 * time.Second,
@@ -140,6 +196,17 @@ func (c Config) Validate() error {
 	}
 	if c.Producers > 1<<maxProducerBits-1 {
 		errs = append(errs, fmt.Errorf("producers %d: at most %d", c.Producers, 1<<maxProducerBits-1))
+	}
+	if len(c.Clients) == 0 {
+		errs = append(errs, errors.New("no client kind to run"))
+	}
+	for _, k := range c.Clients {
+		if !slices.Contains(ClientKinds, k) {
+			errs = append(errs, fmt.Errorf("client kind %q: want one of %s", k, strings.Join(ClientKinds, ", ")))
+		}
+	}
+	if c.PacedRate <= 0 && !c.Paced.Off() {
+		errs = append(errs, fmt.Errorf("paced rate %v: must be positive", c.PacedRate))
 	}
 	if c.LifecycleRate < 0 {
 		errs = append(errs, fmt.Errorf("lifecycle rate %v: must not be negative", c.LifecycleRate))

@@ -2,6 +2,19 @@ package workload
 
 import "context"
 
+// ClientDriver returns the driver t uses for a client kind, and, for
+// ClientSDK on a system whose ordinary client is its unary client, the
+// kind whose phases the SDK phases would repeat (ClientUnary), else "".
+func (t Target) ClientDriver(kind string) (d Driver, same string) {
+	if d, ok := t.Clients[kind]; ok {
+		return d, ""
+	}
+	if _, ok := t.Clients[ClientUnary]; kind == ClientSDK && !ok {
+		return t.Driver, ClientUnary
+	}
+	return t.Driver, ""
+}
+
 // Driver runs the workload's operations against one broker. A Driver and
 // its Producers and Consumers are used from many goroutines at once.
 type Driver interface {
@@ -43,9 +56,17 @@ type Consumer interface {
 // Target is one broker deployment under test.
 type Target struct {
 	// Name labels the system in reports ("raftq-3", "nats-sync", ...).
-	Name   string
-	Nodes  int
+	Name  string
+	Nodes int
+	// Driver is the system's ordinary client, used the way its users
+	// would (the ClientSDK kind).
 	Driver Driver
+	// Clients drive the other client kinds where they differ from Driver
+	// (raftq: a plain grpc-go client for ClientUnary and ClientBatch). A
+	// kind missing here is driven by Driver; if ClientUnary is missing,
+	// Driver is the unary client and the ClientSDK phases, which would
+	// repeat the unary ones, are not run.
+	Clients map[string]Driver
 	// Procs lists the server processes whose CPU time is recorded.
 	Procs func() []Proc
 	// Notes are printed under the table (deviations, settings).

@@ -23,7 +23,8 @@ var ratioFigures = []struct {
 	{PhaseLifecycle, "e2e p99", func(p *PhaseResult) float64 { return latOf(p.EndToEnd).P99 }},
 }
 
-// WriteRatio prints one line per phase (enqueue, lifecycle) with the
+// WriteRatio prints one line per client kind and phase (enqueue,
+// lifecycle) that either system ran, with the
 // figures of system num over those of system den, both from the same run:
 // below 1x num is slower for a rate, above 1x it takes longer for a
 // latency. A figure either system lacks is "-". It prints nothing and
@@ -41,22 +42,35 @@ func WriteRatio(w io.Writer, systems []SystemResult, num, den string) bool {
 	if a == nil || b == nil || len(a.Phases) == 0 || len(b.Phases) == 0 {
 		return false
 	}
-	for _, phase := range []string{PhaseEnqueue, PhaseLifecycle} {
-		pa, pb := a.Phase(phase), b.Phase(phase)
-		var parts []string
-		for _, f := range ratioFigures {
-			if f.phase != phase {
-				continue
+	hasKind := func(s *SystemResult, kind string) bool {
+		for _, p := range s.Phases {
+			if p.Client == kind {
+				return true
 			}
-			cell := "-"
-			if pa != nil && pb != nil {
-				if va, vb := f.get(pa), f.get(pb); va != 0 && vb != 0 {
-					cell = fmt.Sprintf("%.2fx", va/vb)
-				}
-			}
-			parts = append(parts, f.label+" "+cell)
 		}
-		fmt.Fprintf(w, "%s/%s %s: %s\n", num, den, phase, strings.Join(parts, ", "))
+		return false
+	}
+	for _, kind := range ClientKinds {
+		if !hasKind(a, kind) && !hasKind(b, kind) {
+			continue
+		}
+		for _, phase := range []string{PhaseEnqueue, PhaseLifecycle} {
+			pa, pb := a.Phase(kind, phase), b.Phase(kind, phase)
+			var parts []string
+			for _, f := range ratioFigures {
+				if f.phase != phase {
+					continue
+				}
+				cell := "-"
+				if pa != nil && pb != nil {
+					if va, vb := f.get(pa), f.get(pb); va != 0 && vb != 0 {
+						cell = fmt.Sprintf("%.2fx", va/vb)
+					}
+				}
+				parts = append(parts, f.label+" "+cell)
+			}
+			fmt.Fprintf(w, "%s/%s %s %s: %s\n", num, den, kind, phase, strings.Join(parts, ", "))
+		}
 	}
 	return true
 }

@@ -2,20 +2,26 @@ package workload
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 )
 
 func TestWriteRatio(t *testing.T) {
 	plain := SystemResult{System: "raftq-3", Phases: []PhaseResult{
-		{Name: PhaseEnqueue, Rate: 10000, Latency: &LatencySummary{Count: 10, P50: 10, P99: 40}},
-		{Name: PhaseLifecycle, Rate: 4000, DeliveryRate: 3000, Latency: &LatencySummary{Count: 10, P50: 20, P99: 50},
+		{Client: ClientUnary, Name: PhaseEnqueue, Rate: 10000, Latency: &LatencySummary{Count: 10, P50: 10, P99: 40}},
+		{Client: ClientUnary, Name: PhaseLifecycle, Rate: 4000, DeliveryRate: 3000, Latency: &LatencySummary{Count: 10, P50: 20, P99: 50},
 			EndToEnd: &LatencySummary{Count: 10, P50: 100, P99: 400}},
 	}}
 	secure := SystemResult{System: "raftq-3-secure", Phases: []PhaseResult{
-		{Name: PhaseEnqueue, Rate: 8000, Latency: &LatencySummary{Count: 10, P50: 12.5, P99: 60}},
-		{Name: PhaseLifecycle, Rate: 3000, DeliveryRate: 3000, Latency: &LatencySummary{Count: 10, P50: 25, P99: 50},
+		{Client: ClientUnary, Name: PhaseEnqueue, Rate: 8000, Latency: &LatencySummary{Count: 10, P50: 12.5, P99: 60}},
+		{Client: ClientUnary, Name: PhaseLifecycle, Rate: 3000, DeliveryRate: 3000, Latency: &LatencySummary{Count: 10, P50: 25, P99: 50},
 			EndToEnd: &LatencySummary{Count: 10, P50: 150, P99: 200}},
 	}}
+	// Both ran the SDK client too: one more pair of lines, after unary's.
+	withSDK := func(s SystemResult, rate float64) SystemResult {
+		s.Phases = append(slices.Clone(s.Phases), PhaseResult{Client: ClientSDK, Name: PhaseEnqueue, Rate: rate})
+		return s
+	}
 	// The secure system ran no lifecycle phase: its figures are "-".
 	noLife := secure
 	noLife.Phases = secure.Phases[:1]
@@ -26,11 +32,16 @@ func TestWriteRatio(t *testing.T) {
 		want    string
 	}{
 		{"both ran", []SystemResult{plain, secure}, true,
-			"raftq-3-secure/raftq-3 enqueue: msgs/s 0.80x, p50 1.25x, p99 1.50x\n" +
-				"raftq-3-secure/raftq-3 lifecycle: msgs/s 0.75x, deliv/s 1.00x, p50 1.25x, p99 1.00x, e2e p50 1.50x, e2e p99 0.50x\n"},
+			"raftq-3-secure/raftq-3 unary enqueue: msgs/s 0.80x, p50 1.25x, p99 1.50x\n" +
+				"raftq-3-secure/raftq-3 unary lifecycle: msgs/s 0.75x, deliv/s 1.00x, p50 1.25x, p99 1.00x, e2e p50 1.50x, e2e p99 0.50x\n"},
 		{"a phase missing", []SystemResult{noLife, plain}, true,
-			"raftq-3-secure/raftq-3 enqueue: msgs/s 0.80x, p50 1.25x, p99 1.50x\n" +
-				"raftq-3-secure/raftq-3 lifecycle: msgs/s -, deliv/s -, p50 -, p99 -, e2e p50 -, e2e p99 -\n"},
+			"raftq-3-secure/raftq-3 unary enqueue: msgs/s 0.80x, p50 1.25x, p99 1.50x\n" +
+				"raftq-3-secure/raftq-3 unary lifecycle: msgs/s -, deliv/s -, p50 -, p99 -, e2e p50 -, e2e p99 -\n"},
+		{"two client kinds", []SystemResult{withSDK(plain, 20000), withSDK(secure, 15000)}, true,
+			"raftq-3-secure/raftq-3 unary enqueue: msgs/s 0.80x, p50 1.25x, p99 1.50x\n" +
+				"raftq-3-secure/raftq-3 unary lifecycle: msgs/s 0.75x, deliv/s 1.00x, p50 1.25x, p99 1.00x, e2e p50 1.50x, e2e p99 0.50x\n" +
+				"raftq-3-secure/raftq-3 sdk enqueue: msgs/s 0.75x, p50 -, p99 -\n" +
+				"raftq-3-secure/raftq-3 sdk lifecycle: msgs/s -, deliv/s -, p50 -, p99 -, e2e p50 -, e2e p99 -\n"},
 		{"secure not run", []SystemResult{plain, {System: "raftq-3-secure", Error: "no certificate"}}, false, ""},
 		{"plain not in the run", []SystemResult{secure}, false, ""},
 	} {

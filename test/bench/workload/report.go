@@ -80,13 +80,18 @@ type Report struct {
 	Git     string    `json:"git,omitempty"`
 	// RaftqBuild is the raftq binary's VCS stamp (revision, modified)
 	// when it has one.
-	RaftqBuild string          `json:"raftq_build,omitempty"`
-	Machine    Machine         `json:"machine"`
-	Config     Config          `json:"config"`
-	Systems    []SystemResult  `json:"systems,omitempty"`
-	Memory     *MemoryResult   `json:"memory,omitempty"`
-	Throttle   *ThrottleResult `json:"throttle,omitempty"`
-	Profiles   []Profile       `json:"profiles,omitempty"`
+	RaftqBuild string  `json:"raftq_build,omitempty"`
+	Machine    Machine `json:"machine"`
+	// LoadAvg is /proc/loadavg (1, 5, 15 min) when the run started and
+	// when it ended: other work on the machine skews every figure.
+	LoadAvg  []string        `json:"load_avg,omitempty"`
+	Config   Config          `json:"config"`
+	Systems  []SystemResult  `json:"systems,omitempty"`
+	Memory   *MemoryResult   `json:"memory,omitempty"`
+	Throttle *ThrottleResult `json:"throttle,omitempty"`
+	Profiles []Profile       `json:"profiles,omitempty"`
+	// Targets is issue 15's target table, computed from this run.
+	Targets []TargetRow `json:"targets,omitempty"`
 }
 
 // WriteJSON writes r, indented, to path.
@@ -130,16 +135,16 @@ func cpuCell(ps []ProcCPU) string {
 // exactly-once verdict, notes and errors.
 func WriteTable(w io.Writer, systems []SystemResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tphase\tmessages\tmsgs/s\tp50 ms\tp99 ms\tp999 ms\tdeliv/s\te2e p50\te2e p99\terrors\t\tserver CPU s (cores)\tbench CPU s (cores)\tother CPU\t")
+	fmt.Fprintln(tw, "system\tclient\tphase\tmessages\tmsgs/s\tp50 ms\tp99 ms\tp999 ms\tdeliv/s\te2e p50\te2e p99\terrors\t\tserver CPU s (cores)\tbench CPU s (cores)\tother CPU\t")
 	for _, s := range systems {
 		if s.Error != "" && len(s.Phases) == 0 {
-			fmt.Fprintf(tw, "%s\t(not run)\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", s.System)
+			fmt.Fprintf(tw, "%s\t\t(not run)\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", s.System)
 			continue
 		}
 		for _, p := range s.Phases {
 			e2e := p.EndToEnd
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\t%s\t%s\t%.2f\t\n",
-				s.System, p.Name, p.Messages, num(p.Rate, 0),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\t%s\t%s\t%.2f\t\n",
+				s.System, p.Client, p.Name, p.Messages, num(p.Rate, 0),
 				lat(p.Latency, func(l *LatencySummary) float64 { return l.P50 }),
 				lat(p.Latency, func(l *LatencySummary) float64 { return l.P99 }),
 				lat(p.Latency, func(l *LatencySummary) float64 { return l.P999 }),
@@ -161,7 +166,7 @@ func WriteTable(w io.Writer, systems []SystemResult) error {
 		}
 		for _, p := range s.Phases {
 			if p.FirstError != "" {
-				fmt.Fprintf(w, "%s %s: %d errors, first: %s\n", s.System, p.Name, p.Errors, p.FirstError)
+				fmt.Fprintf(w, "%s %s %s: %d errors, first: %s\n", s.System, p.Client, p.Name, p.Errors, p.FirstError)
 			}
 		}
 		if s.Error != "" {
@@ -170,31 +175,53 @@ func WriteTable(w io.Writer, systems []SystemResult) error {
 		for _, n := range s.Notes {
 			fmt.Fprintf(w, "%s: note: %s\n", s.System, n)
 		}
+		for _, k := range ClientKinds {
+			if same, ok := s.SameClient[k]; ok {
+				fmt.Fprintf(w, "%s: note: its %s client is its %s client; the %s figures are those\n", s.System, k, same, same)
+			}
+		}
 	}
 	return nil
 }
 
-// comparisonRows are the figures the comparison table puts side by side;
+// comparisonRow is one figure the comparison table puts side by side;
 // higher is better for rates, lower for latencies.
-var comparisonRows = []struct {
-	phase, label string
-	higher       bool
-	get          func(*PhaseResult) float64
-}{
-	{PhaseEnqueue, "enqueue msgs/s", true, func(p *PhaseResult) float64 { return p.Rate }},
-	{PhaseEnqueue, "enqueue p99 ms", false, func(p *PhaseResult) float64 { return latOf(p.Latency).P99 }},
-	{PhaseEnqueueHalf, "enqueue @50% p50 ms", false, func(p *PhaseResult) float64 { return latOf(p.Latency).P50 }},
-	{PhaseEnqueueHalf, "enqueue @50% p99 ms", false, func(p *PhaseResult) float64 { return latOf(p.Latency).P99 }},
-	{PhaseEnqueueSync, "enqueue-sync msgs/s", true, func(p *PhaseResult) float64 { return p.Rate }},
-	{PhaseEnqueueSync, "enqueue-sync p50 ms", false, func(p *PhaseResult) float64 { return latOf(p.Latency).P50 }},
-	{PhaseEnqueueBatch, "enqueue-batch msgs/s", true, func(p *PhaseResult) float64 { return p.Rate }},
-	{PhaseEnqueueBatch, "enqueue-batch p99 ms", false, func(p *PhaseResult) float64 { return latOf(p.Latency).P99 }},
-	{PhaseDrain, "drain msgs/s", true, func(p *PhaseResult) float64 { return p.Rate }},
-	{PhaseLifecycle, "lifecycle enqueue msgs/s", true, func(p *PhaseResult) float64 { return p.Rate }},
-	{PhaseLifecycle, "lifecycle e2e p50 ms", false, func(p *PhaseResult) float64 { return latOf(p.EndToEnd).P50 }},
-	{PhaseLifecycle, "lifecycle e2e p99 ms", false, func(p *PhaseResult) float64 { return latOf(p.EndToEnd).P99 }},
-	{"", "server CPU s / 1k msgs", false, cpuPerK},
+type comparisonRow struct {
+	client, phase, label string
+	higher               bool
+	get                  func(*PhaseResult) float64
 }
+
+func rate(p *PhaseResult) float64      { return p.Rate }
+func delivRate(p *PhaseResult) float64 { return p.DeliveryRate }
+func p50(p *PhaseResult) float64       { return latOf(p.Latency).P50 }
+func p99(p *PhaseResult) float64       { return latOf(p.Latency).P99 }
+func e2eP50(p *PhaseResult) float64    { return latOf(p.EndToEnd).P50 }
+func e2eP99(p *PhaseResult) float64    { return latOf(p.EndToEnd).P99 }
+
+// comparisonRows are the rows of every client kind, then the servers' CPU.
+var comparisonRows = func() []comparisonRow {
+	var rows []comparisonRow
+	for _, k := range ClientKinds {
+		add := func(phase, label string, higher bool, get func(*PhaseResult) float64) {
+			rows = append(rows, comparisonRow{k, phase, k + " " + label, higher, get})
+		}
+		add(PhaseEnqueue, "enqueue msgs/s", true, rate)
+		add(PhaseEnqueue, "enqueue p99 ms", false, p99)
+		add(PhaseEnqueueHalf, "enqueue @50% p50 ms", false, p50)
+		add(PhaseEnqueueHalf, "enqueue @50% p99 ms", false, p99)
+		add(PhaseEnqueueSync, "enqueue-sync msgs/s", true, rate)
+		add(PhaseEnqueueSync, "enqueue-sync p50 ms", false, p50)
+		add(PhaseDrain, "drain msgs/s", true, rate)
+		add(PhaseLifecycle, "lifecycle enqueue msgs/s", true, rate)
+		add(PhaseLifecycle, "lifecycle deliveries/s", true, delivRate)
+		add(PhaseLifecycle, "lifecycle e2e p50 ms", false, e2eP50)
+		add(PhaseLifecycle, "lifecycle e2e p99 ms", false, e2eP99)
+		add(PhasePaced, "paced e2e p50 ms", false, e2eP50)
+		add(PhasePaced, "paced e2e p99 ms", false, e2eP99)
+	}
+	return append(rows, comparisonRow{"", "", "server CPU s / 1k msgs", false, nil})
+}()
 
 func latOf(l *LatencySummary) LatencySummary {
 	if l == nil {
@@ -202,9 +229,6 @@ func latOf(l *LatencySummary) LatencySummary {
 	}
 	return *l
 }
-
-// cpuPerK is filled per system, not per phase (see WriteComparison).
-func cpuPerK(*PhaseResult) float64 { return 0 }
 
 // serverCPUPerK is the servers' CPU seconds per thousand messages moved
 // over all phases: enqueued, plus delivered.
@@ -257,13 +281,20 @@ func WriteComparison(w io.Writer, systems []SystemResult, base string) error {
 		if s.Error != "" && len(s.Phases) == 0 {
 			return 0
 		}
-		p := s.Phase(row.phase)
+		p := s.Phase(row.client, row.phase)
 		if p == nil {
 			return 0
 		}
 		return row.get(p)
 	}
 	for i, row := range comparisonRows {
+		measured := false
+		for j := range systems {
+			measured = measured || value(&systems[j], i) != 0
+		}
+		if !measured {
+			continue // a client kind or phase this run did not have
+		}
 		fmt.Fprintf(tw, "%s\t", row.label)
 		for j := range systems {
 			prec := 1

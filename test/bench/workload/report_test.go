@@ -19,11 +19,11 @@ func sampleSystems() []SystemResult {
 		{
 			System: "raftq-3", Nodes: 3,
 			Phases: []PhaseResult{
-				{Name: PhaseEnqueue, Messages: 200000, Seconds: 10, Rate: 20000, Calls: 200000, Latency: lat,
+				{Client: ClientUnary, Name: PhaseEnqueue, Messages: 200000, Seconds: 10, Rate: 20000, Calls: 200000, Latency: lat,
 					ServerCPU: []ProcCPU{{Name: "n1(L)", Seconds: 9.5, Cores: 0.95}, {Name: "n2", Seconds: 3, Cores: 0.3}},
 					ClientCPU: ProcCPU{Name: "bench", Seconds: 5, Cores: 0.5}},
-				{Name: PhaseDrain, Messages: 200000, Seconds: 20, Rate: 10000, Deliveries: 200000, DeliveryRate: 10000},
-				{Name: PhaseLifecycle, Messages: 1000, Seconds: 1, Rate: 1000, Latency: lat, EndToEnd: e2e, Deliveries: 1000, DeliveryRate: 900},
+				{Client: ClientUnary, Name: PhaseDrain, Messages: 200000, Seconds: 20, Rate: 10000, Deliveries: 200000, DeliveryRate: 10000},
+				{Client: ClientUnary, Name: PhaseLifecycle, Messages: 1000, Seconds: 1, Rate: 1000, Latency: lat, EndToEnd: e2e, Deliveries: 1000, DeliveryRate: 900},
 			},
 			Check: &Check{Acked: 201000, Delivered: 201000},
 			Notes: []string{"three nodes"},
@@ -31,9 +31,10 @@ func sampleSystems() []SystemResult {
 		{
 			System: "nats", Nodes: 3,
 			Phases: []PhaseResult{
-				{Name: PhaseEnqueue, Messages: 400000, Seconds: 10, Rate: 40000, Latency: lat, Errors: 2, FirstError: "timeout"},
+				{Client: ClientUnary, Name: PhaseEnqueue, Messages: 400000, Seconds: 10, Rate: 40000, Latency: lat, Errors: 2, FirstError: "timeout"},
 			},
-			Check: &Check{Acked: 400000, Delivered: 399999, Missing: 1, Examples: []string{"missing phase=1 producer=0 seq=7"}},
+			SameClient: map[string]string{ClientSDK: ClientUnary},
+			Check:      &Check{Acked: 400000, Delivered: 399999, Missing: 1, Examples: []string{"missing phase=1 producer=0 seq=7"}},
 		},
 		{System: "rabbitmq", Error: "rabbitmq-server not installed"},
 	}
@@ -46,14 +47,15 @@ func TestWriteTable(t *testing.T) {
 	}
 	out := buf.String()
 	for _, re := range []string{
-		`(?m)^\s*system\s+phase\s+messages\s+msgs/s\s+p50 ms\s+p99 ms\s+p999 ms`,
-		`(?m)^\s*raftq-3\s+enqueue\s+200000\s+20000\s+12\.5\s+80\.2\s+99\.0\s+-\s+-\s+-\s+0\s+n1\(L\) 9\.5 \(0\.95\) n2 3\.0 \(0\.30\)\s+bench 5\.0 \(0\.50\)`,
-		`(?m)^\s*raftq-3\s+lifecycle\s+1000\s+1000\s+.*\s900\s+30\.0\s+90\.0\s`,
+		`(?m)^\s*system\s+client\s+phase\s+messages\s+msgs/s\s+p50 ms\s+p99 ms\s+p999 ms`,
+		`(?m)^\s*raftq-3\s+unary\s+enqueue\s+200000\s+20000\s+12\.5\s+80\.2\s+99\.0\s+-\s+-\s+-\s+0\s+n1\(L\) 9\.5 \(0\.95\) n2 3\.0 \(0\.30\)\s+bench 5\.0 \(0\.50\)`,
+		`(?m)^\s*raftq-3\s+unary\s+lifecycle\s+1000\s+1000\s+.*\s900\s+30\.0\s+90\.0\s`,
 		`(?m)^\s*rabbitmq\s+\(not run\)`,
 		`(?m)^raftq-3: exactly once: acked 201000, delivered 201000 distinct, missing 0`,
 		`(?m)^nats: NOT exactly once: .*missing 1`,
 		`(?m)^  missing phase=1 producer=0 seq=7$`,
-		`(?m)^nats enqueue: 2 errors, first: timeout$`,
+		`(?m)^nats unary enqueue: 2 errors, first: timeout$`,
+		`(?m)^nats: note: its sdk client is its unary client; the unary figures are those$`,
 		`(?m)^rabbitmq: NOT RUN OR FAILED: rabbitmq-server not installed$`,
 		`(?m)^raftq-3: note: three nodes$`,
 	} {
@@ -72,15 +74,21 @@ func TestWriteComparisonRatios(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^\s*figure\s+raftq-3\s+nats\s+rabbitmq\s+raftq-3/nats\s+raftq-3/rabbitmq\s*$`,
 		// 20000 / 40000 msgs/s; rabbitmq did not run, so no ratio.
-		`(?m)^\s*enqueue msgs/s\s+20000\s+40000\s+-\s+0\.50x\s+-\s*$`,
-		`(?m)^\s*enqueue p99 ms\s+80\.2\s+80\.2\s+-\s+1\.00x\s+-\s*$`,
-		`(?m)^\s*drain msgs/s\s+10000\s+-\s+-\s+-\s+-\s*$`,
+		`(?m)^\s*unary enqueue msgs/s\s+20000\s+40000\s+-\s+0\.50x\s+-\s*$`,
+		`(?m)^\s*unary enqueue p99 ms\s+80\.2\s+80\.2\s+-\s+1\.00x\s+-\s*$`,
+		`(?m)^\s*unary drain msgs/s\s+10000\s+-\s+-\s+-\s+-\s*$`,
+		// raftq-3 ran no sdk phase; nats's sdk figures are its unary ones.
+		`(?m)^\s*sdk enqueue msgs/s\s+-\s+40000\s+-\s+-\s+-\s*$`,
 		// (9.5 + 3) CPU seconds over 200000 + 200000 + 1000 + 1000 messages.
 		`(?m)^\s*server CPU s / 1k msgs\s+0\.031\s+-\s+-`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("comparison does not match %s:\n%s", re, out)
 		}
+	}
+	// No system ran the batch client: its rows are left out.
+	if strings.Contains(out, "batch enqueue") {
+		t.Errorf("comparison shows rows nobody measured:\n%s", out)
 	}
 }
 

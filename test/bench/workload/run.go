@@ -12,22 +12,22 @@ import (
 	"github.com/raftq/raftq/test/harness"
 )
 
-// Phase names, in the order Run performs them.
+// Phase names, in the order Run performs them for each client kind (the
+// batch client runs enqueue, drain and lifecycle only).
 const (
-	PhaseEnqueue      = "enqueue"
-	PhaseEnqueueHalf  = "enqueue-half"
-	PhaseEnqueueSync  = "enqueue-sync"
-	PhaseEnqueueBatch = "enqueue-batch"
-	PhaseDrain        = "drain"
-	PhaseLifecycle    = "lifecycle"
+	PhaseEnqueue     = "enqueue"
+	PhaseEnqueueHalf = "enqueue-half"
+	PhaseEnqueueSync = "enqueue-sync"
+	PhaseDrain       = "drain"
+	PhaseLifecycle   = "lifecycle"
+	PhasePaced       = "paced"
 )
 
-// Queue names: the enqueue phases fill the backlog queue that drain
-// empties; lifecycle has its own.
-const (
-	BacklogQueue   = "bench-backlog"
-	LifecycleQueue = "bench-life"
-)
+// Queue names of one client kind: its enqueue phases fill the backlog
+// queue that its drain empties; lifecycle and paced have their own.
+func BacklogQueue(kind string) string   { return "bench-" + kind + "-backlog" }
+func LifecycleQueue(kind string) string { return "bench-" + kind + "-life" }
+func PacedQueue(kind string) string     { return "bench-" + kind + "-paced" }
 
 // ProcCPU is the CPU time a server process used during a phase.
 type ProcCPU struct {
@@ -39,7 +39,9 @@ type ProcCPU struct {
 
 // PhaseResult is what one phase measured.
 type PhaseResult struct {
-	Name string `json:"name"`
+	// Client is the client kind (ClientUnary, ...); Name the phase.
+	Client string `json:"client"`
+	Name   string `json:"name"`
 	// Messages acknowledged to producers (enqueue phases, lifecycle) or
 	// delivered to consumers (drain), over Seconds of wall time.
 	Messages int64   `json:"messages"`
@@ -52,7 +54,7 @@ type PhaseResult struct {
 	Aborted    bool   `json:"aborted,omitempty"`
 	// Latency is per enqueue call, from the call to its acknowledgement.
 	Latency *LatencySummary `json:"enqueue_latency,omitempty"`
-	// EndToEnd is from the enqueue call to the delivery (lifecycle).
+	// EndToEnd is from the enqueue call to the delivery (lifecycle, paced).
 	EndToEnd *LatencySummary `json:"end_to_end_latency,omitempty"`
 	// Deliveries over DeliverySeconds (drain, lifecycle).
 	Deliveries      int64     `json:"deliveries,omitempty"`
@@ -75,12 +77,20 @@ type SystemResult struct {
 	Notes  []string      `json:"notes,omitempty"`
 	Phases []PhaseResult `json:"phases,omitempty"`
 	Check  *Check        `json:"check,omitempty"`
+	// SameClient maps a client kind that was not run to the kind whose
+	// phases stand for it: the peers' ordinary client (ClientSDK) is
+	// their unary client.
+	SameClient map[string]string `json:"same_client,omitempty"`
 }
 
-// Phase returns the named phase's result, or nil.
-func (s *SystemResult) Phase(name string) *PhaseResult {
+// Phase returns the result of the named phase of client kind (following
+// SameClient), or nil.
+func (s *SystemResult) Phase(kind, name string) *PhaseResult {
+	if same, ok := s.SameClient[kind]; ok {
+		kind = same
+	}
 	for i := range s.Phases {
-		if s.Phases[i].Name == name {
+		if s.Phases[i].Client == kind && s.Phases[i].Name == name {
 			return &s.Phases[i]
 		}
 	}
@@ -93,7 +103,7 @@ type Runner struct {
 	Log *slog.Logger
 	// OnPhase, if set, is called as each phase starts; the function it
 	// returns, when the phase ends (a profiler hook).
-	OnPhase func(ctx context.Context, t Target, phase string) func()
+	OnPhase func(ctx context.Context, t Target, client, phase string) func()
 }
 
 // run is the state of one Run.
@@ -121,28 +131,61 @@ func (r *Runner) Run(ctx context.Context, t Target) SystemResult {
 }
 
 func (rn *run) do(ctx context.Context, res *SystemResult) error {
-	c := rn.Cfg
-	for _, q := range []string{BacklogQueue, LifecycleQueue} {
-		if err := rn.t.Driver.CreateQueue(ctx, QueueSpec{Name: q, Consumers: c.Consumers, MaxInFlight: c.MaxInFlight}); err != nil {
-			return fmt.Errorf("create queue %s: %w", q, err)
+	for ki, kind := range rn.Cfg.Clients {
+		d, same := rn.t.ClientDriver(kind)
+		if same != "" {
+			if res.SameClient == nil {
+				res.SameClient = map[string]string{}
+			}
+			res.SameClient[kind] = same
+			rn.Log.Info("client kind is another's; not run again", "system", rn.t.Name, "client", kind, "same_as", same)
+			continue
+		}
+		if err := rn.client(ctx, res, kind, ki, d); err != nil {
+			return err
 		}
 	}
-	type step struct {
+	chk := rn.ledger.Check()
+	chk.LeftInQueue = rn.leftInQueue(ctx)
+	res.Check = &chk
+	rn.Log.Info("exactly-once check", "system", rn.t.Name, "result", chk.String())
+	return nil
+}
+
+// client runs the phases of one client kind (the ki-th of the run) with d.
+func (rn *run) client(ctx context.Context, res *SystemResult, kind string, ki int, d Driver) error {
+	c := rn.Cfg
+	for _, q := range []string{BacklogQueue(kind), LifecycleQueue(kind), PacedQueue(kind)} {
+		if err := d.CreateQueue(ctx, QueueSpec{Name: q, Consumers: c.Consumers, MaxInFlight: c.MaxInFlight}); err != nil {
+			return fmt.Errorf("%s client: create queue %s: %w", kind, q, err)
+		}
+	}
+	// Message keys carry the phase index: 16 per client kind keep the
+	// phases of different kinds apart.
+	key := func(i int) int { return ki*16 + i }
+	window, batch := c.Window, 1
+	steps := []struct {
 		name   string
 		limit  Limit
 		window int
-		batch  int
-	}
-	// Phase indexes (1-5) keep message keys of different phases apart.
-	for _, s := range []struct {
-		step
-		idx int
+		idx    int
 	}{
-		{step{PhaseEnqueue, c.Enqueue, c.Window, 1}, 1},
-		{step{PhaseEnqueueHalf, c.EnqueueHalf, c.Window, 1}, 5},
-		{step{PhaseEnqueueSync, c.EnqueueSync, 1, 1}, 2},
-		{step{PhaseEnqueueBatch, c.EnqueueBatch, c.BatchWindow, c.BatchSize}, 3},
-	} {
+		{PhaseEnqueue, c.Enqueue, c.Window, 1},
+		{PhaseEnqueueHalf, c.EnqueueHalf, c.Window, 5},
+		{PhaseEnqueueSync, c.EnqueueSync, 1, 2},
+	}
+	paced := c.Paced
+	if kind == ClientBatch {
+		window, batch = c.BatchWindow, c.BatchSize
+		steps = steps[:1]
+		steps[0].limit, steps[0].window = c.EnqueueBatch, c.BatchWindow
+		paced = Limit{}
+	}
+	add := func(p PhaseResult) error {
+		res.Phases = append(res.Phases, p)
+		return ctx.Err()
+	}
+	for _, s := range steps {
 		if s.limit.Off() {
 			continue
 		}
@@ -150,37 +193,44 @@ func (rn *run) do(ctx context.Context, res *SystemResult) error {
 		if s.name == PhaseEnqueueHalf {
 			// Half of the peak just measured: the latency a system
 			// offers when it is busy but not saturated.
-			peak := res.Phase(PhaseEnqueue)
+			peak := res.Phase(kind, PhaseEnqueue)
 			if peak == nil || peak.Rate <= 0 {
 				continue
 			}
 			rate = peak.Rate / 2
 		}
-		p := rn.phase(ctx, s.name, func(ctx context.Context, pr *PhaseResult) error {
-			return rn.enqueue(ctx, pr, BacklogQueue, s.idx, s.window, s.batch, s.limit, rate)
-		})
-		res.Phases = append(res.Phases, p)
-		if ctx.Err() != nil {
-			return ctx.Err()
+		err := add(rn.phase(ctx, kind, s.name, func(ctx context.Context, pr *PhaseResult) error {
+			return rn.enqueue(ctx, d, pr, BacklogQueue(kind), key(s.idx), s.window, batch, s.limit, rate)
+		}))
+		if err != nil {
+			return err
 		}
 	}
 	if c.Drain {
-		res.Phases = append(res.Phases, rn.phase(ctx, PhaseDrain, func(ctx context.Context, pr *PhaseResult) error {
-			return rn.drain(ctx, pr)
+		err := add(rn.phase(ctx, kind, PhaseDrain, func(ctx context.Context, pr *PhaseResult) error {
+			return rn.drain(ctx, d, pr, BacklogQueue(kind))
 		}))
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if err != nil {
+			return err
 		}
 	}
 	if !c.Lifecycle.Off() {
-		res.Phases = append(res.Phases, rn.phase(ctx, PhaseLifecycle, func(ctx context.Context, pr *PhaseResult) error {
-			return rn.lifecycle(ctx, pr)
+		err := add(rn.phase(ctx, kind, PhaseLifecycle, func(ctx context.Context, pr *PhaseResult) error {
+			return rn.lifecycle(ctx, d, pr, LifecycleQueue(kind), key(4), window, batch, c.Lifecycle, c.LifecycleRate)
 		}))
+		if err != nil {
+			return err
+		}
 	}
-	chk := rn.ledger.Check()
-	chk.LeftInQueue = rn.leftInQueue(ctx)
-	res.Check = &chk
-	rn.Log.Info("exactly-once check", "system", rn.t.Name, "result", chk.String())
+	if !paced.Off() {
+		// A handful of producer goroutines is enough at this rate.
+		err := add(rn.phase(ctx, kind, PhasePaced, func(ctx context.Context, pr *PhaseResult) error {
+			return rn.lifecycle(ctx, d, pr, PacedQueue(kind), key(6), min(c.Window, 16), 1, paced, c.PacedRate)
+		}))
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -190,14 +240,20 @@ func (rn *run) leftInQueue(ctx context.Context) int64 {
 	var last, total int64 = -1, 0
 	_ = harness.WaitFor(ctx, 10*time.Second, 500*time.Millisecond, func(ctx context.Context) error {
 		total = 0
-		for _, q := range []string{BacklogQueue, LifecycleQueue} {
-			n, err := rn.t.Driver.Depth(ctx, q)
-			if err != nil {
-				rn.Log.Warn("reading queue depth", "system", rn.t.Name, "queue", q, "err", err)
-				total = -1
-				return nil // give up: the depth is unknown
+		for _, kind := range rn.Cfg.Clients {
+			d, same := rn.t.ClientDriver(kind)
+			if same != "" {
+				continue
 			}
-			total += n
+			for _, q := range []string{BacklogQueue(kind), LifecycleQueue(kind), PacedQueue(kind)} {
+				n, err := d.Depth(ctx, q)
+				if err != nil {
+					rn.Log.Warn("reading queue depth", "system", rn.t.Name, "queue", q, "err", err)
+					total = -1
+					return nil // give up: the depth is unknown
+				}
+				total += n
+			}
 		}
 		if total == 0 || (last >= 0 && total >= last) {
 			return nil
@@ -209,9 +265,9 @@ func (rn *run) leftInQueue(ctx context.Context) int64 {
 }
 
 // phase runs body with CPU accounting and the OnPhase hook around it.
-func (rn *run) phase(ctx context.Context, name string, body func(context.Context, *PhaseResult) error) PhaseResult {
-	pr := PhaseResult{Name: name}
-	rn.Log.Info("phase starting", "system", rn.t.Name, "phase", name)
+func (rn *run) phase(ctx context.Context, kind, name string, body func(context.Context, *PhaseResult) error) PhaseResult {
+	pr := PhaseResult{Client: kind, Name: name}
+	rn.Log.Info("phase starting", "system", rn.t.Name, "client", kind, "phase", name)
 	var procs []Proc
 	if rn.t.Procs != nil {
 		procs = rn.t.Procs()
@@ -229,7 +285,7 @@ func (rn *run) phase(ctx context.Context, name string, body func(context.Context
 	start := time.Now()
 	var stop func()
 	if rn.OnPhase != nil {
-		stop = rn.OnPhase(ctx, rn.t, name)
+		stop = rn.OnPhase(ctx, rn.t, kind, name)
 	}
 	err := body(ctx, &pr)
 	if stop != nil {
@@ -255,9 +311,9 @@ func (rn *run) phase(ctx context.Context, name string, body func(context.Context
 		if pr.FirstError == "" {
 			pr.FirstError = err.Error()
 		}
-		rn.Log.Warn("phase failed", "system", rn.t.Name, "phase", name, "err", err)
+		rn.Log.Warn("phase failed", "system", rn.t.Name, "client", kind, "phase", name, "err", err)
 	}
-	rn.Log.Info("phase done", "system", rn.t.Name, "phase", name, "messages", pr.Messages, "rate", int64(pr.Rate), "errors", pr.Errors)
+	rn.Log.Info("phase done", "system", rn.t.Name, "client", kind, "phase", name, "messages", pr.Messages, "rate", int64(pr.Rate), "errors", pr.Errors)
 	return pr
 }
 
@@ -281,7 +337,7 @@ func (e *errorLog) add(err error) {
 // enqueue runs producers with window calls of batch messages outstanding
 // each, until limit, and records rate and latency into pr. A positive rate
 // paces all producers together to rate messages per second.
-func (rn *run) enqueue(ctx context.Context, pr *PhaseResult, queue string, phaseIdx, window, batch int, limit Limit, rate float64) error {
+func (rn *run) enqueue(ctx context.Context, d Driver, pr *PhaseResult, queue string, phaseIdx, window, batch int, limit Limit, rate float64) error {
 	c := rn.Cfg
 	prods := make([]Producer, c.Producers)
 	defer func() {
@@ -292,7 +348,7 @@ func (rn *run) enqueue(ctx context.Context, pr *PhaseResult, queue string, phase
 		}
 	}()
 	for i := range prods {
-		p, err := rn.t.Driver.NewProducer(ctx, queue)
+		p, err := d.NewProducer(ctx, queue)
 		if err != nil {
 			return fmt.Errorf("producer %d: %w", i, err)
 		}
@@ -386,10 +442,10 @@ type consumers struct {
 // startConsumers starts the workload's consumers on queue; handle, if set,
 // runs for every delivery with the enqueue time read from its payload and
 // the time it arrived.
-func (rn *run) startConsumers(ctx context.Context, queue string, handle func(at, now time.Time)) (*consumers, error) {
+func (rn *run) startConsumers(ctx context.Context, d Driver, queue string, handle func(at, now time.Time)) (*consumers, error) {
 	cs := &consumers{started: time.Now()}
 	for i := range rn.Cfg.Consumers {
-		c, err := rn.t.Driver.StartConsumer(ctx, queue, rn.Cfg.MaxInFlight, func(p []byte) {
+		c, err := d.StartConsumer(ctx, queue, rn.Cfg.MaxInFlight, func(p []byte) {
 			now := time.Now()
 			k, at, err := Parse(p)
 			if err != nil {
@@ -438,9 +494,9 @@ func (cs *consumers) record(pr *PhaseResult) {
 
 // drain consumes the backlog the enqueue phases left until every
 // acknowledged message was delivered.
-func (rn *run) drain(ctx context.Context, pr *PhaseResult) error {
+func (rn *run) drain(ctx context.Context, d Driver, pr *PhaseResult, queue string) error {
 	backlog := rn.ledger.Pending()
-	cs, err := rn.startConsumers(ctx, BacklogQueue, nil)
+	cs, err := rn.startConsumers(ctx, d, queue, nil)
 	if err != nil {
 		return err
 	}
@@ -452,17 +508,18 @@ func (rn *run) drain(ctx context.Context, pr *PhaseResult) error {
 	return werr
 }
 
-// lifecycle runs producers and consumers together on a fresh queue and
-// measures the time from enqueue to delivery.
-func (rn *run) lifecycle(ctx context.Context, pr *PhaseResult) error {
+// lifecycle runs producers (window calls of batch messages outstanding
+// each, paced to rate if positive) and consumers together on a fresh queue
+// and measures the time from enqueue to delivery.
+func (rn *run) lifecycle(ctx context.Context, d Driver, pr *PhaseResult, queue string, phaseIdx, window, batch int, limit Limit, rate float64) error {
 	var e2e Latencies
-	cs, err := rn.startConsumers(ctx, LifecycleQueue, func(at, now time.Time) {
+	cs, err := rn.startConsumers(ctx, d, queue, func(at, now time.Time) {
 		e2e.Add(now.Sub(at))
 	})
 	if err != nil {
 		return err
 	}
-	perr := rn.enqueue(ctx, pr, LifecycleQueue, 4, rn.Cfg.Window, 1, rn.Cfg.Lifecycle, rn.Cfg.LifecycleRate)
+	perr := rn.enqueue(ctx, d, pr, queue, phaseIdx, window, batch, limit, rate)
 	werr := rn.ledger.WaitDelivered(ctx, rn.Cfg.IdleTimeout)
 	cs.stop(ctx, rn.Log)
 	cs.record(pr)

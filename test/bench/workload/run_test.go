@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,7 +50,7 @@ func (b *memBroker) NewProducer(_ context.Context, queue string) (Producer, erro
 func (p *memProducer) Enqueue(ctx context.Context, payloads [][]byte) error {
 	q := p.b.q(p.queue)
 	for _, m := range payloads {
-		if p.queue == BacklogQueue && p.b.loseOne && p.b.lost.CompareAndSwap(false, true) {
+		if p.queue == BacklogQueue(ClientUnary) && p.b.loseOne && p.b.lost.CompareAndSwap(false, true) {
 			continue
 		}
 		select {
@@ -79,7 +80,7 @@ func (b *memBroker) StartConsumer(_ context.Context, queue string, _ int, handle
 				return
 			case m := <-q:
 				handle(m)
-				if queue == BacklogQueue && b.dupOne && b.duped.CompareAndSwap(false, true) {
+				if queue == BacklogQueue(ClientUnary) && b.dupOne && b.duped.CompareAndSwap(false, true) {
 					handle(m)
 				}
 			}
@@ -109,6 +110,7 @@ func smallConfig() Config {
 	c.EnqueueSync = Limit{Messages: 50}
 	c.EnqueueBatch = Limit{Messages: 305} // not a multiple of the batch
 	c.Lifecycle = Limit{Messages: 200}
+	c.Paced, c.PacedRate = Limit{Messages: 40}, 2000
 	c.IdleTimeout = 500 * time.Millisecond
 	c.CallTimeout = 5 * time.Second
 	return c
@@ -119,34 +121,39 @@ func TestRunnerRunsEveryPhaseExactlyOnce(t *testing.T) {
 	procs := []Proc{{Name: "self", Pid: os.Getpid()}}
 	var hooked []string
 	r := &Runner{Cfg: smallConfig(), Log: slog.New(slog.DiscardHandler),
-		OnPhase: func(_ context.Context, _ Target, phase string) func() {
-			hooked = append(hooked, phase)
+		OnPhase: func(_ context.Context, _ Target, client, phase string) func() {
+			hooked = append(hooked, client+" "+phase)
 			return nil
 		}}
-	res := r.Run(context.Background(), Target{Name: "mem", Nodes: 1, Driver: b, Procs: func() []Proc { return procs }})
+	// One broker behind every client kind: each kind has queues of its own.
+	target := Target{Name: "mem", Nodes: 1, Driver: b, Clients: map[string]Driver{ClientUnary: b, ClientBatch: b},
+		Procs: func() []Proc { return procs }}
+	res := r.Run(context.Background(), target)
 	if res.Error != "" {
 		t.Fatalf("run failed: %s", res.Error)
 	}
-	want := []struct {
-		name  string
-		msgs  int64
-		calls int64
-	}{
-		{PhaseEnqueue, 500, 500},
-		{PhaseEnqueueHalf, 100, 100},
-		{PhaseEnqueueSync, 50, 50},
-		{PhaseEnqueueBatch, 305, 31},
-		{PhaseDrain, 955, 0},
-		{PhaseLifecycle, 200, 200},
+	type phase struct {
+		client, name string
+		msgs, calls  int64
+	}
+	var want []phase
+	for _, k := range []string{ClientUnary, ClientBatch, ClientSDK} {
+		if k == ClientBatch {
+			// 305 is not a multiple of the batch: the last call is short.
+			want = append(want, phase{k, PhaseEnqueue, 305, 31}, phase{k, PhaseDrain, 305, 0}, phase{k, PhaseLifecycle, 200, 20})
+			continue
+		}
+		want = append(want, phase{k, PhaseEnqueue, 500, 500}, phase{k, PhaseEnqueueHalf, 100, 100}, phase{k, PhaseEnqueueSync, 50, 50},
+			phase{k, PhaseDrain, 650, 0}, phase{k, PhaseLifecycle, 200, 200}, phase{k, PhasePaced, 40, 40})
 	}
 	if len(res.Phases) != len(want) {
 		t.Fatalf("%d phases, want %d", len(res.Phases), len(want))
 	}
 	for i, w := range want {
 		p := res.Phases[i]
-		if p.Name != w.name || p.Messages != w.msgs || p.Calls != w.calls || p.Errors != 0 || p.Aborted {
-			t.Errorf("phase %d = %s: %d msgs, %d calls, %d errors (aborted %v); want %s: %d msgs, %d calls",
-				i, p.Name, p.Messages, p.Calls, p.Errors, p.Aborted, w.name, w.msgs, w.calls)
+		if p.Client != w.client || p.Name != w.name || p.Messages != w.msgs || p.Calls != w.calls || p.Errors != 0 || p.Aborted {
+			t.Errorf("phase %d = %s %s: %d msgs, %d calls, %d errors (aborted %v); want %s %s: %d msgs, %d calls",
+				i, p.Client, p.Name, p.Messages, p.Calls, p.Errors, p.Aborted, w.client, w.name, w.msgs, w.calls)
 		}
 		if p.Rate <= 0 || p.Seconds <= 0 {
 			t.Errorf("phase %s: rate %v over %vs", p.Name, p.Rate, p.Seconds)
@@ -157,20 +164,68 @@ func TestRunnerRunsEveryPhaseExactlyOnce(t *testing.T) {
 		if p.OtherCPU.Name != "other" || p.OtherCPU.Seconds < 0 {
 			t.Errorf("phase %s: other cpu %+v", p.Name, p.OtherCPU)
 		}
-		if hooked[i] != w.name {
+		if hooked[i] != w.client+" "+w.name {
 			t.Errorf("OnPhase saw %v", hooked)
 		}
 	}
-	if l := res.Phase(PhaseEnqueue).Latency; l == nil || l.Count != 500 {
+	if l := res.Phase(ClientUnary, PhaseEnqueue).Latency; l == nil || l.Count != 500 {
 		t.Errorf("enqueue latency %+v, want 500 samples", l)
 	}
-	if e := res.Phase(PhaseLifecycle).EndToEnd; e == nil || e.Count != 200 {
-		t.Errorf("lifecycle end-to-end %+v, want 200 samples", e)
+	if l := res.Phase(ClientBatch, PhaseEnqueue).Latency; l == nil || l.Count != 31 {
+		t.Errorf("batch enqueue latency %+v, want one sample per call (31)", l)
 	}
-	if d := res.Phase(PhaseDrain); d.Deliveries != 955 || d.DeliveryRate <= 0 {
-		t.Errorf("drain deliveries %d at %v/s", d.Deliveries, d.DeliveryRate)
+	for _, k := range []string{ClientUnary, ClientSDK} {
+		if e := res.Phase(k, PhaseLifecycle).EndToEnd; e == nil || e.Count != 200 {
+			t.Errorf("%s lifecycle end-to-end %+v, want 200 samples", k, e)
+		}
+		if e := res.Phase(k, PhasePaced).EndToEnd; e == nil || e.Count != 40 {
+			t.Errorf("%s paced end-to-end %+v, want 40 samples", k, e)
+		}
+		if d := res.Phase(k, PhaseDrain); d.Deliveries != 650 || d.DeliveryRate <= 0 {
+			t.Errorf("%s drain deliveries %d at %v/s", k, d.Deliveries, d.DeliveryRate)
+		}
 	}
-	if c := res.Check; c == nil || !c.OK() || c.Acked != 1155 || c.Delivered != 1155 {
+	// Paced: 40 messages at 2000/s take at least 19.5 ms (the first goes
+	// at once).
+	if p := res.Phase(ClientUnary, PhasePaced); p.Seconds < 0.0195 {
+		t.Errorf("paced phase took %vs: not paced", p.Seconds)
+	}
+	if len(res.SameClient) != 0 {
+		t.Errorf("every kind has its own driver, yet same client %v", res.SameClient)
+	}
+	const total = 2*(650+200+40) + 305 + 200
+	if c := res.Check; c == nil || !c.OK() || c.Acked != total || c.Delivered != total {
+		t.Fatalf("check %v, want %d acked and delivered", c, total)
+	}
+}
+
+// A system whose ordinary client is its unary client (the peers) runs the
+// unary and batch phases with it, and not the SDK phases again: they are
+// looked up as the unary ones.
+func TestRunnerPeerSDKIsItsUnaryClient(t *testing.T) {
+	b := newMemBroker()
+	cfg := smallConfig()
+	cfg.EnqueueHalf, cfg.EnqueueSync, cfg.Lifecycle, cfg.Paced = Limit{}, Limit{}, Limit{}, Limit{}
+	r := &Runner{Cfg: cfg, Log: slog.New(slog.DiscardHandler)}
+	res := r.Run(context.Background(), Target{Name: "peer", Driver: b})
+	if res.Error != "" {
+		t.Fatalf("run failed: %s", res.Error)
+	}
+	var got []string
+	for _, p := range res.Phases {
+		got = append(got, p.Client+" "+p.Name)
+	}
+	want := []string{"unary enqueue", "unary drain", "batch enqueue", "batch drain"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("phases %v, want %v", got, want)
+	}
+	if res.SameClient[ClientSDK] != ClientUnary {
+		t.Fatalf("same client %v, want sdk → unary", res.SameClient)
+	}
+	if p := res.Phase(ClientSDK, PhaseEnqueue); p == nil || p != res.Phase(ClientUnary, PhaseEnqueue) {
+		t.Fatalf("sdk enqueue is %+v, want the unary enqueue phase", p)
+	}
+	if c := res.Check; c == nil || !c.OK() || c.Acked != 805 {
 		t.Fatalf("check %v", c)
 	}
 }
@@ -179,7 +234,8 @@ func TestRunnerReportsLossAndDuplicates(t *testing.T) {
 	b := newMemBroker()
 	b.loseOne, b.dupOne = true, true
 	cfg := smallConfig()
-	cfg.EnqueueHalf, cfg.EnqueueSync, cfg.EnqueueBatch, cfg.Lifecycle = Limit{}, Limit{}, Limit{}, Limit{}
+	cfg.EnqueueHalf, cfg.EnqueueSync, cfg.Lifecycle, cfg.Paced = Limit{}, Limit{}, Limit{}, Limit{}
+	cfg.Clients = []string{ClientUnary}
 	r := &Runner{Cfg: cfg, Log: slog.New(slog.DiscardHandler)}
 	res := r.Run(context.Background(), Target{Name: "mem", Driver: b})
 	c := res.Check
@@ -189,7 +245,7 @@ func TestRunnerReportsLossAndDuplicates(t *testing.T) {
 	if c.OK() || c.Missing != 1 || c.Duplicates != 1 || c.DuplicateKeys != 1 || c.Acked != 500 || c.Delivered != 499 {
 		t.Fatalf("check %v, want 1 missing and 1 duplicate of 500", c)
 	}
-	if d := res.Phase(PhaseDrain); d == nil || !d.Aborted || d.FirstError == "" {
+	if d := res.Phase(ClientUnary, PhaseDrain); d == nil || !d.Aborted || d.FirstError == "" {
 		t.Fatalf("drain should report the message it never saw: %+v", d)
 	}
 }
@@ -215,11 +271,12 @@ func TestRunnerAbortsAPhaseAfterMaxErrors(t *testing.T) {
 	cfg := smallConfig()
 	cfg.MaxErrors = 20
 	cfg.Enqueue = Limit{Duration: time.Minute}
-	cfg.EnqueueSync, cfg.EnqueueBatch, cfg.Lifecycle, cfg.Drain = Limit{}, Limit{}, Limit{}, false
+	cfg.Clients = []string{ClientUnary}
+	cfg.EnqueueSync, cfg.Lifecycle, cfg.Paced, cfg.Drain = Limit{}, Limit{}, Limit{}, false
 	r := &Runner{Cfg: cfg, Log: slog.New(slog.DiscardHandler)}
 	start := time.Now()
 	res := r.Run(context.Background(), Target{Name: "bad", Driver: failingDriver{newMemBroker()}})
-	p := res.Phase(PhaseEnqueue)
+	p := res.Phase(ClientUnary, PhaseEnqueue)
 	if p == nil || !p.Aborted || p.Errors < 20 || p.Messages != 0 || p.FirstError != "refused" {
 		t.Fatalf("phase %+v", p)
 	}
