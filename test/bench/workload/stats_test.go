@@ -1,6 +1,8 @@
 package workload
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -141,5 +143,50 @@ func TestConfigValidate(t *testing.T) {
 	c.PayloadSize, c.Window = 8, 0
 	if err := c.Validate(); err == nil {
 		t.Fatal("payload of 8 bytes and window 0 accepted")
+	}
+}
+
+func TestParseClients(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+		err  string
+	}{
+		{"unary,batch,sdk", []string{ClientUnary, ClientBatch, ClientSDK}, ""},
+		{" sdk , unary ", []string{ClientSDK, ClientUnary}, ""},
+		{"unary,unary", []string{ClientUnary}, ""},
+		{"unary,stream", nil, `client kind "stream"`},
+		{" , ", nil, "no client kind"},
+	} {
+		got, err := ParseClients(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseClients(%q) = %v, %v; want error %q", tc.in, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("ParseClients(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		err  string
+	}{
+		{"no client kind", func(c *Config) { c.Clients = nil }, "no client kind"},
+		{"unknown kind", func(c *Config) { c.Clients = []string{"grpcurl"} }, `client kind "grpcurl"`},
+		{"paced without a rate", func(c *Config) { c.PacedRate = 0 }, "paced rate 0"},
+	} {
+		c := DefaultConfig()
+		tc.edit(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: Validate = %v, want %q", tc.name, err, tc.err)
+		}
+	}
+	c := DefaultConfig()
+	c.PacedRate, c.Paced = 0, Limit{}
+	if err := c.Validate(); err != nil {
+		t.Errorf("paced phase off needs no rate: %v", err)
 	}
 }
