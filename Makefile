@@ -141,7 +141,7 @@ bench-peers: build
 	@$(MAKE) --no-print-directory bench-peer-tools || \
 	  echo "bench-peers: WARNING: a peer could not be installed; it will be reported as not run"
 	cd $(BENCH_MOD) && $(GO) run . -raftq-bin $(RAFTQ) -mode throughput,memory -systems raftq-3,nats-sync,nats,rabbitmq \
-	  -nats-server $(BIN)/nats-server -json $(BIN)/bench-peers.json $(BENCH_FLAGS)
+	  -nats-server $(BIN)/nats-server -json $(BIN)/bench-peers.json -targets-md $(BIN)/bench-peers-targets.md $(BENCH_FLAGS)
 
 bench-peer-tools:
 	@$(BIN)/nats-server --version 2>/dev/null | grep -q '$(NATS_SERVER_VERSION)' || \

@@ -41,6 +41,7 @@ type options struct {
 	systems     string
 	base        string
 	jsonPath    string
+	targetsMD   string
 	raftqBin    string
 	natsServer  string
 	rabbitDir   string
@@ -63,6 +64,7 @@ func main() {
 	fs.StringVar(&o.systems, "systems", "raftq-1,raftq-3", "comma-separated systems: raftq-1, raftq-3, raftq-1-unary, raftq-3-unary (producers without EnqueueStream), raftq-3-secure (TLS, mTLS Raft, gossip key, token auth), nats, nats-sync, rabbitmq")
 	fs.StringVar(&o.base, "base", "raftq-3", "system the comparison table divides by the others")
 	fs.StringVar(&o.jsonPath, "json", "", "write the full results as JSON to this file")
+	fs.StringVar(&o.targetsMD, "targets-md", "", "also write issue 15's target table as Markdown to this file (for docs/benchmarks.md)")
 	fs.StringVar(&o.raftqBin, "raftq-bin", "", "raftq binary to run (default: build ./cmd/raftq without -race)")
 	fs.StringVar(&o.natsServer, "nats-server", "", "nats-server binary (default: ./bin/nats-server, then $PATH)")
 	fs.StringVar(&o.rabbitDir, "rabbitmq-dir", "/usr/lib/rabbitmq/bin", "directory of rabbitmq-server and rabbitmqctl")
@@ -204,6 +206,13 @@ func run(ctx context.Context, log *slog.Logger, o *options) error {
 		fmt.Println()
 		if err := workload.WriteTargets(os.Stdout, o.base, rep.Targets); err != nil {
 			return err
+		}
+		if o.targetsMD != "" {
+			var md strings.Builder
+			workload.WriteTargetsMarkdown(&md, rep.Targets)
+			if err := os.WriteFile(o.targetsMD, []byte(md.String()), 0o644); err != nil {
+				return fmt.Errorf("-targets-md: %w", err)
+			}
 		}
 	}
 	rep.LoadAvg = append(rep.LoadAvg, loadAvg())
