@@ -18,7 +18,10 @@ type Ledger struct {
 	delivered map[Key]uint32
 	// pending counts acknowledged messages not delivered yet; zero is
 	// closed whenever pending is 0.
-	pending    int64
+	pending int64
+	// pendingBy is pending by the phase index in the message key, so that
+	// a phase can wait for its own messages only.
+	pendingBy  map[int]int64
 	deliveries int64
 	zero       chan struct{}
 }
@@ -27,7 +30,7 @@ type Ledger struct {
 func NewLedger() *Ledger {
 	z := make(chan struct{})
 	close(z)
-	return &Ledger{acked: map[Key]struct{}{}, delivered: map[Key]uint32{}, zero: z}
+	return &Ledger{acked: map[Key]struct{}{}, delivered: map[Key]uint32{}, pendingBy: map[int]int64{}, zero: z}
 }
 
 // Acked records messages the broker acknowledged.
@@ -44,6 +47,7 @@ func (l *Ledger) Acked(keys ...Key) {
 				l.zero = make(chan struct{})
 			}
 			l.pending++
+			l.pendingBy[k.Phase()]++
 		}
 	}
 }
@@ -56,6 +60,7 @@ func (l *Ledger) Delivered(k Key) {
 	l.delivered[k]++
 	if l.delivered[k] == 1 {
 		if _, ok := l.acked[k]; ok {
+			l.pendingBy[k.Phase()]--
 			l.pending--
 			if l.pending == 0 {
 				close(l.zero)
@@ -71,6 +76,25 @@ func (l *Ledger) Pending() int64 {
 	return l.pending
 }
 
+// PendingIn is the number of acknowledged messages not delivered yet
+// that the given phase indexes sent (MakeKey's phase).
+func (l *Ledger) PendingIn(phases ...int) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pendingIn(phases)
+}
+
+func (l *Ledger) pendingIn(phases []int) int64 {
+	if len(phases) == 0 {
+		return l.pending
+	}
+	var n int64
+	for _, p := range phases {
+		n += l.pendingBy[p]
+	}
+	return n
+}
+
 // Deliveries is the number of deliveries recorded, duplicates included.
 func (l *Ledger) Deliveries() int64 {
 	l.mu.Lock()
@@ -79,31 +103,39 @@ func (l *Ledger) Deliveries() int64 {
 }
 
 // WaitDelivered returns nil once every acknowledged message has been
-// delivered, or an error when ctx ends or when no delivery at all arrives
-// for idle. Call it once no more acknowledgements are coming, or it may
-// return while later ones are still to be delivered.
-func (l *Ledger) WaitDelivered(ctx context.Context, idle time.Duration) error {
-	const tick = 100 * time.Millisecond
+// delivered — of the given phase indexes only, if any are given — or an
+// error when ctx ends or when no delivery at all arrives for idle. Call it
+// once no more acknowledgements are coming, or it may return while later
+// ones are still to be delivered. Waiting for its own phases keeps a phase
+// from failing for messages an earlier phase left behind.
+func (l *Ledger) WaitDelivered(ctx context.Context, idle time.Duration, phases ...int) error {
+	tick := 100 * time.Millisecond
+	if len(phases) > 0 {
+		tick = 10 * time.Millisecond // no channel says when these reach zero
+	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	last, since := l.Deliveries(), time.Now()
 	for {
 		l.mu.Lock()
-		zero, pending := l.zero, l.pending
+		zero, pending := l.zero, l.pendingIn(phases)
 		l.mu.Unlock()
 		if pending == 0 {
 			return nil
+		}
+		if len(phases) > 0 {
+			zero = nil
 		}
 		select {
 		case <-zero:
 			return nil
 		case <-ctx.Done():
-			return fmt.Errorf("%d acknowledged messages not delivered: %w", l.Pending(), ctx.Err())
+			return fmt.Errorf("%d acknowledged messages not delivered: %w", l.PendingIn(phases...), ctx.Err())
 		case now := <-t.C:
 			if d := l.Deliveries(); d != last {
 				last, since = d, now
 			} else if now.Sub(since) >= idle {
-				return fmt.Errorf("%d acknowledged messages not delivered, and no delivery for %v", l.Pending(), idle)
+				return fmt.Errorf("%d acknowledged messages not delivered, and no delivery for %v", l.PendingIn(phases...), idle)
 			}
 		}
 	}

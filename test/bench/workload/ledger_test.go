@@ -111,3 +111,37 @@ func TestLedgerWaitDelivered(t *testing.T) {
 		t.Fatal("WaitDelivered ignored a cancelled context")
 	}
 }
+
+// A phase waits for its own messages: one an earlier phase lost does not
+// hold it up, and its error counts only its own.
+func TestLedgerWaitDeliveredForPhases(t *testing.T) {
+	l := NewLedger()
+	lost := MakeKey(1, 0, 1)
+	mine := []Key{MakeKey(4, 0, 1), MakeKey(4, 1, 1)}
+	l.Acked(lost)
+	l.Acked(mine...)
+	if n := l.PendingIn(4); n != 2 {
+		t.Fatalf("pending in phase 4: %d, want 2", n)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.WaitDelivered(context.Background(), time.Minute, 4) }()
+	l.Delivered(mine[0])
+	l.Delivered(mine[1])
+	if err := <-done; err != nil {
+		t.Fatalf("WaitDelivered(phase 4): %v", err)
+	}
+	if n, all := l.PendingIn(4, 5), l.Pending(); n != 0 || all != 1 {
+		t.Fatalf("pending in phases 4 and 5: %d, in all: %d; want 0 and 1", n, all)
+	}
+	err := l.WaitDelivered(context.Background(), 200*time.Millisecond, 1, 4)
+	if err == nil || !strings.Contains(err.Error(), "1 acknowledged messages not delivered") {
+		t.Fatalf("WaitDelivered(phases 1, 4) with phase 1's message lost: %v", err)
+	}
+	// A delivery before its ack counts for its phase too.
+	early := MakeKey(6, 0, 1)
+	l.Delivered(early)
+	l.Acked(early)
+	if n := l.PendingIn(6); n != 0 {
+		t.Fatalf("pending in phase 6: %d, want 0", n)
+	}
+}

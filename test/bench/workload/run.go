@@ -207,8 +207,12 @@ func (rn *run) client(ctx context.Context, res *SystemResult, kind string, ki in
 		}
 	}
 	if c.Drain {
+		var sent []int
+		for _, s := range steps {
+			sent = append(sent, key(s.idx))
+		}
 		err := add(rn.phase(ctx, kind, PhaseDrain, func(ctx context.Context, pr *PhaseResult) error {
-			return rn.drain(ctx, d, pr, BacklogQueue(kind))
+			return rn.drain(ctx, d, pr, BacklogQueue(kind), sent)
 		}))
 		if err != nil {
 			return err
@@ -494,13 +498,13 @@ func (cs *consumers) record(pr *PhaseResult) {
 
 // drain consumes the backlog the enqueue phases left until every
 // acknowledged message was delivered.
-func (rn *run) drain(ctx context.Context, d Driver, pr *PhaseResult, queue string) error {
-	backlog := rn.ledger.Pending()
+func (rn *run) drain(ctx context.Context, d Driver, pr *PhaseResult, queue string, phases []int) error {
+	backlog := rn.ledger.PendingIn(phases...)
 	cs, err := rn.startConsumers(ctx, d, queue, nil)
 	if err != nil {
 		return err
 	}
-	werr := rn.ledger.WaitDelivered(ctx, rn.Cfg.IdleTimeout)
+	werr := rn.ledger.WaitDelivered(ctx, rn.Cfg.IdleTimeout, phases...)
 	cs.stop(ctx, rn.Log)
 	cs.record(pr)
 	pr.Messages, pr.Seconds, pr.Rate = pr.Deliveries, pr.DeliverySeconds, pr.DeliveryRate
@@ -520,7 +524,7 @@ func (rn *run) lifecycle(ctx context.Context, d Driver, pr *PhaseResult, queue s
 		return err
 	}
 	perr := rn.enqueue(ctx, d, pr, queue, phaseIdx, window, batch, limit, rate)
-	werr := rn.ledger.WaitDelivered(ctx, rn.Cfg.IdleTimeout)
+	werr := rn.ledger.WaitDelivered(ctx, rn.Cfg.IdleTimeout, phaseIdx)
 	cs.stop(ctx, rn.Log)
 	cs.record(pr)
 	s := e2e.Summary()

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -247,6 +248,32 @@ func TestRunnerReportsLossAndDuplicates(t *testing.T) {
 	}
 	if d := res.Phase(ClientUnary, PhaseDrain); d == nil || !d.Aborted || d.FirstError == "" {
 		t.Fatalf("drain should report the message it never saw: %+v", d)
+	}
+}
+
+// A message lost in one client kind's backlog fails that kind's drain
+// only: the later phases and kinds wait for their own messages.
+func TestRunnerLossStaysInItsPhase(t *testing.T) {
+	b := newMemBroker()
+	b.loseOne = true // the first message to the unary backlog
+	cfg := smallConfig()
+	cfg.EnqueueHalf, cfg.EnqueueSync = Limit{}, Limit{}
+	r := &Runner{Cfg: cfg, Log: slog.New(slog.DiscardHandler)}
+	res := r.Run(context.Background(), Target{Name: "mem", Driver: b, Clients: map[string]Driver{ClientUnary: b, ClientBatch: b}})
+	if res.Error != "" {
+		t.Fatalf("run failed: %s", res.Error)
+	}
+	for _, p := range res.Phases {
+		failed := p.Client == ClientUnary && p.Name == PhaseDrain
+		if p.Aborted != failed {
+			t.Errorf("%s %s: aborted %v (%s), want %v", p.Client, p.Name, p.Aborted, p.FirstError, failed)
+		}
+		if failed && !strings.Contains(p.FirstError, "1 acknowledged messages not delivered") {
+			t.Errorf("unary drain error %q", p.FirstError)
+		}
+	}
+	if c := res.Check; c == nil || c.Missing != 1 || c.Duplicates != 0 {
+		t.Fatalf("check %v, want the one lost message missing", c)
 	}
 }
 
