@@ -133,14 +133,16 @@ bench: build
 
 # The same workload (unary, batch and SDK clients) against NATS JetStream (3
 # nodes, R3 file streams, default sync and sync_interval: always) and
-# RabbitMQ quorum queues (3 nodes), with raftq-3 beside them, then the
-# memory mode, and issue 15's target table from this one run. A peer that
+# RabbitMQ quorum queues (3 nodes), with raftq-3 and raftq-3-secure beside
+# them, then the memory mode, and issue 15's target table (security off and
+# on) from this one run. A peer that
 # cannot be installed or started is reported as NOT RUN with the reason;
 # raftq's figures are printed regardless.
 bench-peers: build
 	@$(MAKE) --no-print-directory bench-peer-tools || \
 	  echo "bench-peers: WARNING: a peer could not be installed; it will be reported as not run"
-	cd $(BENCH_MOD) && $(GO) run . -raftq-bin $(RAFTQ) -mode throughput,memory -systems raftq-3,nats-sync,nats,rabbitmq \
+	cd $(BENCH_MOD) && $(GO) run . -raftq-bin $(RAFTQ) -mode throughput,memory \
+	  -systems raftq-3,raftq-3-secure,nats-sync,nats,rabbitmq -target-bases raftq-3,raftq-3-secure \
 	  -nats-server $(BIN)/nats-server -json $(BIN)/bench-peers.json -targets-md $(BIN)/bench-peers-targets.md $(BENCH_FLAGS)
 
 bench-peer-tools:

@@ -42,6 +42,7 @@ type options struct {
 	base        string
 	jsonPath    string
 	targetsMD   string
+	targetBases string
 	raftqBin    string
 	natsServer  string
 	rabbitDir   string
@@ -64,6 +65,7 @@ func main() {
 	fs.StringVar(&o.systems, "systems", "raftq-1,raftq-3", "comma-separated systems: raftq-1, raftq-3, raftq-1-unary, raftq-3-unary (producers without EnqueueStream), raftq-3-secure (TLS, mTLS Raft, gossip key, token auth), nats, nats-sync, rabbitmq")
 	fs.StringVar(&o.base, "base", "raftq-3", "system the comparison table divides by the others")
 	fs.StringVar(&o.jsonPath, "json", "", "write the full results as JSON to this file")
+	fs.StringVar(&o.targetBases, "target-bases", "", "comma-separated systems whose issue 15 target table is printed (default: -base), e.g. raftq-3,raftq-3-secure")
 	fs.StringVar(&o.targetsMD, "targets-md", "", "also write issue 15's target table as Markdown to this file (for docs/benchmarks.md)")
 	fs.StringVar(&o.raftqBin, "raftq-bin", "", "raftq binary to run (default: build ./cmd/raftq without -race)")
 	fs.StringVar(&o.natsServer, "nats-server", "", "nats-server binary (default: ./bin/nats-server, then $PATH)")
@@ -202,14 +204,27 @@ func run(ctx context.Context, log *slog.Logger, o *options) error {
 		if !modes["memory"] {
 			memNotRun = "needs -mode memory: 1M × 1 KiB on one node, minutes"
 		}
-		rep.Targets = workload.Targets(rep.Systems, o.base, rep.Memory, memNotRun)
-		fmt.Println()
-		if err := workload.WriteTargets(os.Stdout, o.base, rep.Targets); err != nil {
-			return err
+		bases := o.targetBases
+		if bases == "" {
+			bases = o.base
+		}
+		var md strings.Builder
+		for _, base := range strings.Split(bases, ",") {
+			base = strings.TrimSpace(base)
+			if base == "" {
+				continue
+			}
+			rows := workload.Targets(rep.Systems, base, rep.Memory, memNotRun)
+			rep.Targets = append(rep.Targets, rows...)
+			fmt.Println()
+			if err := workload.WriteTargets(os.Stdout, base, rows); err != nil {
+				return err
+			}
+			fmt.Fprintf(&md, "%s against the peers:\n\n", base)
+			workload.WriteTargetsMarkdown(&md, rows)
+			md.WriteString("\n")
 		}
 		if o.targetsMD != "" {
-			var md strings.Builder
-			workload.WriteTargetsMarkdown(&md, rep.Targets)
 			if err := os.WriteFile(o.targetsMD, []byte(md.String()), 0o644); err != nil {
 				return fmt.Errorf("-targets-md: %w", err)
 			}

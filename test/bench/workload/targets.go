@@ -17,6 +17,8 @@ const (
 
 // TargetRow is one row of issue 15's target table, filled from one run.
 type TargetRow struct {
+	// Base is the system whose figures are divided (raftq-3, ...).
+	Base   string `json:"base"`
 	Figure string `json:"figure"`
 	// Now is the figure this run measured: a ratio (×) or seconds; 0 when
 	// NotRun says why it was not measured.
@@ -125,7 +127,7 @@ const (
 func Targets(systems []SystemResult, base string, mem *MemoryResult, memNotRun string) []TargetRow {
 	var rows []TargetRow
 	for _, sp := range ratioSpecs {
-		r := TargetRow{Figure: sp.figure, Unit: "×", Goal: sp.goal, AtLeast: sp.atLeast}
+		r := TargetRow{Base: base, Figure: sp.figure, Unit: "×", Goal: sp.goal, AtLeast: sp.atLeast}
 		bv, bwhy := sp.fig.of(systems, base)
 		pv, pwhy := sp.fig.of(systems, sp.peer)
 		switch {
@@ -140,9 +142,9 @@ func Targets(systems []SystemResult, base string, mem *MemoryResult, memNotRun s
 		}
 		rows = append(rows, r)
 	}
-	rss := TargetRow{Figure: TargetRSS, Unit: "×", Goal: 1.5}
-	restart := TargetRow{Figure: TargetRestart, Unit: "s", Goal: 5}
-	snap := TargetRow{Figure: TargetSnapshot, Unit: "×", Goal: 2}
+	rss := TargetRow{Base: base, Figure: TargetRSS, Unit: "×", Goal: 1.5}
+	restart := TargetRow{Base: base, Figure: TargetRestart, Unit: "s", Goal: 5}
+	snap := TargetRow{Base: base, Figure: TargetSnapshot, Unit: "×", Goal: 2}
 	memRows := []*TargetRow{&rss, &restart, &snap}
 	switch {
 	case mem == nil:
@@ -157,7 +159,7 @@ func Targets(systems []SystemResult, base string, mem *MemoryResult, memNotRun s
 			r.NotRun = "memory mode failed: " + mem.Error
 		}
 	default:
-		shape := fmt.Sprintf("%d × %d B, 1 node", mem.Messages, mem.PayloadSize)
+		shape := fmt.Sprintf("%d × %d B, 1 plain node", mem.Messages, mem.PayloadSize)
 		if mem.RSSBytes > 0 && mem.PayloadBytes > 0 {
 			rss.Now = float64(mem.RSSBytes) / float64(mem.PayloadBytes)
 			rss.Detail = fmt.Sprintf("%.0f MiB / %.0f MiB (%s)", float64(mem.RSSBytes)/(1<<20), float64(mem.PayloadBytes)/(1<<20), shape)

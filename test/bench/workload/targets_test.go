@@ -88,9 +88,19 @@ func TestTargets(t *testing.T) {
 				batch:       {now: 1.0, met: true},
 				sdk:         {now: 0.75},
 				sdkHalf:     {now: 2.64},
-				rss:         {now: 2.7, detail: "2637 MiB / 977 MiB (1000000 × 1024 B, 1 node)"},
+				rss:         {now: 2.7, detail: "2637 MiB / 977 MiB (1000000 × 1024 B, 1 plain node)"},
 				restart:     {now: 13.3, detail: "first answer 2.00 s"},
 				snapshot:    {now: 2.0, met: true, detail: "80.0 / 40.0 ms p99"},
+			},
+		},
+		{
+			name: "another base in the same run (security on)", base: "raftq-3-secure", mem: fullMemory(),
+			systems: append(fullRun(), peerResult("raftq-3-secure", peerFigures{unaryRate: 12000, syncP50: 4.5, pacedP50: 8, lifeDeliv: 6000, batchRate: 40000, sdkRate: 24000, sdkHalfP99: 80}, false)),
+			want: map[int]want{
+				unaryNATS: {now: 0.30, detail: "12000 / 40000 msgs/s"},
+				syncP50:   {now: 2.5},
+				sdk:       {now: 0.60},
+				rss:       {now: 2.7, detail: "1 plain node"},
 			},
 		},
 		{
@@ -161,6 +171,11 @@ func TestTargets(t *testing.T) {
 			rows := Targets(tc.systems, tc.base, tc.mem, tc.memWhy)
 			if len(rows) != 11 {
 				t.Fatalf("%d rows, want the issue's 11", len(rows))
+			}
+			for _, r := range rows {
+				if r.Base != tc.base {
+					t.Errorf("row %q: base %q, want %q", r.Figure, r.Base, tc.base)
+				}
 			}
 			for i, w := range tc.want {
 				r := rows[i]
