@@ -39,11 +39,11 @@ func startCluster(t *testing.T, n int, extra ...string) ([]*harness.Node, *clien
 }
 
 // statusOf asks one node for its own view.
-func statusOf(ctx context.Context, t *testing.T, n *harness.Node) (*raftqv1.StatusResponse, error) {
+func statusOf(ctx context.Context, t testing.TB, n *harness.Node) (*raftqv1.StatusResponse, error) {
 	return raftqv1.NewClusterClient(rawConn(t, n)).Status(ctx, &raftqv1.StatusRequest{})
 }
 
-func waitVoters(t *testing.T, c *client.Client, via *harness.Node, want int) {
+func waitVoters(t testing.TB, c *client.Client, via *harness.Node, want int) {
 	t.Helper()
 	harness.Eventually(t, 60*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -66,7 +66,7 @@ func waitVoters(t *testing.T, c *client.Client, via *harness.Node, want int) {
 }
 
 // leaderOf returns the node that a live node names as leader.
-func leaderOf(t *testing.T, nodes []*harness.Node) *harness.Node {
+func leaderOf(t testing.TB, nodes []*harness.Node) *harness.Node {
 	t.Helper()
 	var leader *harness.Node
 	harness.Eventually(t, 60*time.Second, func() error {

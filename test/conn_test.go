@@ -10,7 +10,7 @@ import (
 
 // rawConn is a plain gRPC connection to one node, for calls that must not
 // go through the client's retries.
-func rawConn(t *testing.T, n *harness.Node) *grpc.ClientConn {
+func rawConn(t testing.TB, n *harness.Node) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(n.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
