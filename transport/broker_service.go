@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -183,7 +182,7 @@ func parseRefs(queue, field string, refs []*raftqv1.LeaseRef) ([]broker.LeaseRef
 	}
 	out := make([]broker.LeaseRef, len(refs))
 	for i, r := range refs {
-		ref, err := parseRef(queue, fmt.Sprintf("%s[%d]", field, i), r.GetMessageId(), r.GetLeaseToken())
+		ref, err := parseRef(queue, field, i, r.GetMessageId(), r.GetLeaseToken())
 		if err != nil {
 			return nil, err
 		}
@@ -192,14 +191,16 @@ func parseRefs(queue, field string, refs []*raftqv1.LeaseRef) ([]broker.LeaseRef
 	return out, nil
 }
 
-func parseRef(queue, field, id, token string) (broker.LeaseRef, error) {
+// parseRef parses item i of a request's list field; the item's name
+// ("acks[3]") is formatted only for an error, not on every call.
+func parseRef(queue, field string, i int, id, token string) (broker.LeaseRef, error) {
 	mid, err := parseHex("message id", id)
 	if err != nil {
-		return broker.LeaseRef{}, invalid("%s.message_id: %v", field, err)
+		return broker.LeaseRef{}, invalid("%s[%d].message_id: %v", field, i, err)
 	}
 	tok, err := parseHex("lease token", token)
 	if err != nil {
-		return broker.LeaseRef{}, invalid("%s.lease_token: %v", field, err)
+		return broker.LeaseRef{}, invalid("%s[%d].lease_token: %v", field, i, err)
 	}
 	return broker.LeaseRef{Queue: queue, MessageID: mid, Token: tok}, nil
 }
@@ -243,16 +244,15 @@ func (s brokerService) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raf
 	}
 	items := make([]broker.NackItem, len(req.Nacks))
 	for i, n := range req.Nacks {
-		field := fmt.Sprintf("nacks[%d]", i)
-		ref, err := parseRef(req.Queue, field, n.GetMessageId(), n.GetLeaseToken())
+		ref, err := parseRef(req.Queue, "nacks", i, n.GetMessageId(), n.GetLeaseToken())
 		if err != nil {
 			return nil, err
 		}
 		if n.DelayMs < 0 || n.DelayMs > fsm.MaxDurationMs {
-			return nil, invalid("%s.delay_ms is %d, it must be in [0, %d] (0 to %s)", field, n.DelayMs, int64(fsm.MaxDurationMs), fsm.HumanMs(fsm.MaxDurationMs))
+			return nil, invalid("nacks[%d].delay_ms is %d, it must be in [0, %d] (0 to %s)", i, n.DelayMs, int64(fsm.MaxDurationMs), fsm.HumanMs(fsm.MaxDurationMs))
 		}
 		if len(n.Reason) > maxReasonLen {
-			return nil, invalid("%s.reason is longer than %d bytes", field, maxReasonLen)
+			return nil, invalid("nacks[%d].reason is longer than %d bytes", i, maxReasonLen)
 		}
 		items[i] = broker.NackItem{Ref: ref, DelayMs: n.DelayMs, Reason: n.Reason, DeadLetter: n.DeadLetter, Unprocessed: n.Unprocessed}
 	}
