@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/raftq/raftq/fsm"
@@ -28,6 +29,9 @@ type coalescer[Req any] struct {
 	in   chan *pending[Req]
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// waiting is how many requests are queued for the next entries (not
+	// yet proposed), for tests.
+	waiting atomic.Int64
 }
 
 // pending is one caller's request; done receives the entry's result and
@@ -101,6 +105,9 @@ func (c *coalescer[Req]) submit(ctx context.Context, req Req, release func()) (b
 	}
 }
 
+// queuedLen is how many requests wait for an entry.
+func (c *coalescer[Req]) queuedLen() int { return int(c.waiting.Load()) }
+
 func (c *coalescer[Req]) close() {
 	close(c.stop)
 	c.wg.Wait()
@@ -132,6 +139,7 @@ func (c *coalescer[Req]) run() {
 			}
 			batch := queued[:n:n]
 			queued = queued[n:]
+			c.waiting.Store(int64(len(queued)))
 			inFlight++
 			proposes.Add(1)
 			go func() {
@@ -143,6 +151,7 @@ func (c *coalescer[Req]) run() {
 		select {
 		case p := <-c.in:
 			queued = append(queued, p)
+			c.waiting.Store(int64(len(queued)))
 		case <-finished:
 			inFlight--
 		case <-c.stop:
@@ -165,8 +174,9 @@ func (c *coalescer[Req]) apply(batch []*pending[Req]) {
 		if err == nil && res.Failure() != nil {
 			err = res.Failure()
 		}
-		p.finish(batchOutcome{res: res, pos: i, offset: offset, err: err})
+		// Sized before finish: once answered, p is its caller's again.
 		items, _ := c.size(p.req)
+		p.finish(batchOutcome{res: res, pos: i, offset: offset, err: err})
 		offset += items
 	}
 }
