@@ -13,23 +13,29 @@ package test
 //	leader-B/msg           heap bytes allocated on the leader per message
 //	leader-cpu-us/msg      leader CPU (user+system) per message
 //	cluster-cpu-us/msg     the same summed over every node
+//	entries/msg            Raft entries committed per message
 //	load1                  the machine's 1-minute load average at the end
 //
-// Run it (a few minutes; a fixed count keeps one cluster per variant):
+// Run it (a few minutes; a fixed count skips the framework's ramp-up):
 //
-//	RAFTQ_TEST_NORACE=1 go test -run '^$' -bench 'Unary/nodes=3' -benchtime 20000x -count 3 ./test
+//	RAFTQ_TEST_NORACE=1 go test -run '^$' -bench 'Unary/nodes=3' -benchtime 20000x ./test
 //
-// RAFTQ_BENCH_VARIANTS compares builds or settings in one run, each
-// variant a cluster of its own, the variants interleaved by -count:
+// RAFTQ_BENCH_VARIANTS compares builds or settings in one run: each
+// variant is a cluster of its own, all started up front, and each run of
+// b.N messages per variant is cut into RAFTQ_BENCH_ROUNDS rounds (default
+// 4) that alternate between the variants, so that the load of a shared
+// machine falls on every variant alike. Each figure is then reported per
+// variant, its unit suffixed with ":name".
 //
 //	RAFTQ_BENCH_VARIANTS='old,bin=/tmp/raftq-old;new;gogc400,env=GOGC=400'
 //
 // (name, then bin=PATH for another binary, env=K=V for the nodes'
 // environment, arg=FLAG for extra serve flags; default: one variant "head"
-// of this checkout). RAFTQ_BENCH_PROFILE=DIR writes the leader's CPU
-// profile (RAFTQ_BENCH_PROFILE_SECONDS, default 5, from the start of each
-// run of at least 1000 messages) and its allocation profile before and
-// after that run, for `go tool pprof -sample_index=alloc_space -base`.
+// of this checkout). RAFTQ_BENCH_PROFILE=DIR writes each variant's leader
+// CPU profile (RAFTQ_BENCH_PROFILE_SECONDS, default 5, from the start of
+// its first round of at least 1000 messages) and its allocation profile
+// before and after that round, for
+// `go tool pprof -sample_index=alloc_space -base before after`.
 // Nothing here fails on speed.
 
 import (
@@ -131,32 +137,70 @@ func headBinary(b *testing.B) string {
 func BenchmarkUnary(b *testing.B) {
 	for _, nodes := range []int{1, 3} {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
-			for _, v := range benchVariants(b) {
-				b.Run(v.name, func(b *testing.B) {
-					if v.bin == "" {
-						v.bin = headBinary(b)
-					}
-					c := startBenchCluster(b, v, nodes)
-					b.Run("enqueue", c.runEnqueue)
-					b.Run("ack", c.runAck)
-				})
+			vs := benchVariants(b)
+			cs := make([]*benchCluster, len(vs))
+			for i, v := range vs {
+				if v.bin == "" {
+					v.bin = headBinary(b)
+				}
+				cs[i] = startBenchCluster(b, v, nodes)
 			}
+			b.Run("enqueue", func(b *testing.B) { runRounds(b, cs, (*benchCluster).runEnqueue) })
+			b.Run("ack", func(b *testing.B) { runRounds(b, cs, (*benchCluster).runAck) })
 		})
+	}
+}
+
+// runRounds runs b.N messages on every variant's cluster, in
+// RAFTQ_BENCH_ROUNDS rounds (default 4) that alternate between the
+// variants (A B C, B C A, ...), so that a shared machine's changing load
+// falls on each variant alike; it reports every variant's figures, the
+// unit suffixed with its name when there is more than one.
+func runRounds(b *testing.B, cs []*benchCluster, phase func(*benchCluster, *testing.B, int) *roundResult) {
+	rounds := 4
+	if v, err := strconv.Atoi(os.Getenv("RAFTQ_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	rounds = min(rounds, b.N)
+	total := make([]*roundResult, len(cs))
+	for i := range total {
+		total[i] = &roundResult{}
+	}
+	b.StopTimer()
+	for r := range rounds {
+		n := b.N / rounds
+		if r < b.N%rounds {
+			n++
+		}
+		for k := range cs {
+			i := (r + k) % len(cs)
+			total[i].add(phase(cs[i], b, n))
+		}
+	}
+	for i, c := range cs {
+		suffix := ""
+		if len(cs) > 1 {
+			suffix = ":" + c.name
+		}
+		total[i].report(b, suffix)
 	}
 }
 
 // benchCluster is the nodes of one variant and a connection per client
 // to the leader.
 type benchCluster struct {
+	name   string
 	nodes  []*harness.Node
 	leader *harness.Node
 	conns  []*grpc.ClientConn // ubProducers (= ubConsumers) connections
 	runs   atomic.Int64       // names each run's queue
+	// profiled: the benchmarks whose leader profile has been taken.
+	profiled map[string]bool
 }
 
 func startBenchCluster(b *testing.B, v benchVariant, n int) *benchCluster {
 	b.Helper()
-	c := &benchCluster{}
+	c := &benchCluster{name: v.name, profiled: map[string]bool{}}
 	for i := range n {
 		node, err := harness.NewNode(harness.NodeConfig{
 			ID: fmt.Sprintf("n%d", i+1), Bin: v.bin, Dir: b.TempDir(),
@@ -208,9 +252,9 @@ func (c *benchCluster) queue(b *testing.B, kind string) string {
 	return name
 }
 
-// runEnqueue: b.N single-message unary Enqueues, ubProducers × ubInFlight
+// runEnqueue: n single-message unary Enqueues, ubProducers × ubInFlight
 // outstanding.
-func (c *benchCluster) runEnqueue(b *testing.B) {
+func (c *benchCluster) runEnqueue(b *testing.B, n int) *roundResult {
 	queue := c.queue(b, "enq")
 	payload := make([]byte, ubPayload)
 	for i := range payload {
@@ -220,7 +264,7 @@ func (c *benchCluster) runEnqueue(b *testing.B) {
 	lat := newLatencies(ubProducers * ubInFlight)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	m := c.measure(b)
+	m := c.measure(b, n)
 	var wg sync.WaitGroup
 	var failed atomic.Value
 	for p := range ubProducers {
@@ -228,7 +272,7 @@ func (c *benchCluster) runEnqueue(b *testing.B) {
 		for w := range ubInFlight {
 			mine := lat.slot(p*ubInFlight + w)
 			wg.Go(func() {
-				for next.Add(1) <= int64(b.N) {
+				for next.Add(1) <= int64(n) {
 					start := time.Now()
 					_, err := cl.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: queue, Messages: []*raftqv1.EnqueueMessage{{Payload: payload}}})
 					if err != nil {
@@ -241,38 +285,39 @@ func (c *benchCluster) runEnqueue(b *testing.B) {
 		}
 	}
 	wg.Wait()
-	m.done(b, lat)
+	res := m.done(b, n, lat)
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatal(err)
 	}
+	return res
 }
 
-// runAck: b.N messages (enqueued untimed, 1000 per call) leased by
+// runAck: n messages (enqueued untimed, 1000 per call) leased by
 // ubConsumers Lease streams of max_in_flight ubConsumerWin and each acked
 // by one unary Ack as it arrives.
-func (c *benchCluster) runAck(b *testing.B) {
+func (c *benchCluster) runAck(b *testing.B, n int) *roundResult {
 	queue := c.queue(b, "ack")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cl := raftqv1.NewBrokerClient(c.conns[0])
 	payload := make([]byte, ubPayload)
-	for left := b.N; left > 0; {
-		n := min(left, 1000)
-		msgs := make([]*raftqv1.EnqueueMessage, n)
+	for left := n; left > 0; {
+		k := min(left, 1000)
+		msgs := make([]*raftqv1.EnqueueMessage, k)
 		for i := range msgs {
 			msgs[i] = &raftqv1.EnqueueMessage{Payload: payload}
 		}
 		if _, err := cl.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: queue, Messages: msgs}); err != nil {
 			b.Fatal(err)
 		}
-		left -= n
+		left -= k
 	}
 	var acked atomic.Int64
 	all := make(chan struct{})
 	lat := newLatencies(ubConsumers * ubConsumerWin)
 	lctx, stop := context.WithCancel(ctx)
 	defer stop()
-	m := c.measure(b)
+	m := c.measure(b, n)
 	var wg sync.WaitGroup
 	var failed atomic.Value
 	fail := func(err error) {
@@ -303,7 +348,7 @@ func (c *benchCluster) runAck(b *testing.B) {
 						continue
 					}
 					*mine = append(*mine, time.Since(start))
-					if acked.Add(1) == int64(b.N) {
+					if acked.Add(1) == int64(n) {
 						close(all)
 					}
 				}
@@ -326,12 +371,13 @@ func (c *benchCluster) runAck(b *testing.B) {
 	case <-all:
 	case <-lctx.Done():
 	}
-	m.done(b, lat)
+	res := m.done(b, n, lat)
 	stop()
 	wg.Wait()
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatal(err)
 	}
+	return res
 }
 
 // latencies holds one slice per caller goroutine (no lock on the path).
@@ -341,44 +387,75 @@ func newLatencies(n int) *latencies { return &latencies{per: make([][]time.Durat
 
 func (l *latencies) slot(i int) *[]time.Duration { return &l.per[i] }
 
-func (l *latencies) quantiles(qs ...float64) []time.Duration {
-	var all []time.Duration
-	for _, p := range l.per {
-		all = append(all, p...)
-	}
-	out := make([]time.Duration, len(qs))
-	if len(all) == 0 {
-		return out
-	}
-	slices.Sort(all)
-	for i, q := range qs {
-		out[i] = all[min(len(all)-1, int(q*float64(len(all))))]
-	}
-	return out
+// roundResult is what one or more rounds on one cluster measured.
+type roundResult struct {
+	msgs           int
+	elapsed        time.Duration
+	lat            []time.Duration
+	leaderCPU      time.Duration
+	clusterCPU     time.Duration
+	mallocs, bytes float64 // the leader's
+	entries        uint64  // Raft entries committed
+	load1          float64 // the last round's
 }
 
-// measurement is what the nodes had used when a run started.
+func (r *roundResult) add(o *roundResult) {
+	r.msgs += o.msgs
+	r.elapsed += o.elapsed
+	r.lat = append(r.lat, o.lat...)
+	r.leaderCPU += o.leaderCPU
+	r.clusterCPU += o.clusterCPU
+	r.mallocs += o.mallocs
+	r.bytes += o.bytes
+	r.entries += o.entries
+	r.load1 = o.load1
+}
+
+func (r *roundResult) report(b *testing.B, suffix string) {
+	n := float64(r.msgs)
+	slices.Sort(r.lat)
+	q := func(f float64) float64 {
+		if len(r.lat) == 0 {
+			return 0
+		}
+		return float64(r.lat[min(len(r.lat)-1, int(f*float64(len(r.lat))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(n/r.elapsed.Seconds(), "msgs/s"+suffix)
+	b.ReportMetric(q(0.5), "p50-ms"+suffix)
+	b.ReportMetric(q(0.99), "p99-ms"+suffix)
+	b.ReportMetric(r.mallocs/n, "leader-allocs/msg"+suffix)
+	b.ReportMetric(r.bytes/n, "leader-B/msg"+suffix)
+	b.ReportMetric(float64(r.leaderCPU.Microseconds())/n, "leader-cpu-us/msg"+suffix)
+	b.ReportMetric(float64(r.clusterCPU.Microseconds())/n, "cluster-cpu-us/msg"+suffix)
+	b.ReportMetric(float64(r.entries)/n, "entries/msg"+suffix)
+	b.ReportMetric(r.load1, "load1")
+}
+
+// measurement is what the nodes had used when a round started.
 type measurement struct {
 	c        *benchCluster
 	start    time.Time
 	cpu      []time.Duration // per node
 	mallocs  float64         // leader's
 	bytes    float64
+	commit   uint64     // the leader's commit index
 	profile  chan error // the leader's CPU profile, when one is taken
 	profDir  string
 	profName string
 }
 
-func (c *benchCluster) measure(b *testing.B) *measurement {
+func (c *benchCluster) measure(b *testing.B, n int) *measurement {
 	b.Helper()
 	m := &measurement{c: c}
 	for _, n := range c.nodes {
 		m.cpu = append(m.cpu, nodeCPU(b, n))
 	}
 	m.mallocs, m.bytes = leaderAllocs(b, c.leader)
-	if dir := os.Getenv("RAFTQ_BENCH_PROFILE"); dir != "" && b.N >= 1000 {
+	m.commit = c.commitIndex(b)
+	if dir := os.Getenv("RAFTQ_BENCH_PROFILE"); dir != "" && n >= 1000 && !c.profiled[b.Name()] {
+		c.profiled[b.Name()] = true
 		m.profDir = dir
-		m.profName = strings.NewReplacer("/", "_", "=", "").Replace(b.Name())
+		m.profName = strings.NewReplacer("/", "_", "=", "").Replace(b.Name()) + "_" + c.name
 		secs := os.Getenv("RAFTQ_BENCH_PROFILE_SECONDS")
 		if secs == "" {
 			secs = "5"
@@ -391,34 +468,29 @@ func (c *benchCluster) measure(b *testing.B) *measurement {
 			m.profile <- fetchTo(c.leader, "/debug/pprof/profile?seconds="+secs, filepath.Join(dir, m.profName+".cpu.pb.gz"))
 		}()
 	}
-	b.ResetTimer()
+	b.StartTimer()
 	m.start = time.Now()
 	return m
 }
 
-func (m *measurement) done(b *testing.B, lat *latencies) {
+func (m *measurement) done(b *testing.B, n int, lat *latencies) *roundResult {
 	b.Helper()
 	elapsed := time.Since(m.start)
 	b.StopTimer()
-	n := float64(b.N)
+	r := &roundResult{msgs: n, elapsed: elapsed, load1: load1()}
 	mallocs, bytes := leaderAllocs(b, m.c.leader)
-	var cluster, leader time.Duration
+	r.mallocs, r.bytes = mallocs-m.mallocs, bytes-m.bytes
+	r.entries = m.c.commitIndex(b) - m.commit
 	for i, node := range m.c.nodes {
 		d := nodeCPU(b, node) - m.cpu[i]
-		cluster += d
+		r.clusterCPU += d
 		if node == m.c.leader {
-			leader = d
+			r.leaderCPU = d
 		}
 	}
-	q := lat.quantiles(0.5, 0.99)
-	b.ReportMetric(n/elapsed.Seconds(), "msgs/s")
-	b.ReportMetric(float64(q[0].Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(q[1].Microseconds())/1000, "p99-ms")
-	b.ReportMetric((mallocs-m.mallocs)/n, "leader-allocs/msg")
-	b.ReportMetric((bytes-m.bytes)/n, "leader-B/msg")
-	b.ReportMetric(float64(leader.Microseconds())/n, "leader-cpu-us/msg")
-	b.ReportMetric(float64(cluster.Microseconds())/n, "cluster-cpu-us/msg")
-	b.ReportMetric(load1(), "load1")
+	for _, p := range lat.per {
+		r.lat = append(r.lat, p...)
+	}
 	if m.profile != nil {
 		if err := <-m.profile; err != nil {
 			b.Fatal(err)
@@ -427,6 +499,19 @@ func (m *measurement) done(b *testing.B, lat *latencies) {
 			b.Fatal(err)
 		}
 	}
+	return r
+}
+
+// commitIndex is the leader's Raft commit index.
+func (c *benchCluster) commitIndex(b *testing.B) uint64 {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := raftqv1.NewClusterClient(c.conns[0]).Status(ctx, &raftqv1.StatusRequest{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return st.CommitIndex
 }
 
 // nodeCPU is the user+system CPU time the node's process has used.
