@@ -120,7 +120,7 @@ lint: $(BIN)/staticcheck
 # (cd test/bench && go run . -h lists them). Full results go to bin/*.json.
 NATS_SERVER_VERSION := v2.15.2
 BENCH_FLAGS ?=
-.PHONY: bench-peers bench-peer-tools
+.PHONY: bench-peers bench-peer-tools bench-unary
 
 bench: build
 	cd $(BENCH_MOD) && $(GO) run . -raftq-bin $(RAFTQ) -mode all -systems raftq-1,raftq-3,raftq-3-secure \
@@ -144,6 +144,14 @@ bench-peers: build
 	cd $(BENCH_MOD) && $(GO) run . -raftq-bin $(RAFTQ) -mode throughput,memory \
 	  -systems raftq-3,raftq-3-secure,nats-sync,nats,rabbitmq -target-bases raftq-3,raftq-3-secure \
 	  -nats-server $(BIN)/nats-server -json $(BIN)/bench-peers.json -targets-md $(BIN)/bench-peers-targets.md $(BENCH_FLAGS)
+
+# The server's cost per call on the path most clients take: one message per
+# unary Enqueue, one unary Ack per message (test/unary_bench_test.go: leader
+# CPU, allocations and Raft entries per message; RAFTQ_BENCH_VARIANTS
+# compares binaries or settings in alternating rounds of one run).
+UNARY_BENCH ?= Unary
+bench-unary:
+	RAFTQ_TEST_NORACE=1 $(GO) test -run '^$$' -bench '$(UNARY_BENCH)' -benchtime 20000x -timeout 30m ./test
 
 bench-peer-tools:
 	@$(BIN)/nats-server --version 2>/dev/null | grep -q '$(NATS_SERVER_VERSION)' || \
