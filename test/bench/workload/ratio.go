@@ -27,7 +27,8 @@ var ratioFigures = []struct {
 // lifecycle) that either system ran, with the
 // figures of system num over those of system den, both from the same run:
 // below 1x num is slower for a rate, above 1x it takes longer for a
-// latency. A figure either system lacks is "-". It prints nothing and
+// latency; then the servers' CPU per message over all phases. A figure
+// either system lacks is "-". It prints nothing and
 // returns false when either system is missing or did not run.
 func WriteRatio(w io.Writer, systems []SystemResult, num, den string) bool {
 	var a, b *SystemResult
@@ -72,5 +73,12 @@ func WriteRatio(w io.Writer, systems []SystemResult, num, den string) bool {
 			fmt.Fprintf(w, "%s/%s %s %s: %s\n", num, den, kind, phase, strings.Join(parts, ", "))
 		}
 	}
+	// CPU per message moved is the figure least bent by other work on a
+	// shared machine (rates and latencies move with the load).
+	cell := "-"
+	if ca, cb := serverCPUPerK(a), serverCPUPerK(b); ca != 0 && cb != 0 {
+		cell = fmt.Sprintf("%.2fx", ca/cb)
+	}
+	fmt.Fprintf(w, "%s/%s all phases: server CPU s / 1k msgs %s\n", num, den, cell)
 	return true
 }

@@ -8,12 +8,14 @@ import (
 
 func TestWriteRatio(t *testing.T) {
 	plain := SystemResult{System: "raftq-3", Phases: []PhaseResult{
-		{Client: ClientUnary, Name: PhaseEnqueue, Rate: 10000, Latency: &LatencySummary{Count: 10, P50: 10, P99: 40}},
+		{Client: ClientUnary, Name: PhaseEnqueue, Messages: 1000, Rate: 10000, Latency: &LatencySummary{Count: 10, P50: 10, P99: 40},
+			ServerCPU: []ProcCPU{{Name: "n1", Seconds: 1}}},
 		{Client: ClientUnary, Name: PhaseLifecycle, Rate: 4000, DeliveryRate: 3000, Latency: &LatencySummary{Count: 10, P50: 20, P99: 50},
 			EndToEnd: &LatencySummary{Count: 10, P50: 100, P99: 400}},
 	}}
 	secure := SystemResult{System: "raftq-3-secure", Phases: []PhaseResult{
-		{Client: ClientUnary, Name: PhaseEnqueue, Rate: 8000, Latency: &LatencySummary{Count: 10, P50: 12.5, P99: 60}},
+		{Client: ClientUnary, Name: PhaseEnqueue, Messages: 1000, Rate: 8000, Latency: &LatencySummary{Count: 10, P50: 12.5, P99: 60},
+			ServerCPU: []ProcCPU{{Name: "n1", Seconds: 1.5}}},
 		{Client: ClientUnary, Name: PhaseLifecycle, Rate: 3000, DeliveryRate: 3000, Latency: &LatencySummary{Count: 10, P50: 25, P99: 50},
 			EndToEnd: &LatencySummary{Count: 10, P50: 150, P99: 200}},
 	}}
@@ -33,15 +35,18 @@ func TestWriteRatio(t *testing.T) {
 	}{
 		{"both ran", []SystemResult{plain, secure}, true,
 			"raftq-3-secure/raftq-3 unary enqueue: msgs/s 0.80x, p50 1.25x, p99 1.50x\n" +
-				"raftq-3-secure/raftq-3 unary lifecycle: msgs/s 0.75x, deliv/s 1.00x, p50 1.25x, p99 1.00x, e2e p50 1.50x, e2e p99 0.50x\n"},
+				"raftq-3-secure/raftq-3 unary lifecycle: msgs/s 0.75x, deliv/s 1.00x, p50 1.25x, p99 1.00x, e2e p50 1.50x, e2e p99 0.50x\n" +
+				"raftq-3-secure/raftq-3 all phases: server CPU s / 1k msgs 1.50x\n"},
 		{"a phase missing", []SystemResult{noLife, plain}, true,
 			"raftq-3-secure/raftq-3 unary enqueue: msgs/s 0.80x, p50 1.25x, p99 1.50x\n" +
-				"raftq-3-secure/raftq-3 unary lifecycle: msgs/s -, deliv/s -, p50 -, p99 -, e2e p50 -, e2e p99 -\n"},
+				"raftq-3-secure/raftq-3 unary lifecycle: msgs/s -, deliv/s -, p50 -, p99 -, e2e p50 -, e2e p99 -\n" +
+				"raftq-3-secure/raftq-3 all phases: server CPU s / 1k msgs 1.50x\n"},
 		{"two client kinds", []SystemResult{withSDK(plain, 20000), withSDK(secure, 15000)}, true,
 			"raftq-3-secure/raftq-3 unary enqueue: msgs/s 0.80x, p50 1.25x, p99 1.50x\n" +
 				"raftq-3-secure/raftq-3 unary lifecycle: msgs/s 0.75x, deliv/s 1.00x, p50 1.25x, p99 1.00x, e2e p50 1.50x, e2e p99 0.50x\n" +
 				"raftq-3-secure/raftq-3 sdk enqueue: msgs/s 0.75x, p50 -, p99 -\n" +
-				"raftq-3-secure/raftq-3 sdk lifecycle: msgs/s -, deliv/s -, p50 -, p99 -, e2e p50 -, e2e p99 -\n"},
+				"raftq-3-secure/raftq-3 sdk lifecycle: msgs/s -, deliv/s -, p50 -, p99 -, e2e p50 -, e2e p99 -\n" +
+				"raftq-3-secure/raftq-3 all phases: server CPU s / 1k msgs 1.50x\n"},
 		{"secure not run", []SystemResult{plain, {System: "raftq-3-secure", Error: "no certificate"}}, false, ""},
 		{"plain not in the run", []SystemResult{secure}, false, ""},
 	} {
