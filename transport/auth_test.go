@@ -705,3 +705,85 @@ func TestDashboardChecksPermissions(t *testing.T) {
 		t.Fatalf("GET /queues as admin: %d", code)
 	}
 }
+
+// TestEnqueueStreamDeniesOneRequestNotTheStream: on one EnqueueStream, a
+// request for a queue the caller may not produce to is answered
+// PERMISSION_DENIED (naming the permission and the queue) and changes
+// nothing, while the requests before and after it, on the same stream,
+// are served: the stream stays open. Through the leader and through a
+// follower that forwards.
+func TestEnqueueStreamDeniesOneRequestNotTheStream(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 2, expect: 2, auth: auth.ModeToken, bootstrapToken: testBootstrap})
+	waitAuthVersion(t, c)
+	ctx := tctx(t, time.Minute)
+	l := c.leader()
+	admin := bearer(ctx, testBootstrap)
+	for _, q := range []string{"jobs.a", "other"} {
+		if _, err := l.broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok := mustToken(t, ctx, l, "producer", 0)
+	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "producer", Pattern: "jobs.*", Allow: []string{"produce"}})
+	c.synced()
+
+	for _, n := range []*inprocNode{l, c.followers()[0]} {
+		t.Run("via "+n.id, func(t *testing.T) {
+			sctx, cancel := context.WithCancel(bearer(ctx, tok))
+			defer cancel()
+			s, err := n.broker.EnqueueStream(sctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// One request at a time, so each answer is matched to it
+			// and the stream is seen open after the refusal.
+			for _, step := range []struct {
+				seq   uint64
+				queue string
+				code  codes.Code
+			}{
+				{1, "jobs.a", codes.OK},
+				{2, "other", codes.PermissionDenied},
+				{3, "jobs.a", codes.OK},
+				{4, "other", codes.PermissionDenied},
+				{5, "jobs.a", codes.OK},
+			} {
+				req := &raftqv1.EnqueueStreamRequest{Seq: step.seq, Request: &raftqv1.EnqueueRequest{Queue: step.queue,
+					Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}}}
+				if err := s.Send(req); err != nil {
+					t.Fatalf("seq %d: send: %v (the stream ended)", step.seq, err)
+				}
+				r, err := s.Recv()
+				if err != nil {
+					t.Fatalf("seq %d: the stream ended: %v", step.seq, err)
+				}
+				got := status.FromProto(r.GetError())
+				if r.GetSeq() != step.seq || got.Code() != step.code {
+					t.Fatalf("seq %d: answer seq %d, %v; want %s", step.seq, r.GetSeq(), got.Err(), step.code)
+				}
+				if step.code == codes.OK && len(r.GetResponse().GetMessageIds()) != 1 {
+					t.Fatalf("seq %d: %v", step.seq, r)
+				}
+				if step.code == codes.PermissionDenied && (!strings.Contains(got.Message(), "produce") || !strings.Contains(got.Message(), step.queue)) {
+					t.Fatalf("seq %d: the refusal does not name produce on %s: %q", step.seq, step.queue, got.Message())
+				}
+			}
+			if err := s.CloseSend(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Recv(); !errors.Is(err, io.EOF) {
+				t.Fatalf("after CloseSend the stream ends cleanly, got %v", err)
+			}
+		})
+	}
+	c.synced()
+	for q, want := range map[string]int64{"jobs.a": 6, "other": 0} {
+		info, err := l.broker.GetQueue(admin, &raftqv1.GetQueueRequest{Name: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := info.GetQueue().GetStats().GetReady(); got != want {
+			t.Errorf("%s holds %d messages, want %d", q, got, want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport/auth"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -16,8 +17,9 @@ import (
 // client back instead of the server buffering without bound.
 const streamWindow = 4096
 
-// EnqueueStream serves each request like a unary Enqueue (same validation,
-// same forwarding from a follower, same coalescing into Raft entries) and
+// EnqueueStream serves each request like a unary Enqueue (same
+// authorisation, validation, forwarding from a follower, coalescing into
+// Raft entries) and
 // answers it with its seq as soon as it commits. Responses go out in
 // completion order: one slow request does not hold back the others.
 func (s brokerService) EnqueueStream(stream raftqv1.Broker_EnqueueStreamServer) error {
@@ -103,9 +105,16 @@ loop:
 func (s brokerService) serveStreamed(ctx context.Context, req *raftqv1.EnqueueStreamRequest) *raftqv1.EnqueueStreamResponse {
 	resp := &raftqv1.EnqueueStreamResponse{Seq: req.Seq}
 	var err error
-	if req.Request == nil {
+	switch {
+	case req.Request == nil:
 		err = invalid("request: an EnqueueRequest is required")
-	} else {
+	default:
+		// Authorised here, not when the stream reads it: a refused
+		// request changes nothing and gets its PERMISSION_DENIED as its
+		// own answer, and the stream goes on for the caller's others.
+		if err = auth.CheckStreamed(ctx, req); err != nil {
+			break
+		}
 		var out any
 		out, err = s.atLeader(ctx, raftqv1.Broker_Enqueue_FullMethodName, req.Request, func(ctx context.Context, r any) (any, error) {
 			return s.Enqueue(ctx, r.(*raftqv1.EnqueueRequest))

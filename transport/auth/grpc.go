@@ -23,6 +23,11 @@ type rule struct {
 	audit bool
 	// target names what an audited request acts on, for the audit line.
 	target func(req any) string
+	// inHandler marks a stream whose requests are each answered on their
+	// own (EnqueueStream): its handler authorises each request with
+	// CheckStreamed and answers a refusal as that request's failure, so
+	// one refused request does not end the stream for the others.
+	inHandler bool
 }
 
 type queueNamer interface{ GetQueue() string }
@@ -90,7 +95,7 @@ var rules = map[string]rule{
 			return r.GetRequest().GetQueue()
 		}
 		return ""
-	}},
+	}, inHandler: true},
 	raftqv1.Broker_Lease_FullMethodName:       {perm: fsm.PermConsume, queue: byQueue},
 	raftqv1.Broker_Ack_FullMethodName:         {perm: fsm.PermConsume, queue: byQueue},
 	raftqv1.Broker_Nack_FullMethodName:        {perm: fsm.PermConsume, queue: byQueue},
@@ -218,7 +223,27 @@ func (a *Authenticator) StreamInterceptor(srv any, ss grpc.ServerStream, info *g
 	if r.admin && !a.IsAdmin(p) {
 		return denied(p, "admin", "")
 	}
-	return handler(srv, &checkedStream{ServerStream: ss, ctx: WithPrincipal(ss.Context(), p), a: a, p: p, r: r})
+	ctx := WithPrincipal(ss.Context(), p)
+	if r.inHandler {
+		ctx = context.WithValue(ctx, streamCheckKey{}, func(req any) error { return a.check(p, r, req) })
+	}
+	return handler(srv, &checkedStream{ServerStream: ss, ctx: ctx, a: a, p: p, r: r})
+}
+
+type streamCheckKey struct{}
+
+// CheckStreamed authorises one request received on a stream whose
+// handler answers each request on its own (EnqueueStream), in the
+// stream's context: nil when the caller may make it, else the
+// PERMISSION_DENIED a unary call would get. A context that did not come
+// through StreamInterceptor is refused, so a handler served without the
+// interceptor fails closed.
+func CheckStreamed(ctx context.Context, req any) error {
+	check, ok := ctx.Value(streamCheckKey{}).(func(any) error)
+	if !ok {
+		return status.Error(codes.PermissionDenied, "request not authorised: the stream did not pass the authenticator")
+	}
+	return check(req)
 }
 
 type checkedStream struct {
@@ -234,6 +259,9 @@ func (s *checkedStream) Context() context.Context { return s.ctx }
 func (s *checkedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
+	}
+	if s.r.inHandler {
+		return nil // the handler checks it (CheckStreamed)
 	}
 	return s.a.check(s.p, s.r, m)
 }
