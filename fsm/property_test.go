@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +42,10 @@ func (g *cmdGen) next() *fsmv1.Command {
 		g.now -= 100 // clocks of different leaders disagree
 	}
 	c := &fsmv1.Command{NowMs: g.now}
+	if g.r.IntN(10) == 0 {
+		g.authOp(c)
+		return c
+	}
 	switch n := g.r.IntN(100); {
 	case n < 4:
 		cfg := &fsmv1.QueueConfig{MaxDeliveries: int32(g.r.IntN(4)), VisibilityTimeoutMs: int64(g.r.IntN(300)), MessageTtlMs: int64(g.r.IntN(2) * 500)}
@@ -131,6 +136,52 @@ func (g *cmdGen) next() *fsmv1.Command {
 		g.addNil(c)
 	}
 	return c
+}
+
+// authOp is a token or grant change: mostly valid, on a few identities,
+// token names and patterns so that repeats, revocations of what exists and
+// ungrants of what was granted happen; with invalid names, patterns,
+// permission sets, hash lengths, already expired tokens and reused hashes
+// mixed in.
+func (g *cmdGen) authOp(c *fsmv1.Command) {
+	pick := func(xs ...string) string { return xs[g.r.IntN(len(xs))] }
+	identity := func() string { return pick("alice", "bob", "svc.ci@x", "carol", "", "bad name") }
+	pattern := func() string { return pick("a", "a*", "*", "shared.*", "a.dlq", "", "bad?") }
+	tokenName := func() string { return pick("t0", "t1", "t2", "t3", "bad token") }
+	switch g.r.IntN(4) {
+	case 0:
+		// Hashes come from a few seeds, so a reused hash is refused now
+		// and then; one in ten is the wrong length.
+		h := sha256.Sum256([]byte(fmt.Sprint("secret", g.r.IntN(8))))
+		hash := h[:]
+		if g.r.IntN(10) == 0 {
+			hash = hash[:31]
+		}
+		var expires int64
+		if g.r.IntN(3) == 0 {
+			expires = g.now + int64(g.r.IntN(400)) - 100 // some already expired
+		}
+		c.Op = &fsmv1.Command_CreateToken{CreateToken: &fsmv1.CreateToken{Name: tokenName(), Identity: identity(), Sha256: hash, ExpiresUnixMs: expires}}
+	case 1:
+		c.Op = &fsmv1.Command_RevokeToken{RevokeToken: &fsmv1.RevokeToken{Name: tokenName()}}
+	case 2:
+		if g.r.IntN(5) == 0 {
+			grant := &fsmv1.AuthGrant{Identity: identity(), Admin: true}
+			if g.r.IntN(5) == 0 {
+				grant.Pattern = pattern() // an admin grant names no pattern
+			}
+			c.Op = &fsmv1.Command_AuthGrant{AuthGrant: grant}
+			return
+		}
+		// 0 and bits past manage are invalid permission sets.
+		c.Op = &fsmv1.Command_AuthGrant{AuthGrant: &fsmv1.AuthGrant{Identity: identity(), Pattern: pattern(), Perms: uint32(g.r.IntN(20))}}
+	default:
+		if g.r.IntN(4) == 0 {
+			c.Op = &fsmv1.Command_AuthUngrant{AuthUngrant: &fsmv1.AuthUngrant{Identity: identity(), Admin: true}}
+			return
+		}
+		c.Op = &fsmv1.Command_AuthUngrant{AuthUngrant: &fsmv1.AuthUngrant{Identity: identity(), Pattern: pattern()}}
+	}
 }
 
 // addNil puts a nil element into one of c's lists, as a buggy proposer
@@ -225,6 +276,20 @@ func scribble(c *fsmv1.Command) {
 		}
 	case *fsmv1.Command_Extend:
 		op.Extend.ExtendByMs += 1000
+	case *fsmv1.Command_CreateToken:
+		for j := range op.CreateToken.Sha256 {
+			op.CreateToken.Sha256[j] ^= 0xff
+		}
+		op.CreateToken.Name += "-changed"
+		op.CreateToken.Identity += "-changed"
+	case *fsmv1.Command_RevokeToken:
+		op.RevokeToken.Name += "-changed"
+	case *fsmv1.Command_AuthGrant:
+		op.AuthGrant.Identity += "-changed"
+		op.AuthGrant.Perms ^= 0xf
+		op.AuthGrant.Admin = !op.AuthGrant.Admin
+	case *fsmv1.Command_AuthUngrant:
+		op.AuthUngrant.Pattern += "-changed"
 	}
 }
 
@@ -306,8 +371,13 @@ func TestRandomSequences(t *testing.T) {
 			}
 			term := uint64(1)
 			var restored *FSM
+			// Auth commands that changed the state, and that were
+			// refused: both must happen, so that the digests compared
+			// below cover tokens and grants, not only their absence.
+			var authDone, authRefused int
 			for i := 1; i <= steps; i++ {
 				cmd := g.next()
+				isAuth := isAuthCommand(cmd)
 				if version > 1 {
 					cmd.Version = version
 					if i == 1 {
@@ -326,6 +396,11 @@ func TestRandomSequences(t *testing.T) {
 					scribble(cmd)
 				}
 				res := single.Apply(l).(Result)
+				if isAuth && res.Failure() == nil {
+					authDone++
+				} else if isAuth {
+					authRefused++
+				}
 				forget()
 				scribble(cmd)
 				g.observe(res)
@@ -370,8 +445,26 @@ func TestRandomSequences(t *testing.T) {
 				samePeek(t, g.queues, single, batched)
 				samePeek(t, g.queues, single, restored)
 			}
+			ids := fmt.Sprint(single.Auth().Identities())
+			if b, r := fmt.Sprint(batched.Auth().Identities()), fmt.Sprint(restored.Auth().Identities()); b != ids || r != ids {
+				t.Fatalf("identities differ:\nsingle   %s\nbatched  %s\nrestored %s", ids, b, r)
+			}
+			switch {
+			case version >= AuthVersion && (authDone == 0 || authRefused == 0):
+				t.Fatalf("%d auth commands applied, %d refused: the sequence does not exercise both", authDone, authRefused)
+			case version < AuthVersion && (authDone != 0 || !single.Auth().Empty()):
+				t.Fatalf("version %d applied %d auth commands (%s)", version, authDone, ids)
+			}
 		})
 	}
+}
+
+func isAuthCommand(c *fsmv1.Command) bool {
+	switch c.Op.(type) {
+	case *fsmv1.Command_CreateToken, *fsmv1.Command_RevokeToken, *fsmv1.Command_AuthGrant, *fsmv1.Command_AuthUngrant:
+		return true
+	}
+	return false
 }
 
 // samePeek fails unless a and b would deliver every queue's ready messages
