@@ -265,6 +265,17 @@ func (c *Client) TransferLeadership(ctx context.Context, toID string) (string, e
 	return resp.GetNewLeaderId(), err
 }
 
+// SetClusterSettings changes the replicated cluster settings (admin):
+// maxQueuedBytes bounds what the whole cluster holds (0 = unlimited; nil
+// leaves it). It returns the settings as committed. Not retried after an
+// unknown outcome: setting the same value again is harmless, so a caller
+// may simply repeat it.
+func (c *Client) SetClusterSettings(ctx context.Context, maxQueuedBytes *int64) (*raftqv1.ClusterSettings, error) {
+	resp := &raftqv1.SetClusterSettingsResponse{}
+	err := c.cluster(ctx, raftqv1.Cluster_SetClusterSettings_FullMethodName, false, &raftqv1.SetClusterSettingsRequest{MaxQueuedBytes: maxQueuedBytes}, resp)
+	return resp.GetSettings(), err
+}
+
 // Snapshot makes the node reached take a Raft snapshot and returns its index.
 func (c *Client) Snapshot(ctx context.Context) (uint64, error) {
 	resp := &raftqv1.SnapshotResponse{}

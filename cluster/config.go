@@ -86,6 +86,13 @@ type Config struct {
 	// advertises no version (an older build) counts as.
 	LogVersion uint32
 
+	// MaxQueuedBytes is this node's proposal for the cluster's
+	// max_queued_bytes setting (its memory-derived --max-queued-bytes),
+	// advertised in gossip: the leader that raises the cluster to the
+	// version that makes it a setting starts it at the smallest voter's
+	// (VoterVersions.MinMaxQueuedBytes). 0: no proposal.
+	MaxQueuedBytes int64
+
 	// Version names this node's build (release and commit), advertised in
 	// gossip so Status can show what every node runs. Optional.
 	Version string

@@ -154,6 +154,8 @@ func (m *membership) localMeta() nodeMeta {
 		Leaving:    m.leaving.Load(),
 		LogVersion: m.cfg.LogVersion,
 		Version:    m.cfg.Version,
+
+		MaxQueuedBytes: m.cfg.MaxQueuedBytes,
 	}
 }
 

@@ -28,6 +28,9 @@ type nodeMeta struct {
 	// LogVersion: the newest log version the node can apply. Builds before
 	// it was advertised omit it; they count as version 1.
 	LogVersion uint32 `json:"log_version,omitempty"`
+	// MaxQueuedBytes: the node's proposal for the cluster's
+	// max_queued_bytes (Config.MaxQueuedBytes); builds before it omit it.
+	MaxQueuedBytes int64 `json:"max_queued_bytes,omitempty"`
 	// Version: the node's build (Config.Version); builds before it was
 	// advertised omit it.
 	Version string `json:"version,omitempty"`

@@ -12,6 +12,9 @@ type VoterVersions struct {
 	// them all. Only then may the leader raise the cluster's version to
 	// Min.
 	Complete bool
+	// MinMaxQueuedBytes is the smallest max_queued_bytes proposal a voter
+	// advertises (Config.MaxQueuedBytes); 0 if none advertises one.
+	MinMaxQueuedBytes int64
 	// Voters is the number of voters in the configuration.
 	Voters int
 	// Changed is closed when gossip membership or metadata, or the
@@ -43,6 +46,9 @@ func (n *Node) VoterVersions() VoterVersions {
 		}
 		if lv := meta.logVersion(); v.Min == 0 || lv < v.Min {
 			v.Min = lv
+		}
+		if mq := meta.MaxQueuedBytes; mq > 0 && (v.MinMaxQueuedBytes == 0 || mq < v.MinMaxQueuedBytes) {
+			v.MinMaxQueuedBytes = mq
 		}
 	}
 	if v.Voters == 0 {

@@ -81,6 +81,11 @@ func (f *FSM) apply(index, term uint64, cmd *fsmv1.Command, touched *state.Touch
 		res := tx.RecountQueues(op.RecountQueues)
 		f.noteRepairs(res)
 		return res
+	case *fsmv1.Command_SetClusterSettings:
+		if version < state.AdmitVersion {
+			break // unknown before version 9, as older builds saw it
+		}
+		return tx.SetClusterSettings(op.SetClusterSettings)
 	}
 	return failed(fmt.Errorf("%w: empty or unknown command", ErrInvalid))
 }

@@ -29,6 +29,13 @@ const (
 	MaxWeight          = state.MaxWeight
 	MaxThrottleRate    = state.MaxThrottleRate
 	MaxThrottleBurst   = state.MaxThrottleBurst
+	MaxDedupWindowMs   = state.MaxDedupWindowMs
+
+	// What the state counts for each message and dedup entry beside their
+	// content (docs/api.md, Admission).
+	MessageOverheadBytes    = state.MessageOverheadBytes
+	HeaderOverheadBytes     = state.HeaderOverheadBytes
+	DedupEntryOverheadBytes = state.DedupEntryOverheadBytes
 )
 
 // ValidateQueueName checks API.md's rule: 1–255 characters of [A-Za-z0-9._-].

@@ -52,6 +52,12 @@ func (g *cmdGen) next() *fsmv1.Command {
 		if g.r.IntN(3) == 0 {
 			cfg.DeadLetterQueue = "shared"
 		}
+		switch g.r.IntN(4) { // admission at apply (version 9)
+		case 0:
+			cfg.MaxDepth = int64(1 + g.r.IntN(8))
+		case 1:
+			cfg.MaxBytes = int64(300 + g.r.IntN(3000))
+		}
 		c.Op = &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: g.queue(), Config: cfg}}
 	case n < 6:
 		c.Op = &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: g.queue()}}
@@ -127,8 +133,11 @@ func (g *cmdGen) next() *fsmv1.Command {
 		}
 	case n < 95:
 		c.Op = &fsmv1.Command_ReleaseConsumer{ReleaseConsumer: &fsmv1.ReleaseConsumer{ConsumerId: fmt.Sprint("c", g.r.IntN(3))}}
-	case n < 97:
+	case n < 96:
 		c.Op = &fsmv1.Command_Checkpoint{Checkpoint: &fsmv1.Checkpoint{}}
+	case n < 97:
+		mq := int64(2000 + g.r.IntN(20_000)) // an unknown command below version 9
+		c.Op = &fsmv1.Command_SetClusterSettings{SetClusterSettings: &fsmv1.SetClusterSettings{MaxQueuedBytes: &mq}}
 	default:
 		c.Op = &fsmv1.Command_Tick{Tick: &fsmv1.Tick{}}
 	}
@@ -356,6 +365,12 @@ func TestRandomSequences(t *testing.T) {
 	if testing.Short() {
 		seeds = 5
 	}
+	refusedFull := 0
+	defer func() {
+		if refusedFull == 0 && !t.Failed() {
+			t.Error("no enqueue was refused for a limit at apply: the generator no longer reaches admission")
+		}
+	}()
 	for seed := range seeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			props := &Proposals{}
@@ -381,7 +396,7 @@ func TestRandomSequences(t *testing.T) {
 				if version > 1 {
 					cmd.Version = version
 					if i == 1 {
-						cmd.Op = &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: version}}
+						cmd.Op = &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: version, MaxQueuedBytes: int64(seed%4) * 4000}}
 					}
 				}
 				// The leader's path, as Broker.Propose takes it; the
@@ -407,8 +422,15 @@ func TestRandomSequences(t *testing.T) {
 				if err := single.Verify(); err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
+				if errors.Is(enqueueErrs(res), ErrQueueFull) {
+					refusedFull++ // admission at apply (version 9)
+				}
 				if restored != nil {
-					restored.Apply(l)
+					// A restored replica admits and refuses exactly as the
+					// live one (counters and settings travel alike).
+					if a, b := fmt.Sprint(enqueueErrs(res)), fmt.Sprint(enqueueErrs(restored.Apply(l).(Result))); a != b {
+						t.Fatalf("step %d: live enqueue answered %s, restored %s", i, a, b)
+					}
 				}
 				pending = append(pending, l)
 				if len(pending) >= 1+g.r.IntN(8) {
@@ -465,6 +487,20 @@ func isAuthCommand(c *fsmv1.Command) bool {
 		return true
 	}
 	return false
+}
+
+// enqueueErrs joins the batch errors of an enqueue result (nil for any
+// other result).
+func enqueueErrs(res Result) error {
+	r, ok := res.(*EnqueueResult)
+	if !ok {
+		return nil
+	}
+	errs := []error{r.Failure()}
+	for _, b := range r.Batches {
+		errs = append(errs, b.Err)
+	}
+	return errors.Join(errs...)
 }
 
 // samePeek fails unless a and b would deliver every queue's ready messages

@@ -69,11 +69,22 @@ func (f *FSM) CheckEnqueue(name string, msgs []*fsmv1.EnqueueMessage, maxTotalBy
 	return f.store.View().CheckEnqueue(name, msgs, maxTotalBytes)
 }
 
-// TotalBytes is the payload bytes held across all queues.
+// TotalBytes is what the messages held across all queues cost
+// (state.MessageCost).
 func (f *FSM) TotalBytes() int64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.store.View().TotalBytes()
+}
+
+// Held is what the state counts against max_queued_bytes (messages,
+// dedup entries, recent outcomes), and Settings the replicated cluster
+// settings.
+func (f *FSM) Held() (int64, state.Settings) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	v := f.store.View()
+	return v.Held(), v.Settings()
 }
 
 // Peek lists up to limit ready messages in the order a fresh scheduler
@@ -107,4 +118,7 @@ const (
 	// IfEmptyVersion is the log version from which DeleteQueue.if_empty
 	// is checked at apply; the leader sets it only from then on.
 	IfEmptyVersion = state.IfEmptyVersion
+	// AdmitVersion is the log version from which admission is an apply
+	// rule and max_queued_bytes a replicated setting.
+	AdmitVersion = state.AdmitVersion
 )

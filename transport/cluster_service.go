@@ -32,6 +32,11 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex,
 		ClusterVersion: c.s.state.ClusterVersion(),
 	}
+	held, settings := c.s.state.Held()
+	out.HeldBytes = held
+	if out.ClusterVersion >= fsm.AdmitVersion {
+		out.Settings = &raftqv1.ClusterSettings{MaxQueuedBytes: settings.MaxQueuedBytes}
+	}
 	for _, n := range st.Nodes {
 		out.Nodes = append(out.Nodes, &raftqv1.Node{
 			Id: n.ID, GrpcAddr: n.ClientGRPCAddr, PeerGrpcAddr: n.GRPCAddr, RaftAddr: n.RaftAddr, HttpAddr: n.HTTPAddr,
@@ -96,6 +101,16 @@ func (c *clusterService) Leave(ctx context.Context, req *raftqv1.LeaveRequest) (
 		return nil, err
 	}
 	return &raftqv1.LeaveResponse{Id: c.s.b.ID()}, nil
+}
+
+// SetClusterSettings changes the replicated cluster settings (the
+// interceptor forwards it to the leader).
+func (c *clusterService) SetClusterSettings(ctx context.Context, req *raftqv1.SetClusterSettingsRequest) (*raftqv1.SetClusterSettingsResponse, error) {
+	s, err := c.s.b.SetClusterSettings(ctx, req.MaxQueuedBytes)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &raftqv1.SetClusterSettingsResponse{Settings: &raftqv1.ClusterSettings{MaxQueuedBytes: s.MaxQueuedBytes}}, nil
 }
 
 func (c *clusterService) TransferLeadership(ctx context.Context, req *raftqv1.TransferLeadershipRequest) (*raftqv1.TransferLeadershipResponse, error) {

@@ -33,7 +33,7 @@ func codeOf(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, fsm.ErrQueueExists), errors.Is(err, fsm.ErrTokenExists):
 		return codes.AlreadyExists
-	case errors.Is(err, broker.ErrAuthNotEnabled):
+	case errors.Is(err, broker.ErrAuthNotEnabled), errors.Is(err, broker.ErrSettingsNotReplicated):
 		return codes.FailedPrecondition
 	case errors.Is(err, fsm.ErrQueueFull), errors.Is(err, fsm.ErrLimit), errors.Is(err, broker.ErrOverloaded):
 		return codes.ResourceExhausted

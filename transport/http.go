@@ -84,8 +84,16 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raftq_applied_index", Help: "Last Raft index applied to the state machine."}, func() float64 {
 			return float64(s.state.AppliedIndex())
 		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raftq_queued_bytes", Help: "Payload bytes held in memory across queues."}, func() float64 {
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raftq_queued_bytes", Help: "What the messages held across queues cost: payload, headers, keys, ids and a per-message overhead (docs/api.md, Admission)."}, func() float64 {
 			return float64(s.state.TotalBytes())
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raftq_held_bytes", Help: "What counts against the cluster setting max_queued_bytes: messages, dedup entries and recently settled outcomes."}, func() float64 {
+			held, _ := s.state.Held()
+			return float64(held)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raftq_max_queued_bytes", Help: "The cluster setting max_queued_bytes (0 = unlimited, or not yet a setting below log version 9)."}, func() float64 {
+			_, set := s.state.Held()
+			return float64(set.MaxQueuedBytes)
 		}),
 	)
 	registerNodeMetrics(reg, s)

@@ -80,6 +80,11 @@ func testStatus(t *testing.T, c *inprocCluster) {
 			if st.ClusterVersion != fsm.MaxLogVersion {
 				return fmt.Errorf("Status via %s: cluster version %d, want %d", n.id, st.ClusterVersion, fsm.MaxLogVersion)
 			}
+			// The cluster setting started at the voters' (equal) proposal
+			// when the cluster reached the version that made it one.
+			if got := st.GetSettings().GetMaxQueuedBytes(); got != maxQueuedBytes {
+				return fmt.Errorf("Status via %s: max_queued_bytes %d, want every voter's --max-queued-bytes %d", n.id, got, maxQueuedBytes)
+			}
 			return nil
 		})
 		local, err := n.admin.Status(tctx(t, 5*time.Second), &raftqv1.StatusRequest{LocalOnly: true})

@@ -109,6 +109,8 @@ func projectQueue(q *state.QueueInfo) *raftqv1.QueueInfo {
 			ExpiredTotal:  st.ExpiredTotal,
 			Bytes:         st.Bytes,
 			RecentSettled: st.RecentSettled,
+			DedupEntries:  st.DedupEntries,
+			DedupBytes:    st.DedupBytes,
 		},
 	}
 }

@@ -27,7 +27,7 @@ func testValidation(t *testing.T, c *inprocCluster) {
 	// "fill" holding most of the node-wide max_queued_bytes.
 	mustCreate(t, l, "v", &raftqv1.QueueConfig{MaxMessageBytes: 100, VisibilityTimeoutMs: 60_000})
 	mustCreate(t, l, "lim", &raftqv1.QueueConfig{MaxDepth: 1})
-	mustCreate(t, l, "limb", &raftqv1.QueueConfig{MaxBytes: 10})
+	mustCreate(t, l, "limb", &raftqv1.QueueConfig{MaxBytes: fsm.MessageOverheadBytes + 10}) // one small message
 	mustCreate(t, l, "fill", nil)
 	ids := mustEnqueue(t, l, "v", []byte("leased"), []byte("ready"))
 	mustEnqueue(t, l, "lim", []byte("x"))

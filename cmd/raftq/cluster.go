@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/raftq/raftq/client"
+	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
@@ -138,6 +140,33 @@ func newClusterCmd(a *app) *cobra.Command {
 			return nil
 		}),
 	}
-	cmd.AddCommand(status, remove, leave, transfer, snapshot, verify)
+	set := &cobra.Command{
+		Use:   "set max-queued-bytes N",
+		Short: "Change a replicated cluster setting",
+		Long: "Change a replicated cluster setting (needs the admin role and every voter at\n" +
+			"log version 9). max-queued-bytes bounds what the whole cluster holds\n" +
+			"(messages, dedup entries and recent outcomes, as stats.bytes counts them);\n" +
+			"0 means unlimited. Lowering it below what is held refuses new enqueues only.",
+		Args: cobra.ExactArgs(2),
+		RunE: a.unary(func(ctx context.Context, c *client.Client, args []string) error {
+			if args[0] != "max-queued-bytes" {
+				return fmt.Errorf("unknown setting %q: the one setting is max-queued-bytes", args[0])
+			}
+			n, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil || n < 0 {
+				return fmt.Errorf("max-queued-bytes must be a whole number of bytes, 0 or more (0 = unlimited), not %q", args[1])
+			}
+			st, err := c.SetClusterSettings(ctx, &n)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(a.out, st)
+			}
+			_, err = fmt.Fprintf(a.out, "max-queued-bytes is now %d (%s)\n", st.GetMaxQueuedBytes(), fsm.HumanBytes(st.GetMaxQueuedBytes()))
+			return err
+		}),
+	}
+	cmd.AddCommand(status, remove, leave, transfer, snapshot, verify, set)
 	return cmd
 }

@@ -367,6 +367,31 @@ func TestClusterCommands(t *testing.T) {
 	}
 }
 
+// TestClusterSet: `cluster set max-queued-bytes N` sends the setting;
+// anything else is refused before a call is made.
+func TestClusterSet(t *testing.T) {
+	f := &fake{}
+	addr := serve(t, f)
+	r := raftq(t, addr, "", "cluster", "set", "max-queued-bytes", "1073741824")
+	if r.code != 0 || r.stdout != "max-queued-bytes is now 1073741824 (1 GiB)\n" {
+		t.Fatalf("cluster set: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	bad := []struct{ args []string }{
+		{[]string{"max-queued-bytes", "-1"}},
+		{[]string{"max-queued-bytes", "1GB"}},
+		{[]string{"max-pending-bytes", "10"}},
+	}
+	for _, b := range bad {
+		if r := raftq(t, addr, "", append([]string{"cluster", "set"}, b.args...)...); r.code == 0 {
+			t.Fatalf("cluster set %v: exit 0\n%s", b.args, r.stdout)
+		}
+	}
+	reqs := requests[*raftqv1.SetClusterSettingsRequest](f)
+	if len(reqs) != 1 || reqs[0].MaxQueuedBytes == nil || reqs[0].GetMaxQueuedBytes() != 1<<30 {
+		t.Fatalf("requests = %v", reqs)
+	}
+}
+
 // TestVerifyNamesNodesThatDidNotAnswer: a voter without an answer makes
 // `cluster verify` exit non-zero, naming it.
 func TestVerifyNamesNodesThatDidNotAnswer(t *testing.T) {

@@ -196,6 +196,11 @@ func (f *fake) RemoveNode(_ context.Context, r *raftqv1.RemoveNodeRequest) (*raf
 	return &raftqv1.RemoveNodeResponse{}, nil
 }
 
+func (f *fake) SetClusterSettings(_ context.Context, r *raftqv1.SetClusterSettingsRequest) (*raftqv1.SetClusterSettingsResponse, error) {
+	f.record(r)
+	return &raftqv1.SetClusterSettingsResponse{Settings: &raftqv1.ClusterSettings{MaxQueuedBytes: r.GetMaxQueuedBytes()}}, nil
+}
+
 // serve runs f on a loopback port until the test ends.
 func serve(t *testing.T, f *fake) string {
 	t.Helper()

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
@@ -226,6 +227,16 @@ func printStatus(w io.Writer, st *raftqv1.StatusResponse) error {
 	fmt.Fprintf(tw, "commit index:\t%d\n", st.GetCommitIndex())
 	fmt.Fprintf(tw, "applied index:\t%d\n", st.GetAppliedIndex())
 	fmt.Fprintf(tw, "log version:\t%d\n", st.GetClusterVersion())
+	held := fsm.HumanBytes(st.GetHeldBytes())
+	if set := st.GetSettings(); set != nil {
+		limit := "unlimited"
+		if set.GetMaxQueuedBytes() > 0 {
+			limit = fsm.HumanBytes(set.GetMaxQueuedBytes())
+		}
+		fmt.Fprintf(tw, "held:\t%s of max-queued-bytes %s\n", held, limit)
+	} else {
+		fmt.Fprintf(tw, "held:\t%s\n", held)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

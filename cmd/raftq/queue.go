@@ -47,7 +47,7 @@ func (f *configFlags) register(fs *pflag.FlagSet, update bool) {
 	fs.Int32Var(&f.maxDeliveries, "max-deliveries", 0, "deliveries before a message is dead-lettered (0 = 10)")
 	fs.StringVar(&f.deadLetterQueue, "dead-letter-queue", "", "dead-letter queue name (default <name>.dlq)")
 	fs.Int64Var(&f.maxDepth, "max-depth", 0, "most messages the queue holds (0 = unlimited)")
-	fs.Int64Var(&f.maxBytes, "max-bytes", 0, "most payload bytes the queue holds (0 = unlimited)")
+	fs.Int64Var(&f.maxBytes, "max-bytes", 0, "most bytes the queue's messages may cost: payload, headers, keys and a per-message overhead (0 = unlimited)")
 	fs.DurationVar(&f.messageTTL, "message-ttl", 0, "time from enqueue after which a message is dead-lettered (0 = none)")
 	fs.DurationVar(&f.dedupWindow, "dedup-window", 0, "how long a dedup id is remembered (0 = 2m)")
 	fs.Int64Var(&f.maxMessageBytes, "max-message-bytes", 0, "largest payload accepted (0 = 1 MiB)")

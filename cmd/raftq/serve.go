@@ -108,7 +108,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "voters to wait for before the first election")
 	fl.DurationVar(&o.deadNodeTimeout, "dead-node-timeout", 30*time.Second, "how long a failed node stays a voter before removal")
 	fl.DurationVar(&o.leaseGrace, "lease-grace", 5*time.Second, "after a failover, how long before leases of the old leader may expire")
-	fl.Int64Var(&o.maxQueuedBytes, "max-queued-bytes", mem.defaultMaxQueuedBytes(), "node-wide limit on payload bytes held (default: a quarter of memory, or of the cgroup's memory limit when lower)")
+	fl.Int64Var(&o.maxQueuedBytes, "max-queued-bytes", mem.defaultMaxQueuedBytes(), "this node's proposal for the cluster setting max-queued-bytes (what the whole cluster may hold: messages, dedup entries, recent outcomes), taken from the smallest voter when the cluster reaches log version 9, then changed with 'raftq cluster set max-queued-bytes'; before that, this node's limit when it leads (default: a quarter of memory, or of the cgroup's memory limit when lower)")
 	fl.Int64Var(&o.maxPending, "max-pending-bytes", mem.defaultMaxPendingBytes(), "client writes held in front of Raft (queued and in flight) before new ones get ResourceExhausted (default: 256 MiB, or an eighth of a smaller memory or cgroup limit)")
 	fl.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.Uint64Var(&o.snapThreshold, "snapshot-threshold", cluster.DefaultSnapshotThreshold, "log entries between automatic snapshots")

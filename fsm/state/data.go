@@ -41,8 +41,6 @@ type message struct {
 	dlReason     string
 }
 
-func (m *message) size() int64 { return int64(len(m.payload)) }
-
 // msgItem is what the per-queue message tree holds: the id inline so lookups
 // need no allocation.
 type msgItem struct {
@@ -182,7 +180,8 @@ type queue struct {
 	msgs   *btree.BTreeG[msgItem]
 	levels []*level // sorted by priority, highest first
 
-	ready, delayed, inFlight, bytes int64
+	ready, delayed, inFlight, bytes int64 // bytes: what its messages cost (MessageCost)
+	dedupBytes                      int64 // what its dedup entries cost (dedupCost)
 	deadLettered                    int64 // messages from this queue now in its DLQ
 
 	enqueuedTotal, ackedTotal, nackedTotal, expiredTotal int64

@@ -49,6 +49,7 @@ type Frozen struct {
 	lastNow        int64
 	leader         leaderClock
 	clusterVersion uint32
+	maxQueuedBytes int64
 	queues         []frozenQueue
 	auth           *Auth // immutable: shared, not copied
 }
@@ -64,7 +65,7 @@ type frozenQueue struct {
 // the Checkpoint entry's own index for a checkpoint). It writes to the
 // trees (Clone marks them shared), so it needs the writer's exclusion.
 func (s *Store) Freeze(index uint64) *Frozen {
-	fr := &Frozen{index: index, lastNow: s.lastNow, leader: s.leader, clusterVersion: s.clusterVersion, auth: s.auth}
+	fr := &Frozen{index: index, lastNow: s.lastNow, leader: s.leader, clusterVersion: s.clusterVersion, maxQueuedBytes: s.maxQueuedBytes, auth: s.auth}
 	for _, name := range s.sortedQueueNames() {
 		q := s.queues[name]
 		var recent *btree.BTreeG[recentEntry]
@@ -131,6 +132,11 @@ func (fr *Frozen) Stream(w io.Writer) error {
 	case fr.clusterVersion >= recentVersion:
 		hdr.Version, hdr.ClusterVersion = snapshotV6, fr.clusterVersion
 		hdr.LeaderTerm, hdr.LeaderNowMs = fr.leader.term, fr.leader.nowMs
+		if fr.clusterVersion >= AdmitVersion {
+			// A field an older build would ignore, but it refuses the
+			// cluster version first.
+			hdr.MaxQueuedBytes = fr.maxQueuedBytes
+		}
 	case fr.clusterVersion >= AuthVersion:
 		hdr.Version, hdr.ClusterVersion = snapshotV5, fr.clusterVersion
 		hdr.LeaderTerm, hdr.LeaderNowMs = fr.leader.term, fr.leader.nowMs
@@ -266,6 +272,11 @@ func (s *Store) load(r *bufio.Reader) error {
 	default:
 		return fmt.Errorf("%w: snapshot version %d with cluster version %d", ErrInvalid, hdr.Version, hdr.ClusterVersion)
 	}
+	switch {
+	case hdr.MaxQueuedBytes < 0 || hdr.MaxQueuedBytes > 0 && s.clusterVersion < AdmitVersion:
+		return fmt.Errorf("%w: max_queued_bytes %d at cluster version %d", ErrInvalid, hdr.MaxQueuedBytes, s.clusterVersion)
+	}
+	s.maxQueuedBytes = hdr.MaxQueuedBytes
 	s.lastNow, s.appliedIndex = hdr.LastNowMs, hdr.AppliedIndex
 	type pendingDLQ struct {
 		q *queue
@@ -341,7 +352,9 @@ func (s *Store) load(r *bufio.Reader) error {
 			key := dedupKey(de.DedupId)
 			entry := key
 			entry.messageID, entry.expiresMs = de.MessageId, de.ExpiresMs
-			q.dedup.ReplaceOrInsert(entry)
+			if _, dup := q.dedup.ReplaceOrInsert(entry); !dup {
+				s.addDedup(q, de.DedupId)
+			}
 			s.dedupExp.ReplaceOrInsert(dedupRef{at: de.ExpiresMs, messageID: de.MessageId, queue: q.name, key: key})
 		}
 		if rec.RecentCount > 0 && hdr.Version < snapshotV6 {

@@ -24,8 +24,10 @@ type Store struct {
 	recentExp *btree.BTreeG[recentRef] // recently settled outcomes, oldest first (recent.go)
 	consumers map[string]map[queueMsg]struct{}
 
-	totalBytes     int64 // payload bytes across queues (derived, like the per-queue counters)
+	totalBytes     int64 // what messages cost across queues (MessageCost) (derived, like the per-queue counters)
+	dedupBytes     int64 // what dedup entries cost across queues (derived, dedupCost)
 	recentBytes    int64 // what the recently settled outcomes cost, about (derived)
+	maxQueuedBytes int64 // the cluster setting max_queued_bytes (admit.go); 0 = unlimited
 	maxRecent      int   // MaxRecent; a field only so that a test can reach the bound
 	lastNow        int64 // the state's clock (clock.go)
 	leader         leaderClock
@@ -269,6 +271,8 @@ func (s *Store) advance(touched *Touched) {
 			// is not this ref's (never expected) is put back.
 			if e, ok := q.dedup.Delete(r.key); ok && e.messageID != r.messageID {
 				q.dedup.ReplaceOrInsert(e)
+			} else if ok {
+				s.dropDedup(q, e.dedupID)
 			}
 		}
 	}
@@ -330,6 +334,7 @@ func (s *Store) dropQueue(q *queue) {
 		s.dedupExp.Delete(dedupRef{at: e.expiresMs, messageID: e.messageID})
 		return true
 	})
+	s.dedupBytes -= q.dedupBytes
 	s.dropRecent(q)
 	delete(s.queues, q.name)
 }

@@ -37,4 +37,7 @@ type QueueStats struct {
 	// RecentSettled is how many recently settled outcomes the queue
 	// remembers for retries (recent.go).
 	RecentSettled int64
+	// DedupEntries and DedupBytes: the dedup entries the queue keeps and
+	// what they cost (admit.go).
+	DedupEntries, DedupBytes int64
 }

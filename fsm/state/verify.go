@@ -122,11 +122,24 @@ func (s *Store) Verify() error {
 		total += c.bytes
 	}
 	if total != s.totalBytes {
-		return fmt.Errorf("node holds %d payload bytes, counter says %d", total, s.totalBytes)
+		return fmt.Errorf("messages cost %d bytes across queues, counter says %d", total, s.totalBytes)
 	}
 	if s.delayed.Len() != delayed || s.ttl.Len() != ttl || s.leases.Len() != leases {
 		return fmt.Errorf("global indexes delayed=%d ttl=%d leases=%d, messages delayed=%d ttl=%d leased=%d",
 			s.delayed.Len(), s.ttl.Len(), s.leases.Len(), delayed, ttl, leases)
+	}
+	var dedupTotal int64
+	for _, name := range s.sortedQueueNames() {
+		q := s.queues[name]
+		var b int64
+		q.dedup.Ascend(func(e dedupEntry) bool { b += dedupCost(e.dedupID); return true })
+		if b != q.dedupBytes {
+			return fmt.Errorf("%s: dedup entries cost %d bytes, counter says %d", name, b, q.dedupBytes)
+		}
+		dedupTotal += b
+	}
+	if dedupTotal != s.dedupBytes {
+		return fmt.Errorf("dedup entries cost %d bytes across queues, counter says %d", dedupTotal, s.dedupBytes)
 	}
 	if err := s.verifyRecent(); err != nil {
 		return err

@@ -8,10 +8,11 @@ package state
 // identities, tokens and grants (auth.go) and random lease tokens; version 6
 // adds DeleteQueue.if_empty (IfEmptyVersion); version 7 answers a retried
 // ack, nack, purge or redrive as the first (recent.go).
-// Version 8 adds RecountQueues (recount.go). fsm/DESIGN.md lists every
+// Version 8 adds RecountQueues (recount.go); version 9 enforces admission
+// at apply and adds SetClusterSettings (admit.go). fsm/DESIGN.md lists every
 // version; a rule that changes in version N is
 // written `if tx.version >= N`.
-const MaxLogVersion uint32 = 8
+const MaxLogVersion uint32 = 9
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the

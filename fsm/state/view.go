@@ -54,6 +54,8 @@ func (q *queue) stats() QueueStats {
 		ExpiredTotal:  q.expiredTotal,
 		Bytes:         q.bytes,
 		RecentSettled: int64(q.recent.Len()),
+		DedupEntries:  int64(q.dedup.Len()),
+		DedupBytes:    q.dedupBytes,
 	}
 }
 
@@ -108,35 +110,31 @@ func (v View) QueueConfig(name string) (*fsmv1.QueueConfig, error) {
 }
 
 // CheckEnqueue is the leader's check before proposing an enqueue: every
-// message against the queue's limits, then admission by max_depth,
-// max_bytes and the node-wide maxTotalBytes (0 = unlimited). One read lock,
-// no copies: it runs for every Enqueue call.
-func (v View) CheckEnqueue(name string, msgs []*fsmv1.EnqueueMessage, maxTotalBytes int64) error {
+// message against the queue's limits, then admission (admit) by
+// max_depth, max_bytes and the cluster's max_queued_bytes. Below cluster
+// version AdmitVersion, which has no such setting, nodeMax (the node's
+// --max-queued-bytes; 0 = unlimited) stands in for it. From that version
+// the same rule runs again as the entry applies; this is the cheap early
+// refusal. One read lock, no copies: it runs for every Enqueue call.
+func (v View) CheckEnqueue(name string, msgs []*fsmv1.EnqueueMessage, nodeMax int64) error {
 	q := v.s.queues[name]
 	if q == nil {
 		return fmt.Errorf("%w: %s", ErrQueueNotFound, name)
 	}
-	var size int64
 	for i, m := range msgs {
 		if err := ValidateMessage(i, m, q.cfg); err != nil {
 			return err
 		}
-		size += int64(len(m.Payload))
 	}
-	depth := q.ready + q.delayed + q.inFlight
-	if q.cfg.MaxDepth > 0 && depth+int64(len(msgs)) > q.cfg.MaxDepth {
-		return fmt.Errorf("%w: %s holds %d messages, max_depth is %d", ErrQueueFull, name, depth, q.cfg.MaxDepth)
+	maxHeld := nodeMax
+	if v.s.clusterVersion >= AdmitVersion {
+		maxHeld = v.s.maxQueuedBytes
 	}
-	if q.cfg.MaxBytes > 0 && q.bytes+size > q.cfg.MaxBytes {
-		return fmt.Errorf("%w: %s holds %d bytes, max_bytes is %d", ErrQueueFull, name, q.bytes, q.cfg.MaxBytes)
-	}
-	if maxTotalBytes > 0 && v.s.totalBytes+size > maxTotalBytes {
-		return fmt.Errorf("%w: the node holds %d payload bytes, --max-queued-bytes is %d", ErrQueueFull, v.s.totalBytes, maxTotalBytes)
-	}
-	return nil
+	return v.s.admit(q, msgs, maxHeld)
 }
 
-// TotalBytes is the payload bytes held across all queues.
+// TotalBytes is what the messages held across all queues cost
+// (MessageCost).
 func (v View) TotalBytes() int64 {
 	return v.s.totalBytes
 }

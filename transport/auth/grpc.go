@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"github.com/raftq/raftq/fsm"
@@ -63,6 +64,11 @@ func byIdentity(req any) string {
 		return r.GetId()
 	case *raftqv1.TransferLeadershipRequest:
 		return r.GetToId()
+	case *raftqv1.SetClusterSettingsRequest:
+		if r.MaxQueuedBytes != nil {
+			return "max_queued_bytes=" + strconv.FormatInt(r.GetMaxQueuedBytes(), 10)
+		}
+		return ""
 	case *raftqv1.CreateTokenRequest:
 		// The name and identity, never the token (it is in the response,
 		// which is never logged).
@@ -110,6 +116,7 @@ var rules = map[string]rule{
 	raftqv1.Cluster_LocalDigest_FullMethodName:        {admin: true},
 	raftqv1.Cluster_Leave_FullMethodName:              {admin: true, audit: true},
 	raftqv1.Cluster_Backup_FullMethodName:             {admin: true, audit: true}, // every payload and token hash
+	raftqv1.Cluster_SetClusterSettings_FullMethodName: {admin: true, audit: true, target: byIdentity},
 
 	raftqv1.Auth_CreateToken_FullMethodName: {admin: true, audit: true, target: byIdentity},
 	raftqv1.Auth_RevokeToken_FullMethodName: {admin: true, audit: true, target: byName},

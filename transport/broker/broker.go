@@ -133,6 +133,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	ccfg := cfg.Cluster
 	ccfg.Logger = cfg.Logger.With("component", "cluster")
 	ccfg.LogVersion = fsm.MaxLogVersion // advertised in gossip: what this build applies
+	ccfg.MaxQueuedBytes = cfg.MaxQueuedBytes
 	node, err := cluster.New(ctx, ccfg, b.state, nil)
 	if err != nil {
 		return nil, fmt.Errorf("start cluster node: %w", err)

@@ -22,7 +22,7 @@ func (w *leaderWork) raiseClusterVersion(ctx context.Context) {
 		vv := w.node.VoterVersions()
 		wait := vv.Changed
 		if target, ok := nextClusterVersion(vv, w.state.ClusterVersion()); ok {
-			err := w.proposeClusterVersion(ctx, target)
+			err := w.proposeClusterVersion(ctx, target, vv.MinMaxQueuedBytes)
 			if ctx.Err() != nil {
 				return
 			}
@@ -52,11 +52,18 @@ func (w *leaderWork) raiseClusterVersion(ctx context.Context) {
 
 // proposeClusterVersion proposes SetClusterVersion in an entry of the
 // version it introduces, the one entry whose version is ahead of the
-// cluster's.
-func (w *leaderWork) proposeClusterVersion(ctx context.Context, v uint32) error {
+// cluster's. The entry that makes max_queued_bytes a cluster setting
+// (fsm.AdmitVersion) starts it at maxQueued, the smallest voter's
+// proposal (each node's --max-queued-bytes, by default a quarter of its
+// memory limit), so no voter is asked to hold more than its own share.
+func (w *leaderWork) proposeClusterVersion(ctx context.Context, v uint32, maxQueued int64) error {
+	set := &fsmv1.SetClusterVersion{Version: v}
+	if v >= fsm.AdmitVersion && w.state.ClusterVersion() < fsm.AdmitVersion {
+		set.MaxQueuedBytes = max(maxQueued, 0)
+	}
 	cmd := &fsmv1.Command{
 		Version: v,
-		Op:      &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: v}},
+		Op:      &fsmv1.Command_SetClusterVersion{SetClusterVersion: set},
 	}
 	_, err := fsm.As[*fsm.Done](w.propose(ctx, cmd))
 	return err

@@ -53,10 +53,12 @@ func TestQueueCollector(t *testing.T) {
 	f := buildState(t, 1, 3, 2, enq.UnixMilli())
 	now := enq.Add(90 * time.Second)
 	c := NewQueueCollector(f, func(string) (int, bool) { return 0, false }, func() time.Time { return now }, nil)
+	// Three messages of 10 payload bytes and a 2-byte fairness key, each
+	// with the per-message overhead: 3 × (10 + 2 + 320).
 	want := `
-# HELP raftq_queue_bytes Payload bytes held by a queue.
+# HELP raftq_queue_bytes What the messages a queue holds cost: payload, headers, keys, ids and a per-message overhead (stats.bytes).
 # TYPE raftq_queue_bytes gauge
-raftq_queue_bytes{queue="q0000"} 30
+raftq_queue_bytes{queue="q0000"} 996
 raftq_queue_bytes{queue="q0000.dlq"} 0
 # HELP raftq_queue_oldest_ready_age_seconds Age of the oldest ready message of a queue (0 when none is ready).
 # TYPE raftq_queue_oldest_ready_age_seconds gauge

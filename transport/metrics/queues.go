@@ -46,7 +46,7 @@ func NewQueueCollector(st State, consumers ConsumerCounter, now func() time.Time
 			"Messages held by a queue, by state (ready, delayed, in_flight, dead_lettered: this queue's messages now in its dead-letter queue).",
 			[]string{"queue", "state"}, nil),
 		bytes: prometheus.NewDesc("raftq_queue_bytes",
-			"Payload bytes held by a queue.", q, nil),
+			"What the messages a queue holds cost: payload, headers, keys, ids and a per-message overhead (stats.bytes).", q, nil),
 		consumersDesc: prometheus.NewDesc("raftq_queue_consumers",
 			"Consumers (Lease streams) registered on a queue; exported by the leader only.", q, nil),
 		oldest: prometheus.NewDesc("raftq_queue_oldest_ready_age_seconds",

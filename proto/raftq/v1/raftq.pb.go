@@ -212,6 +212,12 @@ type QueueStats struct {
 	// Recently settled outcomes the queue remembers so that a retried ack,
 	// nack, purge or redrive answers as the first did (bounded, 5 minutes).
 	RecentSettled int64 `protobuf:"varint,11,opt,name=recent_settled,json=recentSettled,proto3" json:"recent_settled,omitempty"`
+	// Dedup entries the queue keeps (each for its dedup window, also after
+	// its message is gone) and what they cost, in bytes; bytes above counts
+	// messages only (payload, headers, keys, ids and a per-message overhead:
+	// see docs/api.md, Admission).
+	DedupEntries  int64 `protobuf:"varint,12,opt,name=dedup_entries,json=dedupEntries,proto3" json:"dedup_entries,omitempty"`
+	DedupBytes    int64 `protobuf:"varint,13,opt,name=dedup_bytes,json=dedupBytes,proto3" json:"dedup_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -319,6 +325,20 @@ func (x *QueueStats) GetBytes() int64 {
 func (x *QueueStats) GetRecentSettled() int64 {
 	if x != nil {
 		return x.RecentSettled
+	}
+	return 0
+}
+
+func (x *QueueStats) GetDedupEntries() int64 {
+	if x != nil {
+		return x.DedupEntries
+	}
+	return 0
+}
+
+func (x *QueueStats) GetDedupBytes() int64 {
+	if x != nil {
+		return x.DedupBytes
 	}
 	return 0
 }
@@ -2803,8 +2823,12 @@ type StatusResponse struct {
 	// The log version entries are proposed under: the newest every voter
 	// understands (see fsm/DESIGN.md, Versions).
 	ClusterVersion uint32 `protobuf:"varint,7,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The replicated cluster settings (from cluster version 9) and what
+	// the cluster holds against max_queued_bytes.
+	Settings      *ClusterSettings `protobuf:"bytes,8,opt,name=settings,proto3" json:"settings,omitempty"`
+	HeldBytes     int64            `protobuf:"varint,9,opt,name=held_bytes,json=heldBytes,proto3" json:"held_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2886,6 +2910,156 @@ func (x *StatusResponse) GetClusterVersion() uint32 {
 	return 0
 }
 
+func (x *StatusResponse) GetSettings() *ClusterSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetHeldBytes() int64 {
+	if x != nil {
+		return x.HeldBytes
+	}
+	return 0
+}
+
+type ClusterSettings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bounds what the whole cluster holds: messages, dedup entries and
+	// recently settled outcomes, counted as stats.bytes counts them; an
+	// enqueue past it gets RESOURCE_EXHAUSTED. 0 = unlimited.
+	MaxQueuedBytes int64 `protobuf:"varint,1,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3" json:"max_queued_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ClusterSettings) Reset() {
+	*x = ClusterSettings{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterSettings) ProtoMessage() {}
+
+func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterSettings.ProtoReflect.Descriptor instead.
+func (*ClusterSettings) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ClusterSettings) GetMaxQueuedBytes() int64 {
+	if x != nil {
+		return x.MaxQueuedBytes
+	}
+	return 0
+}
+
+type SetClusterSettingsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// An absent field is left as it is.
+	MaxQueuedBytes *int64 `protobuf:"varint,1,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3,oneof" json:"max_queued_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SetClusterSettingsRequest) Reset() {
+	*x = SetClusterSettingsRequest{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetClusterSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetClusterSettingsRequest) ProtoMessage() {}
+
+func (x *SetClusterSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetClusterSettingsRequest.ProtoReflect.Descriptor instead.
+func (*SetClusterSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SetClusterSettingsRequest) GetMaxQueuedBytes() int64 {
+	if x != nil && x.MaxQueuedBytes != nil {
+		return *x.MaxQueuedBytes
+	}
+	return 0
+}
+
+type SetClusterSettingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Settings      *ClusterSettings       `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetClusterSettingsResponse) Reset() {
+	*x = SetClusterSettingsResponse{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetClusterSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetClusterSettingsResponse) ProtoMessage() {}
+
+func (x *SetClusterSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetClusterSettingsResponse.ProtoReflect.Descriptor instead.
+func (*SetClusterSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SetClusterSettingsResponse) GetSettings() *ClusterSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
 type RemoveNodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2898,7 +3072,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2910,7 +3084,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2923,7 +3097,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -2948,7 +3122,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2960,7 +3134,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2973,7 +3147,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
 }
 
 type LeaveRequest struct {
@@ -2987,7 +3161,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2999,7 +3173,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3012,7 +3186,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *LeaveRequest) GetForce() bool {
@@ -3032,7 +3206,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3044,7 +3218,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3057,7 +3231,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *LeaveResponse) GetId() string {
@@ -3076,7 +3250,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3088,7 +3262,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3101,7 +3275,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TransferLeadershipRequest) GetToId() string {
@@ -3120,7 +3294,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3132,7 +3306,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3145,7 +3319,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TransferLeadershipResponse) GetNewLeaderId() string {
@@ -3163,7 +3337,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3175,7 +3349,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3188,7 +3362,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
 }
 
 type SnapshotResponse struct {
@@ -3200,7 +3374,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3212,7 +3386,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3225,7 +3399,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -3248,7 +3422,7 @@ type NodeDigest struct {
 
 func (x *NodeDigest) Reset() {
 	*x = NodeDigest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3434,7 @@ func (x *NodeDigest) String() string {
 func (*NodeDigest) ProtoMessage() {}
 
 func (x *NodeDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3447,7 @@ func (x *NodeDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDigest.ProtoReflect.Descriptor instead.
 func (*NodeDigest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NodeDigest) GetId() string {
@@ -3328,7 +3502,7 @@ type ReportDivergenceRequest struct {
 
 func (x *ReportDivergenceRequest) Reset() {
 	*x = ReportDivergenceRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3514,7 @@ func (x *ReportDivergenceRequest) String() string {
 func (*ReportDivergenceRequest) ProtoMessage() {}
 
 func (x *ReportDivergenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3527,7 @@ func (x *ReportDivergenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDivergenceRequest.ProtoReflect.Descriptor instead.
 func (*ReportDivergenceRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReportDivergenceRequest) GetIndex() uint64 {
@@ -3396,7 +3570,7 @@ type ReportDivergenceResponse struct {
 
 func (x *ReportDivergenceResponse) Reset() {
 	*x = ReportDivergenceResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3408,7 +3582,7 @@ func (x *ReportDivergenceResponse) String() string {
 func (*ReportDivergenceResponse) ProtoMessage() {}
 
 func (x *ReportDivergenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3421,7 +3595,7 @@ func (x *ReportDivergenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDivergenceResponse.ProtoReflect.Descriptor instead.
 func (*ReportDivergenceResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReportDivergenceResponse) GetDiverged() bool {
@@ -3446,7 +3620,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3458,7 +3632,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3471,7 +3645,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
 }
 
 type VerifyResponse struct {
@@ -3490,7 +3664,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3502,7 +3676,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3515,7 +3689,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *VerifyResponse) GetNodes() []*NodeDigest {
@@ -3547,7 +3721,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3559,7 +3733,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3572,7 +3746,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
 }
 
 type CheckpointResponse struct {
@@ -3584,7 +3758,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3596,7 +3770,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3609,7 +3783,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CheckpointResponse) GetIndex() uint64 {
@@ -3628,7 +3802,7 @@ type LocalDigestRequest struct {
 
 func (x *LocalDigestRequest) Reset() {
 	*x = LocalDigestRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3640,7 +3814,7 @@ func (x *LocalDigestRequest) String() string {
 func (*LocalDigestRequest) ProtoMessage() {}
 
 func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3653,7 +3827,7 @@ func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalDigestRequest.ProtoReflect.Descriptor instead.
 func (*LocalDigestRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *LocalDigestRequest) GetIndex() uint64 {
@@ -3672,7 +3846,7 @@ type ListConsumersRequest struct {
 
 func (x *ListConsumersRequest) Reset() {
 	*x = ListConsumersRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3684,7 +3858,7 @@ func (x *ListConsumersRequest) String() string {
 func (*ListConsumersRequest) ProtoMessage() {}
 
 func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3697,7 +3871,7 @@ func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersRequest.ProtoReflect.Descriptor instead.
 func (*ListConsumersRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListConsumersRequest) GetQueue() string {
@@ -3716,7 +3890,7 @@ type ListConsumersResponse struct {
 
 func (x *ListConsumersResponse) Reset() {
 	*x = ListConsumersResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3728,7 +3902,7 @@ func (x *ListConsumersResponse) String() string {
 func (*ListConsumersResponse) ProtoMessage() {}
 
 func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3741,7 +3915,7 @@ func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
@@ -3780,7 +3954,7 @@ type ConsumerInfo struct {
 
 func (x *ConsumerInfo) Reset() {
 	*x = ConsumerInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3792,7 +3966,7 @@ func (x *ConsumerInfo) String() string {
 func (*ConsumerInfo) ProtoMessage() {}
 
 func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3805,7 +3979,7 @@ func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ConsumerInfo) GetName() string {
@@ -3892,7 +4066,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3904,7 +4078,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3917,7 +4091,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -3955,7 +4129,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3967,7 +4141,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3980,7 +4154,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CreateTokenResponse) GetName() string {
@@ -4020,7 +4194,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4032,7 +4206,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4045,7 +4219,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RevokeTokenRequest) GetName() string {
@@ -4063,7 +4237,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4075,7 +4249,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4088,7 +4262,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
 }
 
 type GrantRequest struct {
@@ -4107,7 +4281,7 @@ type GrantRequest struct {
 
 func (x *GrantRequest) Reset() {
 	*x = GrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4119,7 +4293,7 @@ func (x *GrantRequest) String() string {
 func (*GrantRequest) ProtoMessage() {}
 
 func (x *GrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4132,7 +4306,7 @@ func (x *GrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRequest.ProtoReflect.Descriptor instead.
 func (*GrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GrantRequest) GetIdentity() string {
@@ -4171,7 +4345,7 @@ type GrantResponse struct {
 
 func (x *GrantResponse) Reset() {
 	*x = GrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4183,7 +4357,7 @@ func (x *GrantResponse) String() string {
 func (*GrantResponse) ProtoMessage() {}
 
 func (x *GrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4196,7 +4370,7 @@ func (x *GrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantResponse.ProtoReflect.Descriptor instead.
 func (*GrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
 }
 
 type UngrantRequest struct {
@@ -4211,7 +4385,7 @@ type UngrantRequest struct {
 
 func (x *UngrantRequest) Reset() {
 	*x = UngrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4223,7 +4397,7 @@ func (x *UngrantRequest) String() string {
 func (*UngrantRequest) ProtoMessage() {}
 
 func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4236,7 +4410,7 @@ func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantRequest.ProtoReflect.Descriptor instead.
 func (*UngrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *UngrantRequest) GetIdentity() string {
@@ -4268,7 +4442,7 @@ type UngrantResponse struct {
 
 func (x *UngrantResponse) Reset() {
 	*x = UngrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4280,7 +4454,7 @@ func (x *UngrantResponse) String() string {
 func (*UngrantResponse) ProtoMessage() {}
 
 func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4293,7 +4467,7 @@ func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantResponse.ProtoReflect.Descriptor instead.
 func (*UngrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
 }
 
 type ListAuthRequest struct {
@@ -4304,7 +4478,7 @@ type ListAuthRequest struct {
 
 func (x *ListAuthRequest) Reset() {
 	*x = ListAuthRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4316,7 +4490,7 @@ func (x *ListAuthRequest) String() string {
 func (*ListAuthRequest) ProtoMessage() {}
 
 func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4329,7 +4503,7 @@ func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthRequest.ProtoReflect.Descriptor instead.
 func (*ListAuthRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
 }
 
 type ListAuthResponse struct {
@@ -4341,7 +4515,7 @@ type ListAuthResponse struct {
 
 func (x *ListAuthResponse) Reset() {
 	*x = ListAuthResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4353,7 +4527,7 @@ func (x *ListAuthResponse) String() string {
 func (*ListAuthResponse) ProtoMessage() {}
 
 func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4366,7 +4540,7 @@ func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthResponse.ProtoReflect.Descriptor instead.
 func (*ListAuthResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListAuthResponse) GetIdentities() []*IdentityInfo {
@@ -4388,7 +4562,7 @@ type IdentityInfo struct {
 
 func (x *IdentityInfo) Reset() {
 	*x = IdentityInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4400,7 +4574,7 @@ func (x *IdentityInfo) String() string {
 func (*IdentityInfo) ProtoMessage() {}
 
 func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4413,7 +4587,7 @@ func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityInfo.ProtoReflect.Descriptor instead.
 func (*IdentityInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *IdentityInfo) GetName() string {
@@ -4456,7 +4630,7 @@ type TokenInfo struct {
 
 func (x *TokenInfo) Reset() {
 	*x = TokenInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4468,7 +4642,7 @@ func (x *TokenInfo) String() string {
 func (*TokenInfo) ProtoMessage() {}
 
 func (x *TokenInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4481,7 +4655,7 @@ func (x *TokenInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenInfo.ProtoReflect.Descriptor instead.
 func (*TokenInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *TokenInfo) GetName() string {
@@ -4515,7 +4689,7 @@ type PermissionGrant struct {
 
 func (x *PermissionGrant) Reset() {
 	*x = PermissionGrant{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4527,7 +4701,7 @@ func (x *PermissionGrant) String() string {
 func (*PermissionGrant) ProtoMessage() {}
 
 func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4540,7 +4714,7 @@ func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionGrant.ProtoReflect.Descriptor instead.
 func (*PermissionGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *PermissionGrant) GetPattern() string {
@@ -4565,7 +4739,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4577,7 +4751,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4590,7 +4764,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
 }
 
 type WhoAmIResponse struct {
@@ -4606,7 +4780,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4618,7 +4792,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4631,7 +4805,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *WhoAmIResponse) GetIdentity() string {
@@ -4670,7 +4844,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4682,7 +4856,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4695,7 +4869,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{81}
 }
 
 // BackupChunk is one message of a Backup stream: first info (alone), then
@@ -4716,7 +4890,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4728,7 +4902,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4741,7 +4915,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *BackupChunk) GetInfo() *BackupInfo {
@@ -4792,7 +4966,7 @@ type BackupInfo struct {
 
 func (x *BackupInfo) Reset() {
 	*x = BackupInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4804,7 +4978,7 @@ func (x *BackupInfo) String() string {
 func (*BackupInfo) ProtoMessage() {}
 
 func (x *BackupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4817,7 +4991,7 @@ func (x *BackupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupInfo.ProtoReflect.Descriptor instead.
 func (*BackupInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *BackupInfo) GetIndex() uint64 {
@@ -4878,7 +5052,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	" \x01(\x05R\x0ffairnessQuantum\x1aT\n" +
 	"\x0eThrottlesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
-	"\x05value\x18\x02 \x01(\v2\x16.raftq.v1.ThrottleRuleR\x05value:\x028\x01\"\xe9\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.raftq.v1.ThrottleRuleR\x05value:\x028\x01\"\xaf\x03\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\x03R\x05ready\x12\x18\n" +
@@ -4893,7 +5067,10 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\tconsumers\x18\t \x01(\x03R\tconsumers\x12\x14\n" +
 	"\x05bytes\x18\n" +
 	" \x01(\x03R\x05bytes\x12%\n" +
-	"\x0erecent_settled\x18\v \x01(\x03R\rrecentSettled\"p\n" +
+	"\x0erecent_settled\x18\v \x01(\x03R\rrecentSettled\x12#\n" +
+	"\rdedup_entries\x18\f \x01(\x03R\fdedupEntries\x12\x1f\n" +
+	"\vdedup_bytes\x18\r \x01(\x03R\n" +
+	"dedupBytes\"p\n" +
 	"\x10FairnessKeyStats\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\apending\x18\x02 \x01(\x03R\apending\x12\x18\n" +
@@ -5078,7 +5255,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"go_version\x18\x04 \x01(\tR\tgoVersion\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"local_only\x18\x01 \x01(\bR\tlocalOnly\"\xf9\x01\n" +
+	"local_only\x18\x01 \x01(\bR\tlocalOnly\"\xcf\x02\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
@@ -5087,7 +5264,17 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\fcommit_index\x18\x04 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x12$\n" +
 	"\x05nodes\x18\x06 \x03(\v2\x0e.raftq.v1.NodeR\x05nodes\x12'\n" +
-	"\x0fcluster_version\x18\a \x01(\rR\x0eclusterVersion\"9\n" +
+	"\x0fcluster_version\x18\a \x01(\rR\x0eclusterVersion\x125\n" +
+	"\bsettings\x18\b \x01(\v2\x19.raftq.v1.ClusterSettingsR\bsettings\x12\x1d\n" +
+	"\n" +
+	"held_bytes\x18\t \x01(\x03R\theldBytes\";\n" +
+	"\x0fClusterSettings\x12(\n" +
+	"\x10max_queued_bytes\x18\x01 \x01(\x03R\x0emaxQueuedBytes\"_\n" +
+	"\x19SetClusterSettingsRequest\x12-\n" +
+	"\x10max_queued_bytes\x18\x01 \x01(\x03H\x00R\x0emaxQueuedBytes\x88\x01\x01B\x13\n" +
+	"\x11_max_queued_bytes\"S\n" +
+	"\x1aSetClusterSettingsResponse\x125\n" +
+	"\bsettings\x18\x01 \x01(\v2\x19.raftq.v1.ClusterSettingsR\bsettings\"9\n" +
 	"\x11RemoveNodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"\x14\n" +
@@ -5224,7 +5411,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\vExtendLease\x12\x1c.raftq.v1.ExtendLeaseRequest\x1a\x1d.raftq.v1.ExtendLeaseResponse\x125\n" +
 	"\x04Peek\x12\x15.raftq.v1.PeekRequest\x1a\x16.raftq.v1.PeekResponse\x12>\n" +
 	"\aRedrive\x12\x18.raftq.v1.RedriveRequest\x1a\x19.raftq.v1.RedriveResponse\x12P\n" +
-	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse2\xcd\x05\n" +
+	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse2\xae\x06\n" +
 	"\aCluster\x12;\n" +
 	"\x06Status\x12\x17.raftq.v1.StatusRequest\x1a\x18.raftq.v1.StatusResponse\x12G\n" +
 	"\n" +
@@ -5237,7 +5424,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\vLocalDigest\x12\x1c.raftq.v1.LocalDigestRequest\x1a\x14.raftq.v1.NodeDigest\x128\n" +
 	"\x05Leave\x12\x16.raftq.v1.LeaveRequest\x1a\x17.raftq.v1.LeaveResponse\x12:\n" +
 	"\x06Backup\x12\x17.raftq.v1.BackupRequest\x1a\x15.raftq.v1.BackupChunk0\x01\x12Y\n" +
-	"\x10ReportDivergence\x12!.raftq.v1.ReportDivergenceRequest\x1a\".raftq.v1.ReportDivergenceResponse2\x98\x03\n" +
+	"\x10ReportDivergence\x12!.raftq.v1.ReportDivergenceRequest\x1a\".raftq.v1.ReportDivergenceResponse\x12_\n" +
+	"\x12SetClusterSettings\x12#.raftq.v1.SetClusterSettingsRequest\x1a$.raftq.v1.SetClusterSettingsResponse2\x98\x03\n" +
 	"\x04Auth\x12J\n" +
 	"\vCreateToken\x12\x1c.raftq.v1.CreateTokenRequest\x1a\x1d.raftq.v1.CreateTokenResponse\x12J\n" +
 	"\vRevokeToken\x12\x1c.raftq.v1.RevokeTokenRequest\x1a\x1d.raftq.v1.RevokeTokenResponse\x128\n" +
@@ -5258,7 +5446,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -5304,69 +5492,72 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*BuildInfo)(nil),                  // 41: raftq.v1.BuildInfo
 	(*StatusRequest)(nil),              // 42: raftq.v1.StatusRequest
 	(*StatusResponse)(nil),             // 43: raftq.v1.StatusResponse
-	(*RemoveNodeRequest)(nil),          // 44: raftq.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 45: raftq.v1.RemoveNodeResponse
-	(*LeaveRequest)(nil),               // 46: raftq.v1.LeaveRequest
-	(*LeaveResponse)(nil),              // 47: raftq.v1.LeaveResponse
-	(*TransferLeadershipRequest)(nil),  // 48: raftq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 49: raftq.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 50: raftq.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 51: raftq.v1.SnapshotResponse
-	(*NodeDigest)(nil),                 // 52: raftq.v1.NodeDigest
-	(*ReportDivergenceRequest)(nil),    // 53: raftq.v1.ReportDivergenceRequest
-	(*ReportDivergenceResponse)(nil),   // 54: raftq.v1.ReportDivergenceResponse
-	(*VerifyRequest)(nil),              // 55: raftq.v1.VerifyRequest
-	(*VerifyResponse)(nil),             // 56: raftq.v1.VerifyResponse
-	(*CheckpointRequest)(nil),          // 57: raftq.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),         // 58: raftq.v1.CheckpointResponse
-	(*LocalDigestRequest)(nil),         // 59: raftq.v1.LocalDigestRequest
-	(*ListConsumersRequest)(nil),       // 60: raftq.v1.ListConsumersRequest
-	(*ListConsumersResponse)(nil),      // 61: raftq.v1.ListConsumersResponse
-	(*ConsumerInfo)(nil),               // 62: raftq.v1.ConsumerInfo
-	(*CreateTokenRequest)(nil),         // 63: raftq.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),        // 64: raftq.v1.CreateTokenResponse
-	(*RevokeTokenRequest)(nil),         // 65: raftq.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),        // 66: raftq.v1.RevokeTokenResponse
-	(*GrantRequest)(nil),               // 67: raftq.v1.GrantRequest
-	(*GrantResponse)(nil),              // 68: raftq.v1.GrantResponse
-	(*UngrantRequest)(nil),             // 69: raftq.v1.UngrantRequest
-	(*UngrantResponse)(nil),            // 70: raftq.v1.UngrantResponse
-	(*ListAuthRequest)(nil),            // 71: raftq.v1.ListAuthRequest
-	(*ListAuthResponse)(nil),           // 72: raftq.v1.ListAuthResponse
-	(*IdentityInfo)(nil),               // 73: raftq.v1.IdentityInfo
-	(*TokenInfo)(nil),                  // 74: raftq.v1.TokenInfo
-	(*PermissionGrant)(nil),            // 75: raftq.v1.PermissionGrant
-	(*WhoAmIRequest)(nil),              // 76: raftq.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),             // 77: raftq.v1.WhoAmIResponse
-	(*BackupRequest)(nil),              // 78: raftq.v1.BackupRequest
-	(*BackupChunk)(nil),                // 79: raftq.v1.BackupChunk
-	(*BackupInfo)(nil),                 // 80: raftq.v1.BackupInfo
-	nil,                                // 81: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 82: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 83: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 84: google.protobuf.FieldMask
-	(*status.Status)(nil),              // 85: google.rpc.Status
+	(*ClusterSettings)(nil),            // 44: raftq.v1.ClusterSettings
+	(*SetClusterSettingsRequest)(nil),  // 45: raftq.v1.SetClusterSettingsRequest
+	(*SetClusterSettingsResponse)(nil), // 46: raftq.v1.SetClusterSettingsResponse
+	(*RemoveNodeRequest)(nil),          // 47: raftq.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 48: raftq.v1.RemoveNodeResponse
+	(*LeaveRequest)(nil),               // 49: raftq.v1.LeaveRequest
+	(*LeaveResponse)(nil),              // 50: raftq.v1.LeaveResponse
+	(*TransferLeadershipRequest)(nil),  // 51: raftq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 52: raftq.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 53: raftq.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 54: raftq.v1.SnapshotResponse
+	(*NodeDigest)(nil),                 // 55: raftq.v1.NodeDigest
+	(*ReportDivergenceRequest)(nil),    // 56: raftq.v1.ReportDivergenceRequest
+	(*ReportDivergenceResponse)(nil),   // 57: raftq.v1.ReportDivergenceResponse
+	(*VerifyRequest)(nil),              // 58: raftq.v1.VerifyRequest
+	(*VerifyResponse)(nil),             // 59: raftq.v1.VerifyResponse
+	(*CheckpointRequest)(nil),          // 60: raftq.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 61: raftq.v1.CheckpointResponse
+	(*LocalDigestRequest)(nil),         // 62: raftq.v1.LocalDigestRequest
+	(*ListConsumersRequest)(nil),       // 63: raftq.v1.ListConsumersRequest
+	(*ListConsumersResponse)(nil),      // 64: raftq.v1.ListConsumersResponse
+	(*ConsumerInfo)(nil),               // 65: raftq.v1.ConsumerInfo
+	(*CreateTokenRequest)(nil),         // 66: raftq.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),        // 67: raftq.v1.CreateTokenResponse
+	(*RevokeTokenRequest)(nil),         // 68: raftq.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),        // 69: raftq.v1.RevokeTokenResponse
+	(*GrantRequest)(nil),               // 70: raftq.v1.GrantRequest
+	(*GrantResponse)(nil),              // 71: raftq.v1.GrantResponse
+	(*UngrantRequest)(nil),             // 72: raftq.v1.UngrantRequest
+	(*UngrantResponse)(nil),            // 73: raftq.v1.UngrantResponse
+	(*ListAuthRequest)(nil),            // 74: raftq.v1.ListAuthRequest
+	(*ListAuthResponse)(nil),           // 75: raftq.v1.ListAuthResponse
+	(*IdentityInfo)(nil),               // 76: raftq.v1.IdentityInfo
+	(*TokenInfo)(nil),                  // 77: raftq.v1.TokenInfo
+	(*PermissionGrant)(nil),            // 78: raftq.v1.PermissionGrant
+	(*WhoAmIRequest)(nil),              // 79: raftq.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),             // 80: raftq.v1.WhoAmIResponse
+	(*BackupRequest)(nil),              // 81: raftq.v1.BackupRequest
+	(*BackupChunk)(nil),                // 82: raftq.v1.BackupChunk
+	(*BackupInfo)(nil),                 // 83: raftq.v1.BackupInfo
+	nil,                                // 84: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 85: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 86: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 87: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 88: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	81, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	84, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
 	1,  // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
 	2,  // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
 	3,  // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
 	4,  // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
 	6,  // 5: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
-	82, // 6: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	83, // 7: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	85, // 6: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	86, // 7: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
 	1,  // 8: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
 	5,  // 9: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	1,  // 10: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	84, // 11: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	87, // 11: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
 	5,  // 12: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 13: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 14: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
 	7,  // 15: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
 	24, // 16: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
 	25, // 17: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
-	85, // 18: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	88, // 18: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
 	8,  // 19: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
 	9,  // 20: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
 	11, // 21: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
@@ -5376,81 +5567,85 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	11, // 25: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
 	8,  // 26: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
 	40, // 27: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
-	52, // 28: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
-	62, // 29: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
-	73, // 30: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
-	74, // 31: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
-	75, // 32: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
-	75, // 33: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
-	80, // 34: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
-	0,  // 35: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
-	12, // 36: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
-	14, // 37: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
-	16, // 38: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
-	18, // 39: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
-	20, // 40: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
-	22, // 41: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
-	24, // 42: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
-	26, // 43: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
-	28, // 44: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
-	30, // 45: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
-	32, // 46: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
-	34, // 47: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
-	36, // 48: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
-	38, // 49: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	60, // 50: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
-	42, // 51: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
-	44, // 52: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
-	48, // 53: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
-	50, // 54: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	55, // 55: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	57, // 56: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	59, // 57: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
-	46, // 58: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
-	78, // 59: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
-	53, // 60: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
-	63, // 61: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
-	65, // 62: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
-	67, // 63: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
-	69, // 64: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
-	71, // 65: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
-	76, // 66: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
-	13, // 67: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	15, // 68: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	17, // 69: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	19, // 70: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	21, // 71: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	23, // 72: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	25, // 73: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	27, // 74: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
-	29, // 75: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	31, // 76: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	33, // 77: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	35, // 78: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	37, // 79: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	39, // 80: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	61, // 81: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
-	43, // 82: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	45, // 83: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	49, // 84: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	51, // 85: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	56, // 86: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	58, // 87: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	52, // 88: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	47, // 89: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
-	79, // 90: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
-	54, // 91: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
-	64, // 92: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
-	66, // 93: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
-	68, // 94: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
-	70, // 95: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
-	72, // 96: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
-	77, // 97: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
-	67, // [67:98] is the sub-list for method output_type
-	36, // [36:67] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	44, // 28: raftq.v1.StatusResponse.settings:type_name -> raftq.v1.ClusterSettings
+	44, // 29: raftq.v1.SetClusterSettingsResponse.settings:type_name -> raftq.v1.ClusterSettings
+	55, // 30: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
+	65, // 31: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
+	76, // 32: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
+	77, // 33: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
+	78, // 34: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
+	78, // 35: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
+	83, // 36: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
+	0,  // 37: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
+	12, // 38: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
+	14, // 39: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
+	16, // 40: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
+	18, // 41: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
+	20, // 42: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
+	22, // 43: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
+	24, // 44: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
+	26, // 45: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
+	28, // 46: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
+	30, // 47: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
+	32, // 48: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
+	34, // 49: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
+	36, // 50: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
+	38, // 51: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
+	63, // 52: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
+	42, // 53: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
+	47, // 54: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
+	51, // 55: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
+	53, // 56: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
+	58, // 57: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	60, // 58: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	62, // 59: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	49, // 60: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
+	81, // 61: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
+	56, // 62: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
+	45, // 63: raftq.v1.Cluster.SetClusterSettings:input_type -> raftq.v1.SetClusterSettingsRequest
+	66, // 64: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
+	68, // 65: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
+	70, // 66: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
+	72, // 67: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
+	74, // 68: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
+	79, // 69: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
+	13, // 70: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	15, // 71: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	17, // 72: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	19, // 73: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	21, // 74: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	23, // 75: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	25, // 76: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	27, // 77: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
+	29, // 78: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	31, // 79: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	33, // 80: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	35, // 81: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	37, // 82: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	39, // 83: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	64, // 84: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
+	43, // 85: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	48, // 86: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	52, // 87: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	54, // 88: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	59, // 89: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	61, // 90: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	55, // 91: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	50, // 92: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
+	82, // 93: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
+	57, // 94: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
+	46, // 95: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
+	67, // 96: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
+	69, // 97: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
+	71, // 98: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
+	73, // 99: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
+	75, // 100: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
+	80, // 101: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
+	70, // [70:102] is the sub-list for method output_type
+	38, // [38:70] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_raftq_v1_raftq_proto_init() }
@@ -5458,13 +5653,14 @@ func file_raftq_v1_raftq_proto_init() {
 	if File_raftq_v1_raftq_proto != nil {
 		return
 	}
+	file_raftq_v1_raftq_proto_msgTypes[45].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   84,
+			NumMessages:   87,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

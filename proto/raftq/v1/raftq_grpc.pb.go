@@ -684,6 +684,7 @@ const (
 	Cluster_Leave_FullMethodName              = "/raftq.v1.Cluster/Leave"
 	Cluster_Backup_FullMethodName             = "/raftq.v1.Cluster/Backup"
 	Cluster_ReportDivergence_FullMethodName   = "/raftq.v1.Cluster/ReportDivergence"
+	Cluster_SetClusterSettings_FullMethodName = "/raftq.v1.Cluster/SetClusterSettings"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -719,6 +720,10 @@ type ClusterClient interface {
 	// repaired. A report that does not match what the node finds changes
 	// nothing.
 	ReportDivergence(ctx context.Context, in *ReportDivergenceRequest, opts ...grpc.CallOption) (*ReportDivergenceResponse, error)
+	// SetClusterSettings changes replicated cluster settings (admin; the
+	// leader proposes it; needs cluster version 9, else FAILED_PRECONDITION).
+	// Status reports the settings.
+	SetClusterSettings(ctx context.Context, in *SetClusterSettingsRequest, opts ...grpc.CallOption) (*SetClusterSettingsResponse, error)
 }
 
 type clusterClient struct {
@@ -838,6 +843,16 @@ func (c *clusterClient) ReportDivergence(ctx context.Context, in *ReportDivergen
 	return out, nil
 }
 
+func (c *clusterClient) SetClusterSettings(ctx context.Context, in *SetClusterSettingsRequest, opts ...grpc.CallOption) (*SetClusterSettingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetClusterSettingsResponse)
+	err := c.cc.Invoke(ctx, Cluster_SetClusterSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -871,6 +886,10 @@ type ClusterServer interface {
 	// repaired. A report that does not match what the node finds changes
 	// nothing.
 	ReportDivergence(context.Context, *ReportDivergenceRequest) (*ReportDivergenceResponse, error)
+	// SetClusterSettings changes replicated cluster settings (admin; the
+	// leader proposes it; needs cluster version 9, else FAILED_PRECONDITION).
+	// Status reports the settings.
+	SetClusterSettings(context.Context, *SetClusterSettingsRequest) (*SetClusterSettingsResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -910,6 +929,9 @@ func (UnimplementedClusterServer) Backup(*BackupRequest, grpc.ServerStreamingSer
 }
 func (UnimplementedClusterServer) ReportDivergence(context.Context, *ReportDivergenceRequest) (*ReportDivergenceResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReportDivergence not implemented")
+}
+func (UnimplementedClusterServer) SetClusterSettings(context.Context, *SetClusterSettingsRequest) (*SetClusterSettingsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetClusterSettings not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -1105,6 +1127,24 @@ func _Cluster_ReportDivergence_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_SetClusterSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetClusterSettingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).SetClusterSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_SetClusterSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).SetClusterSettings(ctx, req.(*SetClusterSettingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1147,6 +1187,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportDivergence",
 			Handler:    _Cluster_ReportDivergence_Handler,
+		},
+		{
+			MethodName: "SetClusterSettings",
+			Handler:    _Cluster_SetClusterSettings_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -171,6 +171,7 @@ type Command struct {
 	//	*Command_AuthGrant
 	//	*Command_AuthUngrant
 	//	*Command_RecountQueues
+	//	*Command_SetClusterSettings
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -416,6 +417,15 @@ func (x *Command) GetRecountQueues() *RecountQueues {
 	return nil
 }
 
+func (x *Command) GetSetClusterSettings() *SetClusterSettings {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetClusterSettings); ok {
+			return x.SetClusterSettings
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -507,6 +517,11 @@ type Command_RecountQueues struct {
 	RecountQueues *RecountQueues `protobuf:"bytes,30,opt,name=recount_queues,json=recountQueues,proto3,oneof"`
 }
 
+type Command_SetClusterSettings struct {
+	// Version 9: replicated cluster settings (fsm/state/admit.go).
+	SetClusterSettings *SetClusterSettings `protobuf:"bytes,31,opt,name=set_cluster_settings,json=setClusterSettings,proto3,oneof"`
+}
+
 func (*Command_CreateQueue) isCommand_Op() {}
 
 func (*Command_UpdateQueue) isCommand_Op() {}
@@ -548,6 +563,8 @@ func (*Command_AuthGrant) isCommand_Op() {}
 func (*Command_AuthUngrant) isCommand_Op() {}
 
 func (*Command_RecountQueues) isCommand_Op() {}
+
+func (*Command_SetClusterSettings) isCommand_Op() {}
 
 // ThrottleRule is wire-identical to raftq.v1.ThrottleRule.
 type ThrottleRule struct {
@@ -832,10 +849,14 @@ func (x *EnqueueMessage) GetTtlMs() int64 {
 // SetClusterVersion raises the replicated cluster version (log version 2
 // and later only; never lowers it, never above the entry's own version).
 type SetClusterVersion struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// In the entry that raises the cluster to version 9 or later from below
+	// it: the initial max_queued_bytes setting (the leader's default, the
+	// smallest voter's memory-derived limit; 0 = unlimited).
+	MaxQueuedBytes int64 `protobuf:"varint,2,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3" json:"max_queued_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SetClusterVersion) Reset() {
@@ -875,6 +896,61 @@ func (x *SetClusterVersion) GetVersion() uint32 {
 	return 0
 }
 
+func (x *SetClusterVersion) GetMaxQueuedBytes() int64 {
+	if x != nil {
+		return x.MaxQueuedBytes
+	}
+	return 0
+}
+
+// SetClusterSettings (version 9) changes the replicated cluster settings;
+// an absent field is left as it is.
+type SetClusterSettings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bounds what the cluster holds (messages, dedup entries and recent
+	// outcomes, as the state counts them); 0 = unlimited.
+	MaxQueuedBytes *int64 `protobuf:"varint,1,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3,oneof" json:"max_queued_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SetClusterSettings) Reset() {
+	*x = SetClusterSettings{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetClusterSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetClusterSettings) ProtoMessage() {}
+
+func (x *SetClusterSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetClusterSettings.ProtoReflect.Descriptor instead.
+func (*SetClusterSettings) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SetClusterSettings) GetMaxQueuedBytes() int64 {
+	if x != nil && x.MaxQueuedBytes != nil {
+		return *x.MaxQueuedBytes
+	}
+	return 0
+}
+
 type CreateQueue struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -885,7 +961,7 @@ type CreateQueue struct {
 
 func (x *CreateQueue) Reset() {
 	*x = CreateQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[5]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +973,7 @@ func (x *CreateQueue) String() string {
 func (*CreateQueue) ProtoMessage() {}
 
 func (x *CreateQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[5]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +986,7 @@ func (x *CreateQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateQueue.ProtoReflect.Descriptor instead.
 func (*CreateQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{5}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateQueue) GetName() string {
@@ -939,7 +1015,7 @@ type UpdateQueue struct {
 
 func (x *UpdateQueue) Reset() {
 	*x = UpdateQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[6]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1027,7 @@ func (x *UpdateQueue) String() string {
 func (*UpdateQueue) ProtoMessage() {}
 
 func (x *UpdateQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[6]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1040,7 @@ func (x *UpdateQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQueue.ProtoReflect.Descriptor instead.
 func (*UpdateQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{6}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *UpdateQueue) GetName() string {
@@ -1002,7 +1078,7 @@ type DeleteQueue struct {
 
 func (x *DeleteQueue) Reset() {
 	*x = DeleteQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[7]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1090,7 @@ func (x *DeleteQueue) String() string {
 func (*DeleteQueue) ProtoMessage() {}
 
 func (x *DeleteQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[7]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1103,7 @@ func (x *DeleteQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueue.ProtoReflect.Descriptor instead.
 func (*DeleteQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{7}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeleteQueue) GetName() string {
@@ -1056,7 +1132,7 @@ type PurgeQueue struct {
 
 func (x *PurgeQueue) Reset() {
 	*x = PurgeQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[8]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1144,7 @@ func (x *PurgeQueue) String() string {
 func (*PurgeQueue) ProtoMessage() {}
 
 func (x *PurgeQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[8]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1157,7 @@ func (x *PurgeQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueue.ProtoReflect.Descriptor instead.
 func (*PurgeQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{8}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PurgeQueue) GetName() string {
@@ -1109,7 +1185,7 @@ type EnqueueBatch struct {
 
 func (x *EnqueueBatch) Reset() {
 	*x = EnqueueBatch{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[9]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1197,7 @@ func (x *EnqueueBatch) String() string {
 func (*EnqueueBatch) ProtoMessage() {}
 
 func (x *EnqueueBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[9]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1210,7 @@ func (x *EnqueueBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueBatch.ProtoReflect.Descriptor instead.
 func (*EnqueueBatch) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{9}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EnqueueBatch) GetQueue() string {
@@ -1160,7 +1236,7 @@ type Enqueue struct {
 
 func (x *Enqueue) Reset() {
 	*x = Enqueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[10]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1248,7 @@ func (x *Enqueue) String() string {
 func (*Enqueue) ProtoMessage() {}
 
 func (x *Enqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[10]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1261,7 @@ func (x *Enqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Enqueue.ProtoReflect.Descriptor instead.
 func (*Enqueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{10}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Enqueue) GetBatches() []*EnqueueBatch {
@@ -1211,7 +1287,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[11]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1299,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[11]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1312,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{11}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Grant) GetQueue() string {
@@ -1283,7 +1359,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[12]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1371,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[12]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1384,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{12}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LeaseGrant) GetGrants() []*Grant {
@@ -1329,7 +1405,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[13]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1417,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[13]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1430,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{13}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Ref) GetQueue() string {
@@ -1387,7 +1463,7 @@ type LeaseRollback struct {
 
 func (x *LeaseRollback) Reset() {
 	*x = LeaseRollback{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[14]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1475,7 @@ func (x *LeaseRollback) String() string {
 func (*LeaseRollback) ProtoMessage() {}
 
 func (x *LeaseRollback) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[14]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1488,7 @@ func (x *LeaseRollback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRollback.ProtoReflect.Descriptor instead.
 func (*LeaseRollback) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{14}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LeaseRollback) GetRefs() []*Ref {
@@ -1431,7 +1507,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[15]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1519,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[15]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1532,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{15}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Ack) GetRefs() []*Ref {
@@ -1480,7 +1556,7 @@ type NackOne struct {
 
 func (x *NackOne) Reset() {
 	*x = NackOne{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[16]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1568,7 @@ func (x *NackOne) String() string {
 func (*NackOne) ProtoMessage() {}
 
 func (x *NackOne) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[16]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1581,7 @@ func (x *NackOne) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackOne.ProtoReflect.Descriptor instead.
 func (*NackOne) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{16}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NackOne) GetRef() *Ref {
@@ -1552,7 +1628,7 @@ type Nack struct {
 
 func (x *Nack) Reset() {
 	*x = Nack{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[17]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1640,7 @@ func (x *Nack) String() string {
 func (*Nack) ProtoMessage() {}
 
 func (x *Nack) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[17]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1653,7 @@ func (x *Nack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nack.ProtoReflect.Descriptor instead.
 func (*Nack) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{17}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Nack) GetItems() []*NackOne {
@@ -1598,7 +1674,7 @@ type Extend struct {
 
 func (x *Extend) Reset() {
 	*x = Extend{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[18]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1686,7 @@ func (x *Extend) String() string {
 func (*Extend) ProtoMessage() {}
 
 func (x *Extend) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[18]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1699,7 @@ func (x *Extend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Extend.ProtoReflect.Descriptor instead.
 func (*Extend) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{18}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Extend) GetRefs() []*Ref {
@@ -1649,7 +1725,7 @@ type LeaseExpire struct {
 
 func (x *LeaseExpire) Reset() {
 	*x = LeaseExpire{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[19]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1737,7 @@ func (x *LeaseExpire) String() string {
 func (*LeaseExpire) ProtoMessage() {}
 
 func (x *LeaseExpire) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[19]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1750,7 @@ func (x *LeaseExpire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseExpire.ProtoReflect.Descriptor instead.
 func (*LeaseExpire) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{19}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeaseExpire) GetRefs() []*Ref {
@@ -1693,7 +1769,7 @@ type ReleaseConsumer struct {
 
 func (x *ReleaseConsumer) Reset() {
 	*x = ReleaseConsumer{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[20]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +1781,7 @@ func (x *ReleaseConsumer) String() string {
 func (*ReleaseConsumer) ProtoMessage() {}
 
 func (x *ReleaseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[20]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +1794,7 @@ func (x *ReleaseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseConsumer.ProtoReflect.Descriptor instead.
 func (*ReleaseConsumer) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{20}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseConsumer) GetConsumerId() string {
@@ -1741,7 +1817,7 @@ type Redrive struct {
 
 func (x *Redrive) Reset() {
 	*x = Redrive{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[21]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +1829,7 @@ func (x *Redrive) String() string {
 func (*Redrive) ProtoMessage() {}
 
 func (x *Redrive) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[21]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +1842,7 @@ func (x *Redrive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redrive.ProtoReflect.Descriptor instead.
 func (*Redrive) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{21}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Redrive) GetQueue() string {
@@ -1799,7 +1875,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[22]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +1887,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[22]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1900,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{22}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{23}
 }
 
 // Checkpoint marks an index at which every replica records its digest.
@@ -1836,7 +1912,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +1924,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +1937,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{23}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{24}
 }
 
 // CreateToken (log version 5) stores a bearer token's SHA-256, never the
@@ -1882,7 +1958,7 @@ type CreateToken struct {
 
 func (x *CreateToken) Reset() {
 	*x = CreateToken{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1894,7 +1970,7 @@ func (x *CreateToken) String() string {
 func (*CreateToken) ProtoMessage() {}
 
 func (x *CreateToken) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,7 +1983,7 @@ func (x *CreateToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateToken.ProtoReflect.Descriptor instead.
 func (*CreateToken) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateToken) GetName() string {
@@ -1948,7 +2024,7 @@ type RevokeToken struct {
 
 func (x *RevokeToken) Reset() {
 	*x = RevokeToken{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2036,7 @@ func (x *RevokeToken) String() string {
 func (*RevokeToken) ProtoMessage() {}
 
 func (x *RevokeToken) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2049,7 @@ func (x *RevokeToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeToken.ProtoReflect.Descriptor instead.
 func (*RevokeToken) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RevokeToken) GetName() string {
@@ -1998,7 +2074,7 @@ type AuthGrant struct {
 
 func (x *AuthGrant) Reset() {
 	*x = AuthGrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2086,7 @@ func (x *AuthGrant) String() string {
 func (*AuthGrant) ProtoMessage() {}
 
 func (x *AuthGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2099,7 @@ func (x *AuthGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthGrant.ProtoReflect.Descriptor instead.
 func (*AuthGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AuthGrant) GetIdentity() string {
@@ -2067,7 +2143,7 @@ type AuthUngrant struct {
 
 func (x *AuthUngrant) Reset() {
 	*x = AuthUngrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2155,7 @@ func (x *AuthUngrant) String() string {
 func (*AuthUngrant) ProtoMessage() {}
 
 func (x *AuthUngrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2168,7 @@ func (x *AuthUngrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthUngrant.ProtoReflect.Descriptor instead.
 func (*AuthUngrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AuthUngrant) GetIdentity() string {
@@ -2130,7 +2206,7 @@ type RecountQueues struct {
 
 func (x *RecountQueues) Reset() {
 	*x = RecountQueues{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2142,7 +2218,7 @@ func (x *RecountQueues) String() string {
 func (*RecountQueues) ProtoMessage() {}
 
 func (x *RecountQueues) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2155,7 +2231,7 @@ func (x *RecountQueues) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueues.ProtoReflect.Descriptor instead.
 func (*RecountQueues) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RecountQueues) GetQueues() []string {
@@ -2183,15 +2259,18 @@ type SnapshotHeader struct {
 	// Format 4 and later: the Raft term of the last applied entry and the
 	// largest now_ms of that term's entries, from which the next entry of
 	// the same term moves the clock (fsm/state/clock.go).
-	LeaderTerm    uint64 `protobuf:"varint,6,opt,name=leader_term,json=leaderTerm,proto3" json:"leader_term,omitempty"`
-	LeaderNowMs   int64  `protobuf:"varint,7,opt,name=leader_now_ms,json=leaderNowMs,proto3" json:"leader_now_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeaderTerm  uint64 `protobuf:"varint,6,opt,name=leader_term,json=leaderTerm,proto3" json:"leader_term,omitempty"`
+	LeaderNowMs int64  `protobuf:"varint,7,opt,name=leader_now_ms,json=leaderNowMs,proto3" json:"leader_now_ms,omitempty"`
+	// Cluster version 9 and later (format 6): the cluster setting
+	// max_queued_bytes (0 = unlimited).
+	MaxQueuedBytes int64 `protobuf:"varint,8,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3" json:"max_queued_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2282,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2295,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -2268,6 +2347,13 @@ func (x *SnapshotHeader) GetLeaderNowMs() int64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetMaxQueuedBytes() int64 {
+	if x != nil {
+		return x.MaxQueuedBytes
+	}
+	return 0
+}
+
 // AuthRecord (snapshot format 5, cluster version 5 and later) follows the
 // last queue's records: every token by name, every identity's grants by
 // identity and pattern.
@@ -2281,7 +2367,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2379,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2392,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AuthRecord) GetTokens() []*TokenRecord {
@@ -2336,7 +2422,7 @@ type TokenRecord struct {
 
 func (x *TokenRecord) Reset() {
 	*x = TokenRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2434,7 @@ func (x *TokenRecord) String() string {
 func (*TokenRecord) ProtoMessage() {}
 
 func (x *TokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2447,7 @@ func (x *TokenRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
 func (*TokenRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TokenRecord) GetName() string {
@@ -2410,7 +2496,7 @@ type IdentityRecord struct {
 
 func (x *IdentityRecord) Reset() {
 	*x = IdentityRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2422,7 +2508,7 @@ func (x *IdentityRecord) String() string {
 func (*IdentityRecord) ProtoMessage() {}
 
 func (x *IdentityRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2435,7 +2521,7 @@ func (x *IdentityRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityRecord.ProtoReflect.Descriptor instead.
 func (*IdentityRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *IdentityRecord) GetIdentity() string {
@@ -2469,7 +2555,7 @@ type PatternGrant struct {
 
 func (x *PatternGrant) Reset() {
 	*x = PatternGrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2481,7 +2567,7 @@ func (x *PatternGrant) String() string {
 func (*PatternGrant) ProtoMessage() {}
 
 func (x *PatternGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2494,7 +2580,7 @@ func (x *PatternGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatternGrant.ProtoReflect.Descriptor instead.
 func (*PatternGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PatternGrant) GetPattern() string {
@@ -2537,7 +2623,7 @@ type QueueRecord struct {
 
 func (x *QueueRecord) Reset() {
 	*x = QueueRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2549,7 +2635,7 @@ func (x *QueueRecord) String() string {
 func (*QueueRecord) ProtoMessage() {}
 
 func (x *QueueRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2562,7 +2648,7 @@ func (x *QueueRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRecord.ProtoReflect.Descriptor instead.
 func (*QueueRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *QueueRecord) GetName() string {
@@ -2668,7 +2754,7 @@ type RecentEntry struct {
 
 func (x *RecentEntry) Reset() {
 	*x = RecentEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2680,7 +2766,7 @@ func (x *RecentEntry) String() string {
 func (*RecentEntry) ProtoMessage() {}
 
 func (x *RecentEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2693,7 +2779,7 @@ func (x *RecentEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentEntry.ProtoReflect.Descriptor instead.
 func (*RecentEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RecentEntry) GetKind() RecentKind {
@@ -2755,7 +2841,7 @@ type KeyOrder struct {
 
 func (x *KeyOrder) Reset() {
 	*x = KeyOrder{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +2853,7 @@ func (x *KeyOrder) String() string {
 func (*KeyOrder) ProtoMessage() {}
 
 func (x *KeyOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2780,7 +2866,7 @@ func (x *KeyOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyOrder.ProtoReflect.Descriptor instead.
 func (*KeyOrder) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KeyOrder) GetPriority() int32 {
@@ -2822,7 +2908,7 @@ type DedupEntry struct {
 
 func (x *DedupEntry) Reset() {
 	*x = DedupEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2834,7 +2920,7 @@ func (x *DedupEntry) String() string {
 func (*DedupEntry) ProtoMessage() {}
 
 func (x *DedupEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2847,7 +2933,7 @@ func (x *DedupEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupEntry.ProtoReflect.Descriptor instead.
 func (*DedupEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{37}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DedupEntry) GetDedupId() string {
@@ -2897,7 +2983,7 @@ type MessageRecord struct {
 
 func (x *MessageRecord) Reset() {
 	*x = MessageRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +2995,7 @@ func (x *MessageRecord) String() string {
 func (*MessageRecord) ProtoMessage() {}
 
 func (x *MessageRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +3008,7 @@ func (x *MessageRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRecord.ProtoReflect.Descriptor instead.
 func (*MessageRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{38}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MessageRecord) GetId() uint64 {
@@ -3055,8 +3141,7 @@ var File_raftq_fsm_v1_command_proto protoreflect.FileDescriptor
 
 const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x1araftq/fsm/v1/command.proto\x12\fraftq.fsm.v1\"\xac\n" +
-	"\n" +
+	"\x1araftq/fsm/v1/command.proto\x12\fraftq.fsm.v1\"\x82\v\n" +
 	"\aCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\rR\aversion\x12>\n" +
@@ -3086,7 +3171,8 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"auth_grant\x18\x1c \x01(\v2\x17.raftq.fsm.v1.AuthGrantH\x00R\tauthGrant\x12>\n" +
 	"\fauth_ungrant\x18\x1d \x01(\v2\x19.raftq.fsm.v1.AuthUngrantH\x00R\vauthUngrant\x12D\n" +
-	"\x0erecount_queues\x18\x1e \x01(\v2\x1b.raftq.fsm.v1.RecountQueuesH\x00R\rrecountQueuesB\x04\n" +
+	"\x0erecount_queues\x18\x1e \x01(\v2\x1b.raftq.fsm.v1.RecountQueuesH\x00R\rrecountQueues\x12T\n" +
+	"\x14set_cluster_settings\x18\x1f \x01(\v2 .raftq.fsm.v1.SetClusterSettingsH\x00R\x12setClusterSettingsB\x04\n" +
 	"\x02op\"F\n" +
 	"\fThrottleRule\x12 \n" +
 	"\frate_per_sec\x18\x01 \x01(\x01R\n" +
@@ -3119,9 +3205,13 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\t \x01(\x03R\x05ttlMs\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"-\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
 	"\x11SetClusterVersion\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\rR\aversion\"T\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12(\n" +
+	"\x10max_queued_bytes\x18\x02 \x01(\x03R\x0emaxQueuedBytes\"X\n" +
+	"\x12SetClusterSettings\x12-\n" +
+	"\x10max_queued_bytes\x18\x01 \x01(\x03H\x00R\x0emaxQueuedBytes\x88\x01\x01B\x13\n" +
+	"\x11_max_queued_bytes\"T\n" +
 	"\vCreateQueue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.raftq.fsm.v1.QueueConfigR\x06config\"h\n" +
@@ -3206,7 +3296,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\apattern\x18\x02 \x01(\tR\apattern\x12\x14\n" +
 	"\x05admin\x18\x03 \x01(\bR\x05admin\"'\n" +
 	"\rRecountQueues\x12\x16\n" +
-	"\x06queues\x18\x01 \x03(\tR\x06queues\"\xfe\x01\n" +
+	"\x06queues\x18\x01 \x03(\tR\x06queues\"\xa8\x02\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1e\n" +
 	"\vlast_now_ms\x18\x02 \x01(\x03R\tlastNowMs\x12#\n" +
@@ -3216,7 +3306,8 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x0fcluster_version\x18\x05 \x01(\rR\x0eclusterVersion\x12\x1f\n" +
 	"\vleader_term\x18\x06 \x01(\x04R\n" +
 	"leaderTerm\x12\"\n" +
-	"\rleader_now_ms\x18\a \x01(\x03R\vleaderNowMs\"}\n" +
+	"\rleader_now_ms\x18\a \x01(\x03R\vleaderNowMs\x12(\n" +
+	"\x10max_queued_bytes\x18\b \x01(\x03R\x0emaxQueuedBytes\"}\n" +
 	"\n" +
 	"AuthRecord\x121\n" +
 	"\x06tokens\x18\x01 \x03(\v2\x19.raftq.fsm.v1.TokenRecordR\x06tokens\x12<\n" +
@@ -3327,102 +3418,104 @@ func file_raftq_fsm_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_raftq_fsm_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_raftq_fsm_v1_command_proto_goTypes = []any{
-	(RecentKind)(0),           // 0: raftq.fsm.v1.RecentKind
-	(MessageState)(0),         // 1: raftq.fsm.v1.MessageState
-	(*Command)(nil),           // 2: raftq.fsm.v1.Command
-	(*ThrottleRule)(nil),      // 3: raftq.fsm.v1.ThrottleRule
-	(*QueueConfig)(nil),       // 4: raftq.fsm.v1.QueueConfig
-	(*EnqueueMessage)(nil),    // 5: raftq.fsm.v1.EnqueueMessage
-	(*SetClusterVersion)(nil), // 6: raftq.fsm.v1.SetClusterVersion
-	(*CreateQueue)(nil),       // 7: raftq.fsm.v1.CreateQueue
-	(*UpdateQueue)(nil),       // 8: raftq.fsm.v1.UpdateQueue
-	(*DeleteQueue)(nil),       // 9: raftq.fsm.v1.DeleteQueue
-	(*PurgeQueue)(nil),        // 10: raftq.fsm.v1.PurgeQueue
-	(*EnqueueBatch)(nil),      // 11: raftq.fsm.v1.EnqueueBatch
-	(*Enqueue)(nil),           // 12: raftq.fsm.v1.Enqueue
-	(*Grant)(nil),             // 13: raftq.fsm.v1.Grant
-	(*LeaseGrant)(nil),        // 14: raftq.fsm.v1.LeaseGrant
-	(*Ref)(nil),               // 15: raftq.fsm.v1.Ref
-	(*LeaseRollback)(nil),     // 16: raftq.fsm.v1.LeaseRollback
-	(*Ack)(nil),               // 17: raftq.fsm.v1.Ack
-	(*NackOne)(nil),           // 18: raftq.fsm.v1.NackOne
-	(*Nack)(nil),              // 19: raftq.fsm.v1.Nack
-	(*Extend)(nil),            // 20: raftq.fsm.v1.Extend
-	(*LeaseExpire)(nil),       // 21: raftq.fsm.v1.LeaseExpire
-	(*ReleaseConsumer)(nil),   // 22: raftq.fsm.v1.ReleaseConsumer
-	(*Redrive)(nil),           // 23: raftq.fsm.v1.Redrive
-	(*Tick)(nil),              // 24: raftq.fsm.v1.Tick
-	(*Checkpoint)(nil),        // 25: raftq.fsm.v1.Checkpoint
-	(*CreateToken)(nil),       // 26: raftq.fsm.v1.CreateToken
-	(*RevokeToken)(nil),       // 27: raftq.fsm.v1.RevokeToken
-	(*AuthGrant)(nil),         // 28: raftq.fsm.v1.AuthGrant
-	(*AuthUngrant)(nil),       // 29: raftq.fsm.v1.AuthUngrant
-	(*RecountQueues)(nil),     // 30: raftq.fsm.v1.RecountQueues
-	(*SnapshotHeader)(nil),    // 31: raftq.fsm.v1.SnapshotHeader
-	(*AuthRecord)(nil),        // 32: raftq.fsm.v1.AuthRecord
-	(*TokenRecord)(nil),       // 33: raftq.fsm.v1.TokenRecord
-	(*IdentityRecord)(nil),    // 34: raftq.fsm.v1.IdentityRecord
-	(*PatternGrant)(nil),      // 35: raftq.fsm.v1.PatternGrant
-	(*QueueRecord)(nil),       // 36: raftq.fsm.v1.QueueRecord
-	(*RecentEntry)(nil),       // 37: raftq.fsm.v1.RecentEntry
-	(*KeyOrder)(nil),          // 38: raftq.fsm.v1.KeyOrder
-	(*DedupEntry)(nil),        // 39: raftq.fsm.v1.DedupEntry
-	(*MessageRecord)(nil),     // 40: raftq.fsm.v1.MessageRecord
-	nil,                       // 41: raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	nil,                       // 42: raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	nil,                       // 43: raftq.fsm.v1.MessageRecord.HeadersEntry
+	(RecentKind)(0),            // 0: raftq.fsm.v1.RecentKind
+	(MessageState)(0),          // 1: raftq.fsm.v1.MessageState
+	(*Command)(nil),            // 2: raftq.fsm.v1.Command
+	(*ThrottleRule)(nil),       // 3: raftq.fsm.v1.ThrottleRule
+	(*QueueConfig)(nil),        // 4: raftq.fsm.v1.QueueConfig
+	(*EnqueueMessage)(nil),     // 5: raftq.fsm.v1.EnqueueMessage
+	(*SetClusterVersion)(nil),  // 6: raftq.fsm.v1.SetClusterVersion
+	(*SetClusterSettings)(nil), // 7: raftq.fsm.v1.SetClusterSettings
+	(*CreateQueue)(nil),        // 8: raftq.fsm.v1.CreateQueue
+	(*UpdateQueue)(nil),        // 9: raftq.fsm.v1.UpdateQueue
+	(*DeleteQueue)(nil),        // 10: raftq.fsm.v1.DeleteQueue
+	(*PurgeQueue)(nil),         // 11: raftq.fsm.v1.PurgeQueue
+	(*EnqueueBatch)(nil),       // 12: raftq.fsm.v1.EnqueueBatch
+	(*Enqueue)(nil),            // 13: raftq.fsm.v1.Enqueue
+	(*Grant)(nil),              // 14: raftq.fsm.v1.Grant
+	(*LeaseGrant)(nil),         // 15: raftq.fsm.v1.LeaseGrant
+	(*Ref)(nil),                // 16: raftq.fsm.v1.Ref
+	(*LeaseRollback)(nil),      // 17: raftq.fsm.v1.LeaseRollback
+	(*Ack)(nil),                // 18: raftq.fsm.v1.Ack
+	(*NackOne)(nil),            // 19: raftq.fsm.v1.NackOne
+	(*Nack)(nil),               // 20: raftq.fsm.v1.Nack
+	(*Extend)(nil),             // 21: raftq.fsm.v1.Extend
+	(*LeaseExpire)(nil),        // 22: raftq.fsm.v1.LeaseExpire
+	(*ReleaseConsumer)(nil),    // 23: raftq.fsm.v1.ReleaseConsumer
+	(*Redrive)(nil),            // 24: raftq.fsm.v1.Redrive
+	(*Tick)(nil),               // 25: raftq.fsm.v1.Tick
+	(*Checkpoint)(nil),         // 26: raftq.fsm.v1.Checkpoint
+	(*CreateToken)(nil),        // 27: raftq.fsm.v1.CreateToken
+	(*RevokeToken)(nil),        // 28: raftq.fsm.v1.RevokeToken
+	(*AuthGrant)(nil),          // 29: raftq.fsm.v1.AuthGrant
+	(*AuthUngrant)(nil),        // 30: raftq.fsm.v1.AuthUngrant
+	(*RecountQueues)(nil),      // 31: raftq.fsm.v1.RecountQueues
+	(*SnapshotHeader)(nil),     // 32: raftq.fsm.v1.SnapshotHeader
+	(*AuthRecord)(nil),         // 33: raftq.fsm.v1.AuthRecord
+	(*TokenRecord)(nil),        // 34: raftq.fsm.v1.TokenRecord
+	(*IdentityRecord)(nil),     // 35: raftq.fsm.v1.IdentityRecord
+	(*PatternGrant)(nil),       // 36: raftq.fsm.v1.PatternGrant
+	(*QueueRecord)(nil),        // 37: raftq.fsm.v1.QueueRecord
+	(*RecentEntry)(nil),        // 38: raftq.fsm.v1.RecentEntry
+	(*KeyOrder)(nil),           // 39: raftq.fsm.v1.KeyOrder
+	(*DedupEntry)(nil),         // 40: raftq.fsm.v1.DedupEntry
+	(*MessageRecord)(nil),      // 41: raftq.fsm.v1.MessageRecord
+	nil,                        // 42: raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	nil,                        // 43: raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	nil,                        // 44: raftq.fsm.v1.MessageRecord.HeadersEntry
 }
 var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
-	7,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
-	8,  // 1: raftq.fsm.v1.Command.update_queue:type_name -> raftq.fsm.v1.UpdateQueue
-	9,  // 2: raftq.fsm.v1.Command.delete_queue:type_name -> raftq.fsm.v1.DeleteQueue
-	10, // 3: raftq.fsm.v1.Command.purge_queue:type_name -> raftq.fsm.v1.PurgeQueue
-	12, // 4: raftq.fsm.v1.Command.enqueue:type_name -> raftq.fsm.v1.Enqueue
-	14, // 5: raftq.fsm.v1.Command.lease_grant:type_name -> raftq.fsm.v1.LeaseGrant
-	16, // 6: raftq.fsm.v1.Command.lease_rollback:type_name -> raftq.fsm.v1.LeaseRollback
-	17, // 7: raftq.fsm.v1.Command.ack:type_name -> raftq.fsm.v1.Ack
-	19, // 8: raftq.fsm.v1.Command.nack:type_name -> raftq.fsm.v1.Nack
-	20, // 9: raftq.fsm.v1.Command.extend:type_name -> raftq.fsm.v1.Extend
-	21, // 10: raftq.fsm.v1.Command.lease_expire:type_name -> raftq.fsm.v1.LeaseExpire
-	22, // 11: raftq.fsm.v1.Command.release_consumer:type_name -> raftq.fsm.v1.ReleaseConsumer
-	23, // 12: raftq.fsm.v1.Command.redrive:type_name -> raftq.fsm.v1.Redrive
-	24, // 13: raftq.fsm.v1.Command.tick:type_name -> raftq.fsm.v1.Tick
-	25, // 14: raftq.fsm.v1.Command.checkpoint:type_name -> raftq.fsm.v1.Checkpoint
+	8,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
+	9,  // 1: raftq.fsm.v1.Command.update_queue:type_name -> raftq.fsm.v1.UpdateQueue
+	10, // 2: raftq.fsm.v1.Command.delete_queue:type_name -> raftq.fsm.v1.DeleteQueue
+	11, // 3: raftq.fsm.v1.Command.purge_queue:type_name -> raftq.fsm.v1.PurgeQueue
+	13, // 4: raftq.fsm.v1.Command.enqueue:type_name -> raftq.fsm.v1.Enqueue
+	15, // 5: raftq.fsm.v1.Command.lease_grant:type_name -> raftq.fsm.v1.LeaseGrant
+	17, // 6: raftq.fsm.v1.Command.lease_rollback:type_name -> raftq.fsm.v1.LeaseRollback
+	18, // 7: raftq.fsm.v1.Command.ack:type_name -> raftq.fsm.v1.Ack
+	20, // 8: raftq.fsm.v1.Command.nack:type_name -> raftq.fsm.v1.Nack
+	21, // 9: raftq.fsm.v1.Command.extend:type_name -> raftq.fsm.v1.Extend
+	22, // 10: raftq.fsm.v1.Command.lease_expire:type_name -> raftq.fsm.v1.LeaseExpire
+	23, // 11: raftq.fsm.v1.Command.release_consumer:type_name -> raftq.fsm.v1.ReleaseConsumer
+	24, // 12: raftq.fsm.v1.Command.redrive:type_name -> raftq.fsm.v1.Redrive
+	25, // 13: raftq.fsm.v1.Command.tick:type_name -> raftq.fsm.v1.Tick
+	26, // 14: raftq.fsm.v1.Command.checkpoint:type_name -> raftq.fsm.v1.Checkpoint
 	6,  // 15: raftq.fsm.v1.Command.set_cluster_version:type_name -> raftq.fsm.v1.SetClusterVersion
-	26, // 16: raftq.fsm.v1.Command.create_token:type_name -> raftq.fsm.v1.CreateToken
-	27, // 17: raftq.fsm.v1.Command.revoke_token:type_name -> raftq.fsm.v1.RevokeToken
-	28, // 18: raftq.fsm.v1.Command.auth_grant:type_name -> raftq.fsm.v1.AuthGrant
-	29, // 19: raftq.fsm.v1.Command.auth_ungrant:type_name -> raftq.fsm.v1.AuthUngrant
-	30, // 20: raftq.fsm.v1.Command.recount_queues:type_name -> raftq.fsm.v1.RecountQueues
-	41, // 21: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	42, // 22: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	4,  // 23: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	4,  // 24: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	5,  // 25: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
-	11, // 26: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
-	13, // 27: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
-	15, // 28: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
-	15, // 29: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
-	15, // 30: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
-	18, // 31: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
-	15, // 32: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
-	15, // 33: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
-	33, // 34: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
-	34, // 35: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
-	35, // 36: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
-	4,  // 37: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
-	38, // 38: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
-	0,  // 39: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
-	43, // 40: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
-	1,  // 41: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
-	3,  // 42: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
-	43, // [43:43] is the sub-list for method output_type
-	43, // [43:43] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	27, // 16: raftq.fsm.v1.Command.create_token:type_name -> raftq.fsm.v1.CreateToken
+	28, // 17: raftq.fsm.v1.Command.revoke_token:type_name -> raftq.fsm.v1.RevokeToken
+	29, // 18: raftq.fsm.v1.Command.auth_grant:type_name -> raftq.fsm.v1.AuthGrant
+	30, // 19: raftq.fsm.v1.Command.auth_ungrant:type_name -> raftq.fsm.v1.AuthUngrant
+	31, // 20: raftq.fsm.v1.Command.recount_queues:type_name -> raftq.fsm.v1.RecountQueues
+	7,  // 21: raftq.fsm.v1.Command.set_cluster_settings:type_name -> raftq.fsm.v1.SetClusterSettings
+	42, // 22: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	43, // 23: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	4,  // 24: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	4,  // 25: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	5,  // 26: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
+	12, // 27: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
+	14, // 28: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
+	16, // 29: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
+	16, // 30: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
+	16, // 31: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
+	19, // 32: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
+	16, // 33: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
+	16, // 34: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
+	34, // 35: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
+	35, // 36: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
+	36, // 37: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
+	4,  // 38: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
+	39, // 39: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
+	0,  // 40: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
+	44, // 41: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	1,  // 42: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
+	3,  // 43: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_raftq_fsm_v1_command_proto_init() }
@@ -3452,14 +3545,16 @@ func file_raftq_fsm_v1_command_proto_init() {
 		(*Command_AuthGrant)(nil),
 		(*Command_AuthUngrant)(nil),
 		(*Command_RecountQueues)(nil),
+		(*Command_SetClusterSettings)(nil),
 	}
+	file_raftq_fsm_v1_command_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_fsm_v1_command_proto_rawDesc), len(file_raftq_fsm_v1_command_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
