@@ -80,7 +80,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	// leader if the first attempt fails.
 	var (
 		written, failed atomic.Int64
-		firstErr        atomic.Value
+		firstErr        atomic.Pointer[error] // a Value would panic on a second concrete error type
 		stop            = make(chan struct{})
 		wg              sync.WaitGroup
 	)
@@ -117,7 +117,7 @@ func TestRotationUnderLoad(t *testing.T) {
 			}
 			if err != nil {
 				failed.Add(1)
-				firstErr.CompareAndSwap(nil, err)
+				firstErr.CompareAndSwap(nil, &err)
 				continue
 			}
 			written.Add(1)
@@ -172,7 +172,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	if n := failed.Load(); n > 0 {
-		t.Fatalf("%d of %d writes failed after a retry; first: %v", n, written.Load()+n, firstErr.Load())
+		t.Fatalf("%d of %d writes failed after a retry; first: %v", n, written.Load()+n, *firstErr.Load())
 	}
 
 	// A node with the old gossip key only cannot join; one with the new

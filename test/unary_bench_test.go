@@ -266,7 +266,7 @@ func (c *benchCluster) runEnqueue(b *testing.B, n int) *roundResult {
 	defer cancel()
 	m := c.measure(b, n)
 	var wg sync.WaitGroup
-	var failed atomic.Value
+	var failed atomic.Pointer[error] // the first error; a Value would panic on a second concrete type
 	for p := range ubProducers {
 		cl := raftqv1.NewBrokerClient(c.conns[p])
 		for w := range ubInFlight {
@@ -276,7 +276,7 @@ func (c *benchCluster) runEnqueue(b *testing.B, n int) *roundResult {
 					start := time.Now()
 					_, err := cl.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: queue, Messages: []*raftqv1.EnqueueMessage{{Payload: payload}}})
 					if err != nil {
-						failed.CompareAndSwap(nil, err)
+						failed.CompareAndSwap(nil, &err)
 						return
 					}
 					*mine = append(*mine, time.Since(start))
@@ -286,8 +286,8 @@ func (c *benchCluster) runEnqueue(b *testing.B, n int) *roundResult {
 	}
 	wg.Wait()
 	res := m.done(b, n, lat)
-	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
+	if p := failed.Load(); p != nil {
+		b.Fatal(*p)
 	}
 	return res
 }
@@ -319,9 +319,9 @@ func (c *benchCluster) runAck(b *testing.B, n int) *roundResult {
 	defer stop()
 	m := c.measure(b, n)
 	var wg sync.WaitGroup
-	var failed atomic.Value
+	var failed atomic.Pointer[error] // the first error; a Value would panic on a second concrete type
 	fail := func(err error) {
-		failed.CompareAndSwap(nil, err)
+		failed.CompareAndSwap(nil, &err)
 		stop()
 	}
 	for i := range ubConsumers {
@@ -374,8 +374,8 @@ func (c *benchCluster) runAck(b *testing.B, n int) *roundResult {
 	res := m.done(b, n, lat)
 	stop()
 	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
+	if p := failed.Load(); p != nil {
+		b.Fatal(*p)
 	}
 	return res
 }
