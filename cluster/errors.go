@@ -28,6 +28,10 @@ var (
 	// ErrBelowExpect: removing the node would leave fewer voters than
 	// BootstrapExpect; the caller may force it.
 	ErrBelowExpect = errors.New("cluster: removal would leave fewer voters than bootstrap-expect")
+	// ErrNoSpace: the leader could not append the entry to its log for
+	// lack of disk space (ENOSPC). Nothing was applied; raft has stepped
+	// the node down, and it stands for election again.
+	ErrNoSpace = errors.New("cluster: no space left on the data dir's disk")
 )
 
 // wrapRaftErr maps raft's errors onto ours (keeping raft's in the chain) and

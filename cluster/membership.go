@@ -47,6 +47,7 @@ type membership struct {
 	metaMu   sync.Mutex // serialises metadata updates with leaving
 	hasState atomic.Bool
 	leaving  atomic.Bool
+	diskLow  atomic.Bool
 
 	mu      sync.Mutex
 	members map[string]*member
@@ -60,7 +61,7 @@ func newMembership(cfg Config, log *slog.Logger, raftAddr string, hasState bool)
 		authLeaves: cfg.TLS != nil}
 	m.hasState.Store(hasState)
 	probe := m.localMeta()
-	probe.State, probe.Leaving = true, true
+	probe.State, probe.Leaving, probe.DiskLow = true, true, true
 	if b, _ := json.Marshal(probe); len(b) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("gossip metadata is %d bytes, over memberlist's %d: shorten the node id or addresses", len(b), memberlist.MetaMaxSize)
 	}
@@ -154,6 +155,7 @@ func (m *membership) localMeta() nodeMeta {
 		Leaving:    m.leaving.Load(),
 		LogVersion: m.cfg.LogVersion,
 		Version:    m.cfg.Version,
+		DiskLow:    m.diskLow.Load(),
 
 		MaxQueuedBytes: m.cfg.MaxQueuedBytes,
 	}
@@ -366,6 +368,13 @@ func (m *membership) joinLoop(ctx context.Context, wg *sync.WaitGroup, joined ch
 func (m *membership) markHasState() {
 	m.hasState.Store(true)
 	m.publishMeta()
+}
+
+// setDiskLow publishes whether this node's disk is low, if that changed.
+func (m *membership) setDiskLow(low bool) {
+	if m.diskLow.Swap(low) != low {
+		m.publishMeta()
+	}
 }
 
 // publishMeta re-advertises this node's metadata. It never runs once the

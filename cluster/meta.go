@@ -34,6 +34,10 @@ type nodeMeta struct {
 	// Version: the node's build (Config.Version); builds before it was
 	// advertised omit it.
 	Version string `json:"version,omitempty"`
+	// DiskLow: the node's data dir has less free space than it keeps
+	// free, so it may soon fail to store log entries (Node.SetDiskLow).
+	// Builds before it omit it.
+	DiskLow bool `json:"disk_low,omitempty"`
 }
 
 // clientGRPC is where clients reach the node: Client, else GRPC.

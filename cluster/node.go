@@ -48,8 +48,13 @@ type Node struct {
 	snaps *raft.FileSnapshotStore
 	// snapStats counts the snapshots written (for metrics).
 	snapStats snapshotCounter
+	// startSnapBytes is the size of the newest snapshot in the data dir
+	// when the node started (0 if none).
+	startSnapBytes int64
 	// timedLogs times appends to the log (for metrics).
 	timedLogs *timedLogStore
+	// spaceLogs notices appends that fail for lack of disk space.
+	spaceLogs *spaceLogStore
 	trans     drainedTransport
 	raftAddr  string // advertised Raft address
 
@@ -137,13 +142,17 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	// Timing sits under the chunking, so each chunk of a compaction is its
 	// own deletion between appends.
 	n.timedLogs = newTimedLogStore(n.store, n.store.Stats)
-	logs, err := raft.NewLogCache(logCacheSize, newChunkedLogStore(n.timedLogs, compactChunk))
+	n.spaceLogs = &spaceLogStore{LogStore: newChunkedLogStore(n.timedLogs, compactChunk), log: n.log, dir: cfg.DataDir}
+	logs, err := raft.NewLogCache(logCacheSize, n.spaceLogs)
 	if err != nil {
 		return nil, fmt.Errorf("log cache: %w", err)
 	}
 	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, hcl.Named("snapshots"))
 	if err != nil {
 		return nil, fmt.Errorf("snapshot store: %w", err)
+	}
+	if metas, err := n.snaps.List(); err == nil && len(metas) > 0 {
+		n.startSnapBytes = metas[0].Size // List is newest first
 	}
 
 	var advertise net.Addr

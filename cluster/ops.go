@@ -42,7 +42,7 @@ func (n *Node) await(ctx context.Context, op string, f raft.Future) error {
 
 // Apply proposes cmd to the replicated log and returns the FSM's response
 // once it is applied on this node. The timeout comes from ctx's deadline.
-// Errors: ErrNotLeader (nothing applied), ErrLeadershipLost (outcome
+// Errors: ErrNotLeader (nothing applied), ErrNoSpace (nothing applied), ErrLeadershipLost (outcome
 // unknown), ErrShutdown, or ctx's error (outcome unknown if the command was
 // already proposed). raft's own errors stay in the chain.
 func (n *Node) Apply(ctx context.Context, cmd []byte) (any, error) {
@@ -57,6 +57,11 @@ func (n *Node) Apply(ctx context.Context, cmd []byte) (any, error) {
 	}
 	f := n.raft.Apply(cmd, enqueueTimeout(ctx))
 	if err := n.await(ctx, "apply", f); err != nil {
+		if n.spaceLogs.isNoSpace(err) {
+			// The leader could not append the entry: it reached no log
+			// and raft has stepped this node down.
+			return nil, fmt.Errorf("%w: %w", ErrNoSpace, err)
+		}
 		return nil, err
 	}
 	return f.Response(), nil

@@ -42,3 +42,13 @@ func (c *snapshotCounter) get() SnapshotStats {
 // SnapshotStats reports the snapshots this node has written since it
 // started.
 func (n *Node) SnapshotStats() SnapshotStats { return n.snapStats.get() }
+
+// NewestSnapshotBytes is the size of the newest snapshot this node wrote,
+// or, before it has written one, of the newest in its data dir when it
+// started: about what its next snapshot needs on disk.
+func (n *Node) NewestSnapshotBytes() int64 {
+	if st := n.snapStats.get(); st.Count > 0 {
+		return st.LastBytes
+	}
+	return n.startSnapBytes
+}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -76,6 +77,12 @@ type writeBehindSink struct {
 func (s *writeBehindSink) Write(p []byte) (int, error) {
 	n, err := s.SnapshotSink.Write(p)
 	s.written += int64(n)
+	if errors.Is(err, syscall.ENOSPC) {
+		// raft cancels the snapshot (its files are removed) and tries
+		// again at the next interval; until then the log is not compacted.
+		s.log.Error("snapshot failed: no space left on the data dir's disk; the Raft log is not compacted until space is freed (nothing acknowledged is lost)",
+			"written", s.written, "err", err)
+	}
 	if s.f != nil && s.written-s.started >= s.chunk {
 		// The inner sink buffers a few KiB, so the file may be slightly
 		// behind s.written; those pages go with the next chunk or the final

@@ -43,6 +43,9 @@ type NodeStatus struct {
 	LogVersion uint32
 	// Version is the node's build as it advertises it ("" if unknown).
 	Version string
+	// DiskLow: the node advertises that its data dir is short of free
+	// space (SetDiskLow).
+	DiskLow bool
 }
 
 // Status returns this node's view of the cluster: the servers of the Raft
@@ -69,12 +72,12 @@ func (n *Node) Status() Status {
 		}
 		if m, ok := members[id]; ok && m.metaOK {
 			ns.GRPCAddr, ns.ClientGRPCAddr, ns.HTTPAddr, ns.LogVersion = m.meta.GRPC, m.meta.clientGRPC(), m.meta.HTTP, m.meta.logVersion()
-			ns.Version = m.meta.Version
+			ns.Version, ns.DiskLow = m.meta.Version, m.meta.DiskLow
 		}
 		switch {
 		case id == n.cfg.NodeID:
 			ns.GRPCAddr, ns.ClientGRPCAddr, ns.HTTPAddr, ns.LogVersion = n.cfg.GRPCAdvertise, n.cfg.ClientGRPCAdvertise, n.cfg.HTTPAdvertise, n.cfg.LogVersion
-			ns.Version = n.cfg.Version
+			ns.Version, ns.DiskLow = n.cfg.Version, n.ms.diskLow.Load()
 			ns.AppliedIndex = st.AppliedIndex
 			switch selfState {
 			case raft.Leader:

@@ -42,7 +42,7 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 			Id: n.ID, GrpcAddr: n.ClientGRPCAddr, PeerGrpcAddr: n.GRPCAddr, RaftAddr: n.RaftAddr, HttpAddr: n.HTTPAddr,
 			Suffrage: n.Suffrage, State: n.State, Healthy: n.Healthy,
 			LastContactMs: n.LastContactMs, AppliedIndex: n.AppliedIndex,
-			MaxLogVersion: n.LogVersion, Version: n.Version,
+			MaxLogVersion: n.LogVersion, Version: n.Version, DiskLow: n.DiskLow,
 		})
 	}
 	if !req.GetLocalOnly() {

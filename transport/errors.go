@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/diskguard"
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/scheduler"
 	"github.com/raftq/raftq/transport/broker"
@@ -35,7 +36,8 @@ func codeOf(err error) codes.Code {
 		return codes.AlreadyExists
 	case errors.Is(err, broker.ErrAuthNotEnabled), errors.Is(err, broker.ErrSettingsNotReplicated):
 		return codes.FailedPrecondition
-	case errors.Is(err, fsm.ErrQueueFull), errors.Is(err, fsm.ErrLimit), errors.Is(err, broker.ErrOverloaded):
+	case errors.Is(err, fsm.ErrQueueFull), errors.Is(err, fsm.ErrLimit), errors.Is(err, broker.ErrOverloaded),
+		errors.Is(err, diskguard.ErrNoSpace):
 		return codes.ResourceExhausted
 	case errors.Is(err, fsm.ErrStaleLease), errors.Is(err, fsm.ErrInUse), errors.Is(err, fsm.ErrNotEmpty):
 		return codes.FailedPrecondition

@@ -48,6 +48,7 @@ type clusterCollector struct {
 	s *Server
 
 	term, leader, leaderChanges, commit, applied, lag, members, diskFree *prometheus.Desc
+	diskKeepFree, diskLow                                                *prometheus.Desc
 	snapshots, snapshotBytes, snapshotSecs                               *prometheus.Desc
 	logAppend, logFsync                                                  *prometheus.Desc
 }
@@ -63,6 +64,8 @@ func newClusterCollector(s *Server) *clusterCollector {
 		lag:           prometheus.NewDesc("raftq_raft_follower_lag_entries", "Entries a follower has still to apply, behind the leader's applied index (leader only; a follower that does not answer within 500 ms has no series).", []string{"follower"}, nil),
 		members:       prometheus.NewDesc("raftq_gossip_members", "Gossip members this node knows of, by state (alive, failed, left).", []string{"state"}, nil),
 		diskFree:      prometheus.NewDesc("raftq_data_dir_free_bytes", "Free bytes available to raftq on the data dir's file system.", nil, nil),
+		diskKeepFree:  prometheus.NewDesc("raftq_data_dir_keep_free_bytes", "Free bytes this node keeps on its data dir's file system: --min-free-disk-bytes plus room for its next snapshot. Below it the leader refuses writes that add data.", nil, nil),
+		diskLow:       prometheus.NewDesc("raftq_data_dir_disk_low", "1 while this node's data dir has less free space than it keeps free (writes that add data are refused if it leads, or if fewer than a quorum of voters have room), else 0.", nil, nil),
 		snapshots:     prometheus.NewDesc("raftq_snapshots_total", "Raft snapshots this node has written to its data dir since it started.", nil, nil),
 		snapshotBytes: prometheus.NewDesc("raftq_snapshot_last_bytes", "Size of the newest snapshot this node wrote (0 before the first).", nil, nil),
 		snapshotSecs:  prometheus.NewDesc("raftq_snapshot_last_duration_seconds", "Time the newest snapshot took to write, from creation to its final fsync (0 before the first).", nil, nil),
@@ -72,7 +75,7 @@ func newClusterCollector(s *Server) *clusterCollector {
 }
 
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.term, c.leader, c.leaderChanges, c.commit, c.applied, c.lag, c.members, c.diskFree, c.snapshots, c.snapshotBytes, c.snapshotSecs, c.logAppend, c.logFsync} {
+	for _, d := range []*prometheus.Desc{c.term, c.leader, c.leaderChanges, c.commit, c.applied, c.lag, c.members, c.diskFree, c.diskKeepFree, c.diskLow, c.snapshots, c.snapshotBytes, c.snapshotSecs, c.logAppend, c.logFsync} {
 		ch <- d
 	}
 }
@@ -106,8 +109,14 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	logs := c.s.node.LogStoreStats()
 	ch <- constHistogram(c.logAppend, logs.Append)
 	ch <- constHistogram(c.logFsync, logs.Fsync)
-	if free, ok := diskFree(c.s.b.DataDir()); ok {
-		ch <- prometheus.MustNewConstMetric(c.diskFree, gauge, float64(free))
+	if r, ok := c.s.b.Disk().Measure(); ok {
+		ch <- prometheus.MustNewConstMetric(c.diskFree, gauge, float64(r.Free))
+		ch <- prometheus.MustNewConstMetric(c.diskKeepFree, gauge, float64(r.Limit))
+		low := 0.0
+		if r.Low {
+			low = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.diskLow, gauge, low)
 	}
 }
 

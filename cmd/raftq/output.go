@@ -242,7 +242,7 @@ func printStatus(w io.Writer, st *raftqv1.StatusResponse) error {
 	}
 	fmt.Fprintln(w)
 	tw = table(w)
-	fmt.Fprintln(tw, "ID\tSTATE\tSUFFRAGE\tHEALTHY\tAPPLIED\tLAST_CONTACT\tMAX_LOG_VERSION\tVERSION\tGRPC\tRAFT\tHTTP")
+	fmt.Fprintln(tw, "ID\tSTATE\tSUFFRAGE\tHEALTHY\tAPPLIED\tLAST_CONTACT\tDISK\tMAX_LOG_VERSION\tVERSION\tGRPC\tRAFT\tHTTP")
 	for _, n := range st.GetNodes() {
 		contact := "-"
 		if n.GetLastContactMs() > 0 {
@@ -252,8 +252,14 @@ func printStatus(w io.Writer, st *raftqv1.StatusResponse) error {
 		if version == "" {
 			version = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", n.GetId(), n.GetState(), n.GetSuffrage(),
-			n.GetHealthy(), n.GetAppliedIndex(), contact, n.GetMaxLogVersion(), version, n.GetGrpcAddr(), n.GetRaftAddr(), n.GetHttpAddr())
+		// low: below --min-free-disk-bytes (plus room for a snapshot),
+		// so writes that add data may be refused.
+		disk := "ok"
+		if n.GetDiskLow() {
+			disk = "low"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.GetId(), n.GetState(), n.GetSuffrage(),
+			n.GetHealthy(), n.GetAppliedIndex(), contact, disk, n.GetMaxLogVersion(), version, n.GetGrpcAddr(), n.GetRaftAddr(), n.GetHttpAddr())
 	}
 	return tw.Flush()
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/diskguard"
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/transport"
 	"github.com/raftq/raftq/transport/broker"
@@ -42,6 +43,7 @@ type serveOptions struct {
 	leaseGrace       time.Duration
 	maxQueuedBytes   int64
 	maxPending       int64
+	minFreeDisk      uint64
 	logLevel         string
 	snapThreshold    uint64
 	trailingLogs     uint64
@@ -110,6 +112,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.DurationVar(&o.leaseGrace, "lease-grace", 5*time.Second, "after a failover, how long before leases of the old leader may expire")
 	fl.Int64Var(&o.maxQueuedBytes, "max-queued-bytes", mem.defaultMaxQueuedBytes(), "this node's proposal for the cluster setting max-queued-bytes (what the whole cluster may hold: messages, dedup entries, recent outcomes), taken from the smallest voter when the cluster reaches log version 9, then changed with 'raftq cluster set max-queued-bytes'; before that, this node's limit when it leads (default: a quarter of memory, or of the cgroup's memory limit when lower)")
 	fl.Int64Var(&o.maxPending, "max-pending-bytes", mem.defaultMaxPendingBytes(), "client writes held in front of Raft (queued and in flight) before new ones get ResourceExhausted (default: 256 MiB, or an eighth of a smaller memory or cgroup limit)")
+	fl.Uint64Var(&o.minFreeDisk, "min-free-disk-bytes", diskguard.DefaultMinFree, "free space kept on the data dir's file system, besides room for the next snapshot: below it the leader refuses writes that add data (enqueue, create queue) with ResourceExhausted, while reads, acks and nacks go on")
 	fl.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.Uint64Var(&o.snapThreshold, "snapshot-threshold", cluster.DefaultSnapshotThreshold, "log entries between automatic snapshots")
 	fl.IntVar(&o.metricsTopKeys, "metrics-top-keys", 0, "export per fairness key and throttle key metrics for each queue's top N keys, the rest summed as key=\"_other\" (0 = off)")
@@ -371,6 +374,7 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 		LeaseGrace:      o.leaseGrace,
 		MaxQueuedBytes:  o.maxQueuedBytes,
 		MaxPendingBytes: o.maxPending,
+		MinFreeDisk:     o.minFreeDisk,
 		Audit:           o.audit,
 		Logger:          log,
 	})

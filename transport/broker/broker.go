@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/diskguard"
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/scheduler"
 	"github.com/raftq/raftq/transport/metrics"
@@ -29,6 +30,15 @@ type Config struct {
 	// Raft (queued and in flight); past it writes fail with ErrOverloaded.
 	// 0 = DefaultMaxPendingBytes.
 	MaxPendingBytes int64
+	// MinFreeDisk is the free space this node keeps on its data dir's
+	// file system, besides room for its next snapshot; below it the
+	// leader refuses writes that add data (disk.go). 0 =
+	// diskguard.DefaultMinFree.
+	MinFreeDisk uint64
+	// DiskCheckInterval is how often free space is measured and
+	// published to the other nodes (0 = 1s); the leader also measures
+	// before each write that adds data.
+	DiskCheckInterval time.Duration
 	// DrainInterval is how often each queue's depth is sampled for its
 	// drain-time estimate (0 = 5s).
 	DrainInterval time.Duration
@@ -71,6 +81,12 @@ type Broker struct {
 
 	// handBacks carries deliveries a lost term never sent (handback.go).
 	handBacks chan HandBack
+
+	// disk measures the data dir's free space (disk.go); its loop
+	// publishes it in gossip until Close.
+	disk     *diskguard.Guard
+	stopDisk context.CancelFunc
+	diskDone chan struct{}
 
 	leader    *leaderWork
 	leases    *metrics.Leases // the leader's delivery histograms
@@ -162,6 +178,9 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 
 	// 6. Drain-time estimates, sampled from this node's own state.
 	b.startDrain()
+
+	// 7. The disk guard measures free space and tells the other nodes.
+	b.startDisk()
 	return b, nil
 }
 
@@ -247,6 +266,8 @@ func (b *Broker) Close(ctx context.Context) error {
 		b.leader.stop()
 		b.stopDrain()
 		<-b.drainDone
+		b.stopDisk()
+		<-b.diskDone
 		b.enqueues.close()
 		b.acks.close()
 		err = b.node.Shutdown(ctx)

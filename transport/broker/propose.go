@@ -26,6 +26,11 @@ func (b *Broker) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, e
 	if v := b.state.ClusterVersion(); v > 1 && cmd.Version == 0 {
 		cmd.Version = v
 	}
+	if growsState(cmd) {
+		if err := b.admitGrowth(); err != nil {
+			return nil, err
+		}
+	}
 	if err := drawLeaseTokens(cmd); err != nil {
 		return nil, err
 	}
@@ -36,7 +41,7 @@ func (b *Broker) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, e
 	defer forget()
 	out, err := b.node.Apply(ctx, data)
 	if err != nil {
-		return nil, err
+		return nil, b.noSpace(err)
 	}
 	res, ok := out.(fsm.Result)
 	if !ok {

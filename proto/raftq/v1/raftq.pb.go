@@ -2575,7 +2575,13 @@ type Node struct {
 	// The node's build as it advertises in gossip: `raftq version`'s
 	// version, with the commit when the version does not already name it
 	// ("" for a build from before it was advertised).
-	Version       string `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
+	Version string `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
+	// The node advertises in gossip that its data dir has less free space
+	// than it keeps free (--min-free-disk-bytes plus room for its next
+	// snapshot). A leader short of disk, or one whose voters are short of
+	// disk so that no quorum has room, refuses writes that add data
+	// (ResourceExhausted).
+	DiskLow       bool `protobuf:"varint,13,opt,name=disk_low,json=diskLow,proto3" json:"disk_low,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2692,6 +2698,13 @@ func (x *Node) GetVersion() string {
 		return x.Version
 	}
 	return ""
+}
+
+func (x *Node) GetDiskLow() bool {
+	if x != nil {
+		return x.DiskLow
+	}
+	return false
 }
 
 // BuildInfo is what `raftq version --json` prints: the binary's release,
@@ -5232,7 +5245,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12'\n" +
 	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"'\n" +
 	"\x0fRedriveResponse\x12\x14\n" +
-	"\x05moved\x18\x01 \x01(\x03R\x05moved\"\xee\x02\n" +
+	"\x05moved\x18\x01 \x01(\x03R\x05moved\"\x89\x03\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x1b\n" +
@@ -5246,7 +5259,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x0fmax_log_version\x18\n" +
 	" \x01(\rR\rmaxLogVersion\x12$\n" +
 	"\x0epeer_grpc_addr\x18\v \x01(\tR\fpeerGrpcAddr\x12\x18\n" +
-	"\aversion\x18\f \x01(\tR\aversion\"x\n" +
+	"\aversion\x18\f \x01(\tR\aversion\x12\x19\n" +
+	"\bdisk_low\x18\r \x01(\bR\adiskLow\"x\n" +
 	"\tBuildInfo\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x16\n" +
 	"\x06commit\x18\x02 \x01(\tR\x06commit\x12\x1a\n" +
