@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -224,4 +225,174 @@ func TestFullDiskRefusesWritesKeepsReadsAndRecovers(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// fillDisk writes path until the file system refuses (ENOSPC): the disk
+// is then full to the last block.
+func fillDisk(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+}
+
+// diskLowIn waits until node via's status shows exactly the nodes in want
+// with their disk low.
+func diskLowIn(t *testing.T, via *harness.Node, want ...string) {
+	t.Helper()
+	harness.Eventually(t, 20*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		st, err := statusOf(ctx, t, via)
+		if err != nil {
+			return err
+		}
+		var low []string
+		for _, nd := range st.Nodes {
+			if nd.DiskLow {
+				low = append(low, nd.Id)
+			}
+		}
+		if fmt.Sprint(low) != fmt.Sprint(want) {
+			return fmt.Errorf("nodes with their disk low: %v, want %v", low, want)
+		}
+		return nil
+	})
+}
+
+// TestFullDiskOnFollowers: in a cluster of three, a follower whose disk is
+// full to the last block does not stop writes (the other two are a
+// quorum); when a second voter runs short too, writes that add data are
+// refused with ResourceExhausted naming both while acks go on; once space
+// is freed writes succeed again and every replica, the full one included,
+// ends with the same state.
+func TestFullDiskOnFollowers(t *testing.T) {
+	nodes := make([]*harness.Node, 3)
+	ballasts := map[string]string{}
+	for i := range nodes {
+		n := harness.TestNode(t, binary, fmt.Sprintf("n%d", i+1), "--min-free-disk-bytes", fmt.Sprint(4<<20))
+		dir, ballast := smallDisk(t, 24, 0, n.Kill)
+		n.DataDir = filepath.Join(dir, "data")
+		nodes[i], ballasts[n.ID] = n, ballast
+	}
+	flags := append(harness.JoinFlags(nodes), "--lease-grace", "2s")
+	for _, n := range nodes {
+		n.Args = append(n.Args, flags...)
+		n.Start()
+	}
+	c := harness.Dial(t, nodes...)
+	ctx := ctxT(t)
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := harness.WaitReady(rctx, c); err != nil {
+		t.Fatal(err)
+	}
+	waitVoters(t, c, nodes[0], 3)
+	leader := leaderOf(t, nodes)
+	var followers []*harness.Node
+	for _, n := range nodes {
+		if n != leader {
+			followers = append(followers, n)
+		}
+	}
+	full, short := followers[0], followers[1]
+	if _, err := c.CreateQueue(ctx, "jobs", nil); err != nil {
+		t.Fatal(err)
+	}
+	enqueue := func(i int) error {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := c.Enqueue(cctx, "jobs", &raftqv1.EnqueueMessage{Payload: fmt.Appendf(nil, "m%d", i)})
+		return err
+	}
+
+	// One follower full to the last block: writes go on.
+	fillDisk(t, ballasts[full.ID])
+	diskLowIn(t, leader, full.ID)
+	for i := range 20 {
+		if err := enqueue(i); err != nil {
+			t.Fatalf("enqueue %d with one follower's disk full: %v", i, err)
+		}
+	}
+	// The full follower really failed to append, and said why.
+	harness.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(full.Log(), "cannot append to the Raft log: no space left") {
+			return fmt.Errorf("%s has not logged its failed appends", full.ID)
+		}
+		return nil
+	})
+
+	// A second voter short of space (not full): no quorum has room.
+	free, err := diskFree(short.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ballasts[short.ID], make([]byte, free-2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{full.ID, short.ID}
+	slices.Sort(want)
+	diskLowIn(t, leader, want...)
+	err = enqueue(100)
+	st, _ := status.FromError(err)
+	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), strings.Join(want, ", ")) || !strings.Contains(st.Message(), "quorum") {
+		t.Fatalf("enqueue with two of three voters short of disk: want ResourceExhausted naming %v and the quorum, got %v", want, err)
+	}
+	// Acks still commit (the leader and the short follower store them).
+	lctx, stopLease := context.WithCancel(ctx)
+	ds := recvN(t, openLease(t, lctx, leader, "jobs", 5), 5)
+	refs := make([]*raftqv1.LeaseRef, len(ds))
+	for i, d := range ds {
+		refs[i] = refOf(d)
+	}
+	ar, err := raftqv1.NewBrokerClient(rawConn(t, leader)).Ack(ctx, &raftqv1.AckRequest{Queue: "jobs", Acks: refs})
+	if err != nil {
+		t.Fatalf("ack with two of three voters short of disk: %v", err)
+	}
+	for i, r := range ar.GetResults() {
+		if !r.GetOk() {
+			t.Fatalf("ack %d: %v", i, r)
+		}
+	}
+	stopLease()
+
+	// Space returns: writes succeed again, nobody restarted, and the full
+	// follower catches up.
+	for _, n := range want {
+		if err := os.Remove(ballasts[n]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	diskLowIn(t, leader)
+	if err := enqueue(101); err != nil {
+		t.Fatalf("enqueue after space was freed: %v", err)
+	}
+	verifyConsistent(t, c, 3)
+	qi, err := c.GetQueue(ctx, "jobs", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := qi.Stats.Ready + qi.Stats.InFlight; got != 16 {
+		t.Fatalf("%d messages in jobs, want 21 acknowledged less 5 acked", got)
+	}
+}
+
+// diskFree is the space available on dir's file system.
+func diskFree(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * st.Bsize, nil
 }

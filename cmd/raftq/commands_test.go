@@ -344,7 +344,7 @@ func TestClusterCommands(t *testing.T) {
 	f := &fake{
 		status: &raftqv1.StatusResponse{LeaderId: "n1", LeaderAddr: "10.0.0.1:7400", Term: 3, ClusterVersion: 1, Nodes: []*raftqv1.Node{
 			{Id: "n1", State: "leader", Suffrage: "voter", Healthy: true, MaxLogVersion: 2},
-			{Id: "n2", State: "follower", Suffrage: "voter", Healthy: true, LastContactMs: 12, MaxLogVersion: 1},
+			{Id: "n2", State: "follower", Suffrage: "voter", Healthy: true, LastContactMs: 12, MaxLogVersion: 1, DiskLow: true},
 		}},
 		verify: &raftqv1.VerifyResponse{Nodes: []*raftqv1.NodeDigest{
 			{Id: "n1", AppliedIndex: 9, Digest: "ab", CountersOk: true},
@@ -358,8 +358,9 @@ func TestClusterCommands(t *testing.T) {
 	}
 	// Mid-upgrade: n2 runs an older build, so the cluster stays at version 1.
 	if !regexp.MustCompile(`log version:\s+1\n`).MatchString(r.stdout) ||
-		!regexp.MustCompile(`n2\s+follower\s+voter\s+true\s+0\s+\S+\s+1\s`).MatchString(r.stdout) {
-		t.Fatalf("status does not show the cluster's and each node's log version:\n%s", r.stdout)
+		!regexp.MustCompile(`n2\s+follower\s+voter\s+true\s+0\s+\S+\s+low\s+1\s`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`n1\s+leader\s+voter\s+true\s+0\s+-\s+ok\s+2\s`).MatchString(r.stdout) {
+		t.Fatalf("status does not show the cluster's and each node's log version and disk:\n%s", r.stdout)
 	}
 	r = raftq(t, addr, "", "cluster", "verify")
 	if r.code != 1 || !strings.Contains(r.stdout, "consistent: false") || !strings.Contains(r.stderr, "not consistent") {
