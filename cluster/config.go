@@ -22,6 +22,8 @@ const (
 	DefaultHeartbeatTimeout   = time.Second
 	DefaultElectionTimeout    = time.Second
 	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
+	DefaultPromoteAfter       = 3 * time.Second
+	DefaultPromoteMaxLag      = 1024
 
 	// maxAppendEntries is the largest batch of entries sent in one
 	// AppendEntries RPC; with BatchApplyCh it also bounds one group commit.
@@ -120,6 +122,16 @@ type Config struct {
 	// memberlist's logs; default slog.Default().
 	Logger *slog.Logger
 
+	// PromoteAfter and PromoteMaxLag: a server the leader adds to the
+	// configuration joins as a nonvoter, and is promoted to voter once its
+	// applied index (as Node.SetPeerProgress reports it) has stayed within
+	// PromoteMaxLag entries of the leader's commit index for PromoteAfter
+	// (defaults 3s and 1024 entries). Until then it takes the log and
+	// counts toward no quorum. Servers a bootstrap names are voters from
+	// the start.
+	PromoteAfter  time.Duration
+	PromoteMaxLag uint64
+
 	// Raft timing. Defaults (1s, 1s, 500ms) suit a small machine whose
 	// nodes share cores and a disk; tests use shorter ones.
 	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
@@ -216,6 +228,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.LeaderLeaseTimeout <= 0 {
 		c.LeaderLeaseTimeout = min(DefaultLeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if c.PromoteAfter <= 0 {
+		c.PromoteAfter = DefaultPromoteAfter
+	}
+	if c.PromoteMaxLag == 0 {
+		c.PromoteMaxLag = DefaultPromoteMaxLag
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

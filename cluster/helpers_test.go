@@ -152,6 +152,7 @@ func testConfig(t *testing.T, id, dir string, expect int) Config {
 		HeartbeatTimeout:   testHeartbeat,
 		ElectionTimeout:    testHeartbeat,
 		LeaderLeaseTimeout: testLease,
+		PromoteAfter:       300 * time.Millisecond,
 		reconcileInterval:  500 * time.Millisecond,
 		joinRetry:          200 * time.Millisecond,
 		tuneGossip:         fastGossip,
@@ -175,7 +176,54 @@ func startNode(t *testing.T, cfg Config) *testNode {
 		t.Fatalf("start %s: %v", cfg.NodeID, err)
 	}
 	tn.Node = n
+	serveProgress(t, tn)
+	n.SetPeerProgress(dialProgress)
 	return tn
+}
+
+// serveProgress answers, at the node's advertised gRPC address (no gRPC
+// server listens there in these tests), with its applied index: what the
+// serving layer's Status call tells a leader, over a real connection. It
+// stops when the node does.
+func serveProgress(t *testing.T, n *testNode) {
+	t.Helper()
+	ln, err := net.Listen("tcp", n.cfg.GRPCAdvertise)
+	if err != nil {
+		t.Fatalf("progress listener for %s: %v", n.ID(), err)
+	}
+	go func() {
+		<-n.ctx.Done()
+		ln.Close()
+	}()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "%d\n", n.AppliedIndex())
+			c.Close()
+		}
+	}()
+}
+
+// dialProgress is the PeerProgress of these tests: it reads what
+// serveProgress answers.
+func dialProgress(ctx context.Context, id, addr string) (uint64, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	var applied uint64
+	if _, err := fmt.Fscan(c, &applied); err != nil {
+		return 0, fmt.Errorf("progress of %s: %w", id, err)
+	}
+	return applied, nil
 }
 
 func shutdown(t *testing.T, n *testNode) {
@@ -211,6 +259,17 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// suffrage returns id's suffrage in n's latest configuration ("" if absent).
+func suffrage(n *testNode, id string) string {
+	servers, _ := latestServers(n.raft)
+	for _, s := range servers {
+		if string(s.ID) == id {
+			return s.Suffrage.String()
+		}
+	}
+	return ""
 }
 
 // voters returns the ids of the voters in n's Raft configuration, sorted.

@@ -172,17 +172,25 @@ func (c *testCluster) follower() *testNode {
 	return nil
 }
 
-// waitVoters waits until the leader's configuration has exactly want.
+// waitVoters waits until the leader's configuration has exactly want,
+// and so does every live node of want (a follower's own checks, Leave's
+// floor, read its configuration, which follows the leader's a moment
+// later; a live node outside want, one that never joined, has none).
 func (c *testCluster) waitVoters(timeout time.Duration, want ...string) {
 	c.t.Helper()
 	slices.Sort(want)
 	waitFor(c.t, timeout, fmt.Sprintf("voters %v", want), func() bool {
+		led := false
 		for _, n := range c.alive() {
-			if n.IsLeader() {
-				return slices.Equal(voters(n), want)
+			if !slices.Contains(want, n.ID()) && !n.IsLeader() {
+				continue
 			}
+			if !slices.Equal(voters(n), want) {
+				return false
+			}
+			led = led || n.IsLeader()
 		}
-		return false
+		return led
 	})
 }
 

@@ -28,7 +28,18 @@ type reconciler struct {
 	// address with its own node certificate; a member that cannot is
 	// never added (gossip alone does not make a voter).
 	checkNode func(ctx context.Context, id, addr string) error
+	// progress asks a node for its applied index (Node.SetPeerProgress);
+	// while nil, nonvoters wait.
+	progress atomic.Pointer[PeerProgress]
 }
+
+// PeerProgress asks node id, whose API gossip advertises at grpcAddr, for
+// the index of the last entry it applied. The leader calls it to decide
+// when a nonvoter has caught up; it must answer within ctx.
+type PeerProgress func(ctx context.Context, id, grpcAddr string) (applied uint64, err error)
+
+// progressTimeout bounds asking a nonvoter for its applied index.
+const progressTimeout = time.Second
 
 func newReconciler(cfg Config, log *slog.Logger, r *raft.Raft, ms *membership) *reconciler {
 	return &reconciler{cfg: cfg, log: log, r: r, ms: ms, wake: make(chan struct{}, 1)}
@@ -44,6 +55,12 @@ type reconcileState struct {
 	// refused: members whose certificate check failed, with the error
 	// last logged (logged again only when it changes).
 	refused map[string]string
+	// caughtUp: nonvoters whose applied index has been within
+	// PromoteMaxLag of the commit index at every check since when.
+	caughtUp map[string]time.Time
+	// behind: nonvoters last found behind (or not answering), with why,
+	// logged again only when it changes.
+	behind map[string]string
 }
 
 // reconcileLoop makes the Raft configuration follow gossip while this node
@@ -54,7 +71,8 @@ func (rc *reconciler) run(ctx context.Context) {
 	defer tick.Stop()
 	wake := time.NewTimer(time.Hour)
 	defer wake.Stop()
-	st := &reconcileState{missing: map[string]time.Time{}, floorLogged: map[string]bool{}, refused: map[string]string{}}
+	st := &reconcileState{missing: map[string]time.Time{}, floorLogged: map[string]bool{}, refused: map[string]string{},
+		caughtUp: map[string]time.Time{}, behind: map[string]string{}}
 	for {
 		next, err := rc.reconcile(ctx, st)
 		rc.passes.Add(1)
@@ -84,10 +102,11 @@ func (rc *reconciler) run(ctx context.Context) {
 	}
 }
 
-// reconcile makes one pass. It returns how soon a failed member's grace
-// period ends (0 if none is pending).
+// reconcile makes one pass. It returns how soon it wants the next one: a
+// failed member's grace period ending, or a nonvoter's next progress
+// check (0 if nothing is pending).
 func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.Duration, error) {
-	servers, err := latestServers(rc.r)
+	cfgIndex, servers, err := latestConfig(rc.r)
 	if err != nil {
 		return 0, err
 	}
@@ -103,20 +122,41 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 		}
 	}
 	var errs []error
+	var next time.Duration
+	soonest := func(d time.Duration) {
+		if d > 0 && (next == 0 || d < next) {
+			next = d
+		}
+	}
 
 	// Live members not in the configuration (or with a changed address)
-	// become voters.
+	// join as nonvoters; a nonvoter that has caught up becomes a voter.
 	for _, id := range slices.Sorted(maps.Keys(members)) {
 		m := members[id]
 		if id == rc.cfg.NodeID || m.state != memberAlive || !m.metaOK || m.leaving || m.noAdd || m.meta.Raft == "" {
 			continue
 		}
 		s, ok := inConf[id]
-		if ok && s.Suffrage == raft.Voter && string(s.Address) == m.meta.Raft {
+		sameAddr := ok && string(s.Address) == m.meta.Raft
+		if sameAddr && s.Suffrage == raft.Voter {
 			continue
 		}
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
+		}
+		if sameAddr {
+			wait, promoted, err := rc.promote(ctx, st, cfgIndex, id, m)
+			if err != nil {
+				if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrShutdown) {
+					return 0, err
+				}
+				errs = append(errs, err)
+			}
+			if promoted {
+				voters++
+			}
+			soonest(wait)
+			continue
 		}
 		if rc.checkNode != nil {
 			cctx, cancel := context.WithTimeout(ctx, memberCheckTimeout)
@@ -132,23 +172,34 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 			}
 			delete(st.refused, id)
 		}
-		rc.log.Info("adding voter", "id", id, "raft_addr", m.meta.Raft)
-		if err := rc.r.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 0).Error(); err != nil {
-			err = wrapRaftErr("add voter "+id, err)
+		var f raft.IndexFuture
+		if ok && s.Suffrage == raft.Voter {
+			// A voter at a new address (a container back with another
+			// IP) keeps its log, and its vote.
+			rc.log.Info("updating voter address", "id", id, "raft_addr", m.meta.Raft)
+			f = rc.r.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 0)
+		} else {
+			// A new member (or one whose state was wiped) takes the
+			// log as a nonvoter first: a voter that has yet to catch
+			// up would count toward quorum while acking nothing.
+			rc.log.Info("adding nonvoter; promoted to voter once caught up", "id", id, "raft_addr", m.meta.Raft)
+			f = rc.r.AddNonvoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 0)
+			delete(st.caughtUp, id)
+			delete(st.behind, id)
+			soonest(rc.recheck())
+		}
+		if err := f.Error(); err != nil {
+			err = wrapRaftErr("add server "+id, err)
 			if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrShutdown) {
 				return 0, err
 			}
 			errs = append(errs, err)
 			continue
 		}
-		if !ok || s.Suffrage != raft.Voter {
-			voters++
-		}
 	}
 
 	// Left members go at once; failed (or never seen) ones after the
 	// grace period, and a voter only if that keeps BootstrapExpect voters.
-	var next time.Duration
 	for _, s := range servers {
 		id := string(s.ID)
 		if id == rc.cfg.NodeID {
@@ -173,9 +224,7 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 				}
 			}
 			if wait := since.Add(rc.cfg.DeadNodeTimeout).Sub(now); wait > 0 {
-				if next == 0 || wait < next {
-					next = wait
-				}
+				soonest(wait)
 				continue
 			}
 			if s.Suffrage == raft.Voter && voters-1 < rc.cfg.BootstrapExpect {
@@ -210,19 +259,95 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 			delete(st.missing, id)
 		}
 	}
+	for id := range st.caughtUp {
+		if s, ok := inConf[id]; !ok || s.Suffrage != raft.Nonvoter {
+			delete(st.caughtUp, id)
+		}
+	}
+	for id := range st.behind {
+		if s, ok := inConf[id]; !ok || s.Suffrage != raft.Nonvoter {
+			delete(st.behind, id)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return next, fmt.Errorf("cluster: reconcile: %w", err)
 	}
 	return next, nil
 }
 
+// recheck is how soon a nonvoter's progress is checked again: often
+// enough that a caught-up node is promoted about PromoteAfter after it
+// caught up, and checked more than once on the way.
+func (rc *reconciler) recheck() time.Duration {
+	return min(max(rc.cfg.PromoteAfter/3, 50*time.Millisecond), time.Second)
+}
+
+// promote checks nonvoter id's progress: once its applied index has been
+// within PromoteMaxLag of this leader's commit index at every check for
+// PromoteAfter, it becomes a voter (at configuration index cfgIndex, so a
+// removal in between, a repair's, is not undone). It returns when to
+// check again and whether it promoted.
+func (rc *reconciler) promote(ctx context.Context, st *reconcileState, cfgIndex uint64, id string, m member) (time.Duration, bool, error) {
+	p := rc.progress.Load()
+	if p == nil {
+		// Nothing can tell whether it caught up: it waits, a nonvoter.
+		// SetPeerProgress wakes the reconciler.
+		return 0, false, nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, progressTimeout)
+	applied, err := (*p)(pctx, id, m.meta.GRPC)
+	cancel()
+	commit := rc.r.CommitIndex()
+	lag := uint64(0)
+	if commit > applied {
+		lag = commit - applied
+	}
+	if err != nil || lag > rc.cfg.PromoteMaxLag {
+		why := fmt.Sprintf("%d entries behind", lag)
+		if err != nil {
+			why = "progress unknown: " + err.Error()
+		}
+		if _, was := st.caughtUp[id]; was || st.behind[id] == "" {
+			rc.log.Info("nonvoter not caught up yet; not promoting it", "id", id, "why", why, "applied", applied, "commit", commit, "max_lag", rc.cfg.PromoteMaxLag)
+		}
+		delete(st.caughtUp, id)
+		st.behind[id] = why
+		return rc.recheck(), false, nil
+	}
+	now := time.Now()
+	since, ok := st.caughtUp[id]
+	if !ok {
+		since = now
+		st.caughtUp[id] = now
+		delete(st.behind, id)
+	}
+	if wait := since.Add(rc.cfg.PromoteAfter).Sub(now); wait > 0 {
+		return min(wait, rc.recheck()), false, nil
+	}
+	rc.log.Info("promoting nonvoter to voter: caught up", "id", id, "applied", applied, "commit", commit, "caught_up_for", now.Sub(since).Round(time.Millisecond))
+	if err := rc.r.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), cfgIndex, 0).Error(); err != nil {
+		return rc.recheck(), false, wrapRaftErr("promote "+id, err)
+	}
+	delete(st.caughtUp, id)
+	// Raft reports no observation for a change of suffrage: say it, so
+	// VoterVersions' watchers read again.
+	rc.ms.notifyChanged()
+	return 0, true, nil
+}
+
 // latestServers returns the latest Raft configuration.
 func latestServers(r *raft.Raft) ([]raft.Server, error) {
+	_, servers, err := latestConfig(r)
+	return servers, err
+}
+
+// latestConfig returns the latest Raft configuration and its index.
+func latestConfig(r *raft.Raft) (uint64, []raft.Server, error) {
 	f := r.GetConfiguration()
 	if err := f.Error(); err != nil {
-		return nil, wrapRaftErr("get configuration", err)
+		return 0, nil, wrapRaftErr("get configuration", err)
 	}
-	return f.Configuration().Servers, nil
+	return f.Index(), f.Configuration().Servers, nil
 }
 
 func hasServer(servers []raft.Server, id string) bool {

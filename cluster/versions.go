@@ -2,13 +2,14 @@ package cluster
 
 import "github.com/hashicorp/raft"
 
-// VoterVersions is what the current Raft configuration's voters advertise
-// about the log versions they can apply.
+// VoterVersions is what the current Raft configuration's servers advertise
+// about the log versions they can apply. Nonvoters count too: they apply
+// the same log, and each is about to become a voter.
 type VoterVersions struct {
-	// Min is the lowest LogVersion advertised by a voter whose metadata is
+	// Min is the lowest LogVersion advertised by a server whose metadata is
 	// known (a voter that advertises none counts as 1); 0 if none is known.
 	Min uint32
-	// Complete is true when every voter's metadata is known, so Min covers
+	// Complete is true when every server's metadata is known, so Min covers
 	// them all. Only then may the leader raise the cluster's version to
 	// Min.
 	Complete bool
@@ -22,10 +23,11 @@ type VoterVersions struct {
 	Changed <-chan struct{}
 }
 
-// VoterVersions returns the log versions advertised by the voters of the
-// latest Raft configuration. A voter's version is the one in its last
-// gossip metadata, even if it has failed since: a node that restarts
-// re-advertises its own, and Changed fires then.
+// VoterVersions returns the log versions advertised by the servers
+// (voters and nonvoters) of the latest Raft configuration. A server's
+// version is the one in its last gossip metadata, even if it has failed
+// since: a node that restarts re-advertises its own, and Changed fires
+// then.
 func (n *Node) VoterVersions() VoterVersions {
 	// Taken first, so that no change after the read is missed.
 	v := VoterVersions{Changed: n.ms.changes()}
@@ -35,10 +37,9 @@ func (n *Node) VoterVersions() VoterVersions {
 	}
 	v.Complete = true
 	for _, s := range servers {
-		if s.Suffrage != raft.Voter {
-			continue
+		if s.Suffrage == raft.Voter {
+			v.Voters++
 		}
-		v.Voters++
 		meta, ok := n.ms.meta(string(s.ID))
 		if !ok {
 			v.Complete = false

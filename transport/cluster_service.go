@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -74,6 +75,23 @@ func (c *clusterService) peerApplied(ctx context.Context, nodes []*raftqv1.Node)
 		})
 	}
 	wg.Wait()
+}
+
+// peerProgress is the leader's cluster.PeerProgress: node id's applied
+// index, from its own Status (local_only).
+func (s *Server) peerProgress(ctx context.Context, id, grpcAddr string) (uint64, error) {
+	if grpcAddr == "" {
+		return 0, fmt.Errorf("node %s advertises no gRPC address", id)
+	}
+	conn, err := s.peers.get(id, grpcAddr)
+	if err != nil {
+		return 0, err
+	}
+	st, err := raftqv1.NewClusterClient(conn).Status(ctx, &raftqv1.StatusRequest{LocalOnly: true})
+	if err != nil {
+		return 0, err
+	}
+	return st.GetAppliedIndex(), nil
 }
 
 func (c *clusterService) RemoveNode(ctx context.Context, req *raftqv1.RemoveNodeRequest) (*raftqv1.RemoveNodeResponse, error) {

@@ -159,10 +159,11 @@ func isNotLeader(err error) bool {
 // only the node certificate of the id it was made for, so a call is never
 // forwarded to, nor a digest taken from, anything but that node.
 type peerPool struct {
-	tls   *tlsconfig.Source   // nil: plaintext
-	auth  *auth.Authenticator // carries the caller's identity on every call
-	mu    sync.Mutex
-	conns map[peerKey]*grpc.ClientConn
+	tls    *tlsconfig.Source   // nil: plaintext
+	auth   *auth.Authenticator // carries the caller's identity on every call
+	mu     sync.Mutex
+	conns  map[peerKey]*grpc.ClientConn
+	closed bool // no connection is made after close (none would be closed)
 }
 
 type peerKey struct{ id, addr string }
@@ -174,6 +175,9 @@ func newPeerPool(src *tlsconfig.Source, a *auth.Authenticator) *peerPool {
 func (p *peerPool) get(id, addr string) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return nil, fmt.Errorf("peer %s: %w", id, errPeersClosed)
+	}
 	k := peerKey{id, addr}
 	if c, ok := p.conns[k]; ok {
 		return c, nil
@@ -195,9 +199,13 @@ func (p *peerPool) get(id, addr string) (*grpc.ClientConn, error) {
 	return c, nil
 }
 
+// errPeersClosed: the node's server stopped.
+var errPeersClosed = errors.New("the node's server is stopping")
+
 func (p *peerPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
 	for addr, c := range p.conns {
 		_ = c.Close()
 		delete(p.conns, addr)

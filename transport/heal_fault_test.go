@@ -3,12 +3,15 @@
 package transport
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +33,55 @@ func waitClusterVersion(t *testing.T, c *inprocCluster, v uint32) {
 		}
 		return nil
 	})
+}
+
+// suffrageLog records every suffrage of one node that a leader's
+// configuration showed, in order ("" while it is not in it).
+type suffrageLog struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (l *suffrageLog) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.seen)
+}
+
+// watchSuffrage polls id's suffrage in n's configuration every 5 ms (a
+// joining node stays a nonvoter for at least ipPromoteAfter) until the
+// returned stop is called, and once more then; stop may be called more
+// than once.
+func watchSuffrage(n *inprocNode, id string) (*suffrageLog, func()) {
+	l := &suffrageLog{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			got := ""
+			for _, s := range n.node.Status().Nodes {
+				if s.ID == id {
+					got = s.Suffrage
+				}
+			}
+			l.mu.Lock()
+			if k := len(l.seen); k == 0 || l.seen[k-1] != got {
+				l.seen = append(l.seen, got)
+			}
+			l.mu.Unlock()
+			if ctx.Err() != nil {
+				return // after a last look
+			}
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+		}
+	}()
+	return l, func() { cancel(); <-done }
 }
 
 // TestCounterAuditRepairsDrift: a counter corrupted on purpose on the
@@ -177,6 +229,8 @@ func TestReplicaDivergenceRepaired(t *testing.T) {
 	})
 	enqueue(l, "while-away")
 	enqueue(good, "while-away-2")
+	seen, stopWatch := watchSuffrage(l, bad.id)
+	defer stopWatch()
 	nb := c.restart(bad)
 	waitUntil(t, 30*time.Second, "the repaired node back as a voter", func() error {
 		for _, n := range l.node.Status().Nodes {
@@ -186,6 +240,11 @@ func TestReplicaDivergenceRepaired(t *testing.T) {
 		}
 		return fmt.Errorf("%s not a voter yet:\n%s", nb.id, logs.String())
 	})
+	stopWatch()
+	// It came back as a nonvoter, and was promoted once caught up.
+	if got, want := seen.get(), []string{"", "nonvoter", "voter"}; !slices.Equal(got, want) {
+		t.Errorf("%s's suffrage in the leader's configuration went %q, want %q", nb.id, got, want)
+	}
 	enqueue(nb, "after-repair")
 	c.digests() // every replica, the repaired one too, has the leader's digest
 	if nb.srv.Diverged() {

@@ -44,6 +44,9 @@ import (
 const (
 	ipHeartbeat = time.Second
 	ipLease     = 500 * time.Millisecond
+	// ipPromoteAfter: a joining node is a nonvoter at least this long
+	// (long enough for a test polling the configuration to see it).
+	ipPromoteAfter = 500 * time.Millisecond
 )
 
 type inprocOpts struct {
@@ -190,6 +193,7 @@ func (c *inprocCluster) startNodeAt(id string, join []string, at nodeAddrs) *inp
 			HeartbeatTimeout:   ipHeartbeat,
 			ElectionTimeout:    ipHeartbeat,
 			LeaderLeaseTimeout: ipLease,
+			PromoteAfter:       ipPromoteAfter,
 			TLS:                clusterTLS(nodeTLS),
 		},
 		MaxQueuedBytes: o.maxQueuedBytes,

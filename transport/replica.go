@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -169,22 +171,41 @@ func (s *Server) checkReplicas(ctx context.Context) error {
 // repairReplica repairs a node that confirmed its state diverged: the
 // leader removes it from the configuration, then tells it so; the node
 // sets its Raft state aside and starts again with none, joins as a new
-// member (the reconciler adds it back as a voter) and receives the
-// leader's snapshot and log. Never below quorum: see repairAllowed.
+// member (the reconciler adds it back as a nonvoter and promotes it once
+// caught up) and receives the leader's snapshot and log. Never below
+// quorum, and one voter at a time: see repairAllowed.
 func (s *Server) repairReplica(ctx context.Context, bad replicaAnswer, answers []replicaAnswer, ref string, client raftqv1.ClusterClient, report *raftqv1.ReportDivergenceRequest) {
 	voters, agreeing := 0, 0
+	var back []string
+	inConf := map[string]string{}
 	for _, n := range s.node.Status().Nodes {
-		if n.Suffrage == "voter" {
+		inConf[n.ID] = n.Suffrage
+		switch n.Suffrage {
+		case "voter":
 			voters++
+		case "nonvoter":
+			back = append(back, n.ID+" (catching up as a nonvoter)")
 		}
 	}
+	for id, since := range s.repairs {
+		switch {
+		case inConf[id] != "":
+			delete(s.repairs, id) // back in the configuration
+		case time.Since(since) > repairRejoinWait:
+			s.log.Error("replica repair: a node removed for repair has not rejoined; repairing other voters again", "node", id, "removed", since)
+			delete(s.repairs, id)
+		default:
+			back = append(back, id+" (removed for repair, not rejoined yet)")
+		}
+	}
+	slices.Sort(back)
 	for _, a := range answers {
 		if a.voter && a.digest == ref {
 			agreeing++
 		}
 	}
-	if ok, why := repairAllowed(voters, agreeing, bad.voter); !ok {
-		s.log.Warn("replica repair deferred: "+why, "node", bad.id, "voters", voters, "agreeing_voters", agreeing)
+	if ok, why := repairAllowed(voters, agreeing, bad.voter, back); !ok {
+		s.log.Warn("replica repair deferred: "+why, "node", bad.id, "voters", voters, "agreeing_voters", agreeing, "not_back", back)
 		return
 	}
 	s.log.Warn("replica repair: removing the diverged node so that it rejoins with the leader's state", "node", bad.id, "voters", voters, "agreeing_voters", agreeing)
@@ -194,6 +215,7 @@ func (s *Server) repairReplica(ctx context.Context, bad replicaAnswer, answers [
 		s.log.Warn("replica repair: could not remove the diverged node; the next check tries again", "node", bad.id, "err", err)
 		return
 	}
+	s.repairs[bad.id] = time.Now()
 	report.Removed = true
 	actx, cancel := context.WithTimeout(ctx, replicaAskTimeout)
 	defer cancel()
@@ -205,19 +227,32 @@ func (s *Server) repairReplica(ctx context.Context, bad replicaAnswer, answers [
 	}
 }
 
+// repairRejoinWait is how long a node removed for repair may take to
+// rejoin before the leader stops waiting for it to repair other voters.
+const repairRejoinWait = 10 * time.Minute
+
 // repairAllowed is the quorum rule for repairing a diverged node: removing
 // it must leave the voters whose state agrees with the replicas' a
 // majority of the voters that remain, so the cluster keeps committing
 // while the node is away. A non-voter can always go. With 3 voters and
 // one diverged, the other 2 are a majority of the 2 that remain; with a
 // second voter down or diverged too, 1 of 2 is not, and the repair waits.
-func repairAllowed(voters, agreeingVoters int, isVoter bool) (bool, string) {
+//
+// And one voter at a time: while notBack names a node that an earlier
+// repair (or a join) has yet to bring back as a voter, no voter is
+// removed. Without it, a second diverged voter of 3 found while the
+// first is away (2 voters, 1 agreeing: a majority of the 1 that would
+// remain) would leave the cluster committing on the leader alone.
+func repairAllowed(voters, agreeingVoters int, isVoter bool, notBack []string) (bool, string) {
 	if !isVoter {
 		return true, ""
 	}
 	remaining := voters - 1
 	if need := remaining/2 + 1; agreeingVoters < need {
 		return false, "removing it would leave fewer healthy voters than a quorum of those remaining"
+	}
+	if len(notBack) > 0 {
+		return false, "another node is not back as a voter yet: " + strings.Join(notBack, ", ")
 	}
 	return true, ""
 }

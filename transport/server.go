@@ -93,6 +93,9 @@ type Server struct {
 	// has returned, stopReplica ends it.
 	diverged    atomic.Pointer[divergence]
 	divergences *prometheus.CounterVec
+	// repairs: nodes this leader removed for repair, since when, until
+	// they are back in the configuration (only the replica loop uses it).
+	repairs     map[string]time.Time
 	replicaDone chan struct{}
 	stopReplica context.CancelFunc
 	// restart is closed when this diverged node has been removed and has
@@ -131,6 +134,7 @@ func New(cfg Config, b *broker.Broker) *Server {
 
 		handBackDone: make(chan struct{}),
 		replicaDone:  make(chan struct{}),
+		repairs:      map[string]time.Time{},
 		restart:      make(chan struct{}),
 		divergences: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "raftq_replica_divergence_total",
@@ -169,6 +173,9 @@ func New(cfg Config, b *broker.Broker) *Server {
 	s.stopHandBack = cancel
 	go s.handBackLoop(hctx)
 	s.startDashboard()
+	// A server the leader adds is a nonvoter until its applied index,
+	// asked here as cluster status asks it, has caught up.
+	s.node.SetPeerProgress(s.peerProgress)
 	rctx, rcancel := context.WithCancel(context.Background())
 	s.stopReplica = rcancel
 	go s.replicaLoop(rctx, cfg.ReplicaCheckInterval)
@@ -226,6 +233,7 @@ func (s *Server) Stop(ctx context.Context) {
 		<-s.dashDone
 		s.stopReplica()
 		<-s.replicaDone
+		s.node.SetPeerProgress(nil) // the peers' connections close now
 		s.peers.close()
 	})
 }

@@ -1,0 +1,136 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// suffrageLog records every suffrage of one server that the leader's
+// configuration showed, in order, from a watcher that polls faster than
+// any phase it must see lasts.
+type suffrageLog struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (l *suffrageLog) add(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.seen); n == 0 || l.seen[n-1] != s {
+		l.seen = append(l.seen, s)
+	}
+}
+
+func (l *suffrageLog) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.seen)
+}
+
+// watchSuffrage polls id's suffrage in n's configuration every 5 ms until
+// the returned stop is called, and once more then.
+func watchSuffrage(n *testNode, id string) (*suffrageLog, func()) {
+	l := &suffrageLog{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			l.add(suffrage(n, id))
+			if ctx.Err() != nil {
+				return // after a last look
+			}
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+		}
+	}()
+	return l, func() { cancel(); <-done }
+}
+
+// TestNonvoterPromotedOnceCaughtUp: a node that joins a running cluster
+// is added as a nonvoter, stays one while its applied index is further
+// than PromoteMaxLag behind the leader's commit index (or unknown), and
+// becomes a voter only after it has stayed caught up for PromoteAfter.
+func TestNonvoterPromotedOnceCaughtUp(t *testing.T) {
+	base := runtime.NumGoroutine()
+	dir := t.TempDir()
+	acfg := testConfig(t, "a", dir, 1)
+	acfg.PromoteAfter = 500 * time.Millisecond
+	acfg.PromoteMaxLag = 8
+	a := startNode(t, acfg)
+	defer shutdown(t, a)
+	if _, err := a.WaitLeader(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatalf("no leader: %v", err)
+	}
+	for i := range 50 {
+		if _, err := a.Apply(ctxTimeout(t, 5*time.Second), fmt.Appendf(nil, "e%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b's progress as the leader learns it: held far behind at first (a
+	// slow node), or not answering.
+	var mode atomic.Int32 // 0 behind, 1 unknown, 2 the real answer
+	probes := map[int32]*atomic.Int64{0: {}, 1: {}, 2: {}}
+	a.SetPeerProgress(func(ctx context.Context, id, addr string) (uint64, error) {
+		m := mode.Load()
+		if id == "b" {
+			probes[m].Add(1)
+		}
+		switch {
+		case id == "b" && m == 0:
+			return 1, nil
+		case id == "b" && m == 1:
+			return 0, fmt.Errorf("no answer from %s", id)
+		}
+		return dialProgress(ctx, id, addr)
+	})
+
+	seen, stopWatch := watchSuffrage(a, "b")
+	defer stopWatch()
+	bcfg := testConfig(t, "b", dir, 1)
+	bcfg.Join = []string{a.GossipAddr()}
+	b := startNode(t, bcfg)
+	defer shutdown(t, b)
+	waitFor(t, 15*time.Second, "b added as a nonvoter", func() bool { return suffrage(a, "b") == "Nonvoter" })
+	waitFor(t, 15*time.Second, "b to hold the log", func() bool { return len(b.fsm.Entries()) >= 50 })
+
+	for _, m := range []int32{0, 1} {
+		mode.Store(m)
+		// Several checks, over longer than PromoteAfter, find b behind:
+		// it stays a nonvoter.
+		start, from := time.Now(), probes[m].Load()
+		waitFor(t, 15*time.Second, "checks of b's progress", func() bool {
+			return probes[m].Load() >= from+3 && time.Since(start) > 2*acfg.PromoteAfter
+		})
+		if got := suffrage(a, "b"); got != "Nonvoter" {
+			t.Fatalf("mode %d: b is %q while behind, want Nonvoter", m, got)
+		}
+	}
+
+	released := time.Now()
+	mode.Store(2)
+	waitFor(t, 15*time.Second, "b promoted to voter", func() bool { return slices.Equal(voters(a), []string{"a", "b"}) })
+	if d := time.Since(released); d < acfg.PromoteAfter {
+		t.Errorf("b promoted %v after it caught up, before PromoteAfter (%v)", d, acfg.PromoteAfter)
+	}
+	stopWatch()
+	if got, want := seen.get(), []string{"", "Nonvoter", "Voter"}; !slices.Equal(got, want) {
+		t.Errorf("b's suffrage went %q, want %q", got, want)
+	}
+	if _, err := b.WaitLeader(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	shutdown(t, b)
+	shutdown(t, a)
+	checkGoroutines(t, base)
+}
