@@ -35,6 +35,7 @@ var leaderMethods = func() map[string]bool {
 		raftqv1.Cluster_TransferLeadership_FullMethodName: true,
 		raftqv1.Cluster_Checkpoint_FullMethodName:         true,
 		raftqv1.Cluster_SetClusterSettings_FullMethodName: true,
+		raftqv1.Cluster_RecountQueues_FullMethodName:      true,
 		raftqv1.Auth_CreateToken_FullMethodName:           true,
 		raftqv1.Auth_RevokeToken_FullMethodName:           true,
 		raftqv1.Auth_Grant_FullMethodName:                 true,

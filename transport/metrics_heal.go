@@ -23,7 +23,7 @@ func newHealCollector(s *Server) *healCollector {
 			"Recounts that changed a queue's counters on this node (queue=\"\" is the node's byte total). Every repair is a bug report: counters are kept by one chokepoint and should never drift.",
 			[]string{"queue"}, nil),
 		audited: prometheus.NewDesc("raftq_audit_queues_recounted_total",
-			"Queues whose counters this node's counter audit recounted while it led, since it started.", nil, nil),
+			"Queues whose counters this node's counter audit recounted, since it started (every node audits its own).", nil, nil),
 		diverged: prometheus.NewDesc("raftq_replica_diverged",
 			"1 once this node learnt that its state digest differs from the replicas' (it then serves no reads from its state until repaired), else 0.", nil, nil),
 	}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/raftq/raftq/cluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -335,4 +337,52 @@ func (c *clusterService) ReportDivergence(ctx context.Context, req *raftqv1.Repo
 		c.s.restartOnce.Do(func() { close(c.s.restart) })
 	}
 	return &raftqv1.ReportDivergenceResponse{Diverged: true, Digest: d}, nil
+}
+
+// maxRecountQueues bounds one RecountQueues request: every replica
+// recounts the named queues inside Apply.
+const maxRecountQueues = 1024
+
+// RecountQueues is a node whose counter audit found drift asking this
+// leader (the interceptor forwards it here) to commit RecountQueues.
+func (c *clusterService) RecountQueues(ctx context.Context, req *raftqv1.RecountQueuesRequest) (*raftqv1.RecountQueuesResponse, error) {
+	if n := len(req.GetQueues()); n > maxRecountQueues {
+		return nil, invalid("%d queues; at most %d a request", n, maxRecountQueues)
+	}
+	for _, q := range req.GetQueues() {
+		if q == "" {
+			return nil, invalid("a queue name is empty")
+		}
+	}
+	c.s.log.Warn("counter audit: a node found queues whose counters disagree with their messages; recounting them on every replica",
+		"reported_by", req.GetReportedBy(), "queues", req.GetQueues())
+	res, err := c.s.b.RecountQueues(ctx, req.GetQueues())
+	if errors.Is(err, broker.ErrRecountUnsupported) {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.s.log.Info("counter audit: recount committed", "queues", req.GetQueues(), "repaired_here", len(res.Repairs), "byte_total_repaired_here", res.TotalBytesRepaired)
+	return &raftqv1.RecountQueuesResponse{}, nil
+}
+
+// reportDrift is this node's broker.DriftReporter: it asks the leader for
+// a recount, at the leader's peer address.
+func (s *Server) reportDrift(ctx context.Context, queues []string) error {
+	route, err := s.route(ctx)
+	if err != nil {
+		return err
+	}
+	req := &raftqv1.RecountQueuesRequest{Queues: queues, ReportedBy: s.b.ID()}
+	if route.Local {
+		_, err := (&clusterService{s: s}).RecountQueues(ctx, req)
+		return err
+	}
+	conn, err := s.peers.get(route.LeaderID, route.LeaderAddr)
+	if err != nil {
+		return err
+	}
+	_, err = raftqv1.NewClusterClient(conn).RecountQueues(ctx, req)
+	return err
 }

@@ -176,6 +176,8 @@ func New(cfg Config, b *broker.Broker) *Server {
 	// A server the leader adds is a nonvoter until its applied index,
 	// asked here as cluster status asks it, has caught up.
 	s.node.SetPeerProgress(s.peerProgress)
+	// A follower's counter audit has the leader commit its recounts.
+	b.SetDriftReporter(s.reportDrift)
 	rctx, rcancel := context.WithCancel(context.Background())
 	s.stopReplica = rcancel
 	go s.replicaLoop(rctx, cfg.ReplicaCheckInterval)
@@ -234,6 +236,7 @@ func (s *Server) Stop(ctx context.Context) {
 		s.stopReplica()
 		<-s.replicaDone
 		s.node.SetPeerProgress(nil) // the peers' connections close now
+		s.b.SetDriftReporter(nil)
 		s.peers.close()
 	})
 }

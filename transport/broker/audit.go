@@ -2,7 +2,11 @@ package broker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
+
+	"github.com/raftq/raftq/cluster"
 
 	"github.com/raftq/raftq/fsm"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
@@ -34,15 +38,18 @@ func (c AuditConfig) withDefaults() AuditConfig {
 	return c
 }
 
-// auditCounters runs on the leader for its term. Counters are kept by one
-// chokepoint (fsm/state put), so they should never drift; this finds it
-// if they do. Each tick it recounts at most Budget queues, continuing from
-// a cursor over the sorted queue names, and at the end of each rotation
-// checks the node's byte total. Where a counter disagrees with the
-// structures it proposes RecountQueues, which every replica applies by
-// recounting its own structures (the command carries names, not numbers).
-// Only the leader's counters are audited here; a follower's counter drift
-// is what the replica check reports (replica.go).
+// auditCounters runs on every node, for its lifetime. Counters are kept
+// by one chokepoint (fsm/state put), so they should never drift; this
+// finds it if they do. Each tick it recounts at most Budget of this
+// node's queues, continuing from a cursor over the sorted queue names,
+// and at the end of each rotation checks the node's byte total. Where a
+// counter disagrees with the structures, RecountQueues is committed,
+// which every replica applies by recounting its own structures (the
+// command carries names, not numbers): the leader proposes it; a
+// follower asks the leader to (SetDriftReporter). Every node audits its
+// own counters because no other check sees a follower's: counters derive
+// from the messages and are not in the state digest the replica check
+// compares.
 func (w *leaderWork) auditCounters(ctx context.Context) {
 	cfg := w.audit.withDefaults()
 	if cfg.Interval < 0 {
@@ -87,27 +94,84 @@ func (w *leaderWork) auditTick(ctx context.Context, cursor string, budget int) s
 		}
 	}
 	if len(drifted) > 0 || total {
-		w.proposeRecount(ctx, drifted)
+		w.repair(ctx, drifted)
 	}
 	return next
 }
 
-// proposeRecount asks every replica to recount queues (and the byte
-// total), once the cluster version has the command.
-func (w *leaderWork) proposeRecount(ctx context.Context, queues []string) {
+// repair has queues (and the byte total) recounted on every replica,
+// once the cluster version has the command: the established leader
+// proposes RecountQueues; any other node asks the leader to.
+func (w *leaderWork) repair(ctx context.Context, queues []string) {
 	if cv := w.state.ClusterVersion(); cv < fsm.RecountVersion {
 		w.log.Warn("counter audit: not repairing until every voter runs a build that can (cluster version too old)",
 			"queues", queues, "cluster_version", cv, "needs", fsm.RecountVersion)
 		return
 	}
-	cmd := &fsmv1.Command{Op: &fsmv1.Command_RecountQueues{RecountQueues: &fsmv1.RecountQueues{Queues: queues}}}
-	res, err := fsm.As[*fsm.RecountResult](w.propose(ctx, cmd))
-	if err != nil {
+	if l := w.node.Leadership(); l.Role == cluster.RoleLeader && l.Established {
+		res, err := w.recount(ctx, queues)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("counter audit: recount not committed; the next rotation finds the drift again", "queues", queues, "err", err)
+			}
+			return
+		}
+		// This node's FSM logged each repair it made, with before and after.
+		w.log.Info("counter audit: recount committed", "queues", queues, "repaired_here", len(res.Repairs), "byte_total_repaired_here", res.TotalBytesRepaired)
+		return
+	}
+	report := w.reporter.Load()
+	if report == nil {
+		w.log.Warn("counter audit: this follower cannot reach the leader to have its counters recounted; the next rotation tries again", "queues", queues)
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, reportTimeout)
+	defer cancel()
+	if err := (*report)(rctx, queues); err != nil {
 		if ctx.Err() == nil {
-			w.log.Warn("counter audit: recount not committed; the next rotation finds the drift again", "queues", queues, "err", err)
+			w.log.Warn("counter audit: the leader did not commit the recount this follower asked for; the next rotation finds the drift again", "queues", queues, "err", err)
 		}
 		return
 	}
-	// This node's FSM logged each repair it made, with before and after.
-	w.log.Info("counter audit: recount committed", "queues", queues, "repaired_here", len(res.Repairs), "byte_total_repaired_here", res.TotalBytesRepaired)
+	// The recount applied here (or will, once this node catches up) and
+	// this node's FSM logs the repair it made.
+	w.log.Info("counter audit: the leader committed the recount this follower asked for", "queues", queues)
+}
+
+// reportTimeout bounds a follower's request to the leader for a recount.
+const reportTimeout = 10 * time.Second
+
+// DriftReporter asks the leader to commit RecountQueues for queues (an
+// empty list: the byte total alone) and returns once it is committed.
+type DriftReporter func(ctx context.Context, queues []string) error
+
+// SetDriftReporter gives this node's counter audit, while the node does
+// not lead, a way to have its drifted counters recounted (the serving
+// layer's call to the leader); nil takes it away.
+func (b *Broker) SetDriftReporter(r DriftReporter) {
+	if r == nil {
+		b.leader.reporter.Store(nil)
+		return
+	}
+	b.leader.reporter.Store(&r)
+}
+
+// RecountQueues commits RecountQueues for queues on the leader: every
+// replica recomputes those queues' counters (and the byte total) from its
+// own messages. It fails with ErrNotLeader on a follower, and with
+// ErrRecountUnsupported while the cluster version is older than the
+// command.
+func (b *Broker) RecountQueues(ctx context.Context, queues []string) (*fsm.RecountResult, error) {
+	if cv := b.state.ClusterVersion(); cv < fsm.RecountVersion {
+		return nil, fmt.Errorf("%w: cluster version %d, needs %d", ErrRecountUnsupported, cv, fsm.RecountVersion)
+	}
+	return b.leader.recount(ctx, queues)
+}
+
+// ErrRecountUnsupported: some voter runs a build without RecountQueues.
+var ErrRecountUnsupported = errors.New("not every voter runs a build that can recount counters")
+
+func (w *leaderWork) recount(ctx context.Context, queues []string) (*fsm.RecountResult, error) {
+	cmd := &fsmv1.Command{Op: &fsmv1.Command_RecountQueues{RecountQueues: &fsmv1.RecountQueues{Queues: queues}}}
+	return fsm.As[*fsm.RecountResult](w.propose(ctx, cmd))
 }

@@ -16,8 +16,8 @@ import (
 // leadership as values (leader known, established after its Barrier,
 // lost); one goroutine follows them and runs the leader-only work for
 // exactly the stretch of an established term: the scheduler (which owns
-// its sweeper), the cluster-version raiser (version.go) and the counter
-// audit (audit.go).
+// its sweeper) and the cluster-version raiser (version.go). The counter
+// audit (audit.go) runs on every node for as long as it follows.
 type leaderWork struct {
 	log   *slog.Logger
 	node  *cluster.Node
@@ -32,6 +32,8 @@ type leaderWork struct {
 	changes atomic.Uint64
 	// audited counts the queues the counter audit recounted (for metrics).
 	audited atomic.Uint64
+	// reporter asks the leader for a recount (SetDriftReporter).
+	reporter atomic.Pointer[DriftReporter]
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -44,7 +46,10 @@ func (w *leaderWork) start() {
 	w.done = make(chan struct{})
 	go func() {
 		defer close(w.done)
+		var wg sync.WaitGroup
+		wg.Go(func() { w.auditCounters(ctx) })
 		w.follow(ctx)
+		wg.Wait()
 	}()
 }
 
@@ -110,7 +115,6 @@ func (w *leaderWork) runTerm(term uint64) *leaderTerm {
 		defer w.feed.stop()
 		var wg sync.WaitGroup
 		wg.Go(func() { w.raiseClusterVersion(ctx) })
-		wg.Go(func() { w.auditCounters(ctx) })
 		w.log.Info("leader term established: starting the scheduler", "term", term)
 		w.sched.RunLeader(ctx)
 		w.log.Info("leader term over: scheduler stopped", "term", term)

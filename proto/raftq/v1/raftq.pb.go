@@ -3625,6 +3625,99 @@ func (x *ReportDivergenceResponse) GetDigest() string {
 	return ""
 }
 
+type RecountQueuesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queues to recount (at most 1024); none: only the node's byte
+	// total, which every recount also recomputes.
+	Queues []string `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
+	// The node whose audit found the drift (for the leader's log).
+	ReportedBy    string `protobuf:"bytes,2,opt,name=reported_by,json=reportedBy,proto3" json:"reported_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecountQueuesRequest) Reset() {
+	*x = RecountQueuesRequest{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecountQueuesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecountQueuesRequest) ProtoMessage() {}
+
+func (x *RecountQueuesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecountQueuesRequest.ProtoReflect.Descriptor instead.
+func (*RecountQueuesRequest) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *RecountQueuesRequest) GetQueues() []string {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *RecountQueuesRequest) GetReportedBy() string {
+	if x != nil {
+		return x.ReportedBy
+	}
+	return ""
+}
+
+// Answered once the RecountQueues entry is committed and applied on the
+// leader.
+type RecountQueuesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecountQueuesResponse) Reset() {
+	*x = RecountQueuesResponse{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecountQueuesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecountQueuesResponse) ProtoMessage() {}
+
+func (x *RecountQueuesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecountQueuesResponse.ProtoReflect.Descriptor instead.
+func (*RecountQueuesResponse) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
+}
+
 type VerifyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3633,7 +3726,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3645,7 +3738,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3658,7 +3751,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
 }
 
 type VerifyResponse struct {
@@ -3677,7 +3770,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3689,7 +3782,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3702,7 +3795,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *VerifyResponse) GetNodes() []*NodeDigest {
@@ -3734,7 +3827,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3746,7 +3839,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3759,7 +3852,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
 }
 
 type CheckpointResponse struct {
@@ -3771,7 +3864,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3783,7 +3876,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3796,7 +3889,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CheckpointResponse) GetIndex() uint64 {
@@ -3815,7 +3908,7 @@ type LocalDigestRequest struct {
 
 func (x *LocalDigestRequest) Reset() {
 	*x = LocalDigestRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3827,7 +3920,7 @@ func (x *LocalDigestRequest) String() string {
 func (*LocalDigestRequest) ProtoMessage() {}
 
 func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3840,7 +3933,7 @@ func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalDigestRequest.ProtoReflect.Descriptor instead.
 func (*LocalDigestRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *LocalDigestRequest) GetIndex() uint64 {
@@ -3859,7 +3952,7 @@ type ListConsumersRequest struct {
 
 func (x *ListConsumersRequest) Reset() {
 	*x = ListConsumersRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3871,7 +3964,7 @@ func (x *ListConsumersRequest) String() string {
 func (*ListConsumersRequest) ProtoMessage() {}
 
 func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3884,7 +3977,7 @@ func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersRequest.ProtoReflect.Descriptor instead.
 func (*ListConsumersRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListConsumersRequest) GetQueue() string {
@@ -3903,7 +3996,7 @@ type ListConsumersResponse struct {
 
 func (x *ListConsumersResponse) Reset() {
 	*x = ListConsumersResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3915,7 +4008,7 @@ func (x *ListConsumersResponse) String() string {
 func (*ListConsumersResponse) ProtoMessage() {}
 
 func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3928,7 +4021,7 @@ func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
@@ -3967,7 +4060,7 @@ type ConsumerInfo struct {
 
 func (x *ConsumerInfo) Reset() {
 	*x = ConsumerInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3979,7 +4072,7 @@ func (x *ConsumerInfo) String() string {
 func (*ConsumerInfo) ProtoMessage() {}
 
 func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3992,7 +4085,7 @@ func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ConsumerInfo) GetName() string {
@@ -4079,7 +4172,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4091,7 +4184,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4104,7 +4197,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -4142,7 +4235,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4154,7 +4247,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4167,7 +4260,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *CreateTokenResponse) GetName() string {
@@ -4207,7 +4300,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4219,7 +4312,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4232,7 +4325,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RevokeTokenRequest) GetName() string {
@@ -4250,7 +4343,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4262,7 +4355,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4275,7 +4368,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
 }
 
 type GrantRequest struct {
@@ -4294,7 +4387,7 @@ type GrantRequest struct {
 
 func (x *GrantRequest) Reset() {
 	*x = GrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4306,7 +4399,7 @@ func (x *GrantRequest) String() string {
 func (*GrantRequest) ProtoMessage() {}
 
 func (x *GrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4319,7 +4412,7 @@ func (x *GrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRequest.ProtoReflect.Descriptor instead.
 func (*GrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GrantRequest) GetIdentity() string {
@@ -4358,7 +4451,7 @@ type GrantResponse struct {
 
 func (x *GrantResponse) Reset() {
 	*x = GrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4370,7 +4463,7 @@ func (x *GrantResponse) String() string {
 func (*GrantResponse) ProtoMessage() {}
 
 func (x *GrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4383,7 +4476,7 @@ func (x *GrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantResponse.ProtoReflect.Descriptor instead.
 func (*GrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
 }
 
 type UngrantRequest struct {
@@ -4398,7 +4491,7 @@ type UngrantRequest struct {
 
 func (x *UngrantRequest) Reset() {
 	*x = UngrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4410,7 +4503,7 @@ func (x *UngrantRequest) String() string {
 func (*UngrantRequest) ProtoMessage() {}
 
 func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4423,7 +4516,7 @@ func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantRequest.ProtoReflect.Descriptor instead.
 func (*UngrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *UngrantRequest) GetIdentity() string {
@@ -4455,7 +4548,7 @@ type UngrantResponse struct {
 
 func (x *UngrantResponse) Reset() {
 	*x = UngrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4467,7 +4560,7 @@ func (x *UngrantResponse) String() string {
 func (*UngrantResponse) ProtoMessage() {}
 
 func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4480,7 +4573,7 @@ func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantResponse.ProtoReflect.Descriptor instead.
 func (*UngrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
 }
 
 type ListAuthRequest struct {
@@ -4491,7 +4584,7 @@ type ListAuthRequest struct {
 
 func (x *ListAuthRequest) Reset() {
 	*x = ListAuthRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4503,7 +4596,7 @@ func (x *ListAuthRequest) String() string {
 func (*ListAuthRequest) ProtoMessage() {}
 
 func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4516,7 +4609,7 @@ func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthRequest.ProtoReflect.Descriptor instead.
 func (*ListAuthRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
 }
 
 type ListAuthResponse struct {
@@ -4528,7 +4621,7 @@ type ListAuthResponse struct {
 
 func (x *ListAuthResponse) Reset() {
 	*x = ListAuthResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4540,7 +4633,7 @@ func (x *ListAuthResponse) String() string {
 func (*ListAuthResponse) ProtoMessage() {}
 
 func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4553,7 +4646,7 @@ func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthResponse.ProtoReflect.Descriptor instead.
 func (*ListAuthResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListAuthResponse) GetIdentities() []*IdentityInfo {
@@ -4575,7 +4668,7 @@ type IdentityInfo struct {
 
 func (x *IdentityInfo) Reset() {
 	*x = IdentityInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4587,7 +4680,7 @@ func (x *IdentityInfo) String() string {
 func (*IdentityInfo) ProtoMessage() {}
 
 func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4600,7 +4693,7 @@ func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityInfo.ProtoReflect.Descriptor instead.
 func (*IdentityInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *IdentityInfo) GetName() string {
@@ -4643,7 +4736,7 @@ type TokenInfo struct {
 
 func (x *TokenInfo) Reset() {
 	*x = TokenInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4655,7 +4748,7 @@ func (x *TokenInfo) String() string {
 func (*TokenInfo) ProtoMessage() {}
 
 func (x *TokenInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4668,7 +4761,7 @@ func (x *TokenInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenInfo.ProtoReflect.Descriptor instead.
 func (*TokenInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *TokenInfo) GetName() string {
@@ -4702,7 +4795,7 @@ type PermissionGrant struct {
 
 func (x *PermissionGrant) Reset() {
 	*x = PermissionGrant{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4714,7 +4807,7 @@ func (x *PermissionGrant) String() string {
 func (*PermissionGrant) ProtoMessage() {}
 
 func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4727,7 +4820,7 @@ func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionGrant.ProtoReflect.Descriptor instead.
 func (*PermissionGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *PermissionGrant) GetPattern() string {
@@ -4752,7 +4845,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4764,7 +4857,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4777,7 +4870,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{81}
 }
 
 type WhoAmIResponse struct {
@@ -4793,7 +4886,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4805,7 +4898,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4818,7 +4911,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *WhoAmIResponse) GetIdentity() string {
@@ -4857,7 +4950,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4869,7 +4962,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4882,7 +4975,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{81}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{83}
 }
 
 // BackupChunk is one message of a Backup stream: first info (alone), then
@@ -4903,7 +4996,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4915,7 +5008,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4928,7 +5021,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{82}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *BackupChunk) GetInfo() *BackupInfo {
@@ -4979,7 +5072,7 @@ type BackupInfo struct {
 
 func (x *BackupInfo) Reset() {
 	*x = BackupInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4991,7 +5084,7 @@ func (x *BackupInfo) String() string {
 func (*BackupInfo) ProtoMessage() {}
 
 func (x *BackupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5004,7 +5097,7 @@ func (x *BackupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupInfo.ProtoReflect.Descriptor instead.
 func (*BackupInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{83}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *BackupInfo) GetIndex() uint64 {
@@ -5319,7 +5412,12 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\aremoved\x18\x04 \x01(\bR\aremoved\"N\n" +
 	"\x18ReportDivergenceResponse\x12\x1a\n" +
 	"\bdiverged\x18\x01 \x01(\bR\bdiverged\x12\x16\n" +
-	"\x06digest\x18\x02 \x01(\tR\x06digest\"\x0f\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\"O\n" +
+	"\x14RecountQueuesRequest\x12\x16\n" +
+	"\x06queues\x18\x01 \x03(\tR\x06queues\x12\x1f\n" +
+	"\vreported_by\x18\x02 \x01(\tR\n" +
+	"reportedBy\"\x17\n" +
+	"\x15RecountQueuesResponse\"\x0f\n" +
 	"\rVerifyRequest\"\x87\x01\n" +
 	"\x0eVerifyResponse\x12*\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x14.raftq.v1.NodeDigestR\x05nodes\x12\x1e\n" +
@@ -5425,7 +5523,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\vExtendLease\x12\x1c.raftq.v1.ExtendLeaseRequest\x1a\x1d.raftq.v1.ExtendLeaseResponse\x125\n" +
 	"\x04Peek\x12\x15.raftq.v1.PeekRequest\x1a\x16.raftq.v1.PeekResponse\x12>\n" +
 	"\aRedrive\x12\x18.raftq.v1.RedriveRequest\x1a\x19.raftq.v1.RedriveResponse\x12P\n" +
-	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse2\xae\x06\n" +
+	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse2\x80\a\n" +
 	"\aCluster\x12;\n" +
 	"\x06Status\x12\x17.raftq.v1.StatusRequest\x1a\x18.raftq.v1.StatusResponse\x12G\n" +
 	"\n" +
@@ -5439,7 +5537,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x05Leave\x12\x16.raftq.v1.LeaveRequest\x1a\x17.raftq.v1.LeaveResponse\x12:\n" +
 	"\x06Backup\x12\x17.raftq.v1.BackupRequest\x1a\x15.raftq.v1.BackupChunk0\x01\x12Y\n" +
 	"\x10ReportDivergence\x12!.raftq.v1.ReportDivergenceRequest\x1a\".raftq.v1.ReportDivergenceResponse\x12_\n" +
-	"\x12SetClusterSettings\x12#.raftq.v1.SetClusterSettingsRequest\x1a$.raftq.v1.SetClusterSettingsResponse2\x98\x03\n" +
+	"\x12SetClusterSettings\x12#.raftq.v1.SetClusterSettingsRequest\x1a$.raftq.v1.SetClusterSettingsResponse\x12P\n" +
+	"\rRecountQueues\x12\x1e.raftq.v1.RecountQueuesRequest\x1a\x1f.raftq.v1.RecountQueuesResponse2\x98\x03\n" +
 	"\x04Auth\x12J\n" +
 	"\vCreateToken\x12\x1c.raftq.v1.CreateTokenRequest\x1a\x1d.raftq.v1.CreateTokenResponse\x12J\n" +
 	"\vRevokeToken\x12\x1c.raftq.v1.RevokeTokenRequest\x1a\x1d.raftq.v1.RevokeTokenResponse\x128\n" +
@@ -5460,7 +5559,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -5520,58 +5619,60 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*NodeDigest)(nil),                 // 55: raftq.v1.NodeDigest
 	(*ReportDivergenceRequest)(nil),    // 56: raftq.v1.ReportDivergenceRequest
 	(*ReportDivergenceResponse)(nil),   // 57: raftq.v1.ReportDivergenceResponse
-	(*VerifyRequest)(nil),              // 58: raftq.v1.VerifyRequest
-	(*VerifyResponse)(nil),             // 59: raftq.v1.VerifyResponse
-	(*CheckpointRequest)(nil),          // 60: raftq.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),         // 61: raftq.v1.CheckpointResponse
-	(*LocalDigestRequest)(nil),         // 62: raftq.v1.LocalDigestRequest
-	(*ListConsumersRequest)(nil),       // 63: raftq.v1.ListConsumersRequest
-	(*ListConsumersResponse)(nil),      // 64: raftq.v1.ListConsumersResponse
-	(*ConsumerInfo)(nil),               // 65: raftq.v1.ConsumerInfo
-	(*CreateTokenRequest)(nil),         // 66: raftq.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),        // 67: raftq.v1.CreateTokenResponse
-	(*RevokeTokenRequest)(nil),         // 68: raftq.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),        // 69: raftq.v1.RevokeTokenResponse
-	(*GrantRequest)(nil),               // 70: raftq.v1.GrantRequest
-	(*GrantResponse)(nil),              // 71: raftq.v1.GrantResponse
-	(*UngrantRequest)(nil),             // 72: raftq.v1.UngrantRequest
-	(*UngrantResponse)(nil),            // 73: raftq.v1.UngrantResponse
-	(*ListAuthRequest)(nil),            // 74: raftq.v1.ListAuthRequest
-	(*ListAuthResponse)(nil),           // 75: raftq.v1.ListAuthResponse
-	(*IdentityInfo)(nil),               // 76: raftq.v1.IdentityInfo
-	(*TokenInfo)(nil),                  // 77: raftq.v1.TokenInfo
-	(*PermissionGrant)(nil),            // 78: raftq.v1.PermissionGrant
-	(*WhoAmIRequest)(nil),              // 79: raftq.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),             // 80: raftq.v1.WhoAmIResponse
-	(*BackupRequest)(nil),              // 81: raftq.v1.BackupRequest
-	(*BackupChunk)(nil),                // 82: raftq.v1.BackupChunk
-	(*BackupInfo)(nil),                 // 83: raftq.v1.BackupInfo
-	nil,                                // 84: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 85: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 86: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 87: google.protobuf.FieldMask
-	(*status.Status)(nil),              // 88: google.rpc.Status
+	(*RecountQueuesRequest)(nil),       // 58: raftq.v1.RecountQueuesRequest
+	(*RecountQueuesResponse)(nil),      // 59: raftq.v1.RecountQueuesResponse
+	(*VerifyRequest)(nil),              // 60: raftq.v1.VerifyRequest
+	(*VerifyResponse)(nil),             // 61: raftq.v1.VerifyResponse
+	(*CheckpointRequest)(nil),          // 62: raftq.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 63: raftq.v1.CheckpointResponse
+	(*LocalDigestRequest)(nil),         // 64: raftq.v1.LocalDigestRequest
+	(*ListConsumersRequest)(nil),       // 65: raftq.v1.ListConsumersRequest
+	(*ListConsumersResponse)(nil),      // 66: raftq.v1.ListConsumersResponse
+	(*ConsumerInfo)(nil),               // 67: raftq.v1.ConsumerInfo
+	(*CreateTokenRequest)(nil),         // 68: raftq.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),        // 69: raftq.v1.CreateTokenResponse
+	(*RevokeTokenRequest)(nil),         // 70: raftq.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),        // 71: raftq.v1.RevokeTokenResponse
+	(*GrantRequest)(nil),               // 72: raftq.v1.GrantRequest
+	(*GrantResponse)(nil),              // 73: raftq.v1.GrantResponse
+	(*UngrantRequest)(nil),             // 74: raftq.v1.UngrantRequest
+	(*UngrantResponse)(nil),            // 75: raftq.v1.UngrantResponse
+	(*ListAuthRequest)(nil),            // 76: raftq.v1.ListAuthRequest
+	(*ListAuthResponse)(nil),           // 77: raftq.v1.ListAuthResponse
+	(*IdentityInfo)(nil),               // 78: raftq.v1.IdentityInfo
+	(*TokenInfo)(nil),                  // 79: raftq.v1.TokenInfo
+	(*PermissionGrant)(nil),            // 80: raftq.v1.PermissionGrant
+	(*WhoAmIRequest)(nil),              // 81: raftq.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),             // 82: raftq.v1.WhoAmIResponse
+	(*BackupRequest)(nil),              // 83: raftq.v1.BackupRequest
+	(*BackupChunk)(nil),                // 84: raftq.v1.BackupChunk
+	(*BackupInfo)(nil),                 // 85: raftq.v1.BackupInfo
+	nil,                                // 86: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 87: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 88: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 89: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 90: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	84, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	86, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
 	1,  // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
 	2,  // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
 	3,  // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
 	4,  // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
 	6,  // 5: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
-	85, // 6: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	86, // 7: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	87, // 6: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	88, // 7: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
 	1,  // 8: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
 	5,  // 9: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	1,  // 10: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	87, // 11: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	89, // 11: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
 	5,  // 12: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 13: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 14: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
 	7,  // 15: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
 	24, // 16: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
 	25, // 17: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
-	88, // 18: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	90, // 18: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
 	8,  // 19: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
 	9,  // 20: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
 	11, // 21: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
@@ -5584,12 +5685,12 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	44, // 28: raftq.v1.StatusResponse.settings:type_name -> raftq.v1.ClusterSettings
 	44, // 29: raftq.v1.SetClusterSettingsResponse.settings:type_name -> raftq.v1.ClusterSettings
 	55, // 30: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
-	65, // 31: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
-	76, // 32: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
-	77, // 33: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
-	78, // 34: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
-	78, // 35: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
-	83, // 36: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
+	67, // 31: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
+	78, // 32: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
+	79, // 33: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
+	80, // 34: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
+	80, // 35: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
+	85, // 36: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
 	0,  // 37: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
 	12, // 38: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
 	14, // 39: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
@@ -5605,58 +5706,60 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	34, // 49: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
 	36, // 50: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
 	38, // 51: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	63, // 52: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
+	65, // 52: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
 	42, // 53: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
 	47, // 54: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
 	51, // 55: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
 	53, // 56: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	58, // 57: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	60, // 58: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	62, // 59: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	60, // 57: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	62, // 58: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	64, // 59: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
 	49, // 60: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
-	81, // 61: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
+	83, // 61: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
 	56, // 62: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
 	45, // 63: raftq.v1.Cluster.SetClusterSettings:input_type -> raftq.v1.SetClusterSettingsRequest
-	66, // 64: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
-	68, // 65: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
-	70, // 66: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
-	72, // 67: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
-	74, // 68: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
-	79, // 69: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
-	13, // 70: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	15, // 71: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	17, // 72: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	19, // 73: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	21, // 74: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	23, // 75: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	25, // 76: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	27, // 77: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
-	29, // 78: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	31, // 79: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	33, // 80: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	35, // 81: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	37, // 82: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	39, // 83: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	64, // 84: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
-	43, // 85: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	48, // 86: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	52, // 87: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	54, // 88: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	59, // 89: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	61, // 90: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	55, // 91: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	50, // 92: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
-	82, // 93: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
-	57, // 94: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
-	46, // 95: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
-	67, // 96: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
-	69, // 97: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
-	71, // 98: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
-	73, // 99: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
-	75, // 100: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
-	80, // 101: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
-	70, // [70:102] is the sub-list for method output_type
-	38, // [38:70] is the sub-list for method input_type
+	58, // 64: raftq.v1.Cluster.RecountQueues:input_type -> raftq.v1.RecountQueuesRequest
+	68, // 65: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
+	70, // 66: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
+	72, // 67: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
+	74, // 68: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
+	76, // 69: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
+	81, // 70: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
+	13, // 71: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	15, // 72: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	17, // 73: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	19, // 74: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	21, // 75: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	23, // 76: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	25, // 77: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	27, // 78: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
+	29, // 79: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	31, // 80: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	33, // 81: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	35, // 82: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	37, // 83: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	39, // 84: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	66, // 85: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
+	43, // 86: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	48, // 87: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	52, // 88: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	54, // 89: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	61, // 90: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	63, // 91: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	55, // 92: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	50, // 93: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
+	84, // 94: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
+	57, // 95: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
+	46, // 96: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
+	59, // 97: raftq.v1.Cluster.RecountQueues:output_type -> raftq.v1.RecountQueuesResponse
+	69, // 98: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
+	71, // 99: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
+	73, // 100: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
+	75, // 101: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
+	77, // 102: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
+	82, // 103: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
+	71, // [71:104] is the sub-list for method output_type
+	38, // [38:71] is the sub-list for method input_type
 	38, // [38:38] is the sub-list for extension type_name
 	38, // [38:38] is the sub-list for extension extendee
 	0,  // [0:38] is the sub-list for field type_name
@@ -5674,7 +5777,7 @@ func file_raftq_v1_raftq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   87,
+			NumMessages:   89,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

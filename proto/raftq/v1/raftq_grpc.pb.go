@@ -685,6 +685,7 @@ const (
 	Cluster_Backup_FullMethodName             = "/raftq.v1.Cluster/Backup"
 	Cluster_ReportDivergence_FullMethodName   = "/raftq.v1.Cluster/ReportDivergence"
 	Cluster_SetClusterSettings_FullMethodName = "/raftq.v1.Cluster/SetClusterSettings"
+	Cluster_RecountQueues_FullMethodName      = "/raftq.v1.Cluster/RecountQueues"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -724,6 +725,13 @@ type ClusterClient interface {
 	// leader proposes it; needs cluster version 9, else FAILED_PRECONDITION).
 	// Status reports the settings.
 	SetClusterSettings(ctx context.Context, in *SetClusterSettingsRequest, opts ...grpc.CallOption) (*SetClusterSettingsResponse, error)
+	// A node whose own counter audit found queues whose counters disagree
+	// with their messages asks the leader (a follower forwards it) to
+	// commit RecountQueues for them: every replica, that node included,
+	// recomputes those counters from its own messages. Counters are not in
+	// the digest, so the replica check cannot see a follower's drift; this
+	// is how it heals. Admin (node) only.
+	RecountQueues(ctx context.Context, in *RecountQueuesRequest, opts ...grpc.CallOption) (*RecountQueuesResponse, error)
 }
 
 type clusterClient struct {
@@ -853,6 +861,16 @@ func (c *clusterClient) SetClusterSettings(ctx context.Context, in *SetClusterSe
 	return out, nil
 }
 
+func (c *clusterClient) RecountQueues(ctx context.Context, in *RecountQueuesRequest, opts ...grpc.CallOption) (*RecountQueuesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecountQueuesResponse)
+	err := c.cc.Invoke(ctx, Cluster_RecountQueues_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -890,6 +908,13 @@ type ClusterServer interface {
 	// leader proposes it; needs cluster version 9, else FAILED_PRECONDITION).
 	// Status reports the settings.
 	SetClusterSettings(context.Context, *SetClusterSettingsRequest) (*SetClusterSettingsResponse, error)
+	// A node whose own counter audit found queues whose counters disagree
+	// with their messages asks the leader (a follower forwards it) to
+	// commit RecountQueues for them: every replica, that node included,
+	// recomputes those counters from its own messages. Counters are not in
+	// the digest, so the replica check cannot see a follower's drift; this
+	// is how it heals. Admin (node) only.
+	RecountQueues(context.Context, *RecountQueuesRequest) (*RecountQueuesResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -932,6 +957,9 @@ func (UnimplementedClusterServer) ReportDivergence(context.Context, *ReportDiver
 }
 func (UnimplementedClusterServer) SetClusterSettings(context.Context, *SetClusterSettingsRequest) (*SetClusterSettingsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SetClusterSettings not implemented")
+}
+func (UnimplementedClusterServer) RecountQueues(context.Context, *RecountQueuesRequest) (*RecountQueuesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RecountQueues not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -1145,6 +1173,24 @@ func _Cluster_SetClusterSettings_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_RecountQueues_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecountQueuesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).RecountQueues(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_RecountQueues_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).RecountQueues(ctx, req.(*RecountQueuesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1191,6 +1237,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetClusterSettings",
 			Handler:    _Cluster_SetClusterSettings_Handler,
+		},
+		{
+			MethodName: "RecountQueues",
+			Handler:    _Cluster_RecountQueues_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
