@@ -30,6 +30,11 @@ func (f *FSM) apply(index, term uint64, cmd *fsmv1.Command, touched *state.Touch
 	case *fsmv1.Command_LeaseRollback:
 		return tx.Rollback(op.LeaseRollback.GetRefs())
 	case *fsmv1.Command_Ack:
+		if version >= state.AckGrantVersion && len(op.Ack.GetGrants()) > 0 {
+			return tx.AckGrant(op.Ack)
+		}
+		// Before version 10 an Ack's grants are ignored, as older
+		// builds ignore the field.
 		return tx.Ack(op.Ack.GetRefs())
 	case *fsmv1.Command_Nack:
 		return tx.Nack(op.Nack)

@@ -20,8 +20,9 @@ import (
 // weights replicated state; version 4 moves the clock by elapsed time
 // within each leader's term; version 5 adds identities, tokens and
 // grants; version 6 adds DeleteQueue.if_empty; version 7 answers retries as the first call;
-// version 8 adds RecountQueues. fsm/DESIGN.md
-// lists every version.
+// version 8 adds RecountQueues; version 9 enforces admission at apply;
+// version 10 lets an Ack carry lease grants. fsm/DESIGN.md lists every
+// version.
 const MaxLogVersion = state.MaxLogVersion
 
 // Notifier learns which queues an applied batch touched (new ready work,

@@ -36,6 +36,20 @@ func (g *cmdGen) idempotencyKey() string {
 	return fmt.Sprint("i", g.r.IntN(3))
 }
 
+// grants leases a few of q's next ready messages, with now and then an
+// unknown id and no token.
+func (g *cmdGen) grants(q string) []*fsmv1.Grant {
+	ds, _ := g.f.Peek(q, 1+g.r.IntN(4), false)
+	var gs []*fsmv1.Grant
+	for _, d := range ds {
+		gs = append(gs, &fsmv1.Grant{Queue: q, MessageId: d.ID, ConsumerId: fmt.Sprint("c", g.r.IntN(3)), DeadlineMs: g.now + int64(g.r.IntN(300)), LeaseToken: g.r.Uint64() | 1})
+	}
+	if g.r.IntN(5) == 0 {
+		gs = append(gs, &fsmv1.Grant{Queue: q, MessageId: uint64(g.r.IntN(1 << 30)), ConsumerId: "c0"})
+	}
+	return gs
+}
+
 func (g *cmdGen) next() *fsmv1.Command {
 	g.now += int64(g.r.IntN(50))
 	if g.r.IntN(40) == 0 {
@@ -102,16 +116,7 @@ func (g *cmdGen) next() *fsmv1.Command {
 		}
 		c.Op = &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: batches}}
 	case n < 55:
-		q := g.queue()
-		ds, _ := g.f.Peek(q, 1+g.r.IntN(4), false)
-		var gs []*fsmv1.Grant
-		for _, d := range ds {
-			gs = append(gs, &fsmv1.Grant{Queue: q, MessageId: d.ID, ConsumerId: fmt.Sprint("c", g.r.IntN(3)), DeadlineMs: g.now + int64(g.r.IntN(300)), LeaseToken: g.r.Uint64() | 1})
-		}
-		if g.r.IntN(5) == 0 {
-			gs = append(gs, &fsmv1.Grant{Queue: q, MessageId: uint64(g.r.IntN(1 << 30)), ConsumerId: "c0"})
-		}
-		c.Op = &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: gs}}
+		c.Op = &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: g.grants(g.queue())}}
 	case n < 92 && len(g.leases) > 0:
 		i := g.r.IntN(len(g.leases))
 		d := g.leases[i]
@@ -121,7 +126,16 @@ func (g *cmdGen) next() *fsmv1.Command {
 		refs := []*fsmv1.Ref{ref(d)}
 		switch g.r.IntN(6) {
 		case 0, 1:
-			c.Op = &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: refs}}
+			ack := &fsmv1.Ack{Refs: refs}
+			if g.r.IntN(2) == 0 {
+				// The ack carries grants (log version 10; ignored in
+				// older entries), some of them of the message it acks.
+				ack.Grants = g.grants(d.Queue)
+				if g.r.IntN(4) == 0 {
+					ack.Grants = append(ack.Grants, &fsmv1.Grant{Queue: d.Queue, MessageId: d.ID, ConsumerId: "c1", DeadlineMs: g.now + 100, LeaseToken: g.r.Uint64() | 1})
+				}
+			}
+			c.Op = &fsmv1.Command_Ack{Ack: ack}
 		case 2:
 			c.Op = &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: []*fsmv1.NackOne{{Ref: refs[0], DelayMs: int64(g.r.IntN(100)), DeadLetter: g.r.IntN(5) == 0}}}}
 		case 3:
@@ -211,6 +225,10 @@ func (g *cmdGen) addNil(c *fsmv1.Command) {
 		gs := op.LeaseGrant.Grants
 		op.LeaseGrant.Grants = slices.Insert(gs, at(len(gs)), (*fsmv1.Grant)(nil))
 	case *fsmv1.Command_Ack:
+		if len(op.Ack.Grants) > 0 && g.r.IntN(2) == 0 {
+			op.Ack.Grants = slices.Insert(op.Ack.Grants, at(len(op.Ack.Grants)), (*fsmv1.Grant)(nil))
+			return
+		}
 		op.Ack.Refs = slices.Insert(op.Ack.Refs, at(len(op.Ack.Refs)), (*fsmv1.Ref)(nil))
 	case *fsmv1.Command_Nack:
 		op.Nack.Items = slices.Insert(op.Nack.Items, at(len(op.Nack.Items)), (*fsmv1.NackOne)(nil))
@@ -277,6 +295,14 @@ func scribble(c *fsmv1.Command) {
 				r.LeaseToken++
 			}
 		}
+		for i, gr := range op.Ack.Grants {
+			if gr == nil {
+				op.Ack.Grants[i] = &fsmv1.Grant{}
+				continue
+			}
+			gr.ConsumerId += "-changed"
+			gr.DeadlineMs += 1000
+		}
 	case *fsmv1.Command_Nack:
 		for _, it := range op.Nack.Items {
 			if it != nil {
@@ -304,6 +330,9 @@ func scribble(c *fsmv1.Command) {
 
 func (g *cmdGen) observe(res Result) {
 	gr, ok := res.(*GrantResult)
+	if ag, carried := res.(*AckGrantResult); carried {
+		gr, ok = ag.Granted, true
+	}
 	if !ok {
 		return
 	}

@@ -121,4 +121,8 @@ const (
 	// AdmitVersion is the log version from which admission is an apply
 	// rule and max_queued_bytes a replicated setting.
 	AdmitVersion = state.AdmitVersion
+	// AckGrantVersion is the log version from which an Ack may carry
+	// lease grants (applied after its acks, in the same entry); the
+	// scheduler proposes such acks only from it on.
+	AckGrantVersion = state.AckGrantVersion
 )

@@ -16,6 +16,7 @@ type (
 	BatchResult      = state.BatchResult
 	ItemsResult      = state.ItemsResult
 	GrantResult      = state.GrantResult
+	AckGrantResult   = state.AckGrantResult
 	ExtendResult     = state.ExtendResult
 	CountResult      = state.CountResult
 	CheckpointResult = state.CheckpointResult

@@ -6,6 +6,7 @@ package state
 //	Enqueue                                *EnqueueResult
 //	LeaseGrant                             *GrantResult
 //	LeaseRollback, Ack, Nack, LeaseExpire  *ItemsResult
+//	Ack carrying grants (log version 10)   *AckGrantResult
 //	Extend                                 *ExtendResult
 //	PurgeQueue, Redrive, ReleaseConsumer   *CountResult
 //	Checkpoint                             *CheckpointResult
@@ -62,6 +63,15 @@ type GrantResult struct {
 	Done
 	Items      []error
 	Deliveries []*Delivery
+}
+
+// AckGrantResult is the result of an Ack that carried grants (log
+// version 10): the acks' per-ref errors and the grants' results, each as
+// its own command would have reported it.
+type AckGrantResult struct {
+	Done
+	Acked   *ItemsResult
+	Granted *GrantResult
 }
 
 // ExtendResult has per item an error and the new deadline.

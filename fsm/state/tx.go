@@ -43,6 +43,19 @@ func (tx *Tx) Ack(refs []*fsmv1.Ref) *ItemsResult {
 	return res
 }
 
+// AckGrant applies an Ack that carries grants (log version 10): first the
+// acks, exactly as Ack, then the grants, exactly as a LeaseGrant command
+// of its own would in the next entry. Too many grants fail the whole
+// command before anything changes.
+func (tx *Tx) AckGrant(c *fsmv1.Ack) Result {
+	if len(c.GetGrants()) >= maxMessagesPerEntry {
+		return failed(fmt.Errorf("%w: too many grants", ErrInvalid))
+	}
+	acked := tx.Ack(c.GetRefs())
+	granted := tx.Grant(&fsmv1.LeaseGrant{Grants: c.GetGrants()})
+	return &AckGrantResult{Acked: acked, Granted: granted}
+}
+
 // Expire ends leases whose deadline has passed by the entry's clock.
 func (tx *Tx) Expire(refs []*fsmv1.Ref) *ItemsResult { return tx.forRefs(refs, tx.expireOne) }
 

@@ -9,10 +9,11 @@ package state
 // adds DeleteQueue.if_empty (IfEmptyVersion); version 7 answers a retried
 // ack, nack, purge or redrive as the first (recent.go).
 // Version 8 adds RecountQueues (recount.go); version 9 enforces admission
-// at apply and adds SetClusterSettings (admit.go). fsm/DESIGN.md lists every
+// at apply and adds SetClusterSettings (admit.go); version 10 lets an Ack
+// carry lease grants (AckGrantVersion). fsm/DESIGN.md lists every
 // version; a rule that changes in version N is
 // written `if tx.version >= N`.
-const MaxLogVersion uint32 = 9
+const MaxLogVersion uint32 = 10
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the
@@ -34,3 +35,10 @@ const IfEmptyVersion uint32 = 6
 // leader's counter audit proposes repairs only once the cluster version
 // has reached it.
 const RecountVersion uint32 = 8
+
+// AckGrantVersion is the log version from which an Ack may carry grants
+// (Ack.grants), applied after its refs in the same entry: the scheduler
+// hands the credit an ack frees to the consumer's next messages in the
+// ack's own entry, so a delivery cycle costs one entry, not two. Earlier
+// entries ignore the field, as older builds do.
+const AckGrantVersion uint32 = 10

@@ -1499,8 +1499,13 @@ func (x *LeaseRollback) GetRefs() []*Ref {
 }
 
 type Ack struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Refs          []*Ref                 `protobuf:"bytes,1,rep,name=refs,proto3" json:"refs,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Refs  []*Ref                 `protobuf:"bytes,1,rep,name=refs,proto3" json:"refs,omitempty"`
+	// Log version 10 and later: leases granted in the same entry, applied
+	// after the refs (an ack carrying the grants of the credit it frees, so
+	// a delivery cycle costs one entry). Ignored in earlier entries, as
+	// older builds ignore the field.
+	Grants        []*Grant `protobuf:"bytes,2,rep,name=grants,proto3" json:"grants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1538,6 +1543,13 @@ func (*Ack) Descriptor() ([]byte, []int) {
 func (x *Ack) GetRefs() []*Ref {
 	if x != nil {
 		return x.Refs
+	}
+	return nil
+}
+
+func (x *Ack) GetGrants() []*Grant {
+	if x != nil {
+		return x.Grants
 	}
 	return nil
 }
@@ -3251,9 +3263,10 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\vlease_token\x18\x03 \x01(\x04R\n" +
 	"leaseToken\"6\n" +
 	"\rLeaseRollback\x12%\n" +
-	"\x04refs\x18\x01 \x03(\v2\x11.raftq.fsm.v1.RefR\x04refs\",\n" +
+	"\x04refs\x18\x01 \x03(\v2\x11.raftq.fsm.v1.RefR\x04refs\"Y\n" +
 	"\x03Ack\x12%\n" +
-	"\x04refs\x18\x01 \x03(\v2\x11.raftq.fsm.v1.RefR\x04refs\"\xa0\x01\n" +
+	"\x04refs\x18\x01 \x03(\v2\x11.raftq.fsm.v1.RefR\x04refs\x12+\n" +
+	"\x06grants\x18\x02 \x03(\v2\x13.raftq.fsm.v1.GrantR\x06grants\"\xa0\x01\n" +
 	"\aNackOne\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.raftq.fsm.v1.RefR\x03ref\x12\x19\n" +
 	"\bdelay_ms\x18\x02 \x01(\x03R\adelayMs\x12\x16\n" +
@@ -3498,24 +3511,25 @@ var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	14, // 28: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
 	16, // 29: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
 	16, // 30: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
-	16, // 31: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
-	19, // 32: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
-	16, // 33: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
-	16, // 34: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
-	34, // 35: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
-	35, // 36: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
-	36, // 37: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
-	4,  // 38: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
-	39, // 39: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
-	0,  // 40: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
-	44, // 41: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
-	1,  // 42: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
-	3,  // 43: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	14, // 31: raftq.fsm.v1.Ack.grants:type_name -> raftq.fsm.v1.Grant
+	16, // 32: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
+	19, // 33: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
+	16, // 34: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
+	16, // 35: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
+	34, // 36: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
+	35, // 37: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
+	36, // 38: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
+	4,  // 39: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
+	39, // 40: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
+	0,  // 41: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
+	44, // 42: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	1,  // 43: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
+	3,  // 44: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
+	45, // [45:45] is the sub-list for method output_type
+	45, // [45:45] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_raftq_fsm_v1_command_proto_init() }
