@@ -46,15 +46,11 @@ func (p *policy) queue(name string) *queuePolicy {
 	return qp
 }
 
-// deliver picks for every queue with consumers, as far as the pipeline
-// has room, and hands the picks to the pipeline (policy.mu and the state's
-// read lock held).
-func (t *term) deliver(v fsm.View, ps *passState) {
+// deliver picks for every queue with consumers, up to budget grants, and
+// hands the picks to the pipeline (policy.mu and the state's read lock
+// held).
+func (t *term) deliver(v fsm.View, ps *passState, budget int) {
 	p := t.policy
-	budget, until := t.pipe.budget(ps.now)
-	if !until.IsZero() {
-		ps.wakeAt(until)
-	}
 	// Every queue that changed may have something deliverable again,
 	// whether or not it has consumers now.
 	for name := range ps.dirty {

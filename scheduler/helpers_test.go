@@ -33,6 +33,9 @@ type fakeProposer struct {
 	hook  atomic.Pointer[func(ctx context.Context, cmd *fsmv1.Command) error]
 	gate  atomic.Pointer[gate]
 	count sync.Map // op type name -> *atomic.Int64
+	// tokens draws lease tokens for grants proposed under log version 5
+	// or later, as the broker's Propose does (a counter: unique, never 0).
+	tokens atomic.Uint64
 
 	mu    sync.Mutex
 	log   []*entry // proposed, not applied yet
@@ -113,6 +116,11 @@ func opName(cmd *fsmv1.Command) string {
 	switch cmd.Op.(type) {
 	case *fsmv1.Command_LeaseGrant:
 		return "grant"
+	case *fsmv1.Command_Ack:
+		if len(cmd.GetAck().GetGrants()) > 0 {
+			return "ack+grant"
+		}
+		return "ack"
 	case *fsmv1.Command_LeaseRollback:
 		return "rollback"
 	case *fsmv1.Command_LeaseExpire:
@@ -144,6 +152,22 @@ func (p *fakeProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Res
 	if h := p.hook.Load(); h != nil {
 		if err := (*h)(ctx, cmd); err != nil {
 			return nil, err
+		}
+	}
+	// Stamped as the broker's Propose stamps it: the cluster version at
+	// proposal time, and a lease token per grant from version 5.
+	if v := p.f.ClusterVersion(); v > 1 && cmd.Version == 0 {
+		cmd.Version = v
+	}
+	if cmd.Version >= fsm.AuthVersion {
+		grants := cmd.GetLeaseGrant().GetGrants()
+		if grants == nil {
+			grants = cmd.GetAck().GetGrants()
+		}
+		for _, g := range grants {
+			if g.LeaseToken == 0 {
+				g.LeaseToken = p.tokens.Add(1)
+			}
 		}
 	}
 	v, _ := p.count.LoadOrStore(opName(cmd), new(atomic.Int64))

@@ -28,6 +28,9 @@ type pipeline struct {
 	pending  map[string]map[uint64]struct{} // per queue: ids in unhandled grants
 	last     chan struct{}                  // closed once the latest launched batch is handled
 	backoff  backoff
+	// ride, while a carry pass runs (carry.go), collects its picks
+	// instead of batch: they go in an ack's entry, not a LeaseGrant.
+	ride *ride
 }
 
 func newPipeline(s *Scheduler, t *term) *pipeline {
@@ -80,6 +83,12 @@ func (pl *pipeline) pickAndGrant(qv QueueView, queue string, cs *creditScratch, 
 	for _, pk := range picks {
 		c := cs.cons[pk.Consumer]
 		pend[pk.ID] = struct{}{}
+		if r := pl.ride; r != nil {
+			// A carry pass: its budget is one batch, never flushed here.
+			r.grants = append(r.grants, grantFor(queue, pk.ID, c, visMs, ps.nowMs))
+			r.to = append(r.to, c)
+			continue
+		}
 		pl.batch = append(pl.batch, grantFor(queue, pk.ID, c, visMs, ps.nowMs))
 		pl.batchTo = append(pl.batchTo, c)
 		if len(pl.batch) >= pl.s.cfg.MaxGrantBatch {
@@ -113,11 +122,21 @@ func (pl *pipeline) flushLocked() {
 // (prev/mine) so a consumer sees messages in the order they were picked.
 // A delivery that cannot be pushed (consumer gone) is rolled back.
 func (pl *pipeline) run(ctx context.Context, grants []*fsmv1.Grant, to []*Consumer, prev <-chan struct{}, mine chan struct{}) {
+	res, err := fsm.As[*fsm.GrantResult](pl.s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: grants}}}))
+	pl.handle(ctx, grants, to, prev, mine, res, err, true)
+}
+
+// handle is what follows a batch's proposal, whether it was a LeaseGrant
+// of its own (standalone: it held a place among MaxInFlightGrants) or
+// rode in an ack's entry: in launch order, it un-pends the batch, pushes
+// what was granted, and rolls back (or hands back) what cannot be pushed.
+func (pl *pipeline) handle(ctx context.Context, grants []*fsmv1.Grant, to []*Consumer, prev <-chan struct{}, mine chan struct{}, res *fsm.GrantResult, err error, standalone bool) {
 	s := pl.s
-	res, err := fsm.As[*fsm.GrantResult](s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: grants}}}))
 	<-prev
 	pl.mu.Lock()
-	pl.inflight--
+	if standalone {
+		pl.inflight--
+	}
 	if err != nil {
 		pl.backoff.fail(s.clock.Now())
 	} else {

@@ -156,7 +156,7 @@ func (r *registry) credit(v fsm.View, queue string, ps *passState, cs *creditScr
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range r.queues[queue] {
-		used := c.used(v)
+		used := c.used(v, ps.settlingFree)
 		if len(c.ch) > used {
 			ps.wakeAt(ps.now.Add(bufferRecheck))
 		}
@@ -170,9 +170,13 @@ func (r *registry) credit(v fsm.View, queue string, ps *passState, cs *creditScr
 }
 
 // used is what counts against c's credit (r.mu and the state's read lock
-// held): the leases it holds less those whose acks are settling.
-func (c *Consumer) used(v fsm.View) int {
+// held): the leases it holds less, if settlingFree, those whose acks are
+// settling.
+func (c *Consumer) used(v fsm.View, settlingFree bool) int {
 	used := v.LeasesHeld(c.id)
+	if !settlingFree {
+		return used
+	}
 	for id := range c.settling {
 		// Acked by the consumer, the ack not yet applied: the consumer is
 		// done with it, so it frees credit now. Once the ack applies the

@@ -51,6 +51,9 @@ type Proposer interface {
 // under the state's read lock and must not block.
 type State interface {
 	Read(fn func(v fsm.View))
+	// ClusterVersion is the log version entries are proposed under: acks
+	// carry grants only from fsm.AckGrantVersion on (ProposeAck).
+	ClusterVersion() uint32
 }
 
 // Config tunes a Scheduler. Zero values take the defaults.
@@ -77,6 +80,12 @@ type Config struct {
 	// names exactly these leases). It must not block. nil: they expire on
 	// the next leader as counted attempts.
 	HandBack func(refs []*fsmv1.Ref)
+	// CarryGrants lets ack entries carry the grants of the credit they
+	// free (ProposeAck; from cluster version 10): one entry per delivery
+	// cycle instead of two. Off by default: on this project's loaded
+	// machine it cut entries per delivery but no speed-up could be shown
+	// (docs/benchmarks.md); on until measured on a quiet one.
+	CarryGrants bool
 }
 
 // Scheduler delivers messages to consumers while its node leads. It is safe
@@ -116,6 +125,9 @@ type term struct {
 	graceFromMs int64
 	wg          sync.WaitGroup // background proposals of the term
 	kick        func()
+	// over is set (under policy.mu) once the loop has returned: a carry
+	// pass then starts nothing, because RunLeader waits on wg.
+	over bool
 
 	reg    *registry
 	pipe   *pipeline
@@ -277,6 +289,9 @@ func (s *Scheduler) RunLeader(ctx context.Context) {
 
 	s.loop(t)
 
+	t.policy.mu.Lock()
+	t.over = true
+	t.policy.mu.Unlock()
 	s.leading.Store(false)
 	s.mu.Lock()
 	s.cur = nil
@@ -322,12 +337,16 @@ func (s *Scheduler) loop(t *term) {
 // passState is what one pass knows of time and what it learns of when to
 // come back.
 type passState struct {
-	dirty  map[string]struct{} // queues changed since the previous pass
-	now    time.Time
-	nowMs  int64
-	nowNs  float64   // since the term's anchor
-	anchor time.Time // the term's bucket clock origin
-	wake   time.Time
+	dirty map[string]struct{} // queues changed since the previous pass
+	// settlingFree: leases whose acks are settling free their consumer's
+	// credit in this pass (registry.credit). True for a carry pass and,
+	// while acks do not carry grants, for the loop's.
+	settlingFree bool
+	now          time.Time
+	nowMs        int64
+	nowNs        float64   // since the term's anchor
+	anchor       time.Time // the term's bucket clock origin
+	wake         time.Time
 }
 
 func (ps *passState) wakeAt(t time.Time) {
@@ -344,11 +363,15 @@ func (s *Scheduler) pass(t *term) time.Time {
 	// seen by the next pass, which its notice wakes.
 	dirty := t.takeDirty()
 	now := s.clock.Now()
-	ps := passState{dirty: dirty, now: now, nowMs: now.UnixMilli(), nowNs: float64(now.Sub(t.anchor)), anchor: t.anchor}
+	ps := passState{dirty: dirty, now: now, nowMs: now.UnixMilli(), nowNs: float64(now.Sub(t.anchor)), anchor: t.anchor, settlingFree: !s.carrying()}
 	t.policy.mu.Lock()
 	defer t.policy.mu.Unlock()
+	budget, until := t.pipe.budget(now)
+	if !until.IsZero() {
+		ps.wakeAt(until)
+	}
 	s.state.Read(func(v fsm.View) {
-		t.deliver(v, &ps)
+		t.deliver(v, &ps, budget)
 		t.sweep.due(v, &ps)
 	})
 	t.pipe.flush()

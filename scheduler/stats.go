@@ -13,8 +13,9 @@ import (
 // Settling is told, before acks are proposed, which leases they settle. A
 // consumer that acked a message is done with it, so from now until the ack
 // applies that lease stops counting against its credit: the next grant is
-// proposed alongside the ack instead of after its commit, which takes one
-// of the two commits out of every delivery cycle. Only leases the view
+// carried in the ack's own entry (ProposeAck, log version 10) or, below
+// that version, proposed alongside the ack instead of after its commit,
+// which takes one of the two commits out of every delivery cycle. Only leases the view
 // shows held under the ref's token count; done forgets them and must be
 // called once the acks have been applied or have failed. A failed ack
 // leaves the lease counted again: the consumer was over its credit by at
@@ -29,7 +30,11 @@ func (s *Scheduler) Settling(refs []*fsmv1.Ref) (done func()) {
 	if len(marks) == 0 {
 		return func() {}
 	}
-	s.kick()
+	if !s.carrying() {
+		// The loop grants the freed credit now; otherwise the ack's own
+		// entry will (ProposeAck).
+		s.kick()
+	}
 	return func() { t.reg.unsettle(marks) }
 }
 
@@ -122,7 +127,7 @@ func (s *Scheduler) ListConsumers(queue string) ([]ConsumerInfo, error) {
 		t.reg.mu.Lock()
 		defer t.reg.mu.Unlock()
 		for _, c := range t.reg.queues[queue] {
-			used := c.used(v)
+			used := c.used(v, true)
 			out = append(out, ConsumerInfo{
 				ID: c.id, Name: c.name, Address: c.addr, Identity: c.ident,
 				Connected:   c.connected,

@@ -67,6 +67,7 @@ type inprocOpts struct {
 	auth           auth.Mode    // "" = none
 	bootstrapToken string       // accepted as an admin token by every node
 	logger         *slog.Logger // nil = inprocLogger()
+	carryGrants    bool         // broker.Config.CarryGrants
 }
 
 // inprocNode is one in-process raftq node.
@@ -198,6 +199,7 @@ func (c *inprocCluster) startNodeAt(id string, join []string, at nodeAddrs) *inp
 		},
 		MaxQueuedBytes: o.maxQueuedBytes,
 		Audit:          o.audit,
+		CarryGrants:    o.carryGrants,
 		Logger:         l,
 	})
 	cancel()

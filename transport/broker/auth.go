@@ -98,20 +98,24 @@ func (a Auth) Ungrant(ctx context.Context, identity, pattern string, admin bool)
 		Identity: identity, Pattern: pattern, Admin: admin}}})
 }
 
-// drawLeaseTokens gives every grant of a LeaseGrant proposed under log
-// version 5 or later its random lease token (never 0). Drawn here, where
-// time is stamped, so the scheduler stays a pure picker and the entry
-// carries the value every replica stores.
+// drawLeaseTokens gives every grant of a LeaseGrant (or of an Ack that
+// carries grants) proposed under log version 5 or later its random lease
+// token (never 0). Drawn here, where time is stamped, so the scheduler
+// stays a pure picker and the entry carries the value every replica
+// stores.
 func drawLeaseTokens(cmd *fsmv1.Command) error {
-	lg := cmd.GetLeaseGrant()
-	if lg == nil || cmd.Version < fsm.AuthVersion {
+	grants := cmd.GetLeaseGrant().GetGrants()
+	if grants == nil {
+		grants = cmd.GetAck().GetGrants()
+	}
+	if len(grants) == 0 || cmd.Version < fsm.AuthVersion {
 		return nil
 	}
-	buf := make([]byte, 8*len(lg.Grants))
+	buf := make([]byte, 8*len(grants))
 	if _, err := rand.Read(buf); err != nil {
 		return fmt.Errorf("draw lease tokens: %w", err)
 	}
-	for i, g := range lg.Grants {
+	for i, g := range grants {
 		if g == nil || g.LeaseToken != 0 {
 			continue
 		}

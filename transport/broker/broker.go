@@ -44,6 +44,9 @@ type Config struct {
 	DrainInterval time.Duration
 	// Audit tunes the leader's counter audit (audit.go).
 	Audit AuditConfig
+	// CarryGrants lets ack entries carry the grants of the credit they
+	// free (scheduler.Config.CarryGrants); off by default.
+	CarryGrants bool
 	// Clock stamps every command and drives the scheduler; nil = the wall
 	// clock. Tests replace it.
 	Clock Clock
@@ -165,12 +168,15 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		LeaseGrace: cfg.LeaseGrace,
 		// What a lost term granted and never sent goes back to the
 		// leader uncounted, through the serving layer (HandBacks).
-		HandBack: b.handBack,
+		HandBack:    b.handBack,
+		CarryGrants: cfg.CarryGrants,
 	}, b.state, b)
 
 	// 4. The coalescers merge concurrent client writes into one entry.
 	b.enqueues = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.Propose, buildEnqueue, sizeEnqueue)
-	b.acks = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.Propose, buildAck, sizeAck)
+	// Ack entries go through the scheduler, which lets them carry the
+	// grants of the credit they free (one entry per delivery cycle).
+	b.acks = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.sched.ProposeAck, buildAck, sizeAck)
 
 	// 5. Leader-only work follows leadership from now on.
 	b.leader = &leaderWork{log: b.log, node: b.node, state: b.state, sched: b.sched, feed: b.feed, propose: b.Propose, audit: cfg.Audit}
