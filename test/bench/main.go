@@ -62,7 +62,7 @@ func main() {
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
 	fs.StringVar(&o.mode, "mode", "throughput", "comma-separated: throughput (the workload against -systems), memory (issue 2 figures, one raftq node; feeds the memory rows of the issue 15 target table), throttle (issue 11 item 3: Apply behind a throttled backlog, one node), or all")
 	clients := fs.String("clients", strings.Join(workload.ClientKinds, ","), "comma-separated client kinds to run: unary (one message per call, plain gRPC for raftq, one ack per message), batch (-batch messages per call), sdk (raftq's Go SDK; the peers' is their unary client)")
-	fs.StringVar(&o.systems, "systems", "raftq-1,raftq-3", "comma-separated systems: raftq-1, raftq-3, raftq-1-unary, raftq-3-unary (producers without EnqueueStream), raftq-3-secure (TLS, mTLS Raft, gossip key, token auth), nats, nats-sync, rabbitmq")
+	fs.StringVar(&o.systems, "systems", "raftq-1,raftq-3", "comma-separated systems: raftq-1, raftq-3, raftq-1-unary, raftq-3-unary (producers without EnqueueStream), raftq-3-secure (TLS, mTLS Raft, gossip key, token auth), raftq-3-carry (acks carry grants: one entry per delivery cycle), nats, nats-sync, rabbitmq")
 	fs.StringVar(&o.base, "base", "raftq-3", "system the comparison table divides by the others")
 	fs.StringVar(&o.jsonPath, "json", "", "write the full results as JSON to this file")
 	fs.StringVar(&o.targetBases, "target-bases", "", "comma-separated systems whose issue 15 target table is printed (default: -base), e.g. raftq-3,raftq-3-secure")
@@ -251,9 +251,11 @@ func throughput(ctx context.Context, log *slog.Logger, o *options, rep *workload
 		// TLS on every port, mTLS Raft, encrypted gossip, token auth:
 		// the cost of security against raftq-3 in the same run.
 		"raftq-3-secure": systems.RaftqSecureStarter("raftq-3-secure", o.raftqBin, 3),
-		"nats":           systems.NATSStarter("nats", natsBinary(o.natsServer), 3, false),
-		"nats-sync":      systems.NATSStarter("nats-sync", natsBinary(o.natsServer), 3, true),
-		"rabbitmq":       systems.RabbitStarter("rabbitmq", o.rabbitDir, 3),
+		// Acks carry the grants of the credit they free (log version 10).
+		"raftq-3-carry": systems.RaftqCarryStarter("raftq-3-carry", o.raftqBin, 3),
+		"nats":          systems.NATSStarter("nats", natsBinary(o.natsServer), 3, false),
+		"nats-sync":     systems.NATSStarter("nats-sync", natsBinary(o.natsServer), 3, true),
+		"rabbitmq":      systems.RabbitStarter("rabbitmq", o.rabbitDir, 3),
 	}
 	runner := &workload.Runner{Cfg: o.cfg, Log: log}
 	if o.profileDir != "" {

@@ -245,6 +245,17 @@ func (c *RaftqCluster) Target(ctx context.Context, name string, producerOpts ...
 		},
 		Procs: func() []workload.Proc { return procs },
 		Notes: notes,
+		// The leader's applied index, for each phase's log entries.
+		LogIndex: func(ctx context.Context) (uint64, error) {
+			st, err := c.status(ctx, leader)
+			if err != nil {
+				return 0, err
+			}
+			return st.GetAppliedIndex(), nil
+		},
+	}
+	if args := c.Nodes[0].Args; slices.Contains(args, "--ack-carries-grants") {
+		t.Notes = append(t.Notes, "serve --ack-carries-grants: acks carry the grants of the credit they free (one entry per delivery cycle)")
 	}
 	return t, d, nil
 }
@@ -262,9 +273,20 @@ func RaftqSecureStarter(name, bin string, n int, producerOpts ...client.Option) 
 	return raftqStarter(name, bin, n, true, producerOpts)
 }
 
+// RaftqCarryStarter is RaftqStarter with serve --ack-carries-grants on
+// every node: acks carry the grants of the credit they free (log version
+// 10), against raftq-3's grant entry per delivery.
+func RaftqCarryStarter(name, bin string, n int, producerOpts ...client.Option) Starter {
+	return raftqStarterArgs(name, bin, n, false, []string{"--ack-carries-grants"}, producerOpts)
+}
+
 func raftqStarter(name, bin string, n int, secure bool, producerOpts []client.Option) Starter {
+	return raftqStarterArgs(name, bin, n, secure, nil, producerOpts)
+}
+
+func raftqStarterArgs(name, bin string, n int, secure bool, args []string, producerOpts []client.Option) Starter {
 	return Starter{Name: name, Start: func(ctx context.Context, log *slog.Logger) (*System, error) {
-		c, err := startRaftq(ctx, log, bin, n, secure, nil)
+		c, err := startRaftq(ctx, log, bin, n, secure, args)
 		if err != nil {
 			return nil, err
 		}

@@ -71,4 +71,7 @@ type Target struct {
 	Procs func() []Proc
 	// Notes are printed under the table (deviations, settings).
 	Notes []string
+	// LogIndex, if set, reads the broker's replicated-log position (the
+	// leader's applied index): a phase reports the entries it took.
+	LogIndex func(ctx context.Context) (uint64, error)
 }

@@ -135,20 +135,20 @@ func cpuCell(ps []ProcCPU) string {
 // exactly-once verdict, notes and errors.
 func WriteTable(w io.Writer, systems []SystemResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tclient\tphase\tmessages\tmsgs/s\tp50 ms\tp99 ms\tp999 ms\tdeliv/s\te2e p50\te2e p99\terrors\t\tserver CPU s (cores)\tbench CPU s (cores)\tother CPU\t")
+	fmt.Fprintln(tw, "system\tclient\tphase\tmessages\tmsgs/s\tp50 ms\tp99 ms\tp999 ms\tdeliv/s\tentries/msg\te2e p50\te2e p99\terrors\t\tserver CPU s (cores)\tbench CPU s (cores)\tother CPU\t")
 	for _, s := range systems {
 		if s.Error != "" && len(s.Phases) == 0 {
-			fmt.Fprintf(tw, "%s\t\t(not run)\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", s.System)
+			fmt.Fprintf(tw, "%s\t\t(not run)\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", s.System)
 			continue
 		}
 		for _, p := range s.Phases {
 			e2e := p.EndToEnd
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\t%s\t%s\t%.2f\t\n",
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\t%s\t%s\t%.2f\t\n",
 				s.System, p.Client, p.Name, p.Messages, num(p.Rate, 0),
 				lat(p.Latency, func(l *LatencySummary) float64 { return l.P50 }),
 				lat(p.Latency, func(l *LatencySummary) float64 { return l.P99 }),
 				lat(p.Latency, func(l *LatencySummary) float64 { return l.P999 }),
-				num(p.DeliveryRate, 0),
+				num(p.DeliveryRate, 0), num(p.EntriesPerMessage, 3),
 				lat(e2e, func(l *LatencySummary) float64 { return l.P50 }),
 				lat(e2e, func(l *LatencySummary) float64 { return l.P99 }),
 				p.Errors, cpuCell(p.ServerCPU), cpuCell([]ProcCPU{p.ClientCPU}), p.OtherCPU.Cores)
@@ -192,12 +192,13 @@ type comparisonRow struct {
 	get                  func(*PhaseResult) float64
 }
 
-func rate(p *PhaseResult) float64      { return p.Rate }
-func delivRate(p *PhaseResult) float64 { return p.DeliveryRate }
-func p50(p *PhaseResult) float64       { return latOf(p.Latency).P50 }
-func p99(p *PhaseResult) float64       { return latOf(p.Latency).P99 }
-func e2eP50(p *PhaseResult) float64    { return latOf(p.EndToEnd).P50 }
-func e2eP99(p *PhaseResult) float64    { return latOf(p.EndToEnd).P99 }
+func rate(p *PhaseResult) float64       { return p.Rate }
+func delivRate(p *PhaseResult) float64  { return p.DeliveryRate }
+func entriesPer(p *PhaseResult) float64 { return p.EntriesPerMessage }
+func p50(p *PhaseResult) float64        { return latOf(p.Latency).P50 }
+func p99(p *PhaseResult) float64        { return latOf(p.Latency).P99 }
+func e2eP50(p *PhaseResult) float64     { return latOf(p.EndToEnd).P50 }
+func e2eP99(p *PhaseResult) float64     { return latOf(p.EndToEnd).P99 }
 
 // comparisonRows are the rows of every client kind, then the servers' CPU.
 var comparisonRows = func() []comparisonRow {
@@ -215,6 +216,7 @@ var comparisonRows = func() []comparisonRow {
 		add(PhaseDrain, "drain msgs/s", true, rate)
 		add(PhaseLifecycle, "lifecycle enqueue msgs/s", true, rate)
 		add(PhaseLifecycle, "lifecycle deliveries/s", true, delivRate)
+		add(PhaseLifecycle, "lifecycle log entries / delivery", false, entriesPer)
 		add(PhaseLifecycle, "lifecycle e2e p50 ms", false, e2eP50)
 		add(PhaseLifecycle, "lifecycle e2e p99 ms", false, e2eP99)
 		add(PhasePaced, "paced e2e p50 ms", false, e2eP50)
@@ -301,7 +303,7 @@ func WriteComparison(w io.Writer, systems []SystemResult, base string) error {
 			if row.higher {
 				prec = 0
 			}
-			if row.phase == "" {
+			if row.phase == "" || strings.Contains(row.label, "entries") {
 				prec = 3
 			}
 			fmt.Fprintf(tw, "%s\t", num(value(&systems[j], i), prec))

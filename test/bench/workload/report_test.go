@@ -23,7 +23,7 @@ func sampleSystems() []SystemResult {
 					ServerCPU: []ProcCPU{{Name: "n1(L)", Seconds: 9.5, Cores: 0.95}, {Name: "n2", Seconds: 3, Cores: 0.3}},
 					ClientCPU: ProcCPU{Name: "bench", Seconds: 5, Cores: 0.5}},
 				{Client: ClientUnary, Name: PhaseDrain, Messages: 200000, Seconds: 20, Rate: 10000, Deliveries: 200000, DeliveryRate: 10000},
-				{Client: ClientUnary, Name: PhaseLifecycle, Messages: 1000, Seconds: 1, Rate: 1000, Latency: lat, EndToEnd: e2e, Deliveries: 1000, DeliveryRate: 900},
+				{Client: ClientUnary, Name: PhaseLifecycle, Messages: 1000, Seconds: 1, Rate: 1000, Latency: lat, EndToEnd: e2e, Deliveries: 1000, DeliveryRate: 900, Entries: 1100, EntriesPerMessage: 1.1},
 			},
 			Check: &Check{Acked: 201000, Delivered: 201000},
 			Notes: []string{"three nodes"},
@@ -48,8 +48,8 @@ func TestWriteTable(t *testing.T) {
 	out := buf.String()
 	for _, re := range []string{
 		`(?m)^\s*system\s+client\s+phase\s+messages\s+msgs/s\s+p50 ms\s+p99 ms\s+p999 ms`,
-		`(?m)^\s*raftq-3\s+unary\s+enqueue\s+200000\s+20000\s+12\.5\s+80\.2\s+99\.0\s+-\s+-\s+-\s+0\s+n1\(L\) 9\.5 \(0\.95\) n2 3\.0 \(0\.30\)\s+bench 5\.0 \(0\.50\)`,
-		`(?m)^\s*raftq-3\s+unary\s+lifecycle\s+1000\s+1000\s+.*\s900\s+30\.0\s+90\.0\s`,
+		`(?m)^\s*raftq-3\s+unary\s+enqueue\s+200000\s+20000\s+12\.5\s+80\.2\s+99\.0\s+-\s+-\s+-\s+-\s+0\s+n1\(L\) 9\.5 \(0\.95\) n2 3\.0 \(0\.30\)\s+bench 5\.0 \(0\.50\)`,
+		`(?m)^\s*raftq-3\s+unary\s+lifecycle\s+1000\s+1000\s+.*\s900\s+1\.100\s+30\.0\s+90\.0\s`,
 		`(?m)^\s*rabbitmq\s+\(not run\)`,
 		`(?m)^raftq-3: exactly once: acked 201000, delivered 201000 distinct, missing 0`,
 		`(?m)^nats: NOT exactly once: .*missing 1`,

@@ -61,6 +61,11 @@ type PhaseResult struct {
 	DeliverySeconds float64   `json:"delivery_seconds,omitempty"`
 	DeliveryRate    float64   `json:"deliveries_per_sec,omitempty"`
 	ServerCPU       []ProcCPU `json:"server_cpu"`
+	// Entries is how far the broker's replicated log advanced over the
+	// phase (raftq: the leader's applied index), and EntriesPerMessage
+	// that over Deliveries (over Messages where nothing was delivered).
+	Entries           uint64  `json:"log_entries,omitempty"`
+	EntriesPerMessage float64 `json:"log_entries_per_message,omitempty"`
 	// ClientCPU is the load generator's own CPU time: it shares the cores.
 	ClientCPU ProcCPU `json:"client_cpu"`
 	// OtherCPU is CPU time the rest of the machine used meanwhile (busy
@@ -286,6 +291,12 @@ func (rn *run) phase(ctx context.Context, kind, name string, body func(context.C
 		pids[i] = p.Pid
 	}
 	otherCPU := StartOtherCPU(pids...)
+	var idx0 uint64
+	haveIdx := false
+	if rn.t.LogIndex != nil {
+		i, err := rn.t.LogIndex(ctx)
+		idx0, haveIdx = i, err == nil
+	}
 	start := time.Now()
 	var stop func()
 	if rn.OnPhase != nil {
@@ -296,6 +307,18 @@ func (rn *run) phase(ctx context.Context, kind, name string, body func(context.C
 		stop()
 	}
 	wall := time.Since(start).Seconds()
+	if haveIdx {
+		if i, err := rn.t.LogIndex(ctx); err == nil && i >= idx0 {
+			pr.Entries = i - idx0
+			n := pr.Deliveries
+			if n == 0 {
+				n = pr.Messages
+			}
+			if n > 0 {
+				pr.EntriesPerMessage = float64(pr.Entries) / float64(n)
+			}
+		}
+	}
 	for i, p := range procs {
 		after, cerr := CPU(p.Pid)
 		if cerr != nil {
