@@ -33,7 +33,8 @@ const (
 	logCacheSize = 512
 	// snapshotsRetained is how many file snapshots are kept on disk.
 	snapshotsRetained = 2
-	// raftDBFile is the Raft log and stable store (bolt), in the data dir.
+	// raftDBFile is the Raft stable store, and the log store of data dirs
+	// with the bolt one (bolt), in the data dir.
 	raftDBFile = "raft.db"
 	// defaultReconcileInterval is the leader's periodic resync of gossip
 	// membership against the Raft configuration.
@@ -57,9 +58,15 @@ type Config struct {
 	// NodeID is the node's unique, stable identity (Raft server ID and
 	// memberlist node name). Required.
 	NodeID string
-	// DataDir holds the Raft log and stable store (raft.db, bolt, fsync on)
-	// and the file snapshot store (snapshots/, 2 retained). Required.
+	// DataDir holds the Raft stable store (raft.db, bolt, fsync on), the
+	// Raft log (wal/, or in raft.db: see LogStore) and the file snapshot
+	// store (snapshots/, 2 retained). Required.
 	DataDir string
+	// LogStore chooses the Raft log store of a data dir that holds no log
+	// yet; default (LogStoreAuto) DefaultLogStore. A data dir holding a
+	// log keeps its store, and a LogStore naming the other one is refused
+	// (ErrLogStoreMismatch).
+	LogStore LogStore
 
 	// RaftBind is the host:port the Raft TCP transport listens on. Required.
 	RaftBind string
@@ -198,6 +205,9 @@ func (c Config) withDefaults() (Config, error) {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return c, fmt.Errorf("cluster: config: %s %q: %w", name, addr, err)
 		}
+	}
+	if _, err := ParseLogStore(string(c.LogStore)); err != nil {
+		return c, fmt.Errorf("cluster: config: %w", err)
 	}
 	if c.BootstrapExpect < 0 {
 		return c, fmt.Errorf("cluster: config: BootstrapExpect %d must not be negative", c.BootstrapExpect)

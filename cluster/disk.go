@@ -69,6 +69,10 @@ type spaceLogStore struct {
 	lastNoSpace atomic.Pointer[string]
 }
 
+// IsMonotonic implements raft.MonotonicLogStore for the store under it:
+// the wal allows no gaps, and raft must hear so through every wrapper.
+func (s *spaceLogStore) IsMonotonic() bool { return isMonotonic(s.LogStore) }
+
 // StoreLog implements raft.LogStore.
 func (s *spaceLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 

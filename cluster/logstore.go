@@ -30,6 +30,9 @@ func newChunkedLogStore(s raft.LogStore, chunk uint64) *chunkedLogStore {
 	return &chunkedLogStore{LogStore: s, chunk: max(chunk, 1)}
 }
 
+// IsMonotonic implements raft.MonotonicLogStore for the store under it.
+func (s *chunkedLogStore) IsMonotonic() bool { return isMonotonic(s.LogStore) }
+
 // DeleteRange implements raft.LogStore.
 func (s *chunkedLogStore) DeleteRange(lo, hi uint64) error {
 	first, err := s.FirstIndex()

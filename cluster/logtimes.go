@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"go.etcd.io/bbolt"
 )
 
 // LogLatencyBuckets are the upper bounds, in seconds, of the log store
@@ -30,11 +29,12 @@ type Histogram struct {
 // LogStoreStats times the appends to the Raft log on this node's disk.
 type LogStoreStats struct {
 	// Append is each StoreLogs call: the entries encoded, written and
-	// fsynced in one bolt transaction (what a commit waits for here).
+	// fsynced (what a commit waits for here).
 	Append Histogram
-	// Fsync is the disk part of each append as bbolt times it: writing the
-	// transaction's pages and fdatasync, then the meta page and its
-	// fdatasync.
+	// Fsync is the disk part of each append. With bolt, as bbolt times
+	// it: writing the transaction's pages and fdatasync, then the meta
+	// page and its fdatasync. With wal: writing the batch's frames to
+	// the segment file and its fsync.
 	Fsync Histogram
 }
 
@@ -72,21 +72,22 @@ func (h *hist) snapshot() Histogram {
 	return out
 }
 
-// timedLogStore times the appends of the log store under it. The bolt
-// store's own statistics say how long the disk part of each commit took;
-// appends are serialized here so that the difference read around one
-// append is that append's (Raft has one log writer anyway; a compaction's
-// deletes are other transactions, counted as they commit, outside).
+// timedLogStore times the appends of the log store under it. diskTime is
+// the store's own running total of time spent writing and syncing (bbolt's
+// statistics, or the wal's files as timedVFS counts them); appends are
+// serialized here so that the difference read around one append is that
+// append's (Raft has one log writer anyway; a compaction's deletes are
+// other writes, counted as they commit, outside).
 type timedLogStore struct {
 	raft.LogStore
-	boltStats func() bbolt.Stats
+	diskTime func() time.Duration
 
 	mu             sync.Mutex
 	append, fsyncs hist
 }
 
-func newTimedLogStore(s raft.LogStore, boltStats func() bbolt.Stats) *timedLogStore {
-	return &timedLogStore{LogStore: s, boltStats: boltStats, append: newHist(), fsyncs: newHist()}
+func newTimedLogStore(s raft.LogStore, diskTime func() time.Duration) *timedLogStore {
+	return &timedLogStore{LogStore: s, diskTime: diskTime, append: newHist(), fsyncs: newHist()}
 }
 
 // StoreLog implements raft.LogStore.
@@ -96,7 +97,7 @@ func (s *timedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft
 func (s *timedLogStore) StoreLogs(logs []*raft.Log) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	before := s.boltStats().TxStats.WriteTime
+	before := s.diskTime()
 	start := time.Now()
 	err := s.LogStore.StoreLogs(logs)
 	took := time.Since(start)
@@ -104,8 +105,19 @@ func (s *timedLogStore) StoreLogs(logs []*raft.Log) error {
 		return err
 	}
 	s.append.observe(took)
-	s.fsyncs.observe(max(s.boltStats().TxStats.WriteTime-before, 0))
+	s.fsyncs.observe(max(s.diskTime()-before, 0))
 	return nil
+}
+
+// IsMonotonic implements raft.MonotonicLogStore for the store under it:
+// raft.LogCache asks the store it wraps, and a store that allows no gap
+// (the wal) must be emptied, not left with a gap, after a snapshot is
+// installed.
+func (s *timedLogStore) IsMonotonic() bool { return isMonotonic(s.LogStore) }
+
+func isMonotonic(s raft.LogStore) bool {
+	m, ok := s.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
 }
 
 // DeleteRange implements raft.LogStore, serialized with appends so that an

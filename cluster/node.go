@@ -51,6 +51,8 @@ type Node struct {
 	// startSnapBytes is the size of the newest snapshot in the data dir
 	// when the node started (0 if none).
 	startSnapBytes int64
+	// logs is the Raft log store (the wal, or bolt's raft.db as store).
+	logs *openedLog
 	// timedLogs times appends to the log (for metrics).
 	timedLogs *timedLogStore
 	// spaceLogs notices appends that fail for lack of disk space.
@@ -137,12 +139,23 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err != nil {
 		return nil, fmt.Errorf("raft store: %w", err)
 	}
+	n.logs, err = openLogStore(cfg.DataDir, cfg.LogStore, n.store, hcl.Named("wal"))
+	if err != nil {
+		return nil, fmt.Errorf("raft log: %w", err)
+	}
+	n.log.Info("raft log store", "store", string(n.logs.kind), "asked", string(cfg.LogStore))
 	// The cache sits above the chunking: LogCache.DeleteRange empties the
 	// whole cache, and should do so once per compaction, not once per chunk.
 	// Timing sits under the chunking, so each chunk of a compaction is its
-	// own deletion between appends.
-	n.timedLogs = newTimedLogStore(n.store, n.store.Stats)
-	n.spaceLogs = &spaceLogStore{LogStore: newChunkedLogStore(n.timedLogs, compactChunk), log: n.log, dir: cfg.DataDir}
+	// own deletion between appends. The wal deletes the head of its log by
+	// dropping whole segment files and one metadata commit, so chunking it
+	// would only add commits.
+	n.timedLogs = newTimedLogStore(n.logs.store, n.logs.diskTime)
+	var under raft.LogStore = n.timedLogs
+	if n.logs.kind == LogStoreBolt {
+		under = newChunkedLogStore(n.timedLogs, compactChunk)
+	}
+	n.spaceLogs = &spaceLogStore{LogStore: under, log: n.log, dir: cfg.DataDir}
 	logs, err := raft.NewLogCache(logCacheSize, n.spaceLogs)
 	if err != nil {
 		return nil, fmt.Errorf("log cache: %w", err)
@@ -399,6 +412,11 @@ func (n *Node) closeAll() error {
 		}
 	}
 	n.wg.Wait()
+	if n.logs != nil && n.logs.close != nil {
+		if err := n.logs.close(); err != nil {
+			errs = append(errs, fmt.Errorf("raft log: %w", err))
+		}
+	}
 	if n.store != nil {
 		if err := n.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("raft store: %w", err))

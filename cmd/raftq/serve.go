@@ -47,6 +47,7 @@ type serveOptions struct {
 	logLevel         string
 	snapThreshold    uint64
 	trailingLogs     uint64
+	logStore         logStoreFlag
 	audit            broker.AuditConfig
 	carryGrants      bool
 	replicaCheck     time.Duration
@@ -121,6 +122,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.IntVar(&o.audit.Budget, "audit-budget", 64, "leader: the most queues whose counters one audit tick recounts")
 	fl.DurationVar(&o.replicaCheck, "replica-check-interval", time.Minute, "leader: time between checks that every replica's state digest agrees (negative = never)")
 	fl.Uint64Var(&o.trailingLogs, "trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot (followers further behind get the snapshot)")
+	fl.Var(&o.logStore, "log-store", "Raft log store of a new data dir: wal (segment files) or bolt (raft.db) (default: the data dir's own; for a new one, "+string(cluster.DefaultLogStore)+"); one naming the other store of a data dir that holds a log is refused")
 	fl.StringVar(&o.tls.Cert, "tls-cert", "", "this node's certificate (PEM, made by raftq cert node): TLS on every port, mTLS between nodes")
 	fl.StringVar(&o.tls.Key, "tls-key", "", "the key of --tls-cert (PEM)")
 	fl.StringVar(&o.tls.CA, "tls-ca", "", "the CA (PEM bundle) that signs node and client certificates")
@@ -370,6 +372,7 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 			DeadNodeTimeout:     o.deadNodeTimeout,
 			SnapshotThreshold:   o.snapThreshold,
 			TrailingLogs:        o.trailingLogs,
+			LogStore:            cluster.LogStore(o.logStore),
 			Version:             readBuildInfo().describe(),
 			TLS:                 clusterTLS(tlsSrc),
 			GossipKeys:          gossipKeys,
@@ -427,4 +430,19 @@ func clusterTLS(src *tlsconfig.Source) *cluster.TLS {
 		return nil
 	}
 	return &cluster.TLS{Server: src.NodeServerConfig("raft"), Dial: src.NodeClientConfig, PeerName: tlsconfig.PeerNodeName}
+}
+
+// logStoreFlag is --log-store: checked as it is set, so a bad value in the
+// environment or a config file is refused by name before anything starts.
+type logStoreFlag cluster.LogStore
+
+func (f *logStoreFlag) String() string { return string(*f) }
+func (f *logStoreFlag) Type() string   { return "wal|bolt" }
+func (f *logStoreFlag) Set(s string) error {
+	ls, err := cluster.ParseLogStore(s)
+	if err != nil {
+		return err
+	}
+	*f = logStoreFlag(ls)
+	return nil
 }
