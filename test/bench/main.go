@@ -62,7 +62,7 @@ func main() {
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
 	fs.StringVar(&o.mode, "mode", "throughput", "comma-separated: throughput (the workload against -systems), memory (issue 2 figures, one raftq node; feeds the memory rows of the issue 15 target table), throttle (issue 11 item 3: Apply behind a throttled backlog, one node), or all")
 	clients := fs.String("clients", strings.Join(workload.ClientKinds, ","), "comma-separated client kinds to run: unary (one message per call, plain gRPC for raftq, one ack per message), batch (-batch messages per call), sdk (raftq's Go SDK; the peers' is their unary client)")
-	fs.StringVar(&o.systems, "systems", "raftq-1,raftq-3", "comma-separated systems: raftq-1, raftq-3, raftq-1-unary, raftq-3-unary (producers without EnqueueStream), raftq-3-secure (TLS, mTLS Raft, gossip key, token auth), raftq-3-carry (acks carry grants: one entry per delivery cycle), nats, nats-sync, rabbitmq")
+	fs.StringVar(&o.systems, "systems", "raftq-1,raftq-3", "comma-separated systems: raftq-1, raftq-3, raftq-1-unary, raftq-3-unary (producers without EnqueueStream), raftq-{1,3}-{wal,bolt} (--log-store), raftq-3-secure (TLS, mTLS Raft, gossip key, token auth), raftq-3-carry (acks carry grants: one entry per delivery cycle), nats, nats-sync, rabbitmq")
 	fs.StringVar(&o.base, "base", "raftq-3", "system the comparison table divides by the others")
 	fs.StringVar(&o.jsonPath, "json", "", "write the full results as JSON to this file")
 	fs.StringVar(&o.targetBases, "target-bases", "", "comma-separated systems whose issue 15 target table is printed (default: -base), e.g. raftq-3,raftq-3-secure")
@@ -245,6 +245,11 @@ func throughput(ctx context.Context, log *slog.Logger, o *options, rep *workload
 	starters := map[string]systems.Starter{
 		"raftq-1": systems.RaftqStarter("raftq-1", o.raftqBin, 1),
 		"raftq-3": systems.RaftqStarter("raftq-3", o.raftqBin, 3),
+		// The Raft log store, each explicitly (raftq-N runs the default).
+		"raftq-1-wal":  systems.RaftqStarterFlags("raftq-1-wal", o.raftqBin, 1, []string{"--log-store", "wal"}),
+		"raftq-3-wal":  systems.RaftqStarterFlags("raftq-3-wal", o.raftqBin, 3, []string{"--log-store", "wal"}),
+		"raftq-1-bolt": systems.RaftqStarterFlags("raftq-1-bolt", o.raftqBin, 1, []string{"--log-store", "bolt"}),
+		"raftq-3-bolt": systems.RaftqStarterFlags("raftq-3-bolt", o.raftqBin, 3, []string{"--log-store", "bolt"}),
 		// The SDK before EnqueueStream: one unary RPC per Enqueue call.
 		"raftq-1-unary": systems.RaftqStarter("raftq-1-unary", o.raftqBin, 1, client.WithUnaryEnqueue()),
 		"raftq-3-unary": systems.RaftqStarter("raftq-3-unary", o.raftqBin, 3, client.WithUnaryEnqueue()),

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -267,6 +268,12 @@ func RaftqStarter(name, bin string, n int, producerOpts ...client.Option) Starte
 	return raftqStarter(name, bin, n, false, producerOpts)
 }
 
+// RaftqStarterFlags is RaftqStarter with serveFlags added to every node's
+// raftq serve (e.g. --log-store bolt).
+func RaftqStarterFlags(name, bin string, n int, serveFlags []string, producerOpts ...client.Option) Starter {
+	return raftqStarterArgs(name, bin, n, false, serveFlags, producerOpts)
+}
+
 // RaftqSecureStarter is RaftqStarter with every port secured as
 // docs/security.md's hardened cluster has them (see newSecurity).
 func RaftqSecureStarter(name, bin string, n int, producerOpts ...client.Option) Starter {
@@ -294,6 +301,9 @@ func raftqStarterArgs(name, bin string, n int, secure bool, args []string, produ
 		if err != nil {
 			c.Close()
 			return nil, err
+		}
+		if len(args) > 0 {
+			t.Notes = append(t.Notes, "serve flags: "+strings.Join(args, " "))
 		}
 		return &System{Target: t, close: func() { d.Close(); c.Close() }}, nil
 	}}
