@@ -118,24 +118,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err := claimDataDir(cfg.DataDir, cfg.NodeID); err != nil {
 		return nil, err
 	}
-	n.store, err = raftboltdb.New(raftboltdb.Options{
-		Path:   filepath.Join(cfg.DataDir, raftDBFile),
-		NoSync: false, // every append is fsynced before Raft counts it
-		BoltOptions: &bbolt.Options{
-			// A second broker on the same data dir fails instead of hanging.
-			Timeout: 5 * time.Second,
-			// Log compaction leaves bolt with a large freelist. Written at
-			// every commit (the default) and kept as a sorted array, it
-			// came to dominate the leader's CPU after a 1 GiB backlog was
-			// compacted: drain fell to ~2,000 msgs/s with bbolt merging and
-			// copying the freelist on each transaction. Not syncing it
-			// (bolt rebuilds it by scanning at open) and keeping it as a
-			// map is what Consul does for the same reason. Durability of
-			// the log is unchanged: data pages and meta are still fsynced.
-			NoFreelistSync: true,
-			FreelistType:   bbolt.FreelistMapType,
-		},
-	})
+	n.store, err = openBolt(filepath.Join(cfg.DataDir, raftDBFile))
 	if err != nil {
 		return nil, fmt.Errorf("raft store: %w", err)
 	}
@@ -429,4 +412,27 @@ func (n *Node) closeAll() error {
 		return fmt.Errorf("cluster: shutdown: %w", err)
 	}
 	return nil
+}
+
+// openBolt opens raft.db: the stable store, and the log of a data dir on
+// the bolt log store.
+func openBolt(path string) (*raftboltdb.BoltStore, error) {
+	return raftboltdb.New(raftboltdb.Options{
+		Path:   path,
+		NoSync: false, // every append is fsynced before Raft counts it
+		BoltOptions: &bbolt.Options{
+			// A second broker on the same data dir fails instead of hanging.
+			Timeout: 5 * time.Second,
+			// Log compaction leaves bolt with a large freelist. Written at
+			// every commit (the default) and kept as a sorted array, it
+			// came to dominate the leader's CPU after a 1 GiB backlog was
+			// compacted: drain fell to ~2,000 msgs/s with bbolt merging and
+			// copying the freelist on each transaction. Not syncing it
+			// (bolt rebuilds it by scanning at open) and keeping it as a
+			// map is what Consul does for the same reason. Durability of
+			// the log is unchanged: data pages and meta are still fsynced.
+			NoFreelistSync: true,
+			FreelistType:   bbolt.FreelistMapType,
+		},
+	})
 }

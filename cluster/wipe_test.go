@@ -8,10 +8,11 @@ import (
 )
 
 // TestWipeIfRequested: a requested wipe moves the Raft state (and only
-// it) aside once; without a request nothing moves.
+// it: stable store, either log store, snapshots) aside once; without a
+// request nothing moves.
 func TestWipeIfRequested(t *testing.T) {
 	dir := t.TempDir()
-	for _, f := range []string{"raft.db", "node-id", filepath.Join("snapshots", "1-2-3", "state.bin")} {
+	for _, f := range []string{"raft.db", filepath.Join("wal", "00000000000000000001-0000000000000001.wal"), "node-id", filepath.Join("snapshots", "1-2-3", "state.bin")} {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o750); err != nil {
 			t.Fatal(err)
 		}
@@ -32,12 +33,13 @@ func TestWipeIfRequested(t *testing.T) {
 	if err := wipeIfRequested(dir, log); err != nil {
 		t.Fatal(err)
 	}
-	for _, gone := range []string{"raft.db", "snapshots", wipeMarker} {
+	for _, gone := range []string{"raft.db", "wal", "snapshots", wipeMarker} {
 		if _, err := os.Stat(filepath.Join(dir, gone)); !os.IsNotExist(err) {
 			t.Errorf("%s still there: %v", gone, err)
 		}
 	}
-	for _, kept := range []string{"node-id", filepath.Join("diverged-1", "raft.db"), filepath.Join("diverged-1", "snapshots", "1-2-3", "state.bin")} {
+	for _, kept := range []string{"node-id", filepath.Join("diverged-1", "raft.db"), filepath.Join("diverged-1", "wal", "00000000000000000001-0000000000000001.wal"),
+		filepath.Join("diverged-1", "snapshots", "1-2-3", "state.bin")} {
 		if _, err := os.Stat(filepath.Join(dir, kept)); err != nil {
 			t.Errorf("%s: %v", kept, err)
 		}

@@ -250,8 +250,10 @@ func TestReplicaDivergenceRepaired(t *testing.T) {
 	if nb.srv.Diverged() {
 		t.Fatal("the repaired node still counts itself diverged")
 	}
-	if _, err := os.Stat(filepath.Join(c.dir, nb.id, "diverged-1", "raft.db")); err != nil {
-		t.Errorf("the diverged Raft state was not kept aside: %v", err)
+	for _, f := range []string{"raft.db", "wal"} { // the node runs the default log store, the wal
+		if _, err := os.Stat(filepath.Join(c.dir, nb.id, "diverged-1", f)); err != nil {
+			t.Errorf("the diverged Raft state was not kept aside: %v", err)
+		}
 	}
 	if err := nb.state.Verify(); err != nil {
 		t.Fatal(err)
