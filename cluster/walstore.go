@@ -15,7 +15,6 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
 	walfs "github.com/hashicorp/raft-wal/fs"
-	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
 	"github.com/hashicorp/raft-wal/types"
 )
@@ -156,33 +155,23 @@ func cmpOr(vals ...LogStore) LogStore {
 	return LogStoreAuto
 }
 
-// walStore is raft-wal with the parts it does not close itself.
+// walStore is raft-wal on a file system that times its writes.
 type walStore struct {
 	*wal.WAL
-	meta *metadb.BoltMetaDB
-	vfs  *timedVFS
+	vfs *timedVFS
 }
 
+// openWAL opens the wal in dir. v0.4.1 or later: v0.4.0 left a segment
+// truncated at its tail unreadable after a restart (hashicorp/raft-wal#31;
+// TestWALTailTruncationSurvivesRestart), and did not close its metadata
+// file.
 func openWAL(dir string, log hclog.Logger) (*walStore, error) {
-	s := &walStore{meta: &metadb.BoltMetaDB{}, vfs: &timedVFS{VFS: walfs.New()}}
-	w, err := wal.Open(dir,
-		wal.WithLogger(log),
-		wal.WithMetaStore(s.meta),
-		wal.WithSegmentFiler(segment.NewFiler(dir, s.vfs)))
+	vfs := &timedVFS{VFS: walfs.New()}
+	w, err := wal.Open(dir, wal.WithLogger(log), wal.WithSegmentFiler(segment.NewFiler(dir, vfs)))
 	if err != nil {
-		_ = s.meta.Close()
 		return nil, fmt.Errorf("wal log in %s: %w", dir, err)
 	}
-	s.WAL = w
-	return s, nil
-}
-
-// Close closes the log and then its metadata store: raft-wal v0.4.0's
-// Close leaves that bolt file open (and locked), and a node restarted in
-// the same process would wait for the lock forever.
-func (s *walStore) Close() error {
-	err := s.WAL.Close() // waits for an append or rotation in progress
-	return errors.Join(err, s.meta.Close())
+	return &walStore{WAL: w, vfs: vfs}, nil
 }
 
 // timedVFS is the wal's file system, counting the time its segment

@@ -222,3 +222,46 @@ func TestLogStackMonotonic(t *testing.T) {
 		}
 	}
 }
+
+// TestWALTailTruncationSurvivesRestart: a follower that drops a
+// conflicting suffix of its log (DeleteRange to the end, within the
+// segment being written) must start again afterwards. raft-wal v0.4.0
+// marked that segment sealed without writing its index, and the next
+// start failed to read any entry of it ("sealed segment has no index
+// block"): raft panicked in NewRaft, seen in the chaos run after a kill
+// (hashicorp/raft-wal#31, fixed in v0.4.1).
+func TestWALTailTruncationSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	stable := openStable(t, dir)
+	defer stable.Close()
+	l, err := openLogStore(dir, LogStoreWAL, stable, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.store.StoreLogs(testLogs(1, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.store.DeleteRange(9, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.store.StoreLogs(testLogs(9, 12)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.close(); err != nil {
+		t.Fatal(err)
+	}
+	l, err = openLogStore(dir, LogStoreAuto, stable, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	if last, err := l.store.LastIndex(); err != nil || last != 12 {
+		t.Fatalf("last index %d (%v), want 12", last, err)
+	}
+	for i := uint64(1); i <= 12; i++ {
+		var e raft.Log
+		if err := l.store.GetLog(i, &e); err != nil || string(e.Data) != fmt.Sprintf("entry %d", i) {
+			t.Fatalf("after a restart, entry %d: %q (%v)", i, e.Data, err)
+		}
+	}
+}
