@@ -19,7 +19,7 @@ func writeFile(t *testing.T, text string) string {
 // A flag beats RAFTQ_<FLAG>, which beats the file, which beats the default;
 // lists and every flag type come from the file.
 func TestServeConfigPrecedence(t *testing.T) {
-	path := writeFile(t, "node-id: from-file\ngrpc-addr: 127.0.0.1:1\nhttp-addr: 127.0.0.1:2\njoin: [a:1, b:2]\nlease-grace: 7s\nbootstrap-expect: 3\n")
+	path := writeFile(t, "node-id: from-file\ngrpc-addr: 127.0.0.1:1\nhttp-addr: 127.0.0.1:2\njoin: [a:1, b:2]\nlease-grace: 7s\nbootstrap-expect: 3\nlog-store: bolt\n")
 	t.Setenv("RAFTQ_GRPC_ADDR", "127.0.0.1:10")
 	cmd := newServeCmd()
 	if err := cmd.ParseFlags([]string{"--config", path, "--http-addr", "127.0.0.1:20"}); err != nil {
@@ -36,6 +36,7 @@ func TestServeConfigPrecedence(t *testing.T) {
 		"join":             "[a:1,b:2]",
 		"lease-grace":      "7s",
 		"bootstrap-expect": "3",
+		"log-store":        "bolt",
 		"raft-addr":        "127.0.0.1:7401", // default
 	} {
 		if got := fs.Lookup(flag).Value.String(); got != want {
@@ -45,12 +46,12 @@ func TestServeConfigPrecedence(t *testing.T) {
 }
 
 func TestConfigCheck(t *testing.T) {
-	good := writeFile(t, "# a comment\nnode-id: n1\nmax-queued-bytes: 1048576\ninsecure: true\n")
+	good := writeFile(t, "# a comment\nnode-id: n1\nmax-queued-bytes: 1048576\ninsecure: true\nlog-store: wal\n")
 	r := raftq(t, "127.0.0.1:1", "", "config", "check", good)
-	if r.code != 0 || !strings.Contains(r.stdout, "ok, 3 settings") {
+	if r.code != 0 || !strings.Contains(r.stdout, "ok, 4 settings") {
 		t.Fatalf("good file: exit %d, %q %q", r.code, r.stdout, r.stderr)
 	}
-	bad := writeFile(t, "node-id: n1\nnode_id: n2\nlease-grace: soon\nbootstrap-expect: -x\nconfig: other.yaml\n")
+	bad := writeFile(t, "node-id: n1\nnode_id: n2\nlease-grace: soon\nbootstrap-expect: -x\nconfig: other.yaml\nlog-store: fast\n")
 	r = raftq(t, "127.0.0.1:1", "", "config", "check", bad)
 	if r.code == 0 {
 		t.Fatal("a bad file passed the check")
@@ -60,6 +61,8 @@ func TestConfigCheck(t *testing.T) {
 		`:3: lease-grace: "soon"`,
 		`:4: bootstrap-expect: "-x"`,
 		`:5: unknown key "config"`,
+		`:6: log-store: "fast"`,
+		`want wal or bolt`,
 	} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
