@@ -15,6 +15,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
 	walfs "github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
 	"github.com/hashicorp/raft-wal/types"
 )
@@ -166,12 +167,66 @@ type walStore struct {
 // TestWALTailTruncationSurvivesRestart), and did not close its metadata
 // file.
 func openWAL(dir string, log hclog.Logger) (*walStore, error) {
+	if err := finishRotation(dir, log); err != nil {
+		return nil, fmt.Errorf("wal log in %s: %w", dir, err)
+	}
 	vfs := &timedVFS{VFS: walfs.New()}
 	w, err := wal.Open(dir, wal.WithLogger(log), wal.WithSegmentFiler(segment.NewFiler(dir, vfs)))
 	if err != nil {
 		return nil, fmt.Errorf("wal log in %s: %w", dir, err)
 	}
 	return &walStore{WAL: w, vfs: vfs}, nil
+}
+
+// finishRotation completes a segment rotation that a crash interrupted.
+// The append that fills a segment writes the segment's index and is
+// fsynced; the rotation that records the segment as sealed and starts the
+// next one runs after it, on the wal's own goroutine. Killed in between,
+// the metadata still calls the sealed segment the tail, and raft-wal
+// v0.4.1 reopens it as such and refuses every append ("segment is
+// sealed") for good (TestWALKilledBetweenSealAndRotation). This records
+// what the rotation would have: the tail sealed where its index says,
+// and a next segment, whose file wal.Open creates (as after a crash
+// between a rotation's commit and the new file). One metadata commit,
+// atomic: a crash before it leaves the same state for the next start.
+func finishRotation(dir string, log hclog.Logger) error {
+	meta := &metadb.BoltMetaDB{}
+	st, err := meta.Load(dir)
+	if err != nil {
+		return err
+	}
+	defer meta.Close()
+	n := len(st.Segments)
+	if n == 0 || !st.Segments[n-1].SealTime.IsZero() {
+		return nil
+	}
+	tail := st.Segments[n-1]
+	sw, err := segment.NewFiler(dir, walfs.New()).RecoverTail(tail)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // created by wal.Open
+	}
+	if err != nil {
+		return err
+	}
+	sealed, indexStart, err := sw.Sealed()
+	last := sw.LastIndex()
+	if cerr := sw.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || !sealed {
+		return err
+	}
+	now := time.Now()
+	tail.SealTime, tail.MaxIndex, tail.IndexStart = now, last, indexStart
+	next := types.SegmentInfo{ID: st.NextSegmentID, BaseIndex: last + 1, MinIndex: last + 1,
+		SizeLimit: uint32(wal.DefaultSegmentSize), Codec: tail.Codec, CreateTime: now}
+	st.Segments = append(st.Segments[:n-1], tail, next)
+	st.NextSegmentID++
+	if err := meta.CommitState(st); err != nil {
+		return err
+	}
+	log.Warn("finished a segment rotation interrupted by a crash", "segment", tail.ID, "last_index", last)
+	return nil
 }
 
 // timedVFS is the wal's file system, counting the time its segment
