@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/transport/broker"
@@ -250,7 +251,11 @@ func TestReplicaDivergenceRepaired(t *testing.T) {
 	if nb.srv.Diverged() {
 		t.Fatal("the repaired node still counts itself diverged")
 	}
-	for _, f := range []string{"raft.db", "wal"} { // the node runs the default log store, the wal
+	kept := []string{"raft.db"} // the node runs the default log store
+	if cluster.DefaultLogStore == cluster.LogStoreWAL {
+		kept = append(kept, "wal")
+	}
+	for _, f := range kept {
 		if _, err := os.Stat(filepath.Join(c.dir, nb.id, "diverged-1", f)); err != nil {
 			t.Errorf("the diverged Raft state was not kept aside: %v", err)
 		}
