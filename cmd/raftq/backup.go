@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protodelim"
 
 	"github.com/raftq/raftq/client"
+	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/transport"
 	"github.com/raftq/raftq/transport/broker"
@@ -66,7 +67,7 @@ state takes as long as it takes (Ctrl-C stops it, leaving no file).`,
 				return printJSON(a.out, &raftqv1.BackupChunk{Info: sum.Info, Sha256: sum.SHA256, Size: sum.Size})
 			}
 			_, err = fmt.Fprintf(a.out, "saved %s: index %d, cluster version %d, %s, sha256 %s (from %s)\n",
-				args[0], sum.Info.Index, sum.Info.ClusterVersion, backupSize(sum.Size), sum.SHA256, sum.Info.NodeId)
+				args[0], sum.Info.Index, sum.Info.ClusterVersion, fsm.HumanBytes(sum.Size), sum.SHA256, sum.Info.NodeId)
 			return err
 		},
 	}
@@ -310,17 +311,3 @@ func (br *backupReader) Read(p []byte) (int, error) {
 }
 
 func (br *backupReader) Close() error { return br.f.Close() }
-
-// backupSize prints a size in binary units.
-func backupSize(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
