@@ -58,10 +58,13 @@ func Dial(t testing.TB, nodes ...*Node) *client.Client {
 }
 
 // WaitReady waits until ListQueues through c answers, which needs a
-// leader, or until ctx ends.
+// leader, or until ctx ends. A node holds the call until it knows a
+// leader, so each probe may wait as long as an election takes: cutting it
+// short (it was 2 s) made the node count a Canceled call that tests
+// reading raftq_rpc_total then blamed on the code under test.
 func WaitReady(ctx context.Context, c *client.Client) error {
 	err := WaitFor(ctx, 0, 50*time.Millisecond, func(ctx context.Context) error {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		_, err := c.ListQueues(cctx, "")
 		return err
