@@ -13,7 +13,10 @@ import (
 // against what the state counts for them (MessageCost, dedupCost), for a
 // few shapes of message: heap/counted is the factor between
 // max_queued_bytes and the memory the messages take (docs/operations.md).
-// Run with -benchtime=1x; it reports, it does not time.
+// heap-B/msg is the heap one stored message takes (issue 15: memory per
+// message); the "+dedup" shapes carry a 26-character dedup id, as the Go
+// SDK gives every message. Run with -benchtime=1x; it reports, it does not
+// time.
 func BenchmarkMessageCost(b *testing.B) {
 	shapes := []struct {
 		name string
@@ -21,6 +24,12 @@ func BenchmarkMessageCost(b *testing.B) {
 	}{
 		{"empty", func(int) *fsmv1.EnqueueMessage { return &fsmv1.EnqueueMessage{} }},
 		{"100B", func(int) *fsmv1.EnqueueMessage { return &fsmv1.EnqueueMessage{Payload: make([]byte, 100)} }},
+		{"100B+dedup", func(i int) *fsmv1.EnqueueMessage {
+			return &fsmv1.EnqueueMessage{Payload: make([]byte, 100), DedupId: fmt.Sprintf("%026d", i)}
+		}},
+		{"1KiB+dedup", func(i int) *fsmv1.EnqueueMessage {
+			return &fsmv1.EnqueueMessage{Payload: make([]byte, 1024), DedupId: fmt.Sprintf("%026d", i)}
+		}},
 		{"1KiB+keys+dedup", func(i int) *fsmv1.EnqueueMessage {
 			return &fsmv1.EnqueueMessage{Payload: make([]byte, 1024), Headers: map[string]string{"trace": "0123456789abcdef", "kind": "job"},
 				FairnessKey: fmt.Sprint("tenant-", i%100), ThrottleKeys: []string{"api"}, DedupId: fmt.Sprintf("%016x", i)}
@@ -39,7 +48,7 @@ func BenchmarkMessageCost(b *testing.B) {
 			if sh.name == "16KiB-headers" {
 				n = 4_000
 			}
-			var ratio float64
+			var ratio, perMsg float64
 			for range b.N {
 				s := New()
 				s.clusterVersion = AdmitVersion
@@ -66,9 +75,11 @@ func BenchmarkMessageCost(b *testing.B) {
 				runtime.GC()
 				runtime.ReadMemStats(&after)
 				ratio = float64(after.HeapAlloc-before.HeapAlloc) / float64(s.held())
+				perMsg = float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
 				runtime.KeepAlive(s)
 			}
 			b.ReportMetric(ratio, "heap/counted")
+			b.ReportMetric(perMsg, "heap-B/msg")
 		})
 	}
 }

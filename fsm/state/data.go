@@ -20,25 +20,142 @@ const (
 // message is immutable once stored: every transition stores a modified copy,
 // so a snapshot that cloned the message trees keeps a consistent picture
 // without copying payloads.
+//
+// It is laid out for a large backlog (issue 15: memory per message): what
+// every queued message has is inline, in one 112-byte allocation beside
+// its payload (the decoded entry's own slice, never copied); what most do
+// not have sits behind a pointer that is nil for them and that copies
+// share: the content only some messages carry (body), the lease of a
+// leased one, the origin of a dead-lettered one. The payload stays its own
+// allocation: joined to the record it would be copied once more and, at
+// sizes such as 1 KiB, rounded up to a larger size class than the two
+// allocations' sum.
 type message struct {
-	id           uint64
-	payload      []byte
+	id         uint64
+	payload    []byte
+	body       *body // nil: no headers, fairness or throttle keys
+	dedupID    string
+	enqueuedMs int64
+	visibleMs  int64 // delayed until
+	expiresMs  int64 // TTL instant, 0 = none
+	priority   int32
+	weight     uint32
+	attempts   int32
+	state      msgState
+	lease      *lease      // nil unless leased
+	dead       *deadLetter // nil unless in a dead-letter queue (or once was: see DeleteQueue)
+}
+
+// body is the content some messages carry besides their payload. It is
+// immutable and shared: by a message's copies, and by consecutive
+// messages of one fairness key with the same keys and no headers (the
+// key's record of its last one, keyQueue.body), so a backlog of one
+// tenant's messages holds its keys once.
+type body struct {
 	headers      map[string]string
-	priority     int32
 	fairnessKey  string
-	weight       uint32
 	throttleKeys []string
-	dedupID      string
-	enqueuedMs   int64
-	visibleMs    int64 // delayed until
-	expiresMs    int64 // TTL instant, 0 = none
-	attempts     int32
-	state        msgState
-	leaseToken   uint64
-	consumerID   string
-	deadlineMs   int64
-	origin       string // for messages in a dead-letter queue: the queue they came from
-	dlReason     string
+}
+
+// lease is what a leased message records of its lease.
+type lease struct {
+	token      uint64
+	consumerID string
+	deadlineMs int64
+}
+
+// deadLetter is what a message in a dead-letter queue records.
+type deadLetter struct {
+	origin string // the queue it came from; "" once that queue is deleted
+	reason string
+}
+
+func (m *message) headers() map[string]string {
+	if m.body == nil {
+		return nil
+	}
+	return m.body.headers
+}
+
+func (m *message) fairnessKey() string {
+	if m.body == nil {
+		return ""
+	}
+	return m.body.fairnessKey
+}
+
+func (m *message) throttleKeys() []string {
+	if m.body == nil {
+		return nil
+	}
+	return m.body.throttleKeys
+}
+
+func (m *message) leaseToken() uint64 {
+	if m.lease == nil {
+		return 0
+	}
+	return m.lease.token
+}
+
+func (m *message) consumerID() string {
+	if m.lease == nil {
+		return ""
+	}
+	return m.lease.consumerID
+}
+
+func (m *message) deadlineMs() int64 {
+	if m.lease == nil {
+		return 0
+	}
+	return m.lease.deadlineMs
+}
+
+func (m *message) origin() string {
+	if m.dead == nil {
+		return ""
+	}
+	return m.dead.origin
+}
+
+func (m *message) dlReason() string {
+	if m.dead == nil {
+		return ""
+	}
+	return m.dead.reason
+}
+
+// setLease records a lease (all zero: none).
+func (m *message) setLease(token uint64, consumerID string, deadlineMs int64) {
+	m.lease = nil
+	if token != 0 || consumerID != "" || deadlineMs != 0 {
+		m.lease = &lease{token: token, consumerID: consumerID, deadlineMs: deadlineMs}
+	}
+}
+
+// setDeadLetter records where a dead-lettered message came from and why
+// (both empty: neither).
+func (m *message) setDeadLetter(origin, reason string) {
+	m.dead = nil
+	if origin != "" || reason != "" {
+		m.dead = &deadLetter{origin: origin, reason: reason}
+	}
+}
+
+// newBody is the body of a message with this content, nil for none.
+func newBody(headers map[string]string, fairnessKey string, throttleKeys []string) *body {
+	if headers == nil && fairnessKey == "" && throttleKeys == nil {
+		return nil
+	}
+	return &body{headers: headers, fairnessKey: fairnessKey, throttleKeys: throttleKeys}
+}
+
+// sameKeys reports whether b is the body of a message with these keys and
+// no headers (nil and empty told apart, as callers may see them).
+func (b *body) sameKeys(headers map[string]string, fairnessKey string, throttleKeys []string) bool {
+	return b != nil && b.headers == nil && headers == nil && b.fairnessKey == fairnessKey &&
+		(b.throttleKeys == nil) == (throttleKeys == nil) && slices.Equal(b.throttleKeys, throttleKeys)
 }
 
 // msgItem is what the per-queue message tree holds: the id inline so lookups
@@ -80,6 +197,10 @@ type keyQueue struct {
 	// once instead of message by message. Derived, like ids: not in
 	// snapshots or digests, no apply rule reads it.
 	groups map[string]*btree.BTreeG[uint64]
+	// body is the body of the key's newest indexed message when it has no
+	// headers: Enqueue gives it to the next message with the same keys,
+	// so they hold one copy (message.body). Derived, like ids.
+	body *body
 	// groupGen counts the groups created since the key became active, so
 	// a scheduler that found every group throttled can tell whether a new
 	// one (maybe deliverable) has appeared since.
@@ -131,8 +252,20 @@ type dedupRef struct {
 	at        int64
 	messageID uint64
 	queue     string
-	key       dedupEntry // hash and dedup id: the entry's key in its queue
+	key       dedupName // the entry's key in its queue
 }
+
+// dedupName is a dedup entry's key (hash and id) without its value: 24
+// bytes where a whole dedupEntry, whose message id and expiry the ref
+// holds already, would take 40 in every item of the expiry index.
+type dedupName struct {
+	hash    uint64
+	dedupID string
+}
+
+func (e dedupEntry) name() dedupName { return dedupName{hash: e.hash, dedupID: e.dedupID} }
+
+func (n dedupName) entry() dedupEntry { return dedupEntry{hash: n.hash, dedupID: n.dedupID} }
 
 func lessDedupRef(a, b dedupRef) bool {
 	if a.at != b.at {
@@ -213,6 +346,20 @@ func (q *queue) get(id uint64) *message {
 		return nil
 	}
 	return it.m
+}
+
+// bodyFor is the body of a message of priority prio with this content:
+// the body of the fairness key's last ready message there when it has the
+// same keys and neither has headers, else a new one (nil for none).
+func (q *queue) bodyFor(prio int32, headers map[string]string, fairnessKey string, throttleKeys []string) *body {
+	if headers == nil {
+		if l := q.level(prio, false); l != nil {
+			if kq := l.keys[fairnessKey]; kq != nil && kq.body.sameKeys(headers, fairnessKey, throttleKeys) {
+				return kq.body
+			}
+		}
+	}
+	return newBody(headers, fairnessKey, throttleKeys)
 }
 
 func (q *queue) level(prio int32, create bool) *level {

@@ -83,7 +83,7 @@ func recountTrees(name string, msgs, dlq *btree.BTreeG[msgItem]) Counters {
 	c := Counters{Ready: t.ready, Delayed: t.delayed, InFlight: t.inFlight, Bytes: t.bytes}
 	if dlq != nil {
 		dlq.Ascend(func(it msgItem) bool {
-			if it.m.origin == name {
+			if it.m.origin() == name {
 				c.DeadLettered++
 			}
 			return true

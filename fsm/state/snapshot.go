@@ -206,11 +206,11 @@ func putUvarint(buf []byte, x uint64) int {
 // fillMessageRecord overwrites every field of r with m's.
 func fillMessageRecord(r *fsmv1.MessageRecord, m *message) {
 	*r = fsmv1.MessageRecord{
-		Id: m.id, Payload: m.payload, Headers: m.headers, Priority: m.priority,
-		FairnessKey: m.fairnessKey, Weight: m.weight, ThrottleKeys: m.throttleKeys,
+		Id: m.id, Payload: m.payload, Headers: m.headers(), Priority: m.priority,
+		FairnessKey: m.fairnessKey(), Weight: m.weight, ThrottleKeys: m.throttleKeys(),
 		EnqueuedMs: m.enqueuedMs, VisibleMs: m.visibleMs, ExpiresMs: m.expiresMs,
-		Attempts: m.attempts, LeaseToken: m.leaseToken, ConsumerId: m.consumerID,
-		DeadlineMs: m.deadlineMs, OriginQueue: m.origin, DeadLetterReason: m.dlReason,
+		Attempts: m.attempts, LeaseToken: m.leaseToken(), ConsumerId: m.consumerID(),
+		DeadlineMs: m.deadlineMs(), OriginQueue: m.origin(), DeadLetterReason: m.dlReason(),
 		DedupId: m.dedupID, State: fsmv1.MessageState(m.state),
 	}
 }
@@ -322,23 +322,23 @@ func (s *Store) load(r *bufio.Reader) error {
 			}
 			last = mr.Id
 			m := &message{
-				id: mr.Id, payload: mr.Payload, headers: mr.Headers, priority: mr.Priority,
-				fairnessKey: mr.FairnessKey, weight: max(mr.Weight, 1), throttleKeys: mr.ThrottleKeys,
+				id: mr.Id, payload: mr.Payload, body: q.bodyFor(mr.Priority, mr.Headers, mr.FairnessKey, mr.ThrottleKeys),
+				priority: mr.Priority, weight: max(mr.Weight, 1),
 				dedupID: mr.DedupId, enqueuedMs: mr.EnqueuedMs, visibleMs: mr.VisibleMs,
-				expiresMs: mr.ExpiresMs, attempts: mr.Attempts, leaseToken: mr.LeaseToken,
-				consumerID: mr.ConsumerId, deadlineMs: mr.DeadlineMs, origin: mr.OriginQueue,
-				dlReason: mr.DeadLetterReason,
+				expiresMs: mr.ExpiresMs, attempts: mr.Attempts,
 			}
+			m.setLease(mr.LeaseToken, mr.ConsumerId, mr.DeadlineMs)
+			m.setDeadLetter(mr.OriginQueue, mr.DeadLetterReason)
 			switch mr.State {
 			case fsmv1.MessageState_MESSAGE_STATE_READY, fsmv1.MessageState_MESSAGE_STATE_DELAYED, fsmv1.MessageState_MESSAGE_STATE_LEASED:
 				m.state = msgState(mr.State)
 			default:
 				return fmt.Errorf("%w: message %d has unknown state %d", ErrInvalid, mr.Id, mr.State)
 			}
-			if m.state == stateLeased && m.leaseToken == 0 {
+			if m.state == stateLeased && m.leaseToken() == 0 {
 				return fmt.Errorf("%w: leased message %d has no lease token", ErrInvalid, mr.Id)
 			}
-			if m.origin != "" {
+			if m.origin() != "" {
 				dlqMsgs = append(dlqMsgs, pendingDLQ{q, m})
 				continue
 			}
@@ -355,7 +355,7 @@ func (s *Store) load(r *bufio.Reader) error {
 			if _, dup := q.dedup.ReplaceOrInsert(entry); !dup {
 				s.addDedup(q, de.DedupId)
 			}
-			s.dedupExp.ReplaceOrInsert(dedupRef{at: de.ExpiresMs, messageID: de.MessageId, queue: q.name, key: key})
+			s.dedupExp.ReplaceOrInsert(dedupRef{at: de.ExpiresMs, messageID: de.MessageId, queue: q.name, key: key.name()})
 		}
 		if rec.RecentCount > 0 && hdr.Version < snapshotV6 {
 			return fmt.Errorf("%w: recent entries in a format-%d snapshot", ErrInvalid, hdr.Version)

@@ -117,9 +117,9 @@ func (s *Store) unindex(q *queue, m *message) {
 	switch m.state {
 	case stateReady:
 		l := q.level(m.priority, false)
-		kq := l.keys[m.fairnessKey]
+		kq := l.keys[m.fairnessKey()]
 		kq.ids.Delete(m.id)
-		g := throttleGroup(m.throttleKeys)
+		g := throttleGroup(m.throttleKeys())
 		if gt := kq.groups[g]; gt != nil {
 			gt.Delete(m.id)
 			if gt.Len() == 0 {
@@ -139,17 +139,17 @@ func (s *Store) unindex(q *queue, m *message) {
 		s.delayed.Delete(timedRef{at: m.visibleMs, queue: q.name, id: m.id})
 		q.delayed--
 	case stateLeased:
-		s.leases.Delete(timedRef{at: m.deadlineMs, queue: q.name, id: m.id})
+		s.leases.Delete(timedRef{at: m.deadlineMs(), queue: q.name, id: m.id})
 		q.inFlight--
-		s.dropConsumerLease(m.consumerID, q.name, m.id)
+		s.dropConsumerLease(m.consumerID(), q.name, m.id)
 	}
 	if m.expiresMs > 0 && m.state != stateLeased {
 		s.ttl.Delete(timedRef{at: m.expiresMs, queue: q.name, id: m.id})
 	}
 	q.bytes -= m.size()
 	s.totalBytes -= m.size()
-	if m.origin != "" {
-		if oq := s.queues[m.origin]; oq != nil {
+	if o := m.origin(); o != "" {
+		if oq := s.queues[o]; oq != nil {
 			oq.deadLettered--
 		}
 	}
@@ -159,18 +159,21 @@ func (s *Store) index(q *queue, m *message) {
 	switch m.state {
 	case stateReady:
 		l := q.level(m.priority, true)
-		kq := l.keys[m.fairnessKey]
+		kq := l.keys[m.fairnessKey()]
 		if kq == nil {
 			s.keySeq++
-			kq = &keyQueue{key: m.fairnessKey, seq: s.keySeq, ids: btree.NewG(btreeDegree, lessID), groups: map[string]*btree.BTreeG[uint64]{}}
-			l.keys[m.fairnessKey] = kq
+			kq = &keyQueue{key: m.fairnessKey(), seq: s.keySeq, ids: btree.NewG(btreeDegree, lessID), groups: map[string]*btree.BTreeG[uint64]{}}
+			l.keys[kq.key] = kq
 			l.active.ReplaceOrInsert(keyRef{seq: kq.seq, key: kq.key})
 		}
 		if m.id >= kq.newest {
 			kq.newest, kq.weight = m.id, m.weight
 		}
+		if m.body != nil && m.body.headers == nil {
+			kq.body = m.body
+		}
 		kq.ids.ReplaceOrInsert(m.id)
-		g := throttleGroup(m.throttleKeys)
+		g := throttleGroup(m.throttleKeys())
 		gt := kq.groups[g]
 		if gt == nil {
 			gt = btree.NewG(btreeDegree, lessID)
@@ -184,17 +187,17 @@ func (s *Store) index(q *queue, m *message) {
 		s.delayed.ReplaceOrInsert(timedRef{at: m.visibleMs, queue: q.name, id: m.id})
 		q.delayed++
 	case stateLeased:
-		s.leases.ReplaceOrInsert(timedRef{at: m.deadlineMs, queue: q.name, id: m.id})
+		s.leases.ReplaceOrInsert(timedRef{at: m.deadlineMs(), queue: q.name, id: m.id})
 		q.inFlight++
-		s.addConsumerLease(m.consumerID, q.name, m.id)
+		s.addConsumerLease(m.consumerID(), q.name, m.id)
 	}
 	if m.expiresMs > 0 && m.state != stateLeased {
 		s.ttl.ReplaceOrInsert(timedRef{at: m.expiresMs, queue: q.name, id: m.id})
 	}
 	q.bytes += m.size()
 	s.totalBytes += m.size()
-	if m.origin != "" {
-		if oq := s.queues[m.origin]; oq != nil {
+	if o := m.origin(); o != "" {
+		if oq := s.queues[o]; oq != nil {
 			oq.deadLettered++
 		}
 	}
@@ -269,7 +272,7 @@ func (s *Store) advance(touched *Touched) {
 		if q := s.queues[r.queue]; q != nil {
 			// One removal instead of a lookup and a removal; an entry that
 			// is not this ref's (never expected) is put back.
-			if e, ok := q.dedup.Delete(r.key); ok && e.messageID != r.messageID {
+			if e, ok := q.dedup.Delete(r.key.entry()); ok && e.messageID != r.messageID {
 				q.dedup.ReplaceOrInsert(e)
 			} else if ok {
 				s.dropDedup(q, e.dedupID)
@@ -286,13 +289,13 @@ func (s *Store) deadLetter(q *queue, m *message, reason string, touched *Touched
 	dlq := s.queues[q.cfg.DeadLetterQueue]
 	next := *m
 	next.state, next.expiresMs, next.visibleMs = stateReady, 0, 0
-	next.leaseToken, next.consumerID, next.deadlineMs = 0, "", 0
+	next.lease = nil
 	if q.isDLQ || dlq == nil {
 		s.put(q, m, &next)
 		return
 	}
 	s.put(q, m, nil)
-	next.origin, next.dlReason = q.name, reason
+	next.setDeadLetter(q.name, reason)
 	s.put(dlq, nil, &next)
 	q.deadLetteredApplied++
 	touched.add(dlq.name)
@@ -356,7 +359,7 @@ func (s *Store) returnLeased(q *queue, m *message, delayMs int64, touched *Touch
 // unlease stores next (a copy of m) as ready, or delayed for delayMs.
 func (s *Store) unlease(q *queue, m, next *message, delayMs int64, touched *Touched) {
 	next.state = stateReady
-	next.leaseToken, next.consumerID, next.deadlineMs = 0, "", 0
+	next.lease = nil
 	if delayMs > 0 {
 		next.state, next.visibleMs = stateDelayed, s.lastNow+delayMs
 	}

@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"maps"
+	"slices"
 	"testing"
+	"unsafe"
 
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	"google.golang.org/protobuf/encoding/protodelim"
@@ -107,5 +110,66 @@ func TestLoadRefusesNewerFormat(t *testing.T) {
 	}
 	if _, err := Load(bufio.NewReader(&buf)); !errors.Is(err, ErrNewerVersion) {
 		t.Fatalf("Load: %v, want ErrNewerVersion", err)
+	}
+}
+
+// TestMessageRecordSize: a queued message's record stays in the 112-byte
+// size class (issue 15: memory per message); content few messages carry
+// sits behind pointers that are nil for the rest.
+func TestMessageRecordSize(t *testing.T) {
+	if n := unsafe.Sizeof(message{}); n > 112 {
+		t.Fatalf("message record is %d bytes, want at most 112", n)
+	}
+}
+
+// TestSharedBodies: consecutive messages of a fairness key with the same
+// keys and no headers share one body, and every message still reads back
+// exactly its own content (headers, keys, nil and empty told apart).
+func TestSharedBodies(t *testing.T) {
+	s := New()
+	if r := s.Begin(1, 1, 1, 1000, NewTouched()).CreateQueue(&fsmv1.CreateQueue{Name: "q"}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	msgs := []*fsmv1.EnqueueMessage{
+		{Payload: []byte("0"), FairnessKey: "a", ThrottleKeys: []string{"t"}},
+		{Payload: []byte("1"), FairnessKey: "a", ThrottleKeys: []string{"t"}},
+		{Payload: []byte("2"), FairnessKey: "a", ThrottleKeys: []string{"t"}, Headers: map[string]string{"h": "v"}},
+		{Payload: []byte("3"), FairnessKey: "a", ThrottleKeys: []string{"t", "u"}},
+		{Payload: []byte("4"), FairnessKey: "a", ThrottleKeys: []string{}},
+		{Payload: []byte("5"), FairnessKey: "a"},
+		{Payload: []byte("6"), FairnessKey: "b", ThrottleKeys: []string{"t"}},
+		{Payload: []byte("7"), Headers: map[string]string{}},
+		{Payload: []byte("8"), FairnessKey: "a", ThrottleKeys: []string{"t"}, Priority: 1},
+		{Payload: []byte("9"), FairnessKey: "a"},
+	}
+	enq := s.Begin(2, 1, 1, 1001, NewTouched()).Enqueue(&fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}})
+	if enq.Err != nil || enq.Batches[0].Err != nil {
+		t.Fatal(enq.Err, enq.Batches[0].Err)
+	}
+	if err := s.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	q := s.queues["q"]
+	ids := enq.Batches[0].IDs
+	if q.get(ids[0]).body != q.get(ids[1]).body {
+		t.Error("messages 0 and 1 (same keys, no headers) do not share a body")
+	}
+	if q.get(ids[5]).body != q.get(ids[9]).body {
+		t.Error("messages 5 and 9 (same keys, no headers) do not share a body")
+	}
+	for i, em := range msgs {
+		m := q.get(ids[i])
+		if string(m.payload) != string(em.Payload) {
+			t.Fatalf("message %d: payload %q", i, m.payload)
+		}
+		if m.fairnessKey() != em.FairnessKey || m.priority != em.Priority {
+			t.Errorf("message %d: fairness key %q priority %d, want %q %d", i, m.fairnessKey(), m.priority, em.FairnessKey, em.Priority)
+		}
+		if got := m.throttleKeys(); (got == nil) != (em.ThrottleKeys == nil) || !slices.Equal(got, em.ThrottleKeys) {
+			t.Errorf("message %d: throttle keys %#v, want %#v", i, got, em.ThrottleKeys)
+		}
+		if got := m.headers(); (got == nil) != (em.Headers == nil) || !maps.Equal(got, em.Headers) {
+			t.Errorf("message %d: headers %#v, want %#v", i, got, em.Headers)
+		}
 	}
 }

@@ -211,14 +211,14 @@ func (tx *Tx) DeleteQueue(c *fsmv1.DeleteQueue) *Done {
 			// can no longer be redriven, so they forget their origin.
 			var orphans []*message
 			dlq.msgs.Ascend(func(it msgItem) bool {
-				if it.m.origin == q.name {
+				if it.m.origin() == q.name {
 					orphans = append(orphans, it.m)
 				}
 				return true
 			})
 			for _, m := range orphans {
 				next := *m
-				next.origin = ""
+				next.setDeadLetter("", m.dlReason())
 				tx.s.put(dlq, m, &next)
 			}
 		}
@@ -308,18 +308,16 @@ func (tx *Tx) Enqueue(c *fsmv1.Enqueue) *EnqueueResult {
 				} else {
 					tx.s.addDedup(q, em.DedupId)
 				}
-				tx.s.dedupExp.ReplaceOrInsert(dedupRef{at: exp, messageID: id, queue: q.name, key: key})
+				tx.s.dedupExp.ReplaceOrInsert(dedupRef{at: exp, messageID: id, queue: q.name, key: key.name()})
 			}
 			m := &message{
-				id:           id,
-				payload:      em.Payload,
-				headers:      em.Headers,
-				priority:     em.Priority,
-				fairnessKey:  em.FairnessKey,
-				weight:       max(em.Weight, 1),
-				throttleKeys: em.ThrottleKeys,
-				dedupID:      em.DedupId,
-				enqueuedMs:   now,
+				id:         id,
+				payload:    em.Payload,
+				body:       q.bodyFor(em.Priority, em.Headers, em.FairnessKey, em.ThrottleKeys),
+				priority:   em.Priority,
+				weight:     max(em.Weight, 1),
+				dedupID:    em.DedupId,
+				enqueuedMs: now,
 			}
 			ttl := em.TtlMs
 			if ttl == 0 {
@@ -364,6 +362,7 @@ func (tx *Tx) Grant(c *fsmv1.LeaseGrant) *GrantResult {
 		}
 		next := *m
 		next.state = stateLeased
+		var token uint64
 		if tx.version >= AuthVersion {
 			// The leader's random token: the index alone is public
 			// (Status) and would let anyone settle others' leases.
@@ -371,18 +370,19 @@ func (tx *Tx) Grant(c *fsmv1.LeaseGrant) *GrantResult {
 				res.Items[i] = fmt.Errorf("%w: grant without a lease token", ErrInvalid)
 				continue
 			}
-			next.leaseToken = g.LeaseToken
+			token = g.LeaseToken
 		} else {
-			next.leaseToken = tx.index<<20 | uint64(i)
+			token = tx.index<<20 | uint64(i)
 		}
-		next.consumerID = g.ConsumerId
+		var deadline int64
 		if tx.version >= elapsedTimeVersion {
 			// The deadline the leader computed on its clock, as a
 			// duration from the entry's stamp on that same clock.
-			next.deadlineMs = tx.s.lastNow + min(max(g.DeadlineMs-tx.stampMs, 0), MaxDurationMs)
+			deadline = tx.s.lastNow + min(max(g.DeadlineMs-tx.stampMs, 0), MaxDurationMs)
 		} else {
-			next.deadlineMs = max(g.DeadlineMs, tx.s.lastNow)
+			deadline = max(g.DeadlineMs, tx.s.lastNow)
 		}
+		next.lease = &lease{token: token, consumerID: g.ConsumerId, deadlineMs: deadline}
 		next.attempts++
 		tx.s.put(q, m, &next)
 		q.grantedApplied++
@@ -402,7 +402,7 @@ func (tx *Tx) lookupLease(r *fsmv1.Ref) (*queue, *message, error) {
 	if m == nil {
 		return nil, nil, ErrMessageNotFound
 	}
-	if m.state != stateLeased || m.leaseToken != r.GetLeaseToken() || r.GetLeaseToken() == 0 {
+	if m.state != stateLeased || m.leaseToken() != r.GetLeaseToken() || r.GetLeaseToken() == 0 {
 		return nil, nil, ErrStaleLease
 	}
 	return q, m, nil
@@ -435,7 +435,7 @@ func (tx *Tx) rollbackOne(q *queue, m *message) error {
 }
 
 func (tx *Tx) expireOne(q *queue, m *message) error {
-	if m.deadlineMs > tx.s.lastNow {
+	if m.deadlineMs() > tx.s.lastNow {
 		return fmt.Errorf("%w: lease has not expired", ErrStaleLease)
 	}
 	q.expiredTotal++
@@ -494,9 +494,9 @@ func (tx *Tx) Extend(c *fsmv1.Extend) *ExtendResult {
 			by = q.cfg.VisibilityTimeoutMs
 		}
 		next := *m
-		next.deadlineMs = tx.s.lastNow + by
+		next.setLease(m.leaseToken(), m.consumerID(), tx.s.lastNow+by)
 		tx.s.put(q, m, &next)
-		res.Deadlines[i] = next.deadlineMs + tx.s.leader.offset(tx.s.lastNow)
+		res.Deadlines[i] = next.deadlineMs() + tx.s.leader.offset(tx.s.lastNow)
 		tx.touched.add(q.name)
 	}
 	return res
@@ -549,7 +549,7 @@ func (tx *Tx) Redrive(c *fsmv1.Redrive) *CountResult {
 	return tx.idempotent(q, recentRedrive, c.GetIdempotencyKey(), func() int64 {
 		var moving []*message
 		dlq.msgs.Ascend(func(it msgItem) bool {
-			if it.m.origin == q.name && it.m.state != stateLeased {
+			if it.m.origin() == q.name && it.m.state != stateLeased {
 				moving = append(moving, it.m)
 			}
 			return c.Limit == 0 || int64(len(moving)) < c.Limit
@@ -558,7 +558,7 @@ func (tx *Tx) Redrive(c *fsmv1.Redrive) *CountResult {
 			tx.s.put(dlq, m, nil)
 			next := *m
 			next.state, next.visibleMs = stateReady, 0
-			next.origin, next.dlReason = "", ""
+			next.dead = nil
 			next.attempts = 0
 			tx.s.put(q, nil, &next)
 		}

@@ -32,11 +32,11 @@ func (s *Store) Verify() error {
 			switch m.state {
 			case stateReady:
 				l := q.level(m.priority, false)
-				if l == nil || l.keys[m.fairnessKey] == nil || !l.keys[m.fairnessKey].ids.Has(m.id) {
+				if l == nil || l.keys[m.fairnessKey()] == nil || !l.keys[m.fairnessKey()].ids.Has(m.id) {
 					err = fmt.Errorf("%s: ready message %d missing from its key queue", name, m.id)
 					return false
 				}
-				if g := l.keys[m.fairnessKey].groups[throttleGroup(m.throttleKeys)]; g == nil || !g.Has(m.id) {
+				if g := l.keys[m.fairnessKey()].groups[throttleGroup(m.throttleKeys())]; g == nil || !g.Has(m.id) {
 					err = fmt.Errorf("%s: ready message %d missing from its throttle group", name, m.id)
 					return false
 				}
@@ -48,13 +48,13 @@ func (s *Store) Verify() error {
 				}
 			case stateLeased:
 				leases++
-				consumers[m.consumerID]++
-				if !s.leases.Has(timedRef{at: m.deadlineMs, queue: name, id: m.id}) {
+				consumers[m.consumerID()]++
+				if !s.leases.Has(timedRef{at: m.deadlineMs(), queue: name, id: m.id}) {
 					err = fmt.Errorf("%s: leased message %d missing from the lease index", name, m.id)
 					return false
 				}
-				if _, ok := s.consumers[m.consumerID][queueMsg{name, m.id}]; !ok {
-					err = fmt.Errorf("%s: leased message %d missing from consumer %q", name, m.id, m.consumerID)
+				if _, ok := s.consumers[m.consumerID()][queueMsg{name, m.id}]; !ok {
+					err = fmt.Errorf("%s: leased message %d missing from consumer %q", name, m.id, m.consumerID())
 					return false
 				}
 			}
@@ -65,8 +65,8 @@ func (s *Store) Verify() error {
 					return false
 				}
 			}
-			if m.origin != "" {
-				if oc := got[m.origin]; oc != nil {
+			if m.origin() != "" {
+				if oc := got[m.origin()]; oc != nil {
 					oc.deadLettered++
 				}
 			}

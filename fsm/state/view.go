@@ -16,19 +16,19 @@ func (q *queue) delivery(m *message, off int64) *Delivery {
 		ID:               m.id,
 		Queue:            q.name,
 		Payload:          m.payload,
-		Headers:          m.headers,
+		Headers:          m.headers(),
 		Priority:         m.priority,
-		FairnessKey:      m.fairnessKey,
+		FairnessKey:      m.fairnessKey(),
 		Weight:           m.weight,
-		ThrottleKeys:     m.throttleKeys,
+		ThrottleKeys:     m.throttleKeys(),
 		Attempt:          m.attempts,
 		EnqueuedMs:       m.enqueuedMs + off,
-		OriginQueue:      m.origin,
-		DeadLetterReason: m.dlReason,
+		OriginQueue:      m.origin(),
+		DeadLetterReason: m.dlReason(),
 	}
 	if m.state == stateLeased {
-		d.LeaseToken = m.leaseToken
-		d.LeaseDeadlineMs = m.deadlineMs + off
+		d.LeaseToken = m.leaseToken()
+		d.LeaseDeadlineMs = m.deadlineMs() + off
 	}
 	return d
 }
@@ -155,7 +155,7 @@ func (v View) Peek(name string, limit int, deadLetter bool) ([]*Delivery, error)
 			return nil, nil
 		}
 		dlq.msgs.Ascend(func(it msgItem) bool {
-			if it.m.origin == q.name {
+			if it.m.origin() == q.name {
 				out = append(out, dlq.delivery(it.m, v.offset()))
 			}
 			return len(out) < limit
@@ -338,7 +338,7 @@ func (qv QueueView) NextReady(prio int32, key string, afterID uint64) (ReadyMess
 		return ReadyMessage{}, false
 	}
 	m := qv.q.get(id)
-	return ReadyMessage{ID: id, ThrottleKeys: m.throttleKeys}, true
+	return ReadyMessage{ID: id, ThrottleKeys: m.throttleKeys()}, true
 }
 
 // ThrottleGroups appends the names of the key's throttle groups at prio:
@@ -382,7 +382,7 @@ func (qv QueueView) NextInGroup(prio int32, key, group string, afterID uint64) (
 	if !found {
 		return ReadyMessage{}, false
 	}
-	return ReadyMessage{ID: id, ThrottleKeys: qv.q.get(id).throttleKeys}, true
+	return ReadyMessage{ID: id, ThrottleKeys: qv.q.get(id).throttleKeys()}, true
 }
 
 // LeasesHeld counts the leases a consumer holds across queues.
@@ -399,7 +399,7 @@ func (v View) Lease(queue string, id uint64) (consumerID string, token uint64, o
 	if m == nil || m.state != stateLeased {
 		return "", 0, false
 	}
-	return m.consumerID, m.leaseToken, true
+	return m.consumerID(), m.leaseToken(), true
 }
 
 // HoldsLease reports whether consumerID holds the lease of message id of
@@ -453,7 +453,7 @@ func (v View) ExpiredLeases(nowMs int64, max int) []*fsmv1.Ref {
 			return false
 		}
 		m := v.s.queues[r.queue].get(r.id)
-		out = append(out, &fsmv1.Ref{Queue: r.queue, MessageId: r.id, LeaseToken: m.leaseToken})
+		out = append(out, &fsmv1.Ref{Queue: r.queue, MessageId: r.id, LeaseToken: m.leaseToken()})
 		return true
 	})
 	return out
