@@ -16,6 +16,10 @@ package test
 //	entries/msg            Raft entries committed per message
 //	load1                  the machine's 1-minute load average at the end
 //
+// Phases: enqueue (ubProducers × ubInFlight calls outstanding), sync (one
+// call at a time per producer: the latency path) and ack (lease streams,
+// one unary Ack per delivery).
+//
 // Run it (a few minutes; a fixed count skips the framework's ramp-up):
 //
 //	RAFTQ_TEST_NORACE=1 go test -run '^$' -bench 'Unary/nodes=3' -benchtime 20000x ./test
@@ -35,7 +39,9 @@ package test
 // CPU profile (RAFTQ_BENCH_PROFILE_SECONDS, default 5, from the start of
 // its first round of at least 1000 messages) and its allocation profile
 // before and after that round, for
-// `go tool pprof -sample_index=alloc_space -base before after`.
+// `go tool pprof -sample_index=alloc_space -base before after` (each
+// taken after a GC: a heap profile is as of the last GC, so without one
+// the window would be shifted to an earlier phase).
 // Nothing here fails on speed.
 
 import (
@@ -146,6 +152,7 @@ func BenchmarkUnary(b *testing.B) {
 				cs[i] = startBenchCluster(b, v, nodes)
 			}
 			b.Run("enqueue", func(b *testing.B) { runRounds(b, cs, (*benchCluster).runEnqueue) })
+			b.Run("sync", func(b *testing.B) { runRounds(b, cs, (*benchCluster).runSync) })
 			b.Run("ack", func(b *testing.B) { runRounds(b, cs, (*benchCluster).runAck) })
 		})
 	}
@@ -255,13 +262,26 @@ func (c *benchCluster) queue(b *testing.B, kind string) string {
 // runEnqueue: n single-message unary Enqueues, ubProducers × ubInFlight
 // outstanding.
 func (c *benchCluster) runEnqueue(b *testing.B, n int) *roundResult {
+	return c.enqueueCalls(b, n, ubInFlight)
+}
+
+// runSync: n single-message unary Enqueues, one call at a time per
+// producer (the latency path: each call waits for its own commit, and
+// few calls are there to share an entry).
+func (c *benchCluster) runSync(b *testing.B, n int) *roundResult {
+	return c.enqueueCalls(b, n, 1)
+}
+
+// enqueueCalls: n single-message unary Enqueues from ubProducers
+// connections with inFlight calls outstanding on each.
+func (c *benchCluster) enqueueCalls(b *testing.B, n, inFlight int) *roundResult {
 	queue := c.queue(b, "enq")
 	payload := make([]byte, ubPayload)
 	for i := range payload {
 		payload[i] = byte(i * 7)
 	}
 	var next atomic.Int64
-	lat := newLatencies(ubProducers * ubInFlight)
+	lat := newLatencies(ubProducers * inFlight)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	m := c.measure(b, n)
@@ -269,8 +289,8 @@ func (c *benchCluster) runEnqueue(b *testing.B, n int) *roundResult {
 	var failed atomic.Pointer[error] // the first error; a Value would panic on a second concrete type
 	for p := range ubProducers {
 		cl := raftqv1.NewBrokerClient(c.conns[p])
-		for w := range ubInFlight {
-			mine := lat.slot(p*ubInFlight + w)
+		for w := range inFlight {
+			mine := lat.slot(p*inFlight + w)
 			wg.Go(func() {
 				for next.Add(1) <= int64(n) {
 					start := time.Now()
@@ -460,7 +480,7 @@ func (c *benchCluster) measure(b *testing.B, n int) *measurement {
 		if secs == "" {
 			secs = "5"
 		}
-		if err := fetchTo(c.leader, "/debug/pprof/allocs", filepath.Join(dir, m.profName+".allocs-before.pb.gz")); err != nil {
+		if err := fetchTo(c.leader, "/debug/pprof/allocs?gc=1", filepath.Join(dir, m.profName+".allocs-before.pb.gz")); err != nil {
 			b.Fatal(err)
 		}
 		m.profile = make(chan error, 1)
@@ -495,7 +515,7 @@ func (m *measurement) done(b *testing.B, n int, lat *latencies) *roundResult {
 		if err := <-m.profile; err != nil {
 			b.Fatal(err)
 		}
-		if err := fetchTo(m.c.leader, "/debug/pprof/allocs", filepath.Join(m.profDir, m.profName+".allocs-after.pb.gz")); err != nil {
+		if err := fetchTo(m.c.leader, "/debug/pprof/allocs?gc=1", filepath.Join(m.profDir, m.profName+".allocs-after.pb.gz")); err != nil {
 			b.Fatal(err)
 		}
 	}
