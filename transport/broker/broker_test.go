@@ -31,13 +31,13 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // startOne starts a single-node broker on loopback and waits until it is
 // the established leader.
-func startOne(t *testing.T, clock Clock) *Broker {
+func startOne(t testing.TB, clock Clock) *Broker {
 	t.Helper()
 	return startOneWith(t, func(c *Config) { c.Clock = clock })
 }
 
 // startOneWith is startOne with the config adjusted by set.
-func startOneWith(t *testing.T, set func(*Config)) *Broker {
+func startOneWith(t testing.TB, set func(*Config)) *Broker {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
