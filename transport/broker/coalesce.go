@@ -17,6 +17,14 @@ import (
 // A request is proposed at once when fewer than maxInFlight entries are in
 // flight; otherwise it waits for one to commit and goes with whatever else
 // queued up meanwhile. No timer adds latency.
+//
+// There is no dispatcher goroutine: the caller that finds a free slot
+// starts the proposer itself, and a proposer whose entry has committed
+// takes the next queued batch on the spot. A lone call thus reaches
+// raft.Apply one goroutine hand-off after its handler (before: handler →
+// dispatcher → proposer), and under load each entry saves the proposer →
+// dispatcher wake-up and a goroutine start: on a loaded two-core machine
+// every hand-off is a wait for a core.
 type coalescer[Req any] struct {
 	propose     func(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error)
 	build       func(reqs []Req) *fsmv1.Command
@@ -26,9 +34,11 @@ type coalescer[Req any] struct {
 	maxBytes    int
 	timeout     time.Duration
 
-	in   chan *pending[Req]
-	stop chan struct{}
-	wg   sync.WaitGroup
+	mu       sync.Mutex
+	queued   []*pending[Req] // non-empty only while inFlight == maxInFlight
+	inFlight int
+	stopped  bool
+	proposes sync.WaitGroup
 	// waiting is how many requests are queued for the next entries (not
 	// yet proposed), for tests.
 	waiting atomic.Int64
@@ -65,35 +75,38 @@ var ErrStopping = errors.New("node stopping")
 func newCoalescer[Req any](maxInFlight, maxItems, maxBytes int,
 	propose func(context.Context, *fsmv1.Command) (fsm.Result, error),
 	build func([]Req) *fsmv1.Command, size func(Req) (int, int)) *coalescer[Req] {
-	c := &coalescer[Req]{
+	return &coalescer[Req]{
 		propose: propose, build: build, size: size,
 		maxInFlight: maxInFlight, maxItems: maxItems, maxBytes: maxBytes,
 		timeout: 30 * time.Second,
-		in:      make(chan *pending[Req]),
-		stop:    make(chan struct{}),
 	}
-	c.wg.Add(1)
-	go c.run()
-	return c
 }
 
 // submit hands req to the batcher and waits for its entry to commit.
 // release (may be nil) is called when the batcher is done with req, which
 // may be after submit returned to a caller that gave up.
 func (c *coalescer[Req]) submit(ctx context.Context, req Req, release func()) (batchOutcome, error) {
-	p := &pending[Req]{req: req, done: make(chan batchOutcome, 1), release: release}
-	select {
-	case c.in <- p:
-	case <-ctx.Done():
+	if err := ctx.Err(); err != nil {
 		if release != nil {
 			release()
 		}
-		return batchOutcome{}, ctx.Err()
-	case <-c.stop:
+		return batchOutcome{}, err
+	}
+	p := &pending[Req]{req: req, done: make(chan batchOutcome, 1), release: release}
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
 		if release != nil {
 			release()
 		}
 		return batchOutcome{}, ErrStopping
+	}
+	c.queued = append(c.queued, p)
+	c.waiting.Store(int64(len(c.queued)))
+	batch := c.takeLocked()
+	c.mu.Unlock()
+	if batch != nil {
+		go c.run(batch)
 	}
 	select {
 	case out := <-p.done:
@@ -105,58 +118,58 @@ func (c *coalescer[Req]) submit(ctx context.Context, req Req, release func()) (b
 	}
 }
 
+// takeLocked takes the next batch off the queue when an entry slot is
+// free (nil otherwise) and counts it in flight. c.mu is held.
+func (c *coalescer[Req]) takeLocked() []*pending[Req] {
+	if c.stopped || c.inFlight >= c.maxInFlight || len(c.queued) == 0 {
+		return nil
+	}
+	n, items, bytes := 0, 0, 0
+	for n < len(c.queued) {
+		i, b := c.size(c.queued[n].req)
+		if n > 0 && (items+i > c.maxItems || bytes+b > c.maxBytes) {
+			break
+		}
+		items, bytes, n = items+i, bytes+b, n+1
+	}
+	batch := c.queued[:n:n] // capped: appends to the queue cannot reach it
+	c.queued = c.queued[n:]
+	c.waiting.Store(int64(len(c.queued)))
+	c.inFlight++
+	c.proposes.Add(1)
+	return batch
+}
+
+// run proposes batch, then whatever queued up while it was in flight,
+// until nothing is queued.
+func (c *coalescer[Req]) run(batch []*pending[Req]) {
+	for batch != nil {
+		c.apply(batch)
+		c.mu.Lock()
+		c.inFlight--
+		c.proposes.Done()
+		batch = c.takeLocked()
+		c.mu.Unlock()
+	}
+}
+
 // queuedLen is how many requests wait for an entry.
 func (c *coalescer[Req]) queuedLen() int { return int(c.waiting.Load()) }
 
+// close stops taking requests, waits for the entries in flight and
+// answers what is still queued with ErrStopping.
 func (c *coalescer[Req]) close() {
-	close(c.stop)
-	c.wg.Wait()
-}
-
-func (c *coalescer[Req]) run() {
-	defer c.wg.Done()
-	var (
-		queued   []*pending[Req]
-		inFlight int
-		finished = make(chan struct{}, c.maxInFlight)
-		proposes sync.WaitGroup
-	)
-	defer func() {
-		proposes.Wait()
-		for _, p := range queued {
-			p.finish(batchOutcome{err: ErrStopping})
-		}
-	}()
-	for {
-		for inFlight < c.maxInFlight && len(queued) > 0 {
-			n, items, bytes := 0, 0, 0
-			for n < len(queued) {
-				i, b := c.size(queued[n].req)
-				if n > 0 && (items+i > c.maxItems || bytes+b > c.maxBytes) {
-					break
-				}
-				items, bytes, n = items+i, bytes+b, n+1
-			}
-			batch := queued[:n:n]
-			queued = queued[n:]
-			c.waiting.Store(int64(len(queued)))
-			inFlight++
-			proposes.Add(1)
-			go func() {
-				defer proposes.Done()
-				c.apply(batch)
-				finished <- struct{}{}
-			}()
-		}
-		select {
-		case p := <-c.in:
-			queued = append(queued, p)
-			c.waiting.Store(int64(len(queued)))
-		case <-finished:
-			inFlight--
-		case <-c.stop:
-			return
-		}
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
+	c.proposes.Wait()
+	c.mu.Lock()
+	queued := c.queued
+	c.queued = nil
+	c.waiting.Store(0)
+	c.mu.Unlock()
+	for _, p := range queued {
+		p.finish(batchOutcome{err: ErrStopping})
 	}
 }
 

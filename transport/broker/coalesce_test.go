@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,7 +165,9 @@ func waitFor(t *testing.T, cond func() bool) {
 // (no Raft, no fsync), so that what is measured is the hand-off, the
 // batching and the answer.
 func BenchmarkCoalescerSubmit(b *testing.B) {
+	var entries atomic.Int64
 	propose := func(_ context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
+		entries.Add(1)
 		return &fsm.ItemsResult{Items: make([]error, len(cmd.GetAck().GetRefs()))}, nil
 	}
 	c := newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, propose, buildAck, sizeAck)
@@ -180,4 +183,62 @@ func BenchmarkCoalescerSubmit(b *testing.B) {
 			}
 		}
 	})
+	b.ReportMetric(float64(entries.Load())/float64(b.N), "entries/op")
+}
+
+// TestCoalescerCloseAnswersQueued: close waits for the entry in flight,
+// whose caller gets its result, and answers the requests queued behind it
+// with ErrStopping (never proposed: safe to retry elsewhere); nothing is
+// proposed after close began.
+func TestCoalescerCloseAnswersQueued(t *testing.T) {
+	p := newAckProposer()
+	c := newCoalescer(1, 512, 1<<20, p.propose, buildAck, sizeAck)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := c.submit(ctx, ackReq{{MessageId: 2}}, nil)
+		firstDone <- err
+	}()
+	<-p.first
+	const queued = 3
+	answers := make(chan error, queued)
+	for i := range queued {
+		go func() {
+			_, err := c.submit(ctx, ackReq{{MessageId: uint64(10 + 2*i)}}, nil)
+			answers <- err
+		}()
+	}
+	waitFor(t, func() bool { return c.queuedLen() == queued })
+	closed := make(chan struct{})
+	go func() {
+		c.close()
+		close(closed)
+	}()
+	// close cannot return while the first entry is held in flight.
+	waitFor(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.stopped
+	})
+	select {
+	case <-closed:
+		t.Fatal("close returned while an entry was in flight")
+	default:
+	}
+	close(p.release)
+	<-closed
+	if err := <-firstDone; err != nil {
+		t.Fatalf("the entry in flight: %v, want its result", err)
+	}
+	for range queued {
+		if err := <-answers; !errors.Is(err, ErrStopping) {
+			t.Fatalf("queued request: %v, want ErrStopping", err)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.entries) != 1 {
+		t.Fatalf("entries proposed: %v, want only the first", p.entries)
+	}
 }
