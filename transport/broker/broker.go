@@ -174,6 +174,9 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 
 	// 4. The coalescers merge concurrent client writes into one entry.
 	b.enqueues = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.Propose, buildEnqueue, sizeEnqueue)
+	// An enqueue's payloads count against the pending gate until its
+	// entry has committed or failed.
+	b.enqueues.release = func(r enqueueReq) { b.gate.release(r.held) }
 	// Ack entries go through the scheduler, which lets them carry the
 	// grants of the credit they free (one entry per delivery cycle).
 	b.acks = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.sched.ProposeAck, buildAck, sizeAck)

@@ -33,6 +33,12 @@ type coalescer[Req any] struct {
 	maxItems    int
 	maxBytes    int
 	timeout     time.Duration
+	// release, if set, is called once the coalescer is done with a
+	// request (answered or dropped), whether or not its caller still
+	// waits: what the request holds (the pending gate's bytes) is held
+	// until its entry has committed or failed.
+	release func(Req)
+	pool    sync.Pool // of *pending[Req]
 
 	mu       sync.Mutex
 	queued   []*pending[Req] // non-empty only while inFlight == maxInFlight
@@ -45,20 +51,22 @@ type coalescer[Req any] struct {
 }
 
 // pending is one caller's request; done receives the entry's result and
-// the request's position in it.
+// the request's position in it. Answered callers hand theirs back to the
+// coalescer's pool (two allocations fewer per call); one whose caller
+// gave up is left to the garbage collector, since the coalescer may still
+// answer it.
 type pending[Req any] struct {
 	req  Req
 	done chan batchOutcome
-	// release, if set, is called once the coalescer is done with req
-	// (answered or dropped), whether or not its caller still waits.
-	release func()
 }
 
-func (p *pending[Req]) finish(out batchOutcome) {
-	p.done <- out
-	if p.release != nil {
-		p.release()
+// finish answers p. After the send the coalescer no longer touches p: it
+// is its caller's again, who may reuse it.
+func (c *coalescer[Req]) finish(p *pending[Req], out batchOutcome) {
+	if c.release != nil {
+		c.release(p.req)
 	}
+	p.done <- out
 }
 
 type batchOutcome struct {
@@ -83,21 +91,28 @@ func newCoalescer[Req any](maxInFlight, maxItems, maxBytes int,
 }
 
 // submit hands req to the batcher and waits for its entry to commit.
-// release (may be nil) is called when the batcher is done with req, which
-// may be after submit returned to a caller that gave up.
-func (c *coalescer[Req]) submit(ctx context.Context, req Req, release func()) (batchOutcome, error) {
+// c.release is called when the batcher is done with req, which may be
+// after submit returned to a caller that gave up.
+func (c *coalescer[Req]) submit(ctx context.Context, req Req) (batchOutcome, error) {
 	if err := ctx.Err(); err != nil {
-		if release != nil {
-			release()
+		if c.release != nil {
+			c.release(req)
 		}
 		return batchOutcome{}, err
 	}
-	p := &pending[Req]{req: req, done: make(chan batchOutcome, 1), release: release}
+	var zero Req
+	p, _ := c.pool.Get().(*pending[Req])
+	if p == nil {
+		p = &pending[Req]{done: make(chan batchOutcome, 1)}
+	}
+	p.req = req
 	c.mu.Lock()
 	if c.stopped {
 		c.mu.Unlock()
-		if release != nil {
-			release()
+		p.req = zero
+		c.pool.Put(p)
+		if c.release != nil {
+			c.release(req)
 		}
 		return batchOutcome{}, ErrStopping
 	}
@@ -110,6 +125,8 @@ func (c *coalescer[Req]) submit(ctx context.Context, req Req, release func()) (b
 	}
 	select {
 	case out := <-p.done:
+		p.req = zero
+		c.pool.Put(p)
 		return out, out.err
 	case <-ctx.Done():
 		// The entry may still commit: outcome unknown to this caller,
@@ -169,7 +186,7 @@ func (c *coalescer[Req]) close() {
 	c.waiting.Store(0)
 	c.mu.Unlock()
 	for _, p := range queued {
-		p.finish(batchOutcome{err: ErrStopping})
+		c.finish(p, batchOutcome{err: ErrStopping})
 	}
 }
 
@@ -189,7 +206,7 @@ func (c *coalescer[Req]) apply(batch []*pending[Req]) {
 		}
 		// Sized before finish: once answered, p is its caller's again.
 		items, _ := c.size(p.req)
-		p.finish(batchOutcome{res: res, pos: i, offset: offset, err: err})
+		c.finish(p, batchOutcome{res: res, pos: i, offset: offset, err: err})
 		offset += items
 	}
 }

@@ -85,7 +85,7 @@ func TestCoalescerAnswersEachCallerItsOwnResult(t *testing.T) {
 			// The first call's entry is held in flight ...
 			firstDone := make(chan error, 1)
 			go func() {
-				_, err := c.submit(ctx, ackReq{{MessageId: 100}}, nil)
+				_, err := c.submit(ctx, ackReq{{MessageId: 100}})
 				firstDone <- err
 			}()
 			<-p.first
@@ -105,7 +105,7 @@ func TestCoalescerAnswersEachCallerItsOwnResult(t *testing.T) {
 				}
 				answers[i] = make(chan answer, 1)
 				go func() {
-					out, err := c.submit(ctx, refs[i], nil)
+					out, err := c.submit(ctx, refs[i])
 					answers[i] <- answer{out, err}
 				}()
 			}
@@ -177,7 +177,7 @@ func BenchmarkCoalescerSubmit(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
 		for pb.Next() {
-			if _, err := c.submit(ctx, ackReq{{Queue: "q", MessageId: 1}}, nil); err != nil {
+			if _, err := c.submit(ctx, ackReq{{Queue: "q", MessageId: 1}}); err != nil {
 				b.Error(err)
 				return
 			}
@@ -197,7 +197,7 @@ func TestCoalescerCloseAnswersQueued(t *testing.T) {
 	defer cancel()
 	firstDone := make(chan error, 1)
 	go func() {
-		_, err := c.submit(ctx, ackReq{{MessageId: 2}}, nil)
+		_, err := c.submit(ctx, ackReq{{MessageId: 2}})
 		firstDone <- err
 	}()
 	<-p.first
@@ -205,7 +205,7 @@ func TestCoalescerCloseAnswersQueued(t *testing.T) {
 	answers := make(chan error, queued)
 	for i := range queued {
 		go func() {
-			_, err := c.submit(ctx, ackReq{{MessageId: uint64(10 + 2*i)}}, nil)
+			_, err := c.submit(ctx, ackReq{{MessageId: uint64(10 + 2*i)}})
 			answers <- err
 		}()
 	}

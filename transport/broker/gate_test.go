@@ -67,6 +67,7 @@ func TestCoalescerReleasesGate(t *testing.T) {
 	c := newCoalescer(1, 512, 1<<20, propose, buildAck, sizeAck)
 	g := &pendingGate{limit: 100}
 	const size = 60
+	c.release = func(ackReq) { g.release(size) }
 
 	// The first request is proposed and held; its caller gives up.
 	if err := g.acquire(size); err != nil {
@@ -75,7 +76,7 @@ func TestCoalescerReleasesGate(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
 	go func() {
-		_, err := c.submit(ctx, ackReq{{MessageId: 1}}, func() { g.release(size) })
+		_, err := c.submit(ctx, ackReq{{MessageId: 1}})
 		gaveUp <- err
 	}()
 	<-proposed
@@ -103,7 +104,7 @@ func TestCoalescerReleasesGate(t *testing.T) {
 	if err := g.acquire(size); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.submit(context.Background(), ackReq{{MessageId: 2}}, func() { g.release(size) }); !errors.Is(err, ErrStopping) {
+	if _, err := c.submit(context.Background(), ackReq{{MessageId: 2}}); !errors.Is(err, ErrStopping) {
 		t.Fatalf("submit after stop: %v", err)
 	}
 	if got := g.used.Load(); got != 0 {

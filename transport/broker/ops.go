@@ -69,7 +69,7 @@ func (b *Broker) Enqueue(ctx context.Context, queue string, msgs []*raftqv1.Enqu
 	if err := b.gate.acquire(req.held); err != nil {
 		return nil, err
 	}
-	out, err := b.enqueues.submit(ctx, req, func() { b.gate.release(req.held) })
+	out, err := b.enqueues.submit(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +90,7 @@ func (b *Broker) Ack(ctx context.Context, refs []LeaseRef) ([]error, error) {
 	}
 	lr := logRefs(refs)
 	defer b.sched.Settling(lr)()
-	out, err := b.acks.submit(ctx, ackReq(lr), nil)
+	out, err := b.acks.submit(ctx, ackReq(lr))
 	if err != nil {
 		return nil, err
 	}
