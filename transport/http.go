@@ -103,20 +103,19 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 	return m
 }
 
-func (m *metrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	start := time.Now()
-	resp, err := handler(ctx, req)
-	mm, known := m.perMethod[info.FullMethod]
+// observeUnary counts a unary call of method that started at start and
+// ended with err, and observes its latency.
+func (m *metrics) observeUnary(method string, start time.Time, err error) {
+	mm, known := m.perMethod[method]
 	if !known { // health, reflection
-		mm.latency = m.latency.WithLabelValues(info.FullMethod)
+		mm.latency = m.latency.WithLabelValues(method)
 	}
 	mm.latency.Observe(time.Since(start).Seconds())
 	if known && err == nil {
 		mm.ok.Inc()
 	} else {
-		m.rpcs.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+		m.rpcs.WithLabelValues(method, status.Code(err).String()).Inc()
 	}
-	return resp, err
 }
 
 func (m *metrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {

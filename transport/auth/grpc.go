@@ -161,9 +161,33 @@ func (a *Authenticator) check(p *Principal, r rule, req any) error {
 // ListQueues and Status answer to what the caller may see, and writes the
 // audit line of administrative calls.
 func (a *Authenticator) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	r, ok := ruleFor(info.FullMethod)
+	ctx, c, err := a.AdmitUnary(ctx, info.FullMethod, req)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := handler(ctx, req)
+	return c.Finish(ctx, resp, err)
+}
+
+// Admitted is a unary call AdmitUnary let through; its Finish must see
+// the handler's answer.
+type Admitted struct {
+	a      *Authenticator
+	p      *Principal
+	method string
+	req    any
+	r      rule
+	ruled  bool
+}
+
+// AdmitUnary is UnaryInterceptor's first half, for a server that runs its
+// interceptors as one function (no closure per stage and call): it
+// authenticates and authorises a call of method and returns ctx carrying
+// the caller, or the refusal (already audited).
+func (a *Authenticator) AdmitUnary(ctx context.Context, method string, req any) (context.Context, Admitted, error) {
+	r, ok := ruleFor(method)
 	if !ok {
-		return handler(ctx, req) // health checking, reflection
+		return ctx, Admitted{}, nil // health checking, reflection
 	}
 	p, err := a.Authenticate(ctx)
 	if err == nil {
@@ -171,19 +195,27 @@ func (a *Authenticator) UnaryInterceptor(ctx context.Context, req any, info *grp
 	}
 	if err != nil {
 		if r.audit {
-			a.audit(ctx, p, info.FullMethod, r, req, err)
+			a.audit(ctx, p, method, r, req, err)
 		}
-		return nil, err
+		return ctx, Admitted{}, err
 	}
-	ctx = WithPrincipal(ctx, p)
-	resp, err := handler(ctx, req)
-	if r.audit {
-		a.audit(ctx, p, info.FullMethod, r, req, err)
+	return WithPrincipal(ctx, p), Admitted{a: a, p: p, method: method, req: req, r: r, ruled: true}, nil
+}
+
+// Finish is UnaryInterceptor's second half: it audits an administrative
+// call's outcome and trims a list or status answer to what the caller may
+// see.
+func (c Admitted) Finish(ctx context.Context, resp any, err error) (any, error) {
+	if !c.ruled {
+		return resp, err
+	}
+	if c.r.audit {
+		c.a.audit(ctx, c.p, c.method, c.r, c.req, err)
 	}
 	if err != nil {
 		return resp, err
 	}
-	return a.filter(p, resp), nil
+	return c.a.filter(c.p, resp), nil
 }
 
 // filter trims an answer to what p may see.
