@@ -3,8 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
+	"strconv"
 	"strings"
+
+	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/transport/auth"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -69,7 +75,14 @@ func readConfigFile(path string) ([]configSetting, error) {
 // unknown key and bad value, each with its line.
 func applyConfig(path string, settings []configSetting, fs *pflag.FlagSet) error {
 	var errs []error
+	seen := map[string]int{} // key -> its first line
 	for _, s := range settings {
+		if first, ok := seen[s.key]; ok {
+			// Not last-one-wins: which one the writer meant is a guess.
+			errs = append(errs, fmt.Errorf("%s:%d: %s is set twice (first on line %d)", path, s.line, s.key, first))
+			continue
+		}
+		seen[s.key] = s.line
 		f := fs.Lookup(s.key)
 		if f == nil || s.key == "config" {
 			errs = append(errs, fmt.Errorf("%s:%d: unknown key %q (keys are raftq serve's flags, e.g. node-id)", path, s.line, s.key))
@@ -98,8 +111,21 @@ func newConfigCmd(a *app) *cobra.Command {
 				return err
 			}
 			// A fresh serve flag set: the same names, types and parsing
-			// serve applies.
-			if err := applyConfig(args[0], settings, newServeCmd().Flags()); err != nil {
+			// serve applies, then the checks serve makes before it starts.
+			serve, o := serveCommand()
+			fs := serve.Flags()
+			errs := []error{applyConfig(args[0], settings, fs)}
+			line := map[string]int{}
+			for _, s := range settings {
+				if _, ok := line[s.key]; !ok {
+					line[s.key] = s.line
+				}
+			}
+			for _, p := range checkServeOptions(o, fs) {
+				// Every default passes, so the value is the file's.
+				errs = append(errs, fmt.Errorf("%s:%d: %s: %q: %w", args[0], line[p.flag], p.flag, fs.Lookup(p.flag).Value, p.err))
+			}
+			if err := errors.Join(errs...); err != nil {
 				return err
 			}
 			_, err = fmt.Fprintf(a.out, "%s: ok, %d settings\n", args[0], len(settings))
@@ -108,4 +134,76 @@ func newConfigCmd(a *app) *cobra.Command {
 	}
 	cmd.AddCommand(check)
 	return cmd
+}
+
+// optionProblem is a serve flag whose value serve would refuse.
+type optionProblem struct {
+	flag string
+	err  error
+}
+
+// checkServeOptions makes the checks of serve's options that need neither
+// the network nor the data dir: serve makes them before it starts, and
+// config check reports them for a file. fs says which flags were set (for
+// the TLS trio, the one to blame).
+func checkServeOptions(o *serveOptions, fs *pflag.FlagSet) []optionProblem {
+	var ps []optionProblem
+	bad := func(flag string, err error) { ps = append(ps, optionProblem{flag, err}) }
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(o.logLevel)); err != nil {
+		bad("log-level", errors.New("want debug, info, warn or error"))
+	}
+	if o.auth.mode != "" {
+		if _, err := auth.ParseMode(o.auth.mode); err != nil {
+			bad("auth", errors.New("want none, token or mtls"))
+		}
+	}
+	if o.auth.adminCN != "" {
+		if err := fsm.ValidateIdentity(o.auth.adminCN); err != nil {
+			bad("admin-cn", err)
+		}
+	}
+	if o.metricsTopKeys < 0 {
+		bad("metrics-top-keys", errors.New("want 0 (off) or more"))
+	}
+	if o.bootstrapExpect < 0 {
+		bad("bootstrap-expect", errors.New("want 0 or more voters"))
+	}
+	for _, a := range []struct {
+		flag, addr string
+	}{{"grpc-addr", o.grpcAddr}, {"raft-addr", o.raftAddr}, {"gossip-addr", o.gossipAddr}, {"http-addr", o.httpAddr}} {
+		if a.addr == "" && a.flag == "http-addr" {
+			continue // off
+		}
+		if err := checkBindAddr(a.addr); err != nil {
+			bad(a.flag, err)
+		}
+	}
+	if o.advertiseGRPC != "" {
+		if err := checkHostPort(o.advertiseGRPC); err != nil {
+			bad("advertise-grpc-addr", err)
+		}
+	}
+	if o.tls.Enabled() && (o.tls.Cert == "" || o.tls.Key == "" || o.tls.CA == "") {
+		for _, f := range []string{"tls-cert", "tls-key", "tls-ca"} {
+			if fs.Changed(f) {
+				bad(f, errors.New("TLS needs all of --tls-cert, --tls-key and --tls-ca"))
+				break
+			}
+		}
+	}
+	return ps
+}
+
+// checkBindAddr checks a listen address: host:port, the host possibly
+// empty (every interface), the port 0-65535.
+func checkBindAddr(s string) error {
+	_, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not in 0-65535", p)
+	}
+	return nil
 }

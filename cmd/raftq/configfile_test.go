@@ -80,3 +80,63 @@ func TestConfigCheck(t *testing.T) {
 		t.Fatalf("serve with a bad config: %v", err)
 	}
 }
+
+// TestConfigCheckReportsWhatServeRefuses: a value of the right type that
+// serve would refuse at start (a log level, auth mode or address it cannot
+// use, half of the TLS flags, a key given twice) is reported by config
+// check with its line, not passed as ok; serve refuses the same file
+// before binding anything.
+func TestConfigCheckReportsWhatServeRefuses(t *testing.T) {
+	bad := writeFile(t, strings.Join([]string{
+		"log-level: loud",                // 1
+		"auth: bogus",                    // 2
+		"grpc-addr: not-an-address",      // 3
+		"advertise-grpc-addr: nope",      // 4
+		"metrics-top-keys: -1",           // 5
+		"bootstrap-expect: -2",           // 6
+		"tls-cert: n1.pem",               // 7
+		"node-id: n1",                    // 8
+		"node-id: n2",                    // 9
+		"http-addr: 127.0.0.1:99999",     // 10
+		"admin-cn: \"bad name\"",         // 11
+		"raft-addr: 127.0.0.1:7401",      // 12: fine
+		"advertise-host: n1.example.com", // 13: fine
+	}, "\n")+"\n")
+	r := raftq(t, "127.0.0.1:1", "", "config", "check", bad)
+	if r.code == 0 {
+		t.Fatalf("a file serve refuses passed the check: %q", r.stdout)
+	}
+	for _, want := range []string{
+		`:1: log-level: "loud"`,
+		`:2: auth: "bogus"`, "want none, token or mtls",
+		`:3: grpc-addr: "not-an-address"`,
+		`:4: advertise-grpc-addr: "nope"`,
+		`:5: metrics-top-keys: "-1"`,
+		`:6: bootstrap-expect: "-2"`,
+		`:7: tls-cert: "n1.pem"`, "TLS needs all of --tls-cert, --tls-key and --tls-ca",
+		`:9: node-id is set twice (first on line 8)`,
+		`:10: http-addr: "127.0.0.1:99999"`,
+		`:11: admin-cn: "bad name"`,
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("config check's report lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	for _, fine := range []string{":12:", ":13:"} {
+		if strings.Contains(r.stderr, fine) {
+			t.Errorf("config check reports a good line (%s):\n%s", fine, r.stderr)
+		}
+	}
+
+	// serve refuses such a value before it binds a port.
+	for _, line := range []string{"log-level: loud", "auth: bogus", "grpc-addr: not-an-address", "node-id: a\nnode-id: b"} {
+		cmd := newServeCmd()
+		if err := cmd.ParseFlags([]string{"--config", writeFile(t, "data-dir: "+t.TempDir()+"\n"+line+"\n")}); err != nil {
+			t.Fatal(err)
+		}
+		err := cmd.PreRunE(cmd, nil)
+		if err == nil {
+			t.Errorf("serve accepted a config with %q", line)
+		}
+	}
+}

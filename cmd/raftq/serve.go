@@ -61,6 +61,13 @@ type serveOptions struct {
 }
 
 func newServeCmd() *cobra.Command {
+	cmd, _ := serveCommand()
+	return cmd
+}
+
+// serveCommand is raftq serve and the options its flags set (config check
+// parses a file into them as serve would).
+func serveCommand() (*cobra.Command, *serveOptions) {
 	mem := readMemoryBudget(os.DirFS("/"))
 	o := &serveOptions{}
 	cmd := &cobra.Command{
@@ -84,7 +91,12 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 				}
 			}
 			o.nodeIDGiven = cmd.Flags().Changed("node-id")
-			return nil
+			// Before anything binds or opens the data dir.
+			var errs []error
+			for _, p := range checkServeOptions(o, cmd.Flags()) {
+				errs = append(errs, fmt.Errorf("--%s %s: %w", p.flag, cmd.Flags().Lookup(p.flag).Value, p.err))
+			}
+			return errors.Join(errs...)
 		},
 		// main's context ends on SIGINT/SIGTERM: a graceful stop (see stopNode).
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -133,7 +145,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.BoolVar(&o.carryGrants, "ack-carries-grants", false, "leader: from log version 10, grant a consumer's next messages in the entry of the ack that frees its credit (one Raft entry per delivery cycle instead of two; experimental, for benchmarks)")
 	_ = fl.MarkHidden("ack-carries-grants")
 	addAuthFlags(fl, &o.auth)
-	return cmd
+	return cmd, o
 }
 
 // applyEnv fills every flag not given on the command line from RAFTQ_<NAME>.
