@@ -10,14 +10,18 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,12 +74,111 @@ func dockerOrSkip(t *testing.T) {
 	}
 }
 
+// unique names one run: this process's id, which sweepStale reads to
+// tell a run that is gone from one still going, and random bytes.
 func unique(t *testing.T) string {
-	b := make([]byte, 5)
+	b := make([]byte, 4)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
 	}
-	return hex.EncodeToString(b)
+	return fmt.Sprintf("%d-%s", os.Getpid(), hex.EncodeToString(b))
+}
+
+// The names a run gives what it creates: the project raftqtest-PID-RAND
+// and the image raftq:composetest-PID-RAND.
+const (
+	projectPrefix = "raftqtest-"
+	imageRepo     = "raftq"
+	imageTagPre   = "composetest-"
+)
+
+// runGone reports whether the run that named something with name (after
+// its prefix) has ended: its process no longer exists. A process that
+// exists, whatever it is, counts as running: sweeping is never worth
+// removing another run's cluster.
+func runGone(name string) bool {
+	pidStr, _, ok := strings.Cut(name, "-")
+	pid, err := strconv.Atoi(pidStr)
+	if !ok || err != nil || pid <= 0 {
+		return false // not named by this test
+	}
+	_, err = os.Stat(filepath.Join("/proc", pidStr))
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// sweepStale removes what earlier runs of this test left behind when they
+// could not clean up (killed, or stopped by go test's -timeout): the
+// containers, networks and volumes of their compose projects and their
+// images, once their process is gone.
+func sweepStale(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/proc/self"); err != nil {
+		return // no /proc to tell a finished run from a running one
+	}
+	projects := map[string]bool{}
+	for _, kind := range []string{"container", "network", "volume"} {
+		args := []string{kind, "ls", "--quiet", "--filter", "label=com.docker.compose.project", "--format", `{{.Label "com.docker.compose.project"}}`}
+		if kind == "container" {
+			args = append(args[:2], append([]string{"--all"}, args[2:]...)...)
+		}
+		out, err := run(ctx, nil, "", "docker", args...)
+		if err != nil {
+			t.Logf("sweep: list %ss: %v", kind, err)
+			continue
+		}
+		for _, p := range strings.Fields(out) {
+			if rest, ok := strings.CutPrefix(p, projectPrefix); ok && runGone(rest) {
+				projects[p] = true
+			}
+		}
+	}
+	for p := range projects {
+		label := "label=com.docker.compose.project=" + p
+		for _, kind := range []string{"container", "network", "volume"} {
+			args := []string{kind, "ls", "--quiet", "--filter", label}
+			if kind == "container" {
+				args = append(args, "--all")
+			}
+			out, err := run(ctx, nil, "", "docker", args...)
+			if ids := strings.Fields(out); err == nil && len(ids) > 0 {
+				rm := []string{kind, "rm"}
+				if kind != "network" {
+					rm = append(rm, "--force")
+				}
+				if _, err := run(ctx, nil, "", "docker", append(rm, ids...)...); err != nil {
+					t.Logf("sweep: %v", err)
+				}
+			}
+		}
+		t.Logf("removed what the ended run %s left", p)
+	}
+	// Containers a run started itself (docker run), named after it.
+	if out, err := run(ctx, nil, "", "docker", "container", "ls", "--all", "--filter", "name="+projectPrefix, "--format", "{{.Names}}"); err == nil {
+		for _, name := range strings.Fields(out) {
+			if rest, ok := strings.CutPrefix(name, projectPrefix); ok && runGone(rest) {
+				// --volumes: its anonymous data volume too.
+				if _, err := run(ctx, nil, "", "docker", "container", "rm", "--force", "--volumes", name); err != nil {
+					t.Logf("sweep: %v", err)
+				} else {
+					t.Logf("removed the container %s an ended run left", name)
+				}
+			}
+		}
+	}
+	out, err := run(ctx, nil, "", "docker", "image", "ls", "--format", "{{.Tag}}", imageRepo)
+	if err != nil {
+		t.Logf("sweep: list images: %v", err)
+		return
+	}
+	for _, tag := range strings.Fields(out) {
+		if rest, ok := strings.CutPrefix(tag, imageTagPre); ok && runGone(rest) {
+			if _, err := run(ctx, nil, "", "docker", "image", "rm", "--force", imageRepo+":"+tag); err != nil {
+				t.Logf("sweep: %v", err)
+			} else {
+				t.Logf("removed the image %s:%s an ended run left", imageRepo, tag)
+			}
+		}
+	}
 }
 
 // up builds the image and starts deploy/compose.yaml; everything it made
@@ -85,22 +188,8 @@ func up(ctx context.Context, t *testing.T) *deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := unique(t)
-	d := &deployment{t: t, root: root, image: "raftq:composetest-" + id, project: "raftqtest" + id, grpc: map[string]string{}}
-
-	began := time.Now()
-	t.Cleanup(func() {
-		// Last: the image (a removal of a missing one is not an error here).
-		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, err := run(cctx, nil, "", "docker", "image", "rm", "--force", d.image); err != nil && !strings.Contains(err.Error(), "No such image") {
-			t.Errorf("remove image %s: %v", d.image, err)
-		}
-	})
-	if _, err := run(ctx, nil, root, "bash", filepath.Join(root, "deploy", "build-image.sh"), d.image); err != nil {
-		t.Fatalf("build the image: %v", err)
-	}
-	t.Logf("built %s in %v", d.image, time.Since(began).Round(time.Millisecond))
+	id, image := buildImage(ctx, t)
+	d := &deployment{t: t, root: root, image: image, project: projectPrefix + id, grpc: map[string]string{}}
 
 	ports, err := harness.FreePorts(6)
 	if err != nil {
@@ -115,12 +204,42 @@ func up(ctx context.Context, t *testing.T) *deployment {
 		d.grpc[node] = "127.0.0.1:" + strconv.Itoa(ports[2*i])
 	}
 	t.Cleanup(d.down)
-	began = time.Now()
+	began := time.Now()
 	if _, err := d.compose(ctx, "up", "-d"); err != nil {
 		t.Fatalf("compose up: %v", err)
 	}
 	t.Logf("compose up in %v", time.Since(began).Round(time.Millisecond))
 	return d
+}
+
+// buildImage sweeps what ended runs left, then builds the image with
+// deploy/build-image.sh under a tag of this run's own, removed (and
+// checked gone) when the test ends. It returns the run's id and the tag.
+func buildImage(ctx context.Context, t *testing.T) (id, image string) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweepStale(ctx, t)
+	id = unique(t)
+	image = imageRepo + ":" + imageTagPre + id
+	began := time.Now()
+	t.Cleanup(func() {
+		// Last: the image (a removal of a missing one is not an error here).
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := run(cctx, nil, "", "docker", "image", "rm", "--force", image); err != nil && !strings.Contains(err.Error(), "No such image") {
+			t.Errorf("remove image %s: %v", image, err)
+		}
+		if out, err := run(cctx, nil, "", "docker", "image", "ls", "--quiet", image); err != nil || strings.TrimSpace(out) != "" {
+			t.Errorf("image %s still there after its removal: %q %v", image, out, err)
+		}
+	})
+	if _, err := run(ctx, nil, root, "bash", filepath.Join(root, "deploy", "build-image.sh"), image); err != nil {
+		t.Fatalf("build the image: %v", err)
+	}
+	t.Logf("built %s in %v", image, time.Since(began).Round(time.Millisecond))
+	return id, image
 }
 
 func (d *deployment) compose(ctx context.Context, args ...string) (string, error) {
@@ -139,10 +258,29 @@ func (d *deployment) down() {
 			t.Logf("---- compose logs ----\n%s", out)
 		}
 	}
+	label := "label=com.docker.compose.project=" + d.project
+	// Every volume the project's containers mount, anonymous ones (the
+	// image's VOLUME in a container that mounts nothing there, as init)
+	// included: those carry no project label, so only this list finds
+	// one that down leaves behind.
+	var mounted []string
+	if out, err := run(ctx, nil, "", "docker", "container", "ls", "--all", "--quiet", "--filter", label); err == nil && strings.TrimSpace(out) != "" {
+		args := append([]string{"container", "inspect", "--format", `{{range .Mounts}}{{if eq .Type "volume"}}{{.Name}} {{end}}{{end}}`}, strings.Fields(out)...)
+		if out, err := run(ctx, nil, "", "docker", args...); err == nil {
+			mounted = strings.Fields(out)
+		} else {
+			t.Errorf("list the project's volumes: %v", err)
+		}
+	}
 	if _, err := d.compose(ctx, "down", "--volumes", "--remove-orphans", "--timeout", "2"); err != nil {
 		t.Errorf("compose down: %v", err)
 	}
-	label := "label=com.docker.compose.project=" + d.project
+	for _, v := range mounted {
+		if out, err := run(ctx, nil, "", "docker", "volume", "ls", "--quiet", "--filter", "name=^"+v+"$"); err == nil && strings.TrimSpace(out) != "" {
+			t.Errorf("volume %s of project %s left after down; removing it", v, d.project)
+			_, _ = run(ctx, nil, "", "docker", "volume", "rm", "--force", v)
+		}
+	}
 	for _, kind := range [][]string{
 		{"container", "ls", "--all", "--quiet", "--filter", label},
 		{"network", "ls", "--quiet", "--filter", label},
@@ -164,6 +302,25 @@ func (d *deployment) down() {
 	}
 }
 
+// testContext ends at most after limit, early enough before go test's
+// -timeout (which panics, running no cleanup) to leave cleanupTime, and on
+// SIGINT or SIGTERM (an interrupted run): the test then fails and its
+// cleanup still removes everything it made. A second signal stops the
+// process at once.
+func testContext(t *testing.T, limit time.Duration) context.Context {
+	const cleanupTime = 3 * time.Minute
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() { <-ctx.Done(); stop() }()
+	t.Cleanup(stop)
+	deadline := time.Now().Add(limit)
+	if d, ok := t.Deadline(); ok && d.Add(-cleanupTime).Before(deadline) {
+		deadline = d.Add(-cleanupTime)
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // container is the id of a node's container.
 func (d *deployment) container(ctx context.Context, node string) string {
 	out, err := d.compose(ctx, "ps", "--quiet", node)
@@ -179,8 +336,7 @@ func (d *deployment) container(ctx context.Context, node string) string {
 // message delivered and Verify agreeing on three replicas.
 func TestComposeClusterSurvivesKilledLeader(t *testing.T) {
 	dockerOrSkip(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
+	ctx := testContext(t, 8*time.Minute)
 	d := up(ctx, t)
 
 	// The cluster speaks TLS only and, with TLS, wants a token: the
@@ -207,7 +363,7 @@ func TestComposeClusterSurvivesKilledLeader(t *testing.T) {
 	waitHealthy := func(why string) *raftqv1.StatusResponse {
 		t.Helper()
 		var st *raftqv1.StatusResponse
-		harness.Eventually(t, 90*time.Second, func() error {
+		eventually(ctx, t, 90*time.Second, func() error {
 			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			defer cancel()
 			var err error
@@ -266,7 +422,7 @@ func TestComposeClusterSurvivesKilledLeader(t *testing.T) {
 	progress := func(n int64, why string) {
 		t.Helper()
 		from := count.Load()
-		harness.Eventually(t, 90*time.Second, func() error {
+		eventually(ctx, t, 90*time.Second, func() error {
 			if got := count.Load() - from; got < n {
 				return fmt.Errorf("%s: %d enqueues acknowledged, want %d (last error: %v)", why, got, n, lastErr.Load())
 			}
@@ -308,7 +464,7 @@ func TestComposeClusterSurvivesKilledLeader(t *testing.T) {
 	var consumerErr error
 	var consumer sync.WaitGroup
 	consumer.Go(func() { consumerErr = con.Run(conCtx) })
-	harness.Eventually(t, 2*time.Minute, func() error {
+	eventually(ctx, t, 2*time.Minute, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		dmu.Lock()
@@ -330,7 +486,7 @@ func TestComposeClusterSurvivesKilledLeader(t *testing.T) {
 		t.Fatalf("consumer: %v", consumerErr)
 	}
 
-	harness.Eventually(t, 60*time.Second, func() error {
+	eventually(ctx, t, 60*time.Second, func() error {
 		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
 		v, err := c.Verify(cctx)
@@ -342,4 +498,93 @@ func TestComposeClusterSurvivesKilledLeader(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// eventually waits until cond holds, within timeout and while ctx lasts
+// (an interrupted run stops waiting at once and cleans up).
+func eventually(ctx context.Context, t *testing.T, timeout time.Duration, cond func() error) {
+	t.Helper()
+	if err := harness.WaitFor(ctx, timeout, 20*time.Millisecond, func(context.Context) error { return cond() }); err != nil {
+		t.Fatalf("condition not met: %v", err)
+	}
+}
+
+// TestContainerMemoryFromCgroup: a node in a container started with
+// --memory takes its memory defaults from the cgroup's limit, not the
+// host's RAM: the cluster's default max_queued_bytes is a quarter of it,
+// the write backlog an eighth, and the Go runtime's soft limit 90%.
+func TestContainerMemoryFromCgroup(t *testing.T) {
+	dockerOrSkip(t)
+	ctx := testContext(t, 6*time.Minute)
+	id, image := buildImage(ctx, t)
+
+	const limit = 256 << 20
+	ports, err := harness.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	name := projectPrefix + id + "-mem"
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if t.Failed() {
+			if out, err := run(cctx, nil, "", "docker", "logs", "--tail", "100", name); err == nil {
+				t.Logf("---- %s's log ----\n%s", name, out)
+			}
+		}
+		// --volumes: the data volume the image declares, anonymous here.
+		if _, err := run(cctx, nil, "", "docker", "container", "rm", "--force", "--volumes", name); err != nil {
+			t.Errorf("remove container %s: %v", name, err)
+		}
+	})
+	// The image's default command: serve --insecure, binding every
+	// interface of the container; only loopback on the host is published.
+	out, err := run(ctx, nil, "", "docker", "run", "--detach", "--name", name, "--memory", strconv.Itoa(limit),
+		"--publish", addr+":7400", image)
+	if err != nil {
+		t.Fatalf("docker run: %v", err)
+	}
+	if strings.Contains(out, "does not support memory limit") {
+		t.Skipf("this Docker engine cannot limit memory: %s", out)
+	}
+	if got, err := run(ctx, nil, "", "docker", "inspect", "--format", "{{.HostConfig.Memory}}", name); err != nil || strings.TrimSpace(got) != strconv.Itoa(limit) {
+		t.Fatalf("container memory limit %q %v, want %d", got, err, limit)
+	}
+
+	c, err := client.Dial(ctx, []string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	eventually(ctx, t, 90*time.Second, func() error {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		st, err := c.ClusterStatus(cctx)
+		if err != nil {
+			return err
+		}
+		// Settled by the first leader from its voters' proposals.
+		if st.GetSettings() == nil {
+			return errors.New("no cluster settings yet")
+		}
+		if got := st.GetSettings().GetMaxQueuedBytes(); got != limit/4 {
+			t.Fatalf("cluster max_queued_bytes %d under a %d-byte cgroup limit, want %d (a quarter)", got, limit, limit/4)
+		}
+		return nil
+	})
+	logs, err := run(ctx, nil, "", "docker", "logs", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`msg="memory limit from the cgroup"`,
+		fmt.Sprintf("limit_bytes=%d", limit),
+		fmt.Sprintf("go_memory_limit=%d", limit/10*9),
+		fmt.Sprintf("max_pending_bytes=%d", limit/8),
+	} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the node's log does not say %s:\n%s", want, logs)
+		}
+	}
 }
