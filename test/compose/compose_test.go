@@ -309,14 +309,14 @@ func (d *deployment) down() {
 // process at once.
 func testContext(t *testing.T, limit time.Duration) context.Context {
 	const cleanupTime = 3 * time.Minute
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() { <-ctx.Done(); stop() }()
+	sigCtx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() { <-sigCtx.Done(); stop() }()
 	t.Cleanup(stop)
 	deadline := time.Now().Add(limit)
 	if d, ok := t.Deadline(); ok && d.Add(-cleanupTime).Before(deadline) {
 		deadline = d.Add(-cleanupTime)
 	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := context.WithDeadline(sigCtx, deadline)
 	t.Cleanup(cancel)
 	return ctx
 }
