@@ -142,7 +142,12 @@ func sweepStale(ctx context.Context, t *testing.T) {
 			out, err := run(ctx, nil, "", "docker", args...)
 			if ids := strings.Fields(out); err == nil && len(ids) > 0 {
 				rm := []string{kind, "rm"}
-				if kind != "network" {
+				switch kind {
+				case "container":
+					// --volumes: anonymous ones too (init's), which carry no
+					// project label.
+					rm = append(rm, "--force", "--volumes")
+				case "volume":
 					rm = append(rm, "--force")
 				}
 				if _, err := run(ctx, nil, "", "docker", append(rm, ids...)...); err != nil {
