@@ -337,8 +337,10 @@ func (d *deployment) container(ctx context.Context, node string) string {
 
 // TestComposeClusterSurvivesKilledLeader: the compose cluster forms with
 // TLS from its init service, takes a workload through the published ports, loses its leader to docker
-// kill, gets it back with docker start, and ends with every acknowledged
-// message delivered and Verify agreeing on three replicas.
+// kill, gets it back with docker start, goes through a rolling restart
+// (docker-compose stop and start, node by node) that never shrinks it,
+// and ends with every acknowledged message delivered and Verify agreeing
+// on three replicas.
 func TestComposeClusterSurvivesKilledLeader(t *testing.T) {
 	dockerOrSkip(t)
 	ctx := testContext(t, 8*time.Minute)
@@ -450,6 +452,47 @@ func TestComposeClusterSurvivesKilledLeader(t *testing.T) {
 	}
 	waitHealthy("after the restart")
 	progress(100, "after the restart")
+
+	// A rolling restart as docker-compose does it, under the same load:
+	// each node in turn is stopped (SIGTERM, and SIGKILL once the
+	// service's stop_grace_period is over) and started again. A node hands
+	// leadership over and stops in time (exit status 0, not 137 from the
+	// SIGKILL), and stays a voter while it is down: the cluster never
+	// shrinks.
+	for _, node := range []string{"n1", "n2", "n3"} {
+		cid := d.container(ctx, node)
+		stopped := time.Now()
+		if _, err := d.compose(ctx, "stop", node); err != nil {
+			t.Fatalf("docker-compose stop %s: %v", node, err)
+		}
+		took := time.Since(stopped)
+		out, err := run(ctx, nil, "", "docker", "inspect", "--format", "{{.State.ExitCode}}", cid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := strings.TrimSpace(out); code != "0" {
+			t.Fatalf("%s exited with status %s after docker-compose stop (%v): it did not stop by itself within the stop timeout", node, code, took.Round(time.Millisecond))
+		}
+		st, err := c.ClusterStatus(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		voters := 0
+		for _, n := range st.Nodes {
+			if n.Suffrage == "voter" {
+				voters++
+			}
+		}
+		if voters != 3 {
+			t.Fatalf("with %s stopped the cluster has %d voters, want 3: %v", node, voters, st.Nodes)
+		}
+		if _, err := d.compose(ctx, "start", node); err != nil {
+			t.Fatalf("docker-compose start %s: %v", node, err)
+		}
+		waitHealthy("after restarting " + node)
+		progress(50, "after restarting "+node)
+		t.Logf("rolling restart: %s stopped in %v", node, took.Round(time.Millisecond))
+	}
 	stopProducers()
 	producers.Wait()
 	t.Logf("%d enqueues acknowledged in all", count.Load())
