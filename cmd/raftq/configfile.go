@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/raftq/raftq/fsm"
@@ -195,15 +194,16 @@ func checkServeOptions(o *serveOptions, fs *pflag.FlagSet) []optionProblem {
 	return ps
 }
 
-// checkBindAddr checks a listen address: host:port, the host possibly
-// empty (every interface), the port 0-65535.
+// checkBindAddr checks a listen address as net.Listen reads it: host:port,
+// the host possibly empty (every interface), the port 0-65535 or a
+// service name.
 func checkBindAddr(s string) error {
 	_, p, err := net.SplitHostPort(s)
 	if err != nil {
 		return err
 	}
-	if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("port %q is not in 0-65535", p)
+	if _, err := net.LookupPort("tcp", p); err != nil {
+		return fmt.Errorf("port %q is neither a number in 0-65535 nor a service name", p)
 	}
 	return nil
 }

@@ -395,6 +395,19 @@ func TestComposeClusterSurvivesKilledLeader(t *testing.T) {
 		return st
 	}
 	st := waitHealthy("forming")
+
+	// On the compose network each node answers by its service name, over
+	// TLS with its certificate naming it: a client container (the same
+	// image, the CLI as entrypoint) asks each one alone.
+	for _, node := range []string{"n1", "n2", "n3"} {
+		out, err := run(ctx, nil, "", "docker", "run", "--rm", "--name", d.project+"-client-"+node,
+			"--network", d.project+"_raftq", "--volume", d.project+"_tls:/etc/raftq/tls:ro", d.image,
+			"--tls-ca", "/etc/raftq/tls/ca.pem", "--token-file", "/etc/raftq/tls/bootstrap-token",
+			"--addr", node+":7400", "cluster", "status")
+		if err != nil || !strings.Contains(out, "leader:") {
+			t.Fatalf("cluster status from inside the network at %s:7400: %v\n%s", node, err, out)
+		}
+	}
 	if _, err := c.CreateQueue(ctx, "compose", &raftqv1.QueueConfig{VisibilityTimeoutMs: 30_000}); err != nil {
 		t.Fatal(err)
 	}
