@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"regexp"
 	"runtime"
 	"slices"
@@ -613,6 +614,31 @@ func TestCompletion(t *testing.T) {
 	for _, shell := range []string{"bash", "zsh", "fish"} {
 		if r := raftq(t, addr, "", "completion", shell); r.code != 0 || !strings.Contains(r.stdout, "raftq") {
 			t.Fatalf("completion %s: exit %d, %q", shell, r.code, r.stderr)
+		}
+	}
+}
+
+// Stdin at /dev/null (cron, systemd, `docker run` without -t, `< /dev/null`
+// in a script) is a character device but no terminal: nobody can answer,
+// so delete and purge need --force, and say so, instead of asking.
+func TestConfirmDevNullIsNoTerminal(t *testing.T) {
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	for _, args := range [][]string{{"queue", "delete", "q"}, {"queue", "purge", "q"}} {
+		f := &fake{}
+		addr := serve(t, f)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var out, errOut bytes.Buffer
+		code := run(ctx, append([]string{"--addr", addr, "--rpc-timeout", "3s"}, args...), null, &out, &errOut, func(string) string { return "" })
+		cancel()
+		if code == 0 || !strings.Contains(errOut.String(), "stdin is not a terminal; pass --force") || strings.Contains(errOut.String(), "[y/N]") {
+			t.Fatalf("%v: exit %d, stderr %q; want a refusal naming --force, no question", args, code, errOut.String())
+		}
+		if n := len(requests[*raftqv1.DeleteQueueRequest](f)) + len(requests[*raftqv1.PurgeQueueRequest](f)); n != 0 {
+			t.Fatalf("%v: %d delete/purge calls sent", args, n)
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"golang.org/x/term"
 )
 
 // interactive reports whether stdin is a terminal a person can answer on.
@@ -13,12 +15,11 @@ func (a *app) interactive() bool {
 	if a.isTerminal != nil {
 		return a.isTerminal()
 	}
+	// A terminal, not any character device: /dev/null is one too (stdin
+	// of cron, systemd and `docker run` without -t), and a question
+	// asked there is never answered.
 	f, ok := a.in.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // confirm asks question on a terminal and reports a "y"/"yes" answer.
