@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -43,7 +44,7 @@ func newHCAdapter(base *slog.Logger, name string, implied []any, level *atomic.I
 		l = l.With(slog.String("logger", name))
 	}
 	if len(implied) > 0 {
-		l = l.With(implied...)
+		l = l.With(formatArgs(implied)...)
 	}
 	return &hclogAdapter{base: base, l: l, name: name, implied: implied, level: level}
 }
@@ -79,7 +80,32 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 		return
 	}
 	sl, _ := toSlogLevel(level)
-	a.l.Log(context.Background(), sl, msg, args...)
+	a.l.Log(context.Background(), sl, msg, formatArgs(args)...)
+}
+
+// formatArgs renders the values hclog formats lazily: hashicorp/raft logs
+// hclog.Fmt("%+v", servers), which slog would print as the format and its
+// arguments ("[%+v [...]]").
+func formatArgs(args []any) []any {
+	var out []any
+	for i, v := range args {
+		f, ok := v.(hclog.Format)
+		if !ok || len(f) == 0 {
+			continue
+		}
+		if out == nil {
+			out = append([]any(nil), args...)
+		}
+		if format, ok := f[0].(string); ok {
+			out[i] = fmt.Sprintf(format, f[1:]...)
+		} else {
+			out[i] = fmt.Sprint(f...)
+		}
+	}
+	if out == nil {
+		return args
+	}
+	return out
 }
 
 func (a *hclogAdapter) Trace(msg string, args ...any) { a.Log(hclog.Trace, msg, args...) }

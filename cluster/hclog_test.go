@@ -28,6 +28,12 @@ func TestHCLogAdapter(t *testing.T) {
 	h.Warn("kept")
 	h.SetLevel(hclog.Trace)
 
+	// hashicorp/raft formats some values lazily (hclog.Fmt): they are
+	// printed formatted, not as the format and its arguments.
+	h.Info("initial configuration", "servers", hclog.Fmt("%+v", []raft.Server{{ID: "n1", Address: "a:1"}}))
+	h.Info("restore progress", "percent-complete", hclog.Fmt("%0.2f%%", 12.5))
+	h.With("ctx", hclog.Fmt("%d/%d", 1, 2)).Info("implied")
+
 	std := h.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 	std.Printf("[DEBUG] memberlist: Stream connection from=127.0.0.1:1")
 	std.Printf("[ERR] memberlist: boom")
@@ -38,12 +44,15 @@ func TestHCLogAdapter(t *testing.T) {
 		`level=WARN msg=kept`,
 		`level=DEBUG msg="memberlist: Stream connection from=127.0.0.1:1"`,
 		`level=ERROR msg="memberlist: boom"`,
+		`servers="[{Suffrage:Voter ID:n1 Address:a:1}]"`,
+		`percent-complete=12.50%`,
+		`ctx=1/2`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
 	}
-	for _, not := range []string{"hidden", "dropped"} {
+	for _, not := range []string{"hidden", "dropped", "%+v", "%0.2f"} {
 		if strings.Contains(out, not) {
 			t.Errorf("unexpected %q in:\n%s", not, out)
 		}
