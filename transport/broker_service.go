@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -205,14 +206,20 @@ func parseRef(queue, field string, i int, id, token string) (broker.LeaseRef, er
 	return broker.LeaseRef{Queue: queue, MessageID: mid, Token: tok}, nil
 }
 
-func itemResults(items []error) []*raftqv1.ItemResult {
+// itemResults maps the items' outcomes. An item's error names the item,
+// its message and its queue ("acks[3]: message 00..2a of queue jobs: stale
+// or unknown lease token"), as a call's own errors name their field: a
+// consumer logging one refused ack of a batch can tell which it was. The
+// text is made only for an error.
+func itemResults(queue, field string, messageID func(int) string, items []error) []*raftqv1.ItemResult {
 	out := make([]*raftqv1.ItemResult, len(items))
 	for i, err := range items {
 		if err == nil {
 			out[i] = &raftqv1.ItemResult{Ok: true, Code: int32(code.Code_OK)}
 			continue
 		}
-		out[i] = &raftqv1.ItemResult{Code: int32(codeOf(err)), Error: err.Error()}
+		out[i] = &raftqv1.ItemResult{Code: int32(codeOf(err)),
+			Error: fmt.Sprintf("%s[%d]: message %s of queue %s: %v", field, i, messageID(i), queue, err)}
 	}
 	return out
 }
@@ -229,7 +236,7 @@ func (s brokerService) Ack(ctx context.Context, req *raftqv1.AckRequest) (*raftq
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.AckResponse{Results: itemResults(items)}, nil
+	return &raftqv1.AckResponse{Results: itemResults(req.Queue, "acks", func(i int) string { return req.Acks[i].GetMessageId() }, items)}, nil
 }
 
 func (s brokerService) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raftqv1.NackResponse, error) {
@@ -260,7 +267,7 @@ func (s brokerService) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raf
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.NackResponse{Results: itemResults(results)}, nil
+	return &raftqv1.NackResponse{Results: itemResults(req.Queue, "nacks", func(i int) string { return req.Nacks[i].GetMessageId() }, results)}, nil
 }
 
 func (s brokerService) ExtendLease(ctx context.Context, req *raftqv1.ExtendLeaseRequest) (*raftqv1.ExtendLeaseResponse, error) {
@@ -278,7 +285,7 @@ func (s brokerService) ExtendLease(ctx context.Context, req *raftqv1.ExtendLease
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.ExtendLeaseResponse{Results: itemResults(results), DeadlinesMs: deadlines}, nil
+	return &raftqv1.ExtendLeaseResponse{Results: itemResults(req.Queue, "leases", func(i int) string { return req.Leases[i].GetMessageId() }, results), DeadlinesMs: deadlines}, nil
 }
 
 func (s brokerService) Peek(ctx context.Context, req *raftqv1.PeekRequest) (*raftqv1.PeekResponse, error) {

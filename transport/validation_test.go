@@ -245,10 +245,10 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		{name: "ack: empty lease token", code: inv, call: ack("v", ref(held.Id, ""))},
 		{name: "ack: bad queue name", code: inv, call: ack("a b", refOf(held))},
 		{name: "ack: unknown queue", code: nf, call: ack("nope", refOf(held))},
-		{name: "ack: stale token", item: codes.FailedPrecondition, call: ack("v", ref(held.Id, wrongToken))},
+		{name: "ack: stale token", item: codes.FailedPrecondition, msg: "acks[0]: message " + held.Id + " of queue v: stale or unknown lease token", call: ack("v", ref(held.Id, wrongToken))},
 		{name: "ack: message not leased", item: codes.FailedPrecondition, call: ack("v", ref(readyID, held.LeaseToken))},
-		{name: "ack: unknown message id", item: nf, call: ack("v", ref(unknownID, held.LeaseToken))},
-		{name: "ack: lease of another queue", item: nf, call: ack("lim", refOf(held))},
+		{name: "ack: unknown message id", item: nf, msg: "acks[0]: message " + unknownID + " of queue v: message not found", call: ack("v", ref(unknownID, held.LeaseToken))},
+		{name: "ack: lease of another queue", item: nf, msg: "of queue lim", call: ack("lim", refOf(held))},
 		// Nack.
 		{name: "nack: zero items", code: inv, call: nack("v")},
 		{name: "nack: 1001 items", code: inv, call: nack("v", nNacks(MaxBatch+1)...)},
@@ -256,7 +256,7 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		{name: "nack: overlong reason", code: inv, call: nack("v", &raftqv1.NackItem{MessageId: held.Id, LeaseToken: held.LeaseToken, Reason: strings.Repeat("r", 1025)})},
 		{name: "nack: malformed id", code: inv, call: nack("v", &raftqv1.NackItem{MessageId: "12", LeaseToken: held.LeaseToken})},
 		{name: "nack: unknown queue", code: nf, call: nack("nope", &raftqv1.NackItem{MessageId: held.Id, LeaseToken: held.LeaseToken})},
-		{name: "nack: stale token", item: codes.FailedPrecondition, call: nack("v", &raftqv1.NackItem{MessageId: held.Id, LeaseToken: wrongToken, DeadLetter: true})},
+		{name: "nack: stale token", item: codes.FailedPrecondition, msg: "nacks[0]: message " + held.Id + " of queue v:", call: nack("v", &raftqv1.NackItem{MessageId: held.Id, LeaseToken: wrongToken, DeadLetter: true})},
 		{name: "nack: unknown message id", item: nf, call: nack("v", &raftqv1.NackItem{MessageId: unknownID, LeaseToken: held.LeaseToken})},
 		// ExtendLease.
 		{name: "extend: zero items", code: inv, call: extend("v", 1000)},
@@ -264,7 +264,7 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		{name: "extend: extend_by_ms over a year", code: inv, msg: "(0 to 366 days)", call: extend("v", fsm.MaxDurationMs+1, refOf(held))},
 		{name: "extend: malformed token", code: inv, msg: `lease token "xyz"`, call: extend("v", 1000, ref(held.Id, "xyz"))},
 		{name: "extend: unknown queue", code: nf, call: extend("nope", 1000, refOf(held))},
-		{name: "extend: stale token", item: codes.FailedPrecondition, call: extend("v", 1000, ref(held.Id, wrongToken))},
+		{name: "extend: stale token", item: codes.FailedPrecondition, msg: "leases[0]: message " + held.Id + " of queue v:", call: extend("v", 1000, ref(held.Id, wrongToken))},
 		{name: "extend: unknown message id", item: nf, call: extend("v", 1000, ref(unknownID, held.LeaseToken))},
 		// Lease stream requests.
 		{name: "lease: bad queue name", code: inv, call: lease(&raftqv1.LeaseRequest{Queue: "a b"})},
@@ -306,6 +306,11 @@ func testValidation(t *testing.T, c *inprocCluster) {
 					}
 					if len(res) != 1 || res[0].Ok || codes.Code(res[0].Code) != tc.item || res[0].Error == "" {
 						t.Fatalf("results %v, want one item with %v", res, tc.item)
+					}
+					// An item's error names the item, its message and
+					// its queue, as a call's own errors do.
+					if !strings.Contains(res[0].Error, tc.msg) || !strings.Contains(res[0].Error, "[0]: message ") || !strings.Contains(res[0].Error, " of queue ") {
+						t.Fatalf("item error %q does not name its item, message and queue (want %q in it)", res[0].Error, tc.msg)
 					}
 				}
 				if after := c.digests(); after != before {
