@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
+	"math"
 	"path"
 	"time"
 
@@ -38,6 +40,9 @@ func (c *Client) Enqueue(ctx context.Context, queue string, msgs ...*raftqv1.Enq
 		}
 	}
 	req := &raftqv1.EnqueueRequest{Queue: queue, Messages: msgs}
+	if err := checkSizes(req); err != nil {
+		return nil, err
+	}
 	resp := &raftqv1.EnqueueResponse{}
 	if c.unaryEnqueue {
 		if err := c.broker(ctx, raftqv1.Broker_Enqueue_FullMethodName, req, resp); err != nil {
@@ -57,6 +62,31 @@ func (c *Client) Enqueue(ctx context.Context, queue string, msgs ...*raftqv1.Enq
 	}
 	return resp.GetMessageIds(), nil
 }
+
+// checkSizes refuses, before anything is sent, what no node would take:
+// a node would refuse it too, but a request over its read limit gets
+// gRPC's "received message larger than max (N vs. M)", which says neither
+// which message nor what to do.
+func checkSizes(req *raftqv1.EnqueueRequest) error {
+	for i, m := range req.Messages {
+		if n := len(m.GetPayload()); n > MaxPayloadBytes {
+			return status.Errorf(codes.InvalidArgument,
+				"raftq Enqueue: message %d's payload is %s (%d bytes); no queue accepts a payload over %s (a queue takes at most its max_message_bytes, 1 MiB by default)",
+				i, mib(n), n, mib0(MaxPayloadBytes))
+		}
+	}
+	// The larger of the two forms the request travels in (unary, or in a
+	// stream's envelope).
+	if n := proto.Size(&raftqv1.EnqueueStreamRequest{Seq: math.MaxUint64, Request: req}); n > MaxRequestBytes {
+		return status.Errorf(codes.InvalidArgument,
+			"raftq Enqueue: a batch of %d messages is %s encoded, over the %s a node reads in one request; send fewer messages per call",
+			len(req.Messages), mib(n), mib0(MaxRequestBytes))
+	}
+	return nil
+}
+
+func mib(n int) string  { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+func mib0(n int) string { return fmt.Sprintf("%d MiB", n>>20) }
 
 // EnqueuePayloads enqueues one message per payload, with default options.
 func (c *Client) EnqueuePayloads(ctx context.Context, queue string, payloads ...[]byte) ([]string, error) {

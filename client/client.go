@@ -51,6 +51,15 @@ type Client struct {
 // delivery, and each refusal would cost the message a delivery attempt.
 const MaxReceiveBytes = 17 << 20
 
+// MaxPayloadBytes is the largest payload any queue accepts (a queue's
+// max_message_bytes can be raised up to it; 1 MiB by default), and
+// MaxRequestBytes the largest request a node reads. Enqueue refuses what
+// exceeds them before sending it.
+const (
+	MaxPayloadBytes = 16 << 20
+	MaxRequestBytes = 64 << 20
+)
+
 // Option configures Dial.
 type Option func(*options)
 

@@ -341,3 +341,29 @@ func TestAttemptTimeoutMovesPastHungNode(t *testing.T) {
 		}
 	})
 }
+
+// A payload no queue can take, or a batch larger than a node reads, is
+// refused before it is sent, with an error that says what is too large
+// and the limit, instead of gRPC's "received message larger than max".
+func TestEnqueueRefusesWhatNoNodeTakes(t *testing.T) {
+	forEachEnqueuePath(t, func(t *testing.T, streams bool) {
+		rec := newRecorder()
+		c := dial(t, serve(t, &fakeBroker{streams: streams, name: "A", rec: rec}))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		big := make([]byte, MaxPayloadBytes+1)
+		_, err := c.EnqueuePayloads(ctx, "jobs", []byte("ok"), big)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "message 1's payload is 16.0 MiB (16777217 bytes); no queue accepts a payload over 16 MiB") {
+			t.Fatalf("17 MiB payload: %v", err)
+		}
+		// Four payloads a queue may take, in one batch over what a node reads.
+		p := make([]byte, MaxPayloadBytes)
+		_, err = c.EnqueuePayloads(ctx, "jobs", p, p, p, p)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "batch of 4 messages is 64.0 MiB") || !strings.Contains(err.Error(), "over the 64 MiB a node reads") {
+			t.Fatalf("64 MiB batch: %v", err)
+		}
+		if calls, _ := rec.snapshot(); len(calls) != 0 {
+			t.Fatalf("refused batches reached the broker: %v", describe(calls))
+		}
+	})
+}
