@@ -192,7 +192,7 @@ func (p *peerPool) get(id, addr string) (*grpc.ClientConn, error) {
 	}
 	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 		grpc.WithChainUnaryInterceptor(p.auth.ClientUnary),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRequestBytes), grpc.MaxCallSendMsgSize(MaxRequestBytes)))
 	if err != nil {
 		return nil, err
 	}
