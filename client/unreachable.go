@@ -82,7 +82,11 @@ func (r *refusals) err() error {
 func refusalReason(msg string) string {
 	msg = strings.TrimRight(msg, `"`)
 	if i := strings.LastIndex(msg, ": "); i >= 0 {
-		return msg[i+2:]
+		msg = msg[i+2:]
+	}
+	if msg == "produced zero addresses" {
+		// gRPC's resolver's words for a host name that does not resolve.
+		return "the host name resolves to no address"
 	}
 	return msg
 }

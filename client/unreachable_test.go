@@ -86,3 +86,17 @@ func TestFailFastRetriesNodesThatAnswer(t *testing.T) {
 		t.Fatalf("err = %v, want the deadline after retries", err)
 	}
 }
+
+// Why a node could not be reached, in the user's words: gRPC's dial error
+// shortened to its cause, and a name that does not resolve said so.
+func TestRefusalReason(t *testing.T) {
+	for msg, want := range map[string]string{
+		`connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:7400: connect: connection refused"`: "connection refused",
+		`name resolver error: produced zero addresses`:                                                                    "the host name resolves to no address",
+		`connection error: desc = "transport: Error while dialing: dial tcp: lookup nosuch.example: no such host"`:        "no such host",
+	} {
+		if got := refusalReason(msg); got != want {
+			t.Errorf("refusalReason(%q) = %q, want %q", msg, got, want)
+		}
+	}
+}
