@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -39,13 +38,7 @@ func newTokenCmd(a *app) *cobra.Command {
 				return err
 			}
 			if a.json {
-				out := struct {
-					Name          string `json:"name"`
-					Identity      string `json:"identity"`
-					Token         string `json:"token"`
-					ExpiresUnixMs int64  `json:"expires_unix_ms"`
-				}{t.Name, t.Identity, t.Token, t.ExpiresUnixMs}
-				return json.NewEncoder(a.out).Encode(out)
+				return printJSON(a.out, t)
 			}
 			_, err = fmt.Fprintln(a.out, t.Token)
 			return err

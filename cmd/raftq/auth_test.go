@@ -21,7 +21,11 @@ func (f *fake) CreateToken(_ context.Context, r *raftqv1.CreateTokenRequest) (*r
 	if id == "" {
 		id = r.GetName()
 	}
-	return &raftqv1.CreateTokenResponse{Name: r.GetName(), Identity: id, Token: "rqt_secret"}, nil
+	var expires int64
+	if r.GetExpiresInMs() > 0 {
+		expires = 1_800_000_000_000 + r.GetExpiresInMs()
+	}
+	return &raftqv1.CreateTokenResponse{Name: r.GetName(), Identity: id, Token: "rqt_secret", ExpiresUnixMs: expires}, nil
 }
 
 func (f *fake) RevokeToken(_ context.Context, r *raftqv1.RevokeTokenRequest) (*raftqv1.RevokeTokenResponse, error) {
@@ -58,10 +62,15 @@ func TestAuthTokenCreatePrintsOnlyTheToken(t *testing.T) {
 	if len(reqs) != 1 || reqs[0].Name != "ci" || reqs[0].Identity != "builder" || reqs[0].ExpiresInMs != (720*time.Hour).Milliseconds() {
 		t.Fatalf("requests %v", reqs)
 	}
-	r = raftq(t, addr, "", "--json", "auth", "token", "create", "ci")
+	r = raftq(t, addr, "", "--json", "auth", "token", "create", "ci", "--expires", "1h")
 	var out map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out["name"] != "ci" || out["token"] != "rqt_secret" {
 		t.Fatalf("--json output %q: %v", r.stdout, err)
+	}
+	// The one JSON encoding (protojson, proto field names): a 64-bit
+	// number is a string, as in every other command's --json and /status.
+	if out["expires_unix_ms"] != "1800003600000" {
+		t.Fatalf("--json expires_unix_ms = %#v, want the string \"1800003600000\" (protojson): %q", out["expires_unix_ms"], r.stdout)
 	}
 }
 
