@@ -462,6 +462,10 @@ func TestPlainErrorsBeforeAnyCall(t *testing.T) {
 		{"sub-millisecond nack delay", "", []string{"consume", "jobs", "--nack", "--nack-delay", "10us"}, "--nack-delay 10µs is less than 1ms"},
 		{"oversized payload", big + "\n", []string{"enqueue", "jobs"}, "message 1 is 17 MiB; no queue accepts a payload over 16 MiB (queue jobs"},
 		{"dash argument", "", []string{"queue", "delete", "-jobs"}, "goes after --"},
+		{"negative count", "", []string{"consume", "jobs", "--count", "-1"}, "--count must not be negative (got -1)"},
+		{"zero max in flight", "", []string{"consume", "jobs", "--max-in-flight", "0"}, "--max-in-flight must be at least 1 (got 0)"},
+		{"negative idle timeout", "", []string{"consume", "jobs", "--timeout", "-1s"}, "--timeout must not be negative (got -1s)"},
+		{"negative restart-after", "", []string{"dev", "--restart-after", "-1s"}, "--restart-after must not be negative (got -1s)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fake{}

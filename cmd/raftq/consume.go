@@ -48,8 +48,13 @@ func newConsumeCmd(a *app) *cobra.Command {
 	fs.DurationVar(&f.visibility, "visibility-timeout", 0, "lease length (0 = the queue's)")
 
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if f.count < 0 || f.maxInFlight <= 0 || f.idle < 0 {
-			return errors.New("--count and --timeout must not be negative, --max-in-flight must be positive")
+		switch {
+		case f.count < 0:
+			return fmt.Errorf("--count must not be negative (got %d)", f.count)
+		case f.maxInFlight < 1:
+			return fmt.Errorf("--max-in-flight must be at least 1 (got %d)", f.maxInFlight)
+		case f.idle < 0:
+			return fmt.Errorf("--timeout must not be negative (got %s)", f.idle)
 		}
 		if f.deadLetter && !f.nack {
 			return errors.New("--dead-letter goes with --nack")

@@ -41,7 +41,7 @@ func newDevCmd() *cobra.Command {
 				return err
 			}
 			if restart < 0 {
-				return errors.New("--restart-after must not be negative")
+				return fmt.Errorf("--restart-after must not be negative (got %s)", restart)
 			}
 			out := cmd.OutOrStdout()
 			if dataDir == "" {
