@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"github.com/raftq/raftq/fsm/state"
@@ -39,9 +40,16 @@ func (s *fsmSnapshot) Release() {}
 // snapshot's and rebuilds every index. A malformed snapshot leaves the
 // previous state in place; one of a newer version stops the node (as a
 // newer entry does).
-func (f *FSM) Restore(rc io.ReadCloser) error {
+func (f *FSM) Restore(rc io.ReadCloser) error { return f.RestoreCounting(rc, nil) }
+
+// RestoreCounting is Restore adding each message it has restored to
+// messages (which may be nil), so that the caller can report on a long
+// restore as it goes. Like Restore, it reads rc to the end and keeps the
+// previous state if any read fails, the last one included (a reader that
+// checks a checksum as it goes reports a mismatch there).
+func (f *FSM) RestoreCounting(rc io.ReadCloser, messages *atomic.Int64) error {
 	defer rc.Close()
-	st, err := state.Load(bufio.NewReaderSize(rc, 1<<20))
+	st, err := state.LoadReporting(bufio.NewReaderSize(rc, 1<<20), messages)
 	if err == nil && st.ClusterVersion() > MaxLogVersion {
 		err = fmt.Errorf("%w: snapshot of a cluster at log version %d, this build applies versions up to %d; upgrade this node's raftq binary",
 			ErrNewerVersion, st.ClusterVersion(), MaxLogVersion)
