@@ -34,6 +34,8 @@ const (
 type testFSM struct {
 	mu      sync.Mutex
 	entries []string
+	// restores counts the restores that succeeded.
+	restores atomic.Int64
 }
 
 func (f *testFSM) Apply(l *raft.Log) any {
@@ -58,6 +60,28 @@ func (f *testFSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.entries = entries
 	f.mu.Unlock()
+	f.restores.Add(1)
+	return nil
+}
+
+// RestoreCounting is Restore reading rc to its end, as the node's
+// start-up restore expects (countingRestorer); it counts entries as
+// messages.
+func (f *testFSM) RestoreCounting(rc io.ReadCloser, messages *atomic.Int64) error {
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return err
+	}
+	var entries []string
+	if err := json.Unmarshal(b, &entries); err != nil {
+		return err
+	}
+	messages.Add(int64(len(entries)))
+	f.mu.Lock()
+	f.entries = entries
+	f.mu.Unlock()
+	f.restores.Add(1)
 	return nil
 }
 

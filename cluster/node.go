@@ -118,6 +118,20 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err := claimDataDir(cfg.DataDir, cfg.NodeID); err != nil {
 		return nil, err
 	}
+	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, hcl.Named("snapshots"))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot store: %w", err)
+	}
+	if metas, err := n.snaps.List(); err == nil && len(metas) > 0 {
+		n.startSnapBytes = metas[0].Size // List is newest first
+	}
+	restore := startRestore(n.log, n.snaps, filepath.Join(cfg.DataDir, "snapshots"), fsm)
+	restoring := true
+	defer func() {
+		if restoring {
+			restore.stop()
+		}
+	}()
 	n.store, err = openBolt(filepath.Join(cfg.DataDir, raftDBFile))
 	if err != nil {
 		return nil, fmt.Errorf("raft store: %w", err)
@@ -142,13 +156,6 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	logs, err := raft.NewLogCache(logCacheSize, n.spaceLogs)
 	if err != nil {
 		return nil, fmt.Errorf("log cache: %w", err)
-	}
-	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, hcl.Named("snapshots"))
-	if err != nil {
-		return nil, fmt.Errorf("snapshot store: %w", err)
-	}
-	if metas, err := n.snaps.List(); err == nil && len(metas) > 0 {
-		n.startSnapBytes = metas[0].Size // List is newest first
 	}
 
 	var advertise net.Addr
@@ -211,6 +218,8 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("raft config: %w", err)
 	}
+	restoring = false
+	rc.NoSnapshotRestoreOnStart = restore.wait(n.log)
 	snaps := &writeBehindStore{FileSnapshotStore: n.snaps, dir: filepath.Join(cfg.DataDir, "snapshots"), chunk: writeBehindChunk, log: n.log, stats: &n.snapStats}
 	n.raft, err = raft.NewRaft(rc, fsm, logs, n.store, snaps, n.trans)
 	if err != nil {
