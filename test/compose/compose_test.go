@@ -264,18 +264,9 @@ func (d *deployment) down() {
 		}
 	}
 	label := "label=com.docker.compose.project=" + d.project
-	// Every volume the project's containers mount, anonymous ones (the
-	// image's VOLUME in a container that mounts nothing there, as init)
-	// included: those carry no project label, so only this list finds
-	// one that down leaves behind.
-	var mounted []string
-	if out, err := run(ctx, nil, "", "docker", "container", "ls", "--all", "--quiet", "--filter", label); err == nil && strings.TrimSpace(out) != "" {
-		args := append([]string{"container", "inspect", "--format", `{{range .Mounts}}{{if eq .Type "volume"}}{{.Name}} {{end}}{{end}}`}, strings.Fields(out)...)
-		if out, err := run(ctx, nil, "", "docker", args...); err == nil {
-			mounted = strings.Fields(out)
-		} else {
-			t.Errorf("list the project's volumes: %v", err)
-		}
+	mounted, err := d.mountedVolumes(ctx)
+	if err != nil {
+		t.Errorf("list the project's volumes: %v", err)
 	}
 	if _, err := d.compose(ctx, "down", "--volumes", "--remove-orphans", "--timeout", "2"); err != nil {
 		t.Errorf("compose down: %v", err)
@@ -324,6 +315,22 @@ func testContext(t *testing.T, limit time.Duration) context.Context {
 	ctx, cancel := context.WithDeadline(sigCtx, deadline)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// mountedVolumes lists every volume the project's containers mount,
+// anonymous ones (the image's VOLUME in a container that mounts nothing
+// there) included: those carry no project label, so only this list finds
+// one left behind.
+func (d *deployment) mountedVolumes(ctx context.Context) ([]string, error) {
+	out, err := run(ctx, nil, "", "docker", "container", "ls", "--all", "--quiet", "--filter", "label=com.docker.compose.project="+d.project)
+	if err != nil || strings.TrimSpace(out) == "" {
+		return nil, err
+	}
+	args := append([]string{"container", "inspect", "--format", `{{range .Mounts}}{{if eq .Type "volume"}}{{.Name}} {{end}}{{end}}`}, strings.Fields(out)...)
+	if out, err = run(ctx, nil, "", "docker", args...); err != nil {
+		return nil, err
+	}
+	return strings.Fields(out), nil
 }
 
 // container is the id of a node's container.
@@ -559,6 +566,51 @@ func TestComposeClusterSurvivesKilledLeader(t *testing.T) {
 		}
 		return nil
 	})
+
+	// docker-compose down keeps the named volumes and nothing else (an
+	// anonymous volume would be left behind by every down), and up brings
+	// the same cluster back from them.
+	before, err := c.GetQueue(ctx, "compose", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounted, err := d.mountedVolumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.compose(ctx, "down", "--timeout", "9"); err != nil {
+		t.Fatalf("compose down: %v", err)
+	}
+	for _, v := range mounted {
+		out, err := run(ctx, nil, "", "docker", "volume", "ls", "--quiet", "--filter", "name=^"+v+"$", "--filter", "label=com.docker.compose.project="+d.project)
+		if err != nil {
+			t.Fatal(err)
+		}
+		named := strings.TrimSpace(out) != ""
+		out, err = run(ctx, nil, "", "docker", "volume", "ls", "--quiet", "--filter", "name=^"+v+"$")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if exists := strings.TrimSpace(out) != ""; exists != named {
+			t.Errorf("after docker-compose down, volume %s exists=%v but is one of the project's named volumes=%v", v, exists, named)
+			if exists {
+				// No container of the project mounts it any more: the
+				// cleanup would not find it.
+				_, _ = run(ctx, nil, "", "docker", "volume", "rm", "--force", v)
+			}
+		}
+	}
+	if _, err := d.compose(ctx, "up", "-d"); err != nil {
+		t.Fatalf("compose up after down: %v", err)
+	}
+	waitHealthy("after down and up")
+	after, err := c.GetQueue(ctx, "compose", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, a := before.GetStats(), after.GetStats(); a.GetEnqueuedTotal() != b.GetEnqueuedTotal() || a.GetAckedTotal() != b.GetAckedTotal() {
+		t.Fatalf("after down and up the queue holds %v, before %v", a, b)
+	}
 }
 
 // eventually waits until cond holds, within timeout and while ctx lasts
