@@ -33,7 +33,7 @@ chmod 0700 "$ctx/etc-raftq/tls" "$ctx/etc-raftq/ca"
 
 # The classic builder: the engine here has no BuildKit client (buildx).
 # (Its deprecation notice is printed only if the build fails.)
-if ! out=$(DOCKER_BUILDKIT=0 docker build --quiet -f "$root/deploy/Dockerfile" -t "$tag" "$ctx" 2>&1); then
+if ! out=$(DOCKER_BUILDKIT=0 docker build --quiet --force-rm -f "$root/deploy/Dockerfile" -t "$tag" "$ctx" 2>&1); then
 	echo "$out" >&2
 	exit 1
 fi
