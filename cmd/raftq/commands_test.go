@@ -141,7 +141,9 @@ func TestQueueHumanOutput(t *testing.T) {
 		{[]string{"queue", "get", "q", "--keys"}, []string{"visibility timeout:", "30s", "api=5/s burst 2", "ready:", "tenant-a", "1.50", "drain:", "empties in ~30s at the current rate (-5.00/s net, 5.50 deliveries/s)"}},
 		// A DLQ's messages arrive by dead-lettering, not enqueue: its
 		// ENQUEUED is "-", not a 0 beside the 3 messages it holds.
-		{[]string{"queue", "list", "ord"}, []string{"NAME", "orders.dlq  3      0        0          0              0          -         0      (is a DLQ)"}},
+		// and its DLQ column names the queues that dead-letter into it.
+		{[]string{"queue", "list", "ord"}, []string{"NAME", "orders.dlq  3      0        0          0              0          -         0      (DLQ of orders)"}},
+		{[]string{"queue", "get", "orders.dlq"}, []string{"dead-letter queue of:", "orders\n"}},
 		{[]string{"redrive", "q", "--limit", "7"}, []string{"moved 7 messages back to q"}},
 	} {
 		r := raftq(t, addr, "", tc.args...)

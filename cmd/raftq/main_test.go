@@ -104,6 +104,9 @@ func (f *fake) UpdateQueue(_ context.Context, r *raftqv1.UpdateQueueRequest) (*r
 
 func (f *fake) GetQueue(_ context.Context, r *raftqv1.GetQueueRequest) (*raftqv1.GetQueueResponse, error) {
 	f.record(r)
+	if r.GetName() == "orders.dlq" {
+		return &raftqv1.GetQueueResponse{Queue: f.queues()[1]}, nil
+	}
 	if r.GetName() != "q" {
 		return nil, status.Errorf(codes.NotFound, "queue %q not found", r.GetName())
 	}
@@ -119,9 +122,15 @@ func (f *fake) GetQueue(_ context.Context, r *raftqv1.GetQueueRequest) (*raftqv1
 
 func (f *fake) ListQueues(_ context.Context, r *raftqv1.ListQueuesRequest) (*raftqv1.ListQueuesResponse, error) {
 	f.record(r)
+	return &raftqv1.ListQueuesResponse{Queues: f.queues()}, nil
+}
+
+// queues is what the fake holds: orders, which dead-letters into
+// orders.dlq.
+func (f *fake) queues() []*raftqv1.QueueInfo {
 	dlq := queueInfo("orders.dlq", nil)
 	dlq.IsDeadLetterQueue = true
-	return &raftqv1.ListQueuesResponse{Queues: []*raftqv1.QueueInfo{queueInfo("orders", nil), dlq}}, nil
+	return []*raftqv1.QueueInfo{queueInfo("orders", &raftqv1.QueueConfig{DeadLetterQueue: "orders.dlq"}), dlq}
 }
 
 func (f *fake) Enqueue(_ context.Context, r *raftqv1.EnqueueRequest) (*raftqv1.EnqueueResponse, error) {

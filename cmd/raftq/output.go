@@ -50,13 +50,19 @@ func limit(v int64, zero string, format func(int64) string) string {
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
-func printQueue(w io.Writer, q *raftqv1.QueueInfo) error {
+// printQueue shows one queue; origins names the queues whose dead-letter
+// queue q is (looked up by the caller only when q is one).
+func printQueue(w io.Writer, q *raftqv1.QueueInfo, origins []string) error {
 	cfg, st := q.GetConfig(), q.GetStats()
 	tw := table(w)
 	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	line("name", q.GetName())
 	if q.GetIsDeadLetterQueue() {
-		line("dead-letter queue of", "another queue (this is a DLQ)")
+		of := "another queue (this is a DLQ)"
+		if len(origins) > 0 {
+			of = strings.Join(origins, ", ")
+		}
+		line("dead-letter queue of", of)
 	} else {
 		line("dead letter queue", cfg.GetDeadLetterQueue())
 	}
@@ -150,7 +156,23 @@ func formatThrottles(m map[string]*raftqv1.ThrottleRule) string {
 	return strings.Join(parts, ", ")
 }
 
+// deadLetterOrigins maps each dead-letter queue named in qs's configs to
+// the queues (of qs, sorted) that dead-letter into it.
+func deadLetterOrigins(qs []*raftqv1.QueueInfo) map[string][]string {
+	of := make(map[string][]string)
+	for _, q := range qs {
+		if d := q.GetConfig().GetDeadLetterQueue(); d != "" {
+			of[d] = append(of[d], q.GetName())
+		}
+	}
+	for _, names := range of {
+		slices.Sort(names)
+	}
+	return of
+}
+
 func printQueueTable(w io.Writer, qs []*raftqv1.QueueInfo) error {
+	origins := deadLetterOrigins(qs)
 	tw := table(w)
 	fmt.Fprintln(tw, "NAME\tREADY\tDELAYED\tIN_FLIGHT\tDEAD_LETTERED\tCONSUMERS\tENQUEUED\tACKED\tDLQ")
 	for _, q := range qs {
@@ -159,6 +181,9 @@ func printQueueTable(w io.Writer, qs []*raftqv1.QueueInfo) error {
 		enqueued := itoa(st.GetEnqueuedTotal())
 		if q.GetIsDeadLetterQueue() {
 			dlq = "(is a DLQ)"
+			if of := origins[q.GetName()]; len(of) > 0 {
+				dlq = "(DLQ of " + strings.Join(of, ", ") + ")"
+			}
 			if st.GetEnqueuedTotal() == 0 {
 				// Its messages arrive by dead-lettering, which is not
 				// an enqueue: 0 here would read as "never received any".

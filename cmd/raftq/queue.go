@@ -145,11 +145,20 @@ func parseThrottle(spec string) (string, *raftqv1.ThrottleRule, error) {
 	return key, rule, nil
 }
 
-func (a *app) printQueue(q *raftqv1.QueueInfo) error {
+func (a *app) printQueue(ctx context.Context, c *client.Client, q *raftqv1.QueueInfo) error {
 	if a.json {
 		return printJSON(a.out, q)
 	}
-	return printQueue(a.out, q)
+	var origins []string
+	if q.GetIsDeadLetterQueue() {
+		// A queue names its DLQ, not the other way round: one listing
+		// finds the queues that dead-letter into q. Without it (a
+		// principal that may not list) the output says "another queue".
+		if qs, err := c.ListQueues(ctx, ""); err == nil {
+			origins = deadLetterOrigins(qs)[q.GetName()]
+		}
+	}
+	return printQueue(a.out, q, origins)
 }
 
 func newQueueCreateCmd(a *app) *cobra.Command {
@@ -169,7 +178,7 @@ func newQueueCreateCmd(a *app) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return a.printQueue(q)
+		return a.printQueue(ctx, c, q)
 	})
 	return cmd
 }
@@ -195,7 +204,7 @@ func newQueueUpdateCmd(a *app) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return a.printQueue(q)
+		return a.printQueue(ctx, c, q)
 	})
 	return cmd
 }
@@ -287,7 +296,7 @@ func newQueueGetCmd(a *app) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return a.printQueue(q)
+		return a.printQueue(ctx, c, q)
 	})
 	return cmd
 }
