@@ -37,10 +37,8 @@ func readMemoryBudget(root fs.FS) memoryBudget {
 
 // defaultMaxQueuedBytes is a quarter of the memory budget. State lives
 // in memory and a node's resident size measured ~2.6x its payload bytes
-// (3.1x while a snapshot is written; 1.7x for 1 KiB messages since the
-// compact record and the GC tuner, gctune.go, but 5.6x for 100 B ones), so
-// DESIGN's "half of memory" would let the kernel kill the node before
-// admission control refused anything.
+// (3.1x while a snapshot is written), so DESIGN's "half of memory" would
+// let the kernel kill the node before admission control refused anything.
 func (b memoryBudget) defaultMaxQueuedBytes() int64 { return b.bytes / 4 }
 
 // defaultMaxPendingBytes is broker.DefaultMaxPendingBytes, or an eighth of

@@ -285,13 +285,6 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 		log.Info("memory limit from the cgroup", "limit_bytes", mem.bytes, "source", mem.from, "go_memory_limit", limit,
 			"max_queued_bytes", o.maxQueuedBytes, "max_pending_bytes", o.maxPending)
 	}
-	if gcTunerEnabled(os.Getenv) {
-		// The collector's headroom follows the live heap (gctune.go).
-		tctx, stopTuner := context.WithCancel(ctx)
-		tunerDone := make(chan struct{})
-		go func() { defer close(tunerDone); runGCTuner(tctx, log.With("component", "gc"), mem.goMemoryLimit()) }()
-		defer func() { stopTuner(); <-tunerDone }()
-	}
 	if err := checkBinds(o); err != nil {
 		return err
 	}
