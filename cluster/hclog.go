@@ -3,10 +3,12 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"strings"
 	"sync/atomic"
 
@@ -80,7 +82,28 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 		return
 	}
 	sl, _ := toSlogLevel(level)
+	if sl >= slog.LevelError && closedConnection(args) {
+		// hashicorp/raft's transport logs a connection that this node
+		// closed (its own stop, a peer's connection pool shrinking) as
+		// "failed to decode incoming command" at ERROR: every clean stop
+		// printed one. It is routine, so it is logged at DEBUG.
+		if !a.l.Enabled(context.Background(), slog.LevelDebug) {
+			return
+		}
+		sl = slog.LevelDebug
+	}
 	a.l.Log(context.Background(), sl, msg, formatArgs(args)...)
+}
+
+// closedConnection reports whether an hclog call's error argument says the
+// connection was closed on this side (net.ErrClosed).
+func closedConnection(args []any) bool {
+	for _, v := range args {
+		if err, ok := v.(error); ok && errors.Is(err, net.ErrClosed) {
+			return true
+		}
+	}
+	return false
 }
 
 // formatArgs renders the values hclog formats lazily: hashicorp/raft logs

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +36,10 @@ func TestHCLogAdapter(t *testing.T) {
 	h.Info("restore progress", "percent-complete", hclog.Fmt("%0.2f%%", 12.5))
 	h.With("ctx", hclog.Fmt("%d/%d", 1, 2)).Info("implied")
 
+	// A connection this node closed is routine, not an ERROR.
+	h.Error("failed to decode incoming command", "error", fmt.Errorf("read tcp: %w", net.ErrClosed))
+	h.Error("failed to decode incoming command", "error", errors.New("unexpected EOF"))
+
 	std := h.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 	std.Printf("[DEBUG] memberlist: Stream connection from=127.0.0.1:1")
 	std.Printf("[ERR] memberlist: boom")
@@ -47,6 +53,8 @@ func TestHCLogAdapter(t *testing.T) {
 		`servers="[{Suffrage:Voter ID:n1 Address:a:1}]"`,
 		`percent-complete=12.50%`,
 		`ctx=1/2`,
+		`level=DEBUG msg="failed to decode incoming command" logger=raft.net peer=n2 error="read tcp: use of closed network connection"`,
+		`level=ERROR msg="failed to decode incoming command" logger=raft.net peer=n2 error="unexpected EOF"`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
