@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -29,18 +28,11 @@ func BenchmarkStoreLogs(b *testing.B) {
 
 func benchStoreLogs(b *testing.B, kind LogStore, batch, size int) {
 	dir := b.TempDir()
-	stable, err := openBolt(filepath.Join(dir, raftDBFile))
+	l, err := openLogStore(dir, kind, hclog.NewNullLogger())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer stable.Close()
-	l, err := openLogStore(dir, kind, stable, hclog.NewNullLogger())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if l.close != nil {
-		defer l.close()
-	}
+	defer l.close()
 	timed := newTimedLogStore(l.store, l.diskTime)
 	payload := make([]byte, size)
 	for i := range payload {

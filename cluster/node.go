@@ -44,14 +44,13 @@ type Node struct {
 	log *slog.Logger
 
 	raft  *raft.Raft
-	store *raftboltdb.BoltStore
 	snaps *raft.FileSnapshotStore
 	// snapStats counts the snapshots written (for metrics).
 	snapStats snapshotCounter
 	// startSnapBytes is the size of the newest snapshot in the data dir
 	// when the node started (0 if none).
 	startSnapBytes int64
-	// logs is the Raft log store (the wal, or bolt's raft.db as store).
+	// logs is the Raft log and stable store (the wal, or bolt's raft.db).
 	logs *openedLog
 	// timedLogs times appends to the log (for metrics).
 	timedLogs *timedLogStore
@@ -132,11 +131,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 			restore.stop()
 		}
 	}()
-	n.store, err = openBolt(filepath.Join(cfg.DataDir, raftDBFile))
-	if err != nil {
-		return nil, fmt.Errorf("raft store: %w", err)
-	}
-	n.logs, err = openLogStore(cfg.DataDir, cfg.LogStore, n.store, hcl.Named("wal"))
+	n.logs, err = openLogStore(cfg.DataDir, cfg.LogStore, hcl.Named("wal"))
 	if err != nil {
 		return nil, fmt.Errorf("raft log: %w", err)
 	}
@@ -191,7 +186,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	})}
 	n.raftAddr = string(n.trans.LocalAddr())
 
-	hasState, err := raft.HasExistingState(logs, n.store, n.snaps)
+	hasState, err := raft.HasExistingState(logs, n.logs.stable, n.snaps)
 	if err != nil {
 		return nil, fmt.Errorf("check raft state: %w", err)
 	}
@@ -221,7 +216,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	restoring = false
 	rc.NoSnapshotRestoreOnStart = restore.wait(n.log)
 	snaps := &writeBehindStore{FileSnapshotStore: n.snaps, dir: filepath.Join(cfg.DataDir, "snapshots"), chunk: writeBehindChunk, log: n.log, stats: &n.snapStats}
-	n.raft, err = raft.NewRaft(rc, fsm, logs, n.store, snaps, n.trans)
+	n.raft, err = raft.NewRaft(rc, fsm, logs, n.logs.stable, snaps, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("raft: %w", err)
 	}
@@ -407,11 +402,6 @@ func (n *Node) closeAll() error {
 	if n.logs != nil && n.logs.close != nil {
 		if err := n.logs.close(); err != nil {
 			errs = append(errs, fmt.Errorf("raft log: %w", err))
-		}
-	}
-	if n.store != nil {
-		if err := n.store.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("raft store: %w", err))
 		}
 	}
 	if n.lead != nil {

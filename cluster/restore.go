@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
@@ -28,6 +29,9 @@ type RestoreConfig struct {
 	// so the restored cluster's first leader starts a later term than any
 	// the state remembers (the state's clock tells leaders apart by term).
 	Index, Term uint64
+	// LogStore is the log store the restored data dir is laid out for
+	// ("" = DefaultLogStore).
+	LogStore LogStore
 }
 
 // keyCurrentTerm is where hashicorp/raft keeps its current term in the
@@ -73,7 +77,11 @@ func RestoreSnapshot(ctx context.Context, cfg RestoreConfig, data io.Reader, val
 	if err != nil {
 		return fmt.Errorf("cluster: restore: raft store: %w", err)
 	}
-	defer func() { err = errors.Join(err, store.Close()) }()
+	defer func() {
+		if store != nil {
+			err = errors.Join(err, store.Close())
+		}
+	}()
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, newHCLogger(slog.New(slog.DiscardHandler), "snapshots"))
 	if err != nil {
 		return fmt.Errorf("cluster: restore: snapshot store: %w", err)
@@ -98,6 +106,21 @@ func RestoreSnapshot(ctx context.Context, cfg RestoreConfig, data io.Reader, val
 	}
 	if err := store.SetUint64(keyCurrentTerm, term); err != nil {
 		return fmt.Errorf("cluster: restore: set term: %w", err)
+	}
+	if cmpOr(cfg.LogStore, DefaultLogStore) == LogStoreWAL {
+		// The term moves into a new wal, and raft.db becomes its marker.
+		err := store.Close()
+		store = nil
+		if err != nil {
+			return fmt.Errorf("cluster: restore: raft store: %w", err)
+		}
+		l, err := openLogStore(cfg.DataDir, LogStoreWAL, hclog.NewNullLogger())
+		if err != nil {
+			return fmt.Errorf("cluster: restore: %w", err)
+		}
+		if err := l.close(); err != nil {
+			return fmt.Errorf("cluster: restore: %w", err)
+		}
 	}
 	// The dir is this node's: serve takes its id from it, and refuses
 	// another, which would not be in the restored configuration.

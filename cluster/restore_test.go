@@ -17,13 +17,20 @@ import (
 // TestRestoreSnapshotStartsANewCluster: a data dir made by RestoreSnapshot
 // starts a node that holds the snapshot's state, is the only voter, elects
 // itself in a term after the snapshot's and takes writes after it; a
-// second node joins it like any cluster.
+// second node joins it like any cluster. The restored dir is laid out for
+// the log store asked for, which the node then runs on without being told.
 func TestRestoreSnapshotStartsANewCluster(t *testing.T) {
+	for _, ls := range []LogStore{LogStoreBolt, LogStoreWAL} {
+		t.Run(string(ls), func(t *testing.T) { restoreStartsANewCluster(t, ls) })
+	}
+}
+
+func restoreStartsANewCluster(t *testing.T, ls LogStore) {
 	base := runtime.NumGoroutine()
 	dir := t.TempDir()
 	cfg := testConfig(t, "r", dir, 1)
 	data, _ := json.Marshal([]string{"x", "y"})
-	rc := RestoreConfig{DataDir: cfg.DataDir, NodeID: "r", RaftAdvertise: cfg.RaftBind, Index: 42, Term: 9}
+	rc := RestoreConfig{DataDir: cfg.DataDir, NodeID: "r", RaftAdvertise: cfg.RaftBind, Index: 42, Term: 9, LogStore: ls}
 	var validated []byte
 	err := RestoreSnapshot(context.Background(), rc, strings.NewReader(string(data)), func(r io.Reader) error {
 		var err error
@@ -38,6 +45,9 @@ func TestRestoreSnapshotStartsANewCluster(t *testing.T) {
 	}
 	r := startNode(t, cfg)
 	defer shutdown(t, r)
+	if r.logs.kind != ls {
+		t.Fatalf("the restored node runs on the %s log store, want %s", r.logs.kind, ls)
+	}
 	if _, err := r.WaitLeader(ctxTimeout(t, 10*time.Second)); err != nil {
 		t.Fatalf("restored node never led: %v", err)
 	}

@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,19 +32,38 @@ func openStable(t *testing.T, dataDir string) *raftboltdb.BoltStore {
 	return s
 }
 
-// dataDirWith makes a data dir whose bolt log holds 1..boltLast and whose
-// wal (when withWAL) holds 1..walLast, as a node would have left it.
-func dataDirWith(t *testing.T, boltLast uint64, withWAL bool, walLast uint64) string {
+// layout describes a data dir as a node, or an earlier build, leaves it.
+type layout struct {
+	boltLast uint64 // raft.db's log holds 1..boltLast
+	boltTerm uint64 // raft.db's current term (0: none)
+	noDB     bool   // no raft.db at all
+	withWAL  bool   // wal/ exists
+	walLast  uint64 // wal/ holds 1..walLast
+	walTerm  uint64 // the wal's stable store's current term
+	marked   bool   // raft.db is the wal marker (the wal layout)
+}
+
+// dataDirWith makes a data dir laid out as l says.
+func dataDirWith(t *testing.T, l layout) string {
 	t.Helper()
 	dir := t.TempDir()
-	stable := openStable(t, dir)
-	defer stable.Close()
-	if boltLast > 0 {
-		if err := stable.StoreLogs(testLogs(1, boltLast)); err != nil {
+	if !l.noDB && !l.marked {
+		stable := openStable(t, dir)
+		if l.boltLast > 0 {
+			if err := stable.StoreLogs(testLogs(1, l.boltLast)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if l.boltTerm > 0 {
+			if err := stable.SetUint64(keyCurrentTerm, l.boltTerm); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := stable.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if withWAL {
+	if l.withWAL {
 		if err := os.Mkdir(filepath.Join(dir, walDir), 0o750); err != nil {
 			t.Fatal(err)
 		}
@@ -50,8 +71,13 @@ func dataDirWith(t *testing.T, boltLast uint64, withWAL bool, walLast uint64) st
 		if err != nil {
 			t.Fatal(err)
 		}
-		if walLast > 0 {
-			if err := w.StoreLogs(testLogs(1, walLast)); err != nil {
+		if l.walLast > 0 {
+			if err := w.StoreLogs(testLogs(1, l.walLast)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if l.walTerm > 0 {
+			if err := w.SetUint64(keyCurrentTerm, l.walTerm); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -59,44 +85,58 @@ func dataDirWith(t *testing.T, boltLast uint64, withWAL bool, walLast uint64) st
 			t.Fatal(err)
 		}
 	}
+	if l.marked {
+		if err := writeWALMarker(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return dir
 }
 
-// TestOpenLogStore: the store holding the log wins and a contradicting
-// choice is refused without changing anything; a dir with no log takes the
-// choice or the default; the log read back is the one written.
+// TestOpenLogStore: the store holding the Raft state wins and a
+// contradicting choice is refused without changing anything; a dir with
+// no state takes the choice or the default; a bolt dir with a term but no
+// log moves to the wal only when asked; the layout before the marker is
+// converted; the log and the term read back are the ones written, and a
+// wal dir ends with raft.db as the marker.
 func TestOpenLogStore(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
-		boltLast         uint64
-		withWAL          bool
-		walLast          uint64
+		dir              layout
 		want             LogStore
 		got              LogStore // "" with errWant
-		lastIndex        uint64
+		lastIndex, term  uint64
 		errWant          string
-		walDirAfter      bool
 		mismatchSentinel bool
 	}{
-		{name: "new dir, auto", want: LogStoreAuto, got: DefaultLogStore, walDirAfter: DefaultLogStore == LogStoreWAL},
-		{name: "new dir, wal", want: LogStoreWAL, got: LogStoreWAL, walDirAfter: true},
+		{name: "new dir, auto", want: LogStoreAuto, got: DefaultLogStore},
+		{name: "new dir, wal", want: LogStoreWAL, got: LogStoreWAL},
 		{name: "new dir, bolt", want: LogStoreBolt, got: LogStoreBolt},
-		{name: "bolt log, auto", boltLast: 5, got: LogStoreBolt, lastIndex: 5},
-		{name: "bolt log, bolt", boltLast: 5, want: LogStoreBolt, got: LogStoreBolt, lastIndex: 5},
-		{name: "bolt log, wal refused", boltLast: 5, want: LogStoreWAL, errWant: "holds this node's log in the bolt store", mismatchSentinel: true},
-		{name: "wal log, auto", withWAL: true, walLast: 7, got: LogStoreWAL, lastIndex: 7, walDirAfter: true},
-		{name: "wal log, wal", withWAL: true, walLast: 7, want: LogStoreWAL, got: LogStoreWAL, lastIndex: 7, walDirAfter: true},
-		{name: "wal log, bolt refused", withWAL: true, walLast: 7, want: LogStoreBolt, errWant: "holds this node's log in the wal store", mismatchSentinel: true, walDirAfter: true},
-		{name: "empty wal, bolt chosen: wal removed", withWAL: true, want: LogStoreBolt, got: LogStoreBolt},
-		{name: "empty wal, auto", withWAL: true, got: DefaultLogStore, walDirAfter: DefaultLogStore == LogStoreWAL},
-		{name: "bolt log beside an empty wal", boltLast: 3, withWAL: true, got: LogStoreBolt, lastIndex: 3},
-		{name: "both hold a log", boltLast: 3, withWAL: true, walLast: 4, errWant: "both raft.db", walDirAfter: true},
+		{name: "bolt log, auto", dir: layout{boltLast: 5, boltTerm: 3}, got: LogStoreBolt, lastIndex: 5, term: 3},
+		{name: "bolt log, bolt", dir: layout{boltLast: 5, boltTerm: 3}, want: LogStoreBolt, got: LogStoreBolt, lastIndex: 5, term: 3},
+		{name: "bolt log, wal refused", dir: layout{boltLast: 5, boltTerm: 3}, want: LogStoreWAL, errWant: "holds this node's Raft state in the bolt store", mismatchSentinel: true},
+		{name: "bolt term without a log stays bolt", dir: layout{boltTerm: 3}, got: LogStoreBolt, term: 3},
+		{name: "bolt term without a log, wal asked: term moved", dir: layout{boltTerm: 3}, want: LogStoreWAL, got: LogStoreWAL, term: 3},
+		{name: "empty bolt raft.db, auto", dir: layout{}, got: DefaultLogStore},
+		{name: "wal before the marker, auto: converted", dir: layout{boltTerm: 4, withWAL: true, walLast: 7}, got: LogStoreWAL, lastIndex: 7, term: 4},
+		{name: "wal before the marker, wal: converted", dir: layout{boltTerm: 4, withWAL: true, walLast: 7}, want: LogStoreWAL, got: LogStoreWAL, lastIndex: 7, term: 4},
+		{name: "wal before the marker, bolt refused", dir: layout{boltTerm: 4, withWAL: true, walLast: 7}, want: LogStoreBolt, errWant: "holds this node's Raft state in the wal store", mismatchSentinel: true},
+		{name: "wal dir, auto", dir: layout{marked: true, withWAL: true, walLast: 7, walTerm: 5}, got: LogStoreWAL, lastIndex: 7, term: 5},
+		{name: "wal dir, wal", dir: layout{marked: true, withWAL: true, walLast: 7, walTerm: 5}, want: LogStoreWAL, got: LogStoreWAL, lastIndex: 7, term: 5},
+		{name: "wal dir, bolt refused", dir: layout{marked: true, withWAL: true, walLast: 7, walTerm: 5}, want: LogStoreBolt, errWant: "holds this node's Raft state in the wal store", mismatchSentinel: true},
+		{name: "wal dir with an empty log, bolt refused", dir: layout{marked: true, withWAL: true, walTerm: 5}, want: LogStoreBolt, errWant: "in the wal store", mismatchSentinel: true},
+		{name: "marker without wal/", dir: layout{marked: true}, errWant: "is missing"},
+		{name: "wal log without raft.db", dir: layout{noDB: true, withWAL: true, walLast: 7}, errWant: "is missing"},
+		{name: "empty wal without raft.db, bolt: wal removed", dir: layout{noDB: true, withWAL: true}, want: LogStoreBolt, got: LogStoreBolt},
+		{name: "empty wal without raft.db, auto", dir: layout{noDB: true, withWAL: true}, got: DefaultLogStore},
+		{name: "empty wal beside raft.db, bolt: wal removed", dir: layout{withWAL: true}, want: LogStoreBolt, got: LogStoreBolt},
+		{name: "bolt log beside an empty wal", dir: layout{boltLast: 3, withWAL: true}, got: LogStoreBolt, lastIndex: 3},
+		{name: "both hold a log", dir: layout{boltLast: 3, withWAL: true, walLast: 4}, errWant: "both raft.db"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := dataDirWith(t, tc.boltLast, tc.withWAL, tc.walLast)
-			stable := openStable(t, dir)
-			defer stable.Close()
-			l, err := openLogStore(dir, tc.want, stable, hclog.NewNullLogger())
+			dir := dataDirWith(t, tc.dir)
+			before := snapshotDir(t, dir)
+			l, err := openLogStore(dir, tc.want, hclog.NewNullLogger())
 			if tc.errWant != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.errWant) {
 					t.Fatalf("err %v, want one containing %q", err, tc.errWant)
@@ -104,48 +144,104 @@ func TestOpenLogStore(t *testing.T) {
 				if got := errors.Is(err, ErrLogStoreMismatch); got != tc.mismatchSentinel {
 					t.Errorf("errors.Is(err, ErrLogStoreMismatch) = %v, want %v", got, tc.mismatchSentinel)
 				}
-			} else {
-				if err != nil {
-					t.Fatal(err)
+				// A refusal changes nothing.
+				if after := snapshotDir(t, dir); after != before {
+					t.Errorf("the data dir changed:\nbefore %s\nafter  %s", before, after)
 				}
-				if l.kind != tc.got {
-					t.Errorf("store %q, want %q", l.kind, tc.got)
-				}
-				last, err := l.store.LastIndex()
-				if err != nil || last != tc.lastIndex {
-					t.Errorf("last index %d (%v), want %d", last, err, tc.lastIndex)
-				}
-				if tc.lastIndex > 0 {
-					var e raft.Log
-					if err := l.store.GetLog(tc.lastIndex, &e); err != nil || string(e.Data) != fmt.Sprintf("entry %d", tc.lastIndex) {
-						t.Errorf("entry %d: %q (%v)", tc.lastIndex, e.Data, err)
+				if !tc.dir.noDB && !tc.dir.marked {
+					stable := openStable(t, dir)
+					defer stable.Close()
+					last, _ := stable.LastIndex()
+					term, _ := stable.GetUint64(keyCurrentTerm)
+					if last != tc.dir.boltLast || term != tc.dir.boltTerm {
+						t.Errorf("raft.db now holds the log to %d and term %d, want %d and %d", last, term, tc.dir.boltLast, tc.dir.boltTerm)
 					}
 				}
-				if l.close != nil {
-					if err := l.close(); err != nil {
-						t.Fatal(err)
-					}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.kind != tc.got {
+				t.Errorf("store %q, want %q", l.kind, tc.got)
+			}
+			last, err := l.store.LastIndex()
+			if err != nil || last != tc.lastIndex {
+				t.Errorf("last index %d (%v), want %d", last, err, tc.lastIndex)
+			}
+			if tc.lastIndex > 0 {
+				var e raft.Log
+				if err := l.store.GetLog(tc.lastIndex, &e); err != nil || string(e.Data) != fmt.Sprintf("entry %d", tc.lastIndex) {
+					t.Errorf("entry %d: %q (%v)", tc.lastIndex, e.Data, err)
 				}
+			}
+			if term, _ := l.stable.GetUint64(keyCurrentTerm); term != tc.term {
+				t.Errorf("current term %d, want %d", term, tc.term)
+			}
+			if err := l.close(); err != nil {
+				t.Fatal(err)
 			}
 			_, err = os.Stat(filepath.Join(dir, walDir))
-			if exists := err == nil; exists != tc.walDirAfter {
-				t.Errorf("wal dir exists: %v, want %v", exists, tc.walDirAfter)
+			if exists := err == nil; exists != (l.kind == LogStoreWAL) {
+				t.Errorf("wal dir exists: %v with the %s store", exists, l.kind)
 			}
-			// A refusal changes nothing: the log is still where it was.
-			if last, _ := stable.LastIndex(); last != tc.boltLast {
-				t.Errorf("bolt log now ends at %d, want %d", last, tc.boltLast)
+			_, marked, err := readRaftDB(filepath.Join(dir, raftDBFile))
+			if err != nil || marked != (l.kind == LogStoreWAL) {
+				t.Errorf("raft.db is the wal marker: %v (%v) with the %s store", marked, err, l.kind)
+			}
+			// The next start, asking nothing, finds the same.
+			l2, err := openLogStore(dir, LogStoreAuto, hclog.NewNullLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l2.close()
+			if l2.kind != l.kind {
+				t.Errorf("reopened as %q, first opened as %q", l2.kind, l.kind)
+			}
+			if term, _ := l2.stable.GetUint64(keyCurrentTerm); term != tc.term {
+				t.Errorf("after reopening, current term %d, want %d", term, tc.term)
 			}
 		})
 	}
+}
+
+// snapshotDir lists every file under dir with a digest of its contents,
+// but for a bolt raft.db, whose opening writes a transaction (its log and
+// term are compared instead).
+func snapshotDir(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if d.IsDir() {
+			fmt.Fprintf(&b, "%s/ ", rel)
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if rel == raftDBFile && !strings.HasPrefix(string(data), "raftq-wal-data-dir") {
+			fmt.Fprintf(&b, "%s:bolt ", rel)
+			return nil
+		}
+		fmt.Fprintf(&b, "%s:%x ", rel, sha256.Sum256(data))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
 
 // TestWALReopen: what the wal stored is read back after it is closed and
 // opened again (as auto), and the time its writes took was counted.
 func TestWALReopen(t *testing.T) {
 	dir := t.TempDir()
-	stable := openStable(t, dir)
-	defer stable.Close()
-	l, err := openLogStore(dir, LogStoreWAL, stable, hclog.NewNullLogger())
+	l, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +257,7 @@ func TestWALReopen(t *testing.T) {
 	if err := l.close(); err != nil {
 		t.Fatal(err)
 	}
-	l, err = openLogStore(dir, LogStoreAuto, stable, hclog.NewNullLogger())
+	l, err = openLogStore(dir, LogStoreAuto, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,14 +284,11 @@ func TestWALReopen(t *testing.T) {
 // after installing a snapshot it leaves the old log in place and the
 // next append fails as non-monotonic.
 func TestLogStackMonotonic(t *testing.T) {
-	dir := t.TempDir()
-	stable := openStable(t, dir)
-	defer stable.Close()
 	for _, tc := range []struct {
 		kind LogStore
 		want bool
 	}{{LogStoreWAL, true}, {LogStoreBolt, false}} {
-		l, err := openLogStore(dir, tc.kind, stable, hclog.NewNullLogger())
+		l, err := openLogStore(t.TempDir(), tc.kind, hclog.NewNullLogger())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -215,10 +308,8 @@ func TestLogStackMonotonic(t *testing.T) {
 				t.Errorf("%s: cache over %s store: IsMonotonic %v, want %v", tc.kind, name, got, tc.want)
 			}
 		}
-		if l.close != nil {
-			if err := l.close(); err != nil {
-				t.Fatal(err)
-			}
+		if err := l.close(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
@@ -232,9 +323,7 @@ func TestLogStackMonotonic(t *testing.T) {
 // (hashicorp/raft-wal#31, fixed in v0.4.1).
 func TestWALTailTruncationSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	stable := openStable(t, dir)
-	defer stable.Close()
-	l, err := openLogStore(dir, LogStoreWAL, stable, hclog.NewNullLogger())
+	l, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +339,7 @@ func TestWALTailTruncationSurvivesRestart(t *testing.T) {
 	if err := l.close(); err != nil {
 		t.Fatal(err)
 	}
-	l, err = openLogStore(dir, LogStoreAuto, stable, hclog.NewNullLogger())
+	l, err = openLogStore(dir, LogStoreAuto, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
