@@ -34,7 +34,8 @@ type Config struct {
 	MinFree uint64
 	// Reserve is the space to keep free on top of MinFree now: the size
 	// of the node's next snapshot, written before an older one is
-	// removed. nil = none.
+	// removed, and the next log segment the wal allocates whole. nil =
+	// none.
 	Reserve func() uint64
 	// Free measures dir's free space; nil = Free (statfs).
 	Free func(dir string) (uint64, error)
@@ -113,7 +114,7 @@ func (g *Guard) Check() error {
 }
 
 func (g *Guard) refusal(r Reading) error {
-	return fmt.Errorf("%w on node %s: its data dir %s has %s free, below the %s it keeps free (--min-free-disk-bytes %s + %s for its next snapshot); writes that add data are refused until space is freed, reads, acks and nacks still work",
+	return fmt.Errorf("%w on node %s: its data dir %s has %s free, below the %s it keeps free (--min-free-disk-bytes %s + %s for its next snapshot and log segment); writes that add data are refused until space is freed, reads, acks and nacks still work",
 		ErrNoSpace, g.cfg.Node, g.cfg.Dir, Human(r.Free), Human(r.Limit), Human(g.cfg.MinFree), Human(r.Reserve))
 }
 

@@ -64,7 +64,7 @@ func newClusterCollector(s *Server) *clusterCollector {
 		lag:           prometheus.NewDesc("raftq_raft_follower_lag_entries", "Entries a follower has still to apply, behind the leader's applied index (leader only; a follower that does not answer within 500 ms has no series).", []string{"follower"}, nil),
 		members:       prometheus.NewDesc("raftq_gossip_members", "Gossip members this node knows of, by state (alive, failed, left).", []string{"state"}, nil),
 		diskFree:      prometheus.NewDesc("raftq_data_dir_free_bytes", "Free bytes available to raftq on the data dir's file system.", nil, nil),
-		diskKeepFree:  prometheus.NewDesc("raftq_data_dir_keep_free_bytes", "Free bytes this node keeps on its data dir's file system: --min-free-disk-bytes plus room for its next snapshot. Below it the leader refuses writes that add data.", nil, nil),
+		diskKeepFree:  prometheus.NewDesc("raftq_data_dir_keep_free_bytes", "Free bytes this node keeps on its data dir's file system: --min-free-disk-bytes plus room for its next snapshot and wal log segment. Below it the leader refuses writes that add data.", nil, nil),
 		diskLow:       prometheus.NewDesc("raftq_data_dir_disk_low", "1 while this node's data dir has less free space than it keeps free (writes that add data are refused if it leads, or if fewer than a quorum of voters have room), else 0.", nil, nil),
 		snapshots:     prometheus.NewDesc("raftq_snapshots_total", "Raft snapshots this node has written to its data dir since it started.", nil, nil),
 		snapshotBytes: prometheus.NewDesc("raftq_snapshot_last_bytes", "Size of the newest snapshot this node wrote (0 before the first).", nil, nil),

@@ -31,7 +31,7 @@ type Config struct {
 	// 0 = DefaultMaxPendingBytes.
 	MaxPendingBytes int64
 	// MinFreeDisk is the free space this node keeps on its data dir's
-	// file system, besides room for its next snapshot; below it the
+	// file system, besides room for its next snapshot and wal segment; below it the
 	// leader refuses writes that add data (disk.go). 0 =
 	// diskguard.DefaultMinFree.
 	MinFreeDisk uint64

@@ -22,7 +22,8 @@ func (b *Broker) startDisk() {
 		Node:    b.id,
 		Dir:     b.cfg.Cluster.DataDir,
 		MinFree: b.cfg.MinFreeDisk,
-		Reserve: func() uint64 { return uint64(max(b.node.NewestSnapshotBytes(), 0)) },
+		// Room for the next snapshot, and for the next wal segment.
+		Reserve: func() uint64 { return uint64(max(b.node.NewestSnapshotBytes(), 0) + b.node.LogReserveBytes()) },
 	})
 	interval := b.cfg.DiskCheckInterval
 	if interval <= 0 {
@@ -36,7 +37,7 @@ func (b *Broker) startDisk() {
 			if r.Low {
 				b.log.Warn("data dir disk space low: writes that add data (enqueue, create queue) are refused until space is freed; reads, acks and nacks still work",
 					"dir", b.cfg.Cluster.DataDir, "free", diskguard.Human(r.Free), "keep_free", diskguard.Human(r.Limit),
-					"min_free_disk_bytes", b.disk.MinFree(), "snapshot_reserve", diskguard.Human(r.Reserve))
+					"min_free_disk_bytes", b.disk.MinFree(), "snapshot_and_log_reserve", diskguard.Human(r.Reserve))
 			} else {
 				b.log.Info("data dir disk space is back above its limit: writes are accepted again",
 					"dir", b.cfg.Cluster.DataDir, "free", diskguard.Human(r.Free), "keep_free", diskguard.Human(r.Limit))
