@@ -58,10 +58,27 @@ func isDiskRefusal(err error, node, dataDir string) bool {
 // clear ResourceExhausted naming the node and the dir; reads and acks go
 // on; after kill -9 and a restart every acknowledged message is there;
 // once space is freed (a ballast file deleted), writes succeed again
-// without a restart.
+// without a restart. On each log store: the wal allocates its 64 MiB
+// segment files whole, and the guard keeps the next one free besides its
+// margin, so its disk is sized for two segments and room to spare.
 func TestFullDiskRefusesWritesKeepsReadsAndRecovers(t *testing.T) {
-	n := harness.TestNode(t, binary, "n1", "--min-free-disk-bytes", fmt.Sprint(3<<20))
-	dir, ballast := smallDisk(t, 16, 6, n.Kill)
+	for _, tc := range []struct {
+		store               string
+		diskMiB, ballastMiB int
+		size                int // bytes per message
+	}{
+		{store: "bolt", diskMiB: 16, ballastMiB: 6, size: 16 << 10},
+		// 96 MiB free beside the first segment: the node refuses once the
+		// second is allocated (32 MiB left, below 3 + 64 MiB).
+		{store: "wal", diskMiB: 400, ballastMiB: 240, size: 64 << 10},
+	} {
+		t.Run(tc.store, func(t *testing.T) { fullDisk(t, tc.store, tc.diskMiB, tc.ballastMiB, tc.size) })
+	}
+}
+
+func fullDisk(t *testing.T, store string, diskMiB, ballastMiB, size int) {
+	n := harness.TestNode(t, binary, "n1", "--min-free-disk-bytes", fmt.Sprint(3<<20), "--log-store", store)
+	dir, ballast := smallDisk(t, diskMiB, ballastMiB, n.Kill)
 	n.DataDir = filepath.Join(dir, "data")
 	n.Start()
 	c := harness.Dial(t, n)
@@ -75,12 +92,13 @@ func TestFullDiskRefusesWritesKeepsReadsAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Fill: 8 messages of 16 KiB per call, until the node refuses. The
-	// guard refuses before the disk is full as long as one write takes
-	// less than the margin (bolt may take about four times an entry's
-	// size while it rewrites a leaf); a write that still meets ENOSPC
+	// Fill: 8 messages per call, until the node refuses. The guard
+	// refuses before the disk is full as long as one write takes less
+	// than the margin (bolt may take about four times an entry's size
+	// while it rewrites a leaf; the wal a whole segment, which the guard
+	// keeps free besides the margin); a write that still meets ENOSPC
 	// gets the same ResourceExhausted, and changes nothing.
-	const size, batch = 16 << 10, 8
+	const batch = 8
 	payload := func(i int) []byte {
 		p := make([]byte, size)
 		copy(p, fmt.Sprintf("m%06d", i))
@@ -90,8 +108,8 @@ func TestFullDiskRefusesWritesKeepsReadsAndRecovers(t *testing.T) {
 	acked := map[string]bool{} // payload ids acknowledged
 	var refusal error
 	for i := 0; refusal == nil; i += batch {
-		if i*size > 16<<20 {
-			t.Fatalf("%d messages of 16 KiB accepted on a 16 MiB disk and no refusal", i)
+		if i*size > diskMiB<<20 {
+			t.Fatalf("%d messages of %d KiB accepted on a %d MiB disk and no refusal", i, size>>10, diskMiB)
 		}
 		msgs := make([]*raftqv1.EnqueueMessage, batch)
 		for j := range msgs {
@@ -112,9 +130,10 @@ func TestFullDiskRefusesWritesKeepsReadsAndRecovers(t *testing.T) {
 		}
 	}
 	t.Logf("refused after %d messages: %v", len(acked), refusal)
-	// 16 MiB, less 6 of ballast and 3 kept free: about 7 MiB of room.
+	// bolt: 16 MiB, less 6 of ballast and 3 kept free: about 7 MiB of
+	// room. wal: the first segment's 64 MiB.
 	if len(acked)*size < 3<<20 {
-		t.Fatalf("only %d messages of 128 KiB accepted before the refusal: the guard refuses too early", len(acked))
+		t.Fatalf("only %d messages of %d KiB accepted before the refusal: the guard refuses too early", len(acked), size>>10)
 	}
 	// Another write that adds data is refused the same way, and a new
 	// queue too.
@@ -276,13 +295,28 @@ func diskLowIn(t *testing.T, via *harness.Node, want ...string) {
 // quorum); when a second voter runs short too, writes that add data are
 // refused with ResourceExhausted naming both while acks go on; once space
 // is freed writes succeed again and every replica, the full one included,
-// ends with the same state.
+// ends with the same state, nobody restarted. On each log store: the
+// wal's full follower goes on appending into its preallocated segment,
+// so enough is written to fill it, and its rotation to the next segment
+// fails, until space returns.
 func TestFullDiskOnFollowers(t *testing.T) {
+	for _, tc := range []struct {
+		store   string
+		diskMiB int
+	}{
+		{store: "bolt", diskMiB: 24},
+		{store: "wal", diskMiB: 320},
+	} {
+		t.Run(tc.store, func(t *testing.T) { fullDiskOnFollowers(t, tc.store, tc.diskMiB) })
+	}
+}
+
+func fullDiskOnFollowers(t *testing.T, store string, diskMiB int) {
 	nodes := make([]*harness.Node, 3)
 	ballasts := map[string]string{}
 	for i := range nodes {
-		n := harness.TestNode(t, binary, fmt.Sprintf("n%d", i+1), "--min-free-disk-bytes", fmt.Sprint(4<<20))
-		dir, ballast := smallDisk(t, 24, 0, n.Kill)
+		n := harness.TestNode(t, binary, fmt.Sprintf("n%d", i+1), "--min-free-disk-bytes", fmt.Sprint(4<<20), "--log-store", store)
+		dir, ballast := smallDisk(t, diskMiB, 0, n.Kill)
 		n.DataDir = filepath.Join(dir, "data")
 		nodes[i], ballasts[n.ID] = n, ballast
 	}
@@ -320,20 +354,63 @@ func TestFullDiskOnFollowers(t *testing.T) {
 	// One follower full to the last block: writes go on.
 	fillDisk(t, ballasts[full.ID])
 	diskLowIn(t, leader, full.ID)
+	enqueued := 0
 	for i := range 20 {
 		if err := enqueue(i); err != nil {
 			t.Fatalf("enqueue %d with one follower's disk full: %v", i, err)
 		}
+		enqueued++
+	}
+	const failedAppend = "cannot append to the Raft log: no space left"
+	if store == "wal" {
+		// Until its preallocated segment is full, the wal's follower
+		// appends as before: write 64 MiB and more, 512 KiB a call.
+		// (New messages each call: the client gives each message it
+		// sends an id, and the same id again is a retry.)
+		for sent := 0; !strings.Contains(full.Log(), failedAppend); sent += 512 << 10 {
+			if sent > 160<<20 {
+				t.Fatalf("%d MiB written and %s has not failed to append on its full disk", sent>>20, full.ID)
+			}
+			bulk := make([]*raftqv1.EnqueueMessage, 8)
+			for j := range bulk {
+				bulk[j] = &raftqv1.EnqueueMessage{Payload: make([]byte, 64<<10)}
+			}
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := c.Enqueue(cctx, "jobs", bulk...)
+			cancel()
+			if err != nil {
+				t.Fatalf("enqueue with one follower's disk full, %d MiB in: %v", sent>>20, err)
+			}
+			enqueued += len(bulk)
+		}
 	}
 	// The full follower really failed to append, and said why.
 	harness.Eventually(t, 10*time.Second, func() error {
-		if !strings.Contains(full.Log(), "cannot append to the Raft log: no space left") {
+		if !strings.Contains(full.Log(), failedAppend) {
 			return fmt.Errorf("%s has not logged its failed appends", full.ID)
 		}
 		return nil
 	})
 
 	// A second voter short of space (not full): no quorum has room.
+	if store == "wal" {
+		// The short follower has allocated its second segment (the bulk
+		// writes reached it, and the rotation runs just after the append
+		// that filled the first): the space measured next stays free.
+		harness.Eventually(t, 10*time.Second, func() error {
+			segs, _ := filepath.Glob(filepath.Join(short.DataDir, "wal", "*.wal"))
+			full := 0
+			for _, seg := range segs {
+				if fi, err := os.Stat(seg); err == nil && fi.Size() >= 64<<20 {
+					full++
+				}
+			}
+			if full < 2 {
+				return fmt.Errorf("%s has %d segment files allocated, want 2", short.ID, full)
+			}
+			return nil
+		})
+	}
 	free, err := diskFree(short.DataDir)
 	if err != nil {
 		t.Fatal(err)
@@ -378,13 +455,17 @@ func TestFullDiskOnFollowers(t *testing.T) {
 	if err := enqueue(101); err != nil {
 		t.Fatalf("enqueue after space was freed: %v", err)
 	}
+	enqueued++
 	verifyConsistent(t, c, 3)
+	if !strings.Contains(full.Log(), "appending to the Raft log works again") {
+		t.Fatalf("%s caught up without logging that its appends work again:\n%s", full.ID, full.LogTail(4000))
+	}
 	qi, err := c.GetQueue(ctx, "jobs", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := qi.Stats.Ready + qi.Stats.InFlight; got != 16 {
-		t.Fatalf("%d messages in jobs, want 21 acknowledged less 5 acked", got)
+	if got := qi.Stats.Ready + qi.Stats.InFlight; got != int64(enqueued-5) {
+		t.Fatalf("%d messages in jobs, want %d acknowledged less 5 acked", got, enqueued)
 	}
 }
 

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +115,17 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		t.Logf("upgraded %s (%d of %d) at %v, %d enqueues acknowledged so far", n.ID, i+1, len(order),
 			time.Since(began).Round(time.Second), w.enqueued.Load())
+	}
+
+	// Each upgraded data dir kept its bolt log, whatever this build's
+	// default log store: raft.db is still bolt's, and there is no wal.
+	for _, n := range nodes {
+		if _, err := os.Stat(filepath.Join(n.DataDir, "wal")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s's upgraded data dir has a wal (%v): its bolt log must stay where it is", n.ID, err)
+		}
+		if head, err := os.ReadFile(filepath.Join(n.DataDir, "raft.db")); err != nil || strings.HasPrefix(string(head), "raftq-wal-data-dir") {
+			t.Fatalf("%s's upgraded data dir: raft.db is no longer bolt's (%v)", n.ID, err)
+		}
 	}
 
 	// Every voter runs this build: the cluster version rises to what it
