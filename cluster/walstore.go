@@ -182,11 +182,10 @@ func walOpened(w *walStore) *openedLog {
 //   - wal: wal/ holds the log, and the term and vote in its metadata
 //     file; raft.db is walMarker, which builds before the wal refuse.
 //
-// Which one: raft.db as the marker is the wal. A bolt raft.db that holds
-// Raft state (entries or a term) stays bolt unless want is the wal and
-// its log is empty: then the term and vote move into the wal, and raft.db
-// becomes the marker last. A dir with no state (new, wiped for repair)
-// takes want, or DefaultLogStore. want naming the other store of a dir
+// Which one: raft.db as the marker is the wal. A bolt raft.db stays bolt
+// unless want is the wal and its log is empty: then the term and vote
+// move into the wal, and raft.db becomes the marker last. A dir with
+// neither (new, wiped for repair) takes want, or DefaultLogStore. want naming the other store of a dir
 // whose log is not empty is refused (ErrLogStoreMismatch, nothing
 // changed), and so is a wal dir with want bolt. A wal/ left by the
 // layout before the marker (raft.db bolt with the term, wal/ with the
@@ -246,17 +245,13 @@ func openLogStore(dataDir string, want LogStore, log hclog.Logger) (_ *openedLog
 	if !dbExists && walLast > 0 {
 		return nil, fmt.Errorf("%s holds a Raft log, but %s, which marks a wal data dir, is missing: restore it, or set the data dir aside and let the node rejoin", dir, dbPath)
 	}
-	var boltLast, boltTerm uint64
+	var boltLast uint64
 	if dbExists {
 		if bolt, err = openBolt(dbPath); err != nil {
 			return nil, fmt.Errorf("raft store: %w", err)
 		}
 		if boltLast, err = bolt.LastIndex(); err != nil {
 			return nil, fmt.Errorf("bolt log: %w", err)
-		}
-		boltTerm, err = bolt.GetUint64(keyCurrentTerm)
-		if err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
-			return nil, fmt.Errorf("raft store: %w", err)
 		}
 	}
 	if boltLast > 0 && walLast > 0 {
@@ -269,8 +264,8 @@ func openLogStore(dataDir string, want LogStore, log hclog.Logger) (_ *openedLog
 		found = LogStoreWAL // the layout before the marker
 	case boltLast > 0:
 		found = LogStoreBolt
-	case boltTerm > 0 && want != LogStoreWAL:
-		found = LogStoreBolt // state, and nothing asks to move it
+	case dbExists && want != LogStoreWAL:
+		found = LogStoreBolt // its term, if any, and nothing asks to move it
 	}
 	if found != LogStoreAuto && want != LogStoreAuto && want != found {
 		return nil, mismatch(found)
@@ -355,8 +350,13 @@ type walStore struct {
 	// segmentSize is the size of the segment files (preallocated).
 	segmentSize uint32
 
-	mu sync.RWMutex
-	w  *wal.WAL // nil only after a reopen that could not open it
+	// mu serialises writes (appends, deletions, the stable store) with
+	// reopening. Reads of the log take no lock: they load cur, which is
+	// nil while the wal is closed for a reopen (raft retries a read that
+	// fails), so they never wait for an append's fsync.
+	mu  sync.Mutex
+	w   *wal.WAL // nil only after a reopen that could not open it
+	cur atomic.Pointer[wal.WAL]
 	// broken is the write error that asks for a reopen before the next
 	// write (nil: none).
 	broken error
@@ -385,6 +385,7 @@ func openWALSized(dir string, log hclog.Logger, size int) (*walStore, error) {
 		return nil, err
 	}
 	s.w = w
+	s.cur.Store(w)
 	return s, nil
 }
 
@@ -402,6 +403,7 @@ func (s *walStore) open() (*wal.WAL, error) {
 // same so that reads go on, and stays broken: the next write tries again.
 // s.mu must be held for writing.
 func (s *walStore) reopenLocked() error {
+	s.cur.Store(nil)
 	if s.w != nil {
 		if err := s.w.Close(); err != nil {
 			s.log.Warn("closing the wal log to reopen it", "error", err)
@@ -415,6 +417,7 @@ func (s *walStore) reopenLocked() error {
 		return fmt.Errorf("reopen the wal log after a failed write: %w", s.broken)
 	}
 	s.w = w
+	s.cur.Store(w)
 	if rerr != nil {
 		s.broken = rerr
 		return fmt.Errorf("repair the wal log after a failed write: %w", rerr)
@@ -468,12 +471,25 @@ func (s *walStore) write(f func(w *wal.WAL) error) error {
 	return nil
 }
 
-// read runs f on the wal.
+// read runs f on the wal, without waiting for writes.
 func (s *walStore) read(f func(w *wal.WAL) error) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	w := s.cur.Load()
+	if w == nil {
+		return fmt.Errorf("wal log in %s is being reopened after a failed write", s.dir)
+	}
+	return f(w)
+}
+
+// stable runs f, a stable store call, on the wal under the write lock:
+// raft panics if one fails, so it must not meet the wal closed for a
+// reopen that a compaction's deletion started.
+func (s *walStore) stable(f func(w *wal.WAL) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.w == nil {
-		return fmt.Errorf("wal log in %s is not open: %w", s.dir, s.broken)
+		if err := s.repairLocked(); err != nil {
+			return err
+		}
 	}
 	return f(s.w)
 }
@@ -540,23 +556,23 @@ func (s *walStore) IsMonotonic() bool { return true }
 
 // Set implements raft.StableStore (the wal's metadata file holds it).
 func (s *walStore) Set(key, val []byte) error {
-	return s.read(func(w *wal.WAL) error { return w.Set(key, val) })
+	return s.stable(func(w *wal.WAL) error { return w.Set(key, val) })
 }
 
 // Get implements raft.StableStore.
 func (s *walStore) Get(key []byte) (v []byte, err error) {
-	err = s.read(func(w *wal.WAL) error { v, err = w.Get(key); return err })
+	err = s.stable(func(w *wal.WAL) error { v, err = w.Get(key); return err })
 	return v, err
 }
 
 // SetUint64 implements raft.StableStore.
 func (s *walStore) SetUint64(key []byte, val uint64) error {
-	return s.read(func(w *wal.WAL) error { return w.SetUint64(key, val) })
+	return s.stable(func(w *wal.WAL) error { return w.SetUint64(key, val) })
 }
 
 // GetUint64 implements raft.StableStore.
 func (s *walStore) GetUint64(key []byte) (v uint64, err error) {
-	err = s.read(func(w *wal.WAL) error { v, err = w.GetUint64(key); return err })
+	err = s.stable(func(w *wal.WAL) error { v, err = w.GetUint64(key); return err })
 	return v, err
 }
 
@@ -564,6 +580,7 @@ func (s *walStore) GetUint64(key []byte) (v uint64, err error) {
 func (s *walStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.cur.Store(nil)
 	if s.w == nil {
 		return nil
 	}

@@ -109,15 +109,16 @@ func TestOpenLogStore(t *testing.T) {
 		errWant          string
 		mismatchSentinel bool
 	}{
-		{name: "new dir, auto", want: LogStoreAuto, got: DefaultLogStore},
-		{name: "new dir, wal", want: LogStoreWAL, got: LogStoreWAL},
-		{name: "new dir, bolt", want: LogStoreBolt, got: LogStoreBolt},
+		{name: "new dir, auto", dir: layout{noDB: true}, want: LogStoreAuto, got: DefaultLogStore},
+		{name: "new dir, wal", dir: layout{noDB: true}, want: LogStoreWAL, got: LogStoreWAL},
+		{name: "new dir, bolt", dir: layout{noDB: true}, want: LogStoreBolt, got: LogStoreBolt},
 		{name: "bolt log, auto", dir: layout{boltLast: 5, boltTerm: 3}, got: LogStoreBolt, lastIndex: 5, term: 3},
 		{name: "bolt log, bolt", dir: layout{boltLast: 5, boltTerm: 3}, want: LogStoreBolt, got: LogStoreBolt, lastIndex: 5, term: 3},
 		{name: "bolt log, wal refused", dir: layout{boltLast: 5, boltTerm: 3}, want: LogStoreWAL, errWant: "holds this node's Raft state in the bolt store", mismatchSentinel: true},
 		{name: "bolt term without a log stays bolt", dir: layout{boltTerm: 3}, got: LogStoreBolt, term: 3},
 		{name: "bolt term without a log, wal asked: term moved", dir: layout{boltTerm: 3}, want: LogStoreWAL, got: LogStoreWAL, term: 3},
-		{name: "empty bolt raft.db, auto", dir: layout{}, got: DefaultLogStore},
+		{name: "empty bolt raft.db, auto", dir: layout{}, got: LogStoreBolt},
+		{name: "empty bolt raft.db, wal", dir: layout{}, want: LogStoreWAL, got: LogStoreWAL},
 		{name: "wal before the marker, auto: converted", dir: layout{boltTerm: 4, withWAL: true, walLast: 7}, got: LogStoreWAL, lastIndex: 7, term: 4},
 		{name: "wal before the marker, wal: converted", dir: layout{boltTerm: 4, withWAL: true, walLast: 7}, want: LogStoreWAL, got: LogStoreWAL, lastIndex: 7, term: 4},
 		{name: "wal before the marker, bolt refused", dir: layout{boltTerm: 4, withWAL: true, walLast: 7}, want: LogStoreBolt, errWant: "holds this node's Raft state in the wal store", mismatchSentinel: true},
