@@ -67,6 +67,7 @@ func TestOldBuildRefusesWALDataDir(t *testing.T) {
 	before := dirDigest(t, n.DataDir)
 
 	mark := len(n.Log())
+	n.Args = n.Args[:len(n.Args)-2] // --log-store wal: unknown to the old build
 	n.SetBin(oldBin)
 	n.Start()
 	harness.Eventually(t, 60*time.Second, func() error {
