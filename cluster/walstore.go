@@ -39,7 +39,7 @@ const (
 
 	// DefaultLogStore is what a new data dir gets (cluster/DESIGN.md,
 	// "The log store", says why).
-	DefaultLogStore = LogStoreBolt
+	DefaultLogStore = LogStoreWAL
 
 	// walDir is the wal log store's directory in the data dir.
 	walDir = "wal"
