@@ -67,11 +67,14 @@ var ErrLogStoreMismatch = errors.New("cluster: the data dir's Raft log is in ano
 // the vote (cluster/DESIGN.md, "The log store"; TestOldBuildRefusesWALDataDir).
 // Shorter than bolt's first page (4 KiB) so that every bolt version fails
 // on reading it, before it writes anything.
-const walMarker = "raftq-wal-data-dir v1\n" +
+const walMarker = walMarkerMagic + " v1\n" +
 	"This data dir keeps its Raft log, term and vote in wal/ (raftq's wal log store).\n" +
 	"This file is not a bolt database on purpose: raftq builds from before the wal\n" +
 	"log store open raft.db, fail on it, and stop rather than run without the log.\n" +
 	"Do not delete or replace it: use a raftq build with the wal log store.\n"
+
+// walMarkerMagic begins walMarker: what tells it from a bolt file.
+const walMarkerMagic = "raftq-wal-data-dir"
 
 // readRaftDB tells what the data dir's raft.db is: absent, the wal
 // marker, or something else (bolt's file, opened as such).
@@ -84,12 +87,12 @@ func readRaftDB(path string) (exists, marker bool, err error) {
 		return false, false, err
 	}
 	defer f.Close()
-	head := make([]byte, len("raftq-wal-data-dir"))
+	head := make([]byte, len(walMarkerMagic))
 	n, err := io.ReadFull(f, head)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return true, false, err
 	}
-	return true, string(head[:n]) == "raftq-wal-data-dir", nil
+	return true, string(head[:n]) == walMarkerMagic, nil
 }
 
 // writeWALMarker replaces raft.db with walMarker, atomically: the step

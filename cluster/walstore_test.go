@@ -225,7 +225,7 @@ func snapshotDir(t *testing.T, dir string) string {
 		if err != nil {
 			return err
 		}
-		if rel == raftDBFile && !strings.HasPrefix(string(data), "raftq-wal-data-dir") {
+		if rel == raftDBFile && !strings.HasPrefix(string(data), walMarkerMagic) {
 			fmt.Fprintf(&b, "%s:bolt ", rel)
 			return nil
 		}
