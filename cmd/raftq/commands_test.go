@@ -459,6 +459,7 @@ func TestPlainErrorsBeforeAnyCall(t *testing.T) {
 		want  string
 	}{
 		{"sub-millisecond visibility", "", []string{"queue", "create", "jobs", "--visibility-timeout", "1ns"}, "--visibility-timeout 1ns is less than 1ms"},
+		{"fraction of a millisecond", "", []string{"enqueue", "jobs", "x", "--delay", "1.5ms"}, "--delay 1.5ms has a fraction of a millisecond, the broker's resolution; give 1ms or 2ms"},
 		{"negative ttl", "", []string{"enqueue", "jobs", "--ttl", "-1s", "x"}, "--ttl must not be negative"},
 		{"duration over the limit", "", []string{"queue", "update", "jobs", "--message-ttl", "9000h"}, "is more than 366 days"},
 		{"sub-millisecond nack delay", "", []string{"consume", "jobs", "--nack", "--nack-delay", "10us"}, "--nack-delay 10µs is less than 1ms"},

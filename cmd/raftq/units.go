@@ -12,13 +12,17 @@ import (
 // msOf converts a duration flag to the milliseconds the API carries. The
 // broker keeps durations in whole milliseconds, where 0 means "the
 // default": a positive duration under 1ms would silently become the
-// default (--visibility-timeout 1ns meaning 30s), so it is refused.
+// default (--visibility-timeout 1ns meaning 30s), so it is refused, and
+// so is a fraction of a millisecond, which would be dropped without a word
+// (--delay 1.5ms meaning 1ms).
 func msOf(flag string, d time.Duration) (int64, error) {
 	switch {
 	case d < 0:
 		return 0, fmt.Errorf("--%s must not be negative (got %s)", flag, d)
 	case d > 0 && d < time.Millisecond:
 		return 0, fmt.Errorf("--%s %s is less than 1ms, the broker's resolution; give 1ms or more, or 0 for the default", flag, d)
+	case d%time.Millisecond != 0:
+		return 0, fmt.Errorf("--%s %s has a fraction of a millisecond, the broker's resolution; give %s or %s", flag, d, d.Truncate(time.Millisecond), d.Truncate(time.Millisecond)+time.Millisecond)
 	case d.Milliseconds() > fsm.MaxDurationMs:
 		return 0, fmt.Errorf("--%s %s is more than %s, the longest the broker accepts", flag, fsm.HumanMs(d.Milliseconds()), fsm.HumanMs(fsm.MaxDurationMs))
 	}
