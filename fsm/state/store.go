@@ -146,8 +146,10 @@ func (s *Store) unindex(q *queue, m *message) {
 	if m.expiresMs > 0 && m.state != stateLeased {
 		s.ttl.Delete(timedRef{at: m.expiresMs, queue: q.name, id: m.id})
 	}
-	q.bytes -= m.size()
-	s.totalBytes -= m.size()
+	// size walks the headers: once per call, not once per counter.
+	size := m.size()
+	q.bytes -= size
+	s.totalBytes -= size
 	if o := m.origin(); o != "" {
 		if oq := s.queues[o]; oq != nil {
 			oq.deadLettered--
@@ -194,8 +196,9 @@ func (s *Store) index(q *queue, m *message) {
 	if m.expiresMs > 0 && m.state != stateLeased {
 		s.ttl.ReplaceOrInsert(timedRef{at: m.expiresMs, queue: q.name, id: m.id})
 	}
-	q.bytes += m.size()
-	s.totalBytes += m.size()
+	size := m.size()
+	q.bytes += size
+	s.totalBytes += size
 	if o := m.origin(); o != "" {
 		if oq := s.queues[o]; oq != nil {
 			oq.deadLettered++
