@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/raftq/raftq/fsm"
@@ -45,9 +44,6 @@ type coalescer[Req any] struct {
 	inFlight int
 	stopped  bool
 	proposes sync.WaitGroup
-	// waiting is how many requests are queued for the next entries (not
-	// yet proposed), for tests.
-	waiting atomic.Int64
 }
 
 // pending is one caller's request; done receives the entry's result and
@@ -117,7 +113,6 @@ func (c *coalescer[Req]) submit(ctx context.Context, req Req) (batchOutcome, err
 		return batchOutcome{}, ErrStopping
 	}
 	c.queued = append(c.queued, p)
-	c.waiting.Store(int64(len(c.queued)))
 	batch := c.takeLocked()
 	c.mu.Unlock()
 	if batch != nil {
@@ -151,7 +146,6 @@ func (c *coalescer[Req]) takeLocked() []*pending[Req] {
 	}
 	batch := c.queued[:n:n] // capped: appends to the queue cannot reach it
 	c.queued = c.queued[n:]
-	c.waiting.Store(int64(len(c.queued)))
 	c.inFlight++
 	c.proposes.Add(1)
 	return batch
@@ -170,8 +164,12 @@ func (c *coalescer[Req]) run(batch []*pending[Req]) {
 	}
 }
 
-// queuedLen is how many requests wait for an entry.
-func (c *coalescer[Req]) queuedLen() int { return int(c.waiting.Load()) }
+// queuedLen is how many requests wait for an entry (for tests).
+func (c *coalescer[Req]) queuedLen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queued)
+}
 
 // close stops taking requests, waits for the entries in flight and
 // answers what is still queued with ErrStopping.
@@ -183,7 +181,6 @@ func (c *coalescer[Req]) close() {
 	c.mu.Lock()
 	queued := c.queued
 	c.queued = nil
-	c.waiting.Store(0)
 	c.mu.Unlock()
 	for _, p := range queued {
 		c.finish(p, batchOutcome{err: ErrStopping})
