@@ -196,11 +196,11 @@ func (c *coalescer[Req]) apply(batch []*pending[Req]) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	res, err := c.propose(ctx, cmd)
 	cancel()
+	if err == nil {
+		err = res.Failure() // the entry's own failure is every request's
+	}
 	offset := 0
 	for i, p := range batch {
-		if err == nil && res.Failure() != nil {
-			err = res.Failure()
-		}
 		// Sized before finish: once answered, p is its caller's again.
 		items, _ := c.size(p.req)
 		c.finish(p, batchOutcome{res: res, pos: i, offset: offset, err: err})
