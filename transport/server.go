@@ -199,7 +199,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	return resp, err
 }
 
-// admitted runs a call auth lets through (auth.UnaryInterceptor's rules)
+// admitted runs a call auth lets through (auth.AdmitUnary)
 // and routes it.
 func (s *Server) admitted(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	ctx, c, err := s.cfg.Auth.AdmitUnary(ctx, info.FullMethod, req)

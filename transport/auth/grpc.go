@@ -156,34 +156,22 @@ func (a *Authenticator) check(p *Principal, r rule, req any) error {
 	return nil
 }
 
-// UnaryInterceptor authenticates and authorises every unary call before
-// its handler runs (so before anything is read or changed), filters what
-// ListQueues and Status answer to what the caller may see, and writes the
-// audit line of administrative calls.
-func (a *Authenticator) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	ctx, c, err := a.AdmitUnary(ctx, info.FullMethod, req)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := handler(ctx, req)
-	return c.Finish(ctx, resp, err)
-}
-
 // Admitted is a unary call AdmitUnary let through; its Finish must see
-// the handler's answer.
+// the handler's answer. A zero Admitted (a method without a rule:
+// health checking, reflection) finishes as a no-op.
 type Admitted struct {
-	a      *Authenticator
+	a      *Authenticator // nil: the method has no rule
 	p      *Principal
 	method string
 	req    any
 	r      rule
-	ruled  bool
 }
 
-// AdmitUnary is UnaryInterceptor's first half, for a server that runs its
-// interceptors as one function (no closure per stage and call): it
-// authenticates and authorises a call of method and returns ctx carrying
-// the caller, or the refusal (already audited).
+// AdmitUnary authenticates and authorises a unary call of method before
+// its handler runs (so before anything is read or changed), and returns
+// ctx carrying the caller, or the refusal (already audited). The server
+// calls it and Admitted.Finish as plain calls from its one unary
+// interceptor (no closure per stage and call, as a chain would cost).
 func (a *Authenticator) AdmitUnary(ctx context.Context, method string, req any) (context.Context, Admitted, error) {
 	r, ok := ruleFor(method)
 	if !ok {
@@ -199,14 +187,14 @@ func (a *Authenticator) AdmitUnary(ctx context.Context, method string, req any) 
 		}
 		return ctx, Admitted{}, err
 	}
-	return WithPrincipal(ctx, p), Admitted{a: a, p: p, method: method, req: req, r: r, ruled: true}, nil
+	return WithPrincipal(ctx, p), Admitted{a: a, p: p, method: method, req: req, r: r}, nil
 }
 
-// Finish is UnaryInterceptor's second half: it audits an administrative
+// Finish is AdmitUnary's second half: it audits an administrative
 // call's outcome and trims a list or status answer to what the caller may
 // see.
 func (c Admitted) Finish(ctx context.Context, resp any, err error) (any, error) {
-	if !c.ruled {
+	if c.a == nil {
 		return resp, err
 	}
 	if c.r.audit {
