@@ -1,16 +1,13 @@
 package test
 
 import (
-	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/test/harness"
@@ -32,17 +29,7 @@ func TestOldBuildRefusesWALDataDir(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds an earlier raftq")
 	}
-	began := time.Now()
-	bctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	oldBin, err := harness.BuildRevision(bctx, t.TempDir(), beforeWAL)
-	cancel()
-	if errors.Is(err, harness.ErrNoHistory) {
-		t.Skipf("cannot build the version before the wal: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("built %s in %v", beforeWAL[:12], time.Since(began).Round(time.Second))
+	oldBin := buildOld(t, beforeWAL, "the version before the wal")
 
 	n := harness.TestNode(t, binary, "n1", "--log-store", "wal")
 	n.Start()
@@ -66,17 +53,8 @@ func TestOldBuildRefusesWALDataDir(t *testing.T) {
 	}
 	before := dirDigest(t, n.DataDir)
 
-	mark := len(n.Log())
 	n.Args = n.Args[:len(n.Args)-2] // --log-store wal: unknown to the old build
-	n.SetBin(oldBin)
-	n.Start()
-	harness.Eventually(t, 60*time.Second, func() error {
-		if n.Running() {
-			return errors.New("the build from before the wal still runs on a wal data dir")
-		}
-		return nil
-	})
-	tail := n.Log()[mark:]
+	tail := runUntilExit(t, n, oldBin)
 	if !strings.Contains(tail, "raft store") || !strings.Contains(tail, "invalid database") {
 		t.Fatalf("the old build stopped without naming raft.db's refusal:\n%s", tail[max(0, len(tail)-4000):])
 	}

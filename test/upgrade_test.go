@@ -39,16 +39,7 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Skip("builds an earlier raftq and upgrades a three-node cluster")
 	}
 	began := time.Now()
-	bctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	oldBin, err := harness.BuildRevision(bctx, t.TempDir(), upgradeFrom)
-	cancel()
-	if errors.Is(err, harness.ErrNoHistory) {
-		t.Skipf("cannot build the version to upgrade from: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("built %s in %v", upgradeFrom[:12], time.Since(began).Round(time.Second))
+	oldBin := buildOld(t, upgradeFrom, "the version to upgrade from")
 
 	nodes := make([]*harness.Node, 3)
 	for i := range nodes {
@@ -180,16 +171,7 @@ func TestRollingUpgrade(t *testing.T) {
 	if err := back.Stop(harness.StopTimeout); err != nil {
 		t.Fatal(err)
 	}
-	mark := len(back.Log())
-	back.SetBin(oldBin)
-	back.Start()
-	harness.Eventually(t, 60*time.Second, func() error {
-		if back.Running() {
-			return fmt.Errorf("the old build still runs on %s's upgraded data dir", back.ID)
-		}
-		return nil
-	})
-	tail := back.Log()[mark:]
+	tail := runUntilExit(t, back, oldBin)
 	if !strings.Contains(tail, "this build applies versions up to") || !strings.Contains(tail, "upgrade this node's raftq binary") {
 		t.Fatalf("the old build on %s's upgraded data dir stopped without saying why:\n%s", back.ID, tail[max(0, len(tail)-4000):])
 	}
@@ -197,6 +179,41 @@ func TestRollingUpgrade(t *testing.T) {
 	back.Start()
 	waitCaughtUp(t, c, nodes, back)
 	verifyConsistent(t, c, 3)
+}
+
+// buildOld builds rev (what names it for a skip) and returns the
+// binary; the test is skipped where the history is not at hand.
+func buildOld(t *testing.T, rev, what string) string {
+	t.Helper()
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	bin, err := harness.BuildRevision(ctx, t.TempDir(), rev)
+	cancel()
+	if errors.Is(err, harness.ErrNoHistory) {
+		t.Skipf("cannot build %s: %v", what, err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("built %s in %v", rev[:12], time.Since(began).Round(time.Second))
+	return bin
+}
+
+// runUntilExit starts n's data dir on bin, an older build expected to
+// refuse it, waits until the process has stopped and returns what it
+// logged.
+func runUntilExit(t *testing.T, n *harness.Node, bin string) string {
+	t.Helper()
+	mark := len(n.Log())
+	n.SetBin(bin)
+	n.Start()
+	harness.Eventually(t, 60*time.Second, func() error {
+		if n.Running() {
+			return fmt.Errorf("the old build still runs on %s's data dir", n.ID)
+		}
+		return nil
+	})
+	return n.Log()[mark:]
 }
 
 // waitCaughtUp waits until n is a voter again, healthy in the leader's
