@@ -5,56 +5,18 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
-// suffrageLog records every suffrage of one server that the leader's
-// configuration showed, in order, from a watcher that polls faster than
-// any phase it must see lasts.
-type suffrageLog struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (l *suffrageLog) add(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n := len(l.seen); n == 0 || l.seen[n-1] != s {
-		l.seen = append(l.seen, s)
-	}
-}
-
-func (l *suffrageLog) get() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.seen)
-}
-
-// watchSuffrage polls id's suffrage in n's configuration every 5 ms until
-// the returned stop is called, and once more then.
-func watchSuffrage(n *testNode, id string) (*suffrageLog, func()) {
-	l := &suffrageLog{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for {
-			l.add(suffrage(n, id))
-			if ctx.Err() != nil {
-				return // after a last look
-			}
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-		}
-	}()
-	return l, func() { cancel(); <-done }
+// watchSuffrage records every suffrage of id that n's configuration
+// showed, in order, polling every 5 ms (faster than any phase it must see
+// lasts) until the returned stop is called, and once more then.
+func watchSuffrage(n *testNode, id string) (seen func() []string, stop func()) {
+	return harness.WatchChanges(5*time.Millisecond, func() string { return suffrage(n, id) })
 }
 
 // TestNonvoterPromotedOnceCaughtUp: a node that joins a running cluster
@@ -124,7 +86,7 @@ func TestNonvoterPromotedOnceCaughtUp(t *testing.T) {
 		t.Errorf("b promoted %v after it caught up, before PromoteAfter (%v)", d, acfg.PromoteAfter)
 	}
 	stopWatch()
-	if got, want := seen.get(), []string{"", "Nonvoter", "Voter"}; !slices.Equal(got, want) {
+	if got, want := seen(), []string{"", "Nonvoter", "Voter"}; !slices.Equal(got, want) {
 		t.Errorf("b's suffrage went %q, want %q", got, want)
 	}
 	if _, err := b.WaitLeader(ctxTimeout(t, 5*time.Second)); err != nil {

@@ -3,7 +3,6 @@
 package transport
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -11,13 +10,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/test/harness"
 	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,53 +35,21 @@ func waitClusterVersion(t *testing.T, c *inprocCluster, v uint32) {
 	})
 }
 
-// suffrageLog records every suffrage of one node that a leader's
-// configuration showed, in order ("" while it is not in it).
-type suffrageLog struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (l *suffrageLog) get() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.seen)
-}
-
-// watchSuffrage polls id's suffrage in n's configuration every 5 ms (a
+// watchSuffrage records every suffrage of node id that n's configuration
+// showed, in order ("" while it is not in it), polling every 5 ms (a
 // joining node stays a nonvoter for at least ipPromoteAfter) until the
 // returned stop is called, and once more then; stop may be called more
 // than once.
-func watchSuffrage(n *inprocNode, id string) (*suffrageLog, func()) {
-	l := &suffrageLog{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for {
-			got := ""
-			for _, s := range n.node.Status().Nodes {
-				if s.ID == id {
-					got = s.Suffrage
-				}
-			}
-			l.mu.Lock()
-			if k := len(l.seen); k == 0 || l.seen[k-1] != got {
-				l.seen = append(l.seen, got)
-			}
-			l.mu.Unlock()
-			if ctx.Err() != nil {
-				return // after a last look
-			}
-			select {
-			case <-ctx.Done():
-			case <-t.C:
+func watchSuffrage(n *inprocNode, id string) (seen func() []string, stop func()) {
+	return harness.WatchChanges(5*time.Millisecond, func() string {
+		got := ""
+		for _, s := range n.node.Status().Nodes {
+			if s.ID == id {
+				got = s.Suffrage
 			}
 		}
-	}()
-	return l, func() { cancel(); <-done }
+		return got
+	})
 }
 
 // TestCounterAuditRepairsDrift: a counter corrupted on purpose on the
@@ -231,7 +198,7 @@ func TestReplicaDivergenceRepaired(t *testing.T) {
 	})
 	stopWatch()
 	// It came back as a nonvoter, and was promoted once caught up.
-	if got, want := seen.get(), []string{"", "nonvoter", "voter"}; !slices.Equal(got, want) {
+	if got, want := seen(), []string{"", "nonvoter", "voter"}; !slices.Equal(got, want) {
 		t.Errorf("%s's suffrage in the leader's configuration went %q, want %q", nb.id, got, want)
 	}
 	enqueue(nb, "after-repair")

@@ -8,7 +8,8 @@
 // Files: build.go (Build), ports.go (FreePorts), process.go (Process: any
 // child process), tree.go (a process's descendants from /proc), node.go
 // (Node: one `raftq serve`), testing.go (TestNode, Dial, WaitReady for Go
-// tests), wait.go (WaitFor, Eventually, Sleep).
+// tests), wait.go (WaitFor, Eventually, Sleep), watch.go (WatchChanges:
+// record each change of a polled value).
 package harness
 
 import (
