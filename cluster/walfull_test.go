@@ -12,46 +12,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/test/harness"
 )
-
-// smallTmpfs mounts a tmpfs of sizeMiB at a fresh directory, unmounted
-// when the test ends (after the cleanups registered later, which close
-// what uses it). It skips the test when mounting is not permitted.
-func smallTmpfs(t *testing.T, sizeMiB int) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "disk")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%dm", sizeMiB)); err != nil {
-		t.Skipf("cannot mount a small tmpfs (needs root or CAP_SYS_ADMIN): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// fillTo writes path until the file system refuses (ENOSPC).
-func fillTo(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
-}
 
 // TestWALRecoversFromFullDisk: a wal whose disk is (all but) full takes
 // appends while its preallocated segment has room; the rotation to the
@@ -72,7 +35,7 @@ func TestWALRecoversFromFullDisk(t *testing.T) {
 // the disk: with none, the append that crosses the end of the
 // preallocated segment fails itself, part written.
 func walFullDisk(t *testing.T, free int64) {
-	disk := smallTmpfs(t, 8)
+	disk := harness.SmallTmpfs(t, 8, nil)
 	dir := filepath.Join(disk, walDir)
 	if err := os.Mkdir(dir, 0o750); err != nil {
 		t.Fatal(err)
@@ -87,7 +50,7 @@ func walFullDisk(t *testing.T, free int64) {
 	// index) fits, the next 1 MiB segment does not. Full to the last
 	// block: the append that crosses the end of the segment fails.
 	ballast := filepath.Join(disk, "ballast")
-	fillTo(t, ballast)
+	harness.FillDisk(t, ballast)
 	fi, err := os.Stat(ballast)
 	if err != nil {
 		t.Fatal(err)

@@ -25,19 +25,7 @@ import (
 // it) has run.
 func smallDisk(t *testing.T, sizeMiB, ballastMiB int, kill func()) (dir, ballast string) {
 	t.Helper()
-	dir = filepath.Join(t.TempDir(), "disk")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%dm", sizeMiB)); err != nil {
-		t.Skipf("cannot mount a small tmpfs for the data dir (needs root or CAP_SYS_ADMIN): %v", err)
-	}
-	t.Cleanup(func() {
-		kill()
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
+	dir = harness.SmallTmpfs(t, sizeMiB, kill)
 	ballast = filepath.Join(dir, "ballast")
 	if err := os.WriteFile(ballast, make([]byte, ballastMiB<<20), 0o644); err != nil {
 		t.Fatal(err)
@@ -246,26 +234,6 @@ func fullDisk(t *testing.T, store string, diskMiB, ballastMiB, size int) {
 	})
 }
 
-// fillDisk writes path until the file system refuses (ENOSPC): the disk
-// is then full to the last block.
-func fillDisk(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
-}
-
 // diskLowIn waits until node via's status shows exactly the nodes in want
 // with their disk low.
 func diskLowIn(t *testing.T, via *harness.Node, want ...string) {
@@ -352,7 +320,7 @@ func fullDiskOnFollowers(t *testing.T, store string, diskMiB int) {
 	}
 
 	// One follower full to the last block: writes go on.
-	fillDisk(t, ballasts[full.ID])
+	harness.FillDisk(t, ballasts[full.ID])
 	diskLowIn(t, leader, full.ID)
 	enqueued := 0
 	for i := range 20 {

@@ -9,7 +9,8 @@
 // child process), tree.go (a process's descendants from /proc), node.go
 // (Node: one `raftq serve`), testing.go (TestNode, Dial, WaitReady for Go
 // tests), wait.go (WaitFor, Eventually, Sleep), watch.go (WatchChanges:
-// record each change of a polled value).
+// record each change of a polled value), disk_linux.go (SmallTmpfs,
+// FillDisk: a small disk for tests that fill it).
 package harness
 
 import (
