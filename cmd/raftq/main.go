@@ -50,9 +50,11 @@ func describeError(err error) string {
 	var ue *client.UnreachableError
 	if errors.As(err, &ue) {
 		msg := ue.Error()
-		// A TLS node hangs up on a plaintext client (EOF); a TLS client
-		// meets certificate errors.
-		if strings.Contains(msg, "EOF") || strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:") || strings.Contains(msg, "certificate") {
+		// A TLS node hangs up on a plaintext client (EOF, or a reset,
+		// depending on when the hang-up meets the client's preface: a
+		// node that is not there refuses, it does not reset); a TLS
+		// client meets certificate errors.
+		if strings.Contains(msg, "EOF") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:") || strings.Contains(msg, "certificate") {
 			return msg + "\nIf the cluster runs TLS: give --tls-ca FILE (or RAFTQ_CLIENT_TLS_CA), and --tls-cert/--tls-key for a client certificate; a certificate error above says what was refused."
 		}
 		return msg + "\nIs a broker running there? Start one with `raftq serve` (or `make run`), or point --addr (or RAFTQ_ADDR) at one."

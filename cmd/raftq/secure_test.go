@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"github.com/raftq/raftq/client"
 	"net"
 	"os"
 	"path/filepath"
@@ -158,6 +159,25 @@ func TestGossipKeyFile(t *testing.T) {
 			t.Fatalf("%q accepted", bad)
 		} else if strings.Contains(err.Error(), strings.TrimSpace(bad)) && strings.TrimSpace(bad) != "" {
 			t.Fatalf("the error quotes the key: %v", err)
+		}
+	}
+}
+
+// A plaintext client that a TLS node hangs up on sees EOF or a reset,
+// whichever wins the race with its preface; both get the TLS hint, and a
+// refused connection the "is a broker running" one.
+func TestDescribeUnreachableHints(t *testing.T) {
+	for _, tc := range []struct {
+		reason, want string
+	}{
+		{"EOF", "give --tls-ca"},
+		{"read: connection reset by peer", "give --tls-ca"},
+		{"x509: certificate signed by unknown authority", "give --tls-ca"},
+		{"connection refused", "Is a broker running there?"},
+	} {
+		got := describeError(&client.UnreachableError{Addrs: []string{"127.0.0.1:7400"}, Reasons: []string{tc.reason}})
+		if !strings.Contains(got, tc.want) {
+			t.Errorf("reason %q: %q lacks %q", tc.reason, got, tc.want)
 		}
 	}
 }
