@@ -112,7 +112,7 @@ func TestAlertRules(t *testing.T) {
 			t.Errorf("alerts.yml uses %s, which docs/metrics.md does not document", f)
 		}
 	}
-	for _, alert := range []string{"RaftqBacklogGrowing", "RaftqNoConsumers", "RaftqDeadLettersGrowing", "RaftqReplicaLag", "RaftqLeaderFlapping", "RaftqNoLeader", "RaftqDiskLow", "RaftqDiskFull"} {
+	for _, alert := range []string{"RaftqBacklogGrowing", "RaftqNoConsumers", "RaftqConsumersStalled", "RaftqDeadLettersGrowing", "RaftqReplicaLag", "RaftqLeaderFlapping", "RaftqNoLeader", "RaftqDiskLow", "RaftqDiskFull"} {
 		if !strings.Contains(string(rules), "alert: "+alert+"\n") {
 			t.Errorf("alerts.yml lacks %s", alert)
 		}
