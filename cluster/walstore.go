@@ -354,9 +354,9 @@ type walStore struct {
 	segmentSize uint32
 
 	// mu serialises writes (appends, deletions, the stable store) with
-	// reopening. Reads of the log take no lock: they load cur, which is
-	// nil while the wal is closed for a reopen (raft retries a read that
-	// fails), so they never wait for an append's fsync.
+	// reopening. Reads of the log take no lock: they load cur, so they
+	// never wait for an append's fsync; cur is nil while the wal is closed
+	// for a reopen, and only a read that meets that waits (read).
 	mu  sync.Mutex
 	w   *wal.WAL // nil only after a reopen that could not open it
 	cur atomic.Pointer[wal.WAL]
@@ -366,6 +366,8 @@ type walStore struct {
 	// keepTo, after an append failed, is the last index the wal held
 	// before it: what raft believes the log ends at.
 	keepTo *uint64
+	// closed: Close ran; nothing reopens the wal after it.
+	closed bool
 }
 
 // openWAL opens the wal in dir. v0.4.1 or later: v0.4.0 left a segment
@@ -474,13 +476,30 @@ func (s *walStore) write(f func(w *wal.WAL) error) error {
 	return nil
 }
 
-// read runs f on the wal, without waiting for writes.
+// read runs f on the wal, without waiting for writes. A read that meets
+// the wal closed for a reopen (cur nil, or raft-wal's ErrClosed because the
+// reopen closed it under the read) waits for the reopen under the lock and
+// runs on the reopened wal: raft does not retry a failed read of the log,
+// it panics when reading a committed entry fails (processLogs).
 func (s *walStore) read(f func(w *wal.WAL) error) error {
-	w := s.cur.Load()
-	if w == nil {
-		return fmt.Errorf("wal log in %s is being reopened after a failed write", s.dir)
+	if w := s.cur.Load(); w != nil {
+		if err := f(w); !errors.Is(err, wal.ErrClosed) {
+			return err
+		}
 	}
-	return f(w)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("wal log in %s: %w", s.dir, wal.ErrClosed)
+	}
+	if s.w == nil {
+		// The last reopen could not open the wal: try again, as a
+		// write would.
+		if err := s.repairLocked(); err != nil {
+			return err
+		}
+	}
+	return f(s.w)
 }
 
 // stable runs f, a stable store call, on the wal under the write lock:
@@ -583,6 +602,7 @@ func (s *walStore) GetUint64(key []byte) (v uint64, err error) {
 func (s *walStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed = true
 	s.cur.Store(nil)
 	if s.w == nil {
 		return nil

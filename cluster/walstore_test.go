@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -353,5 +355,79 @@ func TestWALTailTruncationSurvivesRestart(t *testing.T) {
 		if err := l.store.GetLog(i, &e); err != nil || string(e.Data) != fmt.Sprintf("entry %d", i) {
 			t.Fatalf("after a restart, entry %d: %q (%v)", i, e.Data, err)
 		}
+	}
+}
+
+// TestWALReadsDuringReopen: a read of the log that meets the wal closed
+// for a reopen (after a failed write) waits for the reopen and answers
+// from the reopened wal. It used to fail ("being reopened", or raft-wal's
+// ErrClosed when the reopen closed the wal under it), and raft panics
+// when a read of a committed entry fails (processLogs).
+func TestWALReadsDuringReopen(t *testing.T) {
+	s, err := openWALSized(t.TempDir(), hclog.NewNullLogger(), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.StoreLogs(testLogs(1, 10)); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		stop      atomic.Bool
+		inWindow  atomic.Int64 // reads that started while the wal was closed
+		readErr   atomic.Value
+		readerEnd = make(chan struct{})
+	)
+	go func() {
+		defer close(readerEnd)
+		for i := uint64(0); !stop.Load(); i++ {
+			if s.cur.Load() == nil {
+				inWindow.Add(1)
+			}
+			var l raft.Log
+			idx := i%10 + 1
+			var err error
+			switch i % 3 {
+			case 0:
+				err = s.GetLog(idx, &l)
+				if err == nil && string(l.Data) != fmt.Sprintf("entry %d", idx) {
+					err = fmt.Errorf("entry %d reads %q", idx, l.Data)
+				}
+			case 1:
+				var first uint64
+				if first, err = s.FirstIndex(); err == nil && first != 1 {
+					err = fmt.Errorf("first index %d, want 1", first)
+				}
+			case 2:
+				var last uint64
+				if last, err = s.LastIndex(); err == nil && last != 10 {
+					err = fmt.Errorf("last index %d, want 10", last)
+				}
+			}
+			if err != nil {
+				readErr.CompareAndSwap(nil, err)
+				return
+			}
+		}
+	}()
+	// Reopen (as after a failed write) until reads have met the window a
+	// few times, or a read failed.
+	deadline := time.Now().Add(20 * time.Second)
+	for inWindow.Load() < 20 && readErr.Load() == nil && time.Now().Before(deadline) {
+		s.mu.Lock()
+		s.broken = errors.New("a write failed (test)")
+		err := s.repairLocked()
+		s.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop.Store(true)
+	<-readerEnd
+	if err := readErr.Load(); err != nil {
+		t.Fatalf("a read during a reopen failed: %v", err)
+	}
+	if n := inWindow.Load(); n < 20 {
+		t.Fatalf("only %d reads met the wal closed for a reopen in 20 s: the test did not exercise the window", n)
 	}
 }
