@@ -33,7 +33,7 @@ func (s *Scheduler) ProposeAck(ctx context.Context, cmd *fsmv1.Command) (fsm.Res
 	ack.Grants = r.grants
 	res, err := s.propose(ctx, cmd)
 	ackRes, granted, gerr := grantsOf(res, err)
-	r.done(granted, gerr)
+	r.done(granted, gerr, err != nil)
 	return ackRes, err
 }
 
@@ -57,17 +57,24 @@ type ride struct {
 	ready     chan struct{} // closed by done
 	res       *fsm.GrantResult
 	err       error
+	unknown   bool // err left the entry's outcome unknown (returnUnknown)
 	got       bool // done was called
 	abandoned bool // the term ended first: nothing will push done's deliveries
 }
 
 // done hands the ack entry's outcome for the ride's grants to its
-// handler. If the term ended before it came, no consumer will take them:
-// whatever was granted was never sent, and goes to Config.HandBack.
-func (r *ride) done(res *fsm.GrantResult, err error) {
+// handler; unknown says the entry may have committed although err says
+// otherwise. If the term ended before it came, no consumer will take them:
+// whatever was (or may have been) granted was never sent, and goes to
+// Config.HandBack.
+func (r *ride) done(res *fsm.GrantResult, err error, unknown bool) {
 	r.mu.Lock()
 	if r.abandoned {
 		r.mu.Unlock()
+		if unknown {
+			r.s.returnUnknown(context.Background(), r.grants)
+			return
+		}
 		if err == nil && res != nil {
 			var refs []*fsmv1.Ref
 			for i, d := range res.Deliveries {
@@ -79,15 +86,15 @@ func (r *ride) done(res *fsm.GrantResult, err error) {
 		}
 		return
 	}
-	r.res, r.err, r.got = res, err, true
+	r.res, r.err, r.unknown, r.got = res, err, unknown, true
 	r.mu.Unlock()
 	close(r.ready)
 }
 
 // wait is the ride's outcome, or, if the term ends first, the term's
 // error (the outcome is then unknown to this term: what the entry
-// grants is handed back when it comes).
-func (r *ride) wait(ctx context.Context) (*fsm.GrantResult, error) {
+// grants is handed back when it comes, by done).
+func (r *ride) wait(ctx context.Context) (res *fsm.GrantResult, err error, unknown bool) {
 	select {
 	case <-r.ready:
 	case <-ctx.Done():
@@ -96,9 +103,9 @@ func (r *ride) wait(ctx context.Context) (*fsm.GrantResult, error) {
 	defer r.mu.Unlock()
 	if !r.got {
 		r.abandoned = true
-		return nil, ctx.Err()
+		return nil, ctx.Err(), false
 	}
-	return r.res, r.err
+	return r.res, r.err, r.unknown
 }
 
 // carry runs a pass whose picks ride in an ack's entry: the same
@@ -173,8 +180,8 @@ func (pl *pipeline) launchRide(r *ride) {
 	pl.last = mine
 	pl.mu.Unlock()
 	pl.t.goTerm(func(ctx context.Context) {
-		res, err := r.wait(ctx)
-		pl.handle(ctx, r.grants, r.to, prev, mine, res, err, false)
+		res, err, unknown := r.wait(ctx)
+		pl.handle(ctx, r.grants, r.to, prev, mine, res, err, unknown, false)
 	})
 }
 

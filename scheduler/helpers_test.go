@@ -29,8 +29,13 @@ const waitTimeout = 10 * time.Second
 // refused by a node that is not leader); it must not block. hold stops
 // the applier before a chosen command, which holds every later one too.
 type fakeProposer struct {
-	f     *fsm.FSM
-	hook  atomic.Pointer[func(ctx context.Context, cmd *fsmv1.Command) error]
+	f    *fsm.FSM
+	hook atomic.Pointer[func(ctx context.Context, cmd *fsmv1.Command) error]
+	// lose, if set, runs once a command has applied; an error it returns
+	// is answered instead of the result, as Raft answers an entry whose
+	// leader stepped down before it learned the entry committed
+	// (ErrLeadershipLost: outcome unknown, though it did commit).
+	lose  atomic.Pointer[func(cmd *fsmv1.Command) error]
 	gate  atomic.Pointer[gate]
 	count sync.Map // op type name -> *atomic.Int64
 	// tokens draws lease tokens for grants proposed under log version 5
@@ -68,6 +73,26 @@ func (p *fakeProposer) setHook(h func(ctx context.Context, cmd *fsmv1.Command) e
 		return
 	}
 	p.hook.Store(&h)
+}
+
+func (p *fakeProposer) setLose(f func(cmd *fsmv1.Command) error) {
+	if f == nil {
+		p.lose.Store(nil)
+		return
+	}
+	p.lose.Store(&f)
+}
+
+// loseOnce makes the first applied command match accepts answer
+// errLeadershipLost instead of its result.
+func (p *fakeProposer) loseOnce(match func(*fsmv1.Command) bool) {
+	var once atomic.Bool
+	p.setLose(func(cmd *fsmv1.Command) error {
+		if match(cmd) && once.CompareAndSwap(false, true) {
+			return errLeadershipLost
+		}
+		return nil
+	})
 }
 
 // hold makes the applier stop before the next command match accepts (and
@@ -182,6 +207,11 @@ func (p *fakeProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Res
 	}
 	select {
 	case <-e.done:
+		if l := p.lose.Load(); l != nil {
+			if err := (*l)(cmd); err != nil {
+				return nil, err
+			}
+		}
 		return e.res, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -460,3 +490,6 @@ func (e *env) pendingState(c *Consumer) (consumer, queue int) {
 }
 
 var errInjected = errors.New("injected proposal failure")
+
+// errLeadershipLost stands for raft.ErrLeadershipLost as cluster wraps it.
+var errLeadershipLost = errors.New("injected: leadership lost, outcome unknown")

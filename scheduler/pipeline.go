@@ -122,15 +122,23 @@ func (pl *pipeline) flushLocked() {
 // (prev/mine) so a consumer sees messages in the order they were picked.
 // A delivery that cannot be pushed (consumer gone) is rolled back.
 func (pl *pipeline) run(ctx context.Context, grants []*fsmv1.Grant, to []*Consumer, prev <-chan struct{}, mine chan struct{}) {
-	res, err := fsm.As[*fsm.GrantResult](pl.s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: grants}}}))
-	pl.handle(ctx, grants, to, prev, mine, res, err, true)
+	out, err := pl.s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: grants}}})
+	// A proposal that returns no result may still commit (Raft answers
+	// ErrLeadershipLost at a step-down or transfer, and a proposal stops
+	// waiting when its term ends); a whole-command failure applied nothing.
+	unknown := err != nil
+	res, err := fsm.As[*fsm.GrantResult](out, err)
+	pl.handle(ctx, grants, to, prev, mine, res, err, unknown, true)
 }
 
 // handle is what follows a batch's proposal, whether it was a LeaseGrant
 // of its own (standalone: it held a place among MaxInFlightGrants) or
 // rode in an ack's entry: in launch order, it un-pends the batch, pushes
 // what was granted, and rolls back (or hands back) what cannot be pushed.
-func (pl *pipeline) handle(ctx context.Context, grants []*fsmv1.Grant, to []*Consumer, prev <-chan struct{}, mine chan struct{}, res *fsm.GrantResult, err error, standalone bool) {
+// unknown says that err left the entry's outcome unknown: it may have
+// committed, granting leases nobody will be sent, which are handed back
+// by the tokens the grants carry (returnUnknown).
+func (pl *pipeline) handle(ctx context.Context, grants []*fsmv1.Grant, to []*Consumer, prev <-chan struct{}, mine chan struct{}, res *fsm.GrantResult, err error, unknown, standalone bool) {
 	s := pl.s
 	<-prev
 	pl.mu.Lock()
@@ -166,6 +174,9 @@ func (pl *pipeline) handle(ctx context.Context, grants []*fsmv1.Grant, to []*Con
 	close(mine)
 	if err != nil {
 		s.logProposeErr("lease grant", err, "grants", len(grants))
+		if unknown {
+			s.returnUnknown(ctx, grants)
+		}
 		return
 	}
 	if len(unpushed) == 0 {
@@ -176,19 +187,56 @@ func (pl *pipeline) handle(ctx context.Context, grants []*fsmv1.Grant, to []*Con
 		d := res.Deliveries[i]
 		rollback = append(rollback, &fsmv1.Ref{Queue: grants[i].Queue, MessageId: grants[i].MessageId, LeaseToken: d.LeaseToken})
 	}
+	s.rollBack(ctx, rollback)
+}
+
+// rollBack undoes leases whose deliveries were never sent: a LeaseRollback
+// while the term runs, else (or if that fails because the term ended
+// meanwhile) Config.HandBack to whoever leads now.
+func (s *Scheduler) rollBack(ctx context.Context, refs []*fsmv1.Ref) {
 	if ctx.Err() != nil {
-		// The term is over: whoever leads now can still undo them.
-		s.handBack(rollback)
+		s.handBack(refs)
 		return
 	}
-	if _, err := fsm.As[*fsm.ItemsResult](s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseRollback{LeaseRollback: &fsmv1.LeaseRollback{Refs: rollback}}})); err != nil {
+	if _, err := fsm.As[*fsm.ItemsResult](s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseRollback{LeaseRollback: &fsmv1.LeaseRollback{Refs: refs}}})); err != nil {
 		// The leases stay until they expire (delayed, never lost), unless
 		// the term ended meanwhile and they can be handed back.
-		s.logProposeErr("lease rollback", err, "refs", len(rollback))
+		s.logProposeErr("lease rollback", err, "refs", len(refs))
 		if ctx.Err() != nil {
-			s.handBack(rollback)
+			s.handBack(refs)
 		}
 	}
+}
+
+// returnUnknown undoes the grants of an entry whose outcome is unknown.
+// Raft answers ErrLeadershipLost for an entry in flight at a step-down or
+// transfer, and the next term usually commits it: its messages would sit
+// leased to a consumer that never got them until the visibility timeout,
+// counted (with max_deliveries = 1, dead-lettered unseen). The grants carry
+// the tokens the proposer drew (from log version 5), so each lease can be
+// named: an unprocessed nack or a rollback by token is safe whether or not
+// the entry committed (a lease that was never granted, or was re-granted
+// since, has another token and is left alone). Whoever leads next applies
+// it after the entry if the entry commits at all, since a new leader
+// commits the old term's entries before its own. The error that brought us
+// here usually means this node no longer leads, so they go to
+// Config.HandBack, which reaches the leader once one exists (this node, if
+// it still leads); without one, a term that still runs rolls them back.
+func (s *Scheduler) returnUnknown(ctx context.Context, grants []*fsmv1.Grant) {
+	var refs []*fsmv1.Ref
+	for _, g := range grants {
+		if g.GetLeaseToken() != 0 { // below log version 5 the token is the entry's index: unknown
+			refs = append(refs, &fsmv1.Ref{Queue: g.Queue, MessageId: g.MessageId, LeaseToken: g.LeaseToken})
+		}
+	}
+	if len(refs) == 0 {
+		return
+	}
+	if s.cfg.HandBack != nil || ctx.Err() != nil {
+		s.handBack(refs)
+		return
+	}
+	s.rollBack(ctx, refs)
 }
 
 // drop forgets the pending marks of a deleted queue.

@@ -77,8 +77,12 @@ type Config struct {
 	// stream took and that the scheduler could not roll back itself
 	// because its term ended (leadership moved): they were never sent, so
 	// whoever leads now may hand them back uncounted (an unprocessed Nack
-	// names exactly these leases). It must not block. nil: they expire on
-	// the next leader as counted attempts.
+	// names exactly these leases). Grants whose proposal ended with its
+	// outcome unknown (leadership lost while the entry was in flight: it
+	// may commit in the next term) come here too, by the tokens they
+	// carry. It must not block. nil: they expire on the next leader as
+	// counted attempts (a term that still runs rolls back lost grants
+	// itself).
 	HandBack func(refs []*fsmv1.Ref)
 	// CarryGrants lets ack entries carry the grants of the credit they
 	// free (ProposeAck; from cluster version 10): one entry per delivery
