@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,6 +21,11 @@ type rule struct {
 	admin bool
 	// queue names the queue a request addresses (perm is checked on it).
 	queue func(req any) string
+	// others lists the further queues a request names (a dead-letter
+	// queue), each with the permission the caller needs on it: a field
+	// that names a second queue acts on that queue too, so it is checked
+	// against that queue's grants, not only the addressed queue's.
+	others func(req any) []namedQueue
 	// audit: an administrative action, logged with its outcome.
 	audit bool
 	// target names what an audited request acts on, for the audit line.
@@ -46,6 +52,35 @@ func byName(req any) string {
 		return r.GetName()
 	}
 	return ""
+}
+
+// namedQueue is a further queue a request names, the field that names
+// it, and what the caller needs on it.
+type namedQueue struct {
+	field string
+	queue string
+	perm  fsm.Perm
+}
+
+// dlqNamed is the dead-letter queue a CreateQueue or UpdateQueue names,
+// when the call would use it: it becomes (or is shared as) a dead-letter
+// queue, so the caller needs manage on it (docs/security.md). An update
+// whose mask leaves the field out ignores it, and so does this check.
+func dlqNamed(req any) []namedQueue {
+	var cfg *raftqv1.QueueConfig
+	switch r := req.(type) {
+	case *raftqv1.CreateQueueRequest:
+		cfg = r.GetConfig()
+	case *raftqv1.UpdateQueueRequest:
+		if m := r.GetUpdateMask().GetPaths(); len(m) > 0 && !slices.Contains(m, "dead_letter_queue") {
+			return nil
+		}
+		cfg = r.GetConfig()
+	}
+	if d := cfg.GetDeadLetterQueue(); d != "" {
+		return []namedQueue{{field: "config.dead_letter_queue", queue: d, perm: fsm.PermManage}}
+	}
+	return nil
 }
 
 func byIdentity(req any) string {
@@ -86,8 +121,8 @@ func byIdentity(req any) string {
 // is missing here needs the admin role, so a new RPC is closed until it
 // is given a rule.
 var rules = map[string]rule{
-	raftqv1.Broker_CreateQueue_FullMethodName:   {perm: fsm.PermManage, queue: byName, audit: true, target: byName},
-	raftqv1.Broker_UpdateQueue_FullMethodName:   {perm: fsm.PermManage, queue: byName, audit: true, target: byName},
+	raftqv1.Broker_CreateQueue_FullMethodName:   {perm: fsm.PermManage, queue: byName, others: dlqNamed, audit: true, target: byName},
+	raftqv1.Broker_UpdateQueue_FullMethodName:   {perm: fsm.PermManage, queue: byName, others: dlqNamed, audit: true, target: byName},
 	raftqv1.Broker_DeleteQueue_FullMethodName:   {perm: fsm.PermManage, queue: byName, audit: true, target: byName},
 	raftqv1.Broker_PurgeQueue_FullMethodName:    {perm: fsm.PermManage, queue: byName, audit: true, target: byName},
 	raftqv1.Broker_Redrive_FullMethodName:       {perm: fsm.PermManage, queue: byQueue, audit: true, target: byQueue},
@@ -151,6 +186,14 @@ func (a *Authenticator) check(p *Principal, r rule, req any) error {
 		q := r.queue(req)
 		if !a.Allowed(p, r.perm, q) {
 			return denied(p, r.perm.String(), q)
+		}
+		if r.others == nil {
+			return nil
+		}
+		for _, o := range r.others(req) {
+			if !a.Allowed(p, o.perm, o.queue) {
+				return status.Errorf(codes.PermissionDenied, "%s lacks the %s permission on queue %s, which %s names", p.Name, o.perm, o.queue, o.field)
+			}
 		}
 	}
 	return nil
@@ -332,15 +375,22 @@ func auditLevel(err error) slog.Level {
 	return slog.LevelInfo
 }
 
+// errNoPrincipal refuses a request that reached Authorize without a
+// caller.
+var errNoPrincipal = status.Error(codes.PermissionDenied, "request not authorised: no authenticated caller (the handler was reached without the authentication middleware)")
+
 // Authorize checks what the interceptor checks for one request of method,
 // for callers that reach a method's handler by another way than gRPC (the
 // dashboard on the HTTP port). The caller is the principal in ctx, which
-// the HTTP middleware set; a ctx without one is the node's own work (the
-// dashboard's background sampling), which is not a caller's request.
+// the HTTP middleware set (with auth off, an anonymous admin). A ctx
+// without one is refused: a handler mounted without the middleware fails
+// closed instead of serving everyone. (The dashboard's background
+// sampling reads only the local queue list, through Filter, and never
+// calls Authorize.)
 func (a *Authenticator) Authorize(ctx context.Context, method string, req any) error {
 	p := PrincipalFrom(ctx)
 	if p == nil {
-		return nil
+		return errNoPrincipal
 	}
 	r, ok := ruleFor(method)
 	if !ok {
