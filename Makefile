@@ -50,10 +50,11 @@ cluster: build
 	$(RAFTQ) dev --nodes 3
 
 # Debian packages some tests drive: chromium (the dashboard's browser
-# test) and prometheus (promtool checks the alert rules). Installed with
+# test), prometheus (promtool checks the alert rules) and curl (the JSON
+# API's documented curl lines). Installed with
 # apt-get when missing; where that cannot be done (not root, no network)
 # the tests that need them skip and say why, so this never fails.
-DEB_TEST_TOOLS := chromium:chromium prometheus:promtool
+DEB_TEST_TOOLS := chromium:chromium prometheus:promtool curl:curl
 
 .PHONY: test-tools
 test-tools:

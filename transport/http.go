@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -149,7 +150,8 @@ func (m *metrics) clientEnded(ctx context.Context, code codes.Code) bool {
 	}
 }
 
-// HTTPHandler serves /metrics (Prometheus), /healthz (the process is up),
+// HTTPHandler serves the JSON API at ConnectPrefix paths (connect.go),
+// /metrics (Prometheus), /healthz (the process is up),
 // /readyz (a leader is known and this node's state has not diverged),
 // /status (cluster status as JSON), with
 // Config.Pprof /debug/pprof and, at every other path, the dashboard
@@ -194,7 +196,17 @@ func (s *Server) HTTPHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(append(b, '\n'))
 	})
-	return s.cfg.Auth.Middleware(mux, auth.HTTPOptions{SecureCookies: s.cfg.HTTPSecure})
+	operator := s.cfg.Auth.Middleware(mux, auth.HTTPOptions{SecureCookies: s.cfg.HTTPSecure})
+	// The JSON API (connect.go) authenticates as gRPC does, never by the
+	// session cookie, so it stays outside the operator middleware.
+	api := s.connectHandler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, ConnectPrefix) {
+			api.ServeHTTP(w, r)
+			return
+		}
+		operator.ServeHTTP(w, r)
+	})
 }
 
 // registerTLSMetrics exports when the node's certificate and its CA
