@@ -186,14 +186,13 @@ func sweepStale(ctx context.Context, t *testing.T) {
 	}
 }
 
-// up builds the image and starts deploy/compose.yaml; everything it made
-// is removed when the test ends, whatever happened.
-func up(ctx context.Context, t *testing.T) *deployment {
+// up starts deploy/compose.yaml on the image buildImage made; everything
+// it made is removed when the test ends, whatever happened.
+func up(ctx context.Context, t *testing.T, id, image string) *deployment {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, image := buildImage(ctx, t)
 	d := &deployment{t: t, root: root, image: image, project: projectPrefix + id, grpc: map[string]string{}}
 
 	ports, err := harness.FreePorts(6)
@@ -220,11 +219,19 @@ func up(ctx context.Context, t *testing.T) *deployment {
 // buildImage sweeps what ended runs left, then builds the image with
 // deploy/build-image.sh under a tag of this run's own, removed (and
 // checked gone) when the test ends. It returns the run's id and the tag.
-func buildImage(ctx context.Context, t *testing.T) (id, image string) {
+//
+// The build has a budget of its own, bounded only by the test binary's
+// deadline: a static -trimpath build compiles every package afresh, and
+// on a loaded 2-core machine that alone took over 8 minutes, the whole
+// budget of the scenario it was charged to (a fresh-clone make test
+// failed on "build the image: signal: killed"). The scenario's own
+// budget starts once the image exists.
+func buildImage(t *testing.T) (id, image string) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := testContext(t, 10*time.Minute)
 	sweepStale(ctx, t)
 	id = unique(t)
 	image = imageRepo + ":" + imageTagPre + id
@@ -350,8 +357,9 @@ func (d *deployment) container(ctx context.Context, node string) string {
 // on three replicas.
 func TestComposeClusterSurvivesKilledLeader(t *testing.T) {
 	dockerOrSkip(t)
+	id, image := buildImage(t)
 	ctx := testContext(t, 8*time.Minute)
-	d := up(ctx, t)
+	d := up(ctx, t, id, image)
 
 	// The cluster speaks TLS only and, with TLS, wants a token: the
 	// client trusts the CA the init service made and shows the bootstrap
@@ -628,8 +636,8 @@ func eventually(ctx context.Context, t *testing.T, timeout time.Duration, cond f
 // the write backlog an eighth, and the Go runtime's soft limit 90%.
 func TestContainerMemoryFromCgroup(t *testing.T) {
 	dockerOrSkip(t)
+	id, image := buildImage(t)
 	ctx := testContext(t, 6*time.Minute)
-	id, image := buildImage(ctx, t)
 
 	const limit = 256 << 20
 	ports, err := harness.FreePorts(1)
