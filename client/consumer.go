@@ -49,6 +49,14 @@ type ConsumerOptions struct {
 	// broker then sends no extras, which would otherwise cost attempts
 	// when handed back. Run keeps going until its context ends.
 	Limit int64
+	// Unsettled, when set, is called for each delivery whose ack or nack
+	// did not take effect: the call failed, the broker refused the item,
+	// or the lease was lost before the handler returned; hand-backs (of
+	// ErrHandBack, or of deliveries no handler started) that failed are
+	// reported too. The message will be delivered again. It is called from the consumer's goroutines and
+	// must not block; a tool that must not report success for work it
+	// could not ack (raftq consume) counts these.
+	Unsettled func(messageID string, err error)
 }
 
 // Consumer leases messages from one queue and runs a Handler on each. It
@@ -223,6 +231,7 @@ func (con *Consumer) work(ctx context.Context, leases *leases, work <-chan *held
 		if !leases.finish(h) {
 			con.log.Warn("raftq: lease lost before the handler finished; not settling",
 				"message_id", h.ref.MessageId)
+			con.unsettled(h.ref.MessageId, ErrLeaseLost)
 			continue
 		}
 		if err == nil {
@@ -290,28 +299,49 @@ func (con *Consumer) settle(ctx context.Context, settled <-chan outcome) {
 		}
 		cctx, cancel := context.WithTimeout(ctx, settleTimeout)
 		if len(acks) > 0 {
+			ids := make([]string, len(acks))
+			for i, a := range acks {
+				ids[i] = a.GetMessageId()
+			}
 			res, err := con.rpc.Ack(cctx, con.queue, acks...)
-			con.report("ack", len(acks), res, err)
+			con.report("ack", ids, res, err)
 		}
 		if len(nacks) > 0 {
+			ids := make([]string, len(nacks))
+			for i, n := range nacks {
+				ids[i] = n.GetMessageId()
+			}
 			res, err := con.rpc.Nack(cctx, con.queue, nacks...)
-			con.report("nack", len(nacks), res, err)
+			con.report("nack", ids, res, err)
 		}
 		cancel()
 	}
 }
 
-// report logs what went wrong settling a batch. A failed ack is not fatal:
-// the lease expires and the message is delivered again (at-least-once).
-func (con *Consumer) report(op string, n int, res []*raftqv1.ItemResult, err error) {
+// report logs what went wrong settling a batch of the messages ids. A
+// failed ack is not fatal: the lease expires and the message is delivered
+// again (at-least-once).
+func (con *Consumer) report(op string, ids []string, res []*raftqv1.ItemResult, err error) {
 	if err != nil {
-		con.log.Warn("raftq: settling failed; messages will be redelivered", "op", op, "count", n, "err", err)
+		con.log.Warn("raftq: settling failed; messages will be redelivered", "op", op, "count", len(ids), "err", err)
+		for _, id := range ids {
+			con.unsettled(id, err)
+		}
 		return
 	}
-	for _, r := range res {
+	for i, r := range res {
 		if err := ItemError(r); err != nil {
 			con.log.Warn("raftq: item not settled", "op", op, "code", status.Code(err).String(), "err", r.GetError())
+			if i < len(ids) {
+				con.unsettled(ids[i], err)
+			}
 		}
+	}
+}
+
+func (con *Consumer) unsettled(id string, err error) {
+	if con.opts.Unsettled != nil {
+		con.opts.Unsettled(id, err)
 	}
 }
 
@@ -550,7 +580,11 @@ func (con *Consumer) handBack(ctx context.Context, items []*raftqv1.NackItem) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	res, err := con.c.WithRetryPolicy(RetryPolicy{MaxAttempts: 2}).Nack(ctx, con.queue, items...)
-	con.report("hand back", len(items), res, err)
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.GetMessageId()
+	}
+	con.report("hand back", ids, res, err)
 }
 
 // truncate cuts s to at most n bytes without splitting a UTF-8 sequence.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -51,11 +52,39 @@ func newRedriveCmd(a *app) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		if n == 0 {
+			if err := notADLQ(ctx, c, args[0]); err != nil {
+				return err
+			}
+		}
 		if a.json {
 			return printJSON(a.out, &raftqv1.RedriveResponse{Moved: n})
 		}
-		_, err = fmt.Fprintf(a.out, "moved %d messages back to %s\n", n, args[0])
+		_, err = fmt.Fprintf(a.out, "moved %s back to %s\n", plural(n, "message"), args[0])
 		return err
 	})
 	return cmd
+}
+
+// notADLQ explains a redrive that moved nothing because it named a
+// dead-letter queue: redrive names the queue the messages came from, so
+// `redrive jobs.dlq` moves what jobs.dlq's own DLQ holds (nothing, as a
+// rule). Best effort: a caller who may not browse the queue gets the plain
+// answer.
+func notADLQ(ctx context.Context, c *client.Client, name string) error {
+	q, err := c.GetQueue(ctx, name, false)
+	if err != nil || !q.GetIsDeadLetterQueue() {
+		return nil
+	}
+	try := "raftq redrive QUEUE, naming a queue whose dead-letter queue it is"
+	if qs, err := c.ListQueues(ctx, ""); err == nil {
+		if of := deadLetterOrigins(qs)[name]; len(of) > 0 {
+			cmds := make([]string, len(of))
+			for i, o := range of {
+				cmds[i] = "raftq redrive " + o
+			}
+			try = strings.Join(cmds, " or ")
+		}
+	}
+	return fmt.Errorf("%s is a dead-letter queue, and redrive names the queue its messages came from: moved nothing. Try %s", name, try)
 }

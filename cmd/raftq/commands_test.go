@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -145,6 +146,9 @@ func TestQueueHumanOutput(t *testing.T) {
 		{[]string{"queue", "list", "ord"}, []string{"NAME", "orders.dlq  3      0        0          0              0          -         0      (DLQ of orders)"}},
 		{[]string{"queue", "get", "orders.dlq"}, []string{"dead-letter queue of:", "orders\n"}},
 		{[]string{"redrive", "q", "--limit", "7"}, []string{"moved 7 messages back to q"}},
+		// What the CLI counts is counted in words: 1 message, not 1 messages.
+		{[]string{"redrive", "orders"}, []string{"moved 1 message back to orders\n"}},
+		{[]string{"queue", "purge", "one", "--force"}, []string{"purged 1 message from one\n"}},
 	} {
 		r := raftq(t, addr, "", tc.args...)
 		if r.code != 0 {
@@ -323,6 +327,38 @@ func TestConsume(t *testing.T) {
 	}
 }
 
+// An ack the broker refuses (the lease ran out) means the message comes
+// again: consume says so and exits non-zero instead of reporting success.
+func TestConsumeFailsWhenAnAckFails(t *testing.T) {
+	for _, tc := range []struct {
+		count int
+		want  string
+	}{
+		{1, "1 of 1 message printed was not acked"},
+		{2, "2 of 2 messages printed were not acked"},
+	} {
+		f := &fake{deliveries: deliveries(2), refuseAcks: true}
+		r := raftq(t, serve(t, f), "", "consume", "q", "--count", strconv.Itoa(tc.count))
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, "delivered again") {
+			t.Fatalf("--count %d: exit %d, stderr %q, want a failure containing %q", tc.count, r.code, r.stderr, tc.want)
+		}
+		if n := strings.Count(r.stdout, "\n"); n != tc.count {
+			t.Fatalf("printed %d lines, want %d: %q", n, tc.count, r.stdout)
+		}
+	}
+}
+
+// Redrive names the queue the messages came from; naming the DLQ itself
+// moves nothing, which is said with the command that would move them.
+func TestRedriveOfADLQSuggestsItsOrigin(t *testing.T) {
+	r := raftq(t, serve(t, &fake{}), "", "redrive", "orders.dlq")
+	for _, want := range []string{"orders.dlq is a dead-letter queue", "raftq redrive orders"} {
+		if r.code == 0 || !strings.Contains(r.stderr, want) {
+			t.Fatalf("exit %d, stdout %q, stderr %q, want a failure containing %q", r.code, r.stdout, r.stderr, want)
+		}
+	}
+}
+
 func TestPeek(t *testing.T) {
 	f := &fake{deliveries: deliveries(2)}
 	addr := serve(t, f)
@@ -468,6 +504,8 @@ func TestPlainErrorsBeforeAnyCall(t *testing.T) {
 		{"negative count", "", []string{"consume", "jobs", "--count", "-1"}, "--count must not be negative (got -1)"},
 		{"zero max in flight", "", []string{"consume", "jobs", "--max-in-flight", "0"}, "--max-in-flight must be at least 1 (got 0)"},
 		{"negative idle timeout", "", []string{"consume", "jobs", "--timeout", "-1s"}, "--timeout must not be negative (got -1s)"},
+		{"lease too short to ack", "", []string{"consume", "jobs", "--visibility-timeout", "1ms", "--count", "1"}, "--visibility-timeout 1ms is shorter than 1s"},
+		{"lease just under the minimum", "", []string{"consume", "jobs", "--visibility-timeout", "999ms"}, "--visibility-timeout 999ms is shorter than 1s"},
 		{"negative restart-after", "", []string{"dev", "--restart-after", "-1s"}, "--restart-after must not be negative (got -1s)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

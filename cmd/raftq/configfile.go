@@ -127,7 +127,7 @@ func newConfigCmd(a *app) *cobra.Command {
 			if err := errors.Join(errs...); err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(a.out, "%s: ok, %d settings\n", args[0], len(settings))
+			_, err = fmt.Fprintf(a.out, "%s: ok, %s\n", args[0], plural(len(settings), "setting"))
 			return err
 		},
 	}

@@ -16,6 +16,12 @@ import (
 // errNackFlag is the handler error that makes --nack nack every delivery.
 var errNackFlag = errors.New("nacked by raftq consume --nack")
 
+// minConsumeLease is the shortest --visibility-timeout consume takes. The
+// broker accepts any lease from 1ms, but consume prints a message and then
+// acks it over the network: a lease shorter than that round trip expires
+// first, the ack is refused and the message comes again.
+const minConsumeLease = time.Second
+
 type consumeFlags struct {
 	count       int
 	nack        bool
@@ -45,7 +51,7 @@ func newConsumeCmd(a *app) *cobra.Command {
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 64, "unacked deliveries the broker may push at once")
 	fs.DurationVar(&f.idle, "timeout", 0, "stop after no delivery for this long (0 = never)")
 	fs.StringVar(&f.name, "name", "", "consumer name shown by raftq consumers (default host-pid)")
-	fs.DurationVar(&f.visibility, "visibility-timeout", 0, "lease length (0 = the queue's)")
+	fs.DurationVar(&f.visibility, "visibility-timeout", 0, "lease length, at least "+minConsumeLease.String()+" (0 = the queue's)")
 
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		switch {
@@ -61,6 +67,9 @@ func newConsumeCmd(a *app) *cobra.Command {
 		}
 		if _, err := msOf("visibility-timeout", f.visibility); err != nil {
 			return err
+		}
+		if f.visibility > 0 && f.visibility < minConsumeLease {
+			return fmt.Errorf("--visibility-timeout %s is shorter than %s, the shortest lease raftq consume takes: the lease would run out before the ack arrives (0 takes the queue's)", f.visibility, minConsumeLease)
 		}
 		if _, err := msOf("nack-delay", f.nackDelay); err != nil {
 			return err
@@ -90,6 +99,11 @@ func (a *app) consume(ctx context.Context, c *client.Client, queue string, f con
 	}
 	var mu sync.Mutex
 	handled := 0
+	// printed holds the ids of the deliveries shown, and notAcked those
+	// of them whose ack or nack the broker did not take: the command must
+	// not succeed for work that will come again.
+	printed := map[string]bool{}
+	notAcked := map[string]bool{}
 	handler := func(_ context.Context, d *raftqv1.Delivery) error {
 		idle.busy()
 		defer idle.done()
@@ -119,6 +133,7 @@ func (a *app) consume(ctx context.Context, c *client.Client, queue string, f con
 			return err
 		}
 		handled++
+		printed[d.GetId()] = true
 		if f.count > 0 && handled >= f.count {
 			stop()
 		}
@@ -137,8 +152,28 @@ func (a *app) consume(ctx context.Context, c *client.Client, queue string, f con
 		VisibilityTimeout: f.visibility,
 		NackDelay:         f.nackDelay,
 		Limit:             int64(f.count),
+		Unsettled: func(id string, _ error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if printed[id] {
+				notAcked[id] = true
+			}
+		},
 	})
-	return con.Run(ctx)
+	if err := con.Run(ctx); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := len(notAcked); n > 0 {
+		verb := "acked"
+		if f.nack {
+			verb = "nacked"
+		}
+		return fmt.Errorf("%d of %s printed %s not %s (the lease ran out or the broker refused it; the warnings above say which): %s delivered again",
+			n, plural(len(printed), "message"), wasWere(n), verb, itThem(n))
+	}
+	return nil
 }
 
 // idleTimer calls fire after d passes with no handler running and none

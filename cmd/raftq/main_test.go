@@ -67,7 +67,13 @@ type fake struct {
 	consumers  []*raftqv1.ConsumerInfo // ListConsumers of "q"
 	status     *raftqv1.StatusResponse
 	verify     *raftqv1.VerifyResponse
+	// refuseAcks makes Ack refuse every item, as the broker does once
+	// a lease ran out.
+	refuseAcks bool
 }
+
+// moved is what Redrive and PurgeQueue report for each queue name.
+var moved = map[string]int64{"q": 7, "orders": 1, "one": 1}
 
 func (f *fake) record(m proto.Message) {
 	f.mu.Lock()
@@ -157,7 +163,7 @@ func (f *fake) Peek(_ context.Context, r *raftqv1.PeekRequest) (*raftqv1.PeekRes
 
 func (f *fake) Redrive(_ context.Context, r *raftqv1.RedriveRequest) (*raftqv1.RedriveResponse, error) {
 	f.record(r)
-	return &raftqv1.RedriveResponse{Moved: 7}, nil
+	return &raftqv1.RedriveResponse{Moved: moved[r.GetQueue()]}, nil
 }
 
 func (f *fake) Lease(r *raftqv1.LeaseRequest, s grpc.ServerStreamingServer[raftqv1.LeaseResponse]) error {
@@ -174,6 +180,13 @@ func (f *fake) Lease(r *raftqv1.LeaseRequest, s grpc.ServerStreamingServer[raftq
 
 func (f *fake) Ack(_ context.Context, r *raftqv1.AckRequest) (*raftqv1.AckResponse, error) {
 	f.record(r)
+	if f.refuseAcks {
+		res := make([]*raftqv1.ItemResult, len(r.GetAcks()))
+		for i := range res {
+			res[i] = &raftqv1.ItemResult{Code: int32(codes.FailedPrecondition), Error: "lease expired"}
+		}
+		return &raftqv1.AckResponse{Results: res}, nil
+	}
 	return &raftqv1.AckResponse{Results: okResults(len(r.GetAcks()))}, nil
 }
 
@@ -338,5 +351,8 @@ func (f *fake) DeleteQueue(_ context.Context, r *raftqv1.DeleteQueueRequest) (*r
 
 func (f *fake) PurgeQueue(_ context.Context, r *raftqv1.PurgeQueueRequest) (*raftqv1.PurgeQueueResponse, error) {
 	f.record(r)
+	if n, ok := moved[r.GetName()]; ok && r.GetName() != "q" {
+		return &raftqv1.PurgeQueueResponse{Purged: n}, nil
+	}
 	return &raftqv1.PurgeQueueResponse{Purged: 3}, nil
 }

@@ -311,3 +311,25 @@ func printVerify(w io.Writer, v *raftqv1.VerifyResponse) error {
 	}
 	return nil
 }
+
+// plural is "1 message", "2 messages": what the CLI counts, in words.
+func plural[N int | int32 | int64](n N, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.FormatInt(int64(n), 10) + " " + noun + "s"
+}
+
+func wasWere(n int) string {
+	if n == 1 {
+		return "was"
+	}
+	return "were"
+}
+
+func itThem(n int) string {
+	if n == 1 {
+		return "it will be"
+	}
+	return "they will be"
+}

@@ -319,7 +319,7 @@ func newQueuePurgeCmd(a *app) *cobra.Command {
 			}
 			st := q.GetStats()
 			if err := a.confirm(force, "purge queue "+args[0],
-				fmt.Sprintf("Remove the %d ready and %d delayed messages of queue %s?", st.GetReady(), st.GetDelayed(), args[0])); err != nil {
+				fmt.Sprintf("Remove the messages of queue %s (%d ready, %d delayed)?", args[0], st.GetReady(), st.GetDelayed())); err != nil {
 				return err
 			}
 		}
@@ -330,7 +330,7 @@ func newQueuePurgeCmd(a *app) *cobra.Command {
 		if a.json {
 			return printJSON(a.out, &raftqv1.PurgeQueueResponse{Purged: n})
 		}
-		_, err = fmt.Fprintf(a.out, "purged %d messages from %s\n", n, args[0])
+		_, err = fmt.Fprintf(a.out, "purged %s from %s\n", plural(n, "message"), args[0])
 		return err
 	})
 	return cmd
