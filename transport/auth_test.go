@@ -388,7 +388,7 @@ func TestPermissionsAllowAndFilter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.LeaderAddr != l.addr || len(st.Nodes) != 2 || st.AppliedIndex != 0 || st.Nodes[0].RaftAddr != "" {
+		if st.LeaderAddr != l.addr || len(st.Nodes) != 2 || st.AppliedIndex != 0 || st.Nodes[0].RaftAddr != "" || !st.Withheld {
 			t.Fatalf("Status for a non-admin: %v", st)
 		}
 		who, err := raftqv1.NewAuthClient(n.conn).WhoAmI(as, &raftqv1.WhoAmIRequest{})
@@ -397,7 +397,7 @@ func TestPermissionsAllowAndFilter(t *testing.T) {
 		}
 	}
 	st, err := f.admin.Status(admin, &raftqv1.StatusRequest{})
-	if err != nil || st.AppliedIndex == 0 || st.Nodes[0].RaftAddr == "" {
+	if err != nil || st.AppliedIndex == 0 || st.Nodes[0].RaftAddr == "" || st.Withheld {
 		t.Fatalf("Status for an admin: %v %v", st, err)
 	}
 	info, err := l.broker.GetQueue(as, &raftqv1.GetQueueRequest{Name: "jobs.b.c"})

@@ -407,6 +407,35 @@ func TestClusterCommands(t *testing.T) {
 	}
 }
 
+// A caller who is not an admin gets the leader and each node's id, API
+// address, role and health; the rest is withheld, and shown as such rather
+// than as zeros that read like a broken cluster.
+func TestClusterStatusShowsWithheldFields(t *testing.T) {
+	f := &fake{status: &raftqv1.StatusResponse{LeaderId: "n1", LeaderAddr: "10.0.0.1:7400", Withheld: true, Nodes: []*raftqv1.Node{
+		{Id: "n1", GrpcAddr: "10.0.0.1:7400", Suffrage: "voter", State: "leader", Healthy: true},
+		{Id: "n2", GrpcAddr: "10.0.0.2:7400", Suffrage: "voter", State: "follower", Healthy: true},
+	}}}
+	r := raftq(t, serve(t, f), "", "cluster", "status")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, re := range []string{
+		`leader:\s+n1 \(10\.0\.0\.1:7400\)\n`,
+		`term:\s+\(admin only\)\n`, `commit index:\s+\(admin only\)\n`, `applied index:\s+\(admin only\)\n`,
+		`log version:\s+\(admin only\)\n`, `held:\s+\(admin only\)\n`,
+		`\nID\s+STATE\s+SUFFRAGE\s+HEALTHY\s+GRPC\n`,
+		`\nn2\s+follower\s+voter\s+true\s+10\.0\.0\.2:7400\n`,
+		`\(admin only:.*RAFT and HTTP`,
+	} {
+		if !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Errorf("output does not match %s:\n%s", re, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, ": 0\n") || regexp.MustCompile(`:\s+0( bytes)?\n`).MatchString(r.stdout) {
+		t.Errorf("a withheld field is shown as 0:\n%s", r.stdout)
+	}
+}
+
 // TestClusterSet: `cluster set max-queued-bytes N` sends the setting;
 // anything else is refused before a call is made.
 func TestClusterSet(t *testing.T) {

@@ -239,6 +239,11 @@ func printDeliveryTable(w io.Writer, ds []*raftqv1.Delivery, deadLetter bool) er
 	return tw.Flush()
 }
 
+// adminOnly stands for a field the node withheld from a caller who is not
+// an admin (StatusResponse.withheld): a zero there would read as a broken
+// cluster.
+const adminOnly = "(admin only)"
+
 func printStatus(w io.Writer, st *raftqv1.StatusResponse) error {
 	tw := table(w)
 	leader := st.GetLeaderId()
@@ -248,25 +253,42 @@ func printStatus(w io.Writer, st *raftqv1.StatusResponse) error {
 		leader += " (" + st.GetLeaderAddr() + ")"
 	}
 	fmt.Fprintf(tw, "leader:\t%s\n", leader)
-	fmt.Fprintf(tw, "term:\t%d\n", st.GetTerm())
-	fmt.Fprintf(tw, "commit index:\t%d\n", st.GetCommitIndex())
-	fmt.Fprintf(tw, "applied index:\t%d\n", st.GetAppliedIndex())
-	fmt.Fprintf(tw, "log version:\t%d\n", st.GetClusterVersion())
-	held := fsm.HumanBytes(st.GetHeldBytes())
-	if set := st.GetSettings(); set != nil {
-		limit := "unlimited"
-		if set.GetMaxQueuedBytes() > 0 {
-			limit = fsm.HumanBytes(set.GetMaxQueuedBytes())
+	if st.GetWithheld() {
+		for _, k := range []string{"term", "commit index", "applied index", "log version", "held"} {
+			fmt.Fprintf(tw, "%s:\t%s\n", k, adminOnly)
 		}
-		fmt.Fprintf(tw, "held:\t%s of max-queued-bytes %s\n", held, limit)
 	} else {
-		fmt.Fprintf(tw, "held:\t%s\n", held)
+		fmt.Fprintf(tw, "term:\t%d\n", st.GetTerm())
+		fmt.Fprintf(tw, "commit index:\t%d\n", st.GetCommitIndex())
+		fmt.Fprintf(tw, "applied index:\t%d\n", st.GetAppliedIndex())
+		fmt.Fprintf(tw, "log version:\t%d\n", st.GetClusterVersion())
+		held := fsm.HumanBytes(st.GetHeldBytes())
+		if set := st.GetSettings(); set != nil {
+			limit := "unlimited"
+			if set.GetMaxQueuedBytes() > 0 {
+				limit = fsm.HumanBytes(set.GetMaxQueuedBytes())
+			}
+			fmt.Fprintf(tw, "held:\t%s of max-queued-bytes %s\n", held, limit)
+		} else {
+			fmt.Fprintf(tw, "held:\t%s\n", held)
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
 	tw = table(w)
+	if st.GetWithheld() {
+		fmt.Fprintln(tw, "ID\tSTATE\tSUFFRAGE\tHEALTHY\tGRPC")
+		for _, n := range st.GetNodes() {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%s\n", n.GetId(), n.GetState(), n.GetSuffrage(), n.GetHealthy(), n.GetGrpcAddr())
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintln(w, "(admin only: each node's APPLIED, LAST_CONTACT, DISK, MAX_LOG_VERSION, VERSION and its RAFT and HTTP addresses)")
+		return err
+	}
 	fmt.Fprintln(tw, "ID\tSTATE\tSUFFRAGE\tHEALTHY\tAPPLIED\tLAST_CONTACT\tDISK\tMAX_LOG_VERSION\tVERSION\tGRPC\tRAFT\tHTTP")
 	for _, n := range st.GetNodes() {
 		contact := "-"

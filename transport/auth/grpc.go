@@ -269,8 +269,9 @@ func (a *Authenticator) filter(p *Principal, resp any) any {
 		}
 		// Enough to find the leader and the other nodes' API addresses
 		// (what clients need), nothing of indexes, versions or the
-		// internal ports.
-		out := &raftqv1.StatusResponse{LeaderId: r.GetLeaderId(), LeaderAddr: r.GetLeaderAddr()}
+		// internal ports. Withheld says so, so that a client does not show
+		// the missing fields as zeros (term 0 reads as a broken cluster).
+		out := &raftqv1.StatusResponse{LeaderId: r.GetLeaderId(), LeaderAddr: r.GetLeaderAddr(), Withheld: true}
 		for _, n := range r.GetNodes() {
 			out.Nodes = append(out.Nodes, &raftqv1.Node{Id: n.GetId(), GrpcAddr: n.GetGrpcAddr(), Suffrage: n.GetSuffrage(), State: n.GetState(), Healthy: n.GetHealthy()})
 		}

@@ -2838,8 +2838,13 @@ type StatusResponse struct {
 	ClusterVersion uint32 `protobuf:"varint,7,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
 	// The replicated cluster settings (from cluster version 9) and what
 	// the cluster holds against max_queued_bytes.
-	Settings      *ClusterSettings `protobuf:"bytes,8,opt,name=settings,proto3" json:"settings,omitempty"`
-	HeldBytes     int64            `protobuf:"varint,9,opt,name=held_bytes,json=heldBytes,proto3" json:"held_bytes,omitempty"`
+	Settings  *ClusterSettings `protobuf:"bytes,8,opt,name=settings,proto3" json:"settings,omitempty"`
+	HeldBytes int64            `protobuf:"varint,9,opt,name=held_bytes,json=heldBytes,proto3" json:"held_bytes,omitempty"`
+	// Set when the caller is not an admin: then only leader_id,
+	// leader_addr and each node's id, grpc_addr, suffrage, state and
+	// healthy are filled in, and every other field is withheld (left zero),
+	// not zero in fact. raftq cluster status shows them as "(admin only)".
+	Withheld      bool `protobuf:"varint,10,opt,name=withheld,proto3" json:"withheld,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2935,6 +2940,13 @@ func (x *StatusResponse) GetHeldBytes() int64 {
 		return x.HeldBytes
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetWithheld() bool {
+	if x != nil {
+		return x.Withheld
+	}
+	return false
 }
 
 type ClusterSettings struct {
@@ -5362,7 +5374,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"go_version\x18\x04 \x01(\tR\tgoVersion\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"local_only\x18\x01 \x01(\bR\tlocalOnly\"\xcf\x02\n" +
+	"local_only\x18\x01 \x01(\bR\tlocalOnly\"\xeb\x02\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
@@ -5374,7 +5386,9 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x0fcluster_version\x18\a \x01(\rR\x0eclusterVersion\x125\n" +
 	"\bsettings\x18\b \x01(\v2\x19.raftq.v1.ClusterSettingsR\bsettings\x12\x1d\n" +
 	"\n" +
-	"held_bytes\x18\t \x01(\x03R\theldBytes\";\n" +
+	"held_bytes\x18\t \x01(\x03R\theldBytes\x12\x1a\n" +
+	"\bwithheld\x18\n" +
+	" \x01(\bR\bwithheld\";\n" +
 	"\x0fClusterSettings\x12(\n" +
 	"\x10max_queued_bytes\x18\x01 \x01(\x03R\x0emaxQueuedBytes\"_\n" +
 	"\x19SetClusterSettingsRequest\x12-\n" +
