@@ -552,6 +552,31 @@ func TestPlainErrorsBeforeAnyCall(t *testing.T) {
 	}
 }
 
+// A mistyped flag gets the flag it most likely meant; only an argument
+// that starts with a single '-' (a name or a number, since raftq's flags
+// take two dashes) gets the hint about putting it after --.
+func TestFlagTypoHints(t *testing.T) {
+	const dashHint = "goes after --"
+	for _, tc := range []struct {
+		args     []string
+		want     string
+		wantDash bool
+	}{
+		{[]string{"queue", "list", "--jsn"}, "unknown flag --jsn: did you mean --json?", false},
+		{[]string{"consume", "jobs", "--vis", "1s"}, "did you mean --visibility-timeout?", false},
+		{[]string{"peek", "jobs", "--dql"}, "did you mean --dlq?", false},
+		{[]string{"queue", "list", "-json"}, "did you mean --json? (flags take two dashes)", false},
+		{[]string{"queue", "list", "--zzzzzz"}, "raftq queue list --help lists its flags", false},
+		{[]string{"queue", "delete", "-jobs"}, "queue delete -- -jobs", true},
+		{[]string{"enqueue", "jobs", "-5"}, "enqueue jobs -- -5", true},
+	} {
+		r := raftq(t, "127.0.0.1:1", "", tc.args...)
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) || strings.Contains(r.stderr, dashHint) != tc.wantDash {
+			t.Errorf("%v: exit %d, stderr %q, want %q and the -- hint %t", tc.args, r.code, r.stderr, tc.want, tc.wantDash)
+		}
+	}
+}
+
 func TestPlainTooLarge(t *testing.T) {
 	got, ok := plainTooLarge("grpc: received message larger than max (104857700 vs. 17825792)")
 	if want := "the request is 100.0 MiB, more than the 17 MiB a node accepts in one call"; !ok || !strings.HasPrefix(got, want) {

@@ -32,7 +32,7 @@ func main() {
 
 // run executes the command line args and returns the process exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
-	root := newRootCmd(&app{in: stdin, out: stdout, errOut: stderr, getenv: getenv})
+	root := newRootCmd(&app{in: stdin, out: stdout, errOut: stderr, getenv: getenv, args: args})
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
@@ -81,6 +81,8 @@ type app struct {
 	out    io.Writer
 	errOut io.Writer
 	getenv func(string) string
+	// args is the command line, for error messages that show it fixed.
+	args []string
 	// isTerminal overrides the check that stdin is a terminal (tests).
 	isTerminal func() bool
 
@@ -107,12 +109,7 @@ func newRootCmd(a *app) *cobra.Command {
 	// --version prints what `raftq version` does (no template actions in
 	// the text, so braces in a version string cannot break it).
 	root.SetVersionTemplate(strings.ReplaceAll(readBuildInfo().text(), "{{", "{{`{{`}}"))
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		if strings.HasPrefix(err.Error(), "unknown flag") || strings.HasPrefix(err.Error(), "unknown shorthand flag") {
-			return fmt.Errorf("%w\n(an argument that starts with '-' goes after --, as in: raftq queue delete -- -jobs)", err)
-		}
-		return err
-	})
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return flagError(cmd, a.args, err) })
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.addr, "addr", "127.0.0.1:7400", "gRPC address of a node; a comma-separated list is a seed list (env RAFTQ_ADDR)")
 	pf.BoolVar(&a.json, "json", false, "print protobuf JSON instead of tables (one object per line for deliveries)")
