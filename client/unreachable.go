@@ -78,9 +78,26 @@ func (r *refusals) err() error {
 
 // refusalReason shortens gRPC's connection error ("connection error: desc =
 // \"transport: Error while dialing: dial tcp 127.0.0.1:7400: connect:
-// connection refused\"") to its last clause.
+// connection refused\"") to its last clause. A failed TLS handshake keeps
+// its whole cause ("tls: failed to verify certificate: x509: certificate
+// signed by unknown authority"), whose last clause alone is a fragment.
 func refusalReason(msg string) string {
 	msg = strings.TrimRight(msg, `"`)
+	const handshake = "authentication handshake failed: "
+	if i := strings.Index(msg, handshake); i >= 0 {
+		msg = msg[i+len(handshake):]
+		if strings.Contains(msg, "missing selected ALPN property") {
+			// grpc-go's words for a TLS server that is not gRPC (an
+			// HTTPS port), with an upgrade note that does not apply.
+			return "the server speaks TLS but not gRPC (it did not agree to HTTP/2 by ALPN)"
+		}
+		// x509 adds "(possibly because of ...)" detail from inside the
+		// chain check; the cause before it is what a person acts on.
+		if j := strings.Index(msg, " (possibly because of"); j >= 0 {
+			msg = msg[:j]
+		}
+		return strings.ReplaceAll(msg, `\"`, `"`)
+	}
 	if i := strings.LastIndex(msg, ": "); i >= 0 {
 		msg = msg[i+2:]
 	}

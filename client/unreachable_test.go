@@ -94,6 +94,11 @@ func TestRefusalReason(t *testing.T) {
 		`connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:7400: connect: connection refused"`: "connection refused",
 		`name resolver error: produced zero addresses`:                                                                    "the host name resolves to no address",
 		`connection error: desc = "transport: Error while dialing: dial tcp: lookup nosuch.example: no such host"`:        "no such host",
+		// A certificate error keeps its cause whole, not a fragment of
+		// its parenthesis.
+		`connection error: desc = "transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority (possibly because of \"x509: ECDSA verification failure\" while trying to verify candidate authority certificate \"raftq CA\")"`:                                                    "tls: failed to verify certificate: x509: certificate signed by unknown authority",
+		`connection error: desc = "transport: authentication handshake failed: credentials: cannot check peer: missing selected ALPN property. If you upgraded from a grpc-go version earlier than 1.67, your TLS connections may have stopped working due to ALPN enforcement. For more details, see: https://github.com/grpc/grpc-go/issues/434"`: "the server speaks TLS but not gRPC (it did not agree to HTTP/2 by ALPN)",
+		`connection error: desc = "transport: authentication handshake failed: tls: first record does not look like a TLS handshake"`:                                                                                                                                                                                                               "tls: first record does not look like a TLS handshake",
 	} {
 		if got := refusalReason(msg); got != want {
 			t.Errorf("refusalReason(%q) = %q, want %q", msg, got, want)

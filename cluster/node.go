@@ -296,6 +296,10 @@ func (n *Node) SetGossipKeys(keys [][]byte) error {
 // ID returns the node's id.
 func (n *Node) ID() string { return n.cfg.NodeID }
 
+// ClientGRPCAddr returns the gRPC address clients are sent to (the
+// advertised one, or the address peers use when there is none).
+func (n *Node) ClientGRPCAddr() string { return n.cfg.ClientGRPCAdvertise }
+
 // RaftAddr returns the advertised Raft address.
 func (n *Node) RaftAddr() string { return n.raftAddr }
 

@@ -604,6 +604,13 @@ func TestHTTPPortNeedsATokenWithAuthOn(t *testing.T) {
 			t.Errorf("GET %s (token %v): %d, want %d", tc.path, tc.token != "", got, tc.want)
 		}
 	}
+	// A client pointed at this port by mistake learns, without a token,
+	// that it is raftq's HTTP port and where the node's gRPC API is.
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/healthz", nil))
+	if got := w.Header().Get(GRPCAddrHeader); got != c.nodes[0].addr {
+		t.Errorf("/healthz %s = %q, want the node's gRPC address %q", GRPCAddrHeader, got, c.nodes[0].addr)
+	}
 }
 
 // TestCertificateIdentitiesOverTLS: with TLS and token auth a client

@@ -150,6 +150,11 @@ func (m *metrics) clientEnded(ctx context.Context, code codes.Code) bool {
 	}
 }
 
+// GRPCAddrHeader, on every /healthz answer, is the node's client gRPC
+// address: /healthz needs no credentials, so a client that reached the
+// HTTP port by mistake can say where the API is.
+const GRPCAddrHeader = "Raftq-Grpc-Addr"
+
 // HTTPHandler serves the JSON API at ConnectPrefix paths (connect.go),
 // /metrics (Prometheus), /healthz (the process is up),
 // /readyz (a leader is known and this node's state has not diverged),
@@ -170,7 +175,12 @@ func (s *Server) HTTPHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	grpcAddr := s.node.ClientGRPCAddr()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		// A client that dialled this port for gRPC learns what it
+		// reached and where to go instead (raftq's CLI asks here when a
+		// connection is answered in HTTP/1.1).
+		w.Header().Set(GRPCAddrHeader, grpcAddr)
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

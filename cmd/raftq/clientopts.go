@@ -53,6 +53,7 @@ func (a *app) clientOptions(cmd *cobra.Command) []client.Option {
 			}
 		}
 	}
+	a.usedCA = c.tlsCA
 	var opts []client.Option
 	if c.tlsCA != "" || c.tlsCert != "" || c.tlsKey != "" {
 		opts = append(opts, client.WithTLS(c.tlsCA, c.tlsCert, c.tlsKey))

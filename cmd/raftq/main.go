@@ -4,10 +4,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -19,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/raftq/raftq/client"
+	"github.com/raftq/raftq/transport"
 )
 
 func main() {
@@ -32,13 +36,14 @@ func main() {
 
 // run executes the command line args and returns the process exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
-	root := newRootCmd(&app{in: stdin, out: stdout, errOut: stderr, getenv: getenv, args: args})
+	a := &app{in: stdin, out: stdout, errOut: stderr, getenv: getenv, args: args}
+	root := newRootCmd(a)
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "raftq: %s\n", describeError(err))
+		fmt.Fprintf(stderr, "raftq: %s\n", a.describe(ctx, err))
 		return 1
 	}
 	return 0
@@ -49,15 +54,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 func describeError(err error) string {
 	var ue *client.UnreachableError
 	if errors.As(err, &ue) {
-		msg := ue.Error()
-		// A TLS node hangs up on a plaintext client (EOF, or a reset,
-		// depending on when the hang-up meets the client's preface: a
-		// node that is not there refuses, it does not reset); a TLS
-		// client meets certificate errors.
-		if strings.Contains(msg, "EOF") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "tls:") || strings.Contains(msg, "x509:") || strings.Contains(msg, "certificate") {
-			return msg + "\nIf the cluster runs TLS: give --tls-ca FILE (or RAFTQ_CLIENT_TLS_CA), and --tls-cert/--tls-key for a client certificate; a certificate error above says what was refused."
-		}
-		return msg + "\nIs a broker running there? Start one with `raftq serve` (or `make run`), or point --addr (or RAFTQ_ADDR) at one."
+		return describeUnreachable(ue, "", nil)
 	}
 	var se interface{ GRPCStatus() *status.Status }
 	if !errors.As(err, &se) {
@@ -72,6 +69,132 @@ func describeError(err error) string {
 		msg += " (gave up retrying: deadline exceeded)"
 	}
 	return msg
+}
+
+// describe is describeError with what the command knows besides the
+// error: the CA file it used, and a look at addresses that answered in
+// HTTP (a node's HTTP port given as --addr).
+func (a *app) describe(ctx context.Context, err error) string {
+	var ue *client.UnreachableError
+	if errors.As(err, &ue) {
+		return describeUnreachable(ue, a.usedCA, func(addr string, tls bool) (string, bool) {
+			return probeHTTPPort(ctx, addr, tls, a.usedCA)
+		})
+	}
+	return describeError(err)
+}
+
+// describeUnreachable says, for each address, what the refusal most
+// likely means, then one hint for those it could not pin down. ca is the
+// --tls-ca file ("" for none); probe, when not nil, reports whether addr
+// is a raftq node's HTTP port and the gRPC address it gives.
+func describeUnreachable(ue *client.UnreachableError, ca string, probe func(addr string, tls bool) (string, bool)) string {
+	lines := []string{ue.Error()}
+	var rest []string
+	for i, addr := range ue.Addrs {
+		reason := ""
+		if i < len(ue.Reasons) {
+			reason = ue.Reasons[i]
+		}
+		if note := refusalNote(addr, reason, ca, probe); note != "" {
+			lines = append(lines, note)
+		} else {
+			rest = append(rest, reason)
+		}
+	}
+	if len(rest) > 0 {
+		// A TLS node hangs up on a plaintext client (EOF, or a reset,
+		// depending on when the hang-up meets the client's preface: a
+		// node that is not there refuses, it does not reset); a TLS
+		// client meets certificate errors.
+		tlsLike := false
+		for _, r := range rest {
+			if strings.Contains(r, "EOF") || strings.Contains(r, "connection reset") || strings.Contains(r, "tls:") || strings.Contains(r, "x509:") || strings.Contains(r, "certificate") {
+				tlsLike = true
+			}
+		}
+		if tlsLike {
+			lines = append(lines, "If the cluster runs TLS: give --tls-ca FILE (or RAFTQ_CLIENT_TLS_CA), and --tls-cert/--tls-key for a client certificate; a certificate error above says what was refused.")
+		} else {
+			lines = append(lines, "Is a broker running there? Start one with `raftq serve` (or `make run`), or point --addr (or RAFTQ_ADDR) at one.")
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// refusalNote is what one address's refusal means when that is clear, ""
+// otherwise.
+func refusalNote(addr, reason, ca string, probe func(addr string, tls bool) (string, bool)) string {
+	switch {
+	case strings.Contains(reason, "certificate signed by unknown authority"):
+		if ca == "" {
+			return addr + ": the node's certificate is not signed by a CA this machine trusts: give --tls-ca FILE, the CA the cluster's certificates were made with (raftq cert init's ca.pem)"
+		}
+		return addr + ": the node's certificate is not signed by the CA in --tls-ca (" + ca + "): give the CA the cluster's certificates were made with (raftq cert init's ca.pem)"
+	case probe == nil:
+		return ""
+	}
+	// An answer in HTTP/1.1, or TLS without HTTP/2: an HTTP server, most
+	// likely a node's HTTP port. Ask it.
+	var tls bool
+	switch {
+	case strings.Contains(reason, "looked like an HTTP/1.1 header"):
+	case strings.Contains(reason, "speaks TLS but not gRPC"), strings.Contains(reason, "no application protocol"):
+		tls = true
+	case strings.Contains(reason, "does not look like a TLS handshake"):
+	default:
+		return ""
+	}
+	grpcAddr, ok := probe(addr, tls)
+	switch {
+	case !ok && strings.Contains(reason, "does not look like a TLS handshake"):
+		return addr + " does not speak TLS: if the cluster runs without TLS, leave out --tls-ca (and RAFTQ_CLIENT_TLS_CA)"
+	case !ok:
+		return ""
+	case grpcAddr == "":
+		return addr + " is raftq's HTTP port (dashboard, /metrics), not its gRPC API: point --addr at the node's --grpc-addr (port 7400 by default)"
+	}
+	return addr + " is raftq's HTTP port (dashboard, /metrics), not its gRPC API, which listens on " + grpcAddr + ": give --addr " + grpcAddr
+}
+
+// probeHTTPPort asks addr for /healthz, which a raftq node answers
+// without credentials and with its gRPC address in a header. Nothing is
+// sent but the request; over TLS the node must show a certificate ca signs.
+func probeHTTPPort(ctx context.Context, addr string, useTLS bool, ca string) (grpcAddr string, ok bool) {
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	scheme := "http"
+	if useTLS {
+		if ca == "" {
+			return "", false
+		}
+		pemBytes, err := os.ReadFile(ca)
+		if err != nil {
+			return "", false
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pemBytes) {
+			return "", false
+		}
+		scheme, tr.TLSClientConfig = "https", &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+"/healthz", nil)
+	if err != nil {
+		return "", false
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return "", false
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16))
+	grpcAddr = resp.Header.Get(transport.GRPCAddrHeader)
+	if resp.StatusCode != http.StatusOK || (grpcAddr == "" && string(body) != "ok\n") {
+		return "", false
+	}
+	return grpcAddr, true
 }
 
 // app is what the client subcommands share: I/O streams and the
@@ -91,6 +214,9 @@ type app struct {
 	timeout time.Duration
 	verbose bool
 	creds   clientCreds
+	// usedCA is the CA file the command connected with (--tls-ca or
+	// RAFTQ_CLIENT_TLS_CA), for error messages.
+	usedCA string
 	// token and tokenFile authenticate every call (env RAFTQ_TOKEN).
 	token     string
 	tokenFile string

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"github.com/raftq/raftq/client"
+	"encoding/pem"
+	"io"
+	"log"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +19,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/raftq/raftq/client"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport"
 	"github.com/raftq/raftq/transport/tlsconfig"
 )
 
@@ -118,6 +124,17 @@ func TestClientTLSFlagsAndEnv(t *testing.T) {
 	if r := runEnv(nil, "queue", "list", "--tls-ca", path("ca.pem")); r.code != 0 {
 		t.Fatalf("--tls-ca: %+v", r)
 	}
+	// Another CA: said in those words, with the file, not as a fragment
+	// of x509's explanation.
+	other := filepath.Join(t.TempDir(), "other")
+	if r := runArgs(t, "cert", "init", "--dir", other); r.code != 0 {
+		t.Fatalf("cert init: %+v", r)
+	}
+	otherCA := filepath.Join(other, "ca.pem")
+	if r := runEnv(nil, "queue", "list", "--tls-ca", otherCA); r.code == 0 ||
+		!strings.Contains(r.stderr, "the node's certificate is not signed by the CA in --tls-ca ("+otherCA+")") || strings.Contains(r.stderr, `\"`) {
+		t.Fatalf("a CA that did not sign the node's certificate: %+v", r)
+	}
 	if r := runEnv(nil, "queue", "list", "--tls-ca", path("ca.pem"), "--tls-cert", path("alice.pem"), "--tls-key", path("alice-key.pem")); r.code != 0 {
 		t.Fatalf("client certificate flags: %+v", r)
 	}
@@ -159,6 +176,45 @@ func TestGossipKeyFile(t *testing.T) {
 			t.Fatalf("%q accepted", bad)
 		} else if strings.Contains(err.Error(), strings.TrimSpace(bad)) && strings.TrimSpace(bad) != "" {
 			t.Fatalf("the error quotes the key: %v", err)
+		}
+	}
+}
+
+// --addr pointed at a node's HTTP port (plain or HTTPS) says so, with the
+// gRPC address the node gives in /healthz's Raftq-Grpc-Addr header.
+func TestAddrAtTheHTTPPort(t *testing.T) {
+	healthz := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set(transport.GRPCAddrHeader, "127.0.0.1:7400")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	plain := httptest.NewServer(healthz)
+	defer plain.Close()
+	secure := httptest.NewUnstartedServer(healthz)
+	secure.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused h2 handshakes
+	secure.StartTLS()
+	defer secure.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: secure.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := httptest.NewServer(http.NotFoundHandler()) // some other HTTP server
+	defer other.Close()
+	for _, tc := range []struct {
+		name, addr string
+		flags      []string
+		want, not  string
+	}{
+		{"plain", plain.Listener.Addr().String(), nil, "is raftq's HTTP port (dashboard, /metrics), not its gRPC API, which listens on 127.0.0.1:7400: give --addr 127.0.0.1:7400", "Is a broker running there?"},
+		{"https", secure.Listener.Addr().String(), []string{"--tls-ca", ca}, "is raftq's HTTP port (dashboard, /metrics), not its gRPC API, which listens on 127.0.0.1:7400", "Is a broker running there?"},
+		{"not raftq", other.Listener.Addr().String(), nil, "Is a broker running there?", "raftq's HTTP port"},
+	} {
+		r := raftq(t, tc.addr, "", append(tc.flags, "queue", "list")...)
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) || strings.Contains(r.stderr, tc.not) {
+			t.Errorf("%s: exit %d, stderr %q, want %q and not %q", tc.name, r.code, r.stderr, tc.want, tc.not)
 		}
 	}
 }
