@@ -23,6 +23,8 @@ func newTokenCmd(a *app) *cobra.Command {
 	var (
 		expires  time.Duration
 		identity string
+		out      string
+		force    bool
 	)
 	create := &cobra.Command{
 		Use:   "create NAME",
@@ -33,8 +35,21 @@ func newTokenCmd(a *app) *cobra.Command {
 			"a second token for the same --identity, switch clients to it, revoke the first.",
 		Args: cobra.ExactArgs(1),
 		RunE: a.unary(func(ctx context.Context, c *client.Client, args []string) error {
+			if out != "" {
+				// Before the token is made: it cannot be shown again.
+				if err := checkSecretOut(out, force); err != nil {
+					return err
+				}
+			}
 			t, err := c.CreateToken(ctx, args[0], identity, expires)
 			if err != nil {
+				return err
+			}
+			if out != "" {
+				if err := writeSecret(out, []byte(t.Token+"\n"), force); err != nil {
+					return fmt.Errorf("token %s was made but not saved (revoke it: raftq auth token revoke %s): %w", args[0], args[0], err)
+				}
+				_, err = fmt.Fprintf(a.out, "wrote the token %s to %s (mode 0600)\n", args[0], out)
 				return err
 			}
 			if a.json {
@@ -46,6 +61,8 @@ func newTokenCmd(a *app) *cobra.Command {
 	}
 	create.Flags().DurationVar(&expires, "expires", 0, "lifetime, e.g. 720h (default: never expires)")
 	create.Flags().StringVar(&identity, "identity", "", "identity the token authenticates as (default: NAME)")
+	create.Flags().StringVar(&out, "out", "", "write the token to this file, mode 0600 (for --token-file), instead of printing it")
+	create.Flags().BoolVar(&force, "force", false, "with --out: replace an existing file")
 	revoke := &cobra.Command{
 		Use:   "revoke NAME",
 		Short: "Revoke the token named NAME (refused from then on, on every node)",

@@ -104,20 +104,51 @@ the node (loopback is always included).`,
 	clientCmd.Flags().StringVar(&name, "name", "", "client identity, the certificate's common name (required)")
 	_ = clientCmd.MarkFlagRequired("name")
 
-	gossipCmd := &cobra.Command{
-		Use:   "gossip-key",
-		Short: "Print a new gossip key (base64, 32 random bytes) for a --gossip-key-file line",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+	// A secret printed to stdout and redirected (> file) lands in a file
+	// of the umask's mode, 0644 as a rule: --out writes it 0600.
+	secret := func(use, short, what string, gen func() (string, error)) *cobra.Command {
+		var out string
+		var force bool
+		c := &cobra.Command{
+			Use:   use,
+			Short: short,
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				if out != "" {
+					if err := checkSecretOut(out, force); err != nil {
+						return err
+					}
+				}
+				s, err := gen()
+				if err != nil {
+					return err
+				}
+				if out == "" {
+					_, err = fmt.Fprintln(cmd.OutOrStdout(), s)
+					return err
+				}
+				if err := writeSecret(out, []byte(s+"\n"), force); err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "wrote %s to %s (mode 0600)\n", what, out)
+				return err
+			},
+		}
+		c.Flags().StringVar(&out, "out", "", "write it to this file, mode 0600, instead of printing it")
+		c.Flags().BoolVar(&force, "force", false, "with --out: replace an existing file")
+		return c
+	}
+	gossipCmd := secret("gossip-key", "Print a new gossip key (base64, 32 random bytes) for a --gossip-key-file line, or write it with --out", "a gossip key",
+		func() (string, error) {
 			k := make([]byte, 32)
 			if _, err := rand.Read(k); err != nil {
-				return err
+				return "", err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), base64.StdEncoding.EncodeToString(k))
-			return nil
-		},
-	}
+			return base64.StdEncoding.EncodeToString(k), nil
+		})
+	tokenCmd := secret("bootstrap-token", "Print a new random token for raftq serve --bootstrap-token-file, or write it with --out", "a bootstrap token",
+		newBootstrapToken)
 
-	cmd.AddCommand(initCmd, nodeCmd, clientCmd, gossipCmd, newCertClusterCmd())
+	cmd.AddCommand(initCmd, nodeCmd, clientCmd, gossipCmd, tokenCmd, newCertClusterCmd())
 	return cmd
 }

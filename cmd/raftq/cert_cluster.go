@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -88,11 +87,11 @@ Keep --ca-dir apart from what the nodes mount: its key signs certificates.`,
 				}
 			}
 			if o.tokenFile != "" {
-				tok := make([]byte, 32)
-				if _, err := rand.Read(tok); err != nil {
+				tok, err := newBootstrapToken()
+				if err != nil {
 					return err
 				}
-				made, err := writeIfMissing(o.tokenFile, []byte(hex.EncodeToString(tok)+"\n"), 0o600, false)
+				made, err := writeIfMissing(o.tokenFile, []byte(tok+"\n"), 0o600, false)
 				if err != nil {
 					return err
 				}

@@ -172,7 +172,7 @@ func TestDevTLS(t *testing.T) {
 		if err != nil || src.NodeName() != id {
 			t.Fatalf("%s: %v", id, err)
 		}
-		if keys, err := readGossipKeys(f[7]); err != nil || len(keys) != 1 {
+		if keys, err := readGossipKeys(f[7], slogDiscard()); err != nil || len(keys) != 1 {
 			t.Fatalf("gossip keys: %v", err)
 		}
 	}

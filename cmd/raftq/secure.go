@@ -128,8 +128,10 @@ func (r *reloader) reload() {
 
 // readGossipKeys reads a keyring file: one base64-encoded 32-byte key per
 // line (blank lines and lines starting with # are skipped); the first
-// key encrypts, all are accepted. Errors never quote a key.
-func readGossipKeys(path string) ([][]byte, error) {
+// key encrypts, all are accepted. Errors never quote a key. A file other
+// users can read is used but warned about: with the key a host joins the
+// gossip and reads it.
+func readGossipKeys(path string, log *slog.Logger) ([][]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--gossip-key-file: %w", err)
@@ -152,5 +154,6 @@ func readGossipKeys(path string) ([][]byte, error) {
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("--gossip-key-file %s holds no key", path)
 	}
+	warnReadable(log, "gossip key file", path)
 	return keys, nil
 }

@@ -167,12 +167,12 @@ func TestGossipKeyFile(t *testing.T) {
 		}
 		return p
 	}
-	keys, err := readGossipKeys(write("# rotation in progress\n" + r1.stdout + "\n  " + r2.stdout))
+	keys, err := readGossipKeys(write("# rotation in progress\n"+r1.stdout+"\n  "+r2.stdout), slogDiscard())
 	if err != nil || len(keys) != 2 || len(keys[0]) != 32 {
 		t.Fatalf("keys %d, %v", len(keys), err)
 	}
 	for _, bad := range []string{"", "not base64!\n", base64.StdEncoding.EncodeToString([]byte("short")) + "\n"} {
-		if _, err := readGossipKeys(write(bad)); err == nil {
+		if _, err := readGossipKeys(write(bad), slogDiscard()); err == nil {
 			t.Fatalf("%q accepted", bad)
 		} else if strings.Contains(err.Error(), strings.TrimSpace(bad)) && strings.TrimSpace(bad) != "" {
 			t.Fatalf("the error quotes the key: %v", err)

@@ -299,7 +299,7 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 	}
 	var gossipKeys [][]byte
 	if o.gossipKeyFile != "" {
-		if gossipKeys, err = readGossipKeys(o.gossipKeyFile); err != nil {
+		if gossipKeys, err = readGossipKeys(o.gossipKeyFile, log); err != nil {
 			return err
 		}
 	}
@@ -403,7 +403,7 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 	if o.gossipKeyFile != "" {
 		node := b.Node()
 		rl.setGossip(func() error {
-			keys, err := readGossipKeys(o.gossipKeyFile)
+			keys, err := readGossipKeys(o.gossipKeyFile, log)
 			if err != nil {
 				return err
 			}

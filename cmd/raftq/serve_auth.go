@@ -56,9 +56,7 @@ func (o authOptions) authenticator(tlsOn bool, state func() *fsm.Auth, log *slog
 		if len(tok) < minBootstrapTokenLen {
 			return nil, fmt.Errorf("--bootstrap-token-file: the token is shorter than %d characters", minBootstrapTokenLen)
 		}
-		if fi, err := os.Stat(o.bootstrapFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
-			log.Warn("the bootstrap token file can be read by other users; make it mode 0600", "file", o.bootstrapFile, "mode", fi.Mode().Perm().String())
-		}
+		warnReadable(log, "bootstrap token file", o.bootstrapFile)
 		cfg.BootstrapToken = tok
 	}
 	if o.adminCN != "" {
