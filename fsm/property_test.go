@@ -74,7 +74,7 @@ func (g *cmdGen) next() *fsmv1.Command {
 		}
 		c.Op = &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: g.queue(), Config: cfg}}
 	case n < 6:
-		c.Op = &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: g.queue()}}
+		c.Op = &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: g.queue(), IdempotencyKey: g.idempotencyKey()}} // keyed: version 11
 	case n < 8:
 		c.Op = &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: g.queue(), Config: &fsmv1.QueueConfig{MaxDeliveries: int32(g.r.IntN(5))}, Mask: []string{"max_deliveries"}}}
 	case n < 9:

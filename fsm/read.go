@@ -125,4 +125,7 @@ const (
 	// lease grants (applied after its acks, in the same entry); the
 	// scheduler proposes such acks only from it on.
 	AckGrantVersion = state.AckGrantVersion
+	// DeleteKeyVersion is the log version from which
+	// DeleteQueue.idempotency_key is honoured.
+	DeleteKeyVersion = state.DeleteKeyVersion
 )

@@ -185,7 +185,7 @@ func TestNewerSnapshotStopsTheNode(t *testing.T) {
 		hdr  *fsmv1.SnapshotHeader
 		want string
 	}{
-		{"newer format (this build reads 1 to 6)", &fsmv1.SnapshotHeader{Version: 7}, "snapshot format version 7"},
+		{"newer format (this build reads 1 to 7)", &fsmv1.SnapshotHeader{Version: 8}, "snapshot format version 8"},
 		{"newer cluster", &fsmv1.SnapshotHeader{Version: 2, ClusterVersion: MaxLogVersion + 1}, fmt.Sprint("log version ", MaxLogVersion+1)},
 		{"newer cluster, format 4", &fsmv1.SnapshotHeader{Version: 4, ClusterVersion: MaxLogVersion + 1}, fmt.Sprint("log version ", MaxLogVersion+1)},
 	} {
@@ -220,7 +220,8 @@ func TestNewerSnapshotStopsTheNode(t *testing.T) {
 	// 2 has no key order, which cluster version 3 keeps; format 3 no
 	// leader clock, which version 4 keeps) or one of a later version.
 	for _, hdr := range []*fsmv1.SnapshotHeader{{Version: 1, ClusterVersion: 2}, {Version: 2, ClusterVersion: 3}, {Version: 3, ClusterVersion: 2},
-		{Version: 3, ClusterVersion: 4}, {Version: 4, ClusterVersion: 3}, {Version: 4, ClusterVersion: 5}, {Version: 5, ClusterVersion: 4}} {
+		{Version: 3, ClusterVersion: 4}, {Version: 4, ClusterVersion: 3}, {Version: 4, ClusterVersion: 5}, {Version: 5, ClusterVersion: 4},
+		{Version: 6, ClusterVersion: DeleteKeyVersion}, {Version: 7, ClusterVersion: DeleteKeyVersion - 1}, {Version: 6, ClusterVersion: DeleteKeyVersion - 1, DeletedCount: 1}} {
 		var buf bytes.Buffer
 		_, _ = protodelim.MarshalTo(&buf, hdr)
 		rec := &fatalRecorder{}

@@ -119,6 +119,10 @@ func (s *Store) forgetOldestRecent() {
 	if !ok {
 		return
 	}
+	if r.entry.kind == recentDeleteQueue {
+		s.forgetDeleted(r)
+		return
+	}
 	if q := s.queues[r.queue]; q != nil {
 		if e, ok := q.recent.Delete(r.entry); ok {
 			s.recentBytes -= e.bytes()

@@ -64,3 +64,53 @@ func TestRecentIsBounded(t *testing.T) {
 		t.Fatalf("%d recent entries after deleting a, want b's 2", n)
 	}
 }
+
+// TestDeleteKeysShareTheBound: keyed deletes are recent outcomes kept
+// outside any queue: they count in the same bound as the queues' (the
+// oldest of either kind goes first), survive the queue's re-creation and
+// deletion, and Verify checks their index and cost.
+func TestDeleteKeysShareTheBound(t *testing.T) {
+	s := New()
+	s.maxRecent = 3
+	index := uint64(0)
+	begin := func() *Tx {
+		index++
+		s.SetApplied(index)
+		return s.Begin(index, 1, DeleteKeyVersion, 1000+int64(index), NewTouched())
+	}
+	if r := begin().SetClusterVersion(&fsmv1.SetClusterVersion{Version: DeleteKeyVersion}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	mustOK := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Verify(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []string{"k1", "k2", "k3", "k4"} {
+		mustOK(begin().CreateQueue(&fsmv1.CreateQueue{Name: "q"}).Err)
+		mustOK(begin().PurgeQueue(&fsmv1.PurgeQueue{Name: "q", IdempotencyKey: "p" + k}).Err)
+		mustOK(begin().DeleteQueue(&fsmv1.DeleteQueue{Name: "q", IdempotencyKey: k}).Err)
+		if n := s.recentExp.Len(); n > 3 {
+			t.Fatalf("%d recent entries, bound 3", n)
+		}
+	}
+	// Each purge key went with its queue; of the four delete keys the
+	// newest three are left.
+	if n := s.deleted.Len(); n != 3 {
+		t.Fatalf("%d delete keys, want 3", n)
+	}
+	for i, k := range []string{"k1", "k2", "k3", "k4"} {
+		if got := s.deletedBefore("q", k); got != (i > 0) {
+			t.Errorf("delete key %s remembered: %v; only the oldest, k1, is forgotten", k, got)
+		}
+	}
+	mustOK(begin().CreateQueue(&fsmv1.CreateQueue{Name: "q"}).Err)
+	mustOK(begin().DeleteQueue(&fsmv1.DeleteQueue{Name: "q", IdempotencyKey: "k4"}).Err)
+	if _, ok := s.View().Queue("q"); !ok {
+		t.Fatal("a repeated delete deleted the queue created after it")
+	}
+}

@@ -26,7 +26,9 @@ import (
 // version 4 on, adds the leader clock (clock.go); version 5, from cluster
 // version 5 on, adds one AuthRecord after the last queue; version 6, from
 // cluster version 7 on, also follows each queue's dedup entries with its
-// recently settled outcomes (recent.go). Each format is
+// recently settled outcomes (recent.go); version 7, from cluster version
+// 11 on, also follows the AuthRecord with the keyed deletes
+// (deletekeys.go). Each format is
 // written only at the cluster versions it belongs to, so replicas of two
 // builds at the same cluster version hash the same bytes.
 const (
@@ -36,7 +38,8 @@ const (
 	snapshotV4         = 4
 	snapshotV5         = 5
 	snapshotV6         = 6
-	maxSnapshotVersion = snapshotV6
+	snapshotV7         = 7
+	maxSnapshotVersion = snapshotV7
 )
 
 // maxRecordBytes bounds one snapshot record on restore: the largest message
@@ -54,7 +57,8 @@ type Frozen struct {
 	clusterVersion uint32
 	maxQueuedBytes int64
 	queues         []frozenQueue
-	auth           *Auth // immutable: shared, not copied
+	auth           *Auth                     // immutable: shared, not copied
+	deleted        *btree.BTreeG[deletedKey] // nil below cluster version 11
 }
 
 type frozenQueue struct {
@@ -69,6 +73,9 @@ type frozenQueue struct {
 // trees (Clone marks them shared), so it needs the writer's exclusion.
 func (s *Store) Freeze(index uint64) *Frozen {
 	fr := &Frozen{index: index, lastNow: s.lastNow, leader: s.leader, clusterVersion: s.clusterVersion, maxQueuedBytes: s.maxQueuedBytes, auth: s.auth}
+	if s.clusterVersion >= DeleteKeyVersion {
+		fr.deleted = s.deleted.Clone()
+	}
 	for _, name := range s.sortedQueueNames() {
 		q := s.queues[name]
 		var recent *btree.BTreeG[recentEntry]
@@ -132,6 +139,11 @@ func (fr *Frozen) Stream(w io.Writer) error {
 	}
 	hdr := &fsmv1.SnapshotHeader{Version: snapshotV1, LastNowMs: fr.lastNow, AppliedIndex: fr.index, QueueCount: uint64(len(fr.queues))}
 	switch {
+	case fr.clusterVersion >= DeleteKeyVersion:
+		hdr.Version, hdr.ClusterVersion = snapshotV7, fr.clusterVersion
+		hdr.LeaderTerm, hdr.LeaderNowMs = fr.leader.term, fr.leader.nowMs
+		hdr.MaxQueuedBytes = fr.maxQueuedBytes
+		hdr.DeletedCount = uint64(fr.deleted.Len())
 	case fr.clusterVersion >= recentVersion:
 		hdr.Version, hdr.ClusterVersion = snapshotV6, fr.clusterVersion
 		hdr.LeaderTerm, hdr.LeaderNowMs = fr.leader.term, fr.leader.nowMs
@@ -190,7 +202,19 @@ func (fr *Frozen) Stream(w io.Writer) error {
 		}
 	}
 	if fr.clusterVersion >= AuthVersion {
-		return put(fr.auth.record())
+		if err := put(fr.auth.record()); err != nil {
+			return err
+		}
+	}
+	if fr.deleted != nil {
+		var err error
+		rec := &fsmv1.DeletedKey{}
+		fr.deleted.Ascend(func(d deletedKey) bool {
+			rec.Queue, rec.IdempotencyKey, rec.AtMs = d.queue, d.key, d.atMs
+			err = put(rec)
+			return err == nil
+		})
+		return err
 	}
 	return nil
 }
@@ -273,7 +297,8 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 		s.clusterVersion = hdr.ClusterVersion
 	case hdr.Version == snapshotV4 && hdr.ClusterVersion >= elapsedTimeVersion && hdr.ClusterVersion < AuthVersion,
 		hdr.Version == snapshotV5 && hdr.ClusterVersion >= AuthVersion && hdr.ClusterVersion < recentVersion,
-		hdr.Version == snapshotV6 && hdr.ClusterVersion >= recentVersion:
+		hdr.Version == snapshotV6 && hdr.ClusterVersion >= recentVersion && hdr.ClusterVersion < DeleteKeyVersion,
+		hdr.Version == snapshotV7 && hdr.ClusterVersion >= DeleteKeyVersion:
 		s.clusterVersion = hdr.ClusterVersion
 		s.leader = leaderClock{known: true, term: hdr.LeaderTerm, nowMs: hdr.LeaderNowMs}
 	default:
@@ -282,6 +307,8 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 	switch {
 	case hdr.MaxQueuedBytes < 0 || hdr.MaxQueuedBytes > 0 && s.clusterVersion < AdmitVersion:
 		return fmt.Errorf("%w: max_queued_bytes %d at cluster version %d", ErrInvalid, hdr.MaxQueuedBytes, s.clusterVersion)
+	case hdr.DeletedCount > 0 && hdr.Version < snapshotV7:
+		return fmt.Errorf("%w: deleted keys in a format-%d snapshot", ErrInvalid, hdr.Version)
 	}
 	s.maxQueuedBytes = hdr.MaxQueuedBytes
 	s.lastNow, s.appliedIndex = hdr.LastNowMs, hdr.AppliedIndex
@@ -419,6 +446,15 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 			return err
 		}
 		s.auth = a
+	}
+	for j := uint64(0); j < hdr.DeletedCount; j++ {
+		rec := &fsmv1.DeletedKey{}
+		if err := opts.UnmarshalFrom(r, rec); err != nil {
+			return fmt.Errorf("%w: deleted key record: %v", ErrInvalid, err)
+		}
+		if err := s.loadDeleted(rec); err != nil {
+			return err
+		}
 	}
 	switch _, err := r.ReadByte(); {
 	case err == nil:

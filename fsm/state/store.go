@@ -17,11 +17,12 @@ import (
 // recomputes them.
 type Store struct {
 	queues    map[string]*queue
-	delayed   *btree.BTreeG[timedRef]  // delayed messages by visible time
-	ttl       *btree.BTreeG[timedRef]  // ready/delayed messages by TTL
-	leases    *btree.BTreeG[timedRef]  // leased messages by deadline
-	dedupExp  *btree.BTreeG[dedupRef]  // dedup entries by expiry
-	recentExp *btree.BTreeG[recentRef] // recently settled outcomes, oldest first (recent.go)
+	delayed   *btree.BTreeG[timedRef]   // delayed messages by visible time
+	ttl       *btree.BTreeG[timedRef]   // ready/delayed messages by TTL
+	leases    *btree.BTreeG[timedRef]   // leased messages by deadline
+	dedupExp  *btree.BTreeG[dedupRef]   // dedup entries by expiry
+	recentExp *btree.BTreeG[recentRef]  // recently settled outcomes, oldest first (recent.go)
+	deleted   *btree.BTreeG[deletedKey] // keyed deletes that succeeded, outside any queue (deletekeys.go)
 	consumers map[string]map[queueMsg]struct{}
 
 	totalBytes     int64 // what messages cost across queues (MessageCost) (derived, like the per-queue counters)
@@ -46,6 +47,7 @@ func New() *Store {
 		leases:         btree.NewG(btreeDegree, lessTimedRef),
 		dedupExp:       btree.NewG(btreeDegree, lessDedupRef),
 		recentExp:      btree.NewG(btreeDegree, lessRecentRef),
+		deleted:        newDeletedTree(),
 		consumers:      map[string]map[queueMsg]struct{}{},
 		clusterVersion: 1,
 		auth:           newAuth(),

@@ -185,7 +185,17 @@ func (tx *Tx) UpdateQueue(c *fsmv1.UpdateQueue) *QueueResult {
 	return &QueueResult{Queue: q.info()}
 }
 
+// DeleteQueue deletes a queue. From log version 11 a delete with an
+// idempotency key that succeeded is remembered (deletekeys.go), and its
+// repeat answers OK and deletes nothing, even a queue created since.
 func (tx *Tx) DeleteQueue(c *fsmv1.DeleteQueue) *Done {
+	keyed, err := tx.deleteKeyed(c)
+	switch {
+	case err != nil:
+		return failed(err)
+	case keyed && tx.s.deletedBefore(c.GetName(), c.GetIdempotencyKey()):
+		return &Done{}
+	}
 	q := tx.s.queues[c.GetName()]
 	if q == nil {
 		return failed(fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetName()))
@@ -222,6 +232,9 @@ func (tx *Tx) DeleteQueue(c *fsmv1.DeleteQueue) *Done {
 				tx.s.put(dlq, m, &next)
 			}
 		}
+	}
+	if keyed {
+		tx.s.rememberDelete(q.name, c.GetIdempotencyKey())
 	}
 	return &Done{}
 }

@@ -175,6 +175,11 @@ func (s *Store) verifyRecent() error {
 			return err
 		}
 	}
+	nd, bd, err := s.verifyDeleted()
+	if err != nil {
+		return err
+	}
+	n, bytes = n+nd, bytes+bd
 	if n != s.recentExp.Len() || n > s.maxRecent {
 		return fmt.Errorf("%d recent entries in queues, %d in the expiry index (at most %d)", n, s.recentExp.Len(), s.maxRecent)
 	}

@@ -10,10 +10,11 @@ package state
 // ack, nack, purge or redrive as the first (recent.go).
 // Version 8 adds RecountQueues (recount.go); version 9 enforces admission
 // at apply and adds SetClusterSettings (admit.go); version 10 lets an Ack
-// carry lease grants (AckGrantVersion). fsm/DESIGN.md lists every
+// carry lease grants (AckGrantVersion); version 11 answers a retried
+// DeleteQueue as the first (DeleteKeyVersion). fsm/DESIGN.md lists every
 // version; a rule that changes in version N is
 // written `if tx.version >= N`.
-const MaxLogVersion uint32 = 10
+const MaxLogVersion uint32 = 11
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the
@@ -42,3 +43,9 @@ const RecountVersion uint32 = 8
 // ack's own entry, so a delivery cycle costs one entry, not two. Earlier
 // entries ignore the field, as older builds do.
 const AckGrantVersion uint32 = 10
+
+// DeleteKeyVersion is the log version from which DeleteQueue.idempotency_key
+// is honoured: a repeat of a delete that succeeded answers OK and deletes
+// nothing, even a queue created again since (deletekeys.go). The proposer
+// refuses a key before the cluster reaches it.
+const DeleteKeyVersion uint32 = 11

@@ -1316,9 +1316,15 @@ type DeleteQueueRequest struct {
 	IfEmpty bool `protobuf:"varint,2,opt,name=if_empty,json=ifEmpty,proto3" json:"if_empty,omitempty"`
 	// Refuse (FAILED_PRECONDITION) a queue that has consumers attached, as
 	// the leader's scheduler sees them when it proposes the delete.
-	IfUnused      bool `protobuf:"varint,3,opt,name=if_unused,json=ifUnused,proto3" json:"if_unused,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	IfUnused bool `protobuf:"varint,3,opt,name=if_unused,json=ifUnused,proto3" json:"if_unused,omitempty"`
+	// A delete repeated with the same key within 5 minutes (a retry after a
+	// lost answer) answers OK and deletes nothing more, even if the queue
+	// was created again in between. At most 255 bytes. Refused
+	// (FAILED_PRECONDITION naming the version) until every voter runs log
+	// version 11. The Go SDK and the CLI set a random one per call.
+	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DeleteQueueRequest) Reset() {
@@ -1370,6 +1376,13 @@ func (x *DeleteQueueRequest) GetIfUnused() bool {
 		return x.IfUnused
 	}
 	return false
+}
+
+func (x *DeleteQueueRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 type DeleteQueueResponse struct {
@@ -5277,11 +5290,12 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\vupdate_mask\x18\x03 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
 	"updateMask\"@\n" +
 	"\x13UpdateQueueResponse\x12)\n" +
-	"\x05queue\x18\x01 \x01(\v2\x13.raftq.v1.QueueInfoR\x05queue\"`\n" +
+	"\x05queue\x18\x01 \x01(\v2\x13.raftq.v1.QueueInfoR\x05queue\"\x89\x01\n" +
 	"\x12DeleteQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bif_empty\x18\x02 \x01(\bR\aifEmpty\x12\x1b\n" +
-	"\tif_unused\x18\x03 \x01(\bR\bifUnused\"\x15\n" +
+	"\tif_unused\x18\x03 \x01(\bR\bifUnused\x12'\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"\x15\n" +
 	"\x13DeleteQueueResponse\"H\n" +
 	"\x0fGetQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +

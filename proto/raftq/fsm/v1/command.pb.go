@@ -42,6 +42,9 @@ const (
 	RecentKind_RECENT_KIND_NACK        RecentKind = 2
 	RecentKind_RECENT_KIND_PURGE       RecentKind = 3
 	RecentKind_RECENT_KIND_REDRIVE     RecentKind = 4
+	// A keyed DeleteQueue (log version 11): kept as a DeletedKey outside
+	// any queue, never in a queue's recent entries.
+	RecentKind_RECENT_KIND_DELETE_QUEUE RecentKind = 5
 )
 
 // Enum value maps for RecentKind.
@@ -52,13 +55,15 @@ var (
 		2: "RECENT_KIND_NACK",
 		3: "RECENT_KIND_PURGE",
 		4: "RECENT_KIND_REDRIVE",
+		5: "RECENT_KIND_DELETE_QUEUE",
 	}
 	RecentKind_value = map[string]int32{
-		"RECENT_KIND_UNSPECIFIED": 0,
-		"RECENT_KIND_ACK":         1,
-		"RECENT_KIND_NACK":        2,
-		"RECENT_KIND_PURGE":       3,
-		"RECENT_KIND_REDRIVE":     4,
+		"RECENT_KIND_UNSPECIFIED":  0,
+		"RECENT_KIND_ACK":          1,
+		"RECENT_KIND_NACK":         2,
+		"RECENT_KIND_PURGE":        3,
+		"RECENT_KIND_REDRIVE":      4,
+		"RECENT_KIND_DELETE_QUEUE": 5,
 	}
 )
 
@@ -1071,9 +1076,14 @@ type DeleteQueue struct {
 	// messages, or whose messages wait in its dead-letter queue, when the
 	// entry applies. Ignored in entries of earlier versions, which never
 	// carry it.
-	IfEmpty       bool `protobuf:"varint,2,opt,name=if_empty,json=ifEmpty,proto3" json:"if_empty,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	IfEmpty bool `protobuf:"varint,2,opt,name=if_empty,json=ifEmpty,proto3" json:"if_empty,omitempty"`
+	// Log version 11: a delete repeated with the same key within the
+	// recent-outcomes window (a client's retry after a lost answer) answers
+	// OK and deletes nothing, even if the queue was created again since.
+	// The record is kept outside the queue (SnapshotHeader.deleted_count).
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DeleteQueue) Reset() {
@@ -1118,6 +1128,13 @@ func (x *DeleteQueue) GetIfEmpty() bool {
 		return x.IfEmpty
 	}
 	return false
+}
+
+func (x *DeleteQueue) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 type PurgeQueue struct {
@@ -2276,8 +2293,11 @@ type SnapshotHeader struct {
 	// Cluster version 9 and later (format 6): the cluster setting
 	// max_queued_bytes (0 = unlimited).
 	MaxQueuedBytes int64 `protobuf:"varint,8,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3" json:"max_queued_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Format 7 (cluster version 11 and later): the number of DeletedKey
+	// records that follow the AuthRecord.
+	DeletedCount  uint64 `protobuf:"varint,9,opt,name=deleted_count,json=deletedCount,proto3" json:"deleted_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
@@ -2366,6 +2386,79 @@ func (x *SnapshotHeader) GetMaxQueuedBytes() int64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetDeletedCount() uint64 {
+	if x != nil {
+		return x.DeletedCount
+	}
+	return 0
+}
+
+// DeletedKey (snapshot format 7, log version 11) records a DeleteQueue that
+// carried an idempotency key: a repeat of (queue, key) answers OK and
+// deletes nothing. It lives outside the queue, which the delete removed,
+// so it survives the queue being created again; it lapses with the queue
+// outcomes' window and counts in their bound.
+type DeletedKey struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Queue          string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	IdempotencyKey string                 `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// The state clock when it was recorded.
+	AtMs          int64 `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletedKey) Reset() {
+	*x = DeletedKey{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletedKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletedKey) ProtoMessage() {}
+
+func (x *DeletedKey) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletedKey.ProtoReflect.Descriptor instead.
+func (*DeletedKey) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *DeletedKey) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *DeletedKey) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *DeletedKey) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
 // AuthRecord (snapshot format 5, cluster version 5 and later) follows the
 // last queue's records: every token by name, every identity's grants by
 // identity and pattern.
@@ -2379,7 +2472,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2484,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2497,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AuthRecord) GetTokens() []*TokenRecord {
@@ -2434,7 +2527,7 @@ type TokenRecord struct {
 
 func (x *TokenRecord) Reset() {
 	*x = TokenRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2446,7 +2539,7 @@ func (x *TokenRecord) String() string {
 func (*TokenRecord) ProtoMessage() {}
 
 func (x *TokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2459,7 +2552,7 @@ func (x *TokenRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
 func (*TokenRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TokenRecord) GetName() string {
@@ -2508,7 +2601,7 @@ type IdentityRecord struct {
 
 func (x *IdentityRecord) Reset() {
 	*x = IdentityRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2613,7 @@ func (x *IdentityRecord) String() string {
 func (*IdentityRecord) ProtoMessage() {}
 
 func (x *IdentityRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2626,7 @@ func (x *IdentityRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityRecord.ProtoReflect.Descriptor instead.
 func (*IdentityRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *IdentityRecord) GetIdentity() string {
@@ -2567,7 +2660,7 @@ type PatternGrant struct {
 
 func (x *PatternGrant) Reset() {
 	*x = PatternGrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2672,7 @@ func (x *PatternGrant) String() string {
 func (*PatternGrant) ProtoMessage() {}
 
 func (x *PatternGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2685,7 @@ func (x *PatternGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatternGrant.ProtoReflect.Descriptor instead.
 func (*PatternGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PatternGrant) GetPattern() string {
@@ -2635,7 +2728,7 @@ type QueueRecord struct {
 
 func (x *QueueRecord) Reset() {
 	*x = QueueRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2740,7 @@ func (x *QueueRecord) String() string {
 func (*QueueRecord) ProtoMessage() {}
 
 func (x *QueueRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2753,7 @@ func (x *QueueRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRecord.ProtoReflect.Descriptor instead.
 func (*QueueRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *QueueRecord) GetName() string {
@@ -2766,7 +2859,7 @@ type RecentEntry struct {
 
 func (x *RecentEntry) Reset() {
 	*x = RecentEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +2871,7 @@ func (x *RecentEntry) String() string {
 func (*RecentEntry) ProtoMessage() {}
 
 func (x *RecentEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +2884,7 @@ func (x *RecentEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentEntry.ProtoReflect.Descriptor instead.
 func (*RecentEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RecentEntry) GetKind() RecentKind {
@@ -2853,7 +2946,7 @@ type KeyOrder struct {
 
 func (x *KeyOrder) Reset() {
 	*x = KeyOrder{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +2958,7 @@ func (x *KeyOrder) String() string {
 func (*KeyOrder) ProtoMessage() {}
 
 func (x *KeyOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +2971,7 @@ func (x *KeyOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyOrder.ProtoReflect.Descriptor instead.
 func (*KeyOrder) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{37}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *KeyOrder) GetPriority() int32 {
@@ -2920,7 +3013,7 @@ type DedupEntry struct {
 
 func (x *DedupEntry) Reset() {
 	*x = DedupEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +3025,7 @@ func (x *DedupEntry) String() string {
 func (*DedupEntry) ProtoMessage() {}
 
 func (x *DedupEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3038,7 @@ func (x *DedupEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupEntry.ProtoReflect.Descriptor instead.
 func (*DedupEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{38}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DedupEntry) GetDedupId() string {
@@ -2995,7 +3088,7 @@ type MessageRecord struct {
 
 func (x *MessageRecord) Reset() {
 	*x = MessageRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3007,7 +3100,7 @@ func (x *MessageRecord) String() string {
 func (*MessageRecord) ProtoMessage() {}
 
 func (x *MessageRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3020,7 +3113,7 @@ func (x *MessageRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRecord.ProtoReflect.Descriptor instead.
 func (*MessageRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{39}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MessageRecord) GetId() uint64 {
@@ -3230,10 +3323,11 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\vUpdateQueue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.raftq.fsm.v1.QueueConfigR\x06config\x12\x12\n" +
-	"\x04mask\x18\x03 \x03(\tR\x04mask\"<\n" +
+	"\x04mask\x18\x03 \x03(\tR\x04mask\"e\n" +
 	"\vDeleteQueue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
-	"\bif_empty\x18\x02 \x01(\bR\aifEmpty\"I\n" +
+	"\bif_empty\x18\x02 \x01(\bR\aifEmpty\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"I\n" +
 	"\n" +
 	"PurgeQueue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
@@ -3309,7 +3403,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\apattern\x18\x02 \x01(\tR\apattern\x12\x14\n" +
 	"\x05admin\x18\x03 \x01(\bR\x05admin\"'\n" +
 	"\rRecountQueues\x12\x16\n" +
-	"\x06queues\x18\x01 \x03(\tR\x06queues\"\xa8\x02\n" +
+	"\x06queues\x18\x01 \x03(\tR\x06queues\"\xcd\x02\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1e\n" +
 	"\vlast_now_ms\x18\x02 \x01(\x03R\tlastNowMs\x12#\n" +
@@ -3320,7 +3414,13 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\vleader_term\x18\x06 \x01(\x04R\n" +
 	"leaderTerm\x12\"\n" +
 	"\rleader_now_ms\x18\a \x01(\x03R\vleaderNowMs\x12(\n" +
-	"\x10max_queued_bytes\x18\b \x01(\x03R\x0emaxQueuedBytes\"}\n" +
+	"\x10max_queued_bytes\x18\b \x01(\x03R\x0emaxQueuedBytes\x12#\n" +
+	"\rdeleted_count\x18\t \x01(\x04R\fdeletedCount\"`\n" +
+	"\n" +
+	"DeletedKey\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12'\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x13\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\"}\n" +
 	"\n" +
 	"AuthRecord\x121\n" +
 	"\x06tokens\x18\x01 \x03(\v2\x19.raftq.fsm.v1.TokenRecordR\x06tokens\x12<\n" +
@@ -3405,14 +3505,15 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x05state\x18\x12 \x01(\x0e2\x1a.raftq.fsm.v1.MessageStateR\x05state\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x84\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xa2\x01\n" +
 	"\n" +
 	"RecentKind\x12\x1b\n" +
 	"\x17RECENT_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fRECENT_KIND_ACK\x10\x01\x12\x14\n" +
 	"\x10RECENT_KIND_NACK\x10\x02\x12\x15\n" +
 	"\x11RECENT_KIND_PURGE\x10\x03\x12\x17\n" +
-	"\x13RECENT_KIND_REDRIVE\x10\x04*\\\n" +
+	"\x13RECENT_KIND_REDRIVE\x10\x04\x12\x1c\n" +
+	"\x18RECENT_KIND_DELETE_QUEUE\x10\x05*\\\n" +
 	"\fMessageState\x12\x17\n" +
 	"\x13MESSAGE_STATE_READY\x10\x00\x12\x19\n" +
 	"\x15MESSAGE_STATE_DELAYED\x10\x01\x12\x18\n" +
@@ -3431,7 +3532,7 @@ func file_raftq_fsm_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_raftq_fsm_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(RecentKind)(0),            // 0: raftq.fsm.v1.RecentKind
 	(MessageState)(0),          // 1: raftq.fsm.v1.MessageState
@@ -3466,18 +3567,19 @@ var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(*AuthUngrant)(nil),        // 30: raftq.fsm.v1.AuthUngrant
 	(*RecountQueues)(nil),      // 31: raftq.fsm.v1.RecountQueues
 	(*SnapshotHeader)(nil),     // 32: raftq.fsm.v1.SnapshotHeader
-	(*AuthRecord)(nil),         // 33: raftq.fsm.v1.AuthRecord
-	(*TokenRecord)(nil),        // 34: raftq.fsm.v1.TokenRecord
-	(*IdentityRecord)(nil),     // 35: raftq.fsm.v1.IdentityRecord
-	(*PatternGrant)(nil),       // 36: raftq.fsm.v1.PatternGrant
-	(*QueueRecord)(nil),        // 37: raftq.fsm.v1.QueueRecord
-	(*RecentEntry)(nil),        // 38: raftq.fsm.v1.RecentEntry
-	(*KeyOrder)(nil),           // 39: raftq.fsm.v1.KeyOrder
-	(*DedupEntry)(nil),         // 40: raftq.fsm.v1.DedupEntry
-	(*MessageRecord)(nil),      // 41: raftq.fsm.v1.MessageRecord
-	nil,                        // 42: raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	nil,                        // 43: raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	nil,                        // 44: raftq.fsm.v1.MessageRecord.HeadersEntry
+	(*DeletedKey)(nil),         // 33: raftq.fsm.v1.DeletedKey
+	(*AuthRecord)(nil),         // 34: raftq.fsm.v1.AuthRecord
+	(*TokenRecord)(nil),        // 35: raftq.fsm.v1.TokenRecord
+	(*IdentityRecord)(nil),     // 36: raftq.fsm.v1.IdentityRecord
+	(*PatternGrant)(nil),       // 37: raftq.fsm.v1.PatternGrant
+	(*QueueRecord)(nil),        // 38: raftq.fsm.v1.QueueRecord
+	(*RecentEntry)(nil),        // 39: raftq.fsm.v1.RecentEntry
+	(*KeyOrder)(nil),           // 40: raftq.fsm.v1.KeyOrder
+	(*DedupEntry)(nil),         // 41: raftq.fsm.v1.DedupEntry
+	(*MessageRecord)(nil),      // 42: raftq.fsm.v1.MessageRecord
+	nil,                        // 43: raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	nil,                        // 44: raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	nil,                        // 45: raftq.fsm.v1.MessageRecord.HeadersEntry
 }
 var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	8,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
@@ -3502,8 +3604,8 @@ var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	30, // 19: raftq.fsm.v1.Command.auth_ungrant:type_name -> raftq.fsm.v1.AuthUngrant
 	31, // 20: raftq.fsm.v1.Command.recount_queues:type_name -> raftq.fsm.v1.RecountQueues
 	7,  // 21: raftq.fsm.v1.Command.set_cluster_settings:type_name -> raftq.fsm.v1.SetClusterSettings
-	42, // 22: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	43, // 23: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	43, // 22: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	44, // 23: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
 	4,  // 24: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
 	4,  // 25: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
 	5,  // 26: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
@@ -3516,13 +3618,13 @@ var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	19, // 33: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
 	16, // 34: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
 	16, // 35: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
-	34, // 36: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
-	35, // 37: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
-	36, // 38: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
+	35, // 36: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
+	36, // 37: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
+	37, // 38: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
 	4,  // 39: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
-	39, // 40: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
+	40, // 40: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
 	0,  // 41: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
-	44, // 42: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	45, // 42: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
 	1,  // 43: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
 	3,  // 44: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
 	45, // [45:45] is the sub-list for method output_type
@@ -3568,7 +3670,7 @@ func file_raftq_fsm_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_fsm_v1_command_proto_rawDesc), len(file_raftq_fsm_v1_command_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
