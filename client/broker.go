@@ -140,9 +140,14 @@ const (
 
 // DeleteQueue deletes a queue (and its auto-created dead-letter queue when
 // no other queue uses it), and everything in it, unless one of conds
-// refuses.
+// refuses. The call carries a random idempotency key, chosen before the
+// first attempt, so a retry after a lost answer answers OK and deletes
+// nothing more, not even the queue if someone created it again in between.
+// A cluster that does not apply keyed deletes yet (some voter runs a build
+// before log version 11) refuses the key; the delete is then sent once
+// more without it, as before, and a retry of that one is not protected.
 func (c *Client) DeleteQueue(ctx context.Context, name string, conds ...DeleteCondition) error {
-	req := &raftqv1.DeleteQueueRequest{Name: name}
+	req := &raftqv1.DeleteQueueRequest{Name: name, IdempotencyKey: NewDedupID()}
 	for _, cond := range conds {
 		switch cond {
 		case IfEmpty:
@@ -151,7 +156,14 @@ func (c *Client) DeleteQueue(ctx context.Context, name string, conds ...DeleteCo
 			req.IfUnused = true
 		}
 	}
-	return c.broker(ctx, raftqv1.Broker_DeleteQueue_FullMethodName, req, &raftqv1.DeleteQueueResponse{})
+	err := c.broker(ctx, raftqv1.Broker_DeleteQueue_FullMethodName, req, &raftqv1.DeleteQueueResponse{})
+	if needsVersion(err, "DeleteQueue.idempotency_key") {
+		c.log.Warn("raftq: the cluster does not apply keyed deletes yet; deleting without an idempotency key (a retry after a lost answer could delete a queue created in between)",
+			"queue", name, "error", err)
+		req.IdempotencyKey = ""
+		err = c.broker(ctx, raftqv1.Broker_DeleteQueue_FullMethodName, req, &raftqv1.DeleteQueueResponse{})
+	}
+	return err
 }
 
 // GetQueue returns a queue's effective config and stats; includeKeys adds

@@ -20,7 +20,27 @@ import (
 const (
 	ReasonNotLeader = "NOT_LEADER"
 	ReasonNoLeader  = "NO_LEADER"
+	// ReasonClusterVersion comes with FAILED_PRECONDITION: the request
+	// used a field the cluster does not apply yet (metadata "field",
+	// "needs_version", "cluster_version"); nothing was done.
+	ReasonClusterVersion = "CLUSTER_VERSION"
 )
+
+// needsVersion reports whether err refused the request's field (named as
+// the node names it, e.g. "DeleteQueue.idempotency_key") because the
+// cluster does not apply it yet.
+func needsVersion(err error, field string) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.FailedPrecondition {
+		return false
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == ReasonClusterVersion && info.GetMetadata()["field"] == field {
+			return true
+		}
+	}
+	return false
+}
 
 // DefaultMaxAttempts bounds retries of a call whose context has no deadline.
 const DefaultMaxAttempts = 10

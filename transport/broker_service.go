@@ -97,7 +97,10 @@ func (s brokerService) DeleteQueue(ctx context.Context, req *raftqv1.DeleteQueue
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	if err := s.b.Queues().DeleteQueue(ctx, req.Name, broker.DeleteConditions{IfEmpty: req.IfEmpty, IfUnused: req.IfUnused}); err != nil {
+	if len(req.IdempotencyKey) > fsm.MaxDedupIDLen {
+		return nil, invalid("idempotency_key is longer than %d bytes", fsm.MaxDedupIDLen)
+	}
+	if err := s.b.Queues().DeleteQueue(ctx, req.Name, broker.DeleteConditions{IfEmpty: req.IfEmpty, IfUnused: req.IfUnused}, req.IdempotencyKey); err != nil {
 		return nil, err
 	}
 	return &raftqv1.DeleteQueueResponse{}, nil

@@ -19,7 +19,11 @@ import (
 const (
 	ReasonNotLeader = "NOT_LEADER"
 	ReasonNoLeader  = "NO_LEADER"
-	errorDomain     = "raftq"
+	// ReasonClusterVersion: the request uses a field the cluster does not
+	// apply yet (FAILED_PRECONDITION); metadata field, needs_version and
+	// cluster_version say which. A client may resend without the field.
+	ReasonClusterVersion = "CLUSTER_VERSION"
+	errorDomain          = "raftq"
 )
 
 // codeOf maps the FSM's and the cluster's sentinel errors to gRPC codes.
@@ -34,7 +38,7 @@ func codeOf(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, fsm.ErrQueueExists), errors.Is(err, fsm.ErrTokenExists):
 		return codes.AlreadyExists
-	case errors.Is(err, broker.ErrAuthNotEnabled), errors.Is(err, broker.ErrSettingsNotReplicated):
+	case errors.Is(err, broker.ErrAuthNotEnabled), errors.Is(err, broker.ErrSettingsNotReplicated), errors.Is(err, broker.ErrNeedsVersion):
 		return codes.FailedPrecondition
 	case errors.Is(err, fsm.ErrQueueFull), errors.Is(err, fsm.ErrLimit), errors.Is(err, broker.ErrOverloaded),
 		errors.Is(err, diskguard.ErrNoSpace):
@@ -66,6 +70,18 @@ func toStatus(err error) error {
 	}
 	if _, ok := status.FromError(err); ok {
 		return err
+	}
+	if nv := (*broker.NeedsVersionError)(nil); errors.As(err, &nv) {
+		st, _ := status.New(codes.FailedPrecondition, err.Error()).WithDetails(&errdetails.ErrorInfo{
+			Reason: ReasonClusterVersion,
+			Domain: errorDomain,
+			Metadata: map[string]string{
+				"field":           nv.Field,
+				"needs_version":   fmt.Sprint(nv.Needs),
+				"cluster_version": fmt.Sprint(nv.Cluster),
+			},
+		})
+		return st.Err()
 	}
 	return status.Error(codeOf(err), err.Error())
 }

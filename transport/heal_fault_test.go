@@ -22,19 +22,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// waitClusterVersion waits until every node applies at least version v.
-func waitClusterVersion(t *testing.T, c *inprocCluster, v uint32) {
-	t.Helper()
-	waitUntil(t, 20*time.Second, "the cluster version", func() error {
-		for _, n := range c.nodes {
-			if got := n.state.ClusterVersion(); got < v {
-				return fmt.Errorf("%s at cluster version %d, want %d", n.id, got, v)
-			}
-		}
-		return nil
-	})
-}
-
 // watchSuffrage records every suffrage of node id that n's configuration
 // showed, in order ("" while it is not in it), polling every 5 ms (a
 // joining node stays a nonvoter for at least ipPromoteAfter) until the

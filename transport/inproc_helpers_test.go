@@ -68,6 +68,9 @@ type inprocOpts struct {
 	bootstrapToken string       // accepted as an admin token by every node
 	logger         *slog.Logger // nil = inprocLogger()
 	carryGrants    bool         // broker.Config.CarryGrants
+	// logVersion is what every node advertises (0 = this build's newest),
+	// so the cluster version stays there, as during a rolling upgrade.
+	logVersion uint32
 }
 
 // inprocNode is one in-process raftq node.
@@ -196,6 +199,7 @@ func (c *inprocCluster) startNodeAt(id string, join []string, at nodeAddrs) *inp
 			LeaderLeaseTimeout: ipLease,
 			PromoteAfter:       ipPromoteAfter,
 			TLS:                clusterTLS(nodeTLS),
+			LogVersion:         o.logVersion,
 		},
 		MaxQueuedBytes: o.maxQueuedBytes,
 		Audit:          o.audit,
@@ -253,6 +257,19 @@ func (c *inprocCluster) restart(n *inprocNode) *inprocNode {
 		}
 	}
 	return m
+}
+
+// waitClusterVersion waits until every node applies at least version v.
+func waitClusterVersion(t *testing.T, c *inprocCluster, v uint32) {
+	t.Helper()
+	waitUntil(t, 20*time.Second, "the cluster version", func() error {
+		for _, n := range c.nodes {
+			if got := n.state.ClusterVersion(); got < v {
+				return fmt.Errorf("%s at cluster version %d, want %d", n.id, got, v)
+			}
+		}
+		return nil
+	})
 }
 
 // waitStable waits until one node leads (its Barrier done), every node

@@ -2,12 +2,15 @@ package transport
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/raftq/raftq/client"
+	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -125,5 +128,82 @@ func TestRetriesAfterALostAnswer(t *testing.T) {
 	}
 	if len(loser.lose) != 0 {
 		t.Fatalf("calls whose answer was never lost: %v", loser.lose)
+	}
+}
+
+// TestRetriedDeleteAfterALostAnswer is the lost-delete-reply race (issue
+// 20, hole 4) through the SDK: the delete applies, its answer is lost,
+// someone creates the queue again and enqueues into it, and the SDK's
+// retry arrives. It must answer OK and leave the new queue and its
+// message alone.
+func TestRetriedDeleteAfterALostAnswer(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 1})
+	l := c.leader()
+	waitClusterVersion(t, c, fsm.DeleteKeyVersion)
+	mustCreate(t, l, "d", nil)
+	mustEnqueue(t, l, "d", []byte("old"))
+	loser := &answerLoser{lose: map[string]bool{raftqv1.Broker_DeleteQueue_FullMethodName: true}}
+	loser.between = func(string) {
+		mustCreate(t, l, "d", nil)
+		mustEnqueue(t, l, "d", []byte("acknowledged"))
+	}
+	cl, err := client.Dial(tctx(t, 10*time.Second), []string{l.addr},
+		client.WithDialOptions(grpc.WithUnaryInterceptor(loser.intercept)),
+		client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.DeleteQueue(tctx(t, 10*time.Second), "d"); err != nil {
+		t.Fatalf("retried delete: %v, want OK", err)
+	}
+	if len(loser.lose) != 0 {
+		t.Fatal("the delete's answer was never lost")
+	}
+	if st := queueInfo(t, l, "d").Stats; st.Ready != 1 {
+		t.Fatalf("the queue created after the delete holds %d ready, want its 1 acknowledged message", st.Ready)
+	}
+}
+
+// TestDeleteKeyNeedsVersion11: until every voter applies log version 11
+// (here every node advertises 10, as during a rolling upgrade) a delete
+// carrying an idempotency key is refused FAILED_PRECONDITION naming the
+// version, with the reason the SDK reads, and deletes nothing; the SDK
+// then deletes without a key, as before.
+func TestDeleteKeyNeedsVersion11(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 1, logVersion: fsm.DeleteKeyVersion - 1})
+	l := c.leader()
+	waitClusterVersion(t, c, fsm.DeleteKeyVersion-1)
+	mustCreate(t, l, "d", nil)
+	ctx := tctx(t, 10*time.Second)
+	_, err := l.broker.DeleteQueue(ctx, &raftqv1.DeleteQueueRequest{Name: "d", IdempotencyKey: "k1"})
+	st := status.Convert(err)
+	if st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "log version 11") || !strings.Contains(st.Message(), "idempotency_key") {
+		t.Fatalf("keyed delete at cluster version 10: %v, want FAILED_PRECONDITION naming idempotency_key and log version 11", err)
+	}
+	var reason string
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			reason = info.GetReason() + " " + info.GetMetadata()["needs_version"]
+		}
+	}
+	if reason != "CLUSTER_VERSION 11" {
+		t.Fatalf("error details: %q, want reason CLUSTER_VERSION needing 11", reason)
+	}
+	queueInfo(t, l, "d") // still there
+	if v := l.state.ClusterVersion(); v != fsm.DeleteKeyVersion-1 {
+		t.Fatalf("cluster version %d", v)
+	}
+
+	cl, err := client.Dial(ctx, []string{l.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.DeleteQueue(ctx, "d"); err != nil {
+		t.Fatalf("SDK delete on a version-10 cluster: %v", err)
+	}
+	if _, err := l.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "d"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("after the SDK's delete: %v, want NOT_FOUND", err)
 	}
 }

@@ -696,6 +696,20 @@ func TestDeleteAndPurgeConfirm(t *testing.T) {
 	if d := requests[*raftqv1.DeleteQueueRequest](f); len(d) != 1 || !d[0].GetIfEmpty() || !d[0].GetIfUnused() {
 		t.Fatalf("requests %v", d)
 	}
+	// One delete is one idempotency key, the same in its retry after a
+	// lost answer (so the retry cannot delete a queue created in
+	// between); another delete has another.
+	f = &fake{loseDeletes: 1}
+	addr := serve(t, f)
+	for range 2 {
+		if r := raftq(t, addr, "", "queue", "delete", "q", "--force"); r.code != 0 {
+			t.Fatal(r.stderr)
+		}
+	}
+	d := requests[*raftqv1.DeleteQueueRequest](f)
+	if len(d) != 3 || d[0].GetIdempotencyKey() == "" || d[1].GetIdempotencyKey() != d[0].GetIdempotencyKey() || d[2].GetIdempotencyKey() == d[0].GetIdempotencyKey() {
+		t.Fatalf("delete, its retry, another delete: %v; want one key for the first two and another for the third", d)
+	}
 }
 
 // Tab completion of a queue argument lists the cluster's queues; the

@@ -70,6 +70,9 @@ type fake struct {
 	// refuseAcks makes Ack refuse every item, as the broker does once
 	// a lease ran out.
 	refuseAcks bool
+	// loseDeletes is how many DeleteQueue calls (the first ones) are
+	// answered UNAVAILABLE after they are recorded: lost answers.
+	loseDeletes int
 }
 
 // moved is what Redrive and PurgeQueue report for each queue name.
@@ -346,6 +349,12 @@ func TestNoBrokerFailsFastNamingAddresses(t *testing.T) {
 
 func (f *fake) DeleteQueue(_ context.Context, r *raftqv1.DeleteQueueRequest) (*raftqv1.DeleteQueueResponse, error) {
 	f.record(r)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.loseDeletes > 0 {
+		f.loseDeletes--
+		return nil, status.Error(codes.Unavailable, "test: the answer was lost")
+	}
 	return &raftqv1.DeleteQueueResponse{}, nil
 }
 

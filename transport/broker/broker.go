@@ -151,7 +151,12 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	//    rest of the node as events (leader.go), not as a callback.
 	ccfg := cfg.Cluster
 	ccfg.Logger = cfg.Logger.With("component", "cluster")
-	ccfg.LogVersion = fsm.MaxLogVersion // advertised in gossip: what this build applies
+	if ccfg.LogVersion == 0 || ccfg.LogVersion > fsm.MaxLogVersion {
+		// Advertised in gossip: what this build applies. A caller may
+		// advertise less, so a test runs a cluster held at an older
+		// version, as during a rolling upgrade.
+		ccfg.LogVersion = fsm.MaxLogVersion
+	}
 	ccfg.MaxQueuedBytes = cfg.MaxQueuedBytes
 	node, err := cluster.New(ctx, ccfg, b.state, nil)
 	if err != nil {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/raftq/raftq/fsm"
@@ -49,14 +50,40 @@ type DeleteConditions struct {
 	IfUnused bool
 }
 
+// ErrNeedsVersion: a request uses a field whose rule the cluster does not
+// apply yet (not every voter runs a build of that log version). Wrapped in
+// a *NeedsVersionError saying which.
+var ErrNeedsVersion = errors.New("the cluster does not apply this yet")
+
+// NeedsVersionError names the field, the log version it needs and the
+// cluster's.
+type NeedsVersionError struct {
+	Field          string
+	Needs, Cluster uint32
+}
+
+func (e *NeedsVersionError) Error() string {
+	return fmt.Sprintf("%s needs every voter at log version %d; the cluster is at log version %d (upgrade every voter to a build that applies version %d; the cluster version rises by itself)",
+		e.Field, e.Needs, e.Cluster, e.Needs)
+}
+
+func (e *NeedsVersionError) Unwrap() error { return ErrNeedsVersion }
+
 // DeleteQueue deletes a queue and everything in it, if cond holds. It runs
 // on the leader (the transport forwards writes there), whose scheduler
 // knows the consumers. IfEmpty is checked by the state machine as the
 // delete applies once the cluster is at fsm.IfEmptyVersion, so a message
 // committed just before the delete is never dropped unseen; on an older
-// cluster the leader checks its own state just before proposing.
-func (qs Queues) DeleteQueue(ctx context.Context, name string, cond DeleteConditions) error {
-	del := &fsmv1.DeleteQueue{Name: name}
+// cluster the leader checks its own state just before proposing. A delete
+// repeated with the same non-empty idempotency key (a retry) answers OK and
+// deletes nothing more; a key is refused (NeedsVersionError) until the
+// cluster applies fsm.DeleteKeyVersion, since an older entry ignores it
+// and the retry it protects would delete again.
+func (qs Queues) DeleteQueue(ctx context.Context, name string, cond DeleteConditions, idempotencyKey string) error {
+	if cv := qs.b.state.ClusterVersion(); idempotencyKey != "" && cv < fsm.DeleteKeyVersion {
+		return &NeedsVersionError{Field: "DeleteQueue.idempotency_key", Needs: fsm.DeleteKeyVersion, Cluster: cv}
+	}
+	del := &fsmv1.DeleteQueue{Name: name, IdempotencyKey: idempotencyKey}
 	if cond.IfUnused {
 		cs, err := qs.b.sched.ListConsumers(name)
 		if err != nil {
