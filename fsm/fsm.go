@@ -21,7 +21,8 @@ import (
 // within each leader's term; version 5 adds identities, tokens and
 // grants; version 6 adds DeleteQueue.if_empty; version 7 answers retries as the first call;
 // version 8 adds RecountQueues; version 9 enforces admission at apply;
-// version 10 lets an Ack carry lease grants. fsm/DESIGN.md lists every
+// version 10 lets an Ack carry lease grants; version 11 answers a
+// retried keyed DeleteQueue as the first. fsm/DESIGN.md lists every
 // version.
 const MaxLogVersion = state.MaxLogVersion
 
