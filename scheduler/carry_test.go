@@ -138,15 +138,10 @@ func TestCarriedGrantsSelectAsBefore(t *testing.T) {
 			for len(order) < 21 {
 				e.idle()
 				var ds []*state.Delivery
-				for {
-					select {
-					case d := <-c.Deliveries():
-						ds = append(ds, d)
-						continue
-					default:
-					}
-					break
-				}
+				c.Take(func(d *state.Delivery) bool {
+					ds = append(ds, d)
+					return true
+				})
 				if len(ds) == 0 {
 					e.advance(10 * time.Millisecond) // a throttle token
 					continue

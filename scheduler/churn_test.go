@@ -123,10 +123,13 @@ func TestStress(t *testing.T) {
 					return
 				}
 				for n := 50 + r.IntN(200); n > 0 && ctx.Err() == nil; n-- {
-					var d *state.Delivery
-					select {
-					case d = <-c.Deliveries():
-					case <-ctx.Done():
+					d, ok := c.TakeOne()
+					if !ok {
+						select {
+						case <-c.Ready():
+						case <-ctx.Done():
+						}
+						n++ // nothing taken
 						continue
 					}
 					mu.Lock()
@@ -169,9 +172,10 @@ func TestStress(t *testing.T) {
 				}
 				// Close with deliveries possibly still buffered: released.
 				mu.Lock()
-				for len(c.Deliveries()) > 0 {
-					delete(holder, (<-c.Deliveries()).ID)
-				}
+				c.Take(func(d *state.Delivery) bool {
+					delete(holder, d.ID)
+					return true
+				})
 				mu.Unlock()
 				c.Close()
 			}

@@ -29,9 +29,9 @@ type ConsumerRequest struct {
 	Address, Identity string
 }
 
-// Consumer is one registered Lease stream. Deliveries carries its messages
-// (already leased to it); Done closes when the stream is over, with Err
-// saying why. Deliveries is never closed: select on Done too.
+// Consumer is one registered Lease stream. Its buffer holds its messages
+// (already leased to it) until the stream takes them (Ready, Take); Done
+// closes when the stream is over, with Err saying why.
 type Consumer struct {
 	s            *Scheduler
 	t            *term // the term it registered in
@@ -42,15 +42,23 @@ type Consumer struct {
 	seq          uint64
 	max          int
 	visibilityMs int64
-	limit        int // total deliveries wanted, 0 = unlimited
-	ch           chan *state.Delivery
+	limit        int           // total deliveries wanted, 0 = unlimited
+	ready        chan struct{} // capacity 1: a delivery was pushed (Ready)
 	done         chan struct{}
 	err          error
 	closeOnce    sync.Once
 
 	// guarded by t.reg.mu
+	// buf holds the deliveries pushed and not yet taken by the stream, in
+	// push order (at most max).
+	buf []*state.Delivery
+	// lapsed are deliveries taken out of buf unsent because their lease
+	// lapsed first: they are rolled back uncounted (registry.takeLapsed,
+	// or Close); rolling counts those in a rollback still in flight.
+	lapsed    []*fsmv1.Ref
+	rolling   int
 	pending   int // grants proposed to it, not yet handled
-	delivered int // pushed to its buffer
+	delivered int // pushed to its buffer, less those that lapsed there
 	acked     int // acks received for its leases (Settling)
 	ended     bool
 	// closing: Close waits for its pending grants (quiet closes when the
@@ -107,7 +115,7 @@ func (s *Scheduler) Register(ctx context.Context, req ConsumerRequest) (*Consume
 		max:          maxIF,
 		visibilityMs: vis,
 		limit:        max(req.Limit, 0),
-		ch:           make(chan *state.Delivery, maxIF),
+		ready:        make(chan struct{}, 1),
 		done:         make(chan struct{}),
 	}
 	if err := t.reg.add(c); err != nil {
@@ -127,11 +135,82 @@ func (c *Consumer) Queue() string { return c.queue }
 // Name is the client-supplied consumer name.
 func (c *Consumer) Name() string { return c.name }
 
-// MaxInFlight is the effective credit limit (and the Deliveries buffer).
+// MaxInFlight is the effective credit limit (and the size of the buffer).
 func (c *Consumer) MaxInFlight() int { return c.max }
 
-// Deliveries carries leased messages; its buffer holds exactly MaxInFlight.
-func (c *Consumer) Deliveries() <-chan *state.Delivery { return c.ch }
+// Ready receives a value after deliveries were pushed to the buffer: Take
+// them then (a value may be left over from deliveries already taken).
+func (c *Consumer) Ready() <-chan struct{} { return c.ready }
+
+// Buffered is the number of deliveries waiting in the buffer.
+func (c *Consumer) Buffered() int {
+	c.t.reg.mu.Lock()
+	defer c.t.reg.mu.Unlock()
+	return len(c.buf)
+}
+
+// Take hands the stream the deliveries at the head of the buffer, in
+// order, for as long as fn accepts them (fn returning false leaves that
+// delivery, and those after it, for the next Take). It returns how many
+// fn took and whether the buffer still holds more.
+//
+// A delivery is only ever handed over while its lease is current: held
+// by this consumer under its token, its deadline (on the leader's clock)
+// not reached. One whose lease lapsed while it waited (a slow stream) was
+// never sent, so it is not counted as an attempt: it is taken out and
+// rolled back (the loop proposes the LeaseRollback, before any expiry of
+// it); one whose lease ended otherwise is dropped. Neither counts against
+// the consumer's Limit. fn runs under the scheduler's locks and must not
+// block (project the delivery, size it, append it to the response).
+func (c *Consumer) Take(fn func(d *state.Delivery) bool) (taken int, more bool) {
+	s, r := c.s, c.t.reg
+	lapsed := false
+	s.state.Read(func(v fsm.View) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		var nowMs int64
+		if len(c.buf) > 0 {
+			nowMs = s.clock.Now().UnixMilli()
+		}
+		for len(c.buf) > 0 {
+			d := c.buf[0]
+			holder, token, ok := v.Lease(d.Queue, d.ID)
+			current := ok && token == d.LeaseToken && holder == c.id
+			if current && d.LeaseDeadlineMs > nowMs {
+				if !fn(d) {
+					more = true
+					return
+				}
+				taken++
+			} else {
+				c.delivered--
+				if current {
+					r.lapseLocked(c, d)
+					lapsed = true
+				}
+			}
+			c.buf[0] = nil
+			c.buf = c.buf[1:]
+		}
+	})
+	if lapsed {
+		s.kick()
+	}
+	return taken, more
+}
+
+// TakeOne takes the delivery at the head of the buffer, as Take does.
+func (c *Consumer) TakeOne() (*state.Delivery, bool) {
+	var got *state.Delivery
+	c.Take(func(d *state.Delivery) bool {
+		if got != nil {
+			return false
+		}
+		got = d
+		return true
+	})
+	return got, got != nil
+}
 
 // Done is closed when the consumer has ended.
 func (c *Consumer) Done() <-chan struct{} { return c.done }
@@ -184,6 +263,7 @@ func (c *Consumer) Close() {
 					s.handBack(unsent) // the term ended meanwhile
 				}
 			}
+			t.reg.unlapse(unsent)
 		}
 		res, err := fsm.As[*fsm.CountResult](s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_ReleaseConsumer{ReleaseConsumer: &fsmv1.ReleaseConsumer{ConsumerId: c.id}}}))
 		if err != nil {
@@ -206,29 +286,39 @@ func (c *Consumer) end(err error) {
 
 // push hands a committed delivery to the stream without blocking (t.reg.mu
 // held). It fails if the consumer is gone or, exceptionally, its buffer is
-// full (a lease of a buffered delivery expired and its credit was reused).
+// full (a lease of a buffered delivery ended and its credit was reused).
 func (c *Consumer) push(d *state.Delivery) bool {
-	if c.ended {
+	if c.ended || len(c.buf) >= c.max {
 		return false
 	}
+	c.buf = append(c.buf, d)
 	select {
-	case c.ch <- d:
-		return true
+	case c.ready <- struct{}{}:
 	default:
-		return false
 	}
+	return true
 }
 
-// drainUnsent empties the buffer of deliveries the stream never sent
-// (only after the consumer ended, so nothing more is pushed) and appends
-// them to refs.
+// drainUnsent empties the buffer, and the lapsed deliveries not yet being
+// rolled back, of deliveries the stream never sent (only after the
+// consumer ended, so nothing more is pushed) and appends them to refs.
 func (c *Consumer) drainUnsent(refs []*fsmv1.Ref) []*fsmv1.Ref {
-	for {
-		select {
-		case d := <-c.ch:
-			refs = append(refs, &fsmv1.Ref{Queue: d.Queue, MessageId: d.ID, LeaseToken: d.LeaseToken})
-		default:
-			return refs
-		}
+	for _, d := range c.buf {
+		refs = append(refs, &fsmv1.Ref{Queue: d.Queue, MessageId: d.ID, LeaseToken: d.LeaseToken})
+	}
+	clear(c.buf)
+	c.buf = nil
+	refs = append(refs, c.lapsed...)
+	c.lapsed = nil
+	return refs
+}
+
+// checkQuiet closes quiet, which Close waits on, once no grant to c is
+// pending and none of its lapsed deliveries is being rolled back
+// (t.reg.mu held).
+func (c *Consumer) checkQuiet() {
+	if c.pending == 0 && c.rolling == 0 && c.quiet != nil {
+		close(c.quiet)
+		c.quiet = nil
 	}
 }

@@ -16,8 +16,8 @@ func TestImmediateDeliveryCreatesLease(t *testing.T) {
 		e := newEnv(t)
 		e.createQueue("q", nil)
 		c := e.register("q", 0)
-		if c.MaxInFlight() != DefaultMaxInFlight || cap(c.Deliveries()) != DefaultMaxInFlight {
-			t.Fatalf("max in flight %d, buffer %d; want %d", c.MaxInFlight(), cap(c.Deliveries()), DefaultMaxInFlight)
+		if c.MaxInFlight() != DefaultMaxInFlight {
+			t.Fatalf("max in flight %d; want %d", c.MaxInFlight(), DefaultMaxInFlight)
 		}
 		ids := e.enqueue("q", &fsmv1.EnqueueMessage{Payload: []byte("hello")})
 		d := e.recv(c) // no clock advance: pushed as soon as the enqueue applied
@@ -316,8 +316,8 @@ func TestGrantFailureBacksOffAndRetries(t *testing.T) {
 		e.enqueueN("q", 4, nil)
 		e.idle()
 		fails := e.p.proposed("grant")
-		if fails != 0 || len(c.Deliveries()) != 0 {
-			t.Fatalf("grants applied %d, buffered %d", fails, len(c.Deliveries()))
+		if fails != 0 || c.Buffered() != 0 {
+			t.Fatalf("grants applied %d, buffered %d", fails, c.Buffered())
 		}
 		// No spinning: while backing off nothing is proposed until time passes.
 		e.p.setHook(nil)
@@ -349,7 +349,7 @@ func TestKeyStats(t *testing.T) {
 		if !slices.Equal(names, []string{"a", "b"}) || keys[0].Weight != 2 {
 			t.Fatalf("keys %v", keys)
 		}
-		if keys[0].Pending+keys[1].Pending != 9-int64(len(c.Deliveries())) {
+		if keys[0].Pending+keys[1].Pending != 9-int64(c.Buffered()) {
 			t.Fatalf("pending %d+%d", keys[0].Pending, keys[1].Pending)
 		}
 		if len(thr) != 2 || thr[0].Key != "t" || thr[0].Burst != 4 || thr[1].Key != "u" || thr[1].Tokens != 1 {

@@ -416,15 +416,14 @@ func (e *env) register(queue string, maxInFlight int) *Consumer {
 // passing: once the scheduler is idle, it is buffered or it is a failure.
 func (e *env) recv(c *Consumer) *state.Delivery {
 	e.t.Helper()
-	select {
-	case d := <-c.Deliveries():
+	if d, ok := c.TakeOne(); ok {
 		return d
-	default:
 	}
 	e.idle()
-	select {
-	case d := <-c.Deliveries():
+	if d, ok := c.TakeOne(); ok {
 		return d
+	}
+	select {
 	case <-c.Done():
 		e.t.Fatalf("consumer ended: %v", c.Err())
 	default:
@@ -447,14 +446,11 @@ func (e *env) drain(c *Consumer) []*state.Delivery {
 	e.t.Helper()
 	e.idle()
 	var out []*state.Delivery
-	for {
-		select {
-		case d := <-c.Deliveries():
-			out = append(out, d)
-		default:
-			return out
-		}
-	}
+	c.Take(func(d *state.Delivery) bool {
+		out = append(out, d)
+		return true
+	})
+	return out
 }
 
 func (e *env) expectNone(c *Consumer) {

@@ -92,7 +92,7 @@ func TestRollbackWhenConsumerGone(t *testing.T) {
 		if e.p.proposed("rollback") != 1 {
 			t.Fatalf("rollbacks proposed: %d", e.p.proposed("rollback"))
 		}
-		if len(a.Deliveries()) != 0 {
+		if a.Buffered() != 0 {
 			t.Fatal("delivery pushed to a closed consumer")
 		}
 		peek, err := e.f.Peek("q", 10, false)
@@ -127,7 +127,7 @@ func TestCloseRacingGrantCountsNoAttempt(t *testing.T) {
 		close(release)
 		<-closed
 		e.idle()
-		if len(a.Deliveries()) != 0 {
+		if a.Buffered() != 0 {
 			t.Fatal("delivery pushed to a closed consumer")
 		}
 		if st := e.info("q").Stats; st.DeadLettered != 0 || st.Ready != 1 {
@@ -140,30 +140,57 @@ func TestCloseRacingGrantCountsNoAttempt(t *testing.T) {
 	})
 }
 
-// TestStaleBufferedDeliveryNoSpin: a delivery whose lease expired while it
-// sat unread in the buffer still takes buffer space, so the expired message
-// is not re-granted into a full buffer (no grant/rollback spin); once the
-// stream reads the buffer it is redelivered.
-func TestStaleBufferedDeliveryNoSpin(t *testing.T) {
+// TestLapsedBufferedDeliveryReturnsUncounted (issue 20, hole 3): a
+// delivery whose lease lapses while it waits in the buffer (the stream was
+// slow to take it) is never handed to the stream: it was never sent, so
+// it is taken out and rolled back uncounted, then granted again, and the
+// stream gets it under a new lease at its first attempt. One rollback and
+// one grant per lapse, and no expiry: no spin.
+func TestLapsedBufferedDeliveryReturnsUncounted(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		e := newEnv(t, func(c *Config) { c.LeaseGrace = -1 })
-		e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 1000})
+		e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 1000, MaxDeliveries: 1})
 		c := e.register("q", 1)
-		e.enqueueN("q", 1, nil)
+		ids := e.enqueueN("q", 1, nil)
 		e.idle()
-		if len(c.Deliveries()) != 1 {
+		if c.Buffered() != 1 {
 			t.Fatal("no delivery buffered")
 		}
-		e.advance(time.Second) // the buffered lease expires
-		e.idle()
-		grants := e.p.proposed("grant")
-		if st := e.info("q").Stats; st.Ready != 1 || st.InFlight != 0 || grants != 1 || e.p.proposed("rollback") != 0 {
-			t.Fatalf("stats %+v, grants %d, rollbacks %d", st, grants, e.p.proposed("rollback"))
+		var stale uint64
+		e.f.Read(func(v fsm.View) { _, stale, _ = v.Lease("q", ids[0]) })
+		e.advance(time.Second) // the buffered lease lapses
+		st := e.info("q").Stats
+		if grants, rollbacks := e.p.proposed("grant"), e.p.proposed("rollback"); grants != 2 || rollbacks != 1 || e.p.proposed("expire") != 0 || st.ExpiredTotal != 0 || st.DeadLettered != 0 {
+			t.Fatalf("stats %+v, grants %d, rollbacks %d, expiries %d; want the lapsed lease rolled back and granted again", st, grants, rollbacks, e.p.proposed("expire"))
 		}
-		stale := e.recv(c)
-		e.advance(bufferRecheck)
-		if d := e.recv(c); d.ID != stale.ID || d.Attempt != 2 {
-			t.Fatalf("redelivery %+v", d)
+		d := e.recv(c)
+		if d.ID != ids[0] || d.Attempt != 1 || d.LeaseToken == stale {
+			t.Fatalf("delivery %+v, want message %d at attempt 1 under a new token (not %d)", d, ids[0], stale)
+		}
+		e.expectNone(c)
+	})
+}
+
+// TestTakeDropsLapsedDelivery: a stream that takes its buffer after a
+// delivery's deadline (before the sweeper got to it) is not handed it;
+// it is rolled back uncounted just the same and comes again.
+func TestTakeDropsLapsedDelivery(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t, func(c *Config) { c.LeaseGrace = time.Hour }) // the sweeper expires nothing
+		e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 1000})
+		c := e.register("q", 1)
+		ids := e.enqueueN("q", 1, nil)
+		e.idle()
+		time.Sleep(time.Second) // the deadline passes; the stream has not taken it
+		if d, ok := c.TakeOne(); ok {
+			t.Fatalf("handed a delivery whose lease lapsed: %+v", d)
+		}
+		e.idle()
+		if e.p.proposed("rollback") != 1 {
+			t.Fatalf("rollbacks %d, want 1", e.p.proposed("rollback"))
+		}
+		if d := e.recv(c); d.ID != ids[0] || d.Attempt != 1 {
+			t.Fatalf("delivery %+v, want message %d at attempt 1", d, ids[0])
 		}
 	})
 }
@@ -333,10 +360,10 @@ func TestCloseRollsBackUnsentDeliveries(t *testing.T) {
 		ids := e.enqueueN("q", 3, nil)
 		c := e.register("q", 3)
 		e.idle()
-		if n := len(c.Deliveries()); n != 3 {
+		if n := c.Buffered(); n != 3 {
 			t.Fatalf("%d buffered deliveries, want 3", n)
 		}
-		sent := <-c.Deliveries() // the stream sent one; two stay buffered
+		sent, _ := c.TakeOne() // the stream sent one; two stay buffered
 		c.Close()
 		e.idle()
 		peek, err := e.f.Peek("q", 10, false)

@@ -18,10 +18,29 @@ type registry struct {
 	open   bool
 	queues map[string][]*Consumer // by registration sequence
 	names  []string               // sorted keys of queues
+	// byID holds every consumer whose buffer the sweeper may need to look
+	// in: the registered ones and those closing until Close took their
+	// buffer.
+	byID map[string]*Consumer
+	// lapsing are leases whose deliveries were never sent and that are
+	// set aside to be rolled back uncounted (queued in a consumer's
+	// lapsed, in a rollback in flight, or in Close's): the sweeper does
+	// not expire them.
+	lapsing map[lapseKey]struct{}
+}
+
+// lapseKey names one lease.
+type lapseKey struct {
+	queue     string
+	id, token uint64
+}
+
+func keyOf(r *fsmv1.Ref) lapseKey {
+	return lapseKey{r.GetQueue(), r.GetMessageId(), r.GetLeaseToken()}
 }
 
 func newRegistry() *registry {
-	return &registry{open: true, queues: map[string][]*Consumer{}}
+	return &registry{open: true, queues: map[string][]*Consumer{}, byID: map[string]*Consumer{}, lapsing: map[lapseKey]struct{}{}}
 }
 
 // add registers c at the end of its queue's round-robin; it fails with
@@ -37,6 +56,7 @@ func (r *registry) add(c *Consumer) error {
 		r.names = slices.Insert(r.names, i, c.queue)
 	}
 	r.queues[c.queue] = append(r.queues[c.queue], c) // seq grows: stays sorted
+	r.byID[c.id] = c
 	return nil
 }
 
@@ -67,25 +87,144 @@ func (r *registry) closeConsumer(c *Consumer) (quiet <-chan struct{}, live bool)
 	}
 	c.closing = true
 	q := make(chan struct{})
-	if c.pending == 0 {
-		close(q)
-	} else {
-		c.quiet = q
-	}
+	c.quiet = q
+	c.checkQuiet()
 	return q, true
 }
 
 // takeUnsent ends Close's hold on c's grants and returns the refs of
-// everything granted to c that its stream never took: its buffer and the
-// deliveries of grants handled since it closed. Grants handled after this
-// are rolled back by the pipeline as for any gone consumer.
+// everything granted to c that its stream never took: its buffer, its
+// lapsed deliveries and the deliveries of grants handled since it closed.
+// Grants handled after this are rolled back by the pipeline as for any
+// gone consumer. The refs count as lapsing (the sweeper leaves them to
+// Close's rollback) until unlapse.
 func (r *registry) takeUnsent(c *Consumer) []*fsmv1.Ref {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c.closing = false
 	refs := c.drainUnsent(c.unpushed)
 	c.unpushed = nil
+	delete(r.byID, c.id)
+	for _, ref := range refs {
+		r.lapsing[keyOf(ref)] = struct{}{}
+	}
 	return refs
+}
+
+// unlapse forgets refs once their rollback has been proposed (applied,
+// failed or handed back).
+func (r *registry) unlapse(refs []*fsmv1.Ref) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ref := range refs {
+		delete(r.lapsing, keyOf(ref))
+	}
+}
+
+// lapseLocked sets aside d, just taken out of c's buffer unsent, to be
+// rolled back (r.mu held).
+func (r *registry) lapseLocked(c *Consumer, d *state.Delivery) {
+	ref := &fsmv1.Ref{Queue: d.Queue, MessageId: d.ID, LeaseToken: d.LeaseToken}
+	c.lapsed = append(c.lapsed, ref)
+	r.lapsing[keyOf(ref)] = struct{}{}
+}
+
+// lapseBuffered is the sweeper's filter over leases past their deadline
+// (the state's read lock held): those whose deliveries still wait in their
+// consumer's buffer were never sent, so instead of expiring (which counts
+// an attempt) they are taken out of the buffer, so that no stream sends
+// them any more, and set aside to be rolled back uncounted. It returns the
+// refs left to expire: without those, and without leases already set
+// aside.
+func (r *registry) lapseBuffered(v fsm.View, refs []*fsmv1.Ref) []*fsmv1.Ref {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var inBuf map[*Consumer]map[lapseKey]bool
+	kept := refs[:0]
+	for _, ref := range refs {
+		k := keyOf(ref)
+		if _, ok := r.lapsing[k]; ok {
+			continue
+		}
+		kept = append(kept, ref)
+		holder, _, _ := v.Lease(ref.GetQueue(), ref.GetMessageId())
+		if c := r.byID[holder]; c != nil && len(c.buf) > 0 {
+			if inBuf == nil {
+				inBuf = map[*Consumer]map[lapseKey]bool{}
+			}
+			if inBuf[c] == nil {
+				inBuf[c] = map[lapseKey]bool{}
+			}
+			inBuf[c][k] = true
+		}
+	}
+	if inBuf == nil {
+		return kept
+	}
+	moved := false
+	for c, keys := range inBuf {
+		left := c.buf[:0]
+		for _, d := range c.buf {
+			if keys[lapseKey{d.Queue, d.ID, d.LeaseToken}] {
+				r.lapseLocked(c, d)
+				c.delivered--
+				moved = true
+				continue
+			}
+			left = append(left, d)
+		}
+		clear(c.buf[len(left):])
+		c.buf = left
+	}
+	if !moved {
+		return kept
+	}
+	out := kept[:0]
+	for _, ref := range kept {
+		if _, ok := r.lapsing[keyOf(ref)]; !ok {
+			out = append(out, ref)
+		}
+	}
+	return out
+}
+
+// lapsedPart is how many of a rollback's refs are one consumer's.
+type lapsedPart struct {
+	c *Consumer
+	n int
+}
+
+// takeLapsed returns the lapsed deliveries of every registered consumer,
+// for one rollback; each consumer counts them as rolling until
+// rolledBack (Close waits for that).
+func (r *registry) takeLapsed() (refs []*fsmv1.Ref, parts []lapsedPart) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, name := range r.names {
+		for _, c := range r.queues[name] {
+			if len(c.lapsed) == 0 {
+				continue
+			}
+			refs = append(refs, c.lapsed...)
+			parts = append(parts, lapsedPart{c, len(c.lapsed)})
+			c.rolling += len(c.lapsed)
+			c.lapsed = nil
+		}
+	}
+	return refs, parts
+}
+
+// rolledBack ends what takeLapsed began, once the rollback was proposed.
+func (r *registry) rolledBack(refs []*fsmv1.Ref, parts []lapsedPart) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ref := range refs {
+		delete(r.lapsing, keyOf(ref))
+	}
+	for _, p := range parts {
+		p.c.rolling -= p.n
+		p.c.checkQuiet()
+	}
 }
 
 // close ends every consumer with err and refuses new ones; it returns how
@@ -104,6 +243,7 @@ func (r *registry) close(err error) (n int, unsent []*fsmv1.Ref) {
 		}
 	}
 	r.queues, r.names = map[string][]*Consumer{}, nil
+	clear(r.byID)
 	return n, unsent
 }
 
@@ -113,6 +253,7 @@ func (r *registry) drop(queue string, err error) {
 	defer r.mu.Unlock()
 	for _, c := range r.queues[queue] {
 		c.end(err)
+		delete(r.byID, c.id)
 	}
 	delete(r.queues, queue)
 	if i, ok := slices.BinarySearch(r.names, queue); ok {
@@ -148,16 +289,17 @@ type creditScratch struct {
 //
 // Credit is the consumer's limit less the leases it holds (per the state:
 // acks, nacks, expiries and releases show up here) less grants not yet
-// handled. A buffered delivery whose lease expired before the stream read
-// it still takes buffer space, so the buffer caps credit too; nothing
-// signals when the stream reads it, hence the recheck.
+// handled. A buffered delivery whose lease ended before the stream took it
+// still takes buffer space until Take drops it (one that lapsed is taken
+// out by the sweeper, lapseBuffered), so the buffer caps credit too;
+// nothing signals when the stream takes it, hence the recheck.
 func (r *registry) credit(v fsm.View, queue string, ps *passState, cs *creditScratch) (total int) {
 	cs.cons, cs.seqs, cs.credit = cs.cons[:0], cs.seqs[:0], cs.credit[:0]
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range r.queues[queue] {
 		used := c.used(v, ps.settlingFree)
-		if len(c.ch) > used {
+		if len(c.buf) > used {
 			ps.wakeAt(ps.now.Add(bufferRecheck))
 		}
 		cr := c.creditLeft(used)
@@ -193,7 +335,7 @@ func (c *Consumer) used(v fsm.View, settlingFree bool) int {
 // limit less used (or its buffered deliveries, if more) less grants
 // pending, and no more than its Limit leaves.
 func (c *Consumer) creditLeft(used int) int {
-	used = max(used, len(c.ch))
+	used = max(used, len(c.buf))
 	cr := max(c.max-used-c.pending, 0)
 	if c.limit > 0 {
 		cr = min(cr, max(c.limit-c.delivered-c.pending, 0))
@@ -241,10 +383,7 @@ func (r *registry) settled(to []*Consumer, ds []*state.Delivery, unpushed []int)
 				unpushed = append(unpushed, i)
 			}
 		}
-		if c.pending == 0 && c.quiet != nil {
-			close(c.quiet)
-			c.quiet = nil
-		}
+		c.checkQuiet()
 	}
 	return unpushed
 }

@@ -10,16 +10,20 @@ import (
 )
 
 // sweeper is one term's time-driven work: a Tick when a delayed message or
-// a TTL is due, and a LeaseExpire when leases are past their deadline (not
+// a TTL is due, a LeaseExpire when leases are past their deadline (not
 // before the term's grace period ends, for the leases it covers: see
-// term.inGrace). Each runs off the loop, one at a time, with its own
-// back-off. Its mutex guards the fields below.
+// term.inGrace), and a LeaseRollback of the deliveries whose leases
+// lapsed before their stream could send them (registry.lapseBuffered,
+// Consumer.Take): those were never sent, so they return uncounted instead
+// of expiring. Each runs off the loop, one at a time; ticks and expiries
+// have their own back-off. Its mutex guards the fields below.
 type sweeper struct {
 	s *Scheduler
 	t *term
 
 	mu                         sync.Mutex
 	tickBusy, expireBusy       bool
+	rollbackBusy               bool
 	lastTickMs                 int64
 	tickBackoff, expireBackoff backoff
 }
@@ -61,10 +65,33 @@ func (w *sweeper) due(v fsm.View, ps *passState) {
 			if ps.now.Before(at) {
 				ps.wakeAt(at)
 			} else if refs := v.ExpiredLeases(cutoff, maxExpireBatch); len(refs) > 0 {
-				w.launchExpire(refs)
+				if refs = w.t.reg.lapseBuffered(v, refs); len(refs) > 0 {
+					w.launchExpire(refs)
+				}
 			}
 		}
 	}
+	if !w.rollbackBusy {
+		if refs, parts := w.t.reg.takeLapsed(); len(refs) > 0 {
+			w.launchRollback(refs, parts)
+		}
+	}
+}
+
+// launchRollback proposes a LeaseRollback of deliveries whose leases
+// lapsed before their stream sent them (w.mu held). If it fails while the
+// term runs they stay leased and expire, counted: a proposal failing
+// there is a cluster in trouble, and trying again could spin.
+func (w *sweeper) launchRollback(refs []*fsmv1.Ref, parts []lapsedPart) {
+	w.rollbackBusy = true
+	w.t.goTerm(func(ctx context.Context) {
+		w.s.rollBack(ctx, refs)
+		w.t.reg.rolledBack(refs, parts)
+		w.mu.Lock()
+		w.rollbackBusy = false
+		w.mu.Unlock()
+		w.s.log.Debug("lapsed deliveries never sent rolled back", "refs", len(refs))
+	})
 }
 
 // launchTick proposes a Tick so delayed messages and TTLs take effect (w.mu held).

@@ -144,7 +144,7 @@ func TestFailoverHandsBackUnsentDeliveries(t *testing.T) {
 	}
 	ids := mustEnqueue(t, old, "fo", payloads...)
 	waitUntil(t, 10*time.Second, "the deliveries to be granted and buffered", func() error {
-		if got := len(cons.Deliveries()); got != n {
+		if got := cons.Buffered(); got != n {
 			return fmt.Errorf("%d of %d buffered", got, n)
 		}
 		return nil

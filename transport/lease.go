@@ -96,52 +96,49 @@ func (s brokerService) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_Le
 // ready into responses of at most maxPerResponse deliveries and maxBytes
 // encoded bytes (one delivery larger than maxBytes goes alone): a client
 // that refuses a response too large for it would lose the whole batch,
-// each delivery counted as an attempt.
+// each delivery counted as an attempt. A delivery that does not fit stays
+// in the consumer's buffer until the next response: Take hands over only
+// deliveries whose lease is still current at that moment, so a stream
+// that was slow to send never sends a lease that lapsed (or was granted
+// again) meanwhile; those go back to the queue uncounted.
 func (s brokerService) push(ctx context.Context, stream raftqv1.Broker_LeaseServer, c *scheduler.Consumer, maxBytes int) error {
 	batch := make([]*raftqv1.Delivery, 0, maxPerResponse)
-	// next is a delivery taken from the consumer that did not fit in the
-	// previous response: it opens the next one.
-	var next *raftqv1.Delivery
-	var nextRaw *state.Delivery                        // next before projection
 	sent := make([]*state.Delivery, 0, maxPerResponse) // batch before projection, for metrics
 	for {
-		if next == nil {
-			select {
-			case <-ctx.Done():
-				return toStatus(context.Cause(ctx))
-			case <-c.Done():
-				return s.leaseEnded(ctx, c)
-			case d := <-c.Deliveries():
-				next, nextRaw = projectDelivery(d), d
-			}
+		select {
+		case <-ctx.Done():
+			return toStatus(context.Cause(ctx))
+		case <-c.Done():
+			return s.leaseEnded(ctx, c)
+		case <-c.Ready():
 		}
-		batch = append(batch[:0], next)
-		sent = append(sent[:0], nextRaw)
-		size := responseEntrySize(next)
-		next, nextRaw = nil, nil
-	drain:
-		for len(batch) < maxPerResponse {
-			select {
-			case d := <-c.Deliveries():
+		for more := true; more; {
+			batch, sent = batch[:0], sent[:0]
+			size := 0
+			_, more = c.Take(func(d *state.Delivery) bool {
+				if len(batch) >= maxPerResponse {
+					return false
+				}
 				pd := projectDelivery(d)
 				n := responseEntrySize(pd)
-				if size+n > maxBytes {
-					next, nextRaw = pd, d
-					break drain
+				if len(batch) > 0 && size+n > maxBytes {
+					return false
 				}
 				batch = append(batch, pd)
 				sent = append(sent, d)
 				size += n
-			default:
-				break drain
+				return true
+			})
+			if len(batch) == 0 {
+				break // what was buffered had lapsed
 			}
+			if err := stream.Send(&raftqv1.LeaseResponse{Messages: batch}); err != nil {
+				// The deliveries are leased; Close releases them at once.
+				return err
+			}
+			s.metrics.delivered.Add(float64(len(batch)))
+			s.b.Delivered(sent)
 		}
-		if err := stream.Send(&raftqv1.LeaseResponse{Messages: batch}); err != nil {
-			// The deliveries are leased; Close releases them at once.
-			return err
-		}
-		s.metrics.delivered.Add(float64(len(batch)))
-		s.b.Delivered(sent)
 	}
 }
 
