@@ -183,7 +183,7 @@ func (c *Consumer) Take(fn func(d *state.Delivery) bool) (taken int, more bool) 
 				}
 				taken++
 			} else {
-				c.delivered--
+				r.lapsedOne(c)
 				if current {
 					r.lapseLocked(c, d)
 					lapsed = true

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"github.com/raftq/raftq/fsm/state"
 	"slices"
 	"testing"
@@ -362,7 +363,8 @@ func TestKeyStats(t *testing.T) {
 }
 
 // TestLimitStopsGranting: a consumer that asked for N deliveries gets N,
-// even as its acks return credit.
+// even as its acks return credit, and ends (ErrLimitReached, which its
+// stream reports as OK) once it holds none of them any more.
 func TestLimitStopsGranting(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		e := newEnv(t)
@@ -374,11 +376,49 @@ func TestLimitStopsGranting(t *testing.T) {
 		}
 		t.Cleanup(c.Close)
 		e.ack(e.recvN(c, 2)...)
-		e.ack(e.recv(c))
+		last := e.recv(c)
+		e.idle()
+		if err := c.Err(); err != nil {
+			t.Fatalf("ended with its last delivery still leased: %v", err)
+		}
+		e.ack(last)
 		e.idle()
 		e.expectNone(c)
+		if !errors.Is(c.Err(), ErrLimitReached) {
+			t.Fatalf("after its limit was settled: Err = %v, want ErrLimitReached", c.Err())
+		}
 		if got := e.info("q").Stats.Ready; got != 7 {
 			t.Fatalf("ready = %d, want 7", got)
+		}
+		if e.s.Consumers("q") != 0 || e.p.proposed("release") != 0 {
+			t.Fatalf("consumers %d, releases %d", e.s.Consumers("q"), e.p.proposed("release"))
+		}
+	})
+}
+
+// TestLapsedDeliveryDoesNotCountAgainstLimit: a delivery that lapsed in the
+// buffer was never sent, so a consumer that wants one message still gets
+// one (and is not ended with nothing).
+func TestLapsedDeliveryDoesNotCountAgainstLimit(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t, func(c *Config) { c.LeaseGrace = -1 })
+		e.createQueue("q", &fsmv1.QueueConfig{VisibilityTimeoutMs: 1000})
+		ids := e.enqueueN("q", 2, nil)
+		c, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "q", MaxInFlight: 1, Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		e.idle()
+		e.advance(time.Second) // its one delivery lapses in the buffer
+		d := e.recv(c)
+		if d.ID != ids[0] || d.Attempt != 1 {
+			t.Fatalf("delivery %+v, want message %d at attempt 1", d, ids[0])
+		}
+		e.ack(d)
+		e.idle()
+		if !errors.Is(c.Err(), ErrLimitReached) {
+			t.Fatalf("Err = %v", c.Err())
 		}
 	})
 }

@@ -27,6 +27,9 @@ type registry struct {
 	// lapsed, in a rollback in flight, or in Close's): the sweeper does
 	// not expire them.
 	lapsing map[lapseKey]struct{}
+	// full are the consumers with a Limit that were pushed that many
+	// deliveries: each ends once it holds none (endSatisfied).
+	full map[*Consumer]struct{}
 }
 
 // lapseKey names one lease.
@@ -40,7 +43,7 @@ func keyOf(r *fsmv1.Ref) lapseKey {
 }
 
 func newRegistry() *registry {
-	return &registry{open: true, queues: map[string][]*Consumer{}, byID: map[string]*Consumer{}, lapsing: map[lapseKey]struct{}{}}
+	return &registry{open: true, queues: map[string][]*Consumer{}, byID: map[string]*Consumer{}, lapsing: map[lapseKey]struct{}{}, full: map[*Consumer]struct{}{}}
 }
 
 // add registers c at the end of its queue's round-robin; it fails with
@@ -70,8 +73,35 @@ func (r *registry) removeLocked(c *Consumer, err error) bool {
 	if i := slices.Index(cs, c); i >= 0 {
 		r.queues[c.queue] = slices.Delete(cs, i, i+1)
 	}
+	delete(r.full, c)
 	c.end(err)
 	return true
+}
+
+// endSatisfied ends, with ErrLimitReached, every consumer that was pushed
+// its Limit of deliveries and no longer holds any of them (the state's
+// read lock held): its stream has nothing left to do, and a plain gRPC
+// client (grpcurl) sees it end with OK instead of waiting for its own
+// deadline. Nothing is left to release.
+func (r *registry) endSatisfied(v fsm.View) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for c := range r.full {
+		if c.pending > 0 || len(c.buf) > 0 || len(c.lapsed) > 0 || c.rolling > 0 || v.LeasesHeld(c.id) > 0 {
+			continue
+		}
+		r.removeLocked(c, ErrLimitReached)
+		delete(r.byID, c.id)
+	}
+}
+
+// lapsedOne undoes the count of a delivery taken out of c's buffer unsent
+// (r.mu held): it does not count against c's Limit.
+func (r *registry) lapsedOne(c *Consumer) {
+	c.delivered--
+	if c.delivered < c.limit {
+		delete(r.full, c)
+	}
 }
 
 // closeConsumer unregisters c for Close and ends it with ErrClosed. From
@@ -167,7 +197,7 @@ func (r *registry) lapseBuffered(v fsm.View, refs []*fsmv1.Ref) []*fsmv1.Ref {
 		for _, d := range c.buf {
 			if keys[lapseKey{d.Queue, d.ID, d.LeaseToken}] {
 				r.lapseLocked(c, d)
-				c.delivered--
+				r.lapsedOne(c)
 				moved = true
 				continue
 			}
@@ -244,6 +274,7 @@ func (r *registry) close(err error) (n int, unsent []*fsmv1.Ref) {
 	}
 	r.queues, r.names = map[string][]*Consumer{}, nil
 	clear(r.byID)
+	clear(r.full)
 	return n, unsent
 }
 
@@ -254,6 +285,7 @@ func (r *registry) drop(queue string, err error) {
 	for _, c := range r.queues[queue] {
 		c.end(err)
 		delete(r.byID, c.id)
+		delete(r.full, c)
 	}
 	delete(r.queues, queue)
 	if i, ok := slices.BinarySearch(r.names, queue); ok {
@@ -376,6 +408,9 @@ func (r *registry) settled(to []*Consumer, ds []*state.Delivery, unpushed []int)
 			switch {
 			case c.push(ds[i]):
 				c.delivered++
+				if c.limit > 0 && c.delivered >= c.limit {
+					r.full[c] = struct{}{}
+				}
 			case c.closing:
 				d := ds[i]
 				c.unpushed = append(c.unpushed, &fsmv1.Ref{Queue: d.Queue, MessageId: d.ID, LeaseToken: d.LeaseToken})

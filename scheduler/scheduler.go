@@ -40,6 +40,12 @@ var ErrNotLeader = errors.New("scheduler: not the leader")
 // ErrClosed is the Err of a consumer its owner closed.
 var ErrClosed = errors.New("scheduler: consumer closed")
 
+// ErrLimitReached is the Err of a consumer with a Limit that was pushed
+// that many deliveries and holds none of them any more (each acked,
+// nacked, released or expired): the stream has nothing left to do and
+// ends normally.
+var ErrLimitReached = errors.New("scheduler: consumer limit reached and settled")
+
 // Proposer submits a command to Raft. Propose blocks until the entry is
 // committed and applied (or fails) and returns the FSM's Result. The
 // scheduler sets cmd.NowMs from its Clock before proposing.
@@ -377,6 +383,7 @@ func (s *Scheduler) pass(t *term) time.Time {
 	s.state.Read(func(v fsm.View) {
 		t.deliver(v, &ps, budget)
 		t.sweep.due(v, &ps)
+		t.reg.endSatisfied(v)
 	})
 	t.pipe.flush()
 	return ps.wake

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -343,13 +344,13 @@ func testLimitAndHandBack(t *testing.T, c *inprocCluster) {
 	if ar, err := f.broker.Ack(ctx, &raftqv1.AckRequest{Queue: "lim2", Acks: refsOf(ds[1:])}); err != nil || !ar.Results[0].Ok {
 		t.Fatalf("ack = %v, %v", ar, err)
 	}
-	// The stream has its two: credit came back, but nothing more is granted.
-	deadline := time.Now().Add(300 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		if q := queueInfo(t, l, "lim2"); q.Stats.InFlight != 0 || q.Stats.Ready != 4 || q.Stats.Consumers != 1 {
-			t.Fatalf("stream with limit 2 after 2 deliveries: stats %v", q.Stats)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// The stream has its two, both settled: credit came back, but nothing
+	// more is granted, and the stream ends with OK.
+	if r, err := s.Recv(); err != io.EOF {
+		t.Fatalf("stream with limit 2 after 2 settled deliveries: %v, %v; want it ended with OK", r, err)
+	}
+	if q := queueInfo(t, l, "lim2"); q.Stats.InFlight != 0 || q.Stats.Ready != 4 {
+		t.Fatalf("stream with limit 2 after 2 deliveries: stats %v", q.Stats)
 	}
 	cancel()
 	s2, err := l.broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "lim2", MaxInFlight: 5})

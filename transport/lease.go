@@ -145,6 +145,10 @@ func (s brokerService) push(ctx context.Context, stream raftqv1.Broker_LeaseServ
 // leaseEnded is the status a Lease stream ends with when its consumer
 // ended.
 func (s brokerService) leaseEnded(ctx context.Context, c *scheduler.Consumer) error {
+	if errors.Is(c.Err(), scheduler.ErrLimitReached) {
+		// Every delivery the limit allowed was sent and settled: done.
+		return nil
+	}
 	if errors.Is(c.Err(), scheduler.ErrNotLeader) {
 		// Just stepped down: name the new leader once one is known
 		// (bounded wait), so the client goes straight there.
