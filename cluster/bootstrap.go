@@ -24,12 +24,13 @@ type bootstrapper struct {
 	log  *slog.Logger
 	r    *raft.Raft
 	ms   *membership
+	id   *identity
 	wake chan struct{} // gossip changed
 	done atomic.Int32  // BootstrapCluster calls that succeeded here
 }
 
-func newBootstrapper(cfg Config, log *slog.Logger, r *raft.Raft, ms *membership) *bootstrapper {
-	return &bootstrapper{cfg: cfg, log: log, r: r, ms: ms, wake: make(chan struct{}, 1)}
+func newBootstrapper(cfg Config, log *slog.Logger, r *raft.Raft, ms *membership, id *identity) *bootstrapper {
+	return &bootstrapper{cfg: cfg, log: log, r: r, ms: ms, id: id, wake: make(chan struct{}, 1)}
 }
 
 // run waits until this node has Raft state, bootstrapping the cluster when
@@ -55,6 +56,10 @@ func (b *bootstrapper) run(ctx context.Context, wg *sync.WaitGroup, joined <-cha
 	for b.r.LastIndex() == 0 {
 		select {
 		case <-joined: // with seeds configured, look at the cluster first
+			if b.joining(warned) {
+				pending = ""
+				break
+			}
 			conf, ok := b.founders(warned)
 			key := fmt.Sprint(conf.Servers)
 			switch {
@@ -78,7 +83,37 @@ func (b *bootstrapper) run(ctx context.Context, wg *sync.WaitGroup, joined <-cha
 		case <-t.C:
 		}
 	}
+	if err := b.id.persist(); err != nil {
+		b.log.Error("recording cluster id", "err", err)
+	}
 	b.ms.markHasState()
+}
+
+// joining reports whether this node is to join an existing cluster rather
+// than found one: its data dir records a cluster id (a node set aside for
+// repair, or one that joined before), or it sees a cluster it was started
+// to join, whose id it then presents so that the leader admits it (see
+// DESIGN.md, "Cluster identity"). What stops it is logged once.
+func (b *bootstrapper) joining(warned map[string]bool) bool {
+	b.id.mu.Lock()
+	have, recorded := b.id.id, b.id.persisted
+	b.id.mu.Unlock()
+	if recorded {
+		if msg := "data dir records cluster " + have; !warned[msg] {
+			warned[msg] = true
+			b.log.Info("this data dir belongs to an existing cluster: never bootstrapping, waiting to be added to it", "cluster_id", have)
+		}
+		return true
+	}
+	cid, why := joinable(b.cfg.BootstrapExpect, b.cfg.NodeID, b.ms.snapshot())
+	if why != "" && !warned[why] {
+		warned[why] = true
+		b.log.Warn("not joining the cluster gossip shows: "+why, "bootstrap_expect", b.cfg.BootstrapExpect)
+	}
+	if cid != "" && cid != have {
+		_ = b.id.set(cid, false, "joining the cluster of the members this node sees")
+	}
+	return cid != ""
 }
 
 // founders returns the bootstrap configuration if the gossip view allows
@@ -95,6 +130,9 @@ func (b *bootstrapper) founders(warned map[string]bool) (raft.Configuration, boo
 		}
 		if m.meta.State {
 			return raft.Configuration{}, false // a cluster exists: wait to be added to it
+		}
+		if m.meta.ClusterID != "" {
+			continue // it joins a cluster (or is set aside for repair): no founder
 		}
 		if m.meta.Expect != b.cfg.BootstrapExpect {
 			if !warned[id] {
@@ -129,6 +167,11 @@ func (b *bootstrapper) bootstrap(conf raft.Configuration) bool {
 	case err == nil:
 		b.done.Add(1)
 		b.log.Info("bootstrapped cluster", "servers", describeServers(conf.Servers))
+		// Each founder makes one; the first leader's wins (its followers
+		// take it: Node.syncIdentity).
+		if err := b.id.set(newClusterID(), true, "made at bootstrap"); err != nil {
+			b.log.Error("recording cluster id", "err", err)
+		}
 		return true
 	case errors.Is(err, raft.ErrCantBootstrap):
 		return true // state arrived from a leader meanwhile

@@ -36,6 +36,8 @@ const (
 	// raftDBFile is the Raft stable store, and the log store of data dirs
 	// with the bolt one (bolt), in the data dir.
 	raftDBFile = "raft.db"
+	// lockFile is the data dir's lock (lockDataDir).
+	lockFile = "lock"
 	// defaultReconcileInterval is the leader's periodic resync of gossip
 	// membership against the Raft configuration.
 	defaultReconcileInterval = 5 * time.Second

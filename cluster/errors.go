@@ -32,6 +32,8 @@ var (
 	// lack of disk space (ENOSPC). Nothing was applied; raft has stepped
 	// the node down, and it stands for election again.
 	ErrNoSpace = errors.New("cluster: no space left on the data dir's disk")
+	// ErrDataDirInUse: a node (or an offline tool) holds the data dir.
+	ErrDataDirInUse = errors.New("cluster: the data dir is in use by a running node")
 )
 
 // wrapRaftErr maps raft's errors onto ours (keeping raft's in the chain) and

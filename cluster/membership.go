@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,8 @@ type membership struct {
 	// keyring is memberlist's (shared with it; safe for concurrent use),
 	// nil when gossip is not encrypted.
 	keyring *memberlist.Keyring
+	// id is the node's cluster id (advertised); set before start.
+	id *identity
 	// onChange is called after every member update, with no lock held; set
 	// before start.
 	onChange []func()
@@ -62,6 +65,7 @@ func newMembership(cfg Config, log *slog.Logger, raftAddr string, hasState bool)
 	m.hasState.Store(hasState)
 	probe := m.localMeta()
 	probe.State, probe.Leaving, probe.DiskLow = true, true, true
+	probe.ClusterID = strings.Repeat("0", clusterIDLen)
 	if b, _ := json.Marshal(probe); len(b) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("gossip metadata is %d bytes, over memberlist's %d: shorten the node id or addresses", len(b), memberlist.MetaMaxSize)
 	}
@@ -156,6 +160,8 @@ func (m *membership) localMeta() nodeMeta {
 		LogVersion: m.cfg.LogVersion,
 		Version:    m.cfg.Version,
 		DiskLow:    m.diskLow.Load(),
+		ClusterID:  m.id.get(),
+		IDs:        true,
 
 		MaxQueuedBytes: m.cfg.MaxQueuedBytes,
 	}

@@ -38,6 +38,14 @@ type nodeMeta struct {
 	// free, so it may soon fail to store log entries (Node.SetDiskLow).
 	// Builds before it omit it.
 	DiskLow bool `json:"disk_low,omitempty"`
+	// ClusterID: the id of the cluster the node belongs to, or (a node
+	// without Raft state) the one it asks to join; empty if it has none
+	// (see DESIGN.md, "Cluster identity").
+	ClusterID string `json:"cluster_id,omitempty"`
+	// IDs: the node's build has cluster ids (it presents one when it has
+	// one, and admits only members that present its own). Builds before
+	// them omit it.
+	IDs bool `json:"ids,omitempty"`
 }
 
 // clientGRPC is where clients reach the node: Client, else GRPC.

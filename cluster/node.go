@@ -60,6 +60,7 @@ type Node struct {
 	raftAddr  string // advertised Raft address
 
 	ms    *membership
+	id    *identity
 	lead  *leadership
 	boot  *bootstrapper
 	rec   *reconciler
@@ -72,6 +73,8 @@ type Node struct {
 	wg     sync.WaitGroup
 	// raftDone is closed once Raft has shut down.
 	raftDone chan struct{}
+	// unlock releases the data dir's lock (closeAll, last).
+	unlock func()
 
 	shutMu      sync.Mutex
 	shutStarted bool
@@ -111,10 +114,16 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
+	if n.unlock, err = lockDataDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	if err := wipeIfRequested(cfg.DataDir, n.log); err != nil {
 		return nil, fmt.Errorf("set raft state aside: %w", err)
 	}
 	if err := claimDataDir(cfg.DataDir, cfg.NodeID); err != nil {
+		return nil, err
+	}
+	if n.id, err = loadIdentity(cfg.DataDir, n.log); err != nil {
 		return nil, err
 	}
 	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, hcl.Named("snapshots"))
@@ -195,6 +204,8 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err != nil {
 		return nil, err
 	}
+	n.ms.id = n.id
+	n.id.published = n.ms.publishMeta
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -222,8 +233,8 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	}
 	stream.raft.Store(n.raft)
 	n.lead = newLeadership(cfg.NodeID, cfg.GRPCAdvertise, cfg.ClientGRPCAdvertise, n.raft, n.log, n.ms.meta, cfg.onLeadership)
-	n.boot = newBootstrapper(cfg, n.log, n.raft, n.ms)
-	n.rec = newReconciler(cfg, n.log, n.raft, n.ms)
+	n.boot = newBootstrapper(cfg, n.log, n.raft, n.ms, n.id)
+	n.rec = newReconciler(cfg, n.log, n.raft, n.ms, n.id)
 	n.leave = &leaveProtocol{self: cfg.NodeID, log: n.log, r: n.raft, ms: n.ms, lead: n.lead,
 		transfer: func(ctx context.Context) (string, error) { return n.TransferLeadership(ctx, "") }}
 	if cfg.TLS != nil {
@@ -262,8 +273,10 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		n.wg.Add(1)
 		go n.boot.run(n.ctx, &n.wg, joined)
 	}
+	n.wg.Add(1)
+	go n.identityLoop(n.ctx)
 	n.log.Info("node started", "raft", n.raftAddr, "gossip", n.ms.addr, "grpc", cfg.GRPCAdvertise,
-		"existing_state", hasState, "bootstrap_expect", cfg.BootstrapExpect, "join", cfg.Join)
+		"existing_state", hasState, "bootstrap_expect", cfg.BootstrapExpect, "join", cfg.Join, "cluster_id", n.id.get())
 	return n, nil
 }
 
@@ -410,6 +423,10 @@ func (n *Node) closeAll() error {
 	}
 	if n.lead != nil {
 		n.lead.close() // the final value: RoleShutdown
+	}
+	if n.unlock != nil {
+		n.unlock()
+		n.unlock = nil
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cluster: shutdown: %w", err)

@@ -21,6 +21,7 @@ type reconciler struct {
 	log  *slog.Logger
 	r    *raft.Raft
 	ms   *membership
+	id   *identity
 	wake chan struct{} // gossip changed
 	// passes counts finished passes (tests wait for one).
 	passes atomic.Uint64
@@ -38,11 +39,16 @@ type reconciler struct {
 // when a nonvoter has caught up; it must answer within ctx.
 type PeerProgress func(ctx context.Context, id, grpcAddr string) (applied uint64, err error)
 
+// joinGrace is how long a new member may present no cluster id before
+// its refusal is logged: a joiner takes the id from the members it sees
+// a moment after it joined gossip.
+const joinGrace = 3 * time.Second
+
 // progressTimeout bounds asking a nonvoter for its applied index.
 const progressTimeout = time.Second
 
-func newReconciler(cfg Config, log *slog.Logger, r *raft.Raft, ms *membership) *reconciler {
-	return &reconciler{cfg: cfg, log: log, r: r, ms: ms, wake: make(chan struct{}, 1)}
+func newReconciler(cfg Config, log *slog.Logger, r *raft.Raft, ms *membership, id *identity) *reconciler {
+	return &reconciler{cfg: cfg, log: log, r: r, ms: ms, id: id, wake: make(chan struct{}, 1)}
 }
 
 // reconcileState is the reconciler's memory across passes within one term.
@@ -61,6 +67,9 @@ type reconcileState struct {
 	// behind: nonvoters last found behind (or not answering), with why,
 	// logged again only when it changes.
 	behind map[string]string
+	// notAdmitted: members refused for their cluster id, with why,
+	// logged again only when it changes.
+	notAdmitted map[string]string
 }
 
 // reconcileLoop makes the Raft configuration follow gossip while this node
@@ -72,7 +81,7 @@ func (rc *reconciler) run(ctx context.Context) {
 	wake := time.NewTimer(time.Hour)
 	defer wake.Stop()
 	st := &reconcileState{missing: map[string]time.Time{}, floorLogged: map[string]bool{}, refused: map[string]string{},
-		caughtUp: map[string]time.Time{}, behind: map[string]string{}}
+		caughtUp: map[string]time.Time{}, behind: map[string]string{}, notAdmitted: map[string]string{}}
 	for {
 		next, err := rc.reconcile(ctx, st)
 		rc.passes.Add(1)
@@ -158,6 +167,21 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 			soonest(wait)
 			continue
 		}
+		// Gossip is not membership: a member joins the configuration only
+		// if it presents this cluster's id (DESIGN.md, "Cluster identity").
+		if why := admission(rc.id.get(), m.meta, ok); why != "" {
+			if young := joinGrace - now.Sub(m.since); m.meta.ClusterID == "" && m.meta.IDs && young > 0 {
+				// A joiner takes the id from the members it sees, a
+				// moment after it joined gossip: look again then.
+				soonest(young)
+			} else if st.notAdmitted[id] != why {
+				st.notAdmitted[id] = why
+				rc.log.Warn("not adding gossip member to the cluster: "+why, "id", id, "gossip_addr", m.gossipAddr,
+					"its_cluster_id", m.meta.ClusterID, "cluster_id", rc.id.get())
+			}
+			continue
+		}
+		delete(st.notAdmitted, id)
 		if rc.checkNode != nil {
 			cctx, cancel := context.WithTimeout(ctx, memberCheckTimeout)
 			err := rc.checkNode(cctx, id, m.meta.Raft)

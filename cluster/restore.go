@@ -122,6 +122,11 @@ func RestoreSnapshot(ctx context.Context, cfg RestoreConfig, data io.Reader, val
 			return fmt.Errorf("cluster: restore: %w", err)
 		}
 	}
+	// A restored cluster is a new one: its own id, which the nodes that
+	// join it take (DESIGN.md, "Cluster identity").
+	if err := writeClusterID(cfg.DataDir, newClusterID()); err != nil {
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
 	// The dir is this node's: serve takes its id from it, and refuses
 	// another, which would not be in the restored configuration.
 	return claimDataDir(cfg.DataDir, cfg.NodeID)

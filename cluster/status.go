@@ -16,6 +16,12 @@ type Status struct {
 	CommitIndex  uint64
 	AppliedIndex uint64
 	Nodes        []NodeStatus
+	// ClusterID is the id of the cluster this node belongs to ("" until
+	// it has one).
+	ClusterID string
+	// Refused are live gossip members outside the configuration that
+	// this node does not admit (for their cluster id), with why.
+	Refused []RefusedMember
 }
 
 // NodeStatus describes one server of the Raft configuration.
@@ -58,12 +64,16 @@ func (n *Node) Status() Status {
 		Term:         n.raft.CurrentTerm(),
 		CommitIndex:  n.raft.CommitIndex(),
 		AppliedIndex: n.raft.AppliedIndex(),
+		ClusterID:    n.id.get(),
 	}
 	servers, _ := latestServers(n.raft) // empty after shutdown
 	now := time.Now()
 	selfState := n.raft.State()
 	hbFailed := n.lead.failedHeartbeats()
 	members := n.ms.snapshot()
+	if len(servers) > 0 {
+		st.Refused = refused(st.ClusterID, n.cfg.NodeID, members, servers)
+	}
 	for _, s := range servers {
 		id := string(s.ID)
 		ns := NodeStatus{ID: id, RaftAddr: string(s.Address), Suffrage: "nonvoter"}

@@ -103,6 +103,11 @@ func TestRollingUpgrade(t *testing.T) {
 			if v := clusterVersionAt(t, n); v != 1 {
 				t.Fatalf("cluster version %d with %d old voters left; want 1", v, len(order)-1-i)
 			}
+			// Nor is a cluster id established: an old build could not
+			// present it, and would not be admitted back after a repair.
+			if id := statusAt(t, n).ClusterId; id != "" {
+				t.Fatalf("cluster id %s established with %d old voters left", id, len(order)-1-i)
+			}
 		}
 		t.Logf("upgraded %s (%d of %d) at %v, %d enqueues acknowledged so far", n.ID, i+1, len(order),
 			time.Since(began).Round(time.Second), w.enqueued.Load())
@@ -139,6 +144,22 @@ func TestRollingUpgrade(t *testing.T) {
 		return nil
 	})
 	progress("at the new cluster version", 100)
+
+	// Every server runs a build with cluster ids: the leader establishes
+	// one, every node takes it and records it in its data dir.
+	harness.Eventually(t, 30*time.Second, func() error {
+		want := statusAt(t, nodes[0]).ClusterId
+		for _, n := range nodes {
+			got := statusAt(t, n).ClusterId
+			if got == "" || got != want {
+				return fmt.Errorf("%s reports cluster id %q, %s %q", n.ID, got, nodes[0].ID, want)
+			}
+			if rec, err := os.ReadFile(filepath.Join(n.DataDir, "cluster-id")); err != nil || strings.TrimSpace(string(rec)) != want {
+				return fmt.Errorf("%s's data dir records cluster id %q (%v), want %q", n.ID, rec, err, want)
+			}
+		}
+		return nil
+	})
 
 	w.stopProducers()
 	consumersOK()
@@ -253,6 +274,18 @@ func waitCaughtUp(t *testing.T, c *client.Client, nodes []*harness.Node, n *harn
 }
 
 // clusterVersionAt is the cluster version as node n (of this build) sees it.
+// statusAt is n's own Status (local only).
+func statusAt(t *testing.T, n *harness.Node) *raftqv1.StatusResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := raftqv1.NewClusterClient(rawConn(t, n)).Status(ctx, &raftqv1.StatusRequest{LocalOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 func clusterVersionAt(t *testing.T, n *harness.Node) uint32 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -32,6 +32,10 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 		LeaderId: st.LeaderID, LeaderAddr: st.LeaderAddr, Term: st.Term,
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex,
 		ClusterVersion: c.s.state.ClusterVersion(),
+		ClusterId:      st.ClusterID,
+	}
+	for _, r := range st.Refused {
+		out.RefusedMembers = append(out.RefusedMembers, &raftqv1.RefusedMember{Id: r.ID, GossipAddr: r.GossipAddr, ClusterId: r.ClusterID, Reason: r.Reason})
 	}
 	held, settings := c.s.state.Held()
 	out.HeldBytes = held

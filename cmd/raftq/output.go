@@ -308,6 +308,31 @@ func printStatus(w io.Writer, st *raftqv1.StatusResponse) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.GetId(), n.GetState(), n.GetSuffrage(),
 			n.GetHealthy(), n.GetAppliedIndex(), contact, disk, n.GetMaxLogVersion(), version, n.GetGrpcAddr(), n.GetRaftAddr(), n.GetHttpAddr())
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printIdentity(w, st)
+}
+
+// printIdentity prints the cluster id and the gossip members kept out of
+// the cluster (cluster/DESIGN.md, "Cluster identity").
+func printIdentity(w io.Writer, st *raftqv1.StatusResponse) error {
+	if st.GetClusterId() != "" {
+		fmt.Fprintf(w, "\ncluster id: %s\n", st.GetClusterId())
+	}
+	if len(st.GetRefusedMembers()) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nNOT ADMITTED (seen in gossip, kept out of the cluster):")
+	tw := table(w)
+	fmt.Fprintln(tw, "ID\tGOSSIP\tCLUSTER_ID\tWHY")
+	for _, r := range st.GetRefusedMembers() {
+		cid := r.GetClusterId()
+		if cid == "" {
+			cid = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.GetId(), r.GetGossipAddr(), cid, r.GetReason())
+	}
 	return tw.Flush()
 }
 
