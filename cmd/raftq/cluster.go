@@ -167,6 +167,6 @@ func newClusterCmd(a *app) *cobra.Command {
 			return err
 		}),
 	}
-	cmd.AddCommand(status, remove, leave, transfer, snapshot, verify, set)
+	cmd.AddCommand(status, remove, leave, transfer, snapshot, verify, set, newRecoverCmd(a))
 	return cmd
 }
