@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/raftq/raftq/client"
 	"github.com/raftq/raftq/transport/tlsconfig/pki"
 )
 
@@ -84,6 +86,11 @@ func runDev(ctx context.Context, out io.Writer, self string, nodes, basePort int
 			return err
 		}
 	}
+	// Every port first: a node that cannot bind only restarts every few
+	// seconds, while the others join whatever holds its port.
+	if err := checkDevPorts(devPorts(nodes, basePort)); err != nil {
+		return err
+	}
 	var gossip, grpcAddrs []string
 	for i := range nodes {
 		gossip = append(gossip, fmt.Sprintf("127.0.0.1:%d", basePort+10*i+2))
@@ -107,7 +114,7 @@ func runDev(ctx context.Context, out io.Writer, self string, nodes, basePort int
 		args = append(args, nodeFlags[id]...)
 		pid, err := sup.start(ctx, id, self, args, logPath)
 		if err != nil {
-			sup.stop()
+			sup.stop("")
 			return fmt.Errorf("start %s: %w", id, err)
 		}
 		fmt.Fprintf(out, "%s: grpc 127.0.0.1:%d  http 127.0.0.1:%d  pid %d  log %s\n", id, p, p+3, pid, logPath)
@@ -126,9 +133,49 @@ func runDev(ctx context.Context, out io.Writer, self string, nodes, basePort int
 	} else {
 		fmt.Fprintf(out, "Kill a node (kill -9 <pid>) to watch a failover; dev does not restart it (--restart-after 0). Ctrl-C stops them all.\n")
 	}
+	leader := make(chan string, 1)
+	go func() { leader <- watchLeader(ctx, sup, grpcAddrs, clientFlags) }()
 	<-ctx.Done()
-	sup.stop()
+	start := time.Now()
+	// The leader last: see supervisor.stop.
+	sup.stop(<-leader)
+	fmt.Fprintf(out, "stopped every node in %s\n", time.Since(start).Round(100*time.Millisecond))
 	return nil
+}
+
+// watchLeader prints which node leads, with its pid (what to kill -9 to
+// watch a failover), once one is elected and at every change, until ctx
+// ends; it returns the last leader it saw.
+func watchLeader(ctx context.Context, sup *supervisor, addrs, clientFlags []string) string {
+	opts := []client.Option{client.WithLogger(slog.New(slog.DiscardHandler))}
+	if len(clientFlags) == 6 { // --tls-ca CA --tls-cert CERT --tls-key KEY
+		opts = append(opts, client.WithTLS(clientFlags[1], clientFlags[3], clientFlags[5]))
+	}
+	c, err := client.Dial(ctx, addrs, opts...)
+	if err != nil {
+		sup.printf("cannot watch the leader: %v\n", err)
+		return ""
+	}
+	defer c.Close()
+	// No event says who leads from outside the cluster: ask twice a
+	// second (this is a developer's tool, on loopback).
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	last := ""
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := c.ClusterStatus(cctx)
+		cancel()
+		if err == nil && st.GetLeaderId() != "" && st.GetLeaderId() != last {
+			last = st.GetLeaderId()
+			sup.printf("leader: %s (pid %d)\n", last, sup.pid(last))
+		}
+		select {
+		case <-ctx.Done():
+			return last
+		case <-t.C:
+		}
+	}
 }
 
 // makeDevTLS makes, in dir, a CA, a node certificate for each id, a client

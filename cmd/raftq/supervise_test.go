@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -69,14 +71,14 @@ func TestSupervisorRestartsAndStopsEverything(t *testing.T) {
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, out, regexp.MustCompile(fmt.Sprintf(`n1 \(pid %d\) signal: killed; restarting it in 10ms`, first)))
+	waitFor(t, out, regexp.MustCompile(fmt.Sprintf(`n1 \(pid %d\) signal: killed \(nothing in its log \S+\)\n  restarting it in 10ms`, first)))
 	m := waitFor(t, out, regexp.MustCompile(`n1 restarted: pid (\d+)`))
 	second, _ := strconv.Atoi(m[1])
 	if second == first || !alive(second) {
 		t.Fatalf("restarted pid %d (first %d) not running", second, first)
 	}
 	cancel()
-	sup.stop()
+	sup.stop("")
 	if alive(second) {
 		// stop waited for it: a process still there is a zombie at worst,
 		// which kill(0) also reports; check it was reaped.
@@ -103,7 +105,81 @@ func TestSupervisorNoRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	waitFor(t, out, regexp.MustCompile(`n2 \(pid \d+\) signal: killed; not restarting it \(--restart-after 0\)\. Start it again with:\n  \S*sleep 600`))
+	waitFor(t, out, regexp.MustCompile(`n2 \(pid \d+\) signal: killed \(nothing in its log \S+\)\n  not restarting it \(--restart-after 0\)\. Start it again with:\n  \S*sleep 600`))
 	cancel()
-	sup.stop()
+	sup.stop("")
+}
+
+// A node that dies is reported with the end of what it logged (its log
+// is in dev's data dir, which dev deletes on exit), not only with its
+// exit status; earlier runs' lines in the same log are not repeated.
+func TestSupervisorPrintsFailureReason(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	log := filepath.Join(t.TempDir(), "n1.log")
+	if err := os.WriteFile(log, []byte("an earlier run's line\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := &syncBuffer{}
+	sup := newSupervisor(out, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	script := `echo starting; echo "Error: --grpc-addr: listen tcp 127.0.0.1:7400: bind: address already in use" >&2; exit 1`
+	if _, err := sup.start(ctx, "n1", sh, []string{"-c", script}, log); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, out, regexp.MustCompile(`n1 \(pid \d+\) exit status 1; the end of its log \(\S+\):\n    \| starting\n    \| Error: --grpc-addr: listen tcp 127.0.0.1:7400: bind: address already in use\n  not restarting it`))
+	if strings.Contains(out.String(), "earlier run") {
+		t.Fatalf("printed an earlier run's log:\n%s", out.String())
+	}
+	cancel()
+	sup.stop("")
+}
+
+// stop signals the node named last (dev's leader) only once every other
+// node has exited: a leader stopped together with its followers hands
+// leadership to one that is stopping too and waits seconds for a new
+// leader.
+func TestSupervisorStopsTheLeaderLast(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	dir := t.TempDir()
+	order := filepath.Join(dir, "order")
+	out := &syncBuffer{}
+	sup := newSupervisor(out, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, id := range []string{"n1", "n2", "n3"} {
+		// Each records when it is told to stop, then exits.
+		script := fmt.Sprintf(`trap 'echo %s >> %s; exit 0' TERM; echo ready; while :; do sleep 0.05; done`, id, order)
+		if _, err := sup.start(ctx, id, sh, []string{"-c", script}, filepath.Join(dir, id+".log")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		// The trap is set once it printed ready.
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			if b, _ := os.ReadFile(filepath.Join(dir, id+".log")); strings.Contains(string(b), "ready") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never started", id)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	cancel()
+	sup.stop("n2")
+	b, err := os.ReadFile(order)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Fields(string(b))
+	if len(got) != 3 || got[2] != "n2" {
+		t.Fatalf("stopped in the order %v, want n2 (the leader) last", got)
+	}
 }
