@@ -45,6 +45,7 @@ func newTokenCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			a.settleAuth(ctx, c)
 			if out != "" {
 				if err := writeSecret(out, []byte(t.Token+"\n"), force); err != nil {
 					return fmt.Errorf("token %s was made but not saved (revoke it: raftq auth token revoke %s): %w", args[0], args[0], err)
@@ -71,6 +72,7 @@ func newTokenCmd(a *app) *cobra.Command {
 			if err := c.RevokeToken(ctx, args[0]); err != nil {
 				return err
 			}
+			a.settleAuth(ctx, c)
 			if a.json {
 				return printJSON(a.out, &raftqv1.RevokeTokenResponse{})
 			}
@@ -112,6 +114,7 @@ func newGrantCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			a.settleAuth(ctx, c)
 			if a.json {
 				return printJSON(a.out, &raftqv1.GrantResponse{})
 			}
@@ -145,6 +148,7 @@ func newUngrantCmd(a *app) *cobra.Command {
 			if err := c.Ungrant(ctx, args[0], pattern, admin); err != nil {
 				return err
 			}
+			a.settleAuth(ctx, c)
 			if a.json {
 				return printJSON(a.out, &raftqv1.UngrantResponse{})
 			}
@@ -215,5 +219,54 @@ func newWhoAmICmd(a *app) *cobra.Command {
 			}
 			return tw.Flush()
 		}),
+	}
+}
+
+// authSettleTimeout bounds settleAuth's wait.
+const authSettleTimeout = 5 * time.Second
+
+// settleAuth waits until every reachable node has applied the auth
+// change just made, so that the next command sees it through any node:
+// each node checks credentials against its own copy of the replicated
+// state, and a follower applies a change from a few milliseconds to a
+// heartbeat after the leader, so a script's grant-then-use could
+// otherwise be refused by a follower. The change is in the leader's state
+// when its call returns, so the highest applied index any node reports
+// covers it. Best effort: a node still behind after authSettleTimeout is
+// named in a warning (a call through it may be refused until it catches
+// up); a status the caller may not see in full ends the wait.
+func (a *app) settleAuth(ctx context.Context, c *client.Client) {
+	ctx, cancel := context.WithTimeout(ctx, authSettleTimeout)
+	defer cancel()
+	var target uint64
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := c.ClusterStatus(ctx)
+		if err != nil || st.GetWithheld() {
+			return
+		}
+		if target == 0 {
+			// Fixed at the first answer: later writes need not be waited for.
+			for _, n := range st.GetNodes() {
+				target = max(target, n.GetAppliedIndex())
+			}
+		}
+		var behind []string
+		for _, n := range st.GetNodes() {
+			if n.GetState() != "unreachable" && n.GetAppliedIndex() < target {
+				behind = append(behind, n.GetId())
+			}
+		}
+		if len(behind) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(a.errOut, "warning: not every node has applied the change yet (behind: %s); a call through those may be refused until they have\n",
+				strings.Join(behind, ", "))
+			return
+		case <-tick.C:
+		}
 	}
 }

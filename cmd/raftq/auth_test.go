@@ -206,3 +206,26 @@ func TestServeAuthFlags(t *testing.T) {
 }
 
 func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// An auth change returns once every reachable node has applied it: a
+// follower checks credentials against its own state, so a script's grant
+// then use through a lagging follower would be refused.
+func TestAuthChangesWaitForEveryNode(t *testing.T) {
+	node := func(id, state string, applied uint64) *raftqv1.Node {
+		return &raftqv1.Node{Id: id, State: state, AppliedIndex: applied}
+	}
+	f := &fake{statuses: []*raftqv1.StatusResponse{
+		{Nodes: []*raftqv1.Node{node("n1", "leader", 10), node("n2", "follower", 8), node("n3", "unreachable", 0)}},
+		{Nodes: []*raftqv1.Node{node("n1", "leader", 11), node("n2", "follower", 9), node("n3", "unreachable", 0)}},
+		{Nodes: []*raftqv1.Node{node("n1", "leader", 12), node("n2", "follower", 10), node("n3", "unreachable", 0)}},
+	}}
+	r := raftq(t, serve(t, f), "", "auth", "grant", "ci", "--queue", "jobs.*", "--allow", "produce")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	// n2 reached n1's index 10 at the third answer; the unreachable n3
+	// is not waited for, nor the leader's later writes.
+	if n := len(requests[*raftqv1.StatusRequest](f)); n != 3 {
+		t.Fatalf("%d Status calls, want 3 (until n2 applied index 10)", n)
+	}
+}

@@ -73,6 +73,8 @@ type fake struct {
 	// loseDeletes is how many DeleteQueue calls (the first ones) are
 	// answered UNAVAILABLE after they are recorded: lost answers.
 	loseDeletes int
+	// statuses, when set, are Status's answers in turn (the last repeats).
+	statuses []*raftqv1.StatusResponse
 }
 
 // moved is what Redrive and PurgeQueue report for each queue name.
@@ -208,6 +210,18 @@ func okResults(n int) []*raftqv1.ItemResult {
 
 func (f *fake) Status(_ context.Context, r *raftqv1.StatusRequest) (*raftqv1.StatusResponse, error) {
 	f.record(r)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.statuses) > 0 {
+		st := f.statuses[0]
+		if len(f.statuses) > 1 {
+			f.statuses = f.statuses[1:]
+		}
+		return st, nil
+	}
+	if f.status == nil {
+		return nil, status.Error(codes.Unimplemented, "the fake has no status")
+	}
 	return f.status, nil
 }
 
