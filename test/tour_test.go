@@ -20,16 +20,20 @@ import (
 	"github.com/raftq/raftq/test/harness"
 )
 
-// The README's quick start, tour and local-cluster blocks are a test:
-// each is a ```sh block after an `<!-- tour: NAME -->` comment, and a
-// `# → TEXT` line under a command is what that command prints (compared
-// with runs of blanks collapsed, so column alignment does not matter).
-// The commands run through sh in order, as a user in one terminal would:
-// `export` lines carry over to the commands after them. What cannot run
-// as written is mapped, and only that: `make run` starts `raftq serve`
-// with no flags in the working dir, `make cluster` starts `raftq dev
-// --nodes 3`, `make test` is this very run, and `kill -9 <leader pid>`
-// kills the leader whose pid dev printed.
+// The README's marked blocks are a test: each is a ```sh block after an
+// `<!-- tour: NAME -->` comment, and a `# → TEXT` line under a command is
+// a line that command prints, exactly (alignment included), where `…`
+// stands for what differs from run to run (ids, times); the `# →` lines
+// of a command must appear in its output in their order. The commands run
+// through sh in order, as a user in one terminal would: `export` lines
+// carry over to the commands after them, and a line ending in `\` goes on
+// on the next. What cannot run as written is mapped, and only that: `make
+// run` starts `raftq serve` with no flags in the working dir, `make
+// cluster` starts `raftq dev --nodes 3`, `make test` is this very run,
+// `kill -9 <leader pid>` kills the leader whose pid dev printed, and the
+// TLS blocks' machines 10.0.0.1-3 are the loopback addresses 127.0.0.1-3
+// (the serve block, "n1 shown", runs once per node, in a directory of its
+// own holding the files the README says to copy there).
 
 // tourCmd is one command of a README block and what it must print.
 type tourCmd struct {
@@ -42,28 +46,52 @@ var tourMarker = regexp.MustCompile(`^<!-- tour: ([a-z]+)\b.*-->$`)
 // readmeTour parses README.md into its marked blocks.
 func readmeTour(t *testing.T) map[string][]tourCmd {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "README.md"))
+	blocks, _ := docBlocks(t, "README.md", tourMarker)
+	for _, name := range []string{"quickstart", "tour", "cluster", "certs", "nodes", "operator", "auth"} {
+		if len(blocks[name]) == 0 {
+			t.Fatalf("README.md has no `<!-- tour: %s -->` block with commands", name)
+		}
+	}
+	return blocks
+}
+
+// docBlocks parses the ```sh blocks of file (relative to the repository)
+// that follow a marker comment into their commands, by the marker's name;
+// unmarked lists the line numbers of ```sh blocks without one.
+func docBlocks(t *testing.T, file string, marker *regexp.Regexp) (blocks map[string][]tourCmd, unmarked []int) {
+	t.Helper()
+	_, self, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := map[string][]tourCmd{}
+	blocks = map[string][]tourCmd{}
 	lines := strings.Split(string(b), "\n")
 	for i := 0; i < len(lines); i++ {
-		m := tourMarker.FindStringSubmatch(strings.TrimSpace(lines[i]))
+		if strings.TrimSpace(lines[i]) == "```sh" && (i == 0 || !marker.MatchString(strings.TrimSpace(lines[i-1]))) {
+			unmarked = append(unmarked, i+1)
+		}
+		m := marker.FindStringSubmatch(strings.TrimSpace(lines[i]))
 		if m == nil {
 			continue
 		}
 		if i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "```sh" {
-			t.Fatalf("README.md:%d: tour marker %q is not followed by a ```sh block", i+1, m[1])
+			t.Fatalf("%s:%d: marker %q is not followed by a ```sh block", file, i+1, m[1])
+		}
+		if _, dup := blocks[m[1]]; dup {
+			t.Fatalf("%s:%d: a second block named %q", file, i+1, m[1])
 		}
 		var cmds []tourCmd
 		for i += 2; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
 			l := strings.TrimSpace(lines[i])
+			for strings.HasSuffix(l, "\\") && i+1 < len(lines) {
+				i++
+				l = strings.TrimSpace(strings.TrimSuffix(l, "\\")) + " " + strings.TrimSpace(lines[i])
+			}
 			switch {
 			case strings.HasPrefix(l, "# →"):
 				if len(cmds) == 0 {
-					t.Fatalf("README.md:%d: `# →` before any command", i+1)
+					t.Fatalf("%s:%d: `# →` before any command", file, i+1)
 				}
 				cmds[len(cmds)-1].expect = append(cmds[len(cmds)-1].expect, strings.TrimSpace(strings.TrimPrefix(l, "# →")))
 			case l == "" || strings.HasPrefix(l, "#"):
@@ -78,17 +106,8 @@ func readmeTour(t *testing.T) map[string][]tourCmd {
 		}
 		blocks[m[1]] = cmds
 	}
-	for _, name := range []string{"quickstart", "tour", "cluster"} {
-		if len(blocks[name]) == 0 {
-			t.Fatalf("README.md has no `<!-- tour: %s -->` block with commands", name)
-		}
-	}
-	return blocks
+	return blocks, unmarked
 }
-
-var blanks = regexp.MustCompile(`[ \t]+`)
-
-func squash(s string) string { return blanks.ReplaceAllString(s, " ") }
 
 // tourShell runs commands as one terminal would: in dir, with the
 // exports seen so far.
@@ -140,9 +159,22 @@ func (sh *tourShell) check(ctx context.Context, c tourCmd) {
 	sh.t.Logf("$ %s: ok", c.line)
 }
 
+// missing returns the first of expect that out does not print, in order:
+// each must equal a line of out, `…` matching any text.
 func missing(out string, expect []string) string {
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	for _, e := range expect {
-		if !strings.Contains(squash(out), squash(e)) {
+		parts := strings.Split(e, "…")
+		for i := range parts {
+			parts[i] = regexp.QuoteMeta(parts[i])
+		}
+		re := regexp.MustCompile("^" + strings.Join(parts, ".*") + "$")
+		found := false
+		for len(lines) > 0 && !found {
+			found = re.MatchString(lines[0])
+			lines = lines[1:]
+		}
+		if !found {
 			return e
 		}
 	}
@@ -154,10 +186,15 @@ func missing(out string, expect []string) string {
 // use the defaults, so the test cannot move them.
 func portsFree(t *testing.T, ports ...int) {
 	t.Helper()
+	portsFreeOn(t, "127.0.0.1", ports...)
+}
+
+func portsFreeOn(t *testing.T, host string, ports ...int) {
+	t.Helper()
 	for _, p := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
 		if err != nil {
-			t.Skipf("the README's default port %d is busy (%v); the tour needs it", p, err)
+			t.Skipf("the README's port %s:%d is busy (%v); the tour needs it", host, p, err)
 		}
 		l.Close()
 	}
@@ -229,6 +266,116 @@ func TestREADMETour(t *testing.T) {
 		sh.t = t
 		testTourCluster(t, sh, blocks["cluster"])
 	})
+	if t.Failed() {
+		return
+	}
+	// dev and its nodes stopped at the cluster's cleanup.
+	for k := 1; k <= 3; k++ {
+		portsFreeOn(t, "127.0.0."+strconv.Itoa(k), 7400, 7401, 7402, 7403)
+	}
+	t.Run("tls", func(t *testing.T) {
+		sh.t = t
+		testTourTLS(t, sh, blocks)
+	})
+}
+
+// startDocNodes starts the three nodes of a doc's serve block, given for
+// n1: in a directory of its own, each gets the files the docs say to copy
+// (keeping their modes), at etc when the block names them there.
+func startDocNodes(t *testing.T, sh *tourShell, serve []tourCmd, etc string) []*harness.Process {
+	t.Helper()
+	ctx := t.Context()
+	if len(serve) != 1 || !strings.HasPrefix(serve[0].line, "raftq serve --node-id n1 ") {
+		t.Fatalf("the serve block is not the one raftq serve line for n1: %v", serve)
+	}
+	var nodes []*harness.Process
+	for k := 1; k <= 3; k++ {
+		id, self := "n"+strconv.Itoa(k), "10.0.0."+strconv.Itoa(k)
+		// n1's line, made nK's: its id and address swap with n1's (so
+		// --join names the other two), every port binds its own address.
+		line := strings.NewReplacer("n1", id, "10.0.0.1", self, self, "10.0.0.1").Replace(serve[0].line)
+		line = onLoopback(strings.ReplaceAll(line, "0.0.0.0:", self+":"))
+		nodeDir := filepath.Join(sh.dir, "node-"+id)
+		if err := os.Mkdir(nodeDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if etc != "" {
+			line = strings.ReplaceAll(line, etc, nodeDir+"/")
+		}
+		// "Copy ca.pem, gossip.keys, bootstrap.token and each node's own
+		// certificate and key to it (keep the modes)".
+		for _, f := range []string{"ca.pem", "gossip.keys", "bootstrap.token", id + ".pem", id + "-key.pem"} {
+			if out, code := sh.run(ctx, "cp -p pki/"+f+" node-"+id+"/"); code != 0 {
+				t.Fatalf("copy %s: %s", f, out)
+			}
+		}
+		argv := strings.Fields(line)
+		argv[0] = filepath.Join(sh.dir, "bin", "raftq")
+		nodes = append(nodes, startTourProcess(t, "serve-"+id, nodeDir, argv...))
+	}
+	return nodes
+}
+
+// waitLeader waits until line (a cluster status) shows a leader while
+// every node runs.
+func waitLeader(t *testing.T, sh *tourShell, nodes []*harness.Process, line string) {
+	t.Helper()
+	harness.Eventually(t, 60*time.Second, func() error {
+		for _, n := range nodes {
+			if !n.Running() {
+				t.Fatalf("%s exited:\n%s", n.Name(), n.LogTail(4000))
+			}
+		}
+		out, code := sh.run(t.Context(), line)
+		if code != 0 || !leaderLine.MatchString(out) {
+			return fmt.Errorf("no leader yet: exit %d: %s", code, out)
+		}
+		return nil
+	})
+}
+
+// noSecretWarnings fails if a node warned that a secret file is readable
+// by others after the docs' steps.
+func noSecretWarnings(t *testing.T, nodes []*harness.Process) {
+	t.Helper()
+	for _, n := range nodes {
+		if strings.Contains(n.LogTail(1<<20), "can be read by other users") {
+			t.Errorf("%s warns that a secret file is readable, after the docs' steps:\n%s", n.Name(), n.LogTail(4000))
+		}
+	}
+}
+
+// onLoopback maps the README's machines 10.0.0.K to 127.0.0.K, loopback
+// addresses every Linux host has.
+func onLoopback(line string) string { return strings.ReplaceAll(line, "10.0.0.", "127.0.0.") }
+
+// testTourTLS runs the README's TLS blocks: the certificates, three nodes
+// started as the serve block says, the non-admin's status, and the auth
+// block as the admin and as ci.
+func testTourTLS(t *testing.T, sh *tourShell, blocks map[string][]tourCmd) {
+	ctx := t.Context()
+	for _, c := range blocks["certs"] {
+		sh.check(ctx, tourCmd{line: onLoopback(c.line), expect: c.expect})
+	}
+	for _, f := range []string{"gossip.keys", "bootstrap.token", "ca-key.pem"} {
+		fi, err := os.Stat(filepath.Join(sh.dir, "pki", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("pki/%s is mode %v after the README's commands, want 0600", f, fi.Mode().Perm())
+		}
+	}
+	nodes := startDocNodes(t, sh, blocks["nodes"], "")
+	op := blocks["operator"]
+	if len(op) == 0 {
+		t.Fatal("no operator block")
+	}
+	waitLeader(t, sh, nodes, onLoopback(op[0].line))
+	for _, c := range append(append([]tourCmd{}, op...), blocks["auth"]...) {
+		sh.check(ctx, tourCmd{line: onLoopback(c.line), expect: c.expect})
+	}
+	noSecretWarnings(t, nodes)
 }
 
 // waitShell waits until line succeeds while p runs.
