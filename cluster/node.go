@@ -57,7 +57,8 @@ type Node struct {
 	// spaceLogs notices appends that fail for lack of disk space.
 	spaceLogs *spaceLogStore
 	trans     drainedTransport
-	raftAddr  string // advertised Raft address
+	stream    *streamLayer // under trans
+	raftAddr  string       // advertised Raft address
 
 	ms    *membership
 	id    *identity
@@ -193,7 +194,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		Timeout: 10 * time.Second,
 		Logger:  hcl.Named("raft-net"),
 	})}
-	n.raftAddr = string(n.trans.LocalAddr())
+	n.stream, n.raftAddr = stream, string(n.trans.LocalAddr())
 
 	hasState, err := raft.HasExistingState(logs, n.logs.stable, n.snaps)
 	if err != nil {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/hashicorp/raft"
@@ -20,6 +21,36 @@ func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 // committed before its term (its Barrier completed): reads served now see
 // every acknowledged write.
 func (n *Node) LeaderReady() bool { return n.Leadership().Established && n.IsLeader() }
+
+// VerifyLeader confirms that this node still leads in the term it
+// established: a quorum of voters answered a heartbeat of that term sent
+// after the call began (raft's VerifyLeader), and the term has not moved
+// on. Local state read after it returns nil holds every write
+// acknowledged before the call, also on a leader that was paused past the
+// election timeout and has not yet heard that another was elected (its
+// published Leadership still says it leads). It changes nothing, so a
+// failure is plain ErrNotLeader (never an unknown outcome); before
+// returning it waits (for at most ctx) until the published leadership no
+// longer shows this term established, so the caller's next routing
+// decision sees why. ctx's error when ctx ends first, ErrShutdown.
+func (n *Node) VerifyLeader(ctx context.Context) error {
+	l := n.Leadership()
+	if l.Role != RoleLeader || !l.Established {
+		return ErrNotLeader
+	}
+	err := n.await(ctx, "verify leader", n.raft.VerifyLeader())
+	switch {
+	case err == nil && n.raft.CurrentTerm() == l.Term:
+		return nil
+	case err == nil, errors.Is(err, ErrNotLeader), errors.Is(err, ErrLeadershipLost):
+		stale := func(v Leadership) bool { return !v.Established || v.Term != l.Term }
+		if _, werr := n.WaitLeadership(ctx, stale); werr != nil && !errors.Is(werr, ErrShutdown) {
+			return werr
+		}
+		return fmt.Errorf("%w: leadership of term %d not confirmed", ErrNotLeader, l.Term)
+	}
+	return err
+}
 
 // Leader returns the current leader as this node knows it; ID is empty if
 // no leader is known.

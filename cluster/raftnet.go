@@ -56,9 +56,17 @@ type streamLayer struct {
 	mu     sync.Mutex
 	closed bool
 	conns  map[net.Conn]struct{}
+
+	// cut: the Raft network is cut off on purpose (test builds only,
+	// Node.CutRaftNetwork): no dial succeeds and every accepted
+	// connection is closed at once.
+	cut atomic.Bool
 }
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
+
+// errCut: the Raft network of this node is cut off (a test's fault).
+var errCut = errors.New("raft: the network of this node is cut off (test fault)")
 
 // newStreamLayer listens on bind; advertise (nil = the bound address) must
 // be a specific address others can dial. tlsCfg nil: plain TCP.
@@ -113,18 +121,28 @@ func (s *streamLayer) untrack(c net.Conn) {
 }
 
 func (s *streamLayer) Accept() (net.Conn, error) {
-	if s.tls == nil {
-		c, err := s.ln.Accept()
-		if err != nil {
-			return nil, err
+	for {
+		var c net.Conn
+		if s.tls == nil {
+			var err error
+			if c, err = s.ln.Accept(); err != nil {
+				return nil, err
+			}
+		} else {
+			select {
+			case c = <-s.accepted:
+			case <-s.done:
+				return nil, net.ErrClosed
+			}
+		}
+		if s.cut.Load() {
+			c.Close()
+			continue
+		}
+		if s.tls != nil {
+			return c, nil // tracked by acceptLoop
 		}
 		return s.track(c)
-	}
-	select {
-	case c := <-s.accepted:
-		return c, nil
-	case <-s.done:
-		return nil, net.ErrClosed
 	}
 }
 
@@ -195,6 +213,9 @@ func (s *streamLayer) serveConn(c net.Conn) {
 }
 
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	if s.cut.Load() {
+		return nil, errCut
+	}
 	if s.tls == nil {
 		d := net.Dialer{Timeout: timeout}
 		c, err := d.Dial("tcp", string(addr))

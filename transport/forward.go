@@ -12,10 +12,13 @@ import (
 	"github.com/raftq/raftq/transport/auth"
 	"github.com/raftq/raftq/transport/broker"
 	"github.com/raftq/raftq/transport/tlsconfig"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -25,6 +28,48 @@ import (
 // one but is not the leader answers with a redirect instead of forwarding
 // again, so a stale leader view cannot make calls loop.
 const forwardedByKey = "raftq-forwarded-by"
+
+// readConsistencyKey is the metadata header by which a read chooses its
+// consistency: absent or "linearizable" (the default), or "stale"
+// (docs/api.md, Read consistency).
+const readConsistencyKey = "raftq-read-consistency"
+
+const (
+	readLinearizable = "linearizable"
+	readStale        = "stale"
+)
+
+// readMethods are the reads of replicated state a leader serves only
+// after confirming its leadership (cluster.Node.VerifyLeader), so that no
+// answer misses a write acknowledged before the call; with the stale
+// header they skip it. ListConsumers reads what only the leader's
+// scheduler holds, so even a stale one goes to the leader (unconfirmed).
+var readMethods = map[string]bool{
+	raftqv1.Broker_GetQueue_FullMethodName:      true,
+	raftqv1.Broker_ListQueues_FullMethodName:    true,
+	raftqv1.Broker_Peek_FullMethodName:          true,
+	raftqv1.Broker_ListConsumers_FullMethodName: true,
+}
+
+// staleRead reads the read-consistency header of a call: true for stale;
+// an unknown value, or more than one, is INVALID_ARGUMENT.
+func staleRead(ctx context.Context) (bool, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get(readConsistencyKey)
+	switch {
+	case len(vals) == 0:
+		return false, nil
+	case len(vals) > 1:
+		return false, invalid("metadata %s: %d values, want one of %q, %q", readConsistencyKey, len(vals), readLinearizable, readStale)
+	}
+	switch vals[0] {
+	case readLinearizable:
+		return false, nil
+	case readStale:
+		return true, nil
+	}
+	return false, invalid("metadata %s: %q is not %q or %q", readConsistencyKey, vals[0], readLinearizable, readStale)
+}
 
 // leaderMethods are the unary methods only the leader serves; every other
 // unary method (Cluster Status, Verify, Snapshot, LocalDigest, health,
@@ -84,17 +129,62 @@ func (s *Server) forwardUnary(ctx context.Context, req any, info *grpc.UnaryServ
 		resp, err := handler(ctx, req)
 		return resp, toStatus(err)
 	}
+	if readMethods[info.FullMethod] {
+		stale, err := staleRead(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if stale {
+			return s.staleRead(ctx, info.FullMethod, req, handler)
+		}
+	}
 	return s.atLeader(ctx, info.FullMethod, req, handler)
 }
 
+// staleRead serves a read called with the stale header: from this node's
+// own state, leader or not, with no leadership check, except
+// ListConsumers, which goes to the leader this node knows of (no other
+// node has consumers) and is answered there unconfirmed. A node that
+// knows its state diverged from the replicas' serves no read from it.
+func (s *Server) staleRead(ctx context.Context, method string, req any, handler grpc.UnaryHandler) (any, error) {
+	if method == raftqv1.Broker_ListConsumers_FullMethodName {
+		return s.serveAtLeader(ctx, method, req, handler, false)
+	}
+	if s.Diverged() {
+		id, addr := s.b.Leader()
+		st := status.New(codes.Unavailable, "this node's state diverged from the replicas': it serves no reads until it is repaired; ask another node")
+		if id != "" && addr != "" && id != s.b.ID() {
+			st, _ = st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonNotLeader, Domain: errorDomain,
+				Metadata: map[string]string{"leader_id": id, "leader_addr": addr}})
+		}
+		return nil, st.Err()
+	}
+	resp, err := handler(ctx, req)
+	return resp, toStatus(err)
+}
+
 // atLeader serves one call of a leader-only method: here, or forwarded.
+// A read (readMethods) served here confirms leadership first.
 func (s *Server) atLeader(ctx context.Context, method string, req any, handler grpc.UnaryHandler) (any, error) {
+	return s.serveAtLeader(ctx, method, req, handler, readMethods[method])
+}
+
+// serveAtLeader is atLeader; confirm makes a call served here wait for
+// VerifyLeader before it runs. A confirmation that fails changed nothing,
+// so the call goes on to the new leader as after cluster.ErrNotLeader.
+func (s *Server) serveAtLeader(ctx context.Context, method string, req any, handler grpc.UnaryHandler, confirm bool) (any, error) {
 	route, err := s.route(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if route.Local {
-		resp, err := handler(ctx, req)
+		var resp any
+		if confirm {
+			err = s.node.VerifyLeader(ctx)
+		}
+		if err == nil {
+			resp, err = handler(ctx, req)
+		}
 		if !isNotLeader(err) {
 			return resp, toStatus(err)
 		}
@@ -130,7 +220,13 @@ func (s *Server) forward(ctx context.Context, route broker.Route, method string,
 		return nil, redirectError(route.LeaderID, route.LeaderClientAddr)
 	}
 	out := msgType.New().Interface()
-	fctx := metadata.NewOutgoingContext(ctx, metadata.Pairs(forwardedByKey, s.b.ID()))
+	md := metadata.Pairs(forwardedByKey, s.b.ID())
+	if readMethods[method] {
+		if stale, _ := staleRead(ctx); stale {
+			md.Set(readConsistencyKey, readStale)
+		}
+	}
+	fctx := metadata.NewOutgoingContext(ctx, md)
 	if err := conn.Invoke(fctx, method, req.(proto.Message), out); err != nil {
 		return nil, err
 	}

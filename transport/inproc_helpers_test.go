@@ -71,6 +71,9 @@ type inprocOpts struct {
 	// logVersion is what every node advertises (0 = this build's newest),
 	// so the cluster version stays there, as during a rolling upgrade.
 	logVersion uint32
+	// nodeConfig, if set, adjusts each node's cluster config (by node id)
+	// before it starts.
+	nodeConfig func(id string, c *cluster.Config)
 }
 
 // inprocNode is one in-process raftq node.
@@ -182,25 +185,29 @@ func (c *inprocCluster) startNodeAt(id string, join []string, at nodeAddrs) *inp
 	if o.tls != nil {
 		nodeTLS = o.tls.source(c.t, id)
 	}
+	cc := cluster.Config{
+		NodeID:             id,
+		DataDir:            filepath.Join(dir, id),
+		RaftBind:           at.raft,
+		GossipBind:         at.gossip,
+		GRPCAdvertise:      n.addr,
+		Version:            "build-of-" + id,
+		Join:               join,
+		BootstrapExpect:    o.expect,
+		DeadNodeTimeout:    time.Minute,
+		HeartbeatTimeout:   ipHeartbeat,
+		ElectionTimeout:    ipHeartbeat,
+		LeaderLeaseTimeout: ipLease,
+		PromoteAfter:       ipPromoteAfter,
+		TLS:                clusterTLS(nodeTLS),
+		LogVersion:         o.logVersion,
+	}
+	if o.nodeConfig != nil {
+		o.nodeConfig(id, &cc)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	n.b, err = broker.New(ctx, broker.Config{
-		Cluster: cluster.Config{
-			NodeID:             id,
-			DataDir:            filepath.Join(dir, id),
-			RaftBind:           at.raft,
-			GossipBind:         at.gossip,
-			GRPCAdvertise:      n.addr,
-			Version:            "build-of-" + id,
-			Join:               join,
-			BootstrapExpect:    o.expect,
-			DeadNodeTimeout:    time.Minute,
-			HeartbeatTimeout:   ipHeartbeat,
-			ElectionTimeout:    ipHeartbeat,
-			LeaderLeaseTimeout: ipLease,
-			PromoteAfter:       ipPromoteAfter,
-			TLS:                clusterTLS(nodeTLS),
-			LogVersion:         o.logVersion,
-		},
+		Cluster:        cc,
 		MaxQueuedBytes: o.maxQueuedBytes,
 		Audit:          o.audit,
 		CarryGrants:    o.carryGrants,

@@ -1,0 +1,144 @@
+//go:build raftqfault
+
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/raftq/raftq/cluster"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// TestReadsThroughADeposedLeader: a leader cut off from its peers that
+// still believes it leads (its lease is long, as a paused process's
+// effectively is until it runs again) answers no read from its old
+// state once the others elected a new leader and took a write: GetQueue,
+// ListQueues, Peek and ListConsumers each see the write or are refused.
+// Before reads confirmed leadership, the cut-off node answered all four
+// from its state without the write. With the stale header it does, on
+// purpose; mended, it serves reads that see the write.
+func TestReadsThroughADeposedLeader(t *testing.T) {
+	const long = time.Minute
+	c := startInproc(t, inprocOpts{nodes: 3, nodeConfig: func(id string, cc *cluster.Config) {
+		if id == "n1" {
+			// n1 as leader steps down only a minute after it last heard
+			// from a quorum. Its followers hear from it every
+			// CommitTimeout (raft's replication loop), whatever its
+			// heartbeat timeout.
+			cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout = long, long, long
+		}
+	}})
+	old := c.byID("n1")
+	if l := c.leader(); l != old {
+		ctx := tctx(t, 20*time.Second)
+		if _, err := l.admin.TransferLeadership(ctx, &raftqv1.TransferLeadershipRequest{ToId: old.id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l := c.waitStable(20 * time.Second); l != old {
+		t.Fatalf("%s leads, want %s", l.id, old.id)
+	}
+	mustCreate(t, old, "q", nil)
+	mustCreate(t, old, "c", nil)
+	c.synced()
+
+	old.node.CutRaftNetwork(true)
+	t.Cleanup(func() { old.node.CutRaftNetwork(false) })
+	var nl *inprocNode
+	waitUntil(t, 30*time.Second, "a new leader among the others", func() error {
+		for _, n := range c.nodes {
+			if n != old && n.node.LeaderReady() {
+				nl = n
+				return nil
+			}
+		}
+		return errors.New("none of n2, n3 leads yet")
+	})
+	// The write: a message, a queue and a consumer, through the new leader.
+	mustEnqueue(t, nl, "q", []byte("after the cut"))
+	mustCreate(t, nl, "fresh", nil)
+	lctx, stopLease := context.WithCancel(context.Background())
+	defer stopLease()
+	if _, err := nl.broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "c", ConsumerName: "new-term"}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the consumer to register on the new leader", func() error {
+		r, err := nl.broker.ListConsumers(tctx(t, 5*time.Second), &raftqv1.ListConsumersRequest{Queue: "c"})
+		if err != nil || len(r.GetConsumers()) != 1 {
+			return fmt.Errorf("%v %v", r, err)
+		}
+		return nil
+	})
+	if l := old.node.Leadership(); !old.node.IsLeader() || !l.Established {
+		t.Fatalf("%s no longer believes it leads (%+v): the reads below would not test a deposed leader", old.id, l)
+	}
+
+	reads := []struct {
+		name string
+		// read calls the old leader and says whether the answer shows
+		// the write (an error return is a refusal).
+		read func(ctx context.Context) (sees bool, answer any, err error)
+	}{
+		{"GetQueue", func(ctx context.Context) (bool, any, error) {
+			r, err := old.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "q"})
+			return r.GetQueue().GetStats().GetReady() == 1, r, err
+		}},
+		{"ListQueues", func(ctx context.Context) (bool, any, error) {
+			r, err := old.broker.ListQueues(ctx, &raftqv1.ListQueuesRequest{})
+			return slices.ContainsFunc(r.GetQueues(), func(q *raftqv1.QueueInfo) bool { return q.GetName() == "fresh" }), r, err
+		}},
+		{"Peek", func(ctx context.Context) (bool, any, error) {
+			r, err := old.broker.Peek(ctx, &raftqv1.PeekRequest{Queue: "q"})
+			return len(r.GetMessages()) == 1, r, err
+		}},
+		{"ListConsumers", func(ctx context.Context) (bool, any, error) {
+			r, err := old.broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "c"})
+			return len(r.GetConsumers()) == 1, r, err
+		}},
+	}
+	var wg sync.WaitGroup
+	for _, rd := range reads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			sees, answer, err := rd.read(ctx)
+			switch code := status.Code(err); {
+			case err == nil && !sees:
+				t.Errorf("%s through the deposed leader answered from its old state: %v", rd.name, answer)
+			case err != nil && code != codes.DeadlineExceeded && code != codes.Unavailable:
+				t.Errorf("%s through the deposed leader: %v, want the write, a redirect or a timeout", rd.name, err)
+			}
+		}()
+	}
+	wg.Wait()
+
+	// Asked for a stale read, it answers from its own state.
+	sctx := metadata.AppendToOutgoingContext(tctx(t, 5*time.Second), "raftq-read-consistency", "stale")
+	r, err := old.broker.GetQueue(sctx, &raftqv1.GetQueueRequest{Name: "q"})
+	if err != nil || r.GetQueue().GetStats().GetReady() != 0 {
+		t.Fatalf("stale GetQueue on the cut-off node: %v %v, want its own state (nothing ready)", r, err)
+	}
+
+	old.node.CutRaftNetwork(false)
+	waitUntil(t, 30*time.Second, "the mended node to read the write", func() error {
+		r, err := old.broker.GetQueue(tctx(t, 5*time.Second), &raftqv1.GetQueueRequest{Name: "q"})
+		if err != nil {
+			return err
+		}
+		if got := r.GetQueue().GetStats().GetReady(); got != 1 {
+			return fmt.Errorf("ready %d, want 1", got)
+		}
+		return nil
+	})
+}
