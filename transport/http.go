@@ -164,26 +164,43 @@ const GRPCAddrHeader = "Raftq-Grpc-Addr"
 // identity (transport/auth's Middleware states the contract, login and
 // CSRF included, that handlers added here rely on).
 func (s *Server) HTTPHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/", s.dash)
-	mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	operator := s.httpRoutes().handler(s.cfg.Auth, auth.HTTPOptions{SecureCookies: s.cfg.HTTPSecure})
+	// The JSON API (connect.go) authenticates as gRPC does, never by the
+	// session cookie, so it stays outside the operator middleware.
+	api := s.connectHandler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, ConnectPrefix) {
+			api.ServeHTTP(w, r)
+			return
+		}
+		operator.ServeHTTP(w, r)
+	})
+}
+
+// httpRoutes mounts every operator route of the HTTP port (all but the
+// JSON API); a new one goes here, through guarded unless it must answer
+// without an identity.
+func (s *Server) httpRoutes() *httpRoutes {
+	r := newHTTPRoutes()
+	r.guarded("/", s.dash)
+	r.guarded("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	if s.cfg.Pprof {
 		// Profiling on the operator port: what dominates the leader under
 		// load. Off by default: a profile shows memory and call paths.
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		r.guarded("/debug/pprof/", http.HandlerFunc(pprof.Index))
+		r.guarded("/debug/pprof/profile", http.HandlerFunc(pprof.Profile))
+		r.guarded("/debug/pprof/symbol", http.HandlerFunc(pprof.Symbol))
+		r.guarded("/debug/pprof/trace", http.HandlerFunc(pprof.Trace))
 	}
 	grpcAddr := s.node.ClientGRPCAddr()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	r.open("/healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		// A client that dialled this port for gRPC learns what it
 		// reached and where to go instead (raftq's CLI asks here when a
 		// connection is answered in HTTP/1.1).
 		w.Header().Set(GRPCAddrHeader, grpcAddr)
 		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	}))
+	r.open("/readyz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if s.node.Leader().ID == "" {
 			http.Error(w, "no leader", http.StatusServiceUnavailable)
 			return
@@ -193,8 +210,8 @@ func (s *Server) HTTPHandler() http.Handler {
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("/status", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	r.guarded("/status", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st, _ := (&clusterService{s: s}).Status(r.Context(), &raftqv1.StatusRequest{})
 		// The same JSON as `raftq cluster status --json`: protojson with
 		// the .proto field names and zero values present (docs/api.md).
@@ -205,17 +222,57 @@ func (s *Server) HTTPHandler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(append(b, '\n'))
-	})
-	operator := s.cfg.Auth.Middleware(mux, auth.HTTPOptions{SecureCookies: s.cfg.HTTPSecure})
-	// The JSON API (connect.go) authenticates as gRPC does, never by the
-	// session cookie, so it stays outside the operator middleware.
-	api := s.connectHandler()
+	}))
+	return r
+}
+
+// httpRoutes is the HTTP port's mux, built so that no handler on it
+// answers a caller the auth middleware did not identify. A route is
+// mounted either guarded, behind requirePrincipal, or open (only what the
+// middleware lets through unauthenticated: /healthz, /readyz), and the
+// one handler made of the routes is the mux inside the middleware. A
+// guarded handler that ends up served without the middleware (mounted on
+// another mux, or the mux served alone) then refuses every request
+// instead of serving it unguarded, as the dashboard once would have
+// (TestHTTPRoutesFailClosed).
+type httpRoutes struct {
+	mux *http.ServeMux
+	// patterns lists what was mounted, open or not, for the test that
+	// walks every route.
+	patterns map[string]bool // pattern -> open
+}
+
+func newHTTPRoutes() *httpRoutes {
+	return &httpRoutes{mux: http.NewServeMux(), patterns: map[string]bool{}}
+}
+
+func (r *httpRoutes) guarded(pattern string, h http.Handler) {
+	r.mux.Handle(pattern, requirePrincipal(h))
+	r.patterns[pattern] = false
+}
+
+func (r *httpRoutes) open(pattern string, h http.Handler) {
+	r.mux.Handle(pattern, h)
+	r.patterns[pattern] = true
+}
+
+// handler is the routes behind a's middleware: the only way they are
+// served.
+func (r *httpRoutes) handler(a *auth.Authenticator, o auth.HTTPOptions) http.Handler {
+	return a.Middleware(r.mux, o)
+}
+
+// requirePrincipal fails closed: a request that reaches h without the
+// identity the auth middleware puts in its context (with auth off, the
+// anonymous admin) is refused with 401 before h runs.
+func requirePrincipal(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, ConnectPrefix) {
-			api.ServeHTTP(w, r)
+		if auth.PrincipalFrom(r.Context()) == nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="raftq"`)
+			http.Error(w, "no identity: this handler answers only behind the auth middleware", http.StatusUnauthorized)
 			return
 		}
-		operator.ServeHTTP(w, r)
+		h.ServeHTTP(w, r)
 	})
 }
 
@@ -242,6 +299,7 @@ type collectorFunc struct {
 func (c collectorFunc) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c collectorFunc) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
-// Dashboard is the web UI alone, for a caller that puts its own
-// middleware (auth) in front of it.
-func (s *Server) Dashboard() http.Handler { return s.dash }
+// Dashboard is the web UI alone, for a caller that puts its own auth
+// middleware (Config.Auth's) in front of it. It fails closed: without the
+// identity that middleware sets, every request is refused with 401.
+func (s *Server) Dashboard() http.Handler { return requirePrincipal(s.dash) }
