@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -164,6 +165,24 @@ func (c *Client) DeleteQueue(ctx context.Context, name string, conds ...DeleteCo
 		err = c.broker(ctx, raftqv1.Broker_DeleteQueue_FullMethodName, req, &raftqv1.DeleteQueueResponse{})
 	}
 	return err
+}
+
+// readConsistencyKey is the metadata header a read chooses its
+// consistency with (docs/api.md, Read consistency).
+const readConsistencyKey = "raftq-read-consistency"
+
+// StaleRead returns ctx for reads (GetQueue, ListQueues, Peek,
+// ListConsumers) that the node called answers from its own state at
+// once, without confirming that it leads: cheaper, but the answer may
+// miss recent writes (a follower's replication lag, or everything since a
+// deposed leader lost leadership). Without it those reads are
+// linearizable. ListConsumers still goes to the leader (only it has
+// consumers). Writes made with ctx are not affected.
+func StaleRead(ctx context.Context) context.Context {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	md = md.Copy()
+	md.Set(readConsistencyKey, "stale")
+	return metadata.NewOutgoingContext(ctx, md)
 }
 
 // GetQueue returns a queue's effective config and stats; includeKeys adds

@@ -21,8 +21,9 @@ func newPeekCmd(a *app) *cobra.Command {
 	}
 	cmd.Flags().Int32Var(&lim, "limit", 10, "most messages to show (at most 1000)")
 	cmd.Flags().BoolVar(&dlq, "dlq", false, "show the queue's dead-letter queue instead")
+	read := addStaleFlag(cmd)
 	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
-		ds, err := c.Peek(ctx, args[0], lim, dlq)
+		ds, err := c.Peek(read(ctx), args[0], lim, dlq)
 		if err != nil {
 			return err
 		}

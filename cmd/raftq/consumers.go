@@ -18,8 +18,9 @@ func newConsumersCmd(a *app) *cobra.Command {
 		Short: "List the consumers reading a queue (name, address, flow counters)",
 		Args:  cobra.ExactArgs(1),
 	}
+	read := addStaleFlag(cmd)
 	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
-		cs, err := c.ListConsumers(ctx, args[0])
+		cs, err := c.ListConsumers(read(ctx), args[0])
 		if err != nil {
 			return err
 		}

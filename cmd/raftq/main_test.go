@@ -62,6 +62,9 @@ type fake struct {
 	reqs []proto.Message
 	// authz is the authorization metadata of every call, in order.
 	authz []string
+	// consistency is every call's method and raftq-read-consistency
+	// metadata ("/raftq.v1.Broker/Peek=stale"), in order.
+	consistency []string
 
 	deliveries []*raftqv1.Delivery     // pushed on Lease, up to max_in_flight
 	consumers  []*raftqv1.ConsumerInfo // ListConsumers of "q"
@@ -247,10 +250,11 @@ func serve(t *testing.T, f *fake) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		f.mu.Lock()
 		f.authz = append(f.authz, strings.Join(md.Get("authorization"), ";"))
+		f.consistency = append(f.consistency, info.FullMethod+"="+strings.Join(md.Get("raftq-read-consistency"), ";"))
 		f.mu.Unlock()
 		return h(ctx, req)
 	}))

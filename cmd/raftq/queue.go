@@ -266,12 +266,13 @@ func newQueueListCmd(a *app) *cobra.Command {
 		Short: "List queues, optionally those whose names start with PREFIX",
 		Args:  cobra.MaximumNArgs(1),
 	}
+	read := addStaleFlag(cmd)
 	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
 		prefix := ""
 		if len(args) == 1 {
 			prefix = args[0]
 		}
-		qs, err := c.ListQueues(ctx, prefix)
+		qs, err := c.ListQueues(read(ctx), prefix)
 		if err != nil {
 			return err
 		}
@@ -291,8 +292,9 @@ func newQueueGetCmd(a *app) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 	}
 	cmd.Flags().BoolVar(&keys, "keys", false, "also show per-fairness-key and per-throttle-key stats")
+	read := addStaleFlag(cmd)
 	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
-		q, err := c.GetQueue(ctx, args[0], keys)
+		q, err := c.GetQueue(read(ctx), args[0], keys)
 		if err != nil {
 			return err
 		}
