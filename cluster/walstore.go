@@ -354,12 +354,17 @@ type walStore struct {
 	segmentSize uint32
 
 	// mu serialises writes (appends, deletions, the stable store) with
-	// reopening. Reads of the log take no lock: they load cur, so they
-	// never wait for an append's fsync; cur is nil while the wal is closed
-	// for a reopen, and only a read that meets that waits (read).
+	// reopening. Reads of the log do not take it, so they never wait for
+	// an append's fsync: they load cur under closing.
 	mu  sync.Mutex
 	w   *wal.WAL // nil only after a reopen that could not open it
 	cur atomic.Pointer[wal.WAL]
+	// closing is held for writing while the wal is closed (a reopen,
+	// Close) and for reading by every read, which then waits for the
+	// reopen instead of failing. raft-wal's reads also race its Close: a
+	// read that passed its closed check then meets the empty state Close
+	// swaps in and dereferences nil (TestWALReadsDuringReopen hit it).
+	closing sync.RWMutex
 	// broken is the write error that asks for a reopen before the next
 	// write (nil: none).
 	broken error
@@ -408,6 +413,8 @@ func (s *walStore) open() (*wal.WAL, error) {
 // same so that reads go on, and stays broken: the next write tries again.
 // s.mu must be held for writing.
 func (s *walStore) reopenLocked() error {
+	s.closing.Lock()
+	defer s.closing.Unlock()
 	s.cur.Store(nil)
 	if s.w != nil {
 		if err := s.w.Close(); err != nil {
@@ -477,16 +484,16 @@ func (s *walStore) write(f func(w *wal.WAL) error) error {
 }
 
 // read runs f on the wal, without waiting for writes. A read that meets
-// the wal closed for a reopen (cur nil, or raft-wal's ErrClosed because the
-// reopen closed it under the read) waits for the reopen under the lock and
-// runs on the reopened wal: raft does not retry a failed read of the log,
-// it panics when reading a committed entry fails (processLogs).
+// a reopen waits for it (closing) and runs on the reopened wal: raft does
+// not retry a failed read of the log, it panics when reading a committed
+// entry fails (processLogs).
 func (s *walStore) read(f func(w *wal.WAL) error) error {
+	s.closing.RLock()
 	if w := s.cur.Load(); w != nil {
-		if err := f(w); !errors.Is(err, wal.ErrClosed) {
-			return err
-		}
+		defer s.closing.RUnlock()
+		return f(w)
 	}
+	s.closing.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -602,6 +609,8 @@ func (s *walStore) GetUint64(key []byte) (v uint64, err error) {
 func (s *walStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closing.Lock()
+	defer s.closing.Unlock()
 	s.closed = true
 	s.cur.Store(nil)
 	if s.w == nil {
