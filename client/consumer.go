@@ -388,7 +388,7 @@ func (con *Consumer) extend(ctx context.Context, leases *leases, refs []*raftqv1
 		leases.retryLater(tokens, now)
 		return
 	}
-	results, deadlines := resp.GetResults(), resp.GetDeadlinesMs()
+	results, deadlines, remaining := resp.GetResults(), resp.GetDeadlinesMs(), resp.GetRemainingMs()
 	for i, tok := range tokens {
 		if i >= len(results) {
 			leases.retryLater(tokens[i:i+1], now)
@@ -404,11 +404,14 @@ func (con *Consumer) extend(ctx context.Context, leases *leases, refs []*raftqv1
 			}
 			continue
 		}
-		var deadline int64
+		var deadline, left int64
 		if i < len(deadlines) {
 			deadline = deadlines[i]
 		}
-		leases.extended(tok, deadline, now)
+		if i < len(remaining) {
+			left = remaining[i]
+		}
+		leases.extended(tok, deadline, left, now)
 	}
 }
 

@@ -51,11 +51,17 @@ func newLeases(lease time.Duration) *leases {
 }
 
 // schedule sets when h is next extended: halfway through what remains of
-// its lease, by the shorter of the broker's deadline (read with our clock)
-// and the configured lease length (which is immune to clock skew).
-func (l *leases) schedule(h *held, deadlineMs int64, now time.Time) {
+// its lease. That is what the broker says remains (remainingMs, measured
+// from now, when the answer was received, on our monotonic clock: no
+// clock of ours has to agree with the leader's); from a broker too old to
+// say, the shorter of its deadline read with our clock (wrong by our
+// clocks' skew) and the configured lease length.
+func (l *leases) schedule(h *held, deadlineMs, remainingMs int64, now time.Time) {
 	remaining := l.lease
-	if deadlineMs > 0 {
+	switch {
+	case remainingMs > 0:
+		remaining = time.Duration(remainingMs) * time.Millisecond
+	case deadlineMs > 0:
 		if r := time.UnixMilli(deadlineMs).Sub(now); remaining == 0 || r < remaining {
 			remaining = r
 		}
@@ -77,7 +83,7 @@ func (l *leases) add(d *raftqv1.Delivery, now time.Time) (*held, bool) {
 		l.mu.Unlock()
 		return nil, false
 	}
-	l.schedule(h, d.GetLeaseDeadlineMs(), now)
+	l.schedule(h, d.GetLeaseDeadlineMs(), d.GetLeaseRemainingMs(), now)
 	l.byTok[h.ref.LeaseToken] = h
 	l.mu.Unlock()
 	select {
@@ -125,12 +131,13 @@ func (l *leases) lost(token string) {
 	}
 }
 
-// extended records the broker's new deadline for a lease.
-func (l *leases) extended(token string, deadlineMs int64, now time.Time) {
+// extended records the broker's new deadline and remaining time for a
+// lease (now: when its answer was received).
+func (l *leases) extended(token string, deadlineMs, remainingMs int64, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if h, ok := l.byTok[token]; ok {
-		l.schedule(h, deadlineMs, now)
+		l.schedule(h, deadlineMs, remainingMs, now)
 	}
 }
 

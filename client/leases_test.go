@@ -73,3 +73,34 @@ func TestLeasesLostCancelsHandler(t *testing.T) {
 		t.Fatal("a lost lease was settled")
 	}
 }
+
+// TestLeasesScheduleSkewedClock (issue 20, hole 7): the lease's end is
+// reckoned from the remaining time the broker reports, on the client's
+// own (monotonic) clock from receipt, never by comparing the leader's
+// deadline with the client's wall clock: a client an hour ahead used to
+// extend every 50 ms (the lease looked already expired), one an hour
+// behind only after half an hour (long after the lease had lapsed).
+func TestLeasesScheduleSkewedClock(t *testing.T) {
+	now := time.Now()
+	const remaining = 10 * time.Second
+	for _, skew := range []time.Duration{-time.Hour, -3 * time.Second, 0, 3 * time.Second, time.Hour} {
+		t.Run(skew.String(), func(t *testing.T) {
+			// The broker's clock reads now-skew: its deadline, read on
+			// our clock, is off by skew.
+			deadline := now.Add(-skew).Add(remaining).UnixMilli()
+			l := newLeases(0)
+			h, _ := l.add(&raftqv1.Delivery{Id: "1", LeaseToken: "t", LeaseDeadlineMs: deadline, LeaseRemainingMs: remaining.Milliseconds()}, now)
+			if got := h.next.Sub(now); got != remaining/2 {
+				t.Fatalf("delivery: extend after %v, want %v", got, remaining/2)
+			}
+			if got := h.expiry.Sub(now); got != remaining {
+				t.Fatalf("delivery: lease ends after %v, want %v", got, remaining)
+			}
+			later := now.Add(remaining / 2)
+			l.extended("t", later.Add(-skew).Add(remaining).UnixMilli(), remaining.Milliseconds(), later)
+			if got := h.next.Sub(later); got != remaining/2 {
+				t.Fatalf("extension: extend after %v, want %v", got, remaining/2)
+			}
+		})
+	}
+}

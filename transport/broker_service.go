@@ -288,7 +288,17 @@ func (s brokerService) ExtendLease(ctx context.Context, req *raftqv1.ExtendLease
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.ExtendLeaseResponse{Results: itemResults(req.Queue, "leases", func(i int) string { return req.Leases[i].GetMessageId() }, results), DeadlinesMs: deadlines}, nil
+	// The remaining time, as of this answer, on the clock the deadlines
+	// are on: a client whose clock disagrees with the leader's reckons by
+	// this, not by the deadline (issue 20, hole 7).
+	nowMs := s.b.NowMs()
+	remaining := make([]int64, len(deadlines))
+	for i, dl := range deadlines {
+		if i < len(results) && results[i] == nil && dl > 0 {
+			remaining[i] = max(dl-nowMs, 1)
+		}
+	}
+	return &raftqv1.ExtendLeaseResponse{Results: itemResults(req.Queue, "leases", func(i int) string { return req.Leases[i].GetMessageId() }, results), DeadlinesMs: deadlines, RemainingMs: remaining}, nil
 }
 
 func (s brokerService) Peek(ctx context.Context, req *raftqv1.PeekRequest) (*raftqv1.PeekResponse, error) {

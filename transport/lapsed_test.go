@@ -138,3 +138,35 @@ func TestSlowStreamSendsNoLapsedDelivery(t *testing.T) {
 		t.Fatalf("the second message was sent at attempt %d, want 1: its lapsed lease was never sent, so it must not count", got.GetAttempt())
 	}
 }
+
+// TestLeaseRemainingReported (issue 20, hole 7): deliveries and extensions
+// say how long their lease has left, on the leader's clock, so that a
+// client reckons from receipt on its own clock and never compares the
+// leader's deadline with a clock that may be skewed.
+func TestLeaseRemainingReported(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 1})
+	l := c.leader()
+	ctx := tctx(t, time.Minute)
+	const vis = 60_000
+	mustCreate(t, l, "remain", &raftqv1.QueueConfig{VisibilityTimeoutMs: vis})
+	mustEnqueue(t, l, "remain", []byte("x"))
+	s, err := l.broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "remain", Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := recvN(t, s, 1)[0]
+	if r := d.GetLeaseRemainingMs(); r <= 0 || r > vis {
+		t.Fatalf("delivery lease_remaining_ms = %d, want in (0, %d]", r, vis)
+	}
+	const by = 120_000
+	resp, err := l.broker.ExtendLease(ctx, &raftqv1.ExtendLeaseRequest{Queue: "remain", Leases: []*raftqv1.LeaseRef{refOf(d)}, ExtendByMs: by})
+	if err != nil || !resp.GetResults()[0].GetOk() {
+		t.Fatalf("extend: %v %v", resp, err)
+	}
+	if rs := resp.GetRemainingMs(); len(rs) != 1 || rs[0] <= vis || rs[0] > by {
+		t.Fatalf("extension remaining_ms = %v, want one value in (%d, %d]", rs, vis, by)
+	}
+	if _, err := l.broker.Ack(ctx, &raftqv1.AckRequest{Queue: "remain", Acks: []*raftqv1.LeaseRef{refOf(d)}}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -115,11 +115,15 @@ func (s brokerService) push(ctx context.Context, stream raftqv1.Broker_LeaseServ
 		for more := true; more; {
 			batch, sent = batch[:0], sent[:0]
 			size := 0
+			nowMs := s.b.NowMs()
 			_, more = c.Take(func(d *state.Delivery) bool {
 				if len(batch) >= maxPerResponse {
 					return false
 				}
 				pd := projectDelivery(d)
+				// What the client reckons its lease by, on its own clock
+				// (Take hands over only leases whose deadline is ahead).
+				pd.LeaseRemainingMs = max(d.LeaseDeadlineMs-nowMs, 1)
 				n := responseEntrySize(pd)
 				if len(batch) > 0 && size+n > maxBytes {
 					return false

@@ -163,6 +163,11 @@ func (b *Broker) ExtendLease(ctx context.Context, refs []LeaseRef, extendByMs in
 	return res.Items, res.Deadlines, nil
 }
 
+// NowMs is the node's clock, the one commands are stamped with and lease
+// deadlines are reckoned on, in Unix milliseconds: what a lease's
+// remaining time is measured against.
+func (b *Broker) NowMs() int64 { return b.clock.Now().UnixMilli() }
+
 // Lease registers a consumer with the leader's scheduler; its deliveries
 // arrive on the returned consumer until it is closed or leadership moves
 // (scheduler.ErrNotLeader).

@@ -775,6 +775,12 @@ type Delivery struct {
 	// Set for messages in a dead-letter queue: where they came from and why.
 	OriginQueue      string `protobuf:"bytes,13,opt,name=origin_queue,json=originQueue,proto3" json:"origin_queue,omitempty"`
 	DeadLetterReason string `protobuf:"bytes,14,opt,name=dead_letter_reason,json=deadLetterReason,proto3" json:"dead_letter_reason,omitempty"`
+	// Lease deliveries: how long the lease had left when the broker sent
+	// it, on the leader's clock (at least 1). lease_deadline_ms is an
+	// instant on the leader's clock, which a client's clock may disagree
+	// with; a client that measures this from when it received the delivery,
+	// on its own monotonic clock, needs no agreement. 0 from older brokers.
+	LeaseRemainingMs int64 `protobuf:"varint,15,opt,name=lease_remaining_ms,json=leaseRemainingMs,proto3" json:"lease_remaining_ms,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -905,6 +911,13 @@ func (x *Delivery) GetDeadLetterReason() string {
 		return x.DeadLetterReason
 	}
 	return ""
+}
+
+func (x *Delivery) GetLeaseRemainingMs() int64 {
+	if x != nil {
+		return x.LeaseRemainingMs
+	}
+	return 0
 }
 
 type LeaseRef struct {
@@ -1924,7 +1937,8 @@ type LeaseRequest struct {
 	VisibilityTimeoutMs int64                  `protobuf:"varint,4,opt,name=visibility_timeout_ms,json=visibilityTimeoutMs,proto3" json:"visibility_timeout_ms,omitempty"`
 	// Stop delivering after this many messages on this stream (0 = no
 	// limit): a consumer that wants N messages gets exactly N, never extras
-	// whose return would count as delivery attempts.
+	// whose return would count as delivery attempts. Once all N are settled
+	// (acked, nacked or expired) the stream ends with OK.
 	Limit int64 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
 	// The most bytes one LeaseResponse may take, encoded (0 = 4 MiB, what a
 	// gRPC client accepts by default). A response never exceeds it, except
@@ -2305,9 +2319,13 @@ func (x *ExtendLeaseRequest) GetExtendByMs() int64 {
 }
 
 type ExtendLeaseResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Results       []*ItemResult          `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
-	DeadlinesMs   []int64                `protobuf:"varint,2,rep,packed,name=deadlines_ms,json=deadlinesMs,proto3" json:"deadlines_ms,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Results     []*ItemResult          `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	DeadlinesMs []int64                `protobuf:"varint,2,rep,packed,name=deadlines_ms,json=deadlinesMs,proto3" json:"deadlines_ms,omitempty"`
+	// Per lease: how long the extended lease has left as the broker
+	// answers, on the leader's clock (0 for an item not extended, and from
+	// older brokers); see Delivery.lease_remaining_ms.
+	RemainingMs   []int64 `protobuf:"varint,3,rep,packed,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2352,6 +2370,13 @@ func (x *ExtendLeaseResponse) GetResults() []*ItemResult {
 func (x *ExtendLeaseResponse) GetDeadlinesMs() []int64 {
 	if x != nil {
 		return x.DeadlinesMs
+	}
+	return nil
+}
+
+func (x *ExtendLeaseResponse) GetRemainingMs() []int64 {
+	if x != nil {
+		return x.RemainingMs
 	}
 	return nil
 }
@@ -5330,7 +5355,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\t \x01(\x03R\x05ttlMs\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9b\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc9\x04\n" +
 	"\bDelivery\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -5347,7 +5372,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"leaseToken\x12*\n" +
 	"\x11lease_deadline_ms\x18\f \x01(\x03R\x0fleaseDeadlineMs\x12!\n" +
 	"\forigin_queue\x18\r \x01(\tR\voriginQueue\x12,\n" +
-	"\x12dead_letter_reason\x18\x0e \x01(\tR\x10deadLetterReason\x1a:\n" +
+	"\x12dead_letter_reason\x18\x0e \x01(\tR\x10deadLetterReason\x12,\n" +
+	"\x12lease_remaining_ms\x18\x0f \x01(\x03R\x10leaseRemainingMs\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"J\n" +
@@ -5440,10 +5466,11 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12*\n" +
 	"\x06leases\x18\x02 \x03(\v2\x12.raftq.v1.LeaseRefR\x06leases\x12 \n" +
 	"\fextend_by_ms\x18\x03 \x01(\x03R\n" +
-	"extendByMs\"h\n" +
+	"extendByMs\"\x8b\x01\n" +
 	"\x13ExtendLeaseResponse\x12.\n" +
 	"\aresults\x18\x01 \x03(\v2\x14.raftq.v1.ItemResultR\aresults\x12!\n" +
-	"\fdeadlines_ms\x18\x02 \x03(\x03R\vdeadlinesMs\"Z\n" +
+	"\fdeadlines_ms\x18\x02 \x03(\x03R\vdeadlinesMs\x12!\n" +
+	"\fremaining_ms\x18\x03 \x03(\x03R\vremainingMs\"Z\n" +
 	"\vPeekRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1f\n" +
