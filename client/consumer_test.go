@@ -186,11 +186,18 @@ func TestConsumerCancelsHandlerWhenLeaseLost(t *testing.T) {
 		}})
 	c := dial(t, addr)
 	cause := make(chan error, 1)
+	// The delivery is reported unsettled, so a caller (raftq consume)
+	// need not report success for it.
+	unsettled := make(chan string, 1)
 	con := NewConsumer(c, "q", func(ctx context.Context, _ *raftqv1.Delivery) error {
 		<-ctx.Done()
 		cause <- context.Cause(ctx)
 		return ctx.Err()
-	}, ConsumerOptions{})
+	}, ConsumerOptions{Unsettled: func(id string, err error) {
+		if errors.Is(err, ErrLeaseLost) {
+			unsettled <- id
+		}
+	}})
 	stop := running(t, con)
 
 	select {
@@ -207,6 +214,14 @@ func TestConsumerCancelsHandlerWhenLeaseLost(t *testing.T) {
 	calls, _ := rec.snapshot()
 	if acked, nacked := settledTokens(calls); len(acked)+len(nacked) != 0 {
 		t.Fatalf("settled a lost lease: acked %v nacked %v", acked, nacked)
+	}
+	select {
+	case id := <-unsettled:
+		if id != "m" {
+			t.Fatalf("Unsettled(%q), want m", id)
+		}
+	default:
+		t.Fatal("the lost lease was not reported to Unsettled")
 	}
 }
 
