@@ -332,8 +332,17 @@ func (c *Client) TransferLeadership(ctx context.Context, toID string) (string, e
 // unknown outcome: setting the same value again is harmless, so a caller
 // may simply repeat it.
 func (c *Client) SetClusterSettings(ctx context.Context, maxQueuedBytes *int64) (*raftqv1.ClusterSettings, error) {
+	return c.ChangeClusterSettings(ctx, &raftqv1.SetClusterSettingsRequest{MaxQueuedBytes: maxQueuedBytes})
+}
+
+// ChangeClusterSettings changes the cluster settings req sets (admin),
+// leaving absent fields as they are, and returns the settings as
+// committed: max_queued_bytes, and max_queues (the number of queues,
+// dead-letter queues included; needs every voter at log version 12).
+// Not retried after an unknown outcome, as SetClusterSettings.
+func (c *Client) ChangeClusterSettings(ctx context.Context, req *raftqv1.SetClusterSettingsRequest) (*raftqv1.ClusterSettings, error) {
 	resp := &raftqv1.SetClusterSettingsResponse{}
-	err := c.cluster(ctx, raftqv1.Cluster_SetClusterSettings_FullMethodName, false, &raftqv1.SetClusterSettingsRequest{MaxQueuedBytes: maxQueuedBytes}, resp)
+	err := c.cluster(ctx, raftqv1.Cluster_SetClusterSettings_FullMethodName, false, req, resp)
 	return resp.GetSettings(), err
 }
 

@@ -137,7 +137,8 @@ func (g *cmdGen) next() *fsmv1.Command {
 			}
 			c.Op = &fsmv1.Command_Ack{Ack: ack}
 		case 2:
-			c.Op = &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: []*fsmv1.NackOne{{Ref: refs[0], DelayMs: int64(g.r.IntN(100)), DeadLetter: g.r.IntN(5) == 0}}}}
+			// Uncounted with a delay: the delay is kept from log version 11.
+			c.Op = &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: []*fsmv1.NackOne{{Ref: refs[0], DelayMs: int64(g.r.IntN(100)), DeadLetter: g.r.IntN(5) == 0, Uncounted: g.r.IntN(4) == 0}}}}
 		case 3:
 			c.Op = &fsmv1.Command_Extend{Extend: &fsmv1.Extend{Refs: refs, ExtendByMs: int64(g.r.IntN(200))}}
 		case 4:
@@ -151,7 +152,14 @@ func (g *cmdGen) next() *fsmv1.Command {
 		c.Op = &fsmv1.Command_Checkpoint{Checkpoint: &fsmv1.Checkpoint{}}
 	case n < 97:
 		mq := int64(2000 + g.r.IntN(20_000)) // an unknown command below version 9
-		c.Op = &fsmv1.Command_SetClusterSettings{SetClusterSettings: &fsmv1.SetClusterSettings{MaxQueuedBytes: &mq}}
+		set := &fsmv1.SetClusterSettings{MaxQueuedBytes: &mq}
+		if g.r.IntN(2) == 0 {
+			// max_queues (log version 11; ignored before): a few, so
+			// that creates are refused now and then.
+			n := int64(g.r.IntN(8))
+			set.MaxQueues = &n
+		}
+		c.Op = &fsmv1.Command_SetClusterSettings{SetClusterSettings: set}
 	default:
 		c.Op = &fsmv1.Command_Tick{Tick: &fsmv1.Tick{}}
 	}

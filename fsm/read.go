@@ -128,4 +128,13 @@ const (
 	// DeleteKeyVersion is the log version from which
 	// DeleteQueue.idempotency_key is honoured.
 	DeleteKeyVersion = state.DeleteKeyVersion
+	// GuardVersion is the log version from which an ordinary queue in
+	// use is never turned into a dead-letter queue, max_queues bounds the
+	// queues, an uncounted nack keeps its delay and a redriven message
+	// gets its queue's TTL afresh; the edge refuses requests that need
+	// it before then.
+	GuardVersion = state.GuardVersion
+	// DefaultMaxQueues is max_queues from cluster version GuardVersion
+	// until an operator changes it.
+	DefaultMaxQueues = state.DefaultMaxQueues
 )

@@ -10,6 +10,7 @@ import (
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -40,7 +41,7 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 	held, settings := c.s.state.Held()
 	out.HeldBytes = held
 	if out.ClusterVersion >= fsm.AdmitVersion {
-		out.Settings = &raftqv1.ClusterSettings{MaxQueuedBytes: settings.MaxQueuedBytes}
+		out.Settings = &raftqv1.ClusterSettings{MaxQueuedBytes: settings.MaxQueuedBytes, MaxQueues: settings.MaxQueues}
 	}
 	for _, n := range st.Nodes {
 		out.Nodes = append(out.Nodes, &raftqv1.Node{
@@ -128,11 +129,11 @@ func (c *clusterService) Leave(ctx context.Context, req *raftqv1.LeaveRequest) (
 // SetClusterSettings changes the replicated cluster settings (the
 // interceptor forwards it to the leader).
 func (c *clusterService) SetClusterSettings(ctx context.Context, req *raftqv1.SetClusterSettingsRequest) (*raftqv1.SetClusterSettingsResponse, error) {
-	s, err := c.s.b.SetClusterSettings(ctx, req.MaxQueuedBytes)
+	s, err := c.s.b.SetClusterSettings(ctx, broker.SettingsChange{MaxQueuedBytes: req.MaxQueuedBytes, MaxQueues: req.MaxQueues})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &raftqv1.SetClusterSettingsResponse{Settings: &raftqv1.ClusterSettings{MaxQueuedBytes: s.MaxQueuedBytes}}, nil
+	return &raftqv1.SetClusterSettingsResponse{Settings: &raftqv1.ClusterSettings{MaxQueuedBytes: s.MaxQueuedBytes, MaxQueues: s.MaxQueues}}, nil
 }
 
 func (c *clusterService) TransferLeadership(ctx context.Context, req *raftqv1.TransferLeadershipRequest) (*raftqv1.TransferLeadershipResponse, error) {

@@ -1,10 +1,13 @@
 package transport
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/transport/auth"
 	"google.golang.org/grpc/codes"
@@ -61,5 +64,98 @@ func TestDLQNeedsManageOnIt(t *testing.T) {
 	dlq, err := l.broker.GetQueue(admin, &raftqv1.GetQueueRequest{Name: "a.dlq"})
 	if err != nil || !dlq.Queue.IsDeadLetterQueue {
 		t.Fatalf("a.dlq: %v %v", dlq, err)
+	}
+}
+
+// TestVersion12ThroughTheAPI: on a cluster at log version 12, through the
+// gRPC API: an ordinary queue that holds a message or has a consumer
+// attached is not turned into a dead-letter queue (FAILED_PRECONDITION
+// naming it; once the consumer is gone it is); max_queues is 10,000 from
+// the start, shown by Status, and a create past it is RESOURCE_EXHAUSTED;
+// a nack handing a delivery back unprocessed with a delay delays it.
+func TestVersion12ThroughTheAPI(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 1, expect: 1})
+	ctx := tctx(t, time.Minute)
+	l := c.leader()
+	waitUntil(t, 10*time.Second, "cluster version 12", func() error {
+		if v := l.state.ClusterVersion(); v < fsm.GuardVersion {
+			return fmt.Errorf("cluster version %d", v)
+		}
+		return nil
+	})
+	create := func(name, dlq string) error {
+		_, err := l.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: name, Config: &raftqv1.QueueConfig{DeadLetterQueue: dlq}})
+		return err
+	}
+	for _, q := range []string{"b.jobs", "b.idle", "n"} {
+		if err := create(q, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "b.jobs", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("work")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := create("a.x", "b.jobs"); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "b.jobs") {
+		t.Fatalf("a queue holding a message as dead-letter queue: %v, want FAILED_PRECONDITION naming it", err)
+	}
+	lctx, stop := context.WithCancel(ctx)
+	if _, err := l.broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "b.idle", MaxInFlight: 1}); err != nil {
+		t.Fatal(err)
+	}
+	consumers := func(want int) func() error {
+		return func() error {
+			cs, err := l.broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "b.idle"})
+			if err != nil || len(cs.Consumers) != want {
+				return fmt.Errorf("consumers %v %v, want %d", cs, err, want)
+			}
+			return nil
+		}
+	}
+	waitUntil(t, 10*time.Second, "the consumer attached", consumers(1))
+	if err := create("a.y", "b.idle"); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "b.idle") || !strings.Contains(err.Error(), "consumer") {
+		t.Fatalf("a queue with a consumer as dead-letter queue: %v, want FAILED_PRECONDITION naming it", err)
+	}
+	stop()
+	waitUntil(t, 10*time.Second, "the consumer gone", consumers(0))
+	if err := create("a.y", "b.idle"); err != nil {
+		t.Fatalf("an empty queue without consumers as dead-letter queue: %v", err)
+	}
+
+	st, err := l.admin.Status(ctx, &raftqv1.StatusRequest{})
+	if err != nil || st.GetSettings().GetMaxQueues() != fsm.DefaultMaxQueues {
+		t.Fatalf("Status settings %v (%v), want max_queues %d", st.GetSettings(), err, fsm.DefaultMaxQueues)
+	}
+	qs, err := l.broker.ListQueues(ctx, &raftqv1.ListQueuesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := int64(len(qs.Queues) + 1)
+	if resp, err := l.admin.SetClusterSettings(ctx, &raftqv1.SetClusterSettingsRequest{MaxQueues: &limit}); err != nil || resp.GetSettings().GetMaxQueues() != limit {
+		t.Fatalf("SetClusterSettings max_queues: %v %v", resp, err)
+	}
+	if err := create("c", ""); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "max_queues") {
+		t.Fatalf("a create past max_queues: %v, want RESOURCE_EXHAUSTED naming it", err)
+	}
+	if err := create("c", "b.jobs.dlq"); err != nil {
+		t.Fatalf("one more queue, sharing a dead-letter queue: %v", err)
+	}
+
+	if _, err := l.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "n", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}}); err != nil {
+		t.Fatal(err)
+	}
+	lctx, stop = context.WithCancel(ctx)
+	defer stop()
+	s, err := l.broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "n", MaxInFlight: 1, Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := recvN(t, s, 1)[0]
+	resp, err := l.broker.Nack(ctx, &raftqv1.NackRequest{Queue: "n", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Unprocessed: true, DelayMs: 60_000}}})
+	if err != nil || !resp.Results[0].GetOk() {
+		t.Fatalf("nack: %v %v", resp, err)
+	}
+	info, err := l.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "n"})
+	if err != nil || info.Queue.Stats.GetDelayed() != 1 || info.Queue.Stats.GetReady() != 0 {
+		t.Fatalf("after an unprocessed nack with a delay: %v %v, want the message delayed", info.GetQueue().GetStats(), err)
 	}
 }

@@ -141,27 +141,43 @@ func newClusterCmd(a *app) *cobra.Command {
 		}),
 	}
 	set := &cobra.Command{
-		Use:   "set max-queued-bytes N",
+		Use:   "set max-queued-bytes|max-queues N",
 		Short: "Change a replicated cluster setting",
-		Long: "Change a replicated cluster setting (needs the admin role and every voter at\n" +
-			"log version 9). max-queued-bytes bounds what the whole cluster holds\n" +
-			"(messages, dedup entries and recent outcomes, as stats.bytes counts them);\n" +
-			"0 means unlimited. Lowering it below what is held refuses new enqueues only.",
+		Long: "Change a replicated cluster setting (needs the admin role).\n" +
+			"max-queued-bytes (every voter at log version 9) bounds what the whole cluster\n" +
+			"holds (messages, dedup entries and recent outcomes, as stats.bytes counts\n" +
+			"them); lowering it below what is held refuses new enqueues only.\n" +
+			"max-queues (every voter at log version 12; 10000 until changed) bounds how\n" +
+			"many queues the cluster holds, dead-letter queues included; lowering it\n" +
+			"below the count refuses new queues only. 0 means unlimited for both.",
 		Args: cobra.ExactArgs(2),
 		RunE: a.unary(func(ctx context.Context, c *client.Client, args []string) error {
-			if args[0] != "max-queued-bytes" {
-				return fmt.Errorf("unknown setting %q: the one setting is max-queued-bytes", args[0])
-			}
 			n, err := strconv.ParseInt(args[1], 10, 64)
-			if err != nil || n < 0 {
-				return fmt.Errorf("max-queued-bytes must be a whole number of bytes, 0 or more (0 = unlimited), not %q", args[1])
+			req := &raftqv1.SetClusterSettingsRequest{}
+			switch args[0] {
+			case "max-queued-bytes":
+				if err != nil || n < 0 {
+					return fmt.Errorf("max-queued-bytes must be a whole number of bytes, 0 or more (0 = unlimited), not %q", args[1])
+				}
+				req.MaxQueuedBytes = &n
+			case "max-queues":
+				if err != nil || n < 0 {
+					return fmt.Errorf("max-queues must be a whole number of queues, 0 or more (0 = unlimited), not %q", args[1])
+				}
+				req.MaxQueues = &n
+			default:
+				return fmt.Errorf("unknown setting %q: the settings are max-queued-bytes and max-queues", args[0])
 			}
-			st, err := c.SetClusterSettings(ctx, &n)
+			st, err := c.ChangeClusterSettings(ctx, req)
 			if err != nil {
 				return err
 			}
 			if a.json {
 				return printJSON(a.out, st)
+			}
+			if req.MaxQueues != nil {
+				_, err = fmt.Fprintf(a.out, "max-queues is now %d\n", st.GetMaxQueues())
+				return err
 			}
 			_, err = fmt.Fprintf(a.out, "max-queued-bytes is now %d (%s)\n", st.GetMaxQueuedBytes(), fsm.HumanBytes(st.GetMaxQueuedBytes()))
 			return err

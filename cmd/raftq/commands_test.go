@@ -436,8 +436,9 @@ func TestClusterStatusShowsWithheldFields(t *testing.T) {
 	}
 }
 
-// TestClusterSet: `cluster set max-queued-bytes N` sends the setting;
-// anything else is refused before a call is made.
+// TestClusterSet: `cluster set max-queued-bytes N` and `cluster set
+// max-queues N` send the one setting each names; anything else is
+// refused before a call is made.
 func TestClusterSet(t *testing.T) {
 	f := &fake{}
 	addr := serve(t, f)
@@ -445,9 +446,15 @@ func TestClusterSet(t *testing.T) {
 	if r.code != 0 || r.stdout != "max-queued-bytes is now 1073741824 (1 GiB)\n" {
 		t.Fatalf("cluster set: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	r = raftq(t, addr, "", "cluster", "set", "max-queues", "20000")
+	if r.code != 0 || r.stdout != "max-queues is now 20000\n" {
+		t.Fatalf("cluster set max-queues: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	bad := []struct{ args []string }{
 		{[]string{"max-queued-bytes", "-1"}},
 		{[]string{"max-queued-bytes", "1GB"}},
+		{[]string{"max-queues", "-1"}},
+		{[]string{"max-queues", "10k"}},
 		{[]string{"max-pending-bytes", "10"}},
 	}
 	for _, b := range bad {
@@ -456,7 +463,8 @@ func TestClusterSet(t *testing.T) {
 		}
 	}
 	reqs := requests[*raftqv1.SetClusterSettingsRequest](f)
-	if len(reqs) != 1 || reqs[0].MaxQueuedBytes == nil || reqs[0].GetMaxQueuedBytes() != 1<<30 {
+	if len(reqs) != 2 || reqs[0].MaxQueuedBytes == nil || reqs[0].GetMaxQueuedBytes() != 1<<30 || reqs[0].MaxQueues != nil ||
+		reqs[1].MaxQueues == nil || reqs[1].GetMaxQueues() != 20000 || reqs[1].MaxQueuedBytes != nil {
 		t.Fatalf("requests = %v", reqs)
 	}
 }

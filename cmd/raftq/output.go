@@ -269,6 +269,13 @@ func printStatus(w io.Writer, st *raftqv1.StatusResponse) error {
 				limit = fsm.HumanBytes(set.GetMaxQueuedBytes())
 			}
 			fmt.Fprintf(tw, "held:\t%s of max-queued-bytes %s\n", held, limit)
+			if st.GetClusterVersion() >= fsm.GuardVersion {
+				queues := "unlimited"
+				if set.GetMaxQueues() > 0 {
+					queues = strconv.FormatInt(set.GetMaxQueues(), 10)
+				}
+				fmt.Fprintf(tw, "max-queues:\t%s\n", queues)
+			}
 		} else {
 			fmt.Fprintf(tw, "held:\t%s\n", held)
 		}

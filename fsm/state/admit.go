@@ -143,14 +143,42 @@ func validateDedupWindow(c *fsmv1.QueueConfig) error {
 // AdmitVersion): max_queued_bytes, when present (0 = unlimited). Lowering
 // it below what the cluster holds refuses new enqueues only; nothing held
 // is dropped.
+//
+// From log version GuardVersion it also sets max_queues, when present (0
+// = unlimited); lowering it below the number of queues refuses new
+// queues only. Earlier entries ignore the field, as older builds do.
 func (tx *Tx) SetClusterSettings(c *fsmv1.SetClusterSettings) *Done {
+	maxQueues := c.MaxQueues != nil && tx.version >= GuardVersion
+	if c.MaxQueuedBytes != nil && c.GetMaxQueuedBytes() < 0 {
+		return failed(fmt.Errorf("%w: max_queued_bytes is negative (%d)", ErrInvalid, c.GetMaxQueuedBytes()))
+	}
+	if maxQueues && c.GetMaxQueues() < 0 {
+		return failed(fmt.Errorf("%w: max_queues is negative (%d)", ErrInvalid, c.GetMaxQueues()))
+	}
 	if c.MaxQueuedBytes != nil {
-		if c.GetMaxQueuedBytes() < 0 {
-			return failed(fmt.Errorf("%w: max_queued_bytes is negative (%d)", ErrInvalid, c.GetMaxQueuedBytes()))
-		}
 		tx.s.maxQueuedBytes = c.GetMaxQueuedBytes()
 	}
+	if maxQueues {
+		tx.s.maxQueues = c.GetMaxQueues()
+	}
 	return &Done{}
+}
+
+// DefaultMaxQueues is max_queues from the entry that raises the cluster
+// to GuardVersion until an operator changes it: creating and deleting a
+// queue costs O(queues), and so does freezing the state for a snapshot
+// under the write lock, so the count is bounded by default.
+const DefaultMaxQueues = 10_000
+
+// checkQueueCount refuses a CreateQueue that would add n queues past
+// max_queues (GuardVersion; dead-letter queues count like any queue).
+func (tx *Tx) checkQueueCount(n int) error {
+	have := int64(len(tx.s.queues))
+	if tx.version < GuardVersion || tx.s.maxQueues == 0 || have+int64(n) <= tx.s.maxQueues {
+		return nil
+	}
+	return fmt.Errorf("%w: the cluster holds %d queues (dead-letter queues included) and this would make %d, past the cluster setting max_queues %d: delete queues, or raise it (raftq cluster set max-queues N)",
+		ErrLimit, have, have+int64(n), tx.s.maxQueues)
 }
 
 // Settings are the replicated cluster settings.
@@ -158,10 +186,16 @@ type Settings struct {
 	// MaxQueuedBytes bounds what the cluster holds (View.Held); 0 =
 	// unlimited. Enforced at apply from cluster version AdmitVersion.
 	MaxQueuedBytes int64
+	// MaxQueues bounds how many queues the cluster holds, dead-letter
+	// queues included; 0 = unlimited. Enforced at apply from cluster
+	// version GuardVersion, which starts it at DefaultMaxQueues.
+	MaxQueues int64
 }
 
 // Settings reads the replicated cluster settings.
-func (v View) Settings() Settings { return Settings{MaxQueuedBytes: v.s.maxQueuedBytes} }
+func (v View) Settings() Settings {
+	return Settings{MaxQueuedBytes: v.s.maxQueuedBytes, MaxQueues: v.s.maxQueues}
+}
 
 // Held is what the state counts against max_queued_bytes: messages, dedup
 // entries and recently settled outcomes, in bytes (MessageCost).

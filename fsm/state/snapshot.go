@@ -56,6 +56,7 @@ type Frozen struct {
 	leader         leaderClock
 	clusterVersion uint32
 	maxQueuedBytes int64
+	maxQueues      int64
 	queues         []frozenQueue
 	auth           *Auth                     // immutable: shared, not copied
 	deleted        *btree.BTreeG[deletedKey] // nil below cluster version 11
@@ -72,7 +73,7 @@ type frozenQueue struct {
 // the Checkpoint entry's own index for a checkpoint). It writes to the
 // trees (Clone marks them shared), so it needs the writer's exclusion.
 func (s *Store) Freeze(index uint64) *Frozen {
-	fr := &Frozen{index: index, lastNow: s.lastNow, leader: s.leader, clusterVersion: s.clusterVersion, maxQueuedBytes: s.maxQueuedBytes, auth: s.auth}
+	fr := &Frozen{index: index, lastNow: s.lastNow, leader: s.leader, clusterVersion: s.clusterVersion, maxQueuedBytes: s.maxQueuedBytes, maxQueues: s.maxQueues, auth: s.auth}
 	if s.clusterVersion >= DeleteKeyVersion {
 		fr.deleted = s.deleted.Clone()
 	}
@@ -144,6 +145,11 @@ func (fr *Frozen) Stream(w io.Writer) error {
 		hdr.LeaderTerm, hdr.LeaderNowMs = fr.leader.term, fr.leader.nowMs
 		hdr.MaxQueuedBytes = fr.maxQueuedBytes
 		hdr.DeletedCount = uint64(fr.deleted.Len())
+		if fr.clusterVersion >= GuardVersion {
+			// An older build refuses the cluster version before it
+			// could drop the field.
+			hdr.MaxQueues = fr.maxQueues
+		}
 	case fr.clusterVersion >= recentVersion:
 		hdr.Version, hdr.ClusterVersion = snapshotV6, fr.clusterVersion
 		hdr.LeaderTerm, hdr.LeaderNowMs = fr.leader.term, fr.leader.nowMs
@@ -309,8 +315,10 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 		return fmt.Errorf("%w: max_queued_bytes %d at cluster version %d", ErrInvalid, hdr.MaxQueuedBytes, s.clusterVersion)
 	case hdr.DeletedCount > 0 && hdr.Version < snapshotV7:
 		return fmt.Errorf("%w: deleted keys in a format-%d snapshot", ErrInvalid, hdr.Version)
+	case hdr.MaxQueues < 0 || hdr.MaxQueues > 0 && s.clusterVersion < GuardVersion:
+		return fmt.Errorf("%w: max_queues %d at cluster version %d", ErrInvalid, hdr.MaxQueues, s.clusterVersion)
 	}
-	s.maxQueuedBytes = hdr.MaxQueuedBytes
+	s.maxQueuedBytes, s.maxQueues = hdr.MaxQueuedBytes, hdr.MaxQueues
 	s.lastNow, s.appliedIndex = hdr.LastNowMs, hdr.AppliedIndex
 	type pendingDLQ struct {
 		q *queue

@@ -29,6 +29,7 @@ type Store struct {
 	dedupBytes     int64 // what dedup entries cost across queues (derived, dedupCost)
 	recentBytes    int64 // what the recently settled outcomes cost, about (derived)
 	maxQueuedBytes int64 // the cluster setting max_queued_bytes (admit.go); 0 = unlimited
+	maxQueues      int64 // the cluster setting max_queues (GuardVersion); 0 = unlimited
 	maxRecent      int   // MaxRecent; a field only so that a test can reach the bound
 	lastNow        int64 // the state's clock (clock.go)
 	leader         leaderClock

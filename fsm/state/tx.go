@@ -79,6 +79,10 @@ func (tx *Tx) SetClusterVersion(c *fsmv1.SetClusterVersion) *Done {
 		// (the smallest voter's memory limit); an older entry never has it.
 		tx.s.maxQueuedBytes = c.GetMaxQueuedBytes()
 	}
+	if tx.version >= GuardVersion && tx.s.clusterVersion < GuardVersion && v >= GuardVersion {
+		// Bounded from the start, on every replica alike.
+		tx.s.maxQueues = DefaultMaxQueues
+	}
 	if tx.s.clusterVersion < keyOrderVersion && v >= keyOrderVersion {
 		// Key order becomes state that digests compare: start it from
 		// the same place on every replica (keyorder.go).
@@ -100,6 +104,7 @@ func (tx *Tx) CreateQueue(c *fsmv1.CreateQueue) *QueueResult {
 	}
 	raw := c.GetConfig()
 	dlqName := raw.GetDeadLetterQueue()
+	named := dlqName != ""
 	if dlqName == "" {
 		dlqName = c.Name + DLQSuffix
 		if len(dlqName) > MaxQueueNameLen {
@@ -117,11 +122,22 @@ func (tx *Tx) CreateQueue(c *fsmv1.CreateQueue) *QueueResult {
 	}
 	dlq := tx.s.queues[dlqName]
 	if dlq != nil && !dlq.isDLQ {
-		// An existing ordinary queue becomes a shared DLQ only if its own
-		// DLQ is empty, so no message would be stranded or dead-lettered twice.
-		if own := tx.s.queues[dlq.cfg.DeadLetterQueue]; own != nil && (own.msgs.Len() > 0 || tx.s.servedBy(own.name) > 1 || !own.autoDLQ) {
+		if tx.version >= GuardVersion {
+			if err := tx.checkConvert(c.Name, dlq, named); err != nil {
+				return &QueueResult{Done: Done{Err: err}}
+			}
+		} else if own := tx.s.queues[dlq.cfg.DeadLetterQueue]; own != nil && (own.msgs.Len() > 0 || tx.s.servedBy(own.name) > 1 || !own.autoDLQ) {
+			// An existing ordinary queue becomes a shared DLQ only if its own
+			// DLQ is empty, so no message would be stranded or dead-lettered twice.
 			return &QueueResult{Done: Done{Err: fmt.Errorf("%w: %s is a regular queue whose own dead-letter queue is in use", ErrInvalid, dlqName)}}
 		}
+	}
+	added := 1
+	if dlq == nil {
+		added++
+	}
+	if err := tx.checkQueueCount(added); err != nil {
+		return &QueueResult{Done: Done{Err: err}}
 	}
 	if dlq == nil {
 		dlq = newQueue(dlqName)
@@ -140,6 +156,31 @@ func (tx *Tx) CreateQueue(c *fsmv1.CreateQueue) *QueueResult {
 	tx.s.queues[c.Name] = q
 	tx.touched.add(q.name)
 	return &QueueResult{Queue: q.info()}
+}
+
+// checkConvert is GuardVersion's condition for turning dlq, an existing
+// ordinary queue, into the dead-letter queue of a new queue: it must have
+// been named on purpose (config.dead_letter_queue, which the edge checks
+// against the caller's grants on it, never a default name that happens to
+// exist), hold no message (ready, delayed or leased: a leased one has a
+// consumer) and have none in its own dead-letter queue, and that one must
+// be the empty automatic DLQ only it uses (makeDLQ drops it). A queue in
+// use would silently stop enforcing its limits, lose its own DLQ and take
+// in another queue's dead letters.
+func (tx *Tx) checkConvert(name string, dlq *queue, named bool) error {
+	switch {
+	case !named:
+		return fmt.Errorf("%w: the default dead-letter queue of %s, %s, is an existing ordinary queue; name the dead-letter queue in config.dead_letter_queue",
+			ErrInUse, name, dlq.name)
+	case dlq.msgs.Len() > 0 || dlq.deadLettered > 0:
+		return fmt.Errorf("%w: queue %s holds %d messages (%d ready, %d delayed, %d in flight) and %d dead-lettered: an ordinary queue in use cannot become a dead-letter queue; name an empty queue, a dead-letter queue or a new name",
+			ErrInUse, dlq.name, dlq.msgs.Len(), dlq.ready, dlq.delayed, dlq.inFlight, dlq.deadLettered)
+	}
+	if own := tx.s.queues[dlq.cfg.DeadLetterQueue]; own != nil && (own.msgs.Len() > 0 || tx.s.servedBy(own.name) > 1 || !own.autoDLQ) {
+		return fmt.Errorf("%w: queue %s is an ordinary queue whose own dead-letter queue %s is in use (shared, named on purpose or holding messages); it cannot become a dead-letter queue",
+			ErrInUse, dlq.name, own.name)
+	}
+	return nil
 }
 
 // validateConfig checks a config a command sets, by the entry's version.
@@ -473,7 +514,14 @@ func (tx *Tx) Nack(c *fsmv1.Nack) *ItemsResult {
 		}
 		tx.settle(q, recentNack, it.GetRef())
 		if it.Uncounted && !it.DeadLetter {
-			tx.rollbackOne(q, m)
+			var delay int64
+			if tx.version >= GuardVersion {
+				// Before version 12 an uncounted nack's delay was dropped.
+				delay = it.DelayMs
+			}
+			next := *m
+			next.attempts--
+			tx.s.unlease(q, m, &next, delay, tx.touched)
 			continue
 		}
 		q.nackedTotal++
@@ -573,6 +621,15 @@ func (tx *Tx) Redrive(c *fsmv1.Redrive) *CountResult {
 			next.state, next.visibleMs = stateReady, 0
 			next.dead = nil
 			next.attempts = 0
+			if tx.version >= GuardVersion {
+				// Dead-lettering cleared the expiry; before version 12 a
+				// redriven message never expired again. It gets its
+				// queue's TTL afresh from the redrive (docs/api.md).
+				next.expiresMs = 0
+				if q.cfg.MessageTtlMs > 0 {
+					next.expiresMs = tx.s.lastNow + q.cfg.MessageTtlMs
+				}
+			}
 			tx.s.put(q, nil, &next)
 		}
 		if len(moving) > 0 {

@@ -11,10 +11,12 @@ package state
 // Version 8 adds RecountQueues (recount.go); version 9 enforces admission
 // at apply and adds SetClusterSettings (admit.go); version 10 lets an Ack
 // carry lease grants (AckGrantVersion); version 11 answers a retried
-// DeleteQueue as the first (DeleteKeyVersion). fsm/DESIGN.md lists every
+// DeleteQueue as the first (DeleteKeyVersion); version 12 guards
+// dead-letter queues and the number of queues, and keeps a nack's delay
+// and a redriven message's TTL (GuardVersion). fsm/DESIGN.md lists every
 // version; a rule that changes in version N is
 // written `if tx.version >= N`.
-const MaxLogVersion uint32 = 11
+const MaxLogVersion uint32 = 12
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the
@@ -49,3 +51,12 @@ const AckGrantVersion uint32 = 10
 // nothing, even a queue created again since (deletekeys.go). The proposer
 // refuses a key before the cluster reaches it.
 const DeleteKeyVersion uint32 = 11
+
+// GuardVersion is the log version from which (fsm/DESIGN.md, version 12):
+// an existing ordinary queue that holds messages, has some in its own
+// dead-letter queue, or is named only by default is not turned into a
+// dead-letter queue (ErrInUse); CreateQueue is refused past the cluster
+// setting max_queues (ErrLimit), which the entry raising the cluster to
+// it starts at DefaultMaxQueues; Nack{uncounted, delay_ms} keeps its
+// delay; and a redriven message gets its queue's message_ttl_ms afresh.
+const GuardVersion uint32 = 12

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/fsm/logconv"
@@ -136,6 +137,12 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) ([]error, error) {
 	}
 	cmd := &fsmv1.Nack{Items: make([]*fsmv1.NackOne, len(items))}
 	for i, n := range items {
+		if n.Unprocessed && !n.DeadLetter && n.DelayMs > 0 {
+			// An older entry drops the delay without a word.
+			if err := b.needVersion(fsm.GuardVersion, fmt.Sprintf("nacks[%d].delay_ms with unprocessed", i)); err != nil {
+				return nil, err
+			}
+		}
 		cmd.Items[i] = &fsmv1.NackOne{Ref: n.Ref.log(), DelayMs: n.DelayMs, Reason: n.Reason, DeadLetter: n.DeadLetter, Uncounted: n.Unprocessed}
 	}
 	res, err := apply[*fsm.ItemsResult](ctx, b, &fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: cmd}})

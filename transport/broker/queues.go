@@ -23,7 +23,29 @@ func (b *Broker) Queues() Queues { return Queues{b} }
 
 // CreateQueue creates a queue (and its dead-letter queue when the config
 // asks for the default one).
+//
+// A config naming an existing ordinary queue as its dead-letter queue
+// would turn that queue into one. The state machine refuses it from log
+// version 12 when the queue holds messages (fsm.GuardVersion); this
+// refuses it when the leader's scheduler has consumers attached to it
+// (which the state does not know), and on a cluster below version 12
+// altogether, whose entries would convert a queue in use.
 func (qs Queues) CreateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig) (*Queue, error) {
+	if d := cfg.GetDeadLetterQueue(); d != "" {
+		if qi, err := qs.b.state.GetQueue(d); err == nil && !qi.IsDeadLetterQueue {
+			if err := qs.b.needVersion(fsm.GuardVersion, "config.dead_letter_queue naming the ordinary queue "+d); err != nil {
+				return nil, err
+			}
+			cs, err := qs.b.sched.ListConsumers(d)
+			if err != nil {
+				return nil, err
+			}
+			if len(cs) > 0 {
+				return nil, fmt.Errorf("%w: queue %s has %d consumer(s) attached: an ordinary queue in use cannot become a dead-letter queue; name an empty queue, a dead-letter queue or a new name",
+					fsm.ErrInUse, d, len(cs))
+			}
+		}
+	}
 	res, err := apply[*fsm.QueueResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: name, Config: logconv.QueueConfig(cfg)}}})
 	if err != nil {
 		return nil, err

@@ -15,16 +15,41 @@ import (
 // voter must run a build that applies it first.
 var ErrSettingsNotReplicated = errors.New("cluster settings need every voter at log version 9")
 
+// needVersion refuses what needs log version v on a cluster below it,
+// naming v and what needs it (what: the field or behaviour).
+func (b *Broker) needVersion(v uint32, what string) error {
+	if cv := b.state.ClusterVersion(); cv < v {
+		return &NeedsVersionError{Field: what, Needs: v, Cluster: cv}
+	}
+	return nil
+}
+
+// SettingsChange is a change of the cluster settings; nil fields are
+// left as they are.
+type SettingsChange struct {
+	MaxQueuedBytes *int64
+	MaxQueues      *int64 // from log version 12 (fsm.GuardVersion)
+}
+
 // SetClusterSettings proposes new cluster settings (nil: unchanged) and
 // returns them as committed.
-func (b *Broker) SetClusterSettings(ctx context.Context, maxQueuedBytes *int64) (state.Settings, error) {
+func (b *Broker) SetClusterSettings(ctx context.Context, ch SettingsChange) (state.Settings, error) {
 	if v := b.state.ClusterVersion(); v < fsm.AdmitVersion {
 		return state.Settings{}, fmt.Errorf("%w: the cluster is at log version %d (upgrade every voter)", ErrSettingsNotReplicated, v)
 	}
-	if maxQueuedBytes != nil && *maxQueuedBytes < 0 {
-		return state.Settings{}, fmt.Errorf("%w: max_queued_bytes is negative (%d)", fsm.ErrInvalid, *maxQueuedBytes)
+	if ch.MaxQueuedBytes != nil && *ch.MaxQueuedBytes < 0 {
+		return state.Settings{}, fmt.Errorf("%w: max_queued_bytes is negative (%d)", fsm.ErrInvalid, *ch.MaxQueuedBytes)
 	}
-	cmd := &fsmv1.Command{Op: &fsmv1.Command_SetClusterSettings{SetClusterSettings: &fsmv1.SetClusterSettings{MaxQueuedBytes: maxQueuedBytes}}}
+	if ch.MaxQueues != nil {
+		if *ch.MaxQueues < 0 {
+			return state.Settings{}, fmt.Errorf("%w: max_queues is negative (%d)", fsm.ErrInvalid, *ch.MaxQueues)
+		}
+		// An older entry would drop the field without a word.
+		if err := b.needVersion(fsm.GuardVersion, "SetClusterSettings.max_queues"); err != nil {
+			return state.Settings{}, err
+		}
+	}
+	cmd := &fsmv1.Command{Op: &fsmv1.Command_SetClusterSettings{SetClusterSettings: &fsmv1.SetClusterSettings{MaxQueuedBytes: ch.MaxQueuedBytes, MaxQueues: ch.MaxQueues}}}
 	if _, err := apply[*fsm.Done](ctx, b, cmd); err != nil {
 		return state.Settings{}, err
 	}

@@ -3085,8 +3085,12 @@ type ClusterSettings struct {
 	// recently settled outcomes, counted as stats.bytes counts them; an
 	// enqueue past it gets RESOURCE_EXHAUSTED. 0 = unlimited.
 	MaxQueuedBytes int64 `protobuf:"varint,1,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3" json:"max_queued_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Bounds how many queues the cluster holds, dead-letter queues
+	// included: a CreateQueue past it gets RESOURCE_EXHAUSTED. 0 =
+	// unlimited; 10,000 from the moment the cluster reaches log version 12.
+	MaxQueues     int64 `protobuf:"varint,2,opt,name=max_queues,json=maxQueues,proto3" json:"max_queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterSettings) Reset() {
@@ -3126,12 +3130,21 @@ func (x *ClusterSettings) GetMaxQueuedBytes() int64 {
 	return 0
 }
 
+func (x *ClusterSettings) GetMaxQueues() int64 {
+	if x != nil {
+		return x.MaxQueues
+	}
+	return 0
+}
+
 type SetClusterSettingsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// An absent field is left as it is.
 	MaxQueuedBytes *int64 `protobuf:"varint,1,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3,oneof" json:"max_queued_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Needs every voter at log version 12 (else FAILED_PRECONDITION).
+	MaxQueues     *int64 `protobuf:"varint,2,opt,name=max_queues,json=maxQueues,proto3,oneof" json:"max_queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetClusterSettingsRequest) Reset() {
@@ -3167,6 +3180,13 @@ func (*SetClusterSettingsRequest) Descriptor() ([]byte, []int) {
 func (x *SetClusterSettingsRequest) GetMaxQueuedBytes() int64 {
 	if x != nil && x.MaxQueuedBytes != nil {
 		return *x.MaxQueuedBytes
+	}
+	return 0
+}
+
+func (x *SetClusterSettingsRequest) GetMaxQueues() int64 {
+	if x != nil && x.MaxQueues != nil {
+		return *x.MaxQueues
 	}
 	return 0
 }
@@ -5531,12 +5551,17 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"gossipAddr\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x03 \x01(\tR\tclusterId\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\";\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"Z\n" +
 	"\x0fClusterSettings\x12(\n" +
-	"\x10max_queued_bytes\x18\x01 \x01(\x03R\x0emaxQueuedBytes\"_\n" +
+	"\x10max_queued_bytes\x18\x01 \x01(\x03R\x0emaxQueuedBytes\x12\x1d\n" +
+	"\n" +
+	"max_queues\x18\x02 \x01(\x03R\tmaxQueues\"\x92\x01\n" +
 	"\x19SetClusterSettingsRequest\x12-\n" +
-	"\x10max_queued_bytes\x18\x01 \x01(\x03H\x00R\x0emaxQueuedBytes\x88\x01\x01B\x13\n" +
-	"\x11_max_queued_bytes\"S\n" +
+	"\x10max_queued_bytes\x18\x01 \x01(\x03H\x00R\x0emaxQueuedBytes\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"max_queues\x18\x02 \x01(\x03H\x01R\tmaxQueues\x88\x01\x01B\x13\n" +
+	"\x11_max_queued_bytesB\r\n" +
+	"\v_max_queues\"S\n" +
 	"\x1aSetClusterSettingsResponse\x125\n" +
 	"\bsettings\x18\x01 \x01(\v2\x19.raftq.v1.ClusterSettingsR\bsettings\"9\n" +
 	"\x11RemoveNodeRequest\x12\x0e\n" +

@@ -915,8 +915,11 @@ type SetClusterSettings struct {
 	// Bounds what the cluster holds (messages, dedup entries and recent
 	// outcomes, as the state counts them); 0 = unlimited.
 	MaxQueuedBytes *int64 `protobuf:"varint,1,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3,oneof" json:"max_queued_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Log version 12: bounds how many queues the cluster holds, dead-letter
+	// queues included (0 = unlimited); ignored in earlier entries.
+	MaxQueues     *int64 `protobuf:"varint,2,opt,name=max_queues,json=maxQueues,proto3,oneof" json:"max_queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetClusterSettings) Reset() {
@@ -952,6 +955,13 @@ func (*SetClusterSettings) Descriptor() ([]byte, []int) {
 func (x *SetClusterSettings) GetMaxQueuedBytes() int64 {
 	if x != nil && x.MaxQueuedBytes != nil {
 		return *x.MaxQueuedBytes
+	}
+	return 0
+}
+
+func (x *SetClusterSettings) GetMaxQueues() int64 {
+	if x != nil && x.MaxQueues != nil {
+		return *x.MaxQueues
 	}
 	return 0
 }
@@ -2295,7 +2305,10 @@ type SnapshotHeader struct {
 	MaxQueuedBytes int64 `protobuf:"varint,8,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3" json:"max_queued_bytes,omitempty"`
 	// Format 7 (cluster version 11 and later): the number of DeletedKey
 	// records that follow the AuthRecord.
-	DeletedCount  uint64 `protobuf:"varint,9,opt,name=deleted_count,json=deletedCount,proto3" json:"deleted_count,omitempty"`
+	DeletedCount uint64 `protobuf:"varint,9,opt,name=deleted_count,json=deletedCount,proto3" json:"deleted_count,omitempty"`
+	// Cluster version 12 and later (format 7): the cluster setting
+	// max_queues (0 = unlimited).
+	MaxQueues     int64 `protobuf:"varint,10,opt,name=max_queues,json=maxQueues,proto3" json:"max_queues,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2389,6 +2402,13 @@ func (x *SnapshotHeader) GetMaxQueuedBytes() int64 {
 func (x *SnapshotHeader) GetDeletedCount() uint64 {
 	if x != nil {
 		return x.DeletedCount
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetMaxQueues() int64 {
+	if x != nil {
+		return x.MaxQueues
 	}
 	return 0
 }
@@ -3313,10 +3333,13 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
 	"\x11SetClusterVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12(\n" +
-	"\x10max_queued_bytes\x18\x02 \x01(\x03R\x0emaxQueuedBytes\"X\n" +
+	"\x10max_queued_bytes\x18\x02 \x01(\x03R\x0emaxQueuedBytes\"\x8b\x01\n" +
 	"\x12SetClusterSettings\x12-\n" +
-	"\x10max_queued_bytes\x18\x01 \x01(\x03H\x00R\x0emaxQueuedBytes\x88\x01\x01B\x13\n" +
-	"\x11_max_queued_bytes\"T\n" +
+	"\x10max_queued_bytes\x18\x01 \x01(\x03H\x00R\x0emaxQueuedBytes\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"max_queues\x18\x02 \x01(\x03H\x01R\tmaxQueues\x88\x01\x01B\x13\n" +
+	"\x11_max_queued_bytesB\r\n" +
+	"\v_max_queues\"T\n" +
 	"\vCreateQueue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.raftq.fsm.v1.QueueConfigR\x06config\"h\n" +
@@ -3403,7 +3426,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\apattern\x18\x02 \x01(\tR\apattern\x12\x14\n" +
 	"\x05admin\x18\x03 \x01(\bR\x05admin\"'\n" +
 	"\rRecountQueues\x12\x16\n" +
-	"\x06queues\x18\x01 \x03(\tR\x06queues\"\xcd\x02\n" +
+	"\x06queues\x18\x01 \x03(\tR\x06queues\"\xec\x02\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1e\n" +
 	"\vlast_now_ms\x18\x02 \x01(\x03R\tlastNowMs\x12#\n" +
@@ -3415,7 +3438,10 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"leaderTerm\x12\"\n" +
 	"\rleader_now_ms\x18\a \x01(\x03R\vleaderNowMs\x12(\n" +
 	"\x10max_queued_bytes\x18\b \x01(\x03R\x0emaxQueuedBytes\x12#\n" +
-	"\rdeleted_count\x18\t \x01(\x04R\fdeletedCount\"`\n" +
+	"\rdeleted_count\x18\t \x01(\x04R\fdeletedCount\x12\x1d\n" +
+	"\n" +
+	"max_queues\x18\n" +
+	" \x01(\x03R\tmaxQueues\"`\n" +
 	"\n" +
 	"DeletedKey\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12'\n" +
