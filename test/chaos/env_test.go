@@ -146,7 +146,13 @@ var _ io.Writer = (*tWriter)(nil)
 // startCluster starts a cluster for t and removes it when t ends.
 func startCluster(t *testing.T, log *slog.Logger, n int, onCrash func(NodeCrash)) *Cluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Making the namespaces is netlink work that waits on the kernel's
+	// rtnl lock, which Docker's network set-up and teardown (the compose
+	// test runs beside this one in make test) can hold for long on a
+	// loaded machine: twice, under a load of 20, the 2 minutes this had
+	// ran out before the network existed ("ip addr: context deadline
+	// exceeded"). Forming the cluster keeps its own 90 s (WaitHealthy).
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c, err := StartCluster(ctx, log, ClusterConfig{
 		Bin: binary(t), Dir: t.TempDir(), Nodes: n, OnCrash: onCrash, OnPanic: teardownAll,

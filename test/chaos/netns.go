@@ -57,7 +57,11 @@ var namePattern = regexp.MustCompile(`^rqc(\d+)-(\d+)(-|h$)`)
 // NewNetwork creates a segment with n hosts. On error it removes whatever
 // it created.
 func NewNetwork(ctx context.Context, log *slog.Logger, n int) (nw *Network, err error) {
+	began := time.Now()
 	sweepLeftovers(ctx, log)
+	if took := time.Since(began); took > 5*time.Second {
+		log.Warn("sweeping leftovers was slow", "took", took.Round(time.Millisecond))
+	}
 	nw = &Network{Prefix: fmt.Sprintf("rqc%d-%d", os.Getpid(), netCounter.Add(1)), log: log}
 	// The error returns set nw to nil: clean up what this call created.
 	created := nw
@@ -228,9 +232,10 @@ func sweepLeftovers(ctx context.Context, log *slog.Logger) {
 // freeSubnet picks 10.77.X.0/24 with X not in use by any address or route
 // of the root namespace.
 func freeSubnet(ctx context.Context) (string, error) {
+	began := time.Now()
 	addrs, err := exec.CommandContext(ctx, "ip", "-4", "-o", "addr", "show").Output()
 	if err != nil {
-		return "", fmt.Errorf("ip addr: %w", err)
+		return "", fmt.Errorf("ip addr (ran %v): %w", time.Since(began).Round(time.Millisecond), err)
 	}
 	routes, err := exec.CommandContext(ctx, "ip", "-4", "route", "show").Output()
 	if err != nil {
@@ -303,8 +308,12 @@ func run(ctx context.Context, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, name, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	began := time.Now()
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(filterWarnings(out.String())))
+		// The time it ran says whether this command hung (netlink waits
+		// on the kernel's rtnl lock, which a container's network teardown
+		// can hold for long) or the budget was spent before it.
+		return fmt.Errorf("%s %s (ran %v): %w: %s", name, strings.Join(args, " "), time.Since(began).Round(time.Millisecond), err, strings.TrimSpace(filterWarnings(out.String())))
 	}
 	return nil
 }
