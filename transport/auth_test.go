@@ -705,8 +705,30 @@ func TestDashboardChecksPermissions(t *testing.T) {
 	if code, _ := do("POST", "/queues/jobs.a/redrive", tok); code != 403 {
 		t.Fatalf("redrive without manage: %d", code)
 	}
+	// Every change the pages offer is the API's method with its
+	// permission: browse alone may do none of them, and is told which
+	// permission it lacks in the API's words.
+	for _, path := range []string{
+		"/queues?name=jobs.new",
+		"/queues/jobs.a/update?max_deliveries=9",
+		"/queues/jobs.a/purge?confirm=jobs.a",
+		"/queues/jobs.a/delete?confirm=jobs.a",
+		"/queues/jobs.a/publish?payload=x",
+		"/queues/jobs.a/get",
+		"/queues/jobs.a/nack?id=0000000000000001&lease_token=x",
+	} {
+		p, query, _ := strings.Cut(path, "?")
+		r := httptest.NewRequest("POST", p, strings.NewReader(query))
+		r.Header.Set("Authorization", "Bearer "+tok)
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != 403 || !strings.Contains(w.Body.String(), "viewer lacks") {
+			t.Errorf("POST %s as viewer: %d\n%s", path, w.Code, w.Body.String())
+		}
+	}
 	if stateDigest(t, n.state) != before {
-		t.Fatal("a refused redrive changed the state")
+		t.Fatal("a refused change changed the state")
 	}
 	if code, body := do("GET", "/queues", testBootstrap); code != 200 || !strings.Contains(body, "secret") {
 		t.Fatalf("GET /queues as admin: %d", code)

@@ -2,10 +2,15 @@ package transport
 
 import (
 	"context"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/transport/dashboard"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // dashBackend serves the dashboard from this node: the queue numbers from
@@ -93,7 +98,86 @@ func (d dashBackend) Peek(ctx context.Context, queue string, limit int32, deadLe
 	return resp.GetMessages(), err
 }
 
-func (d dashBackend) Redrive(ctx context.Context, queue string, limit int64) (int64, error) {
-	resp, err := viaLeader(ctx, d.s, raftqv1.Broker_Redrive_FullMethodName, &raftqv1.RedriveRequest{Queue: queue, Limit: limit}, brokerService{Server: d.s}.Redrive)
+func (d dashBackend) Redrive(ctx context.Context, req *raftqv1.RedriveRequest) (int64, error) {
+	resp, err := viaLeader(ctx, d.s, raftqv1.Broker_Redrive_FullMethodName, req, brokerService{Server: d.s}.Redrive)
 	return resp.GetMoved(), err
+}
+
+func (d dashBackend) CreateQueue(ctx context.Context, req *raftqv1.CreateQueueRequest) (*raftqv1.QueueInfo, error) {
+	resp, err := viaLeader(ctx, d.s, raftqv1.Broker_CreateQueue_FullMethodName, req, brokerService{Server: d.s}.CreateQueue)
+	return resp.GetQueue(), err
+}
+
+func (d dashBackend) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueueRequest) (*raftqv1.QueueInfo, error) {
+	resp, err := viaLeader(ctx, d.s, raftqv1.Broker_UpdateQueue_FullMethodName, req, brokerService{Server: d.s}.UpdateQueue)
+	return resp.GetQueue(), err
+}
+
+func (d dashBackend) PurgeQueue(ctx context.Context, req *raftqv1.PurgeQueueRequest) (int64, error) {
+	resp, err := viaLeader(ctx, d.s, raftqv1.Broker_PurgeQueue_FullMethodName, req, brokerService{Server: d.s}.PurgeQueue)
+	return resp.GetPurged(), err
+}
+
+func (d dashBackend) DeleteQueue(ctx context.Context, req *raftqv1.DeleteQueueRequest) error {
+	_, err := viaLeader(ctx, d.s, raftqv1.Broker_DeleteQueue_FullMethodName, req, brokerService{Server: d.s}.DeleteQueue)
+	return err
+}
+
+func (d dashBackend) Enqueue(ctx context.Context, req *raftqv1.EnqueueRequest) ([]string, error) {
+	resp, err := viaLeader(ctx, d.s, raftqv1.Broker_Enqueue_FullMethodName, req, brokerService{Server: d.s}.Enqueue)
+	return resp.GetMessageIds(), err
+}
+
+func (d dashBackend) Ack(ctx context.Context, queue string, ref *raftqv1.LeaseRef) error {
+	defer d.s.dashHolds.release(ref.GetLeaseToken())
+	resp, err := viaLeader(ctx, d.s, raftqv1.Broker_Ack_FullMethodName, &raftqv1.AckRequest{Queue: queue, Acks: []*raftqv1.LeaseRef{ref}}, brokerService{Server: d.s}.Ack)
+	return itemErr(resp.GetResults(), err)
+}
+
+func (d dashBackend) Nack(ctx context.Context, queue string, item *raftqv1.NackItem) error {
+	defer d.s.dashHolds.release(item.GetLeaseToken())
+	resp, err := viaLeader(ctx, d.s, raftqv1.Broker_Nack_FullMethodName, &raftqv1.NackRequest{Queue: queue, Nacks: []*raftqv1.NackItem{item}}, brokerService{Server: d.s}.Nack)
+	return itemErr(resp.GetResults(), err)
+}
+
+// itemErr is the one item's result of an Ack or Nack as an error: the
+// code and wording the API reports for it.
+func itemErr(results []*raftqv1.ItemResult, err error) error {
+	if err != nil {
+		return err
+	}
+	if len(results) != 1 {
+		return status.Errorf(codes.Internal, "%d results for one item", len(results))
+	}
+	if r := results[0]; !r.GetOk() {
+		return status.Error(codes.Code(r.GetCode()), r.GetError())
+	}
+	return nil
+}
+
+// Resources is this node's memory and start time (the process
+// collector's numbers, read alone: gathering the whole registry costs
+// every queue's series) and its data dir's free space, as /metrics has
+// them.
+func (d dashBackend) Resources() dashboard.NodeResources {
+	var out dashboard.NodeResources
+	if r, ok := d.s.b.Disk().Measure(); ok {
+		out.DiskFreeBytes, out.DiskKeepFreeBytes = int64(r.Free), int64(r.Limit)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mfs, _ := reg.Gather() // a platform without procfs has none
+	for _, mf := range mfs {
+		if len(mf.GetMetric()) != 1 {
+			continue
+		}
+		v := mf.GetMetric()[0].GetGauge().GetValue()
+		switch mf.GetName() {
+		case "process_resident_memory_bytes":
+			out.ResidentBytes = int64(v)
+		case "process_start_time_seconds":
+			out.Started = time.Unix(0, int64(v*float64(time.Second)))
+		}
+	}
+	return out
 }

@@ -53,6 +53,9 @@ type Config struct {
 	Pprof bool
 	// HTTPSecure marks the HTTP port's cookies Secure (it serves TLS).
 	HTTPSecure bool
+	// DashboardStallAfter is how long a consumer holding leases with no
+	// credit may go without an ack before the dashboard flags it (0: 2m).
+	DashboardStallAfter time.Duration
 	// ReplicaCheckInterval is how often the leader checks that every
 	// replica's state digest agrees (replica.go); 0 = 1m, negative = never.
 	ReplicaCheckInterval time.Duration
@@ -88,9 +91,11 @@ type Server struct {
 
 	// dash is the web UI on the HTTP port; its depth sampler runs until
 	// Stop (stopDash, then dashDone).
-	dash     *dashboard.Dashboard
-	stopDash context.CancelFunc
-	dashDone chan struct{}
+	dash *dashboard.Dashboard
+	// dashHolds are the leases the dashboard's "get" holds open.
+	dashHolds *leaseHolds
+	stopDash  context.CancelFunc
+	dashDone  chan struct{}
 
 	// diverged is set once this node learns its state differs from the
 	// replicas' (replica.go); replicaDone is closed when the replica loop
@@ -125,16 +130,17 @@ func New(cfg Config, b *broker.Broker) *Server {
 		cfg.Auth = auth.New(auth.Config{Mode: auth.ModeNone})
 	}
 	s := &Server{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		b:        b,
-		node:     b.Node(),
-		state:    b.State(),
-		peers:    newPeerPool(cfg.TLS, cfg.Auth),
-		settles:  newSettleGate(),
-		health:   health.NewServer(),
-		stopping: make(chan struct{}),
-		left:     make(chan struct{}),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		b:         b,
+		node:      b.Node(),
+		state:     b.State(),
+		peers:     newPeerPool(cfg.TLS, cfg.Auth),
+		settles:   newSettleGate(),
+		health:    health.NewServer(),
+		stopping:  make(chan struct{}),
+		dashHolds: newLeaseHolds(),
+		left:      make(chan struct{}),
 
 		handBackDone: make(chan struct{}),
 		replicaDone:  make(chan struct{}),
@@ -216,7 +222,7 @@ func (s *Server) Left() <-chan struct{} { return s.left }
 
 // startDashboard builds the web UI and starts its depth sampler.
 func (s *Server) startDashboard() {
-	dash, err := dashboard.New(dashboard.Config{Backend: dashBackend{s: s}, Logger: s.log})
+	dash, err := dashboard.New(dashboard.Config{Backend: dashBackend{s: s}, Logger: s.log, StallAfter: s.cfg.DashboardStallAfter})
 	if err != nil {
 		// Only the embedded templates can fail here, fixed at build time
 		// and parsed by the dashboard's tests.
@@ -259,6 +265,7 @@ func (s *Server) Stop(ctx context.Context) {
 		s.stopHandBack()
 		s.stopDash()
 		<-s.dashDone
+		s.dashHolds.wait() // stopping ended them; their streams close before the peers do
 		s.stopReplica()
 		<-s.replicaDone
 		s.node.SetPeerProgress(nil) // the peers' connections close now

@@ -57,6 +57,7 @@ type serveOptions struct {
 	insecure         bool
 	gossipKeyFile    string
 	metricsTopKeys   int
+	stallAfter       time.Duration
 	auth             authOptions
 }
 
@@ -129,6 +130,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.Uint64Var(&o.minFreeDisk, "min-free-disk-bytes", diskguard.DefaultMinFree, "free space kept on the data dir's file system, besides room for the next snapshot: below it the leader refuses writes that add data (enqueue, create queue) with ResourceExhausted, while reads, acks and nacks go on")
 	fl.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.Uint64Var(&o.snapThreshold, "snapshot-threshold", cluster.DefaultSnapshotThreshold, "log entries between automatic snapshots")
+	fl.DurationVar(&o.stallAfter, "dashboard-stall-after", 2*time.Minute, "the dashboard flags a consumer as stalled once it holds leases, has no credit and has acked nothing for this long")
 	fl.IntVar(&o.metricsTopKeys, "metrics-top-keys", 0, "export per fairness key and throttle key metrics for each queue's top N keys, the rest summed as key=\"_other\" (0 = off)")
 	fl.DurationVar(&o.audit.Interval, "audit-interval", time.Second, "leader: time between counter audit ticks (negative = no audit)")
 	fl.IntVar(&o.audit.Budget, "audit-budget", 64, "leader: the most queues whose counters one audit tick recounts")
@@ -240,6 +242,9 @@ func resolveNodeID(o *serveOptions) error {
 	}
 	if o.nodeID == "" {
 		return errors.New("--node-id is empty")
+	}
+	if o.stallAfter <= 0 {
+		return fmt.Errorf("--dashboard-stall-after %s: want a duration above 0", o.stallAfter)
 	}
 	if o.metricsTopKeys < 0 {
 		return fmt.Errorf("--metrics-top-keys %d: want 0 (off) or more", o.metricsTopKeys)
@@ -410,7 +415,7 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 			return node.SetGossipKeys(keys)
 		})
 	}
-	srv := transport.New(transport.Config{Logger: log.With("component", "transport"), TLS: tlsSrc, MetricsTopKeys: o.metricsTopKeys, Auth: authn, Pprof: o.auth.pprof, HTTPSecure: tlsSrc != nil, ReplicaCheckInterval: o.replicaCheck}, b)
+	srv := transport.New(transport.Config{Logger: log.With("component", "transport"), TLS: tlsSrc, MetricsTopKeys: o.metricsTopKeys, Auth: authn, Pprof: o.auth.pprof, HTTPSecure: tlsSrc != nil, DashboardStallAfter: o.stallAfter, ReplicaCheckInterval: o.replicaCheck}, b)
 	go func() { errc <- srv.Serve(grpcLis) }()
 	httpHandler.ready(srv.HTTPHandler())
 	log.Info("raftq node started", "node_id", o.nodeID, "grpc", adv["grpc"], "grpc_clients", cmp.Or(o.advertiseGRPC, adv["grpc"]), "raft", adv["raft"], "gossip", adv["gossip"], "http", adv["http"], "data_dir", o.dataDir,

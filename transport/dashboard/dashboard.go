@@ -59,7 +59,37 @@ type Backend interface {
 	LeaderQueue(ctx context.Context, name string) (*raftqv1.QueueInfo, error)
 	ListConsumers(ctx context.Context, queue string) ([]*raftqv1.ConsumerInfo, error)
 	Peek(ctx context.Context, queue string, limit int32, deadLetter bool) ([]*raftqv1.Delivery, error)
-	Redrive(ctx context.Context, queue string, limit int64) (int64, error)
+	Redrive(ctx context.Context, req *raftqv1.RedriveRequest) (int64, error)
+
+	// The changes an operator makes from the pages, each checked and served
+	// as the gRPC method of the same name (the caller's grants, the
+	// leader, the same validation and errors).
+	CreateQueue(ctx context.Context, req *raftqv1.CreateQueueRequest) (*raftqv1.QueueInfo, error)
+	UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueueRequest) (*raftqv1.QueueInfo, error)
+	PurgeQueue(ctx context.Context, req *raftqv1.PurgeQueueRequest) (int64, error)
+	DeleteQueue(ctx context.Context, req *raftqv1.DeleteQueueRequest) error
+	Enqueue(ctx context.Context, req *raftqv1.EnqueueRequest) ([]string, error)
+	// Get leases one message of the queue as a Lease stream with limit 1
+	// would (consume permission) and holds the lease until it is settled
+	// through Ack or Nack, its deadline passes or the node stops. It
+	// returns nil when nothing was delivered within wait.
+	Get(ctx context.Context, req *raftqv1.LeaseRequest, wait time.Duration) (*raftqv1.Delivery, error)
+	// Ack and Nack settle one lease; the item's result, when not ok, is
+	// the error (its code and wording as the API reports it).
+	Ack(ctx context.Context, queue string, ref *raftqv1.LeaseRef) error
+	Nack(ctx context.Context, queue string, item *raftqv1.NackItem) error
+
+	// Resources is this node's process and data dir, as its /metrics
+	// reports them (the zero value where unknown).
+	Resources() NodeResources
+}
+
+// NodeResources is one node's memory, disk and uptime.
+type NodeResources struct {
+	ResidentBytes     int64
+	DiskFreeBytes     int64
+	DiskKeepFreeBytes int64
+	Started           time.Time
 }
 
 // Config tunes a Dashboard.
@@ -76,6 +106,10 @@ type Config struct {
 	VerifyTTL time.Duration
 	// CallTimeout bounds each backend call of a page (default 5s).
 	CallTimeout time.Duration
+	// StallAfter is how long a consumer that holds leases and has no
+	// credit may go without an ack before its queue's page flags it as
+	// stalled (default 2m).
+	StallAfter time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -88,6 +122,7 @@ type Dashboard struct {
 	history *History
 	pages   map[string]*template.Template
 	mux     *http.ServeMux
+	stalls  *stallTracker
 
 	verifyMu sync.Mutex
 	verified *verifyResult
@@ -126,10 +161,13 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 5 * time.Second
 	}
+	if cfg.StallAfter <= 0 {
+		cfg.StallAfter = 2 * time.Minute
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	d := &Dashboard{cfg: cfg, b: cfg.Backend, log: cfg.Logger, history: NewHistory(cfg.HistoryLen)}
+	d := &Dashboard{cfg: cfg, b: cfg.Backend, log: cfg.Logger, history: NewHistory(cfg.HistoryLen), stalls: newStallTracker(cfg.StallAfter)}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
@@ -143,6 +181,16 @@ func New(cfg Config) (*Dashboard, error) {
 	mux.HandleFunc("GET /{$}", d.cluster)
 	mux.HandleFunc("GET /queues", d.queues)
 	mux.HandleFunc("GET /queues/{name}", d.queue)
+	// Changes (actions.go): POSTs only, so the auth middleware's CSRF
+	// check covers every one of them.
+	mux.HandleFunc("POST /queues", d.createQueue)
+	mux.HandleFunc("POST /queues/{name}/update", d.updateQueue)
+	mux.HandleFunc("POST /queues/{name}/purge", d.purgeQueue)
+	mux.HandleFunc("POST /queues/{name}/delete", d.deleteQueue)
+	mux.HandleFunc("POST /queues/{name}/publish", d.publish)
+	mux.HandleFunc("POST /queues/{name}/get", d.getMessage)
+	mux.HandleFunc("POST /queues/{name}/ack", d.ack)
+	mux.HandleFunc("POST /queues/{name}/nack", d.nack)
 	mux.HandleFunc("POST /queues/{name}/redrive", d.redrive)
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	d.mux = mux
@@ -184,15 +232,22 @@ func (d *Dashboard) sample(ctx context.Context) {
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
 		"ms":      formatMs,
+		"dur":     humanMs,
 		"bytes":   formatBytes,
 		"rate":    func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) },
 		"pct":     func(v float64) string { return strconv.FormatFloat(100*v, 'f', 1, 64) + "%" },
-		"qpath":   func(name string) string { return "/queues/" + url.PathEscape(name) },
+		"qpath":   qpath,
 		"preview": preview,
 		"short":   func(s string) string { return s[:min(len(s), 12)] },
+		"formval": func(f url.Values, k, def string) string {
+			if v, ok := f[k]; ok && len(v) > 0 {
+				return v[0]
+			}
+			return def
+		},
 	}
 	pages := map[string]*template.Template{}
-	for _, p := range []string{"cluster", "queues", "queue", "error"} {
+	for _, p := range []string{"cluster", "queues", "queue", "confirm", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: template %s: %w", p, err)
@@ -229,6 +284,18 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, code int, nam
 }
 
 func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
+	d.renderError(w, r, httpCode(err), status.Convert(err).Message())
+}
+
+func (d *Dashboard) renderError(w http.ResponseWriter, r *http.Request, code int, msg string) {
+	d.render(w, r, code, "error", "Error", struct {
+		Code    int
+		Message string
+	}{code, msg})
+}
+
+// httpCode is the HTTP status a page answers with for an API error.
+func httpCode(err error) int {
 	code := http.StatusInternalServerError
 	switch status.Code(err) {
 	case codes.NotFound:
@@ -245,11 +312,10 @@ func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
 		code = http.StatusForbidden
 	case codes.Unauthenticated:
 		code = http.StatusUnauthorized
+	case codes.AlreadyExists, codes.Aborted:
+		code = http.StatusConflict
 	}
-	d.render(w, r, code, "error", "Error", struct {
-		Code    int
-		Message string
-	}{code, status.Convert(err).Message()})
+	return code
 }
 
 // csrfToken is the request's raftq_csrf cookie, or "" without one; the

@@ -2,11 +2,14 @@ package dashboard
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +18,7 @@ import (
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // fakeBackend holds queues in memory and answers as the broker would:
@@ -27,12 +31,16 @@ type fakeBackend struct {
 	leaderErr error // what every leader-only call fails with, if set
 	verifies  int
 	redrives  []int64
+	calls     []string
+	created   *raftqv1.CreateQueueRequest
+	updated   *raftqv1.UpdateQueueRequest
+	enqueued  []*raftqv1.EnqueueMessage
 }
 
 func newFake() *fakeBackend {
 	return &fakeBackend{
 		queues: map[string]*raftqv1.QueueInfo{
-			"jobs": {Name: "jobs", Config: &raftqv1.QueueConfig{DeadLetterQueue: "jobs.dlq"}, Stats: &raftqv1.QueueStats{Ready: 7, InFlight: 2, DeadLettered: 2, Bytes: 2048, EnqueuedTotal: 11},
+			"jobs": {Name: "jobs", Config: &raftqv1.QueueConfig{DeadLetterQueue: "jobs.dlq", VisibilityTimeoutMs: 600000, MaxDeliveries: 5}, Stats: &raftqv1.QueueStats{Ready: 7, InFlight: 2, DeadLettered: 2, Bytes: 2048, EnqueuedTotal: 11},
 				Drain: &raftqv1.DrainEstimate{State: "draining", EmptiesInSec: 90, DeliveriesPerSec: 1.5}},
 			"jobs.dlq": {Name: "jobs.dlq", IsDeadLetterQueue: true, Stats: &raftqv1.QueueStats{Ready: 2}},
 		},
@@ -65,7 +73,11 @@ func (f *fakeBackend) Verify(context.Context) (*raftqv1.VerifyResponse, error) {
 func (f *fakeBackend) LocalQueues(context.Context) ([]*raftqv1.QueueInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return []*raftqv1.QueueInfo{f.queues["jobs"], f.queues["jobs.dlq"]}, nil
+	var out []*raftqv1.QueueInfo
+	for _, name := range slices.Sorted(maps.Keys(f.queues)) {
+		out = append(out, f.queues[name])
+	}
+	return out, nil
 }
 func (f *fakeBackend) LocalQueue(_ context.Context, name string) (*raftqv1.QueueInfo, error) {
 	f.mu.Lock()
@@ -115,9 +127,19 @@ func (f *fakeBackend) Peek(_ context.Context, q string, limit int32, dlq bool) (
 	if dlq {
 		return f.dlq[q], nil
 	}
+	if q == "jobs.dlq" { // a DLQ's own messages say where they came from
+		var out []*raftqv1.Delivery
+		for _, m := range f.dlq["jobs"] {
+			c := proto.Clone(m).(*raftqv1.Delivery)
+			c.OriginQueue, c.EnqueuedAtMs = "jobs", time.Now().Add(-90*time.Minute).UnixMilli()
+			out = append(out, c)
+		}
+		return out, nil
+	}
 	return []*raftqv1.Delivery{{Id: "0000000000000001", Payload: []byte("hello"), FairnessKey: "big"}}, nil
 }
-func (f *fakeBackend) Redrive(_ context.Context, q string, limit int64) (int64, error) {
+func (f *fakeBackend) Redrive(_ context.Context, req *raftqv1.RedriveRequest) (int64, error) {
+	q, limit := req.GetQueue(), req.GetLimit()
 	if f.leaderErr != nil {
 		return 0, f.leaderErr
 	}
@@ -133,6 +155,97 @@ func (f *fakeBackend) Redrive(_ context.Context, q string, limit int64) (int64, 
 	}
 	f.dlq[q] = f.dlq[q][n:]
 	return n, nil
+}
+
+// calls records the changes asked of the fake, in order.
+func (f *fakeBackend) record(call string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call)
+}
+
+func (f *fakeBackend) CreateQueue(_ context.Context, req *raftqv1.CreateQueueRequest) (*raftqv1.QueueInfo, error) {
+	if f.leaderErr != nil {
+		return nil, f.leaderErr
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.queues[req.GetName()]; ok {
+		return nil, status.Errorf(codes.AlreadyExists, "queue %q already exists", req.GetName())
+	}
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name is required")
+	}
+	q := &raftqv1.QueueInfo{Name: req.GetName(), Config: req.GetConfig(), Stats: &raftqv1.QueueStats{}}
+	f.queues[req.GetName()] = q
+	f.calls = append(f.calls, "create "+req.GetName())
+	f.created = req
+	return q, nil
+}
+func (f *fakeBackend) UpdateQueue(_ context.Context, req *raftqv1.UpdateQueueRequest) (*raftqv1.QueueInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.updated = req
+	f.calls = append(f.calls, "update "+req.GetName())
+	return f.queues[req.GetName()], nil
+}
+func (f *fakeBackend) PurgeQueue(_ context.Context, req *raftqv1.PurgeQueueRequest) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q, ok := f.queues[req.GetName()]
+	if !ok {
+		return 0, status.Errorf(codes.NotFound, "queue %q not found", req.GetName())
+	}
+	n := q.Stats.Ready + q.Stats.Delayed
+	q.Stats.Ready, q.Stats.Delayed = 0, 0
+	f.calls = append(f.calls, "purge "+req.GetName()+" key="+req.GetIdempotencyKey())
+	return n, nil
+}
+func (f *fakeBackend) DeleteQueue(_ context.Context, req *raftqv1.DeleteQueueRequest) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q, ok := f.queues[req.GetName()]
+	if !ok {
+		return status.Errorf(codes.NotFound, "queue %q not found", req.GetName())
+	}
+	if req.GetIfEmpty() && q.Stats.Ready+q.Stats.InFlight+q.Stats.Delayed > 0 {
+		return status.Errorf(codes.FailedPrecondition, "queue %q is not empty", req.GetName())
+	}
+	delete(f.queues, req.GetName())
+	f.calls = append(f.calls, fmt.Sprintf("delete %s if_empty=%v", req.GetName(), req.GetIfEmpty()))
+	return nil
+}
+func (f *fakeBackend) Enqueue(_ context.Context, req *raftqv1.EnqueueRequest) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.queues[req.GetQueue()]; !ok {
+		return nil, status.Errorf(codes.NotFound, "queue %q not found", req.GetQueue())
+	}
+	f.enqueued = append(f.enqueued, req.GetMessages()...)
+	return []string{"00000000000000e1"}, nil
+}
+func (f *fakeBackend) Get(_ context.Context, req *raftqv1.LeaseRequest, _ time.Duration) (*raftqv1.Delivery, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "get "+req.GetQueue())
+	if req.GetQueue() == "jobs.dlq" {
+		return nil, nil
+	}
+	return &raftqv1.Delivery{Id: "00000000000000g1", Payload: []byte("<b>got</b>"), LeaseToken: "tok-1", Attempt: 1, LeaseDeadlineMs: 1}, nil
+}
+func (f *fakeBackend) Ack(_ context.Context, q string, ref *raftqv1.LeaseRef) error {
+	f.record("ack " + q + " " + ref.GetMessageId() + " " + ref.GetLeaseToken())
+	if ref.GetLeaseToken() != "tok-1" {
+		return status.Error(codes.FailedPrecondition, "lease token is stale: the lease expired or the message was delivered again")
+	}
+	return nil
+}
+func (f *fakeBackend) Nack(_ context.Context, q string, n *raftqv1.NackItem) error {
+	f.record(fmt.Sprintf("nack %s %s dead_letter=%v delay=%d reason=%s", q, n.GetMessageId(), n.GetDeadLetter(), n.GetDelayMs(), n.GetReason()))
+	return nil
+}
+func (f *fakeBackend) Resources() NodeResources {
+	return NodeResources{ResidentBytes: 50 << 20, DiskFreeBytes: 10 << 30, Started: time.Unix(1000, 0)}
 }
 
 func newTestDashboard(t *testing.T, b Backend, now func() time.Time) *Dashboard {
@@ -170,7 +283,15 @@ func TestPagesRender(t *testing.T) {
 		{"/queues", 200, []string{`href="/queues/jobs"`, `<td class="ready num">7</td>`, `<td class="in_flight num">2</td>`, `<td class="consumers num">1</td>`, `empties in ~1m30s`, `2.0 KiB`, `class="spark"`}, nil},
 		{"/queues/jobs", 200, []string{`worker-1`, `10.0.0.9:5555`, `data-key="big"`, `<td class="num share">75.0%</td>`, `<td class="num share">25.0%</td>`, `data-key="api"`,
 			`&lt;script&gt;alert(1)&lt;/script&gt;`, `(2 bytes, binary)`, `max_deliveries`, `name="csrf" value="tok-123"`, `action="/queues/jobs/redrive"`, `hello`}, []string{`<script>alert(1)`}},
-		{"/queues/jobs.dlq", 200, []string{`DLQ`}, []string{`redrive-form`}},
+		// The DLQ's own page: who it serves (with a redrive button each),
+		// what it holds, and its messages' origin, reason, attempts, age.
+		{"/queues/jobs.dlq", 200, []string{`DLQ`, `<dd class="holds">2 messages</dd>`, `data-origin="jobs"`, `action="/queues/jobs/redrive"`, `name="back" value="jobs.dlq"`,
+			`<th>origin</th><th>reason</th><th>attempts</th><th>age</th>`, `<td class="origin"><a href="/queues/jobs">jobs</a></td><td class="reason">max_deliveries</td><td class="num attempts">5</td>`, `>1h30m</td>`},
+			[]string{`id="redrive-form"`, `enqueued_total`, `data-flag="no-consumers"`}},
+		// Durations as the CLI writes them.
+		{"/queues/jobs?x", 200, []string{`<dt>visibility timeout</dt><dd>10m</dd>`, `name="visibility_timeout_ms" size="6" value="10m"`}, []string{`600000`}},
+		// The overview's totals and this node's resources.
+		{"/?totals", 200, []string{`<dd class="ready">9</dd>`, `<dd class="in_flight">2</dd>`, `<dd class="held_in_dlqs">2</dd>`, `<dd class="consumers">1</dd>`, `50.0 MiB`, `10.0 GiB`, `id="flag-stalled"><span class="ok">none</span>`}, nil},
 		{"/queues/nope", 404, []string{`queue &#34;nope&#34; not found`}, nil},
 		{"/static/app.js", 200, []string{`drawSpark`}, nil},
 		{"/static/style.css", 200, []string{`svg.spark`}, nil},
@@ -225,9 +346,9 @@ func TestRedrive(t *testing.T) {
 		location          string
 		redrives          []int64
 	}{
-		{"all", "/queues/jobs/redrive", "0", nil, 303, "/queues/jobs?redriven=2", []int64{0}},
-		{"one", "/queues/jobs/redrive", "1", nil, 303, "/queues/jobs?redriven=1", []int64{1}},
-		{"no limit field", "/queues/jobs/redrive", "", nil, 303, "/queues/jobs?redriven=2", []int64{0}},
+		{"all", "/queues/jobs/redrive", "0", nil, 303, "/queues/jobs?done=redriven&n=2&queue=jobs", []int64{0}},
+		{"one", "/queues/jobs/redrive", "1", nil, 303, "/queues/jobs?done=redriven&n=1&queue=jobs", []int64{1}},
+		{"no limit field", "/queues/jobs/redrive", "", nil, 303, "/queues/jobs?done=redriven&n=2&queue=jobs", []int64{0}},
 		{"negative", "/queues/jobs/redrive", "-1", nil, 400, "", nil},
 		{"not a number", "/queues/jobs/redrive", "x", nil, 400, "", nil},
 		{"unknown queue", "/queues/nope/redrive", "0", nil, 404, "", nil},

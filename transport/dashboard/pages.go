@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -10,13 +11,17 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 // clusterBody is the cluster page.
 type clusterBody struct {
+	Totals    totals
+	TotalsErr string
+	Self      NodeResources
+	Uptime    string
 	Status    *raftqv1.StatusResponse
 	StatusErr string
 	Nodes     []nodeRow
@@ -78,7 +83,71 @@ func (d *Dashboard) cluster(w http.ResponseWriter, r *http.Request) {
 		}
 		body.Nodes = append(body.Nodes, row)
 	}
+	body.Totals, err = d.totals(ctx)
+	if err != nil {
+		body.TotalsErr = status.Convert(err).Message()
+	}
+	body.Self = d.b.Resources()
+	if !body.Self.Started.IsZero() {
+		body.Uptime = humanDuration(max(d.cfg.Now().Sub(body.Self.Started), 0).Round(time.Second))
+	}
 	d.render(w, r, http.StatusOK, "cluster", "Cluster", body)
+}
+
+// totals is the overview's sum over the queues the caller may see.
+type totals struct {
+	Queues, DLQs                   int
+	Ready, Delayed, InFlight, Held int64 // Held: in dead-letter queues
+	DeadLettered                   int64
+	Bytes                          int64
+	Consumers                      string // "?" when the leader did not answer
+	Enqueued, Acked, Deliveries    float64
+	RatesKnown                     bool
+	NoConsumers, Stalled           []string // flagged queues
+}
+
+func (d *Dashboard) totals(ctx context.Context) (totals, error) {
+	t := totals{Consumers: "?"}
+	qs, err := d.b.LocalQueues(ctx)
+	if err != nil {
+		return t, err
+	}
+	consumers := map[string]int64{}
+	if lq, err := d.b.LeaderQueues(ctx); err == nil {
+		var n int64
+		for _, q := range lq {
+			consumers[q.GetName()] = q.GetStats().GetConsumers()
+			n += q.GetStats().GetConsumers()
+		}
+		t.Consumers = strconv.FormatInt(n, 10)
+	}
+	stalled := d.scanStalls(ctx, qs, consumers)
+	for _, q := range qs {
+		st := q.GetStats()
+		t.Queues++
+		t.Ready += st.GetReady()
+		t.Delayed += st.GetDelayed()
+		t.InFlight += st.GetInFlight()
+		t.Bytes += st.GetBytes()
+		if q.GetIsDeadLetterQueue() {
+			t.DLQs++
+			t.Held += st.GetReady() + st.GetDelayed() + st.GetInFlight()
+		}
+		row := d.row(q, consumers)
+		if row.Rates.Known {
+			t.RatesKnown = true
+			t.Enqueued += row.Rates.Enqueued
+			t.Acked += row.Rates.Acked
+		}
+		t.Deliveries += q.GetDrain().GetDeliveriesPerSec()
+		if row.NoConsumers {
+			t.NoConsumers = append(t.NoConsumers, q.GetName())
+		}
+		if stalled[q.GetName()] > 0 {
+			t.Stalled = append(t.Stalled, q.GetName())
+		}
+	}
+	return t, nil
 }
 
 // verify returns a replica comparison no older than VerifyTTL, asking
@@ -106,11 +175,24 @@ type queueRow struct {
 	Drain        string
 	Spark        string // depths, comma-separated, oldest first
 	SparkSamples int
+	SparkMin     int64 // the scale the sparkline is drawn on
+	SparkMax     int64
+	SparkSpan    string // the time its samples cover, "" with fewer than two
+	// NoConsumers: messages are ready and the leader knows no consumer
+	// (the drain estimate says "steady" then, which reads as fine).
+	NoConsumers bool
+	// Stalled counts the queue's consumers that hold leases, have no
+	// credit and have acked nothing for the dashboard's StallAfter.
+	Stalled int
 }
 
 type queuesBody struct {
 	Queues      []queueRow
 	ConsumerErr string
+	Note        string
+	ActionErr   string
+	Form        url.Values // the create form as it was posted, after an error
+	StallAfter  string
 }
 
 func (d *Dashboard) row(q *raftqv1.QueueInfo, consumers map[string]int64) queueRow {
@@ -118,18 +200,35 @@ func (d *Dashboard) row(q *raftqv1.QueueInfo, consumers map[string]int64) queueR
 	row := queueRow{QueueInfo: q, Depth: st.GetReady() + st.GetDelayed() + st.GetInFlight(), Consumers: "?", Drain: drainText(q.GetDrain())}
 	if n, ok := consumers[q.GetName()]; ok {
 		row.Consumers = strconv.FormatInt(n, 10)
+		// A dead-letter queue is not consumed as a rule: no flag there.
+		row.NoConsumers = n == 0 && st.GetReady() > 0 && !q.GetIsDeadLetterQueue()
 	}
 	samples := d.history.Samples(q.GetName())
 	row.Rates = RatesOf(samples)
 	depths := make([]string, len(samples))
 	for i, s := range samples {
 		depths[i] = strconv.FormatInt(s.Depth, 10)
+		if i == 0 || s.Depth < row.SparkMin {
+			row.SparkMin = s.Depth
+		}
+		row.SparkMax = max(row.SparkMax, s.Depth)
 	}
 	row.Spark, row.SparkSamples = strings.Join(depths, ","), len(samples)
+	if len(samples) >= 2 {
+		row.SparkSpan = humanDuration(samples[len(samples)-1].At.Sub(samples[0].At))
+	}
 	return row
 }
 
+// stallScanLimit bounds the queues whose consumers the queues page asks
+// the leader for (one ListConsumers each) to find stalled ones.
+const stallScanLimit = 20
+
 func (d *Dashboard) queues(w http.ResponseWriter, r *http.Request) {
+	d.renderQueues(w, r, http.StatusOK, "")
+}
+
+func (d *Dashboard) renderQueues(w http.ResponseWriter, r *http.Request, code int, actionErr string) {
 	ctx, cancel := d.callCtx(r)
 	defer cancel()
 	qs, err := d.b.LocalQueues(ctx)
@@ -137,7 +236,10 @@ func (d *Dashboard) queues(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, err)
 		return
 	}
-	body := queuesBody{}
+	body := queuesBody{Note: doneNote(r), ActionErr: actionErr, StallAfter: humanDuration(d.cfg.StallAfter)}
+	if actionErr != "" {
+		body.Form = r.PostForm
+	}
 	consumers := map[string]int64{}
 	if lq, err := d.b.LeaderQueues(ctx); err != nil {
 		body.ConsumerErr = status.Convert(err).Message()
@@ -146,10 +248,37 @@ func (d *Dashboard) queues(w http.ResponseWriter, r *http.Request) {
 			consumers[q.GetName()] = q.GetStats().GetConsumers()
 		}
 	}
+	stalled := d.scanStalls(ctx, qs, consumers)
 	for _, q := range qs {
-		body.Queues = append(body.Queues, d.row(q, consumers))
+		row := d.row(q, consumers)
+		row.Stalled = stalled[q.GetName()]
+		body.Queues = append(body.Queues, row)
 	}
-	d.render(w, r, http.StatusOK, "queues", "Queues", body)
+	d.render(w, r, code, "queues", "Queues", body)
+}
+
+// scanStalls asks the leader for the consumers of the queues that have
+// messages in flight and consumers (at most stallScanLimit of them) and
+// counts the stalled ones of each.
+func (d *Dashboard) scanStalls(ctx context.Context, qs []*raftqv1.QueueInfo, consumers map[string]int64) map[string]int {
+	out := map[string]int{}
+	scanned := 0
+	for _, q := range qs {
+		if q.GetStats().GetInFlight() == 0 || consumers[q.GetName()] == 0 || scanned >= stallScanLimit {
+			continue
+		}
+		scanned++
+		cs, err := d.b.ListConsumers(ctx, q.GetName())
+		if err != nil {
+			continue
+		}
+		for _, c := range d.stalls.observe(d.cfg.Now(), q.GetName(), cs) {
+			if c.Stalled {
+				out[q.GetName()]++
+			}
+		}
+	}
+	return out
 }
 
 // queueBody is the page of one queue.
@@ -158,13 +287,122 @@ type queueBody struct {
 	Keys         []keyRow
 	Throttles    []throttleRow
 	KeysErr      string
-	ConsumerList []*raftqv1.ConsumerInfo
+	ConsumerList []consumerRow
 	ConsumerErr  string
-	Peek         []*raftqv1.Delivery
+	Peek         []messageRow
 	PeekErr      string
-	DLQ          []*raftqv1.Delivery
+	DLQ          []messageRow
 	DLQErr       string
-	Redriven     string
+	// Origins are the queues whose dead-letter queue this one is, each
+	// with a redrive button (a DLQ's page).
+	Origins []*raftqv1.QueueInfo
+	Config  configView
+	queueExtras
+	RedriveKey string
+	StallAfter string
+}
+
+// queueExtras is what an action adds to the queue page it renders.
+type queueExtras struct {
+	Note       string
+	ActionErr  string
+	Leased     *raftqv1.Delivery // what Get leased
+	GotNothing bool              // Get found nothing to deliver
+}
+
+// messageRow is one message in a table: its age against this node's clock.
+type messageRow struct {
+	*raftqv1.Delivery
+	Age string
+}
+
+// configView is a queue's config as the page and its update form show
+// it: durations as the CLI writes them.
+type configView struct {
+	VisibilityTimeout, MessageTTL, DedupWindow string
+	MaxDeliveries, MaxDepth                    int64
+	DeadLetterQueue                            string
+	FairnessQuantum                            int32
+}
+
+func viewConfig(c *raftqv1.QueueConfig) configView {
+	return configView{
+		VisibilityTimeout: humanMs(c.GetVisibilityTimeoutMs()), MessageTTL: humanMs(c.GetMessageTtlMs()), DedupWindow: humanMs(c.GetDedupWindowMs()),
+		MaxDeliveries: int64(c.GetMaxDeliveries()), MaxDepth: c.GetMaxDepth(), DeadLetterQueue: c.GetDeadLetterQueue(), FairnessQuantum: c.GetFairnessQuantum(),
+	}
+}
+
+func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
+	d.renderQueue(w, r, http.StatusOK, r.PathValue("name"), queueExtras{})
+}
+
+func (d *Dashboard) messageRows(ds []*raftqv1.Delivery) []messageRow {
+	now := d.cfg.Now()
+	rows := make([]messageRow, len(ds))
+	for i, m := range ds {
+		rows[i] = messageRow{Delivery: m, Age: "-"}
+		if m.GetEnqueuedAtMs() > 0 {
+			rows[i].Age = humanDuration(max(now.Sub(time.UnixMilli(m.GetEnqueuedAtMs())), 0).Round(time.Second))
+		}
+	}
+	return rows
+}
+
+func (d *Dashboard) renderQueue(w http.ResponseWriter, r *http.Request, code int, name string, extras queueExtras) {
+	ctx, cancel := d.callCtx(r)
+	defer cancel()
+	q, err := d.b.LocalQueue(ctx, name)
+	if err != nil {
+		if extras.ActionErr != "" {
+			// The action's error says more than the page's.
+			d.renderError(w, r, code, extras.ActionErr)
+			return
+		}
+		d.fail(w, r, err)
+		return
+	}
+	if extras.Note == "" {
+		extras.Note = doneNote(r)
+	}
+	body := queueBody{queueExtras: extras, Config: viewConfig(q.GetConfig()), RedriveKey: idempotencyKey(), StallAfter: humanDuration(d.cfg.StallAfter)}
+	consumers := map[string]int64{}
+	if lq, err := d.b.LeaderQueue(ctx, name); err != nil {
+		body.KeysErr = status.Convert(err).Message()
+	} else {
+		consumers[name] = lq.GetStats().GetConsumers()
+		body.Keys, body.Throttles = keyRows(lq.GetFairnessKeys()), throttleRows(lq.GetThrottleKeys())
+	}
+	body.queueRow = d.row(q, consumers)
+	if cs, err := d.b.ListConsumers(ctx, name); err != nil {
+		body.ConsumerErr = status.Convert(err).Message()
+	} else {
+		body.ConsumerList = d.stalls.observe(d.cfg.Now(), name, cs)
+		for _, c := range body.ConsumerList {
+			if c.Stalled {
+				body.Stalled++
+			}
+		}
+	}
+	peekN, dlqN := limitParam(r, "peek"), limitParam(r, "dlq")
+	if peek, err := d.b.Peek(ctx, name, peekN, false); err != nil {
+		body.PeekErr = status.Convert(err).Message()
+	} else {
+		body.Peek = d.messageRows(peek)
+	}
+	if q.GetIsDeadLetterQueue() {
+		if all, err := d.b.LocalQueues(ctx); err == nil {
+			for _, o := range all {
+				if o.GetConfig().GetDeadLetterQueue() == name {
+					body.Origins = append(body.Origins, o)
+				}
+			}
+		}
+	} else if dlq, err := d.b.Peek(ctx, name, dlqN, true); err != nil {
+		body.DLQErr = status.Convert(err).Message()
+	} else {
+		body.DLQ = d.messageRows(dlq)
+	}
+	d.render(w, r, code, "queue", name, body)
 }
 
 type keyRow struct {
@@ -176,39 +414,6 @@ type keyRow struct {
 type throttleRow struct {
 	*raftqv1.ThrottleKeyStats
 	Fill float64 // tokens / burst
-}
-
-func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	ctx, cancel := d.callCtx(r)
-	defer cancel()
-	q, err := d.b.LocalQueue(ctx, name)
-	if err != nil {
-		d.fail(w, r, err)
-		return
-	}
-	body := queueBody{Redriven: r.URL.Query().Get("redriven")}
-	consumers := map[string]int64{}
-	if lq, err := d.b.LeaderQueue(ctx, name); err != nil {
-		body.KeysErr = status.Convert(err).Message()
-	} else {
-		consumers[name] = lq.GetStats().GetConsumers()
-		body.Keys, body.Throttles = keyRows(lq.GetFairnessKeys()), throttleRows(lq.GetThrottleKeys())
-	}
-	body.queueRow = d.row(q, consumers)
-	if body.ConsumerList, err = d.b.ListConsumers(ctx, name); err != nil {
-		body.ConsumerErr = status.Convert(err).Message()
-	}
-	peekN, dlqN := limitParam(r, "peek"), limitParam(r, "dlq")
-	if body.Peek, err = d.b.Peek(ctx, name, peekN, false); err != nil {
-		body.PeekErr = status.Convert(err).Message()
-	}
-	if !q.GetIsDeadLetterQueue() {
-		if body.DLQ, err = d.b.Peek(ctx, name, dlqN, true); err != nil {
-			body.DLQErr = status.Convert(err).Message()
-		}
-	}
-	d.render(w, r, http.StatusOK, "queue", name, body)
 }
 
 // limitParam reads a peek limit from the query: 10 unless given, at most 100.
@@ -260,33 +465,6 @@ func throttleRows(keys []*raftqv1.ThrottleKeyStats) []throttleRow {
 	return rows
 }
 
-func (d *Dashboard) redrive(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	if err := r.ParseForm(); err != nil {
-		d.fail(w, r, status.Error(codes.InvalidArgument, err.Error()))
-		return
-	}
-	var limit int64
-	if s := strings.TrimSpace(r.PostForm.Get("limit")); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 0 {
-			d.fail(w, r, status.Errorf(codes.InvalidArgument, "limit must be a whole number ≥ 0 (0 = all), not %q", s))
-			return
-		}
-		limit = n
-	}
-	ctx, cancel := d.callCtx(r)
-	defer cancel()
-	moved, err := d.b.Redrive(ctx, name, limit)
-	if err != nil {
-		d.fail(w, r, err)
-		return
-	}
-	d.log.Info("dashboard: redrive", "queue", name, "limit", limit, "moved", moved, "remote", r.RemoteAddr)
-	// Post/redirect/get: a reload does not redrive again.
-	http.Redirect(w, r, "/queues/"+url.PathEscape(name)+"?redriven="+strconv.FormatInt(moved, 10), http.StatusSeeOther)
-}
-
 func drainText(e *raftqv1.DrainEstimate) string {
 	switch e.GetState() {
 	case "":
@@ -297,6 +475,17 @@ func drainText(e *raftqv1.DrainEstimate) string {
 		return e.GetState()
 	}
 }
+
+// humanMs is a duration in milliseconds as the CLI writes it ("10m",
+// "30s"); 0 is "-" (the default or none).
+func humanMs(ms int64) string {
+	if ms == 0 {
+		return "-"
+	}
+	return fsm.HumanMs(ms)
+}
+
+func humanDuration(d time.Duration) string { return fsm.HumanMs(d.Milliseconds()) }
 
 func formatMs(ms int64) string {
 	if ms == 0 {
