@@ -255,7 +255,9 @@ func mixedWorkload(t *testing.T, ctx context.Context, leader *harness.Node) raft
 // back. Screenshots are kept as artifacts.
 func TestDashboardInABrowser(t *testing.T) {
 	bctx := browser(t)
-	nodes, _ := startCluster(t, 3)
+	// A consumer holding leases with no credit is flagged after 3s (2m
+	// by default), so the test sees the flag without waiting minutes.
+	nodes, _ := startCluster(t, 3, "--dashboard-stall-after", "3s")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	leader := leaderOf(t, nodes)
@@ -361,11 +363,52 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	screenshot(t, bctx, "queue-orders-follower")
 
-	// Redrive from the follower's page.
-	do(t, bctx, chromedp.Click(chromedp.CSS(`#redrive`)), chromedp.WaitVisible(chromedp.CSS(`#redriven`)))
-	if flash := text(t, bctx, `#redriven`); !strings.Contains(flash, "moved 10") {
-		t.Errorf("after redrive: %q", flash)
+	// The stalled consumer: dash-holder holds its 3 leases (max in
+	// flight 3, so no credit) and acks nothing.
+	harness.Eventually(t, 30*time.Second, func() error {
+		do(t, bctx, chromedp.Navigate("http://"+follower.HTTP+"/queues/orders"), chromedp.WaitVisible(chromedp.CSS(`#consumers`)))
+		if count(t, bctx, `#consumers tr[data-consumer="dash-holder"].stalled [data-flag="stalled"]`) != 1 {
+			return fmt.Errorf("dash-holder not flagged stalled yet")
+		}
+		return nil
+	})
+	if n := count(t, bctx, `h1 [data-flag="stalled"]`); n != 1 {
+		t.Errorf("the queue's heading has %d stalled flags, want 1", n)
 	}
+	screenshot(t, bctx, "queue-orders-stalled-consumer")
+	do(t, bctx, chromedp.Navigate("http://"+follower.HTTP+"/queues"), chromedp.WaitVisible(chromedp.CSS(`#queues`)))
+	if n := count(t, bctx, `tr[data-queue="orders"] [data-flag="stalled"]`); n != 1 {
+		t.Errorf("the queues page flags orders stalled %d times, want 1", n)
+	}
+	if n := count(t, bctx, `tr[data-queue="emails"] [data-flag="no-consumers"]`); n != 1 {
+		t.Errorf("the queues page flags emails (ready messages, no consumer) %d times, want 1", n)
+	}
+	do(t, bctx, chromedp.Navigate("http://"+follower.HTTP+"/"), chromedp.WaitVisible(chromedp.CSS(`#overview`)))
+	if flags := text(t, bctx, `#flag-stalled`); !strings.Contains(flags, "orders") {
+		t.Errorf("overview's stalled consumers: %q", flags)
+	}
+	screenshot(t, bctx, "overview-follower")
+
+	// The DLQ's own page: what it holds and, for each message, its
+	// origin, reason, attempts and age; then redrive from there.
+	dlq := cliQueue(t, ctx, leader, "orders").GetConfig().GetDeadLetterQueue()
+	do(t, bctx, chromedp.Navigate("http://"+follower.HTTP+"/queues/"+dlq), chromedp.WaitVisible(chromedp.CSS(`#dlq-messages`)))
+	cols := get(t, bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#dlq-messages thead th")].map(th => th.textContent)`))
+	if strings.Join(cols, ",") != "id,origin,reason,attempts,age,payload" {
+		t.Errorf("DLQ page columns %q", cols)
+	}
+	if n := count(t, bctx, `#dlq-messages tbody tr`); n != 10 {
+		t.Errorf("DLQ page lists %d messages, want 10", n)
+	}
+	row := get(t, bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#dlq-messages tbody tr:first-child td")].map(td => td.textContent)`))
+	if len(row) != 6 || row[1] != "orders" || row[2] != "nack: poison" || row[3] != "1" || row[4] == "" || row[4] == "-" {
+		t.Errorf("DLQ page's first row %q, want origin orders, reason nack: poison, 1 attempt and an age", row)
+	}
+	if holds := text(t, bctx, `#stats .holds`); holds != "10 messages" {
+		t.Errorf("DLQ page holds %q, want 10 messages", holds)
+	}
+	screenshot(t, bctx, "dlq-follower")
+	submit(t, bctx, `tr[data-origin="orders"] button.redrive`, `#done`, "Redrive moved 10 messages back to orders.")
 	if st := cliQueue(t, ctx, leader, "orders").GetStats(); st.GetDeadLettered() != 0 || st.GetReady() != orders.GetReady()+10 {
 		t.Errorf("after redrive the CLI shows %v, want none dead-lettered and 10 more ready than %d", st, orders.GetReady())
 	}
@@ -377,6 +420,55 @@ func TestDashboardInABrowser(t *testing.T) {
 		return nil
 	})
 	screenshot(t, bctx, "queue-orders-after-redrive")
+
+	// Act from the follower's pages: create → publish → get → ack → purge.
+	base := "http://" + follower.HTTP
+	do(t, bctx, chromedp.Navigate(base+"/queues"), chromedp.WaitVisible(chromedp.CSS(`#create-form`)),
+		chromedp.SendKeys(chromedp.CSS(`#create-name`), "web"),
+		chromedp.SendKeys(chromedp.CSS(`#create-form input[name="visibility_timeout_ms"]`), "10m"))
+	submit(t, bctx, `#create`, `#done`, "Created queue web.")
+	if v := cliQueue(t, ctx, leader, "web").GetConfig().GetVisibilityTimeoutMs(); v != 600000 {
+		t.Errorf("web's visibility timeout is %d ms, want 10m", v)
+	}
+	for _, p := range []string{"hello from chromium", "to be purged"} {
+		do(t, bctx, chromedp.SendKeys(chromedp.CSS(`#publish-payload`), p))
+		submit(t, bctx, `#publish`, `#done`, "Published message")
+	}
+	screenshot(t, bctx, "queue-web-published")
+	submit(t, bctx, `#get`, `#leased-payload`, "hello from chromium")
+	if st := cliQueue(t, ctx, leader, "web").GetStats(); st.GetInFlight() != 1 || st.GetReady() != 1 {
+		t.Errorf("after get the CLI shows %v, want 1 in flight, 1 ready", st)
+	}
+	screenshot(t, bctx, "queue-web-leased")
+	submit(t, bctx, `#ack`, `#done`, "Acked message")
+	if st := cliQueue(t, ctx, leader, "web").GetStats(); st.GetInFlight() != 0 || st.GetAckedTotal() != 1 || st.GetReady() != 1 {
+		t.Errorf("after ack the CLI shows %v, want 1 acked, 1 ready", st)
+	}
+	submit(t, bctx, `#purge`, `#confirm-detail`, "It holds 1 message ready")
+	screenshot(t, bctx, "queue-web-purge-confirm")
+	if st := cliQueue(t, ctx, leader, "web").GetStats(); st.GetReady() != 1 {
+		t.Errorf("the purge's first step purged: %v", st)
+	}
+	submit(t, bctx, `#confirm`, `#done`, "Purged 1 message.")
+	if st := cliQueue(t, ctx, leader, "web").GetStats(); st.GetReady() != 0 || st.GetAckedTotal() != 1 {
+		t.Errorf("after purge the CLI shows %v, want nothing ready", st)
+	}
+	screenshot(t, bctx, "queue-web-purged")
+}
+
+// submit clicks the button sel and waits for the next page (not the one
+// clicked on, which may hold the same words) to say want in waitSel.
+func submit(t *testing.T, bctx context.Context, sel, waitSel, want string) {
+	t.Helper()
+	get(t, bctx, chromedp.Evaluate[bool](`window.raftqLeft = true`))
+	do(t, bctx, chromedp.Click(chromedp.CSS(sel)))
+	js := fmt.Sprintf(`window.raftqLeft ? "(still on the page clicked)" : ((document.querySelector(%q) || {}).textContent || "")`, waitSel)
+	harness.Eventually(t, 30*time.Second, func() error {
+		if got := get(t, bctx, chromedp.Evaluate[string](js)); !strings.Contains(got, want) {
+			return fmt.Errorf("after clicking %s, %s says %q, want %q", sel, waitSel, got, want)
+		}
+		return nil
+	})
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -309,8 +309,11 @@ func (d *Dashboard) purgeQueue(w http.ResponseWriter, r *http.Request) {
 		Detail:   "Ready and delayed messages are removed and cannot be brought back; messages leased now are not purged."}
 	if q, err := d.b.LocalQueue(ctx, name); err == nil {
 		st := q.GetStats()
-		c.Detail = fmt.Sprintf("It holds %s ready and %s delayed, which are removed and cannot be brought back; the %d leased now are not purged.",
-			countOf(strconv.FormatInt(st.GetReady(), 10), "message"), countOf(strconv.FormatInt(st.GetDelayed(), 10), "message"), st.GetInFlight())
+		c.Detail = fmt.Sprintf("It holds %s ready and %s delayed, which are removed and cannot be brought back.",
+			countOf(strconv.FormatInt(st.GetReady(), 10), "message"), countOf(strconv.FormatInt(st.GetDelayed(), 10), "message"))
+		if n := st.GetInFlight(); n > 0 {
+			c.Detail += fmt.Sprintf(" The %s leased now are not purged.", countOf(strconv.FormatInt(n, 10), "message"))
+		}
 	}
 	if !d.confirmed(w, r, f, c) {
 		return

@@ -105,6 +105,9 @@ func (f *fakeBackend) LeaderQueue(ctx context.Context, name string) (*raftqv1.Qu
 		return nil, f.leaderErr
 	}
 	if _, err := f.LocalQueue(ctx, name); err != nil {
+		if name == "fresh" { // the leader has it, this node not yet
+			return &raftqv1.QueueInfo{Name: name, Config: &raftqv1.QueueConfig{VisibilityTimeoutMs: 600000}, Stats: &raftqv1.QueueStats{Ready: 1}}, nil
+		}
 		return nil, err
 	}
 	return &raftqv1.QueueInfo{Name: name, Stats: &raftqv1.QueueStats{Consumers: int64(len(f.consumers[name]))},
@@ -292,6 +295,8 @@ func TestPagesRender(t *testing.T) {
 		{"/queues/jobs?x", 200, []string{`<dt>visibility timeout</dt><dd>10m</dd>`, `name="visibility_timeout_ms" size="6" value="10m"`}, []string{`600000`}},
 		// The overview's totals and this node's resources.
 		{"/?totals", 200, []string{`<dd class="ready">9</dd>`, `<dd class="in_flight">2</dd>`, `<dd class="held_in_dlqs">2</dd>`, `<dd class="consumers">1</dd>`, `50.0 MiB`, `10.0 GiB`, `id="flag-stalled"><span class="ok">none</span>`}, nil},
+		// A queue this node has not applied yet: the leader's page of it.
+		{"/queues/fresh", 200, []string{`id="lagging"`, `<dd class="ready">1</dd>`, `id="publish-payload"`, `id="get"`, `id="purge"`}, nil},
 		{"/queues/nope", 404, []string{`queue &#34;nope&#34; not found`}, nil},
 		{"/static/app.js", 200, []string{`drawSpark`}, nil},
 		{"/static/style.css", 200, []string{`svg.spark`}, nil},

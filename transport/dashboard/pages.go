@@ -13,6 +13,7 @@ import (
 
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -215,7 +216,7 @@ func (d *Dashboard) row(q *raftqv1.QueueInfo, consumers map[string]int64) queueR
 	}
 	row.Spark, row.SparkSamples = strings.Join(depths, ","), len(samples)
 	if len(samples) >= 2 {
-		row.SparkSpan = humanDuration(samples[len(samples)-1].At.Sub(samples[0].At))
+		row.SparkSpan = humanDuration(samples[len(samples)-1].At.Sub(samples[0].At).Round(time.Second))
 	}
 	return row
 }
@@ -308,6 +309,7 @@ type queueExtras struct {
 	ActionErr  string
 	Leased     *raftqv1.Delivery // what Get leased
 	GotNothing bool              // Get found nothing to deliver
+	Lagging    bool              // this node does not know the queue yet: the leader's numbers
 }
 
 // messageRow is one message in a table: its age against this node's clock.
@@ -352,6 +354,14 @@ func (d *Dashboard) renderQueue(w http.ResponseWriter, r *http.Request, code int
 	ctx, cancel := d.callCtx(r)
 	defer cancel()
 	q, err := d.b.LocalQueue(ctx, name)
+	if status.Code(err) == codes.NotFound {
+		// Just created through this node, which has not applied it yet
+		// (or it lags): the leader decides whether a queue exists.
+		if lq, lerr := d.b.LeaderQueue(ctx, name); lerr == nil {
+			q, err = lq, nil
+			extras.Lagging = true
+		}
+	}
 	if err != nil {
 		if extras.ActionErr != "" {
 			// The action's error says more than the page's.
