@@ -14,23 +14,26 @@ import (
 
 // TestAdvertiseGRPCAddrIsForClientsOnly: with --advertise-grpc-addr (a
 // published port, say) clients are redirected to it and Status reports
-// it, while the nodes keep reaching each other at their own addresses:
+// it (and --advertise-http-addr as each node's HTTP address, which the
+// dashboard links to), while the nodes keep reaching each other at their own addresses:
 // here nothing listens at the advertised ones, and forwarding, Status's
 // applied indexes and Verify still work.
 func TestAdvertiseGRPCAddrIsForClientsOnly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process cluster")
 	}
-	ports, err := harness.FreePorts(3)
+	ports, err := harness.FreePorts(6)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nodes := make([]*harness.Node, 3)
-	published := map[string]string{} // node id -> advertised client address
+	published := map[string]string{}     // node id -> advertised client address
+	publishedHTTP := map[string]string{} // node id -> advertised HTTP address (the dashboard's links)
 	for i := range nodes {
 		id := fmt.Sprintf("n%d", i+1)
 		published[id] = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i]))
-		nodes[i] = harness.TestNode(t, binary, id, "--advertise-grpc-addr", published[id])
+		publishedHTTP[id] = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[3+i]))
+		nodes[i] = harness.TestNode(t, binary, id, "--advertise-grpc-addr", published[id], "--advertise-http-addr", publishedHTTP[id])
 	}
 	flags := harness.JoinFlags(nodes)
 	for _, n := range nodes {
@@ -91,6 +94,9 @@ func TestAdvertiseGRPCAddrIsForClientsOnly(t *testing.T) {
 			}
 			if nd.AppliedIndex == 0 {
 				return fmt.Errorf("%s: no applied index", nd.Id)
+			}
+			if nd.HttpAddr != publishedHTTP[nd.Id] {
+				return fmt.Errorf("%s: http_addr %q, want the published %q", nd.Id, nd.HttpAddr, publishedHTTP[nd.Id])
 			}
 		}
 		return nil

@@ -44,12 +44,20 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 		out.Settings = &raftqv1.ClusterSettings{MaxQueuedBytes: settings.MaxQueuedBytes, MaxQueues: settings.MaxQueues}
 	}
 	for _, n := range st.Nodes {
-		out.Nodes = append(out.Nodes, &raftqv1.Node{
+		node := &raftqv1.Node{
 			Id: n.ID, GrpcAddr: n.ClientGRPCAddr, PeerGrpcAddr: n.GRPCAddr, RaftAddr: n.RaftAddr, HttpAddr: n.HTTPAddr,
 			Suffrage: n.Suffrage, State: n.State, Healthy: n.Healthy,
 			LastContactMs: n.LastContactMs, AppliedIndex: n.AppliedIndex,
 			MaxLogVersion: n.LogVersion, Version: n.Version, DiskLow: n.DiskLow,
-		})
+		}
+		if n.ID == c.s.b.ID() {
+			r := c.s.resources()
+			node.ResidentMemoryBytes, node.DataDirFreeBytes = r.ResidentBytes, r.DiskFreeBytes
+			if !r.Started.IsZero() {
+				node.StartedAtMs = r.Started.UnixMilli()
+			}
+		}
+		out.Nodes = append(out.Nodes, node)
 	}
 	if !req.GetLocalOnly() {
 		c.peerApplied(ctx, out.Nodes)
@@ -57,8 +65,8 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 	return out, nil
 }
 
-// peerApplied fills in other nodes' applied index, which only each node
-// knows of itself, by asking them (local_only, so they do not ask on) at
+// peerApplied fills in other nodes' applied index, memory, disk and
+// start time, which only each node knows of itself, by asking them (local_only, so they do not ask on) at
 // the address peers use.
 func (c *clusterService) peerApplied(ctx context.Context, nodes []*raftqv1.Node) {
 	ctx, cancel := context.WithTimeout(ctx, peerStatusTimeout)
@@ -74,8 +82,14 @@ func (c *clusterService) peerApplied(ctx context.Context, nodes []*raftqv1.Node)
 		}
 		wg.Go(func() {
 			st, err := raftqv1.NewClusterClient(conn).Status(ctx, &raftqv1.StatusRequest{LocalOnly: true})
-			if err == nil {
-				n.AppliedIndex = st.GetAppliedIndex()
+			if err != nil {
+				return
+			}
+			n.AppliedIndex = st.GetAppliedIndex()
+			for _, self := range st.GetNodes() {
+				if self.GetId() == n.Id { // what it reports of itself
+					n.ResidentMemoryBytes, n.DataDirFreeBytes, n.StartedAtMs = self.GetResidentMemoryBytes(), self.GetDataDirFreeBytes(), self.GetStartedAtMs()
+				}
 			}
 		})
 	}

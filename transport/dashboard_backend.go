@@ -2,6 +2,9 @@ package transport
 
 import (
 	"context"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -155,29 +158,54 @@ func itemErr(results []*raftqv1.ItemResult, err error) error {
 	return nil
 }
 
-// Resources is this node's memory and start time (the process
-// collector's numbers, read alone: gathering the whole registry costs
-// every queue's series) and its data dir's free space, as /metrics has
-// them.
-func (d dashBackend) Resources() dashboard.NodeResources {
-	var out dashboard.NodeResources
-	if r, ok := d.s.b.Disk().Measure(); ok {
+// nodeResources is one node's memory, disk and start time.
+type nodeResources struct {
+	ResidentBytes     int64
+	DiskFreeBytes     int64
+	DiskKeepFreeBytes int64
+	Started           time.Time
+}
+
+// resources is this node's memory, start time and data dir's free
+// space, as /metrics has them, read cheaply: Status answers it to every
+// peer that asks (the leader asks often), so the memory is one read of
+// /proc/self/statm, the start time is read once, and the disk is the
+// guard's last measurement.
+func (s *Server) resources() nodeResources {
+	out := nodeResources{Started: s.processStart(), ResidentBytes: residentBytes()}
+	if r, ok := s.b.Disk().Last(); ok {
 		out.DiskFreeBytes, out.DiskKeepFreeBytes = int64(r.Free), int64(r.Limit)
 	}
+	return out
+}
+
+// processStartTime is process_start_time_seconds, from the process
+// collector (zero where it has none).
+func processStartTime() time.Time {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	mfs, _ := reg.Gather() // a platform without procfs has none
+	mfs, _ := reg.Gather()
 	for _, mf := range mfs {
-		if len(mf.GetMetric()) != 1 {
-			continue
-		}
-		v := mf.GetMetric()[0].GetGauge().GetValue()
-		switch mf.GetName() {
-		case "process_resident_memory_bytes":
-			out.ResidentBytes = int64(v)
-		case "process_start_time_seconds":
-			out.Started = time.Unix(0, int64(v*float64(time.Second)))
+		if mf.GetName() == "process_start_time_seconds" && len(mf.GetMetric()) == 1 {
+			return time.Unix(0, int64(mf.GetMetric()[0].GetGauge().GetValue()*float64(time.Second)))
 		}
 	}
-	return out
+	return time.Time{}
+}
+
+// residentBytes is process_resident_memory_bytes on Linux (0 elsewhere).
+func residentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return pages * int64(os.Getpagesize())
 }

@@ -63,6 +63,26 @@ func TestDashboardOnAFollower(t *testing.T) {
 	if body := get("/"); !strings.Contains(body, `<dd id="leader">`+l.id+`</dd>`) || !strings.Contains(body, "consistent") {
 		t.Errorf("cluster page lacks the leader %s or the replica comparison", l.id)
 	}
+	// Every node's memory, disk and start time, each asked of the node
+	// itself (Status local_only), in Status and on the cluster page.
+	waitUntil(t, 10*time.Second, "every node's resources in the follower's Status", func() error {
+		st, err := f.admin.Status(ctx, &raftqv1.StatusRequest{})
+		if err != nil {
+			return err
+		}
+		for _, n := range st.GetNodes() {
+			if n.GetResidentMemoryBytes() <= 0 || n.GetDataDirFreeBytes() <= 0 || n.GetStartedAtMs() <= 0 || n.GetStartedAtMs() > time.Now().UnixMilli() {
+				return fmt.Errorf("%s: memory %d, disk free %d, started %d", n.GetId(), n.GetResidentMemoryBytes(), n.GetDataDirFreeBytes(), n.GetStartedAtMs())
+			}
+		}
+		if len(st.GetNodes()) != 3 {
+			return fmt.Errorf("%d nodes", len(st.GetNodes()))
+		}
+		return nil
+	})
+	if body := get("/"); strings.Count(body, `<td class="num memory">-</td>`) != 0 || strings.Count(body, `<td class="num uptime">`) != 3 {
+		t.Errorf("cluster page lacks a node's memory or uptime:\n%s", body)
+	}
 	if body := get("/queues"); !strings.Contains(body, `<td class="consumers num">1</td>`) {
 		t.Errorf("queues page lacks the leader's consumer count:\n%s", body)
 	}

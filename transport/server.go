@@ -94,8 +94,10 @@ type Server struct {
 	dash *dashboard.Dashboard
 	// dashHolds are the leases the dashboard's "get" holds open.
 	dashHolds *leaseHolds
-	stopDash  context.CancelFunc
-	dashDone  chan struct{}
+	// processStart is when the process started, read once.
+	processStart func() time.Time
+	stopDash     context.CancelFunc
+	dashDone     chan struct{}
 
 	// diverged is set once this node learns its state differs from the
 	// replicas' (replica.go); replicaDone is closed when the replica loop
@@ -130,17 +132,18 @@ func New(cfg Config, b *broker.Broker) *Server {
 		cfg.Auth = auth.New(auth.Config{Mode: auth.ModeNone})
 	}
 	s := &Server{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		b:         b,
-		node:      b.Node(),
-		state:     b.State(),
-		peers:     newPeerPool(cfg.TLS, cfg.Auth),
-		settles:   newSettleGate(),
-		health:    health.NewServer(),
-		stopping:  make(chan struct{}),
-		dashHolds: newLeaseHolds(),
-		left:      make(chan struct{}),
+		cfg:          cfg,
+		log:          cfg.Logger,
+		b:            b,
+		node:         b.Node(),
+		state:        b.State(),
+		peers:        newPeerPool(cfg.TLS, cfg.Auth),
+		settles:      newSettleGate(),
+		health:       health.NewServer(),
+		stopping:     make(chan struct{}),
+		dashHolds:    newLeaseHolds(),
+		processStart: sync.OnceValue(processStartTime),
+		left:         make(chan struct{}),
 
 		handBackDone: make(chan struct{}),
 		replicaDone:  make(chan struct{}),

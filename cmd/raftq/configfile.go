@@ -165,6 +165,9 @@ func checkServeOptions(o *serveOptions, fs *pflag.FlagSet) []optionProblem {
 	if o.metricsTopKeys < 0 {
 		bad("metrics-top-keys", errors.New("want 0 (off) or more"))
 	}
+	if o.stallAfter <= 0 {
+		bad("dashboard-stall-after", errors.New("want a duration above 0"))
+	}
 	if o.bootstrapExpect < 0 {
 		bad("bootstrap-expect", errors.New("want 0 or more voters"))
 	}
@@ -181,6 +184,11 @@ func checkServeOptions(o *serveOptions, fs *pflag.FlagSet) []optionProblem {
 	if o.advertiseGRPC != "" {
 		if err := checkHostPort(o.advertiseGRPC); err != nil {
 			bad("advertise-grpc-addr", err)
+		}
+	}
+	if o.advertiseHTTP != "" {
+		if err := checkHostPort(o.advertiseHTTP); err != nil {
+			bad("advertise-http-addr", err)
 		}
 	}
 	if o.tls.Enabled() && (o.tls.Cert == "" || o.tls.Key == "" || o.tls.CA == "") {

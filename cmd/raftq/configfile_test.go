@@ -101,6 +101,8 @@ func TestConfigCheckReportsWhatServeRefuses(t *testing.T) {
 		"admin-cn: \"bad name\"",         // 11
 		"raft-addr: 127.0.0.1:7401",      // 12: fine
 		"advertise-host: n1.example.com", // 13: fine
+		"advertise-http-addr: nope",      // 14
+		"dashboard-stall-after: 0s",      // 15
 	}, "\n")+"\n")
 	r := raftq(t, "127.0.0.1:1", "", "config", "check", bad)
 	if r.code == 0 {
@@ -117,6 +119,8 @@ func TestConfigCheckReportsWhatServeRefuses(t *testing.T) {
 		`:9: node-id is set twice (first on line 8)`,
 		`:10: http-addr: "127.0.0.1:99999"`,
 		`:11: admin-cn: "bad name"`,
+		`:14: advertise-http-addr: "nope"`,
+		`:15: dashboard-stall-after: "0s"`,
 	} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("config check's report lacks %q:\n%s", want, r.stderr)

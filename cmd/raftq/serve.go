@@ -37,6 +37,7 @@ type serveOptions struct {
 	httpAddr         string
 	advertiseHost    string
 	advertiseGRPC    string
+	advertiseHTTP    string
 	join             []string
 	bootstrapExpect  int
 	deadNodeTimeout  time.Duration
@@ -120,6 +121,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.StringVar(&o.gossipAddr, "gossip-addr", "127.0.0.1:7402", "memberlist bind address")
 	fl.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:7403", "metrics and health bind address (empty = off)")
 	fl.StringVar(&o.advertiseHost, "advertise-host", "", "host other nodes and clients use to reach this node (default: the bind host)")
+	fl.StringVar(&o.advertiseHTTP, "advertise-http-addr", "", "host:port browsers reach this node's HTTP port at (the dashboard's links to each node, the HTTP column of cluster status) when it is not --advertise-host and the --http-addr port, e.g. a port published by Docker")
 	fl.StringVar(&o.advertiseGRPC, "advertise-grpc-addr", "", "host:port clients are sent to (redirects to the leader, addresses in cluster status) when it is not where peers reach the node, e.g. a port published by Docker; peers keep using --advertise-host and the --grpc-addr port")
 	fl.StringSliceVar(&o.join, "join", nil, "comma-separated gossip addresses of other nodes")
 	fl.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "voters to wait for before the first election")
@@ -243,9 +245,6 @@ func resolveNodeID(o *serveOptions) error {
 	if o.nodeID == "" {
 		return errors.New("--node-id is empty")
 	}
-	if o.stallAfter <= 0 {
-		return fmt.Errorf("--dashboard-stall-after %s: want a duration above 0", o.stallAfter)
-	}
 	if o.metricsTopKeys < 0 {
 		return fmt.Errorf("--metrics-top-keys %d: want 0 (off) or more", o.metricsTopKeys)
 	}
@@ -281,6 +280,9 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 	log, err := newLogger(o.logLevel)
 	if err != nil {
 		return err
+	}
+	if o.stallAfter <= 0 {
+		return fmt.Errorf("--dashboard-stall-after %s: want a duration above 0", o.stallAfter)
 	}
 	if err := resolveNodeID(o); err != nil {
 		return err
@@ -331,6 +333,14 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 	if o.advertiseGRPC != "" {
 		if err := checkHostPort(o.advertiseGRPC); err != nil {
 			return fmt.Errorf("--advertise-grpc-addr: %w", err)
+		}
+	}
+	if o.advertiseHTTP != "" {
+		if err := checkHostPort(o.advertiseHTTP); err != nil {
+			return fmt.Errorf("--advertise-http-addr: %w", err)
+		}
+		if adv["http"] != "" { // no HTTP port, nothing to advertise
+			adv["http"] = o.advertiseHTTP
 		}
 	}
 	// Checked before anything starts; it reads the node's state (b) only

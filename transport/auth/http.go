@@ -157,14 +157,32 @@ func CSRFToken(r *http.Request) string {
 	return ""
 }
 
+// loginPage is styled inline: the dashboard's stylesheet is behind the
+// login it would style.
 var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><title>raftq: log in</title></head>
-<body><h1>raftq</h1>
-{{if .}}<p role="alert">{{.}}</p>{{end}}
-<form method="post" action="/login">
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>raftq: log in</title>
+<style>
+body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #1d232b; background: #f7f8fa; }
+header { padding: .6em 1.2em; background: #1d2b3a; color: #fff; font-weight: 700; letter-spacing: .05em; }
+main { display: flex; justify-content: center; padding-top: 12vh; }
+form.login { background: #fff; box-shadow: 0 1px 3px #0002; border-radius: 6px; padding: 1.6em 2em; width: 22em; display: flex; flex-direction: column; gap: .8em; }
+form.login h1 { font-size: 18px; margin: 0; }
+form.login label { display: flex; flex-direction: column; gap: .3em; color: #6b7480; font-size: 12px; }
+form.login input { font: inherit; border: 1px solid #c9d0d8; border-radius: 3px; padding: .45em .6em; }
+form.login button { font: inherit; background: #2563eb; color: #fff; border: 0; border-radius: 3px; padding: .5em; cursor: pointer; }
+form.login button:hover { background: #1d4ed8; }
+form.login small { color: #6b7480; }
+.alert { color: #b42318; background: #fdecea; border: 1px solid #f1b2ab; padding: .4em .7em; border-radius: 3px; margin: 0; }
+</style></head>
+<body><header>raftq</header>
+<main><form method="post" action="/login" class="login">
+<h1>Log in to the dashboard</h1>
+{{if .}}<p role="alert" class="alert">{{.}}</p>{{end}}
 <label>Token <input type="password" name="token" autocomplete="current-password" required autofocus></label>
 <button type="submit">Log in</button>
-</form></body></html>
+<small>A bearer token from <code>raftq auth token create</code> (or the bootstrap token). What you may see and do is what its grants allow.</small>
+</form></main></body></html>
 `))
 
 func (a *Authenticator) login(w http.ResponseWriter, r *http.Request, o HTTPOptions) {

@@ -90,7 +90,8 @@ func TestHTTPNeedsAnIdentity(t *testing.T) {
 
 func TestHTTPLoginSessionAndCSRF(t *testing.T) {
 	h, calls := httpFixture(t)
-	if w := do(h, "GET", "/login", nil, nil); w.Code != 200 || !strings.Contains(w.Body.String(), `name="token"`) {
+	// Styled inline: the dashboard's stylesheet is behind the login.
+	if w := do(h, "GET", "/login", nil, nil); w.Code != 200 || !strings.Contains(w.Body.String(), `name="token"`) || !strings.Contains(w.Body.String(), `<style>`) || !strings.Contains(w.Body.String(), `class="login"`) {
 		t.Fatalf("login form: %d %s", w.Code, w.Body)
 	}
 	if w := do(h, "POST", "/login", url.Values{"token": {"wrong"}}, nil); w.Code != 401 || len(w.Result().Cookies()) != 0 {

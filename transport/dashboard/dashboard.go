@@ -1,17 +1,24 @@
 // Package dashboard is the operator's web UI on a node's HTTP port: the
-// cluster (nodes, leader, lag, replica agreement), the queues (depths,
-// rates, drain estimates, depth sparklines) and one queue at a time
-// (fairness keys, throttle buckets, consumers, peek, dead letters with a
-// redrive button). Pages are rendered on the server from html/template;
-// a little plain JavaScript draws the sparklines and reloads on request;
+// overview (totals, every node's memory, disk and uptime, leader, lag,
+// replica agreement), the queues (depths, rates, drain estimates, depth
+// sparklines with their scale, flags for queues without consumers and
+// stalled consumers) and one queue at a time (fairness keys, throttle
+// buckets, consumers, peek, dead letters; a DLQ's origins, reasons,
+// attempts and ages). It acts as well as looks: create, update, purge and
+// delete a queue, publish, get one message and ack or nack it, redrive
+// (actions.go). Pages are rendered on the server from html/template; a
+// little plain JavaScript draws the sparklines and reloads on request;
 // templates and assets are embedded, so there is no build step.
 //
-// It reads through a Backend: this node's own replicated state for the
-// queue numbers (so a follower's page equals its /metrics), and the leader
-// for what only the leader knows (consumers, key stats, peek) and for the
-// redrive. Mutations are POSTs and every form carries a csrf field copied
-// from the raftq_csrf cookie, so an auth middleware in front of the
-// Handler can check a double-submitted token.
+// It reads and changes through a Backend: this node's own replicated
+// state for the queue numbers (so a follower's page equals its
+// /metrics), and the leader, as the gRPC method of the same name would,
+// for what only the leader knows (consumers, key stats, peek) and for
+// every change, so a dashboard user sees and does what their grants
+// allow and meets the API's errors in its words. Changes are POSTs and
+// every form carries a csrf field copied from the raftq_csrf cookie, so
+// the auth middleware in front of the Handler checks a double-submitted
+// token; purge and delete take a second, confirming POST.
 package dashboard
 
 import (
@@ -78,18 +85,6 @@ type Backend interface {
 	// the error (its code and wording as the API reports it).
 	Ack(ctx context.Context, queue string, ref *raftqv1.LeaseRef) error
 	Nack(ctx context.Context, queue string, item *raftqv1.NackItem) error
-
-	// Resources is this node's process and data dir, as its /metrics
-	// reports them (the zero value where unknown).
-	Resources() NodeResources
-}
-
-// NodeResources is one node's memory, disk and uptime.
-type NodeResources struct {
-	ResidentBytes     int64
-	DiskFreeBytes     int64
-	DiskKeepFreeBytes int64
-	Started           time.Time
 }
 
 // Config tunes a Dashboard.

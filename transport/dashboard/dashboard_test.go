@@ -55,7 +55,8 @@ func newFake() *fakeBackend {
 func (f *fakeBackend) NodeID() string { return "n2" }
 func (f *fakeBackend) Status(context.Context) (*raftqv1.StatusResponse, error) {
 	return &raftqv1.StatusResponse{LeaderId: "n1", Term: 3, AppliedIndex: 90, Nodes: []*raftqv1.Node{
-		{Id: "n1", State: "leader", Suffrage: "voter", Healthy: true, AppliedIndex: 100, HttpAddr: "10.0.0.1:7403"},
+		{Id: "n1", State: "leader", Suffrage: "voter", Healthy: true, AppliedIndex: 100, HttpAddr: "10.0.0.1:7403",
+			ResidentMemoryBytes: 50 << 20, DataDirFreeBytes: 10 << 30, StartedAtMs: time.Now().Add(-3 * time.Hour).UnixMilli()},
 		{Id: "n2", State: "follower", Suffrage: "voter", Healthy: true, AppliedIndex: 90},
 		{Id: "n3", State: "unreachable", Suffrage: "voter"},
 	}}, nil
@@ -247,9 +248,6 @@ func (f *fakeBackend) Nack(_ context.Context, q string, n *raftqv1.NackItem) err
 	f.record(fmt.Sprintf("nack %s %s dead_letter=%v delay=%d reason=%s", q, n.GetMessageId(), n.GetDeadLetter(), n.GetDelayMs(), n.GetReason()))
 	return nil
 }
-func (f *fakeBackend) Resources() NodeResources {
-	return NodeResources{ResidentBytes: 50 << 20, DiskFreeBytes: 10 << 30, Started: time.Unix(1000, 0)}
-}
 
 func newTestDashboard(t *testing.T, b Backend, now func() time.Time) *Dashboard {
 	t.Helper()
@@ -294,7 +292,7 @@ func TestPagesRender(t *testing.T) {
 		// Durations as the CLI writes them.
 		{"/queues/jobs?x", 200, []string{`<dt>visibility timeout</dt><dd>10m</dd>`, `name="visibility_timeout_ms" size="6" value="10m"`}, []string{`600000`}},
 		// The overview's totals and this node's resources.
-		{"/?totals", 200, []string{`<dd class="ready">9</dd>`, `<dd class="in_flight">2</dd>`, `<dd class="held_in_dlqs">2</dd>`, `<dd class="consumers">1</dd>`, `50.0 MiB`, `10.0 GiB`, `id="flag-stalled"><span class="ok">none</span>`}, nil},
+		{"/?totals", 200, []string{`<dd class="ready">9</dd>`, `<dd class="in_flight">2</dd>`, `<dd class="held_in_dlqs">2</dd>`, `<dd class="consumers">1</dd>`, `<td class="num memory">50.0 MiB</td>`, `<td class="num disk">10.0 GiB</td>`, `<td class="num uptime">3h</td>`, `<td class="num uptime">-</td>`, `id="flag-stalled"><span class="ok">none</span>`}, nil},
 		// A queue this node has not applied yet: the leader's page of it.
 		{"/queues/fresh", 200, []string{`id="lagging"`, `<dd class="ready">1</dd>`, `id="publish-payload"`, `id="get"`, `id="purge"`}, nil},
 		{"/queues/nope", 404, []string{`queue &#34;nope&#34; not found`}, nil},

@@ -21,8 +21,6 @@ import (
 type clusterBody struct {
 	Totals    totals
 	TotalsErr string
-	Self      NodeResources
-	Uptime    string
 	Status    *raftqv1.StatusResponse
 	StatusErr string
 	Nodes     []nodeRow
@@ -38,6 +36,7 @@ type nodeRow struct {
 	Self     bool
 	Digest   *raftqv1.NodeDigest
 	Agrees   bool
+	Uptime   string // "" when the node did not say when it started
 }
 
 func (d *Dashboard) cluster(w http.ResponseWriter, r *http.Request) {
@@ -70,6 +69,9 @@ func (d *Dashboard) cluster(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, n := range st.GetNodes() {
 		row := nodeRow{Node: n, Self: n.GetId() == d.b.NodeID()}
+		if ms := n.GetStartedAtMs(); ms > 0 {
+			row.Uptime = humanDuration(max(d.cfg.Now().Sub(time.UnixMilli(ms)), 0).Round(time.Second))
+		}
 		if leaderApplied > 0 && n.GetAppliedIndex() > 0 {
 			row.LagKnown = true
 			if leaderApplied > n.GetAppliedIndex() {
@@ -87,10 +89,6 @@ func (d *Dashboard) cluster(w http.ResponseWriter, r *http.Request) {
 	body.Totals, err = d.totals(ctx)
 	if err != nil {
 		body.TotalsErr = status.Convert(err).Message()
-	}
-	body.Self = d.b.Resources()
-	if !body.Self.Started.IsZero() {
-		body.Uptime = humanDuration(max(d.cfg.Now().Sub(body.Self.Started), 0).Round(time.Second))
 	}
 	d.render(w, r, http.StatusOK, "cluster", "Cluster", body)
 }

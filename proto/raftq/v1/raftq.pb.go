@@ -2619,7 +2619,17 @@ type Node struct {
 	// snapshot). A leader short of disk, or one whose voters are short of
 	// disk so that no quorum has room, refuses writes that add data
 	// (ResourceExhausted).
-	DiskLow       bool `protobuf:"varint,13,opt,name=disk_low,json=diskLow,proto3" json:"disk_low,omitempty"`
+	DiskLow bool `protobuf:"varint,13,opt,name=disk_low,json=diskLow,proto3" json:"disk_low,omitempty"`
+	// What the node reports of itself in its own Status (local_only), as
+	// its /metrics has them (process_resident_memory_bytes,
+	// raftq_data_dir_free_bytes, process_start_time_seconds); 0 when not
+	// known (a node that did not answer, a build from before these fields,
+	// a platform without /proc). Admin only, like applied_index.
+	ResidentMemoryBytes int64 `protobuf:"varint,14,opt,name=resident_memory_bytes,json=residentMemoryBytes,proto3" json:"resident_memory_bytes,omitempty"`
+	DataDirFreeBytes    int64 `protobuf:"varint,15,opt,name=data_dir_free_bytes,json=dataDirFreeBytes,proto3" json:"data_dir_free_bytes,omitempty"`
+	// When the node's process started, ms since the Unix epoch (the node's
+	// clock).
+	StartedAtMs   int64 `protobuf:"varint,16,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2743,6 +2753,27 @@ func (x *Node) GetDiskLow() bool {
 		return x.DiskLow
 	}
 	return false
+}
+
+func (x *Node) GetResidentMemoryBytes() int64 {
+	if x != nil {
+		return x.ResidentMemoryBytes
+	}
+	return 0
+}
+
+func (x *Node) GetDataDirFreeBytes() int64 {
+	if x != nil {
+		return x.DataDirFreeBytes
+	}
+	return 0
+}
+
+func (x *Node) GetStartedAtMs() int64 {
+	if x != nil {
+		return x.StartedAtMs
+	}
+	return 0
 }
 
 // BuildInfo is what `raftq version --json` prints: the binary's release,
@@ -5503,7 +5534,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12'\n" +
 	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"'\n" +
 	"\x0fRedriveResponse\x12\x14\n" +
-	"\x05moved\x18\x01 \x01(\x03R\x05moved\"\x89\x03\n" +
+	"\x05moved\x18\x01 \x01(\x03R\x05moved\"\x90\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x1b\n" +
@@ -5518,7 +5549,10 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	" \x01(\rR\rmaxLogVersion\x12$\n" +
 	"\x0epeer_grpc_addr\x18\v \x01(\tR\fpeerGrpcAddr\x12\x18\n" +
 	"\aversion\x18\f \x01(\tR\aversion\x12\x19\n" +
-	"\bdisk_low\x18\r \x01(\bR\adiskLow\"x\n" +
+	"\bdisk_low\x18\r \x01(\bR\adiskLow\x122\n" +
+	"\x15resident_memory_bytes\x18\x0e \x01(\x03R\x13residentMemoryBytes\x12-\n" +
+	"\x13data_dir_free_bytes\x18\x0f \x01(\x03R\x10dataDirFreeBytes\x12\"\n" +
+	"\rstarted_at_ms\x18\x10 \x01(\x03R\vstartedAtMs\"x\n" +
 	"\tBuildInfo\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x16\n" +
 	"\x06commit\x18\x02 \x01(\tR\x06commit\x12\x1a\n" +
