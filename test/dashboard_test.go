@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/test/harness"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -472,3 +473,75 @@ func submit(t *testing.T, bctx context.Context, sel, waitSel, want string) {
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// TestDashboardLoginInABrowser: with auth on, the dashboard is behind the
+// styled login page; logged in with the bootstrap token (an admin) a
+// page's form creates a queue (its csrf field passes the double-submit
+// check), while the same POST without the field, as another site's form
+// would send it, is refused and creates nothing; a viewer (browse only)
+// sees the queue and is refused a purge on the page in the API's words.
+func TestDashboardLoginInABrowser(t *testing.T) {
+	bctx := browser(t)
+	dir := t.TempDir()
+	const admin = "dashboard-bootstrap-token-0123456789abcdef"
+	tokFile := filepath.Join(dir, "bootstrap.token")
+	if err := os.WriteFile(tokFile, []byte(admin+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	node := harness.TestNode(t, binary, "n1", "--auth", "token", "--bootstrap-token-file", tokFile)
+	node.Start()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	harness.Eventually(t, 60*time.Second, func() error {
+		resp, err := http.Get("http://" + node.HTTP + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("readyz %d", resp.StatusCode)
+		}
+		return nil
+	})
+	base := "http://" + node.HTTP
+
+	// Not logged in: the login page, styled by itself.
+	do(t, bctx, chromedp.Navigate(base+"/queues"), chromedp.WaitVisible(chromedp.CSS(`form.login`)))
+	if bg := get(t, bctx, chromedp.Evaluate[string](`getComputedStyle(document.querySelector("form.login")).backgroundColor`)); bg != "rgb(255, 255, 255)" {
+		t.Errorf("the login form is not styled: background %q", bg)
+	}
+	screenshot(t, bctx, "login")
+	do(t, bctx, chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), admin))
+	submit(t, bctx, `form.login button`, `h1`, "Cluster")
+
+	do(t, bctx, chromedp.Navigate(base+"/queues"), chromedp.WaitVisible(chromedp.CSS(`#create-form`)),
+		chromedp.SendKeys(chromedp.CSS(`#create-name`), "secured"))
+	submit(t, bctx, `#create`, `#done`, "Created queue secured.")
+	// The same form without its csrf field: refused before the handler.
+	status := get(t, bctx, chromedp.Evaluate[int](`fetch("/queues", {method: "POST", body: new URLSearchParams({name: "forged"})}).then(r => r.status)`, chromedp.EvalAwaitPromise))
+	if status != http.StatusForbidden {
+		t.Errorf("a POST without the csrf field: %d, want 403", status)
+	}
+	// A viewer may look, not purge.
+	md := metadata.Pairs("authorization", "Bearer "+admin)
+	actx := metadata.NewOutgoingContext(ctx, md)
+	ac := raftqv1.NewAuthClient(rawConn(t, node))
+	tok, err := ac.CreateToken(actx, &raftqv1.CreateTokenRequest{Name: "viewer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.Grant(actx, &raftqv1.GrantRequest{Identity: "viewer", Pattern: "*", Allow: []string{"browse"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raftqv1.NewBrokerClient(rawConn(t, node)).GetQueue(actx, &raftqv1.GetQueueRequest{Name: "forged"}); err == nil {
+		t.Error("the forged POST created a queue")
+	}
+	do(t, bctx, chromedp.Navigate(base+"/queues/secured"), chromedp.WaitVisible(chromedp.CSS(`#purge`)))
+	submit(t, bctx, `#logout`, `form.login h1`, "Log in")
+	do(t, bctx, chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), tok.GetToken()))
+	submit(t, bctx, `form.login button`, `h1`, "Cluster")
+	do(t, bctx, chromedp.Navigate(base+"/queues/secured"), chromedp.WaitVisible(chromedp.CSS(`#purge`)))
+	submit(t, bctx, `#purge`, `#confirm-detail`, "It holds 0 messages ready")
+	submit(t, bctx, `#confirm`, `#action-error`, "Purge: viewer lacks")
+	screenshot(t, bctx, "viewer-refused")
+}
