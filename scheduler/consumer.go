@@ -61,6 +61,8 @@ type Consumer struct {
 	delivered int // pushed to its buffer, less those that lapsed there
 	acked     int // acks received for its leases (Settling)
 	ended     bool
+	// stopped: Stop was called; it is granted nothing more.
+	stopped bool
 	// closing: Close waits for its pending grants (quiet closes when the
 	// last is handled) and rolls back what they granted (unpushed) itself,
 	// before its ReleaseConsumer. See Close.
@@ -224,6 +226,18 @@ func (c *Consumer) Err() error {
 	default:
 		return nil
 	}
+}
+
+// Stop ends the consumer's credit: nothing more is granted to it, while
+// what it holds stays leased to it until Close. A Lease stream that ends
+// calls it before waiting for the acks and nacks that reached the node
+// first: a hand-back among them (a client shutting down gives back what
+// it never started) frees credit that a pass would otherwise fill again
+// for a stream that is gone, and Close would release that as an attempt.
+func (c *Consumer) Stop() {
+	c.t.reg.mu.Lock()
+	c.stopped = true
+	c.t.reg.mu.Unlock()
 }
 
 // Close ends the stream: the consumer is unregistered and a ReleaseConsumer

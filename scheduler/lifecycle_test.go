@@ -418,3 +418,43 @@ func TestSettlingFreesCreditBeforeTheAckApplies(t *testing.T) {
 		e.expectNone(c)
 	})
 }
+
+// TestStoppedConsumerIsGrantedNothing: a Lease stream that ended stops its
+// consumer before the settles that reached the node first are applied. A
+// hand-back among them (an unprocessed nack of everything the client held)
+// frees the consumer's credit; a stopped consumer is not granted those
+// messages again, so its release counts nothing and they come back with
+// the attempts they had.
+func TestStoppedConsumerIsGrantedNothing(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		a := e.register("q", 3)
+		e.enqueueN("q", 3, nil)
+		got := e.drain(a)
+		if len(got) != 3 {
+			t.Fatalf("a got %d, want 3", len(got))
+		}
+		a.Stop()
+		items := make([]*fsmv1.NackOne, len(got))
+		for i, d := range got {
+			items[i] = &fsmv1.NackOne{Ref: ref(t, d), Uncounted: true}
+		}
+		if _, err := fsm.As[*fsm.ItemsResult](e.apply(&fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: &fsmv1.Nack{Items: items}}}), nil); err != nil {
+			t.Fatal(err)
+		}
+		e.expectNone(a)
+		a.Close()
+		e.idle()
+		b := e.register("q", 10)
+		again := e.drain(b)
+		if len(again) != 3 {
+			t.Fatalf("b got %d, want the 3 handed back", len(again))
+		}
+		for _, d := range again {
+			if d.Attempt != 1 { // the hand-back and the release counted nothing
+				t.Fatalf("message %d attempt %d, want 1", d.ID, d.Attempt)
+			}
+		}
+	})
+}

@@ -365,8 +365,11 @@ func (c *Consumer) used(v fsm.View, settlingFree bool) int {
 
 // creditLeft is what c may still be granted given used (r.mu held): its
 // limit less used (or its buffered deliveries, if more) less grants
-// pending, and no more than its Limit leaves.
+// pending, and no more than its Limit leaves; nothing once Stop was called.
 func (c *Consumer) creditLeft(used int) int {
+	if c.stopped {
+		return 0
+	}
 	used = max(used, len(c.buf))
 	cr := max(c.max-used-c.pending, 0)
 	if c.limit > 0 {

@@ -105,6 +105,9 @@ func (g *settleGate) wait(ctx context.Context) {
 // answered one has been applied, so the consumer's release, which counts
 // an attempt for every lease it still holds, is proposed after them.
 func (s *Server) closeConsumer(c *scheduler.Consumer) {
+	// Nothing more for a stream that is gone: a hand-back among the
+	// settles would otherwise be granted to it again and released counted.
+	c.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), settleWait)
 	defer cancel()
 	s.settles.wait(ctx)
