@@ -98,7 +98,7 @@ $(BIN)/protoc-gen-go-grpc:
 protoc-installed:
 	@command -v protoc >/dev/null || (apt-get update && apt-get install -y protobuf-compiler)
 
-proto: protoc-installed $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
+proto: protoc-installed $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc python-proto
 	protoc -I proto -I /usr/include \
 	  --go_out=proto --go_opt=paths=source_relative \
 	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative \
@@ -187,3 +187,48 @@ test: chaos-prereqs
 # RAFTQ_CHAOS_FAULTS (e.g. pause,latency), RAFTQ_CHAOS_OUT (report dir).
 chaos: chaos-prereqs
 	RAFTQ_CHAOS=1 $(GO) test -race -count=1 -v -run 'TestChaosCampaign' -timeout 60m ./test/chaos
+
+# The Python client (clients/python, package raftq). Only Debian's Python
+# packages are used (no package index): /usr/bin/python3 with
+# python3-grpcio, python3-protobuf, python3-pytest and python3-venv, and
+# protoc with grpc_python_plugin for the stubs, installed with apt-get when
+# missing. In CI (CI set) a package that cannot be installed fails the
+# suite; it never skips. The stubs (raftq/v1 and the google/rpc messages
+# it uses, vendored under raftq._proto) are committed; python-proto
+# regenerates them.
+PY := /usr/bin/python3
+PY_DIR := clients/python
+PY_PROTO := $(PY_DIR)/src/raftq/_proto
+PY_VENV := $(BIN)/pyvenv
+PY_DEBS := python3-grpcio python3-protobuf python3-pytest python3-venv python3-setuptools python3-wheel protobuf-compiler protobuf-compiler-grpc
+
+.PHONY: python-tools python-proto python-venv python-test python-bench
+python-tools:
+	@if ! { test -x $(PY) && $(PY) -c 'import grpc, google.protobuf, pytest, venv, setuptools, wheel' 2>/dev/null && \
+	    command -v protoc >/dev/null && command -v grpc_python_plugin >/dev/null; }; then \
+	  echo "installing $(PY_DEBS) (apt-get)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(PY_DEBS) >/dev/null; \
+	fi
+	@$(PY) -c 'import grpc, google.protobuf, pytest, venv, setuptools, wheel' && command -v grpc_python_plugin >/dev/null
+
+python-proto: python-tools
+	rm -rf $(PY_PROTO)/raftq $(PY_PROTO)/google
+	protoc -I proto -I /usr/include \
+	  --python_out=$(PY_PROTO) --pyi_out=$(PY_PROTO) \
+	  --grpc_python_out=$(PY_PROTO) --plugin=protoc-gen-grpc_python=$$(command -v grpc_python_plugin) \
+	  proto/raftq/v1/raftq.proto proto/google/rpc/status.proto proto/google/rpc/error_details.proto
+	rm -f $(PY_PROTO)/google/rpc/*_grpc.py
+	$(PY) $(PY_DIR)/genfix.py $(PY_PROTO)
+
+# A venv that sees Debian's grpcio and protobuf, with the client
+# installed into it from the source tree (no index, no build isolation).
+$(PY_VENV)/bin/python: | python-tools
+	$(PY) -m venv --system-site-packages $(PY_VENV)
+
+python-venv: python-tools $(PY_VENV)/bin/python
+	$(PY_VENV)/bin/pip install -q --no-deps --no-build-isolation --no-index $(PY_DIR)
+
+# The pytest suite starts its own nodes of $(RAFTQ).
+python-test: build python-venv
+	cd $(PY_DIR) && RAFTQ_BIN=$(RAFTQ) $(PY_VENV)/bin/python -m pytest -q tests
+test: python-test
