@@ -232,3 +232,11 @@ python-venv: python-tools $(PY_VENV)/bin/python
 python-test: build python-venv
 	cd $(PY_DIR) && RAFTQ_BIN=$(RAFTQ) $(PY_VENV)/bin/python -m pytest -q tests
 test: python-test
+
+# Issue 25's figures (docs/benchmarks.md): a Python worker pool's drain of
+# 1 KiB messages beside the Go SDK consumer's, and JSON-over-HTTP unary
+# Enqueue calls/s beside gRPC's, from one run on one 3-node cluster
+# (test/polyglot_bench_test.go). Figures only; nothing is asserted.
+.PHONY: bench-polyglot
+bench-polyglot: python-venv
+	RAFTQ_TEST_NORACE=1 RAFTQ_BENCH_PYTHON=$(PY_VENV)/bin/python $(GO) test -run '^$$' -bench Polyglot -benchtime 1x -timeout 30m ./test
