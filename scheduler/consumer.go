@@ -27,6 +27,11 @@ type ConsumerRequest struct {
 	// Address and Identity describe the stream's client for
 	// ListConsumers: its peer address and authenticated identity.
 	Address, Identity string
+	// Gone, when set, closes when the stream is over (its context's
+	// Done): from then on the consumer is granted nothing, as after Stop.
+	// It is read as grants are picked, so a stream whose end has been
+	// read gets nothing more even before its handler has called Stop.
+	Gone <-chan struct{}
 }
 
 // Consumer is one registered Lease stream. Its buffer holds its messages
@@ -45,6 +50,7 @@ type Consumer struct {
 	limit        int           // total deliveries wanted, 0 = unlimited
 	ready        chan struct{} // capacity 1: a delivery was pushed (Ready)
 	done         chan struct{}
+	gone         <-chan struct{} // ConsumerRequest.Gone; nil = never
 	err          error
 	closeOnce    sync.Once
 
@@ -119,6 +125,7 @@ func (s *Scheduler) Register(ctx context.Context, req ConsumerRequest) (*Consume
 		limit:        max(req.Limit, 0),
 		ready:        make(chan struct{}, 1),
 		done:         make(chan struct{}),
+		gone:         req.Gone,
 	}
 	if err := t.reg.add(c); err != nil {
 		return nil, err

@@ -458,3 +458,29 @@ func TestStoppedConsumerIsGrantedNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestGoneConsumerIsGrantedNothing: a consumer whose stream is over
+// (ConsumerRequest.Gone closed) is granted nothing, before anyone calls
+// Stop or Close: its handler may not have noticed yet.
+func TestGoneConsumerIsGrantedNothing(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.createQueue("q", nil)
+		gone := make(chan struct{})
+		a, err := e.s.Register(context.Background(), ConsumerRequest{Queue: "q", Name: "a", MaxInFlight: 5, Gone: gone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.enqueueN("q", 2, nil)
+		if got := e.drain(a); len(got) != 2 {
+			t.Fatalf("a got %d, want 2 while its stream is open", len(got))
+		}
+		close(gone)
+		e.enqueueN("q", 2, nil)
+		e.expectNone(a)
+		if st := e.info("q").Stats; st.Ready != 2 {
+			t.Fatalf("stats %+v, want the 2 new ones ready", st)
+		}
+		a.Close()
+	})
+}

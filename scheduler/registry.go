@@ -365,10 +365,16 @@ func (c *Consumer) used(v fsm.View, settlingFree bool) int {
 
 // creditLeft is what c may still be granted given used (r.mu held): its
 // limit less used (or its buffered deliveries, if more) less grants
-// pending, and no more than its Limit leaves; nothing once Stop was called.
+// pending, and no more than its Limit leaves; nothing once Stop was called
+// or its stream is gone.
 func (c *Consumer) creditLeft(used int) int {
 	if c.stopped {
 		return 0
+	}
+	select {
+	case <-c.gone:
+		return 0
+	default:
 	}
 	used = max(used, len(c.buf))
 	cr := max(c.max-used-c.pending, 0)

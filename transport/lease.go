@@ -72,6 +72,7 @@ func (s brokerService) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_Le
 		Limit:             int(min(req.Limit, math.MaxInt32)),
 		Address:           peerAddr(ctx),
 		Identity:          identityOf(ctx),
+		Gone:              ctx.Done(),
 	})
 	if err != nil {
 		if errors.Is(err, scheduler.ErrNotLeader) {
