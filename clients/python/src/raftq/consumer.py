@@ -232,6 +232,7 @@ class _Leases:
 
 
 _STOP = object()
+_WAKE = object()  # the settler looks at _final again
 
 
 class Consumer:
@@ -295,9 +296,15 @@ class Consumer:
             self._threads.append(t)
 
     def stop(self) -> None:
-        """Ask the consumer to stop (returns at once; ``wait`` for it)."""
+        """Ask the consumer to stop (returns at once; ``wait`` for it).
+        From here acks and nacks are held for the final calls that go
+        with the stream's close (_final_settle): one settled on the live
+        stream would free credit the broker fills again."""
+        with self._late_lock:
+            self._final = True
         self._dispatch_stop.set()
         self._work.put(_STOP)
+        self._settled.put(_WAKE)
 
     def stopping(self) -> bool:
         return self._dispatch_stop.is_set()
@@ -306,21 +313,34 @@ class Consumer:
         return self._done.wait(timeout)
 
     def _shutdown(self) -> None:
-        """After the handlers have returned: flush their acks and nacks,
-        then hand back what no handler started and close the stream."""
+        """After the handlers have returned: send their last acks and
+        nacks and hand back what no handler started, then close the stream
+        while those calls are on their way (see _final_settle)."""
         self._dispatch_stop.set()
         queued = self._leases.close_queued()
         for h in queued:
             h.settled = True
         with self._late_lock:
-            self._final = True  # deliveries from now on join the final hand-back
+            self._final = True  # the settler stops; what is left goes in the final calls
         self._settled.put(_STOP)
         stream, keeper, settler = self._threads
         settler.join(self.shutdown_timeout + _SETTLE_TIMEOUT)
         self._keep_stop.set()
         self._leases.wake.set()
         keeper.join()
-        self._final_hand_back([_nack_item(h, "consumer stopped", 0.0, False, True) for h in queued])
+        leftover: list[Any] = []
+        while True:
+            try:
+                o = self._settled.get_nowait()
+            except queuelib.Empty:
+                break
+            if o is not _STOP and o is not _WAKE:
+                leftover.append(o)
+        acks = [o[1] for o in leftover if o[0] == "ack"]
+        nacks = [o[1] for o in leftover if o[0] == "nack"]
+        back = [_nack_item(h, "consumer stopped", 0.0, False, True) for h in queued]
+        back += [i for o in leftover if o[0] == "handback" for i in o[1]]
+        self._final_settle(acks, nacks, back)
         stream.join()
         with self._late_lock:
             late, self._late = self._late, []
@@ -329,41 +349,56 @@ class Consumer:
         self.client._unregister(self)
         self._done.set()
 
-    def _final_hand_back(self, items: list[pb.NackItem]) -> None:
-        """Hand back items and close the stream. The Nack goes first on
-        the stream's own connection and the stream is cancelled while it is
-        on its way: the broker, seeing the stream end, grants it nothing
-        more and waits for the Nack that came before the end on that
-        connection, then releases the rest. Waiting for the Nack's answer
-        before closing would free the stream's credit on a live stream, and
-        the broker would grant those messages to it again, to be released
-        as attempts when it closes."""
+    def _final_settle(self, acks: list[_Held], nacks: list[pb.NackItem], back: list[pb.NackItem]) -> None:
+        """Send the last acks, nacks and hand-backs and close the stream.
+        Every call goes first on the stream's own connection, and the
+        stream is cancelled while they are on their way: the broker, seeing
+        the stream end, grants it nothing more, waits for the calls that
+        came before the end on that connection, then releases the rest.
+        Settling on a live stream instead frees its credit, and the broker
+        grants it more messages that its close then releases as attempts
+        (which is why, from the start of the shutdown, deliveries are held
+        for this last hand-back rather than handed back at once)."""
         with self._late_lock:
-            items = items + self._late
+            back = back + self._late
             self._late = []
         self._stream_stop.set()
         with self._call_lock:
             call, addr = self._call, self._call_addr
-        if not items:
-            if call is not None:
-                call.cancel()
-            return
-        req = pb.NackRequest(queue=self.queue, nacks=items)
-        fut = None
-        if call is not None:
+        calls: list[tuple[str, Any, Any]] = []  # (kind, request, future)
+        if acks:
+            calls.append(("ack", acks, pb.AckRequest(queue=self.queue, acks=[
+                pb.LeaseRef(message_id=h.delivery.id, lease_token=h.token) for h in acks])))
+        if nacks:
+            calls.append(("nacked", nacks, pb.NackRequest(queue=self.queue, nacks=nacks)))
+        if back:
+            calls.append(("handed_back", back, pb.NackRequest(queue=self.queue, nacks=back)))
+        futures: list[Any] = []
+        if call is not None and calls:
             try:
                 broker, _ = self.client._nodes.stubs(addr)
-                fut = broker.Nack.future(req, timeout=_SETTLE_TIMEOUT, metadata=self.client._metadata)
+                for kind, _, req in calls:
+                    method = broker.Ack if kind == "ack" else broker.Nack
+                    futures.append(method.future(req, timeout=_SETTLE_TIMEOUT, metadata=self.client._metadata))
             except errors.RaftqError:
-                fut = None
+                pass
+        if call is not None:
             call.cancel()
-        if fut is not None:
-            try:
-                self._count_nacks(fut.result().results, "handed_back")
-                return
-            except grpc.RpcError as e:
-                log.info("raftq: handing back at %s failed (%s); retrying", addr, e.code().name)
-        self._send_nacks(items, "handed_back")
+        for i, (kind, items, _) in enumerate(calls):
+            if i < len(futures):
+                try:
+                    res = futures[i].result().results
+                    if kind == "ack":
+                        self._count_acks(items, res)
+                    else:
+                        self._count_nacks(res, kind)
+                    continue
+                except grpc.RpcError as e:
+                    log.info("raftq: final %s at %s failed (%s); retrying", kind, addr, e.code().name)
+            if kind == "ack":
+                self._send_acks(items)
+            else:
+                self._send_nacks(items, kind)
 
     # -- the pieces ---------------------------------------------------------
 
@@ -416,6 +451,12 @@ class Consumer:
             first = self._settled.get()
             if first is _STOP:
                 return
+            if self._final:
+                if first is not _WAKE:
+                    self._settled.put(first)  # shutting down: _shutdown sends it with the stream's close
+                return
+            if first is _WAKE:
+                continue
             batch = [first]
             while len(batch) < _MAX_SETTLE_BATCH:
                 try:
@@ -425,7 +466,8 @@ class Consumer:
                 if o is _STOP:
                     stopping = True
                     break
-                batch.append(o)
+                if o is not _WAKE:
+                    batch.append(o)
             acks = [o[1] for o in batch if o[0] == "ack"]
             nacks = [o[1] for o in batch if o[0] == "nack"]
             handback = [i for o in batch if o[0] == "handback" for i in o[1]]
@@ -447,6 +489,9 @@ class Consumer:
             with self._stats_lock:
                 self.stats["settle_failures"] += len(held)
             return
+        self._count_acks(held, res)
+
+    def _count_acks(self, held: list[_Held], res: Any) -> None:
         with self._stats_lock:
             for h, r in zip(held, res):
                 if r.ok:
@@ -589,11 +634,11 @@ class Consumer:
                 continue
             self._work.put(h)
         if late:
+            # Held for the last hand-back, which goes with the stream's
+            # close: handing them back now would free credit the broker
+            # fills again on this still open stream.
             with self._late_lock:
-                if self._final:
-                    self._late.extend(late)
-                    return
-            self._settled.put(("handback", late))
+                self._late.extend(late)
 
     # -- the two forms --------------------------------------------------------
 
