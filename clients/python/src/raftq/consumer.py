@@ -146,12 +146,19 @@ class _Leases:
         self.by_token: dict[str, _Held] = {}
         self.closed = False
 
-    def _schedule(self, h: _Held, deadline_ms: int, now: float) -> None:
+    def _schedule(self, h: _Held, deadline_ms: int, now: float, remaining_ms: int = 0) -> None:
+        """Plan h's next extension halfway through what its lease has left:
+        the broker's remaining time (on its clock, measured here from
+        receipt: no clock agreement needed), else its deadline read with
+        our clock, bounded by the configured lease length."""
         remaining = self.lease or 0.0
-        if deadline_ms > 0:
+        r = None
+        if remaining_ms > 0:
+            r = remaining_ms / 1000.0
+        elif deadline_ms > 0:
             r = deadline_ms / 1000.0 - time.time()
-            if remaining == 0 or r < remaining:
-                remaining = r
+        if r is not None and (remaining == 0 or r < remaining):
+            remaining = r
         if remaining == 0:
             remaining = _DEFAULT_LEASE
         h.expiry = now + remaining
@@ -164,7 +171,7 @@ class _Leases:
         with self.lock:
             if self.closed:
                 return None
-            self._schedule(h, d.lease_deadline_ms, time.monotonic())
+            self._schedule(h, d.lease_deadline_ms, time.monotonic(), d.lease_remaining_ms)
             self.by_token[h.token] = h
         self.wake.set()
         return h
@@ -212,10 +219,10 @@ class _Leases:
                 h.next = now + 3600  # in flight; extended() or retry_later() re-plans
         return refs, soonest, nxt
 
-    def extended(self, h: _Held, deadline_ms: int) -> None:
+    def extended(self, h: _Held, deadline_ms: int, remaining_ms: int = 0) -> None:
         with self.lock:
             if self.by_token.get(h.token) is h:
-                self._schedule(h, deadline_ms, time.monotonic())
+                self._schedule(h, deadline_ms, time.monotonic(), remaining_ms)
 
     def retry_later(self, h: _Held) -> None:
         with self.lock:
@@ -547,7 +554,8 @@ class Consumer:
             if r is None:
                 self._leases.retry_later(h)
             elif r.ok:
-                self._leases.extended(h, resp.deadlines_ms[i] if i < len(resp.deadlines_ms) else 0)
+                self._leases.extended(h, resp.deadlines_ms[i] if i < len(resp.deadlines_ms) else 0,
+                                      resp.remaining_ms[i] if i < len(resp.remaining_ms) else 0)
             elif r.code in (grpc.StatusCode.FAILED_PRECONDITION.value[0], grpc.StatusCode.NOT_FOUND.value[0]):
                 log.warning("raftq: lease of %s lost: %s", h.delivery.id, r.error)
                 self._leases.lost_lease(h)

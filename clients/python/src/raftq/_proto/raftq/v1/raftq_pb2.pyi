@@ -140,21 +140,23 @@ class CreateTokenResponse(_message.Message):
     def __init__(self, name: _Optional[str] = ..., identity: _Optional[str] = ..., token: _Optional[str] = ..., expires_unix_ms: _Optional[int] = ...) -> None: ...
 
 class DeleteQueueRequest(_message.Message):
-    __slots__ = ["if_empty", "if_unused", "name"]
+    __slots__ = ["idempotency_key", "if_empty", "if_unused", "name"]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     IF_EMPTY_FIELD_NUMBER: _ClassVar[int]
     IF_UNUSED_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    idempotency_key: str
     if_empty: bool
     if_unused: bool
     name: str
-    def __init__(self, name: _Optional[str] = ..., if_empty: bool = ..., if_unused: bool = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., if_empty: bool = ..., if_unused: bool = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class DeleteQueueResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ["attempt", "dead_letter_reason", "enqueued_at_ms", "fairness_key", "headers", "id", "lease_deadline_ms", "lease_token", "origin_queue", "payload", "priority", "queue", "throttle_keys", "weight"]
+    __slots__ = ["attempt", "dead_letter_reason", "enqueued_at_ms", "fairness_key", "headers", "id", "lease_deadline_ms", "lease_remaining_ms", "lease_token", "origin_queue", "payload", "priority", "queue", "throttle_keys", "weight"]
     class HeadersEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +171,7 @@ class Delivery(_message.Message):
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_QUEUE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +186,7 @@ class Delivery(_message.Message):
     headers: _containers.ScalarMap[str, str]
     id: str
     lease_deadline_ms: int
+    lease_remaining_ms: int
     lease_token: str
     origin_queue: str
     payload: bytes
@@ -190,7 +194,7 @@ class Delivery(_message.Message):
     queue: str
     throttle_keys: _containers.RepeatedScalarFieldContainer[str]
     weight: int
-    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., weight: _Optional[int] = ..., throttle_keys: _Optional[_Iterable[str]] = ..., attempt: _Optional[int] = ..., enqueued_at_ms: _Optional[int] = ..., lease_token: _Optional[str] = ..., lease_deadline_ms: _Optional[int] = ..., origin_queue: _Optional[str] = ..., dead_letter_reason: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., weight: _Optional[int] = ..., throttle_keys: _Optional[_Iterable[str]] = ..., attempt: _Optional[int] = ..., enqueued_at_ms: _Optional[int] = ..., lease_token: _Optional[str] = ..., lease_deadline_ms: _Optional[int] = ..., origin_queue: _Optional[str] = ..., dead_letter_reason: _Optional[str] = ..., lease_remaining_ms: _Optional[int] = ...) -> None: ...
 
 class DrainEstimate(_message.Message):
     __slots__ = ["deliveries_per_sec", "depth_change_per_sec", "empties_in_sec", "state"]
@@ -276,12 +280,14 @@ class ExtendLeaseRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., extend_by_ms: _Optional[int] = ...) -> None: ...
 
 class ExtendLeaseResponse(_message.Message):
-    __slots__ = ["deadlines_ms", "results"]
+    __slots__ = ["deadlines_ms", "remaining_ms", "results"]
     DEADLINES_MS_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     deadlines_ms: _containers.RepeatedScalarFieldContainer[int]
+    remaining_ms: _containers.RepeatedScalarFieldContainer[int]
     results: _containers.RepeatedCompositeFieldContainer[ItemResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[ItemResult, _Mapping]]] = ..., deadlines_ms: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, results: _Optional[_Iterable[_Union[ItemResult, _Mapping]]] = ..., deadlines_ms: _Optional[_Iterable[int]] = ..., remaining_ms: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class FairnessKeyStats(_message.Message):
     __slots__ = ["deficit", "key", "pending", "weight"]
@@ -648,6 +654,18 @@ class RedriveResponse(_message.Message):
     moved: int
     def __init__(self, moved: _Optional[int] = ...) -> None: ...
 
+class RefusedMember(_message.Message):
+    __slots__ = ["cluster_id", "gossip_addr", "id", "reason"]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    GOSSIP_ADDR_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    gossip_addr: str
+    id: str
+    reason: str
+    def __init__(self, id: _Optional[str] = ..., gossip_addr: _Optional[str] = ..., cluster_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class RemoveNodeRequest(_message.Message):
     __slots__ = ["force", "id"]
     FORCE_FIELD_NUMBER: _ClassVar[int]
@@ -719,26 +737,32 @@ class StatusRequest(_message.Message):
     def __init__(self, local_only: bool = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ["applied_index", "cluster_version", "commit_index", "held_bytes", "leader_addr", "leader_id", "nodes", "settings", "term"]
+    __slots__ = ["applied_index", "cluster_id", "cluster_version", "commit_index", "held_bytes", "leader_addr", "leader_id", "nodes", "refused_members", "settings", "term", "withheld"]
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_VERSION_FIELD_NUMBER: _ClassVar[int]
     COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
     HELD_BYTES_FIELD_NUMBER: _ClassVar[int]
     LEADER_ADDR_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
+    WITHHELD_FIELD_NUMBER: _ClassVar[int]
     applied_index: int
+    cluster_id: str
     cluster_version: int
     commit_index: int
     held_bytes: int
     leader_addr: str
     leader_id: str
     nodes: _containers.RepeatedCompositeFieldContainer[Node]
+    refused_members: _containers.RepeatedCompositeFieldContainer[RefusedMember]
     settings: ClusterSettings
     term: int
-    def __init__(self, leader_id: _Optional[str] = ..., leader_addr: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., cluster_version: _Optional[int] = ..., settings: _Optional[_Union[ClusterSettings, _Mapping]] = ..., held_bytes: _Optional[int] = ...) -> None: ...
+    withheld: bool
+    def __init__(self, leader_id: _Optional[str] = ..., leader_addr: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., cluster_version: _Optional[int] = ..., settings: _Optional[_Union[ClusterSettings, _Mapping]] = ..., held_bytes: _Optional[int] = ..., withheld: bool = ..., cluster_id: _Optional[str] = ..., refused_members: _Optional[_Iterable[_Union[RefusedMember, _Mapping]]] = ...) -> None: ...
 
 class ThrottleKeyStats(_message.Message):
     __slots__ = ["burst", "key", "rate_per_sec", "tokens"]
