@@ -74,10 +74,12 @@ class CheckpointResponse(_message.Message):
     def __init__(self, index: _Optional[int] = ...) -> None: ...
 
 class ClusterSettings(_message.Message):
-    __slots__ = ["max_queued_bytes"]
+    __slots__ = ["max_queued_bytes", "max_queues"]
     MAX_QUEUED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUES_FIELD_NUMBER: _ClassVar[int]
     max_queued_bytes: int
-    def __init__(self, max_queued_bytes: _Optional[int] = ...) -> None: ...
+    max_queues: int
+    def __init__(self, max_queued_bytes: _Optional[int] = ..., max_queues: _Optional[int] = ...) -> None: ...
 
 class ConsumerInfo(_message.Message):
     __slots__ = ["acked", "address", "connected_since_ms", "credit", "delivered", "id", "identity", "in_flight", "max_in_flight", "name"]
@@ -466,8 +468,9 @@ class NackResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[ItemResult, _Mapping]]] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ["applied_index", "disk_low", "grpc_addr", "healthy", "http_addr", "id", "last_contact_ms", "max_log_version", "peer_grpc_addr", "raft_addr", "state", "suffrage", "version"]
+    __slots__ = ["applied_index", "data_dir_free_bytes", "disk_low", "grpc_addr", "healthy", "http_addr", "id", "last_contact_ms", "max_log_version", "peer_grpc_addr", "raft_addr", "resident_memory_bytes", "started_at_ms", "state", "suffrage", "version"]
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    DATA_DIR_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     DISK_LOW_FIELD_NUMBER: _ClassVar[int]
     GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
     HEALTHY_FIELD_NUMBER: _ClassVar[int]
@@ -477,10 +480,13 @@ class Node(_message.Message):
     MAX_LOG_VERSION_FIELD_NUMBER: _ClassVar[int]
     PEER_GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
     RAFT_ADDR_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     SUFFRAGE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     applied_index: int
+    data_dir_free_bytes: int
     disk_low: bool
     grpc_addr: str
     healthy: bool
@@ -490,10 +496,12 @@ class Node(_message.Message):
     max_log_version: int
     peer_grpc_addr: str
     raft_addr: str
+    resident_memory_bytes: int
+    started_at_ms: int
     state: str
     suffrage: str
     version: str
-    def __init__(self, id: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., raft_addr: _Optional[str] = ..., http_addr: _Optional[str] = ..., suffrage: _Optional[str] = ..., state: _Optional[str] = ..., healthy: bool = ..., last_contact_ms: _Optional[int] = ..., applied_index: _Optional[int] = ..., max_log_version: _Optional[int] = ..., peer_grpc_addr: _Optional[str] = ..., version: _Optional[str] = ..., disk_low: bool = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., raft_addr: _Optional[str] = ..., http_addr: _Optional[str] = ..., suffrage: _Optional[str] = ..., state: _Optional[str] = ..., healthy: bool = ..., last_contact_ms: _Optional[int] = ..., applied_index: _Optional[int] = ..., max_log_version: _Optional[int] = ..., peer_grpc_addr: _Optional[str] = ..., version: _Optional[str] = ..., disk_low: bool = ..., resident_memory_bytes: _Optional[int] = ..., data_dir_free_bytes: _Optional[int] = ..., started_at_ms: _Optional[int] = ...) -> None: ...
 
 class NodeDigest(_message.Message):
     __slots__ = ["applied_index", "counters_ok", "digest", "error", "id"]
@@ -709,10 +717,12 @@ class RevokeTokenResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class SetClusterSettingsRequest(_message.Message):
-    __slots__ = ["max_queued_bytes"]
+    __slots__ = ["max_queued_bytes", "max_queues"]
     MAX_QUEUED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUES_FIELD_NUMBER: _ClassVar[int]
     max_queued_bytes: int
-    def __init__(self, max_queued_bytes: _Optional[int] = ...) -> None: ...
+    max_queues: int
+    def __init__(self, max_queued_bytes: _Optional[int] = ..., max_queues: _Optional[int] = ...) -> None: ...
 
 class SetClusterSettingsResponse(_message.Message):
     __slots__ = ["settings"]
