@@ -139,8 +139,12 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 		o.replicaCheck = -1
 	}
 	c := &inprocCluster{t: t, base: runtime.NumGoroutine()}
-	t.Cleanup(c.stop)
+	// TempDir before Cleanup: cleanups run last-registered first, and the
+	// nodes must stop before TempDir's RemoveAll runs; the other way round a
+	// live node creating a file (a wal segment, a snapshot) during RemoveAll
+	// failed it with "directory not empty".
 	dir := t.TempDir()
+	t.Cleanup(c.stop)
 	log := o.logger
 	if o.logs != nil {
 		log = slog.New(slog.NewTextHandler(o.logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -393,6 +397,11 @@ func (c *inprocCluster) stop() {
 	}
 	c.down = true
 	t := c.t
+	// The nodes still run on their data dirs: if these are gone, a cleanup
+	// removed them under live nodes (see startInproc).
+	if _, err := os.Stat(c.dir); err != nil {
+		t.Errorf("data dir removed before the nodes stopped: %v", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, n := range c.nodes {
