@@ -137,4 +137,7 @@ const (
 	// DefaultMaxQueues is max_queues from cluster version GuardVersion
 	// until an operator changes it.
 	DefaultMaxQueues = state.DefaultMaxQueues
+	// SweepBudgetVersion is the log version from which one entry does at
+	// most state.SweepBudget of each time-driven sweep.
+	SweepBudgetVersion = state.SweepBudgetVersion
 )

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/raftq/raftq/fsm/state"
 	"slices"
 	"testing"
@@ -419,6 +420,44 @@ func TestLapsedDeliveryDoesNotCountAgainstLimit(t *testing.T) {
 		e.idle()
 		if !errors.Is(c.Err(), ErrLimitReached) {
 			t.Fatalf("Err = %v", c.Err())
+		}
+	})
+}
+
+// TestTicksUntilNothingIsDue (issue 20, hole 6): from log version 13 an
+// entry moves at most state.SweepBudget delayed messages, so a Tick at the
+// instant they come due leaves the rest due; the sweeper keeps proposing
+// Ticks until none is left (it used to propose one per due instant, and
+// the rest would wait for some other entry), also for dedup entries,
+// which no NextDue announces.
+func TestTicksUntilNothingIsDue(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		e := newEnv(t)
+		e.raise(fsm.MaxLogVersion)
+		const n = 3*state.SweepBudget + 7
+		e.createQueue("q", &fsmv1.QueueConfig{DedupWindowMs: 1000})
+		// Twice as many dedup entries as delays: the last ticks lapse
+		// dedup entries only and touch no queue.
+		msgs := make([]*fsmv1.EnqueueMessage, 2*n)
+		for i := range msgs {
+			msgs[i] = &fsmv1.EnqueueMessage{DedupId: fmt.Sprint(i)}
+			if i < n {
+				msgs[i].DelayMs = 1000
+			}
+		}
+		e.enqueue("q", msgs...)
+		e.advance(time.Second)
+		e.idle()
+		if st := e.info("q").Stats; st.Ready != 2*n || st.Delayed != 0 || st.DedupEntries != 0 {
+			t.Fatalf("after the delay: %d ready, %d delayed, %d dedup entries; want %d, 0, 0", st.Ready, st.Delayed, st.DedupEntries, 2*n)
+		}
+		if got := e.p.proposed("tick"); got < 7 {
+			t.Fatalf("%d ticks for %d due at once (budget %d)", got, n, state.SweepBudget)
+		}
+		pending := true
+		e.f.Read(func(v fsm.View) { pending = v.SweepPending() })
+		if pending {
+			t.Fatal("SweepPending after the ticks")
 		}
 	})
 }

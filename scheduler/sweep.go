@@ -10,7 +10,9 @@ import (
 )
 
 // sweeper is one term's time-driven work: a Tick when a delayed message or
-// a TTL is due, a LeaseExpire when leases are past their deadline (not
+// a TTL is due, or while time-driven work is left over (from log version
+// 13 an entry does at most a budget of it: fsm/state/sweep.go), a
+// LeaseExpire when leases are past their deadline (not
 // before the term's grace period ends, for the leases it covers: see
 // term.inGrace), and a LeaseRollback of the deliveries whose leases
 // lapsed before their stream could send them (registry.lapseBuffered,
@@ -33,7 +35,16 @@ type sweeper struct {
 func (w *sweeper) due(v fsm.View, ps *passState) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.tickBusy {
+	if !w.tickBusy && v.SweepPending() {
+		// Due already and not done: the last entries stopped at their
+		// budget. Tick again (each one does a budget more), whatever
+		// lastTickMs says, until nothing due is left.
+		if ps.now.Before(w.tickBackoff.until) {
+			ps.wakeAt(w.tickBackoff.until)
+		} else {
+			w.launchTick()
+		}
+	} else if !w.tickBusy {
 		if due, ok := v.NextDue(); ok {
 			switch {
 			case due > ps.nowMs:
@@ -112,6 +123,9 @@ func (w *sweeper) launchTick() {
 		if err != nil {
 			w.s.logProposeErr("tick", err)
 		}
+		// goTerm kicks the loop when this returns: a tick that only
+		// lapsed dedup entries touches no queue, and the next pass must
+		// still see what is left.
 	})
 }
 

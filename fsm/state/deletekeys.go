@@ -71,7 +71,8 @@ func (tx *Tx) deleteKeyed(c *fsmv1.DeleteQueue) (bool, error) {
 // deletedBefore reports whether a delete of queue with key succeeded within
 // the window.
 func (s *Store) deletedBefore(queue, key string) bool {
-	return s.deleted.Has(deletedKey{queue: queue, key: key})
+	d, ok := s.deleted.Get(deletedKey{queue: queue, key: key})
+	return ok && within(d.atMs, s.lastNow)
 }
 
 // rememberDelete records that the delete of queue with key succeeded, at

@@ -91,9 +91,11 @@ func lessRecentRef(a, b recentRef) bool {
 	return lessRecentEntry(a.entry, b.entry)
 }
 
-// recall reports the recorded outcome of key in q, if any.
-func (q *queue) recall(key recentEntry) (recentEntry, bool) {
-	return q.recent.Get(key)
+// recall reports the recorded outcome of key in q, if any is within the
+// window at the state's clock now.
+func (q *queue) recall(key recentEntry, now int64) (recentEntry, bool) {
+	e, ok := q.recent.Get(key)
+	return e, ok && within(e.atMs, now)
 }
 
 // remember records an outcome of q at the state's clock, making room by
@@ -130,16 +132,24 @@ func (s *Store) forgetOldestRecent() {
 	}
 }
 
-// expireRecent forgets outcomes recorded RecentWindowMs or more ago.
-func (s *Store) expireRecent() {
-	for {
+// expireRecent forgets outcomes recorded RecentWindowMs or more ago, at
+// most budget of them (negative: all).
+func (s *Store) expireRecent(budget int) {
+	for n := budget; n != 0; n-- {
 		r, ok := s.recentExp.Min()
-		if !ok || r.at+RecentWindowMs > s.lastNow {
+		if !ok || within(r.at, s.lastNow) {
 			return
 		}
 		s.forgetOldestRecent()
 	}
 }
+
+// within reports whether an outcome recorded at atMs is still within the
+// window at the state's clock now. One past it that the bounded sweep
+// (log version 13) has not forgotten yet counts as forgotten, so a retry
+// is judged as it would be had the sweep reached it (up to version 11
+// the sweep forgets every such outcome before any command looks).
+func within(atMs, now int64) bool { return atMs+RecentWindowMs > now }
 
 // dropRecent forgets every outcome of q (the queue is going away).
 func (s *Store) dropRecent(q *queue) {
@@ -166,7 +176,7 @@ func (tx *Tx) settledBefore(kind recentKind, r *fsmv1.Ref) bool {
 	if q == nil {
 		return false
 	}
-	_, ok := q.recall(settledKey(kind, r))
+	_, ok := q.recall(settledKey(kind, r), tx.s.lastNow)
 	return ok
 }
 
@@ -188,7 +198,7 @@ func (tx *Tx) idempotent(q *queue, kind recentKind, key string, op func() int64)
 		return &CountResult{Done: Done{Err: fmt.Errorf("%w: idempotency_key is longer than %d bytes", ErrInvalid, MaxDedupIDLen)}}
 	}
 	e := recentEntry{kind: kind, key: key}
-	if got, ok := q.recall(e); ok {
+	if got, ok := q.recall(e, tx.s.lastNow); ok {
 		return &CountResult{Count: got.count}
 	}
 	e.count = op()

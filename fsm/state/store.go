@@ -31,6 +31,7 @@ type Store struct {
 	maxQueuedBytes int64 // the cluster setting max_queued_bytes (admit.go); 0 = unlimited
 	maxQueues      int64 // the cluster setting max_queues (GuardVersion); 0 = unlimited
 	maxRecent      int   // MaxRecent; a field only so that a test can reach the bound
+	sweepBudget    int   // SweepBudget; a field only so that a test can reach the bound
 	lastNow        int64 // the state's clock (clock.go)
 	leader         leaderClock
 	appliedIndex   uint64
@@ -53,6 +54,7 @@ func New() *Store {
 		clusterVersion: 1,
 		auth:           newAuth(),
 		maxRecent:      MaxRecent,
+		sweepBudget:    SweepBudget,
 	}
 }
 
@@ -80,7 +82,7 @@ func (s *Store) ClusterVersion() uint32 { return s.clusterVersion }
 // the entry changes.
 func (s *Store) Begin(index, term uint64, version uint32, nowMs int64, touched *Touched) *Tx {
 	s.tick(term, version, nowMs)
-	s.advance(touched)
+	s.advance(version, touched)
 	return &Tx{s: s, index: index, version: version, stampMs: nowMs, touched: touched}
 }
 
@@ -245,11 +247,18 @@ func (s *Store) dropConsumerLease(consumer, q string, id uint64) {
 }
 
 // advance applies what the passage of time does: delayed messages become
-// ready, TTLs pass (to the DLQ), dedup entries lapse. It runs before every
-// command, driven only by the command's time.
-func (s *Store) advance(touched *Touched) {
+// ready, TTLs pass (to the DLQ), dedup entries and recent outcomes lapse.
+// It runs before every command, driven only by the command's time. Up to
+// log version 12 it does all that is due; from version 13 each of the four
+// sweeps does at most the store's sweep budget (SweepBudget), oldest
+// first, and leaves the rest to the next entries (sweep.go).
+func (s *Store) advance(version uint32, touched *Touched) {
 	now := s.lastNow
-	for {
+	budget := -1 // unbounded: never reaches 0
+	if version >= SweepBudgetVersion {
+		budget = s.sweepBudget
+	}
+	for n := budget; n != 0; n-- {
 		r, ok := s.delayed.Min()
 		if !ok || r.at > now {
 			break
@@ -261,7 +270,7 @@ func (s *Store) advance(touched *Touched) {
 		s.put(q, m, &next)
 		touched.add(q.name)
 	}
-	for {
+	for n := budget; n != 0; n-- {
 		r, ok := s.ttl.Min()
 		if !ok || r.at > now {
 			break
@@ -269,7 +278,7 @@ func (s *Store) advance(touched *Touched) {
 		q := s.queues[r.queue]
 		s.deadLetter(q, q.get(r.id), "ttl", touched)
 	}
-	for {
+	for n := budget; n != 0; n-- {
 		r, ok := s.dedupExp.Min()
 		if !ok || r.at > now {
 			break
@@ -285,7 +294,7 @@ func (s *Store) advance(touched *Touched) {
 			}
 		}
 	}
-	s.expireRecent()
+	s.expireRecent(budget)
 }
 
 // deadLetter moves m out of q into q's DLQ, or, for a queue without one (a

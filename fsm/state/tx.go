@@ -144,6 +144,10 @@ func (tx *Tx) CreateQueue(c *fsmv1.CreateQueue) *QueueResult {
 		dlq.raw = &fsmv1.QueueConfig{}
 		dlq.autoDLQ = true
 		tx.s.queues[dlqName] = dlq
+	} else if !dlq.isDLQ {
+		// What passed its TTL while it was an ordinary queue goes to its
+		// own DLQ, as after the sweep.
+		tx.settleDue(dlq)
 	}
 	tx.s.makeDLQ(dlq)
 	q := newQueue(c.Name)
@@ -251,6 +255,7 @@ func (tx *Tx) DeleteQueue(c *fsmv1.DeleteQueue) *Done {
 			return failed(err)
 		}
 	}
+	tx.settleDue(q) // a shared DLQ keeps what passed its TTL, as after the sweep
 	tx.s.dropQueue(q)
 	tx.touched.add(q.name)
 	if dlq := tx.s.queues[q.cfg.DeadLetterQueue]; dlq != nil && !q.isDLQ {
@@ -286,6 +291,15 @@ func (tx *Tx) PurgeQueue(c *fsmv1.PurgeQueue) *CountResult {
 		return &CountResult{Done: Done{Err: fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetName())}}
 	}
 	return tx.idempotent(q, recentPurge, c.GetIdempotencyKey(), func() int64 {
+		tx.settleDue(q)
+		if q.isDLQ && tx.version >= SweepBudgetVersion && tx.s.SweepPending() {
+			// What passed its TTL in the queues it serves is here first.
+			for _, name := range tx.s.sortedQueueNames() {
+				if f := tx.s.queues[name]; f.cfg.DeadLetterQueue == q.name {
+					tx.settleDue(f)
+				}
+			}
+		}
 		var victims []*message
 		q.msgs.Ascend(func(it msgItem) bool {
 			if it.m.state != stateLeased {
@@ -406,6 +420,12 @@ func (tx *Tx) Grant(c *fsmv1.LeaseGrant) *GrantResult {
 			continue
 		}
 		m := q.get(g.MessageId)
+		if m != nil && tx.version >= SweepBudgetVersion {
+			var gone bool
+			if m, gone = tx.s.settleGrant(q, m, tx.touched); gone {
+				m = nil
+			}
+		}
 		if m == nil {
 			res.Items[i] = ErrMessageNotFound
 			continue
@@ -453,7 +473,7 @@ func (tx *Tx) lookupLease(r *fsmv1.Ref) (*queue, *message, error) {
 		return nil, nil, ErrQueueNotFound
 	}
 	m := q.get(r.GetMessageId())
-	if m == nil {
+	if m == nil || tx.version >= SweepBudgetVersion && tx.s.leavesForTTL(q, m) {
 		return nil, nil, ErrMessageNotFound
 	}
 	if m.state != stateLeased || m.leaseToken() != r.GetLeaseToken() || r.GetLeaseToken() == 0 {
@@ -608,6 +628,7 @@ func (tx *Tx) Redrive(c *fsmv1.Redrive) *CountResult {
 		return &CountResult{}
 	}
 	return tx.idempotent(q, recentRedrive, c.GetIdempotencyKey(), func() int64 {
+		tx.settleDue(q) // its messages whose TTL passed are in the DLQ first
 		var moving []*message
 		dlq.msgs.Ascend(func(it msgItem) bool {
 			if it.m.origin() == q.name && it.m.state != stateLeased {
@@ -649,4 +670,12 @@ func (q *queue) checkEmpty() error {
 			ErrNotEmpty, q.name, n, q.ready, q.delayed, q.inFlight, q.deadLettered)
 	}
 	return nil
+}
+
+// settleDue does the due work of q that the bounded sweep left for later
+// (sweep.go), from log version 13; before it nothing is ever left.
+func (tx *Tx) settleDue(q *queue) {
+	if tx.version >= SweepBudgetVersion {
+		tx.s.settleDue(q, tx.touched)
+	}
 }

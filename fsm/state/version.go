@@ -13,10 +13,11 @@ package state
 // carry lease grants (AckGrantVersion); version 11 answers a retried
 // DeleteQueue as the first (DeleteKeyVersion); version 12 guards
 // dead-letter queues and the number of queues, and keeps a nack's delay
-// and a redriven message's TTL (GuardVersion). fsm/DESIGN.md lists every
+// and a redriven message's TTL (GuardVersion); version 13 bounds the
+// time-driven sweep per entry (SweepBudgetVersion, sweep.go). fsm/DESIGN.md lists every
 // version; a rule that changes in version N is
 // written `if tx.version >= N`.
-const MaxLogVersion uint32 = 12
+const MaxLogVersion uint32 = 13
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the

@@ -435,6 +435,12 @@ func (v View) NextDue() (int64, bool) {
 	return 0, false
 }
 
+// SweepPending reports whether time-driven work is due and not yet done
+// (log version 13 bounds what one entry does: sweep.go). The leader
+// proposes Ticks while it holds, whatever NextDue says: the work is due
+// already, and a dedup expiry or a recent outcome's lapse has no NextDue.
+func (v View) SweepPending() bool { return v.s.SweepPending() }
+
 // NextLeaseDeadline is the earliest lease deadline (on the leader's clock,
 // as NextDue).
 func (v View) NextLeaseDeadline() (int64, bool) {
