@@ -132,6 +132,8 @@ bench: build
 	@echo "== FSM apply cost and the 1,000,000-message snapshot (heap, lock hold, persist, restore) =="
 	$(GO) test -run '^$$' -bench 'BenchmarkApplyEnqueue' -benchtime 2000x ./fsm
 	$(GO) test -run '^$$' -bench 'BenchmarkMillionMessages' -benchtime 1x ./fsm
+	@echo "== enqueue and ack latency while 1,000,000 delayed messages come due at once: log version 12 (one entry sweeps all) vs 13 (bounded sweep) =="
+	$(GO) test -run '^$$' -bench 'BenchmarkDueSweep' -benchtime 1x ./fsm
 
 # The same workload (unary, batch and SDK clients) against NATS JetStream (3
 # nodes, R3 file streams, default sync and sync_interval: always) and

@@ -13,7 +13,11 @@ import (
 // Called with the write lock held.
 func (f *FSM) apply(index, term uint64, cmd *fsmv1.Command, touched *state.Touched) Result {
 	version := entryVersion(cmd)
-	tx := f.store.Begin(index, term, version, cmd.NowMs, touched)
+	begin := f.store.Begin
+	if _, ok := cmd.Op.(*fsmv1.Command_Tick); ok {
+		begin = f.store.BeginTick // a Tick's work is the sweep: a bigger budget
+	}
+	tx := begin(index, term, version, cmd.NowMs, touched)
 	switch op := cmd.Op.(type) {
 	case *fsmv1.Command_CreateQueue:
 		return tx.CreateQueue(op.CreateQueue)

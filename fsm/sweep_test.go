@@ -11,9 +11,10 @@ import (
 // TestSweepIsBoundedFromVersion12 (issue 20, hole 6): thousands of
 // delayed messages, TTLs and dedup entries coming due at one instant are
 // all swept by the one entry that finds them due under log version 12, as
-// before; from version 13 each entry moves at most state.SweepBudget of
-// each, oldest first, SweepPending says so until the last, and the rest
-// follow in the next entries.
+// before; from version 13 a client's entry moves at most
+// state.EntrySweepBudget of each and a Tick state.SweepBudget, oldest
+// first, SweepPending says so until the last, and the rest follow in the
+// next entries.
 func TestSweepIsBoundedFromVersion12(t *testing.T) {
 	const n = 3*state.SweepBudget + 100
 	for _, v := range []uint32{SweepBudgetVersion - 1, SweepBudgetVersion} {
@@ -29,7 +30,9 @@ func TestSweepIsBoundedFromVersion12(t *testing.T) {
 			}
 			h.enqueue("delayed", delayed...)
 			h.enqueue("ttl", ttl...)
+			h.create("other", nil)
 			h.now += 1000
+			h.enqueuePayloads("other", "x") // a client's entry: a small budget
 			pending := func() (p bool) {
 				h.f.Read(func(v View) { p = v.SweepPending() })
 				return p
@@ -37,7 +40,7 @@ func TestSweepIsBoundedFromVersion12(t *testing.T) {
 			for tick := 1; ; tick++ {
 				h.tick()
 				d, x := h.info("delayed").Stats, h.info("ttl").Stats
-				want := int64(min(tick*state.SweepBudget, n))
+				want := int64(min(state.EntrySweepBudget+tick*state.SweepBudget, n))
 				if v < SweepBudgetVersion {
 					want = n
 				}

@@ -31,7 +31,8 @@ type Store struct {
 	maxQueuedBytes int64 // the cluster setting max_queued_bytes (admit.go); 0 = unlimited
 	maxQueues      int64 // the cluster setting max_queues (GuardVersion); 0 = unlimited
 	maxRecent      int   // MaxRecent; a field only so that a test can reach the bound
-	sweepBudget    int   // SweepBudget; a field only so that a test can reach the bound
+	sweepBudget    int   // SweepBudget; fields only so that a test can reach the bounds (each >= 1, or -1: all)
+	entryBudget    int   // EntrySweepBudget
 	lastNow        int64 // the state's clock (clock.go)
 	leader         leaderClock
 	appliedIndex   uint64
@@ -55,6 +56,7 @@ func New() *Store {
 		auth:           newAuth(),
 		maxRecent:      MaxRecent,
 		sweepBudget:    SweepBudget,
+		entryBudget:    EntrySweepBudget,
 	}
 }
 
@@ -81,8 +83,22 @@ func (s *Store) ClusterVersion() uint32 { return s.clusterVersion }
 // log version the entry was proposed under; touched collects the queues
 // the entry changes.
 func (s *Store) Begin(index, term uint64, version uint32, nowMs int64, touched *Touched) *Tx {
+	return s.begin(index, term, version, nowMs, touched, s.entryBudget)
+}
+
+// BeginTick is Begin for a Tick entry, whose only work is the sweep: from
+// log version 13 it sweeps up to SweepBudget of each kind, where any
+// other entry sweeps up to EntrySweepBudget (sweep.go).
+func (s *Store) BeginTick(index, term uint64, version uint32, nowMs int64, touched *Touched) *Tx {
+	return s.begin(index, term, version, nowMs, touched, s.sweepBudget)
+}
+
+func (s *Store) begin(index, term uint64, version uint32, nowMs int64, touched *Touched, budget int) *Tx {
 	s.tick(term, version, nowMs)
-	s.advance(version, touched)
+	if version < SweepBudgetVersion {
+		budget = -1 // everything due, as before
+	}
+	s.advance(budget, touched)
 	return &Tx{s: s, index: index, version: version, stampMs: nowMs, touched: touched}
 }
 
@@ -250,14 +266,10 @@ func (s *Store) dropConsumerLease(consumer, q string, id uint64) {
 // ready, TTLs pass (to the DLQ), dedup entries and recent outcomes lapse.
 // It runs before every command, driven only by the command's time. Up to
 // log version 12 it does all that is due; from version 13 each of the four
-// sweeps does at most the store's sweep budget (SweepBudget), oldest
-// first, and leaves the rest to the next entries (sweep.go).
-func (s *Store) advance(version uint32, touched *Touched) {
+// sweeps does at most budget items (negative: all), oldest first, and
+// leaves the rest to the next entries (sweep.go).
+func (s *Store) advance(budget int, touched *Touched) {
 	now := s.lastNow
-	budget := -1 // unbounded: never reaches 0
-	if version >= SweepBudgetVersion {
-		budget = s.sweepBudget
-	}
 	for n := budget; n != 0; n-- {
 		r, ok := s.delayed.Min()
 		if !ok || r.at > now {

@@ -38,11 +38,17 @@ import (
 // past a limit.
 
 // SweepBudget is how many items each of the four sweeps (delays, TTLs,
-// dedup expiries, recent outcomes) does at most in one entry of log
-// version 13 or later. Measured (docs/benchmarks.md): a delayed message
-// becoming ready costs about 1-2 µs, so a full budget of each holds the
-// lock for a few milliseconds at most.
-const SweepBudget = 1024
+// dedup expiries, recent outcomes) does at most in a Tick entry of log
+// version 13 or later, and EntrySweepBudget in any other entry: clients'
+// entries carry little of a backlog (their latency stays near what it is
+// without one) and the leader's Ticks, one in flight at a time, do the
+// bulk. Measured (docs/benchmarks.md, BenchmarkDueSweep): a delayed
+// message becoming ready costs a few µs, so a Tick holds the lock for
+// milliseconds and another entry for a fraction of one.
+const (
+	SweepBudget      = 1024
+	EntrySweepBudget = 64
+)
 
 // SweepBudgetVersion is the log version from which the sweep is bounded
 // per entry (SweepBudget) and commands settle what they depend on.
