@@ -22,7 +22,8 @@ import (
 // grants; version 6 adds DeleteQueue.if_empty; version 7 answers retries as the first call;
 // version 8 adds RecountQueues; version 9 enforces admission at apply;
 // version 10 lets an Ack carry lease grants; version 11 answers a
-// retried keyed DeleteQueue as the first. fsm/DESIGN.md lists every
+// retried keyed DeleteQueue as the first; version 12 bounds the
+// time-driven sweep per entry. fsm/DESIGN.md lists every
 // version.
 const MaxLogVersion = state.MaxLogVersion
 

@@ -8,14 +8,14 @@ import (
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 )
 
-// TestSweepIsBoundedFromVersion12 (issue 20, hole 6): thousands of
+// TestSweepIsBoundedFromVersion13 (issue 20, hole 6): thousands of
 // delayed messages, TTLs and dedup entries coming due at one instant are
 // all swept by the one entry that finds them due under log version 12, as
 // before; from version 13 a client's entry moves at most
 // state.EntrySweepBudget of each and a Tick state.SweepBudget, oldest
 // first, SweepPending says so until the last, and the rest follow in the
 // next entries.
-func TestSweepIsBoundedFromVersion12(t *testing.T) {
+func TestSweepIsBoundedFromVersion13(t *testing.T) {
 	const n = 3*state.SweepBudget + 100
 	for _, v := range []uint32{SweepBudgetVersion - 1, SweepBudgetVersion} {
 		t.Run(fmtVersion(v), func(t *testing.T) {
