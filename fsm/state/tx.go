@@ -122,6 +122,10 @@ func (tx *Tx) CreateQueue(c *fsmv1.CreateQueue) *QueueResult {
 	}
 	dlq := tx.s.queues[dlqName]
 	if dlq != nil && !dlq.isDLQ {
+		// What passed its TTL while it was an ordinary queue goes to its
+		// own DLQ first, as after the sweep (time's work, done even if the
+		// create is refused, as the sweep would have done it).
+		tx.settleDue(dlq)
 		if tx.version >= GuardVersion {
 			if err := tx.checkConvert(c.Name, dlq, named); err != nil {
 				return &QueueResult{Done: Done{Err: err}}
@@ -144,10 +148,6 @@ func (tx *Tx) CreateQueue(c *fsmv1.CreateQueue) *QueueResult {
 		dlq.raw = &fsmv1.QueueConfig{}
 		dlq.autoDLQ = true
 		tx.s.queues[dlqName] = dlq
-	} else if !dlq.isDLQ {
-		// What passed its TTL while it was an ordinary queue goes to its
-		// own DLQ, as after the sweep.
-		tx.settleDue(dlq)
 	}
 	tx.s.makeDLQ(dlq)
 	q := newQueue(c.Name)
@@ -245,6 +245,9 @@ func (tx *Tx) DeleteQueue(c *fsmv1.DeleteQueue) *Done {
 	if q == nil {
 		return failed(fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetName()))
 	}
+	// A shared DLQ keeps what passed its TTL, as after the sweep, and
+	// if_empty sees it where the sweep would have put it.
+	tx.settleDue(q)
 	if q.isDLQ {
 		if users := tx.s.servedBy(q.name); users > 0 {
 			return failed(fmt.Errorf("%w: %s is the dead-letter queue of %d queue(s); delete those first", ErrInUse, q.name, users))
@@ -255,7 +258,6 @@ func (tx *Tx) DeleteQueue(c *fsmv1.DeleteQueue) *Done {
 			return failed(err)
 		}
 	}
-	tx.settleDue(q) // a shared DLQ keeps what passed its TTL, as after the sweep
 	tx.s.dropQueue(q)
 	tx.touched.add(q.name)
 	if dlq := tx.s.queues[q.cfg.DeadLetterQueue]; dlq != nil && !q.isDLQ {
