@@ -63,27 +63,8 @@ func PersistedClusterID(dataDir string) (string, error) {
 // writeClusterID records id in dataDir: temp file, fsync, rename, fsync
 // of the dir, so a crash leaves the old record or the new one.
 func writeClusterID(dataDir, id string) error {
-	path := filepath.Join(dataDir, clusterIDFile)
-	tmp, err := os.CreateTemp(dataDir, clusterIDFile+".*.tmp")
-	if err != nil {
+	if err := writeRecord(dataDir, clusterIDFile, id); err != nil {
 		return fmt.Errorf("cluster: record cluster id: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // a no-op after the rename
-	_, err = tmp.Write(append([]byte(id), '\n'))
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err == nil {
-		err = syncDir(dataDir)
-	}
-	if err != nil {
-		return fmt.Errorf("cluster: record cluster id in %s: %w", path, err)
 	}
 	return nil
 }

@@ -50,13 +50,23 @@ func claimDataDir(dataDir, id string) error {
 		return fmt.Errorf("%w: %s was made by node %q, not %q: start it with --node-id %s, or give node %q a new data dir",
 			ErrNodeIDMismatch, dataDir, have, id, have, id)
 	}
-	path := filepath.Join(dataDir, nodeIDFile)
-	tmp, err := os.CreateTemp(dataDir, nodeIDFile+".*.tmp")
-	if err != nil {
+	if err := writeRecord(dataDir, nodeIDFile, id); err != nil {
 		return fmt.Errorf("cluster: record node id: %w", err)
 	}
+	return nil
+}
+
+// writeRecord writes value and a newline to dir/name: temp file, fsync,
+// rename, fsync of the dir, so a crash leaves the old record or the new
+// one whole. The node id and the cluster id are both kept this way.
+func writeRecord(dir, name, value string) error {
+	path := filepath.Join(dir, name)
+	tmp, err := os.CreateTemp(dir, name+".*.tmp")
+	if err != nil {
+		return err
+	}
 	defer os.Remove(tmp.Name()) // a no-op after the rename
-	_, err = tmp.Write(append([]byte(id), '\n'))
+	_, err = tmp.Write(append([]byte(value), '\n'))
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -67,10 +77,10 @@ func claimDataDir(dataDir, id string) error {
 		err = os.Rename(tmp.Name(), path)
 	}
 	if err == nil {
-		err = syncDir(dataDir)
+		err = syncDir(dir)
 	}
 	if err != nil {
-		return fmt.Errorf("cluster: record node id in %s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
 }
