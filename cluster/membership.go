@@ -200,7 +200,14 @@ func (m *membership) update(mn *memberlist.Node, state memberState, joined bool)
 	}
 	if joined {
 		// A (re)join starts afresh: a new process, not leaving, addable.
-		rec.leaving, rec.noAdd = meta.Leaving && !m.authLeaves, false
+		// With authenticated leaves, the Leaving flag alone never makes a
+		// member leaving, but a member that announced its leave over mTLS
+		// and still advertises Leaving is the same process refuting a
+		// false failure (memberlist declares a slow node dead; it comes
+		// back alive): it is still leaving, else the leader would re-add
+		// it and then keep it as a failed voter.
+		rec.leaving = meta.Leaving && (!m.authLeaves || rec.leaving)
+		rec.noAdd = false
 	}
 	prev := rec.state
 	if rec.state != state || joined {
