@@ -148,6 +148,34 @@ func loadOrMakeCA(dir string) (*pki.CA, bool, error) {
 	return ca, true, ca.WriteCA(dir, false)
 }
 
+// writeFileAtomic writes data to path with mode, whatever the umask,
+// through a temporary file beside it, fsync and rename, so a reader (a
+// node reloading a key or certificate) never sees half of it.
+func writeFileAtomic(path string, data []byte, mode fs.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // a no-op after the rename
+	err = f.Chmod(mode)
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
 // writeIfMissing writes data to path (atomically, with mode) unless the
 // file exists; with same, an existing file must hold data (a CA
 // certificate from another CA would make every node refuse the others).
@@ -165,26 +193,8 @@ func writeIfMissing(path string, data []byte, mode fs.FileMode, same bool) (bool
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return false, err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
+	if err := writeFileAtomic(path, data, mode); err != nil {
 		return false, err
-	}
-	defer os.Remove(f.Name()) // a no-op after the rename
-	err = f.Chmod(mode)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		return false, fmt.Errorf("write %s: %w", path, err)
 	}
 	return true, nil
 }
