@@ -190,6 +190,17 @@ test: chaos-prereqs
 chaos: chaos-prereqs
 	RAFTQ_CHAOS=1 $(GO) test -race -count=1 -v -run 'TestChaosCampaign' -timeout 60m ./test/chaos
 
+# The soak (not part of `make test`): the chaos workload and faults on 3
+# nodes for RAFTQ_SOAK_DURATION (default 30m) after RAFTQ_SOAK_WARMUP (1m),
+# every node's RSS, goroutines, open files and log size sampled at start,
+# middle and end; fails if anything is lost or a resource is not flat
+# (test/chaos/soak.go). RAFTQ_CHAOS_SEED replays, RAFTQ_CHAOS_OUT keeps the
+# report. SOAK_TIMEOUT must cover warm-up + 1.5 x duration + 10m.
+SOAK_TIMEOUT ?= 80m
+.PHONY: soak
+soak: chaos-prereqs
+	RAFTQ_SOAK=1 $(GO) test -race -count=1 -v -run 'TestSoak' -timeout $(SOAK_TIMEOUT) ./test/chaos
+
 # The Python client (clients/python, package raftq). Only Debian's Python
 # packages are used (no package index): /usr/bin/python3 with
 # python3-grpcio, python3-protobuf, python3-pytest and python3-venv, and

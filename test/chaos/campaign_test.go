@@ -29,6 +29,11 @@ type campaign struct {
 	Kinds    []FaultKind
 	Duration time.Duration // the fault phase (the plan's estimate)
 	Short    bool          // briefer holds
+	// Soak samples every node's resources after WarmUp (the workload
+	// without faults), half way through the faults and at the end of the
+	// quiet phase, and fails the run if one grew past its bound (soak.go).
+	Soak   bool
+	WarmUp time.Duration
 }
 
 const (
@@ -101,6 +106,14 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 		rng := rand.New(rand.NewPCG(uint64(cc.Seed), uint64(i)))
 		running.Go(func() { w.Produce(work, fmt.Sprintf("p%d", i), queues, rng) })
 	}
+	regs, err := NewRegisters(ctx, c, rec, []string{queues[0].Name, queues[1].Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.Nodes {
+		rng := rand.New(rand.NewPCG(uint64(cc.Seed), uint64(100+i)))
+		running.Go(func() { regs.Run(work, i, rng) })
+	}
 	for i, q := range queues {
 		for j := range consumersPerQ {
 			co := w.NewConsumer(fmt.Sprintf("c-%s-%d", q.Name, j), q.Name, false, uint64(cc.Seed)+uint64(10*i+j))
@@ -114,6 +127,19 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 		return nil
 	}); err != nil {
 		t.Fatalf("workload does not get going: %v", err)
+	}
+
+	var sampler *Sampler
+	if cc.Soak {
+		sampler = NewSampler(c)
+		log.Info("soak: warming up without faults", "for", cc.WarmUp)
+		_ = harness.Sleep(ctx, cc.WarmUp)
+		sampler.Sample(ctx, soakPhaseStart)
+		running.Go(func() {
+			if harness.Sleep(work, cc.Duration/2) == nil {
+				sampler.Sample(work, soakPhaseMiddle)
+			}
+		})
 	}
 
 	nm := NewNemesis(c, rec, log)
@@ -137,6 +163,9 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 	// must be a delivery some consumer saw (attempt-without-delivery).
 	w.Quiet()
 	_ = harness.Sleep(ctx, quietPhase)
+	if sampler != nil {
+		sampler.Sample(ctx, soakPhaseEnd) // under the same load as the start
+	}
 	stopWork()
 	running.Wait()
 	rec.Update(func(h *History) { h.WorkloadEnd = time.Now() })
@@ -151,6 +180,13 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 
 	h := rec.Snapshot()
 	r := Check(&h)
+	if sampler != nil {
+		r.Soak = JudgeSoak(sampler.Samples())
+		for _, v := range r.Soak.Violations() {
+			r.Violations = append(r.Violations, v)
+			r.ViolationsByInvariant[v.Invariant]++
+		}
+	}
 	t.Logf("\n%s", r.Table())
 	writeOutputs(t, &h, r)
 	return r
@@ -256,6 +292,15 @@ func writeOutputs(t *testing.T, h *History, r *Report) {
 	}
 	if err := WriteJSON(historyPath, h); err != nil {
 		t.Error(err)
+	}
+	if l := r.Linearizability; l != nil && !l.OK() {
+		// porcupine's own picture of the config history: open it in a browser.
+		vizPath := filepath.Join(dir, "linearizability-"+base+".html")
+		if err := l.Visualize(vizPath); err != nil {
+			t.Errorf("porcupine visualization: %v", err)
+		} else {
+			t.Logf("linearizability visualization: %s", vizPath)
+		}
 	}
 	if keep {
 		t.Logf("report: %s\nhistory: %s", reportPath, historyPath)

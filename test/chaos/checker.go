@@ -93,6 +93,12 @@ type Report struct {
 	RecoveryMs              int64 `json:"recovery_ms"`
 	Consistent              bool  `json:"consistent"`
 
+	// Linearizability is porcupine's verdict on the queues' config
+	// registers (register.go).
+	Linearizability *Linearizability `json:"linearizability,omitempty"`
+	// Soak is the resource verdict of a soak (soak.go), nil otherwise.
+	Soak *SoakVerdict `json:"soak,omitempty"`
+
 	ViolationsByInvariant map[string]int `json:"violations_by_invariant"`
 	Violations            []Violation    `json:"violations"`
 }
@@ -323,6 +329,11 @@ func Check(h *History) *Report {
 		add(Violation{Invariant: InvDataRace, Detail: race})
 	}
 	checkRepairs(h, add)
+	// The independent check: porcupine over the config registers.
+	r.Linearizability = CheckLinearizable(h.Registers, linearizabilityBudget)
+	if v := r.Linearizability.Violation(); v != nil {
+		add(*v)
+	}
 	return r
 }
 

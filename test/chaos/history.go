@@ -27,6 +27,8 @@ type History struct {
 	Ends       []StreamEnd  `json:"stream_ends,omitempty"`
 	Faults     []FaultEvent `json:"faults"`
 	Crashes    []NodeCrash  `json:"crashes,omitempty"`
+	// Registers are the calls on each queue's config register (register.go).
+	Registers []RegisterOp `json:"registers,omitempty"`
 
 	Drain    DrainResult  `json:"drain"`
 	Recovery Recovery     `json:"recovery"`
@@ -229,6 +231,11 @@ func (r *Recorder) Drop(d StreamDrop) { r.with(func(h *History) { h.Drops = appe
 // End records a stream that ended without the consumer asking.
 func (r *Recorder) End(e StreamEnd) { r.with(func(h *History) { h.Ends = append(h.Ends, e) }) }
 
+// Register records a call on a queue's config register.
+func (r *Recorder) Register(op RegisterOp) {
+	r.with(func(h *History) { h.Registers = append(h.Registers, op) })
+}
+
 // Fault records a nemesis action.
 func (r *Recorder) Fault(f FaultEvent) { r.with(func(h *History) { h.Faults = append(h.Faults, f) }) }
 
@@ -251,6 +258,7 @@ func (r *Recorder) Snapshot() History {
 	h.Ends = append([]StreamEnd(nil), r.h.Ends...)
 	h.Faults = append([]FaultEvent(nil), r.h.Faults...)
 	h.Crashes = append([]NodeCrash(nil), r.h.Crashes...)
+	h.Registers = append([]RegisterOp(nil), r.h.Registers...)
 	return h
 }
 

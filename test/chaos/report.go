@@ -37,6 +37,10 @@ func (r *Report) Table() string {
 		time.Duration(r.UnavailableFromMs)*time.Millisecond))
 	row("recovery after healing", time.Duration(r.RecoveryMs)*time.Millisecond)
 	row("replicas consistent", r.Consistent)
+	if l := r.Linearizability; l != nil {
+		row("config registers (porcupine)", fmt.Sprintf("%s in %v: %d writes (%d unknown, %d refused), %d reads (%d unanswered)",
+			l.Result, time.Duration(l.CheckMs)*time.Millisecond, l.Writes+l.UnknownWrites, l.UnknownWrites, l.FailedWrites, l.Reads, l.FailedReads))
+	}
 	row("violations", len(r.Violations))
 	inv := make([]string, 0, len(r.ViolationsByInvariant))
 	for k, n := range r.ViolationsByInvariant {
@@ -47,5 +51,9 @@ func (r *Report) Table() string {
 		row("violations by invariant", strings.Join(inv, " "))
 	}
 	tw.Flush()
+	if r.Soak != nil {
+		b.WriteString("resources (soak):\n")
+		b.WriteString(r.Soak.Table())
+	}
 	return b.String()
 }

@@ -1,0 +1,31 @@
+//go:build linux
+
+package chaos
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+// TestSoak is `make soak`: the campaign's mixed workload and every fault
+// on one 3-node cluster for RAFTQ_SOAK_DURATION (default 30m) after a
+// warm-up of RAFTQ_SOAK_WARMUP (default 1m) without faults, every node's
+// RSS, goroutines, open files and log size sampled at the start, the
+// middle and the end. It fails if anything was lost (every invariant of
+// the campaign) or a resource is not flat (soak.go says how that is
+// judged). RAFTQ_CHAOS_SEED replays.
+func TestSoak(t *testing.T) {
+	if os.Getenv("RAFTQ_SOAK") == "" {
+		t.Skip("soak: SKIPPED — long run; set RAFTQ_SOAK=1 or use `make soak`")
+	}
+	requireNetAdmin(t)
+	d := envDuration(t, "RAFTQ_SOAK_DURATION", 30*time.Minute)
+	warm := envDuration(t, "RAFTQ_SOAK_WARMUP", time.Minute)
+	// The fault phase may overrun its plan by half (runCampaign), then
+	// heal, the quiet phase and the drain follow.
+	if dl, ok := t.Deadline(); ok && time.Until(dl) < warm+d*3/2+10*time.Minute {
+		t.Fatalf("-timeout leaves %v; a soak of %v needs at least %v", time.Until(dl).Round(time.Second), d, warm+d*3/2+10*time.Minute)
+	}
+	runCampaign(t, campaign{Nodes: 3, Seed: seed(t), Kinds: AllFaults, Duration: d, Soak: true, WarmUp: warm})
+}
