@@ -96,7 +96,8 @@ $(BIN)/protoc-gen-go-grpc:
 
 .PHONY: protoc-installed
 protoc-installed:
-	@command -v protoc >/dev/null || (apt-get update && apt-get install -y protobuf-compiler)
+	@{ command -v protoc >/dev/null && test -s /usr/include/google/protobuf/any.proto; } || \
+	  (apt-get update && apt-get install -y protobuf-compiler libprotobuf-dev)
 
 proto: protoc-installed $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc python-proto
 	protoc -I proto -I /usr/include \
@@ -213,16 +214,20 @@ PY := /usr/bin/python3
 PY_DIR := clients/python
 PY_PROTO := $(PY_DIR)/src/raftq/_proto
 PY_VENV := $(BIN)/pyvenv
-PY_DEBS := python3-grpcio python3-protobuf python3-pytest python3-venv python3-setuptools python3-wheel protobuf-compiler protobuf-compiler-grpc
+# libprotobuf-dev holds the well-known .proto files (google/protobuf/any.proto
+# ...) under /usr/include; protobuf-compiler only recommends it, and
+# --no-install-recommends leaves it out.
+PY_DEBS := python3-grpcio python3-protobuf python3-pytest python3-venv python3-setuptools python3-wheel protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
 
 .PHONY: python-tools python-proto python-venv python-test python-bench
 python-tools:
 	@if ! { test -x $(PY) && $(PY) -c 'import grpc, google.protobuf, pytest, venv, setuptools, wheel' 2>/dev/null && \
-	    command -v protoc >/dev/null && command -v grpc_python_plugin >/dev/null; }; then \
+	    command -v protoc >/dev/null && command -v grpc_python_plugin >/dev/null && test -s /usr/include/google/protobuf/any.proto; }; then \
 	  echo "installing $(PY_DEBS) (apt-get)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(PY_DEBS) >/dev/null; \
 	fi
-	@$(PY) -c 'import grpc, google.protobuf, pytest, venv, setuptools, wheel' && command -v grpc_python_plugin >/dev/null
+	@$(PY) -c 'import grpc, google.protobuf, pytest, venv, setuptools, wheel' && command -v grpc_python_plugin >/dev/null && \
+	  test -s /usr/include/google/protobuf/any.proto
 
 python-proto: python-tools
 	rm -rf $(PY_PROTO)/raftq $(PY_PROTO)/google
