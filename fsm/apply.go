@@ -90,6 +90,11 @@ func (f *FSM) apply(index, term uint64, cmd *fsmv1.Command, touched *state.Touch
 		res := tx.RecountQueues(op.RecountQueues)
 		f.noteRepairs(res)
 		return res
+	case *fsmv1.Command_RedriveStep:
+		if version < state.RedriveVersion {
+			break // unknown before its version, as older builds saw it
+		}
+		return tx.RedriveStep(op.RedriveStep)
 	case *fsmv1.Command_SetClusterSettings:
 		if version < state.AdmitVersion {
 			break // unknown before version 9, as older builds saw it

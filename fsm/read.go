@@ -140,4 +140,26 @@ const (
 	// SweepBudgetVersion is the log version from which one entry does at
 	// most state.SweepBudget of each time-driven sweep.
 	SweepBudgetVersion = state.SweepBudgetVersion
+	// RedriveVersion is the log version from which Peek and Redrive take
+	// filters, Redrive dry_run, message ids and a rate (a job, stepped by
+	// RedriveStep), and dead-lettering records its time; the edge refuses
+	// those fields before then.
+	RedriveVersion = state.RedriveVersion
+	// Bounds of the filtered Peek and Redrive (state/redrive.go).
+	MaxReasonFilterLen  = state.MaxReasonFilterLen
+	MaxRedriveIDs       = state.MaxRedriveIDs
+	MaxRedriveJobs      = state.MaxRedriveJobs
+	MaxRedriveRateMilli = state.MaxRedriveRateMilli
+	MaxStepJobs         = state.MaxStepJobs
 )
+
+// PeekFilter is a filtered Peek's filter (state.PeekFilter).
+type PeekFilter = state.PeekFilter
+
+// PeekFiltered lists up to limit messages matching pf in id order (see
+// state.View.PeekFiltered).
+func (f *FSM) PeekFiltered(name string, limit int, deadLetter bool, pf PeekFilter) ([]*state.Delivery, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.store.View().PeekFiltered(name, limit, deadLetter, pf)
+}

@@ -68,6 +68,10 @@ type lease struct {
 type deadLetter struct {
 	origin string // the queue it came from; "" once that queue is deleted
 	reason string
+	// From cluster version RedriveVersion: the state's clock and the
+	// entry's index when it was dead-lettered (0: before, redrive.go).
+	atMs    int64
+	atIndex uint64
 }
 
 func (m *message) headers() map[string]string {
@@ -327,6 +331,10 @@ type queue struct {
 
 	dedup  *btree.BTreeG[dedupEntry]  // by dedup id; a tree so snapshots clone it in O(1)
 	recent *btree.BTreeG[recentEntry] // recently settled outcomes (recent.go)
+
+	// Rate-limited redrives from its DLQ in progress, by id (redrive.go);
+	// at most MaxRedriveJobs, so a slice.
+	redrives []*redriveJob
 }
 
 const btreeDegree = 32

@@ -191,8 +191,15 @@ func (tx *Tx) settle(q *queue, kind recentKind, r *fsmv1.Ref) {
 // a repeat within the window answers the first count and changes nothing.
 // Without a key, or before log version 7, op runs every time.
 func (tx *Tx) idempotent(q *queue, kind recentKind, key string, op func() int64) *CountResult {
+	return tx.idempotentErr(q, kind, key, func() (int64, error) { return op(), nil })
+}
+
+// idempotentErr is idempotent for an op that may be refused: a refusal
+// records nothing, so its retry is judged afresh.
+func (tx *Tx) idempotentErr(q *queue, kind recentKind, key string, op func() (int64, error)) *CountResult {
 	if tx.version < recentVersion || key == "" {
-		return &CountResult{Count: op()}
+		n, err := op()
+		return &CountResult{Done: Done{Err: err}, Count: n}
 	}
 	if len(key) > MaxDedupIDLen {
 		return &CountResult{Done: Done{Err: fmt.Errorf("%w: idempotency_key is longer than %d bytes", ErrInvalid, MaxDedupIDLen)}}
@@ -201,7 +208,11 @@ func (tx *Tx) idempotent(q *queue, kind recentKind, key string, op func() int64)
 	if got, ok := q.recall(e, tx.s.lastNow); ok {
 		return &CountResult{Count: got.count}
 	}
-	e.count = op()
+	n, err := op()
+	if err != nil {
+		return &CountResult{Done: Done{Err: err}}
+	}
+	e.count = n
 	tx.s.remember(q, e)
 	return &CountResult{Count: e.count}
 }

@@ -85,6 +85,9 @@ type ExtendResult struct {
 type CountResult struct {
 	Done
 	Count int64
+	// Job is the rate-limited redrive a Redrive started (or, retried,
+	// had started), 0 for none (redrive.go).
+	Job uint64
 }
 
 // CheckpointResult: the log index whose state every replica froze, and

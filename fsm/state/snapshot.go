@@ -57,6 +57,7 @@ type Frozen struct {
 	clusterVersion uint32
 	maxQueuedBytes int64
 	maxQueues      int64
+	deadTimeFromMs int64
 	queues         []frozenQueue
 	auth           *Auth                     // immutable: shared, not copied
 	deleted        *btree.BTreeG[deletedKey] // nil below cluster version 11
@@ -73,7 +74,7 @@ type frozenQueue struct {
 // the Checkpoint entry's own index for a checkpoint). It writes to the
 // trees (Clone marks them shared), so it needs the writer's exclusion.
 func (s *Store) Freeze(index uint64) *Frozen {
-	fr := &Frozen{index: index, lastNow: s.lastNow, leader: s.leader, clusterVersion: s.clusterVersion, maxQueuedBytes: s.maxQueuedBytes, maxQueues: s.maxQueues, auth: s.auth}
+	fr := &Frozen{index: index, lastNow: s.lastNow, leader: s.leader, clusterVersion: s.clusterVersion, maxQueuedBytes: s.maxQueuedBytes, maxQueues: s.maxQueues, deadTimeFromMs: s.deadTimeFromMs, auth: s.auth}
 	if s.clusterVersion >= DeleteKeyVersion {
 		fr.deleted = s.deleted.Clone()
 	}
@@ -98,6 +99,7 @@ func (s *Store) Freeze(index uint64) *Frozen {
 				DedupCount:    uint64(q.dedup.Len()),
 				KeyOrder:      keyOrderAt(s.clusterVersion, q),
 				RecentCount:   recentCount,
+				Redrives:      redrivesAt(s.clusterVersion, q),
 			},
 			msgs:   q.msgs.Clone(),
 			dedup:  q.dedup.Clone(),
@@ -105,6 +107,20 @@ func (s *Store) Freeze(index uint64) *Frozen {
 		})
 	}
 	return fr
+}
+
+// redrivesAt is what a snapshot at cluster version cv records of q's
+// redrive jobs: copies (a job changes in place as it steps), none before
+// RedriveVersion.
+func redrivesAt(cv uint32, q *queue) []*fsmv1.RedriveJob {
+	if cv < RedriveVersion || len(q.redrives) == 0 {
+		return nil
+	}
+	out := make([]*fsmv1.RedriveJob, len(q.redrives))
+	for i, j := range q.redrives {
+		out[i] = j.record()
+	}
+	return out
 }
 
 // keyOrderAt is what a snapshot at cluster version cv records of q's key
@@ -150,6 +166,9 @@ func (fr *Frozen) Stream(w io.Writer) error {
 			// could drop the field.
 			hdr.MaxQueues = fr.maxQueues
 		}
+		if fr.clusterVersion >= RedriveVersion {
+			hdr.DeadTimeFromMs = fr.deadTimeFromMs
+		}
 	case fr.clusterVersion >= recentVersion:
 		hdr.Version, hdr.ClusterVersion = snapshotV6, fr.clusterVersion
 		hdr.LeaderTerm, hdr.LeaderNowMs = fr.leader.term, fr.leader.nowMs
@@ -182,6 +201,9 @@ func (fr *Frozen) Stream(w io.Writer) error {
 		var err error
 		fq.msgs.Ascend(func(it msgItem) bool {
 			fillMessageRecord(rec, it.m)
+			if fr.clusterVersion >= RedriveVersion && it.m.dead != nil {
+				rec.DeadLetteredMs, rec.DeadLetteredIndex = it.m.dead.atMs, it.m.dead.atIndex
+			}
 			err = put(rec)
 			return err == nil
 		})
@@ -317,7 +339,10 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 		return fmt.Errorf("%w: deleted keys in a format-%d snapshot", ErrInvalid, hdr.Version)
 	case hdr.MaxQueues < 0 || hdr.MaxQueues > 0 && s.clusterVersion < GuardVersion:
 		return fmt.Errorf("%w: max_queues %d at cluster version %d", ErrInvalid, hdr.MaxQueues, s.clusterVersion)
+	case hdr.DeadTimeFromMs != 0 && s.clusterVersion < RedriveVersion:
+		return fmt.Errorf("%w: dead_time_from_ms at cluster version %d", ErrInvalid, s.clusterVersion)
 	}
+	s.deadTimeFromMs = hdr.DeadTimeFromMs
 	s.maxQueuedBytes, s.maxQueues = hdr.MaxQueuedBytes, hdr.MaxQueues
 	s.lastNow, s.appliedIndex = hdr.LastNowMs, hdr.AppliedIndex
 	type pendingDLQ struct {
@@ -357,6 +382,20 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 			return fmt.Errorf("%w: key order in a format-%d snapshot", ErrInvalid, hdr.Version)
 		}
 		keyOrders[q] = rec.KeyOrder
+		if len(rec.Redrives) > 0 && s.clusterVersion < RedriveVersion || len(rec.Redrives) > MaxRedriveJobs {
+			return fmt.Errorf("%w: %d redrive jobs of %s at cluster version %d", ErrInvalid, len(rec.Redrives), q.name, s.clusterVersion)
+		}
+		for _, jr := range rec.Redrives {
+			j, err := loadJob(q, jr)
+			if err != nil {
+				return err
+			}
+			if n := len(q.redrives); n > 0 && q.redrives[n-1].id >= j.id {
+				return fmt.Errorf("%w: redrive jobs of %s out of order", ErrInvalid, q.name)
+			}
+			q.redrives = append(q.redrives, j)
+			s.redriving[q.name] = struct{}{}
+		}
 		var last uint64
 		for mr, err := range msgRecords.records(r, rec.MessageCount) {
 			if err != nil {
@@ -377,6 +416,12 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 			}
 			m.setLease(mr.LeaseToken, mr.ConsumerId, mr.DeadlineMs)
 			m.setDeadLetter(mr.OriginQueue, mr.DeadLetterReason)
+			if mr.DeadLetteredIndex != 0 || mr.DeadLetteredMs != 0 {
+				if m.dead == nil || s.clusterVersion < RedriveVersion || mr.DeadLetteredIndex == 0 {
+					return fmt.Errorf("%w: message %d has a dead-letter time but no dead-letter record at cluster version %d", ErrInvalid, mr.Id, s.clusterVersion)
+				}
+				m.dead.atMs, m.dead.atIndex = mr.DeadLetteredMs, mr.DeadLetteredIndex
+			}
 			switch mr.State {
 			case fsmv1.MessageState_MESSAGE_STATE_READY, fsmv1.MessageState_MESSAGE_STATE_DELAYED, fsmv1.MessageState_MESSAGE_STATE_LEASED:
 				m.state = msgState(mr.State)

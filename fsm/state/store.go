@@ -39,6 +39,11 @@ type Store struct {
 	keySeq         uint64 // source of activation sequence numbers; only their order matters (keyorder.go)
 	clusterVersion uint32 // the replicated cluster version (starts at 1)
 	auth           *Auth  // identities, tokens, grants (auth.go); replaced, never changed
+	curIndex       uint64 // the index of the entry being applied (dead-letter records, redrive.go)
+	// deadTimeFromMs: the state clock when the cluster reached
+	// RedriveVersion, the dead-letter time of messages that have none.
+	deadTimeFromMs int64
+	redriving      map[string]struct{} // queues with redrive jobs in progress (derived)
 }
 
 // New returns an empty store at cluster version 1.
@@ -54,6 +59,7 @@ func New() *Store {
 		consumers:      map[string]map[queueMsg]struct{}{},
 		clusterVersion: 1,
 		auth:           newAuth(),
+		redriving:      map[string]struct{}{},
 		maxRecent:      MaxRecent,
 		sweepBudget:    SweepBudget,
 		entryBudget:    EntrySweepBudget,
@@ -95,6 +101,7 @@ func (s *Store) BeginTick(index, term uint64, version uint32, nowMs int64, touch
 
 func (s *Store) begin(index, term uint64, version uint32, nowMs int64, touched *Touched, budget int) *Tx {
 	s.tick(term, version, nowMs)
+	s.curIndex = index
 	if version < SweepBudgetVersion {
 		budget = -1 // everything due, as before
 	}
@@ -323,6 +330,9 @@ func (s *Store) deadLetter(q *queue, m *message, reason string, touched *Touched
 	}
 	s.put(q, m, nil)
 	next.setDeadLetter(q.name, reason)
+	if s.clusterVersion >= RedriveVersion {
+		next.dead.atMs, next.dead.atIndex = s.lastNow, s.curIndex
+	}
 	s.put(dlq, nil, &next)
 	q.deadLetteredApplied++
 	touched.add(dlq.name)
@@ -366,6 +376,7 @@ func (s *Store) dropQueue(q *queue) {
 	})
 	s.dedupBytes -= q.dedupBytes
 	s.dropRecent(q)
+	delete(s.redriving, q.name)
 	delete(s.queues, q.name)
 }
 

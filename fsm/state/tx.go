@@ -83,6 +83,11 @@ func (tx *Tx) SetClusterVersion(c *fsmv1.SetClusterVersion) *Done {
 		// Bounded from the start, on every replica alike.
 		tx.s.maxQueues = DefaultMaxQueues
 	}
+	if tx.version >= RedriveVersion && tx.s.clusterVersion < RedriveVersion && v >= RedriveVersion {
+		// Messages dead-lettered before now have no time of their own:
+		// they count as dead-lettered now, never older (redrive.go).
+		tx.s.deadTimeFromMs = tx.s.lastNow
+	}
 	if tx.s.clusterVersion < keyOrderVersion && v >= keyOrderVersion {
 		// Key order becomes state that digests compare: start it from
 		// the same place on every replica (keyorder.go).
@@ -159,7 +164,7 @@ func (tx *Tx) CreateQueue(c *fsmv1.CreateQueue) *QueueResult {
 	q.cfg = effectiveConfig(q.raw, dlqName)
 	tx.s.queues[c.Name] = q
 	tx.touched.add(q.name)
-	return &QueueResult{Queue: q.info()}
+	return &QueueResult{Queue: tx.s.info(q)}
 }
 
 // checkConvert is GuardVersion's condition for turning dlq, an existing
@@ -227,7 +232,7 @@ func (tx *Tx) UpdateQueue(c *fsmv1.UpdateQueue) *QueueResult {
 	q.raw = raw
 	q.cfg = effectiveConfig(raw, want)
 	tx.touched.add(q.name)
-	return &QueueResult{Queue: q.info()}
+	return &QueueResult{Queue: tx.s.info(q)}
 }
 
 // DeleteQueue deletes a queue. From log version 11 a delete with an
@@ -277,6 +282,9 @@ func (tx *Tx) DeleteQueue(c *fsmv1.DeleteQueue) *Done {
 			for _, m := range orphans {
 				next := *m
 				next.setDeadLetter("", m.dlReason())
+				if m.dead != nil && m.dead.atIndex != 0 && next.dead != nil {
+					next.dead.atMs, next.dead.atIndex = m.dead.atMs, m.dead.atIndex
+				}
 				tx.s.put(dlq, m, &next)
 			}
 		}
@@ -617,6 +625,10 @@ func cmpUint64(a, b uint64) int {
 	return 0
 }
 
+// Redrive moves dead-lettered messages of a queue back to it. From log
+// version RedriveVersion it takes filters, message ids, dry_run (count
+// only; the key is not recorded) and a rate, which starts a job instead
+// (redrive.go).
 func (tx *Tx) Redrive(c *fsmv1.Redrive) *CountResult {
 	q := tx.s.queues[c.GetQueue()]
 	if q == nil {
@@ -625,42 +637,66 @@ func (tx *Tx) Redrive(c *fsmv1.Redrive) *CountResult {
 	if c.GetLimit() < 0 {
 		return &CountResult{Done: Done{Err: fmt.Errorf("%w: limit is negative", ErrInvalid)}}
 	}
+	v14 := tx.version >= RedriveVersion
+	if v14 {
+		if err := validateRedrive(c); err != nil {
+			return &CountResult{Done: Done{Err: err}}
+		}
+	}
 	dlq := tx.s.queues[q.cfg.DeadLetterQueue]
 	if q.isDLQ || dlq == nil {
 		return &CountResult{}
 	}
-	return tx.idempotent(q, recentRedrive, c.GetIdempotencyKey(), func() int64 {
-		tx.settleDue(q) // its messages whose TTL passed are in the DLQ first
+	f := dlqFilter{anyKey: true}
+	var ids []uint64
+	if v14 {
+		f, ids = tx.redriveFilter(c), sortedIDs(c.GetMessageIds())
+		if ids == nil && len(c.GetMessageIds()) > 0 {
+			ids = []uint64{}
+		}
+	}
+	collect := func() []*message {
 		var moving []*message
-		dlq.msgs.Ascend(func(it msgItem) bool {
-			if it.m.origin() == q.name && it.m.state != stateLeased {
-				moving = append(moving, it.m)
-			}
+		tx.s.redriveable(q, dlq, &f, ids, func(m *message) bool {
+			moving = append(moving, m)
 			return c.Limit == 0 || int64(len(moving)) < c.Limit
 		})
-		for _, m := range moving {
-			tx.s.put(dlq, m, nil)
-			next := *m
-			next.state, next.visibleMs = stateReady, 0
-			next.dead = nil
-			next.attempts = 0
-			if tx.version >= GuardVersion {
-				// Dead-lettering cleared the expiry; before version 12 a
-				// redriven message never expired again. It gets its
-				// queue's TTL afresh from the redrive (docs/api.md).
-				next.expiresMs = 0
-				if q.cfg.MessageTtlMs > 0 {
-					next.expiresMs = tx.s.lastNow + q.cfg.MessageTtlMs
+		return moving
+	}
+	if v14 && c.GetDryRun() {
+		tx.settleDue(q) // counted where the sweep would have put them
+		return &CountResult{Count: int64(len(collect()))}
+	}
+	if v14 && c.GetRateMilli() > 0 && c.GetIdempotencyKey() != "" {
+		for _, j := range q.redrives {
+			if j.key == c.GetIdempotencyKey() {
+				if e, ok := q.recall(recentEntry{kind: recentRedrive, key: j.key}, tx.s.lastNow); ok {
+					return &CountResult{Count: e.count, Job: j.id}
 				}
 			}
-			tx.s.put(q, nil, &next)
+		}
+	}
+	res := tx.idempotentErr(q, recentRedrive, c.GetIdempotencyKey(), func() (int64, error) {
+		tx.settleDue(q) // its messages whose TTL passed are in the DLQ first
+		if v14 && c.GetRateMilli() > 0 {
+			return tx.startJob(q, dlq, c, f, ids)
+		}
+		moving := collect()
+		for _, m := range moving {
+			tx.redriveOne(q, dlq, m)
 		}
 		if len(moving) > 0 {
 			tx.touched.add(q.name)
 			tx.touched.add(dlq.name)
 		}
-		return int64(len(moving))
+		return int64(len(moving)), nil
 	})
+	if res.Err == nil && v14 && c.GetRateMilli() > 0 {
+		if n := len(q.redrives); n > 0 && q.redrives[n-1].id == tx.index {
+			res.Job = tx.index
+		}
+	}
+	return res
 }
 
 // checkEmpty is DeleteQueue's if_empty condition: no message in the queue

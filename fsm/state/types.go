@@ -27,6 +27,8 @@ type QueueInfo struct {
 	Config            *fsmv1.QueueConfig // effective (defaults filled in); a copy
 	IsDeadLetterQueue bool
 	Stats             QueueStats
+	// Redrives are its rate-limited redrives in progress (redrive.go).
+	Redrives []RedriveJobInfo
 }
 
 // QueueStats are a queue's counters. Consumers are the scheduler's to add.

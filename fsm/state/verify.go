@@ -144,6 +144,9 @@ func (s *Store) Verify() error {
 	if err := s.verifyRecent(); err != nil {
 		return err
 	}
+	if err := s.verifyRedrives(); err != nil {
+		return err
+	}
 	if len(consumers) != len(s.consumers) {
 		return fmt.Errorf("%d consumers hold leases, index has %d", len(consumers), len(s.consumers))
 	}
@@ -185,6 +188,31 @@ func (s *Store) verifyRecent() error {
 	}
 	if bytes != s.recentBytes {
 		return fmt.Errorf("recent entries cost %d bytes, counter says %d", bytes, s.recentBytes)
+	}
+	return nil
+}
+
+// verifyRedrives checks that the index of queues with redrive jobs lists
+// exactly those, and each job is one that could be stepping.
+func (s *Store) verifyRedrives() error {
+	n := 0
+	for _, name := range s.sortedQueueNames() {
+		q := s.queues[name]
+		if len(q.redrives) == 0 {
+			continue
+		}
+		n++
+		if _, ok := s.redriving[name]; !ok {
+			return fmt.Errorf("%s: %d redrive jobs, not in the index", name, len(q.redrives))
+		}
+		for i, j := range q.redrives {
+			if i > 0 && q.redrives[i-1].id >= j.id || j.moved >= j.total || j.byIDs != (len(j.ids) > 0) {
+				return fmt.Errorf("%s: redrive job %d inconsistent (moved %d of %d)", name, j.id, j.moved, j.total)
+			}
+		}
+	}
+	if n != len(s.redriving) {
+		return fmt.Errorf("%d queues with redrive jobs, index has %d", n, len(s.redriving))
 	}
 	return nil
 }

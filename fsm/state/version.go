@@ -17,7 +17,7 @@ package state
 // time-driven sweep per entry (SweepBudgetVersion, sweep.go). fsm/DESIGN.md lists every
 // version; a rule that changes in version N is
 // written `if tx.version >= N`.
-const MaxLogVersion uint32 = 13
+const MaxLogVersion uint32 = 14
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the

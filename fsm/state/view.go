@@ -33,12 +33,13 @@ func (q *queue) delivery(m *message, off int64) *Delivery {
 	return d
 }
 
-func (q *queue) info() *QueueInfo {
+func (s *Store) info(q *queue) *QueueInfo {
 	return &QueueInfo{
 		Name:              q.name,
 		Config:            proto.Clone(q.cfg).(*fsmv1.QueueConfig),
 		IsDeadLetterQueue: q.isDLQ,
 		Stats:             q.stats(),
+		Redrives:          q.redriveInfo(s.leader.offset(s.lastNow)),
 	}
 }
 
@@ -66,7 +67,7 @@ func (v View) GetQueue(name string) (*QueueInfo, error) {
 	if q == nil {
 		return nil, fmt.Errorf("%w: %s", ErrQueueNotFound, name)
 	}
-	return q.info(), nil
+	return v.s.info(q), nil
 }
 
 // ListQueues lists queues whose name starts with prefix, sorted by name.
@@ -74,7 +75,7 @@ func (v View) ListQueues(prefix string) []*QueueInfo {
 	var out []*QueueInfo
 	for _, name := range v.s.sortedQueueNames() {
 		if strings.HasPrefix(name, prefix) {
-			out = append(out, v.s.queues[name].info())
+			out = append(out, v.s.info(v.s.queues[name]))
 		}
 	}
 	return out

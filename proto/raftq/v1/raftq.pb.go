@@ -491,7 +491,10 @@ type QueueInfo struct {
 	ThrottleKeys []*ThrottleKeyStats `protobuf:"bytes,6,rep,name=throttle_keys,json=throttleKeys,proto3" json:"throttle_keys,omitempty"`
 	// Where the queue's depth is heading, from the node's moving averages
 	// (absent until the queue has been sampled).
-	Drain         *DrainEstimate `protobuf:"bytes,7,opt,name=drain,proto3" json:"drain,omitempty"`
+	Drain *DrainEstimate `protobuf:"bytes,7,opt,name=drain,proto3" json:"drain,omitempty"`
+	// Rate-limited redrives from this queue's dead-letter queue in
+	// progress, oldest first (log version 14).
+	Redrives      []*RedriveJob `protobuf:"bytes,12,rep,name=redrives,proto3" json:"redrives,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -571,6 +574,13 @@ func (x *QueueInfo) GetThrottleKeys() []*ThrottleKeyStats {
 func (x *QueueInfo) GetDrain() *DrainEstimate {
 	if x != nil {
 		return x.Drain
+	}
+	return nil
+}
+
+func (x *QueueInfo) GetRedrives() []*RedriveJob {
+	if x != nil {
+		return x.Redrives
 	}
 	return nil
 }
@@ -2382,10 +2392,21 @@ func (x *ExtendLeaseResponse) GetRemainingMs() []int64 {
 }
 
 type PeekRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
-	Limit         int32                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	DeadLetter    bool                   `protobuf:"varint,3,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Queue      string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Limit      int32                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	DeadLetter bool                   `protobuf:"varint,3,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	// Filters (log version 14; docs/api.md "Working with a dead-letter
+	// queue"). With any of them or after_id, messages come in id order.
+	// Only messages of this fairness key ("" = any).
+	FairnessKey string `protobuf:"bytes,4,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	// Only messages whose dead_letter_reason (or last error) contains this
+	// text, case-sensitively; at most 256 bytes.
+	ReasonContains string `protobuf:"bytes,5,opt,name=reason_contains,json=reasonContains,proto3" json:"reason_contains,omitempty"`
+	// Only messages dead-lettered at least this long ago (dead_letter only).
+	OlderThanMs int64 `protobuf:"varint,6,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"`
+	// Paging: only messages whose id is greater than this one.
+	AfterId       string `protobuf:"bytes,7,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2441,6 +2462,34 @@ func (x *PeekRequest) GetDeadLetter() bool {
 	return false
 }
 
+func (x *PeekRequest) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
+func (x *PeekRequest) GetReasonContains() string {
+	if x != nil {
+		return x.ReasonContains
+	}
+	return ""
+}
+
+func (x *PeekRequest) GetOlderThanMs() int64 {
+	if x != nil {
+		return x.OlderThanMs
+	}
+	return 0
+}
+
+func (x *PeekRequest) GetAfterId() string {
+	if x != nil {
+		return x.AfterId
+	}
+	return ""
+}
+
 type PeekResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Messages      []*Delivery            `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
@@ -2493,8 +2542,23 @@ type RedriveRequest struct {
 	// the same key within 5 minutes answers the first one's count and moves
 	// nothing more. The Go client sets one.
 	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Filters, as PeekRequest's (log version 14): only the dead-lettered
+	// messages that match all of them move.
+	FairnessKey    string `protobuf:"bytes,4,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	ReasonContains string `protobuf:"bytes,5,opt,name=reason_contains,json=reasonContains,proto3" json:"reason_contains,omitempty"`
+	OlderThanMs    int64  `protobuf:"varint,6,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"`
+	// Count only: moved is how many would move; nothing moves, and the
+	// idempotency key is not recorded.
+	DryRun bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Move at most this many messages per second (0 = all at once): the
+	// redrive becomes a job the leader runs (QueueInfo.redrives) that
+	// resumes after a failover; moved is how many it will move.
+	RatePerSec float64 `protobuf:"fixed64,8,opt,name=rate_per_sec,json=ratePerSec,proto3" json:"rate_per_sec,omitempty"`
+	// Exactly these messages (up to 10,000 ids); ids not in the
+	// dead-letter queue are skipped and not counted.
+	MessageIds    []string `protobuf:"bytes,9,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RedriveRequest) Reset() {
@@ -2548,9 +2612,53 @@ func (x *RedriveRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *RedriveRequest) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
+func (x *RedriveRequest) GetReasonContains() string {
+	if x != nil {
+		return x.ReasonContains
+	}
+	return ""
+}
+
+func (x *RedriveRequest) GetOlderThanMs() int64 {
+	if x != nil {
+		return x.OlderThanMs
+	}
+	return 0
+}
+
+func (x *RedriveRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *RedriveRequest) GetRatePerSec() float64 {
+	if x != nil {
+		return x.RatePerSec
+	}
+	return 0
+}
+
+func (x *RedriveRequest) GetMessageIds() []string {
+	if x != nil {
+		return x.MessageIds
+	}
+	return nil
+}
+
 type RedriveResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Moved         int64                  `protobuf:"varint,1,opt,name=moved,proto3" json:"moved,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Moved int64                  `protobuf:"varint,1,opt,name=moved,proto3" json:"moved,omitempty"`
+	// The job a rate-limited redrive started ("" otherwise).
+	JobId         string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2588,6 +2696,136 @@ func (*RedriveResponse) Descriptor() ([]byte, []int) {
 func (x *RedriveResponse) GetMoved() int64 {
 	if x != nil {
 		return x.Moved
+	}
+	return 0
+}
+
+func (x *RedriveResponse) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+// RedriveJob is a rate-limited redrive in progress (log version 14): it
+// disappears from QueueInfo.redrives once it has moved what it counted.
+type RedriveJob struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// How many it counted when it started, and has moved so far.
+	Total      int64   `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	Moved      int64   `protobuf:"varint,3,opt,name=moved,proto3" json:"moved,omitempty"`
+	RatePerSec float64 `protobuf:"fixed64,4,opt,name=rate_per_sec,json=ratePerSec,proto3" json:"rate_per_sec,omitempty"`
+	// When it started and when it last moved messages, on the leader's
+	// clock (Unix ms).
+	StartedAtMs   int64 `protobuf:"varint,5,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
+	LastMovedAtMs int64 `protobuf:"varint,6,opt,name=last_moved_at_ms,json=lastMovedAtMs,proto3" json:"last_moved_at_ms,omitempty"`
+	// Its filters, as given.
+	FairnessKey    string `protobuf:"bytes,7,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	ReasonContains string `protobuf:"bytes,8,opt,name=reason_contains,json=reasonContains,proto3" json:"reason_contains,omitempty"`
+	OlderThanMs    int64  `protobuf:"varint,9,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"`
+	// How many message ids it named (0: it names none).
+	MessageIds    int64 `protobuf:"varint,10,opt,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveJob) Reset() {
+	*x = RedriveJob{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveJob) ProtoMessage() {}
+
+func (x *RedriveJob) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveJob.ProtoReflect.Descriptor instead.
+func (*RedriveJob) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *RedriveJob) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RedriveJob) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *RedriveJob) GetMoved() int64 {
+	if x != nil {
+		return x.Moved
+	}
+	return 0
+}
+
+func (x *RedriveJob) GetRatePerSec() float64 {
+	if x != nil {
+		return x.RatePerSec
+	}
+	return 0
+}
+
+func (x *RedriveJob) GetStartedAtMs() int64 {
+	if x != nil {
+		return x.StartedAtMs
+	}
+	return 0
+}
+
+func (x *RedriveJob) GetLastMovedAtMs() int64 {
+	if x != nil {
+		return x.LastMovedAtMs
+	}
+	return 0
+}
+
+func (x *RedriveJob) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
+func (x *RedriveJob) GetReasonContains() string {
+	if x != nil {
+		return x.ReasonContains
+	}
+	return ""
+}
+
+func (x *RedriveJob) GetOlderThanMs() int64 {
+	if x != nil {
+		return x.OlderThanMs
+	}
+	return 0
+}
+
+func (x *RedriveJob) GetMessageIds() int64 {
+	if x != nil {
+		return x.MessageIds
 	}
 	return 0
 }
@@ -2636,7 +2874,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2648,7 +2886,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2661,7 +2899,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{40}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Node) GetId() string {
@@ -2791,7 +3029,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +3041,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +3054,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{41}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *BuildInfo) GetVersion() string {
@@ -2859,7 +3097,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +3109,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3122,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{42}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StatusRequest) GetLocalOnly() bool {
@@ -2927,7 +3165,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +3177,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3190,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{43}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StatusResponse) GetLeaderId() string {
@@ -3054,7 +3292,7 @@ type RefusedMember struct {
 
 func (x *RefusedMember) Reset() {
 	*x = RefusedMember{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3066,7 +3304,7 @@ func (x *RefusedMember) String() string {
 func (*RefusedMember) ProtoMessage() {}
 
 func (x *RefusedMember) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3079,7 +3317,7 @@ func (x *RefusedMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefusedMember.ProtoReflect.Descriptor instead.
 func (*RefusedMember) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RefusedMember) GetId() string {
@@ -3126,7 +3364,7 @@ type ClusterSettings struct {
 
 func (x *ClusterSettings) Reset() {
 	*x = ClusterSettings{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3138,7 +3376,7 @@ func (x *ClusterSettings) String() string {
 func (*ClusterSettings) ProtoMessage() {}
 
 func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3151,7 +3389,7 @@ func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSettings.ProtoReflect.Descriptor instead.
 func (*ClusterSettings) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ClusterSettings) GetMaxQueuedBytes() int64 {
@@ -3180,7 +3418,7 @@ type SetClusterSettingsRequest struct {
 
 func (x *SetClusterSettingsRequest) Reset() {
 	*x = SetClusterSettingsRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3192,7 +3430,7 @@ func (x *SetClusterSettingsRequest) String() string {
 func (*SetClusterSettingsRequest) ProtoMessage() {}
 
 func (x *SetClusterSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3205,7 +3443,7 @@ func (x *SetClusterSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterSettingsRequest.ProtoReflect.Descriptor instead.
 func (*SetClusterSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetClusterSettingsRequest) GetMaxQueuedBytes() int64 {
@@ -3231,7 +3469,7 @@ type SetClusterSettingsResponse struct {
 
 func (x *SetClusterSettingsResponse) Reset() {
 	*x = SetClusterSettingsResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3243,7 +3481,7 @@ func (x *SetClusterSettingsResponse) String() string {
 func (*SetClusterSettingsResponse) ProtoMessage() {}
 
 func (x *SetClusterSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3256,7 +3494,7 @@ func (x *SetClusterSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterSettingsResponse.ProtoReflect.Descriptor instead.
 func (*SetClusterSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SetClusterSettingsResponse) GetSettings() *ClusterSettings {
@@ -3278,7 +3516,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3528,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3541,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -3328,7 +3566,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3578,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3591,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
 }
 
 type LeaveRequest struct {
@@ -3367,7 +3605,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3379,7 +3617,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3392,7 +3630,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *LeaveRequest) GetForce() bool {
@@ -3412,7 +3650,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3424,7 +3662,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3437,7 +3675,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *LeaveResponse) GetId() string {
@@ -3456,7 +3694,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3706,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3719,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TransferLeadershipRequest) GetToId() string {
@@ -3500,7 +3738,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3512,7 +3750,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3525,7 +3763,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TransferLeadershipResponse) GetNewLeaderId() string {
@@ -3543,7 +3781,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3555,7 +3793,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3568,7 +3806,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
 }
 
 type SnapshotResponse struct {
@@ -3580,7 +3818,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3592,7 +3830,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3605,7 +3843,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -3628,7 +3866,7 @@ type NodeDigest struct {
 
 func (x *NodeDigest) Reset() {
 	*x = NodeDigest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3640,7 +3878,7 @@ func (x *NodeDigest) String() string {
 func (*NodeDigest) ProtoMessage() {}
 
 func (x *NodeDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3653,7 +3891,7 @@ func (x *NodeDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDigest.ProtoReflect.Descriptor instead.
 func (*NodeDigest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *NodeDigest) GetId() string {
@@ -3708,7 +3946,7 @@ type ReportDivergenceRequest struct {
 
 func (x *ReportDivergenceRequest) Reset() {
 	*x = ReportDivergenceRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3720,7 +3958,7 @@ func (x *ReportDivergenceRequest) String() string {
 func (*ReportDivergenceRequest) ProtoMessage() {}
 
 func (x *ReportDivergenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3733,7 +3971,7 @@ func (x *ReportDivergenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDivergenceRequest.ProtoReflect.Descriptor instead.
 func (*ReportDivergenceRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReportDivergenceRequest) GetIndex() uint64 {
@@ -3776,7 +4014,7 @@ type ReportDivergenceResponse struct {
 
 func (x *ReportDivergenceResponse) Reset() {
 	*x = ReportDivergenceResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3788,7 +4026,7 @@ func (x *ReportDivergenceResponse) String() string {
 func (*ReportDivergenceResponse) ProtoMessage() {}
 
 func (x *ReportDivergenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3801,7 +4039,7 @@ func (x *ReportDivergenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDivergenceResponse.ProtoReflect.Descriptor instead.
 func (*ReportDivergenceResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ReportDivergenceResponse) GetDiverged() bool {
@@ -3831,7 +4069,7 @@ type RecountQueuesRequest struct {
 
 func (x *RecountQueuesRequest) Reset() {
 	*x = RecountQueuesRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3843,7 +4081,7 @@ func (x *RecountQueuesRequest) String() string {
 func (*RecountQueuesRequest) ProtoMessage() {}
 
 func (x *RecountQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3856,7 +4094,7 @@ func (x *RecountQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueuesRequest.ProtoReflect.Descriptor instead.
 func (*RecountQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RecountQueuesRequest) GetQueues() []string {
@@ -3883,7 +4121,7 @@ type RecountQueuesResponse struct {
 
 func (x *RecountQueuesResponse) Reset() {
 	*x = RecountQueuesResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3895,7 +4133,7 @@ func (x *RecountQueuesResponse) String() string {
 func (*RecountQueuesResponse) ProtoMessage() {}
 
 func (x *RecountQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3908,7 +4146,7 @@ func (x *RecountQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueuesResponse.ProtoReflect.Descriptor instead.
 func (*RecountQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
 }
 
 type VerifyRequest struct {
@@ -3919,7 +4157,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3931,7 +4169,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3944,7 +4182,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
 }
 
 type VerifyResponse struct {
@@ -3963,7 +4201,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3975,7 +4213,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3988,7 +4226,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *VerifyResponse) GetNodes() []*NodeDigest {
@@ -4020,7 +4258,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4032,7 +4270,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4045,7 +4283,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
 }
 
 type CheckpointResponse struct {
@@ -4057,7 +4295,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4069,7 +4307,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4082,7 +4320,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CheckpointResponse) GetIndex() uint64 {
@@ -4101,7 +4339,7 @@ type LocalDigestRequest struct {
 
 func (x *LocalDigestRequest) Reset() {
 	*x = LocalDigestRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4113,7 +4351,7 @@ func (x *LocalDigestRequest) String() string {
 func (*LocalDigestRequest) ProtoMessage() {}
 
 func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4126,7 +4364,7 @@ func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalDigestRequest.ProtoReflect.Descriptor instead.
 func (*LocalDigestRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *LocalDigestRequest) GetIndex() uint64 {
@@ -4145,7 +4383,7 @@ type ListConsumersRequest struct {
 
 func (x *ListConsumersRequest) Reset() {
 	*x = ListConsumersRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4157,7 +4395,7 @@ func (x *ListConsumersRequest) String() string {
 func (*ListConsumersRequest) ProtoMessage() {}
 
 func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4170,7 +4408,7 @@ func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersRequest.ProtoReflect.Descriptor instead.
 func (*ListConsumersRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListConsumersRequest) GetQueue() string {
@@ -4189,7 +4427,7 @@ type ListConsumersResponse struct {
 
 func (x *ListConsumersResponse) Reset() {
 	*x = ListConsumersResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4201,7 +4439,7 @@ func (x *ListConsumersResponse) String() string {
 func (*ListConsumersResponse) ProtoMessage() {}
 
 func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4214,7 +4452,7 @@ func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
@@ -4253,7 +4491,7 @@ type ConsumerInfo struct {
 
 func (x *ConsumerInfo) Reset() {
 	*x = ConsumerInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4265,7 +4503,7 @@ func (x *ConsumerInfo) String() string {
 func (*ConsumerInfo) ProtoMessage() {}
 
 func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4278,7 +4516,7 @@ func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ConsumerInfo) GetName() string {
@@ -4365,7 +4603,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4377,7 +4615,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4390,7 +4628,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -4428,7 +4666,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4440,7 +4678,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4453,7 +4691,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *CreateTokenResponse) GetName() string {
@@ -4493,7 +4731,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4505,7 +4743,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4518,7 +4756,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RevokeTokenRequest) GetName() string {
@@ -4536,7 +4774,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4548,7 +4786,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4561,7 +4799,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
 }
 
 type GrantRequest struct {
@@ -4580,7 +4818,7 @@ type GrantRequest struct {
 
 func (x *GrantRequest) Reset() {
 	*x = GrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4592,7 +4830,7 @@ func (x *GrantRequest) String() string {
 func (*GrantRequest) ProtoMessage() {}
 
 func (x *GrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4605,7 +4843,7 @@ func (x *GrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRequest.ProtoReflect.Descriptor instead.
 func (*GrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GrantRequest) GetIdentity() string {
@@ -4644,7 +4882,7 @@ type GrantResponse struct {
 
 func (x *GrantResponse) Reset() {
 	*x = GrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4656,7 +4894,7 @@ func (x *GrantResponse) String() string {
 func (*GrantResponse) ProtoMessage() {}
 
 func (x *GrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4669,7 +4907,7 @@ func (x *GrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantResponse.ProtoReflect.Descriptor instead.
 func (*GrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
 }
 
 type UngrantRequest struct {
@@ -4684,7 +4922,7 @@ type UngrantRequest struct {
 
 func (x *UngrantRequest) Reset() {
 	*x = UngrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4696,7 +4934,7 @@ func (x *UngrantRequest) String() string {
 func (*UngrantRequest) ProtoMessage() {}
 
 func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4709,7 +4947,7 @@ func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantRequest.ProtoReflect.Descriptor instead.
 func (*UngrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *UngrantRequest) GetIdentity() string {
@@ -4741,7 +4979,7 @@ type UngrantResponse struct {
 
 func (x *UngrantResponse) Reset() {
 	*x = UngrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4753,7 +4991,7 @@ func (x *UngrantResponse) String() string {
 func (*UngrantResponse) ProtoMessage() {}
 
 func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4766,7 +5004,7 @@ func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantResponse.ProtoReflect.Descriptor instead.
 func (*UngrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
 }
 
 type ListAuthRequest struct {
@@ -4777,7 +5015,7 @@ type ListAuthRequest struct {
 
 func (x *ListAuthRequest) Reset() {
 	*x = ListAuthRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4789,7 +5027,7 @@ func (x *ListAuthRequest) String() string {
 func (*ListAuthRequest) ProtoMessage() {}
 
 func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4802,7 +5040,7 @@ func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthRequest.ProtoReflect.Descriptor instead.
 func (*ListAuthRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
 }
 
 type ListAuthResponse struct {
@@ -4814,7 +5052,7 @@ type ListAuthResponse struct {
 
 func (x *ListAuthResponse) Reset() {
 	*x = ListAuthResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4826,7 +5064,7 @@ func (x *ListAuthResponse) String() string {
 func (*ListAuthResponse) ProtoMessage() {}
 
 func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4839,7 +5077,7 @@ func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthResponse.ProtoReflect.Descriptor instead.
 func (*ListAuthResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListAuthResponse) GetIdentities() []*IdentityInfo {
@@ -4861,7 +5099,7 @@ type IdentityInfo struct {
 
 func (x *IdentityInfo) Reset() {
 	*x = IdentityInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4873,7 +5111,7 @@ func (x *IdentityInfo) String() string {
 func (*IdentityInfo) ProtoMessage() {}
 
 func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4886,7 +5124,7 @@ func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityInfo.ProtoReflect.Descriptor instead.
 func (*IdentityInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *IdentityInfo) GetName() string {
@@ -4929,7 +5167,7 @@ type TokenInfo struct {
 
 func (x *TokenInfo) Reset() {
 	*x = TokenInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4941,7 +5179,7 @@ func (x *TokenInfo) String() string {
 func (*TokenInfo) ProtoMessage() {}
 
 func (x *TokenInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4954,7 +5192,7 @@ func (x *TokenInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenInfo.ProtoReflect.Descriptor instead.
 func (*TokenInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *TokenInfo) GetName() string {
@@ -4988,7 +5226,7 @@ type PermissionGrant struct {
 
 func (x *PermissionGrant) Reset() {
 	*x = PermissionGrant{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5000,7 +5238,7 @@ func (x *PermissionGrant) String() string {
 func (*PermissionGrant) ProtoMessage() {}
 
 func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5013,7 +5251,7 @@ func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionGrant.ProtoReflect.Descriptor instead.
 func (*PermissionGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{81}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *PermissionGrant) GetPattern() string {
@@ -5038,7 +5276,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5050,7 +5288,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5063,7 +5301,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{82}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{83}
 }
 
 type WhoAmIResponse struct {
@@ -5079,7 +5317,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5091,7 +5329,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5104,7 +5342,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{83}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *WhoAmIResponse) GetIdentity() string {
@@ -5143,7 +5381,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5155,7 +5393,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5168,7 +5406,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{84}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{85}
 }
 
 // BackupChunk is one message of a Backup stream: first info (alone), then
@@ -5189,7 +5427,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5201,7 +5439,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5214,7 +5452,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{85}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *BackupChunk) GetInfo() *BackupInfo {
@@ -5265,7 +5503,7 @@ type BackupInfo struct {
 
 func (x *BackupInfo) Reset() {
 	*x = BackupInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5277,7 +5515,7 @@ func (x *BackupInfo) String() string {
 func (*BackupInfo) ProtoMessage() {}
 
 func (x *BackupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5290,7 +5528,7 @@ func (x *BackupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupInfo.ProtoReflect.Descriptor instead.
 func (*BackupInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{86}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *BackupInfo) GetIndex() uint64 {
@@ -5380,7 +5618,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x06tokens\x18\x02 \x01(\x01R\x06tokens\x12 \n" +
 	"\frate_per_sec\x18\x03 \x01(\x01R\n" +
 	"ratePerSec\x12\x14\n" +
-	"\x05burst\x18\x04 \x01(\x05R\x05burst\"\xdc\x02\n" +
+	"\x05burst\x18\x04 \x01(\x05R\x05burst\"\x8e\x03\n" +
 	"\tQueueInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x06config\x18\x02 \x01(\v2\x15.raftq.v1.QueueConfigR\x06config\x12*\n" +
@@ -5388,7 +5626,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x14is_dead_letter_queue\x18\x04 \x01(\bR\x11isDeadLetterQueue\x12?\n" +
 	"\rfairness_keys\x18\x05 \x03(\v2\x1a.raftq.v1.FairnessKeyStatsR\ffairnessKeys\x12?\n" +
 	"\rthrottle_keys\x18\x06 \x03(\v2\x1a.raftq.v1.ThrottleKeyStatsR\fthrottleKeys\x12-\n" +
-	"\x05drain\x18\a \x01(\v2\x17.raftq.v1.DrainEstimateR\x05drain\"\xaa\x01\n" +
+	"\x05drain\x18\a \x01(\v2\x17.raftq.v1.DrainEstimateR\x05drain\x120\n" +
+	"\bredrives\x18\f \x03(\v2\x14.raftq.v1.RedriveJobR\bredrives\"\xaa\x01\n" +
 	"\rDrainEstimate\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12/\n" +
 	"\x14depth_change_per_sec\x18\x02 \x01(\x01R\x11depthChangePerSec\x12,\n" +
@@ -5521,20 +5760,48 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x13ExtendLeaseResponse\x12.\n" +
 	"\aresults\x18\x01 \x03(\v2\x14.raftq.v1.ItemResultR\aresults\x12!\n" +
 	"\fdeadlines_ms\x18\x02 \x03(\x03R\vdeadlinesMs\x12!\n" +
-	"\fremaining_ms\x18\x03 \x03(\x03R\vremainingMs\"Z\n" +
+	"\fremaining_ms\x18\x03 \x03(\x03R\vremainingMs\"\xe5\x01\n" +
 	"\vPeekRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1f\n" +
 	"\vdead_letter\x18\x03 \x01(\bR\n" +
-	"deadLetter\">\n" +
+	"deadLetter\x12!\n" +
+	"\ffairness_key\x18\x04 \x01(\tR\vfairnessKey\x12'\n" +
+	"\x0freason_contains\x18\x05 \x01(\tR\x0ereasonContains\x12\"\n" +
+	"\rolder_than_ms\x18\x06 \x01(\x03R\volderThanMs\x12\x19\n" +
+	"\bafter_id\x18\a \x01(\tR\aafterId\">\n" +
 	"\fPeekResponse\x12.\n" +
-	"\bmessages\x18\x01 \x03(\v2\x12.raftq.v1.DeliveryR\bmessages\"e\n" +
+	"\bmessages\x18\x01 \x03(\v2\x12.raftq.v1.DeliveryR\bmessages\"\xb1\x02\n" +
 	"\x0eRedriveRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12'\n" +
-	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12!\n" +
+	"\ffairness_key\x18\x04 \x01(\tR\vfairnessKey\x12'\n" +
+	"\x0freason_contains\x18\x05 \x01(\tR\x0ereasonContains\x12\"\n" +
+	"\rolder_than_ms\x18\x06 \x01(\x03R\volderThanMs\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\x12 \n" +
+	"\frate_per_sec\x18\b \x01(\x01R\n" +
+	"ratePerSec\x12\x1f\n" +
+	"\vmessage_ids\x18\t \x03(\tR\n" +
+	"messageIds\">\n" +
 	"\x0fRedriveResponse\x12\x14\n" +
-	"\x05moved\x18\x01 \x01(\x03R\x05moved\"\x90\x04\n" +
+	"\x05moved\x18\x01 \x01(\x03R\x05moved\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\"\xc8\x02\n" +
+	"\n" +
+	"RedriveJob\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x14\n" +
+	"\x05moved\x18\x03 \x01(\x03R\x05moved\x12 \n" +
+	"\frate_per_sec\x18\x04 \x01(\x01R\n" +
+	"ratePerSec\x12\"\n" +
+	"\rstarted_at_ms\x18\x05 \x01(\x03R\vstartedAtMs\x12'\n" +
+	"\x10last_moved_at_ms\x18\x06 \x01(\x03R\rlastMovedAtMs\x12!\n" +
+	"\ffairness_key\x18\a \x01(\tR\vfairnessKey\x12'\n" +
+	"\x0freason_contains\x18\b \x01(\tR\x0ereasonContains\x12\"\n" +
+	"\rolder_than_ms\x18\t \x01(\x03R\volderThanMs\x12\x1f\n" +
+	"\vmessage_ids\x18\n" +
+	" \x01(\x03R\n" +
+	"messageIds\"\x90\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x1b\n" +
@@ -5775,7 +6042,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -5817,170 +6084,172 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*PeekResponse)(nil),               // 37: raftq.v1.PeekResponse
 	(*RedriveRequest)(nil),             // 38: raftq.v1.RedriveRequest
 	(*RedriveResponse)(nil),            // 39: raftq.v1.RedriveResponse
-	(*Node)(nil),                       // 40: raftq.v1.Node
-	(*BuildInfo)(nil),                  // 41: raftq.v1.BuildInfo
-	(*StatusRequest)(nil),              // 42: raftq.v1.StatusRequest
-	(*StatusResponse)(nil),             // 43: raftq.v1.StatusResponse
-	(*RefusedMember)(nil),              // 44: raftq.v1.RefusedMember
-	(*ClusterSettings)(nil),            // 45: raftq.v1.ClusterSettings
-	(*SetClusterSettingsRequest)(nil),  // 46: raftq.v1.SetClusterSettingsRequest
-	(*SetClusterSettingsResponse)(nil), // 47: raftq.v1.SetClusterSettingsResponse
-	(*RemoveNodeRequest)(nil),          // 48: raftq.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 49: raftq.v1.RemoveNodeResponse
-	(*LeaveRequest)(nil),               // 50: raftq.v1.LeaveRequest
-	(*LeaveResponse)(nil),              // 51: raftq.v1.LeaveResponse
-	(*TransferLeadershipRequest)(nil),  // 52: raftq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 53: raftq.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 54: raftq.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 55: raftq.v1.SnapshotResponse
-	(*NodeDigest)(nil),                 // 56: raftq.v1.NodeDigest
-	(*ReportDivergenceRequest)(nil),    // 57: raftq.v1.ReportDivergenceRequest
-	(*ReportDivergenceResponse)(nil),   // 58: raftq.v1.ReportDivergenceResponse
-	(*RecountQueuesRequest)(nil),       // 59: raftq.v1.RecountQueuesRequest
-	(*RecountQueuesResponse)(nil),      // 60: raftq.v1.RecountQueuesResponse
-	(*VerifyRequest)(nil),              // 61: raftq.v1.VerifyRequest
-	(*VerifyResponse)(nil),             // 62: raftq.v1.VerifyResponse
-	(*CheckpointRequest)(nil),          // 63: raftq.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),         // 64: raftq.v1.CheckpointResponse
-	(*LocalDigestRequest)(nil),         // 65: raftq.v1.LocalDigestRequest
-	(*ListConsumersRequest)(nil),       // 66: raftq.v1.ListConsumersRequest
-	(*ListConsumersResponse)(nil),      // 67: raftq.v1.ListConsumersResponse
-	(*ConsumerInfo)(nil),               // 68: raftq.v1.ConsumerInfo
-	(*CreateTokenRequest)(nil),         // 69: raftq.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),        // 70: raftq.v1.CreateTokenResponse
-	(*RevokeTokenRequest)(nil),         // 71: raftq.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),        // 72: raftq.v1.RevokeTokenResponse
-	(*GrantRequest)(nil),               // 73: raftq.v1.GrantRequest
-	(*GrantResponse)(nil),              // 74: raftq.v1.GrantResponse
-	(*UngrantRequest)(nil),             // 75: raftq.v1.UngrantRequest
-	(*UngrantResponse)(nil),            // 76: raftq.v1.UngrantResponse
-	(*ListAuthRequest)(nil),            // 77: raftq.v1.ListAuthRequest
-	(*ListAuthResponse)(nil),           // 78: raftq.v1.ListAuthResponse
-	(*IdentityInfo)(nil),               // 79: raftq.v1.IdentityInfo
-	(*TokenInfo)(nil),                  // 80: raftq.v1.TokenInfo
-	(*PermissionGrant)(nil),            // 81: raftq.v1.PermissionGrant
-	(*WhoAmIRequest)(nil),              // 82: raftq.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),             // 83: raftq.v1.WhoAmIResponse
-	(*BackupRequest)(nil),              // 84: raftq.v1.BackupRequest
-	(*BackupChunk)(nil),                // 85: raftq.v1.BackupChunk
-	(*BackupInfo)(nil),                 // 86: raftq.v1.BackupInfo
-	nil,                                // 87: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 88: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 89: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 90: google.protobuf.FieldMask
-	(*status.Status)(nil),              // 91: google.rpc.Status
+	(*RedriveJob)(nil),                 // 40: raftq.v1.RedriveJob
+	(*Node)(nil),                       // 41: raftq.v1.Node
+	(*BuildInfo)(nil),                  // 42: raftq.v1.BuildInfo
+	(*StatusRequest)(nil),              // 43: raftq.v1.StatusRequest
+	(*StatusResponse)(nil),             // 44: raftq.v1.StatusResponse
+	(*RefusedMember)(nil),              // 45: raftq.v1.RefusedMember
+	(*ClusterSettings)(nil),            // 46: raftq.v1.ClusterSettings
+	(*SetClusterSettingsRequest)(nil),  // 47: raftq.v1.SetClusterSettingsRequest
+	(*SetClusterSettingsResponse)(nil), // 48: raftq.v1.SetClusterSettingsResponse
+	(*RemoveNodeRequest)(nil),          // 49: raftq.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 50: raftq.v1.RemoveNodeResponse
+	(*LeaveRequest)(nil),               // 51: raftq.v1.LeaveRequest
+	(*LeaveResponse)(nil),              // 52: raftq.v1.LeaveResponse
+	(*TransferLeadershipRequest)(nil),  // 53: raftq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 54: raftq.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 55: raftq.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 56: raftq.v1.SnapshotResponse
+	(*NodeDigest)(nil),                 // 57: raftq.v1.NodeDigest
+	(*ReportDivergenceRequest)(nil),    // 58: raftq.v1.ReportDivergenceRequest
+	(*ReportDivergenceResponse)(nil),   // 59: raftq.v1.ReportDivergenceResponse
+	(*RecountQueuesRequest)(nil),       // 60: raftq.v1.RecountQueuesRequest
+	(*RecountQueuesResponse)(nil),      // 61: raftq.v1.RecountQueuesResponse
+	(*VerifyRequest)(nil),              // 62: raftq.v1.VerifyRequest
+	(*VerifyResponse)(nil),             // 63: raftq.v1.VerifyResponse
+	(*CheckpointRequest)(nil),          // 64: raftq.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 65: raftq.v1.CheckpointResponse
+	(*LocalDigestRequest)(nil),         // 66: raftq.v1.LocalDigestRequest
+	(*ListConsumersRequest)(nil),       // 67: raftq.v1.ListConsumersRequest
+	(*ListConsumersResponse)(nil),      // 68: raftq.v1.ListConsumersResponse
+	(*ConsumerInfo)(nil),               // 69: raftq.v1.ConsumerInfo
+	(*CreateTokenRequest)(nil),         // 70: raftq.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),        // 71: raftq.v1.CreateTokenResponse
+	(*RevokeTokenRequest)(nil),         // 72: raftq.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),        // 73: raftq.v1.RevokeTokenResponse
+	(*GrantRequest)(nil),               // 74: raftq.v1.GrantRequest
+	(*GrantResponse)(nil),              // 75: raftq.v1.GrantResponse
+	(*UngrantRequest)(nil),             // 76: raftq.v1.UngrantRequest
+	(*UngrantResponse)(nil),            // 77: raftq.v1.UngrantResponse
+	(*ListAuthRequest)(nil),            // 78: raftq.v1.ListAuthRequest
+	(*ListAuthResponse)(nil),           // 79: raftq.v1.ListAuthResponse
+	(*IdentityInfo)(nil),               // 80: raftq.v1.IdentityInfo
+	(*TokenInfo)(nil),                  // 81: raftq.v1.TokenInfo
+	(*PermissionGrant)(nil),            // 82: raftq.v1.PermissionGrant
+	(*WhoAmIRequest)(nil),              // 83: raftq.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),             // 84: raftq.v1.WhoAmIResponse
+	(*BackupRequest)(nil),              // 85: raftq.v1.BackupRequest
+	(*BackupChunk)(nil),                // 86: raftq.v1.BackupChunk
+	(*BackupInfo)(nil),                 // 87: raftq.v1.BackupInfo
+	nil,                                // 88: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 89: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 90: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 91: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 92: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	87, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	88, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
 	1,  // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
 	2,  // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
 	3,  // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
 	4,  // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
 	6,  // 5: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
-	88, // 6: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	89, // 7: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
-	1,  // 8: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	5,  // 9: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	1,  // 10: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	90, // 11: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
-	5,  // 12: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	5,  // 13: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	5,  // 14: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
-	7,  // 15: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
-	24, // 16: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
-	25, // 17: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
-	91, // 18: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
-	8,  // 19: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
-	9,  // 20: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
-	11, // 21: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
-	10, // 22: raftq.v1.NackRequest.nacks:type_name -> raftq.v1.NackItem
-	11, // 23: raftq.v1.NackResponse.results:type_name -> raftq.v1.ItemResult
-	9,  // 24: raftq.v1.ExtendLeaseRequest.leases:type_name -> raftq.v1.LeaseRef
-	11, // 25: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
-	8,  // 26: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
-	40, // 27: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
-	45, // 28: raftq.v1.StatusResponse.settings:type_name -> raftq.v1.ClusterSettings
-	44, // 29: raftq.v1.StatusResponse.refused_members:type_name -> raftq.v1.RefusedMember
-	45, // 30: raftq.v1.SetClusterSettingsResponse.settings:type_name -> raftq.v1.ClusterSettings
-	56, // 31: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
-	68, // 32: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
-	79, // 33: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
-	80, // 34: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
-	81, // 35: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
-	81, // 36: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
-	86, // 37: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
-	0,  // 38: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
-	12, // 39: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
-	14, // 40: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
-	16, // 41: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
-	18, // 42: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
-	20, // 43: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
-	22, // 44: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
-	24, // 45: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
-	26, // 46: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
-	28, // 47: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
-	30, // 48: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
-	32, // 49: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
-	34, // 50: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
-	36, // 51: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
-	38, // 52: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	66, // 53: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
-	42, // 54: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
-	48, // 55: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
-	52, // 56: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
-	54, // 57: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	61, // 58: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	63, // 59: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	65, // 60: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
-	50, // 61: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
-	84, // 62: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
-	57, // 63: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
-	46, // 64: raftq.v1.Cluster.SetClusterSettings:input_type -> raftq.v1.SetClusterSettingsRequest
-	59, // 65: raftq.v1.Cluster.RecountQueues:input_type -> raftq.v1.RecountQueuesRequest
-	69, // 66: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
-	71, // 67: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
-	73, // 68: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
-	75, // 69: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
-	77, // 70: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
-	82, // 71: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
-	13, // 72: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	15, // 73: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	17, // 74: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	19, // 75: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	21, // 76: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	23, // 77: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	25, // 78: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	27, // 79: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
-	29, // 80: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	31, // 81: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	33, // 82: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	35, // 83: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	37, // 84: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	39, // 85: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	67, // 86: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
-	43, // 87: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	49, // 88: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	53, // 89: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	55, // 90: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	62, // 91: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	64, // 92: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	56, // 93: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	51, // 94: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
-	85, // 95: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
-	58, // 96: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
-	47, // 97: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
-	60, // 98: raftq.v1.Cluster.RecountQueues:output_type -> raftq.v1.RecountQueuesResponse
-	70, // 99: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
-	72, // 100: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
-	74, // 101: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
-	76, // 102: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
-	78, // 103: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
-	83, // 104: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
-	72, // [72:105] is the sub-list for method output_type
-	39, // [39:72] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	40, // 6: raftq.v1.QueueInfo.redrives:type_name -> raftq.v1.RedriveJob
+	89, // 7: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	90, // 8: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	1,  // 9: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
+	5,  // 10: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	1,  // 11: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
+	91, // 12: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	5,  // 13: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	5,  // 14: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	5,  // 15: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
+	7,  // 16: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
+	24, // 17: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
+	25, // 18: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
+	92, // 19: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	8,  // 20: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
+	9,  // 21: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
+	11, // 22: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
+	10, // 23: raftq.v1.NackRequest.nacks:type_name -> raftq.v1.NackItem
+	11, // 24: raftq.v1.NackResponse.results:type_name -> raftq.v1.ItemResult
+	9,  // 25: raftq.v1.ExtendLeaseRequest.leases:type_name -> raftq.v1.LeaseRef
+	11, // 26: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
+	8,  // 27: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
+	41, // 28: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
+	46, // 29: raftq.v1.StatusResponse.settings:type_name -> raftq.v1.ClusterSettings
+	45, // 30: raftq.v1.StatusResponse.refused_members:type_name -> raftq.v1.RefusedMember
+	46, // 31: raftq.v1.SetClusterSettingsResponse.settings:type_name -> raftq.v1.ClusterSettings
+	57, // 32: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
+	69, // 33: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
+	80, // 34: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
+	81, // 35: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
+	82, // 36: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
+	82, // 37: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
+	87, // 38: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
+	0,  // 39: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
+	12, // 40: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
+	14, // 41: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
+	16, // 42: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
+	18, // 43: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
+	20, // 44: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
+	22, // 45: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
+	24, // 46: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
+	26, // 47: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
+	28, // 48: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
+	30, // 49: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
+	32, // 50: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
+	34, // 51: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
+	36, // 52: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
+	38, // 53: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
+	67, // 54: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
+	43, // 55: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
+	49, // 56: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
+	53, // 57: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
+	55, // 58: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
+	62, // 59: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	64, // 60: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	66, // 61: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	51, // 62: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
+	85, // 63: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
+	58, // 64: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
+	47, // 65: raftq.v1.Cluster.SetClusterSettings:input_type -> raftq.v1.SetClusterSettingsRequest
+	60, // 66: raftq.v1.Cluster.RecountQueues:input_type -> raftq.v1.RecountQueuesRequest
+	70, // 67: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
+	72, // 68: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
+	74, // 69: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
+	76, // 70: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
+	78, // 71: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
+	83, // 72: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
+	13, // 73: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	15, // 74: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	17, // 75: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	19, // 76: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	21, // 77: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	23, // 78: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	25, // 79: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	27, // 80: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
+	29, // 81: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	31, // 82: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	33, // 83: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	35, // 84: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	37, // 85: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	39, // 86: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	68, // 87: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
+	44, // 88: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	50, // 89: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	54, // 90: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	56, // 91: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	63, // 92: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	65, // 93: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	57, // 94: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	52, // 95: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
+	86, // 96: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
+	59, // 97: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
+	48, // 98: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
+	61, // 99: raftq.v1.Cluster.RecountQueues:output_type -> raftq.v1.RecountQueuesResponse
+	71, // 100: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
+	73, // 101: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
+	75, // 102: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
+	77, // 103: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
+	79, // 104: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
+	84, // 105: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
+	73, // [73:106] is the sub-list for method output_type
+	40, // [40:73] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_raftq_v1_raftq_proto_init() }
@@ -5988,14 +6257,14 @@ func file_raftq_v1_raftq_proto_init() {
 	if File_raftq_v1_raftq_proto != nil {
 		return
 	}
-	file_raftq_v1_raftq_proto_msgTypes[46].OneofWrappers = []any{}
+	file_raftq_v1_raftq_proto_msgTypes[47].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   90,
+			NumMessages:   91,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -177,6 +177,7 @@ type Command struct {
 	//	*Command_AuthUngrant
 	//	*Command_RecountQueues
 	//	*Command_SetClusterSettings
+	//	*Command_RedriveStep
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -431,6 +432,15 @@ func (x *Command) GetSetClusterSettings() *SetClusterSettings {
 	return nil
 }
 
+func (x *Command) GetRedriveStep() *RedriveStep {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RedriveStep); ok {
+			return x.RedriveStep
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -527,6 +537,11 @@ type Command_SetClusterSettings struct {
 	SetClusterSettings *SetClusterSettings `protobuf:"bytes,31,opt,name=set_cluster_settings,json=setClusterSettings,proto3,oneof"`
 }
 
+type Command_RedriveStep struct {
+	// Version 14: a step of rate-limited redrive jobs (redrive.go).
+	RedriveStep *RedriveStep `protobuf:"bytes,32,opt,name=redrive_step,json=redriveStep,proto3,oneof"`
+}
+
 func (*Command_CreateQueue) isCommand_Op() {}
 
 func (*Command_UpdateQueue) isCommand_Op() {}
@@ -570,6 +585,8 @@ func (*Command_AuthUngrant) isCommand_Op() {}
 func (*Command_RecountQueues) isCommand_Op() {}
 
 func (*Command_SetClusterSettings) isCommand_Op() {}
+
+func (*Command_RedriveStep) isCommand_Op() {}
 
 // ThrottleRule is wire-identical to raftq.v1.ThrottleRule.
 type ThrottleRule struct {
@@ -1850,8 +1867,21 @@ type Redrive struct {
 	// Log version 7: a redrive repeated with the same key answers the first
 	// one's count and moves nothing.
 	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Log version 14 (fsm/state/redrive.go): filters, all of which a
+	// message must match; ignored in earlier entries (the edge refuses them
+	// before the cluster reaches it).
+	FairnessKey    string `protobuf:"bytes,4,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	ReasonContains string `protobuf:"bytes,5,opt,name=reason_contains,json=reasonContains,proto3" json:"reason_contains,omitempty"`
+	OlderThanMs    int64  `protobuf:"varint,6,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"`
+	// Count only, move nothing, record no idempotency key.
+	DryRun bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Messages per 1000 seconds (the edge converts rate_per_sec, so no
+	// floating point reaches apply); > 0 starts a job moving at that rate.
+	RateMilli int64 `protobuf:"varint,8,opt,name=rate_milli,json=rateMilli,proto3" json:"rate_milli,omitempty"`
+	// Exactly these ids (any other filter still applies).
+	MessageIds    []uint64 `protobuf:"varint,9,rep,packed,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Redrive) Reset() {
@@ -1905,6 +1935,294 @@ func (x *Redrive) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *Redrive) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
+func (x *Redrive) GetReasonContains() string {
+	if x != nil {
+		return x.ReasonContains
+	}
+	return ""
+}
+
+func (x *Redrive) GetOlderThanMs() int64 {
+	if x != nil {
+		return x.OlderThanMs
+	}
+	return 0
+}
+
+func (x *Redrive) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *Redrive) GetRateMilli() int64 {
+	if x != nil {
+		return x.RateMilli
+	}
+	return 0
+}
+
+func (x *Redrive) GetMessageIds() []uint64 {
+	if x != nil {
+		return x.MessageIds
+	}
+	return nil
+}
+
+// RedriveStep (log version 14) moves the next messages of each named
+// job, no more than its rate allows by the state's clock.
+type RedriveStep struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Jobs          []*RedriveJobRef       `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveStep) Reset() {
+	*x = RedriveStep{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveStep) ProtoMessage() {}
+
+func (x *RedriveStep) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveStep.ProtoReflect.Descriptor instead.
+func (*RedriveStep) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RedriveStep) GetJobs() []*RedriveJobRef {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+type RedriveJobRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveJobRef) Reset() {
+	*x = RedriveJobRef{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveJobRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveJobRef) ProtoMessage() {}
+
+func (x *RedriveJobRef) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveJobRef.ProtoReflect.Descriptor instead.
+func (*RedriveJobRef) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RedriveJobRef) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *RedriveJobRef) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+// RedriveJob (snapshot, cluster version 14) is a rate-limited redrive in
+// progress, in its origin queue's record.
+type RedriveJob struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The index of the entry that started it; messages dead-lettered
+	// after that entry are not its to move.
+	Id             uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	FairnessKey    string `protobuf:"bytes,2,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	ReasonContains string `protobuf:"bytes,3,opt,name=reason_contains,json=reasonContains,proto3" json:"reason_contains,omitempty"`
+	OlderThanMs    int64  `protobuf:"varint,4,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"`
+	// Ascending; the ids it still has to look at, when it names ids.
+	MessageIds []uint64 `protobuf:"varint,5,rep,packed,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	ByIds      bool     `protobuf:"varint,6,opt,name=by_ids,json=byIds,proto3" json:"by_ids,omitempty"`
+	RateMilli  int64    `protobuf:"varint,7,opt,name=rate_milli,json=rateMilli,proto3" json:"rate_milli,omitempty"`
+	// State clock when it started and when it last moved messages.
+	StartedMs   int64 `protobuf:"varint,8,opt,name=started_ms,json=startedMs,proto3" json:"started_ms,omitempty"`
+	LastMovedMs int64 `protobuf:"varint,9,opt,name=last_moved_ms,json=lastMovedMs,proto3" json:"last_moved_ms,omitempty"`
+	Total       int64 `protobuf:"varint,10,opt,name=total,proto3" json:"total,omitempty"`
+	Moved       int64 `protobuf:"varint,11,opt,name=moved,proto3" json:"moved,omitempty"`
+	// Ids up to this one are walked.
+	Cursor uint64 `protobuf:"varint,12,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// The idempotency key that started it, so a retry names it.
+	IdempotencyKey string `protobuf:"bytes,13,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RedriveJob) Reset() {
+	*x = RedriveJob{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveJob) ProtoMessage() {}
+
+func (x *RedriveJob) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveJob.ProtoReflect.Descriptor instead.
+func (*RedriveJob) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RedriveJob) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *RedriveJob) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
+func (x *RedriveJob) GetReasonContains() string {
+	if x != nil {
+		return x.ReasonContains
+	}
+	return ""
+}
+
+func (x *RedriveJob) GetOlderThanMs() int64 {
+	if x != nil {
+		return x.OlderThanMs
+	}
+	return 0
+}
+
+func (x *RedriveJob) GetMessageIds() []uint64 {
+	if x != nil {
+		return x.MessageIds
+	}
+	return nil
+}
+
+func (x *RedriveJob) GetByIds() bool {
+	if x != nil {
+		return x.ByIds
+	}
+	return false
+}
+
+func (x *RedriveJob) GetRateMilli() int64 {
+	if x != nil {
+		return x.RateMilli
+	}
+	return 0
+}
+
+func (x *RedriveJob) GetStartedMs() int64 {
+	if x != nil {
+		return x.StartedMs
+	}
+	return 0
+}
+
+func (x *RedriveJob) GetLastMovedMs() int64 {
+	if x != nil {
+		return x.LastMovedMs
+	}
+	return 0
+}
+
+func (x *RedriveJob) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *RedriveJob) GetMoved() int64 {
+	if x != nil {
+		return x.Moved
+	}
+	return 0
+}
+
+func (x *RedriveJob) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *RedriveJob) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
 // Tick only advances time: delayed messages become ready, TTLs pass.
 type Tick struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1914,7 +2232,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2244,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2257,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{23}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 // Checkpoint marks an index at which every replica records its digest.
@@ -1951,7 +2269,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2281,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2294,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 // CreateToken (log version 5) stores a bearer token's SHA-256, never the
@@ -1997,7 +2315,7 @@ type CreateToken struct {
 
 func (x *CreateToken) Reset() {
 	*x = CreateToken{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2327,7 @@ func (x *CreateToken) String() string {
 func (*CreateToken) ProtoMessage() {}
 
 func (x *CreateToken) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2340,7 @@ func (x *CreateToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateToken.ProtoReflect.Descriptor instead.
 func (*CreateToken) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateToken) GetName() string {
@@ -2063,7 +2381,7 @@ type RevokeToken struct {
 
 func (x *RevokeToken) Reset() {
 	*x = RevokeToken{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2393,7 @@ func (x *RevokeToken) String() string {
 func (*RevokeToken) ProtoMessage() {}
 
 func (x *RevokeToken) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2406,7 @@ func (x *RevokeToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeToken.ProtoReflect.Descriptor instead.
 func (*RevokeToken) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RevokeToken) GetName() string {
@@ -2113,7 +2431,7 @@ type AuthGrant struct {
 
 func (x *AuthGrant) Reset() {
 	*x = AuthGrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2443,7 @@ func (x *AuthGrant) String() string {
 func (*AuthGrant) ProtoMessage() {}
 
 func (x *AuthGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2456,7 @@ func (x *AuthGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthGrant.ProtoReflect.Descriptor instead.
 func (*AuthGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AuthGrant) GetIdentity() string {
@@ -2182,7 +2500,7 @@ type AuthUngrant struct {
 
 func (x *AuthUngrant) Reset() {
 	*x = AuthUngrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2512,7 @@ func (x *AuthUngrant) String() string {
 func (*AuthUngrant) ProtoMessage() {}
 
 func (x *AuthUngrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2525,7 @@ func (x *AuthUngrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthUngrant.ProtoReflect.Descriptor instead.
 func (*AuthUngrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AuthUngrant) GetIdentity() string {
@@ -2245,7 +2563,7 @@ type RecountQueues struct {
 
 func (x *RecountQueues) Reset() {
 	*x = RecountQueues{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2575,7 @@ func (x *RecountQueues) String() string {
 func (*RecountQueues) ProtoMessage() {}
 
 func (x *RecountQueues) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2588,7 @@ func (x *RecountQueues) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueues.ProtoReflect.Descriptor instead.
 func (*RecountQueues) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RecountQueues) GetQueues() []string {
@@ -2308,14 +2626,18 @@ type SnapshotHeader struct {
 	DeletedCount uint64 `protobuf:"varint,9,opt,name=deleted_count,json=deletedCount,proto3" json:"deleted_count,omitempty"`
 	// Cluster version 12 and later (format 7): the cluster setting
 	// max_queues (0 = unlimited).
-	MaxQueues     int64 `protobuf:"varint,10,opt,name=max_queues,json=maxQueues,proto3" json:"max_queues,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxQueues int64 `protobuf:"varint,10,opt,name=max_queues,json=maxQueues,proto3" json:"max_queues,omitempty"`
+	// Cluster version 14 and later: the state clock when the cluster
+	// reached it; a message dead-lettered before then has no time of its
+	// own and counts as dead-lettered at this instant.
+	DeadTimeFromMs int64 `protobuf:"varint,11,opt,name=dead_time_from_ms,json=deadTimeFromMs,proto3" json:"dead_time_from_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2649,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2662,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -2413,6 +2735,13 @@ func (x *SnapshotHeader) GetMaxQueues() int64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetDeadTimeFromMs() int64 {
+	if x != nil {
+		return x.DeadTimeFromMs
+	}
+	return 0
+}
+
 // DeletedKey (snapshot format 7, log version 11) records a DeleteQueue that
 // carried an idempotency key: a repeat of (queue, key) answers OK and
 // deletes nothing. It lives outside the queue, which the delete removed,
@@ -2430,7 +2759,7 @@ type DeletedKey struct {
 
 func (x *DeletedKey) Reset() {
 	*x = DeletedKey{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2442,7 +2771,7 @@ func (x *DeletedKey) String() string {
 func (*DeletedKey) ProtoMessage() {}
 
 func (x *DeletedKey) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2455,7 +2784,7 @@ func (x *DeletedKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedKey.ProtoReflect.Descriptor instead.
 func (*DeletedKey) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeletedKey) GetQueue() string {
@@ -2492,7 +2821,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2833,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2846,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AuthRecord) GetTokens() []*TokenRecord {
@@ -2547,7 +2876,7 @@ type TokenRecord struct {
 
 func (x *TokenRecord) Reset() {
 	*x = TokenRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2888,7 @@ func (x *TokenRecord) String() string {
 func (*TokenRecord) ProtoMessage() {}
 
 func (x *TokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2901,7 @@ func (x *TokenRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
 func (*TokenRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TokenRecord) GetName() string {
@@ -2621,7 +2950,7 @@ type IdentityRecord struct {
 
 func (x *IdentityRecord) Reset() {
 	*x = IdentityRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2962,7 @@ func (x *IdentityRecord) String() string {
 func (*IdentityRecord) ProtoMessage() {}
 
 func (x *IdentityRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2975,7 @@ func (x *IdentityRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityRecord.ProtoReflect.Descriptor instead.
 func (*IdentityRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *IdentityRecord) GetIdentity() string {
@@ -2680,7 +3009,7 @@ type PatternGrant struct {
 
 func (x *PatternGrant) Reset() {
 	*x = PatternGrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2692,7 +3021,7 @@ func (x *PatternGrant) String() string {
 func (*PatternGrant) ProtoMessage() {}
 
 func (x *PatternGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2705,7 +3034,7 @@ func (x *PatternGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatternGrant.ProtoReflect.Descriptor instead.
 func (*PatternGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PatternGrant) GetPattern() string {
@@ -2741,14 +3070,17 @@ type QueueRecord struct {
 	KeyOrder []*KeyOrder `protobuf:"bytes,11,rep,name=key_order,json=keyOrder,proto3" json:"key_order,omitempty"`
 	// Snapshot format 6 and later: followed, after the dedup entries, by
 	// recent_count RecentEntry records.
-	RecentCount   uint64 `protobuf:"varint,12,opt,name=recent_count,json=recentCount,proto3" json:"recent_count,omitempty"`
+	RecentCount uint64 `protobuf:"varint,12,opt,name=recent_count,json=recentCount,proto3" json:"recent_count,omitempty"`
+	// Cluster version 14 and later: the queue's rate-limited redrives in
+	// progress, by id.
+	Redrives      []*RedriveJob `protobuf:"bytes,13,rep,name=redrives,proto3" json:"redrives,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueRecord) Reset() {
 	*x = QueueRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +3092,7 @@ func (x *QueueRecord) String() string {
 func (*QueueRecord) ProtoMessage() {}
 
 func (x *QueueRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +3105,7 @@ func (x *QueueRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRecord.ProtoReflect.Descriptor instead.
 func (*QueueRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *QueueRecord) GetName() string {
@@ -2860,6 +3192,13 @@ func (x *QueueRecord) GetRecentCount() uint64 {
 	return 0
 }
 
+func (x *QueueRecord) GetRedrives() []*RedriveJob {
+	if x != nil {
+		return x.Redrives
+	}
+	return nil
+}
+
 // RecentEntry is one recently settled outcome of a queue (log version 7):
 // a lease token an ack or nack settled, or an idempotency key a purge or
 // redrive used, with what it answered. A repeated request (a client's
@@ -2879,7 +3218,7 @@ type RecentEntry struct {
 
 func (x *RecentEntry) Reset() {
 	*x = RecentEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +3230,7 @@ func (x *RecentEntry) String() string {
 func (*RecentEntry) ProtoMessage() {}
 
 func (x *RecentEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +3243,7 @@ func (x *RecentEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentEntry.ProtoReflect.Descriptor instead.
 func (*RecentEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{37}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RecentEntry) GetKind() RecentKind {
@@ -2966,7 +3305,7 @@ type KeyOrder struct {
 
 func (x *KeyOrder) Reset() {
 	*x = KeyOrder{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2978,7 +3317,7 @@ func (x *KeyOrder) String() string {
 func (*KeyOrder) ProtoMessage() {}
 
 func (x *KeyOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2991,7 +3330,7 @@ func (x *KeyOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyOrder.ProtoReflect.Descriptor instead.
 func (*KeyOrder) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{38}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *KeyOrder) GetPriority() int32 {
@@ -3033,7 +3372,7 @@ type DedupEntry struct {
 
 func (x *DedupEntry) Reset() {
 	*x = DedupEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3384,7 @@ func (x *DedupEntry) String() string {
 func (*DedupEntry) ProtoMessage() {}
 
 func (x *DedupEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3397,7 @@ func (x *DedupEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupEntry.ProtoReflect.Descriptor instead.
 func (*DedupEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{39}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DedupEntry) GetDedupId() string {
@@ -3102,13 +3441,18 @@ type MessageRecord struct {
 	DeadLetterReason string                 `protobuf:"bytes,16,opt,name=dead_letter_reason,json=deadLetterReason,proto3" json:"dead_letter_reason,omitempty"`
 	DedupId          string                 `protobuf:"bytes,17,opt,name=dedup_id,json=dedupId,proto3" json:"dedup_id,omitempty"`
 	State            MessageState           `protobuf:"varint,18,opt,name=state,proto3,enum=raftq.fsm.v1.MessageState" json:"state,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Cluster version 14 and later, for a dead-lettered message: the state
+	// clock and the index of the entry that dead-lettered it (0: before the
+	// cluster reached version 14).
+	DeadLetteredMs    int64  `protobuf:"varint,19,opt,name=dead_lettered_ms,json=deadLetteredMs,proto3" json:"dead_lettered_ms,omitempty"`
+	DeadLetteredIndex uint64 `protobuf:"varint,20,opt,name=dead_lettered_index,json=deadLetteredIndex,proto3" json:"dead_lettered_index,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *MessageRecord) Reset() {
 	*x = MessageRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3120,7 +3464,7 @@ func (x *MessageRecord) String() string {
 func (*MessageRecord) ProtoMessage() {}
 
 func (x *MessageRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3133,7 +3477,7 @@ func (x *MessageRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRecord.ProtoReflect.Descriptor instead.
 func (*MessageRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{40}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *MessageRecord) GetId() uint64 {
@@ -3262,11 +3606,25 @@ func (x *MessageRecord) GetState() MessageState {
 	return MessageState_MESSAGE_STATE_READY
 }
 
+func (x *MessageRecord) GetDeadLetteredMs() int64 {
+	if x != nil {
+		return x.DeadLetteredMs
+	}
+	return 0
+}
+
+func (x *MessageRecord) GetDeadLetteredIndex() uint64 {
+	if x != nil {
+		return x.DeadLetteredIndex
+	}
+	return 0
+}
+
 var File_raftq_fsm_v1_command_proto protoreflect.FileDescriptor
 
 const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x1araftq/fsm/v1/command.proto\x12\fraftq.fsm.v1\"\x82\v\n" +
+	"\x1araftq/fsm/v1/command.proto\x12\fraftq.fsm.v1\"\xc2\v\n" +
 	"\aCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\rR\aversion\x12>\n" +
@@ -3297,7 +3655,8 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"auth_grant\x18\x1c \x01(\v2\x17.raftq.fsm.v1.AuthGrantH\x00R\tauthGrant\x12>\n" +
 	"\fauth_ungrant\x18\x1d \x01(\v2\x19.raftq.fsm.v1.AuthUngrantH\x00R\vauthUngrant\x12D\n" +
 	"\x0erecount_queues\x18\x1e \x01(\v2\x1b.raftq.fsm.v1.RecountQueuesH\x00R\rrecountQueues\x12T\n" +
-	"\x14set_cluster_settings\x18\x1f \x01(\v2 .raftq.fsm.v1.SetClusterSettingsH\x00R\x12setClusterSettingsB\x04\n" +
+	"\x14set_cluster_settings\x18\x1f \x01(\v2 .raftq.fsm.v1.SetClusterSettingsH\x00R\x12setClusterSettings\x12>\n" +
+	"\fredrive_step\x18  \x01(\v2\x19.raftq.fsm.v1.RedriveStepH\x00R\vredriveStepB\x04\n" +
 	"\x02op\"F\n" +
 	"\fThrottleRule\x12 \n" +
 	"\frate_per_sec\x18\x01 \x01(\x01R\n" +
@@ -3401,11 +3760,43 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x04refs\x18\x01 \x03(\v2\x11.raftq.fsm.v1.RefR\x04refs\"2\n" +
 	"\x0fReleaseConsumer\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x01(\tR\n" +
-	"consumerId\"^\n" +
+	"consumerId\"\xa7\x02\n" +
 	"\aRedrive\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12'\n" +
-	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"\x06\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12!\n" +
+	"\ffairness_key\x18\x04 \x01(\tR\vfairnessKey\x12'\n" +
+	"\x0freason_contains\x18\x05 \x01(\tR\x0ereasonContains\x12\"\n" +
+	"\rolder_than_ms\x18\x06 \x01(\x03R\volderThanMs\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\x12\x1d\n" +
+	"\n" +
+	"rate_milli\x18\b \x01(\x03R\trateMilli\x12\x1f\n" +
+	"\vmessage_ids\x18\t \x03(\x04R\n" +
+	"messageIds\">\n" +
+	"\vRedriveStep\x12/\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x1b.raftq.fsm.v1.RedriveJobRefR\x04jobs\"5\n" +
+	"\rRedriveJobRef\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\"\x93\x03\n" +
+	"\n" +
+	"RedriveJob\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12!\n" +
+	"\ffairness_key\x18\x02 \x01(\tR\vfairnessKey\x12'\n" +
+	"\x0freason_contains\x18\x03 \x01(\tR\x0ereasonContains\x12\"\n" +
+	"\rolder_than_ms\x18\x04 \x01(\x03R\volderThanMs\x12\x1f\n" +
+	"\vmessage_ids\x18\x05 \x03(\x04R\n" +
+	"messageIds\x12\x15\n" +
+	"\x06by_ids\x18\x06 \x01(\bR\x05byIds\x12\x1d\n" +
+	"\n" +
+	"rate_milli\x18\a \x01(\x03R\trateMilli\x12\x1d\n" +
+	"\n" +
+	"started_ms\x18\b \x01(\x03R\tstartedMs\x12\"\n" +
+	"\rlast_moved_ms\x18\t \x01(\x03R\vlastMovedMs\x12\x14\n" +
+	"\x05total\x18\n" +
+	" \x01(\x03R\x05total\x12\x14\n" +
+	"\x05moved\x18\v \x01(\x03R\x05moved\x12\x16\n" +
+	"\x06cursor\x18\f \x01(\x04R\x06cursor\x12'\n" +
+	"\x0fidempotency_key\x18\r \x01(\tR\x0eidempotencyKey\"\x06\n" +
 	"\x04Tick\"\f\n" +
 	"\n" +
 	"Checkpoint\"}\n" +
@@ -3426,7 +3817,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\apattern\x18\x02 \x01(\tR\apattern\x12\x14\n" +
 	"\x05admin\x18\x03 \x01(\bR\x05admin\"'\n" +
 	"\rRecountQueues\x12\x16\n" +
-	"\x06queues\x18\x01 \x03(\tR\x06queues\"\xec\x02\n" +
+	"\x06queues\x18\x01 \x03(\tR\x06queues\"\x97\x03\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1e\n" +
 	"\vlast_now_ms\x18\x02 \x01(\x03R\tlastNowMs\x12#\n" +
@@ -3441,7 +3832,8 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\rdeleted_count\x18\t \x01(\x04R\fdeletedCount\x12\x1d\n" +
 	"\n" +
 	"max_queues\x18\n" +
-	" \x01(\x03R\tmaxQueues\"`\n" +
+	" \x01(\x03R\tmaxQueues\x12)\n" +
+	"\x11dead_time_from_ms\x18\v \x01(\x03R\x0edeadTimeFromMs\"`\n" +
 	"\n" +
 	"DeletedKey\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12'\n" +
@@ -3465,7 +3857,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x06grants\x18\x03 \x03(\v2\x1a.raftq.fsm.v1.PatternGrantR\x06grants\">\n" +
 	"\fPatternGrant\x12\x18\n" +
 	"\apattern\x18\x01 \x01(\tR\apattern\x12\x14\n" +
-	"\x05perms\x18\x02 \x01(\rR\x05perms\"\xb4\x03\n" +
+	"\x05perms\x18\x02 \x01(\rR\x05perms\"\xea\x03\n" +
 	"\vQueueRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.raftq.fsm.v1.QueueConfigR\x06config\x12\x19\n" +
@@ -3481,7 +3873,8 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x06is_dlq\x18\n" +
 	" \x01(\bR\x05isDlq\x123\n" +
 	"\tkey_order\x18\v \x03(\v2\x16.raftq.fsm.v1.KeyOrderR\bkeyOrder\x12!\n" +
-	"\frecent_count\x18\f \x01(\x04R\vrecentCount\"\xcf\x01\n" +
+	"\frecent_count\x18\f \x01(\x04R\vrecentCount\x124\n" +
+	"\bredrives\x18\r \x03(\v2\x18.raftq.fsm.v1.RedriveJobR\bredrives\"\xcf\x01\n" +
 	"\vRecentEntry\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.raftq.fsm.v1.RecentKindR\x04kind\x12\x1d\n" +
 	"\n" +
@@ -3502,7 +3895,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"message_id\x18\x02 \x01(\x04R\tmessageId\x12\x1d\n" +
 	"\n" +
-	"expires_ms\x18\x03 \x01(\x03R\texpiresMs\"\xb1\x05\n" +
+	"expires_ms\x18\x03 \x01(\x03R\texpiresMs\"\x8b\x06\n" +
 	"\rMessageRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12B\n" +
@@ -3528,7 +3921,9 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\forigin_queue\x18\x0f \x01(\tR\voriginQueue\x12,\n" +
 	"\x12dead_letter_reason\x18\x10 \x01(\tR\x10deadLetterReason\x12\x19\n" +
 	"\bdedup_id\x18\x11 \x01(\tR\adedupId\x120\n" +
-	"\x05state\x18\x12 \x01(\x0e2\x1a.raftq.fsm.v1.MessageStateR\x05state\x1a:\n" +
+	"\x05state\x18\x12 \x01(\x0e2\x1a.raftq.fsm.v1.MessageStateR\x05state\x12(\n" +
+	"\x10dead_lettered_ms\x18\x13 \x01(\x03R\x0edeadLetteredMs\x12.\n" +
+	"\x13dead_lettered_index\x18\x14 \x01(\x04R\x11deadLetteredIndex\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xa2\x01\n" +
@@ -3558,7 +3953,7 @@ func file_raftq_fsm_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_raftq_fsm_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(RecentKind)(0),            // 0: raftq.fsm.v1.RecentKind
 	(MessageState)(0),          // 1: raftq.fsm.v1.MessageState
@@ -3585,27 +3980,30 @@ var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(*LeaseExpire)(nil),        // 22: raftq.fsm.v1.LeaseExpire
 	(*ReleaseConsumer)(nil),    // 23: raftq.fsm.v1.ReleaseConsumer
 	(*Redrive)(nil),            // 24: raftq.fsm.v1.Redrive
-	(*Tick)(nil),               // 25: raftq.fsm.v1.Tick
-	(*Checkpoint)(nil),         // 26: raftq.fsm.v1.Checkpoint
-	(*CreateToken)(nil),        // 27: raftq.fsm.v1.CreateToken
-	(*RevokeToken)(nil),        // 28: raftq.fsm.v1.RevokeToken
-	(*AuthGrant)(nil),          // 29: raftq.fsm.v1.AuthGrant
-	(*AuthUngrant)(nil),        // 30: raftq.fsm.v1.AuthUngrant
-	(*RecountQueues)(nil),      // 31: raftq.fsm.v1.RecountQueues
-	(*SnapshotHeader)(nil),     // 32: raftq.fsm.v1.SnapshotHeader
-	(*DeletedKey)(nil),         // 33: raftq.fsm.v1.DeletedKey
-	(*AuthRecord)(nil),         // 34: raftq.fsm.v1.AuthRecord
-	(*TokenRecord)(nil),        // 35: raftq.fsm.v1.TokenRecord
-	(*IdentityRecord)(nil),     // 36: raftq.fsm.v1.IdentityRecord
-	(*PatternGrant)(nil),       // 37: raftq.fsm.v1.PatternGrant
-	(*QueueRecord)(nil),        // 38: raftq.fsm.v1.QueueRecord
-	(*RecentEntry)(nil),        // 39: raftq.fsm.v1.RecentEntry
-	(*KeyOrder)(nil),           // 40: raftq.fsm.v1.KeyOrder
-	(*DedupEntry)(nil),         // 41: raftq.fsm.v1.DedupEntry
-	(*MessageRecord)(nil),      // 42: raftq.fsm.v1.MessageRecord
-	nil,                        // 43: raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	nil,                        // 44: raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	nil,                        // 45: raftq.fsm.v1.MessageRecord.HeadersEntry
+	(*RedriveStep)(nil),        // 25: raftq.fsm.v1.RedriveStep
+	(*RedriveJobRef)(nil),      // 26: raftq.fsm.v1.RedriveJobRef
+	(*RedriveJob)(nil),         // 27: raftq.fsm.v1.RedriveJob
+	(*Tick)(nil),               // 28: raftq.fsm.v1.Tick
+	(*Checkpoint)(nil),         // 29: raftq.fsm.v1.Checkpoint
+	(*CreateToken)(nil),        // 30: raftq.fsm.v1.CreateToken
+	(*RevokeToken)(nil),        // 31: raftq.fsm.v1.RevokeToken
+	(*AuthGrant)(nil),          // 32: raftq.fsm.v1.AuthGrant
+	(*AuthUngrant)(nil),        // 33: raftq.fsm.v1.AuthUngrant
+	(*RecountQueues)(nil),      // 34: raftq.fsm.v1.RecountQueues
+	(*SnapshotHeader)(nil),     // 35: raftq.fsm.v1.SnapshotHeader
+	(*DeletedKey)(nil),         // 36: raftq.fsm.v1.DeletedKey
+	(*AuthRecord)(nil),         // 37: raftq.fsm.v1.AuthRecord
+	(*TokenRecord)(nil),        // 38: raftq.fsm.v1.TokenRecord
+	(*IdentityRecord)(nil),     // 39: raftq.fsm.v1.IdentityRecord
+	(*PatternGrant)(nil),       // 40: raftq.fsm.v1.PatternGrant
+	(*QueueRecord)(nil),        // 41: raftq.fsm.v1.QueueRecord
+	(*RecentEntry)(nil),        // 42: raftq.fsm.v1.RecentEntry
+	(*KeyOrder)(nil),           // 43: raftq.fsm.v1.KeyOrder
+	(*DedupEntry)(nil),         // 44: raftq.fsm.v1.DedupEntry
+	(*MessageRecord)(nil),      // 45: raftq.fsm.v1.MessageRecord
+	nil,                        // 46: raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	nil,                        // 47: raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	nil,                        // 48: raftq.fsm.v1.MessageRecord.HeadersEntry
 }
 var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	8,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
@@ -3621,43 +4019,46 @@ var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	22, // 10: raftq.fsm.v1.Command.lease_expire:type_name -> raftq.fsm.v1.LeaseExpire
 	23, // 11: raftq.fsm.v1.Command.release_consumer:type_name -> raftq.fsm.v1.ReleaseConsumer
 	24, // 12: raftq.fsm.v1.Command.redrive:type_name -> raftq.fsm.v1.Redrive
-	25, // 13: raftq.fsm.v1.Command.tick:type_name -> raftq.fsm.v1.Tick
-	26, // 14: raftq.fsm.v1.Command.checkpoint:type_name -> raftq.fsm.v1.Checkpoint
+	28, // 13: raftq.fsm.v1.Command.tick:type_name -> raftq.fsm.v1.Tick
+	29, // 14: raftq.fsm.v1.Command.checkpoint:type_name -> raftq.fsm.v1.Checkpoint
 	6,  // 15: raftq.fsm.v1.Command.set_cluster_version:type_name -> raftq.fsm.v1.SetClusterVersion
-	27, // 16: raftq.fsm.v1.Command.create_token:type_name -> raftq.fsm.v1.CreateToken
-	28, // 17: raftq.fsm.v1.Command.revoke_token:type_name -> raftq.fsm.v1.RevokeToken
-	29, // 18: raftq.fsm.v1.Command.auth_grant:type_name -> raftq.fsm.v1.AuthGrant
-	30, // 19: raftq.fsm.v1.Command.auth_ungrant:type_name -> raftq.fsm.v1.AuthUngrant
-	31, // 20: raftq.fsm.v1.Command.recount_queues:type_name -> raftq.fsm.v1.RecountQueues
+	30, // 16: raftq.fsm.v1.Command.create_token:type_name -> raftq.fsm.v1.CreateToken
+	31, // 17: raftq.fsm.v1.Command.revoke_token:type_name -> raftq.fsm.v1.RevokeToken
+	32, // 18: raftq.fsm.v1.Command.auth_grant:type_name -> raftq.fsm.v1.AuthGrant
+	33, // 19: raftq.fsm.v1.Command.auth_ungrant:type_name -> raftq.fsm.v1.AuthUngrant
+	34, // 20: raftq.fsm.v1.Command.recount_queues:type_name -> raftq.fsm.v1.RecountQueues
 	7,  // 21: raftq.fsm.v1.Command.set_cluster_settings:type_name -> raftq.fsm.v1.SetClusterSettings
-	43, // 22: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	44, // 23: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	4,  // 24: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	4,  // 25: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	5,  // 26: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
-	12, // 27: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
-	14, // 28: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
-	16, // 29: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
-	16, // 30: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
-	14, // 31: raftq.fsm.v1.Ack.grants:type_name -> raftq.fsm.v1.Grant
-	16, // 32: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
-	19, // 33: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
-	16, // 34: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
-	16, // 35: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
-	35, // 36: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
-	36, // 37: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
-	37, // 38: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
-	4,  // 39: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
-	40, // 40: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
-	0,  // 41: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
-	45, // 42: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
-	1,  // 43: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
-	3,  // 44: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
-	45, // [45:45] is the sub-list for method output_type
-	45, // [45:45] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	25, // 22: raftq.fsm.v1.Command.redrive_step:type_name -> raftq.fsm.v1.RedriveStep
+	46, // 23: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	47, // 24: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	4,  // 25: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	4,  // 26: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	5,  // 27: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
+	12, // 28: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
+	14, // 29: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
+	16, // 30: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
+	16, // 31: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
+	14, // 32: raftq.fsm.v1.Ack.grants:type_name -> raftq.fsm.v1.Grant
+	16, // 33: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
+	19, // 34: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
+	16, // 35: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
+	16, // 36: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
+	26, // 37: raftq.fsm.v1.RedriveStep.jobs:type_name -> raftq.fsm.v1.RedriveJobRef
+	38, // 38: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
+	39, // 39: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
+	40, // 40: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
+	4,  // 41: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
+	43, // 42: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
+	27, // 43: raftq.fsm.v1.QueueRecord.redrives:type_name -> raftq.fsm.v1.RedriveJob
+	0,  // 44: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
+	48, // 45: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	1,  // 46: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
+	3,  // 47: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
+	48, // [48:48] is the sub-list for method output_type
+	48, // [48:48] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_raftq_fsm_v1_command_proto_init() }
@@ -3688,6 +4089,7 @@ func file_raftq_fsm_v1_command_proto_init() {
 		(*Command_AuthUngrant)(nil),
 		(*Command_RecountQueues)(nil),
 		(*Command_SetClusterSettings)(nil),
+		(*Command_RedriveStep)(nil),
 	}
 	file_raftq_fsm_v1_command_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
@@ -3696,7 +4098,7 @@ func file_raftq_fsm_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_fsm_v1_command_proto_rawDesc), len(file_raftq_fsm_v1_command_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   44,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -518,14 +518,22 @@ class NodeDigest(_message.Message):
     def __init__(self, id: _Optional[str] = ..., applied_index: _Optional[int] = ..., digest: _Optional[str] = ..., counters_ok: bool = ..., error: _Optional[str] = ...) -> None: ...
 
 class PeekRequest(_message.Message):
-    __slots__ = ["dead_letter", "limit", "queue"]
+    __slots__ = ["after_id", "dead_letter", "fairness_key", "limit", "older_than_ms", "queue", "reason_contains"]
+    AFTER_ID_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
+    FAIRNESS_KEY_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    OLDER_THAN_MS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
+    REASON_CONTAINS_FIELD_NUMBER: _ClassVar[int]
+    after_id: str
     dead_letter: bool
+    fairness_key: str
     limit: int
+    older_than_ms: int
     queue: str
-    def __init__(self, queue: _Optional[str] = ..., limit: _Optional[int] = ..., dead_letter: bool = ...) -> None: ...
+    reason_contains: str
+    def __init__(self, queue: _Optional[str] = ..., limit: _Optional[int] = ..., dead_letter: bool = ..., fairness_key: _Optional[str] = ..., reason_contains: _Optional[str] = ..., older_than_ms: _Optional[int] = ..., after_id: _Optional[str] = ...) -> None: ...
 
 class PeekResponse(_message.Message):
     __slots__ = ["messages"]
@@ -587,12 +595,13 @@ class QueueConfig(_message.Message):
     def __init__(self, visibility_timeout_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_depth: _Optional[int] = ..., max_bytes: _Optional[int] = ..., message_ttl_ms: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., throttles: _Optional[_Mapping[str, ThrottleRule]] = ..., max_message_bytes: _Optional[int] = ..., fairness_quantum: _Optional[int] = ...) -> None: ...
 
 class QueueInfo(_message.Message):
-    __slots__ = ["config", "drain", "fairness_keys", "is_dead_letter_queue", "name", "stats", "throttle_keys"]
+    __slots__ = ["config", "drain", "fairness_keys", "is_dead_letter_queue", "name", "redrives", "stats", "throttle_keys"]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FIELD_NUMBER: _ClassVar[int]
     FAIRNESS_KEYS_FIELD_NUMBER: _ClassVar[int]
     IS_DEAD_LETTER_QUEUE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    REDRIVES_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     THROTTLE_KEYS_FIELD_NUMBER: _ClassVar[int]
     config: QueueConfig
@@ -600,9 +609,10 @@ class QueueInfo(_message.Message):
     fairness_keys: _containers.RepeatedCompositeFieldContainer[FairnessKeyStats]
     is_dead_letter_queue: bool
     name: str
+    redrives: _containers.RepeatedCompositeFieldContainer[RedriveJob]
     stats: QueueStats
     throttle_keys: _containers.RepeatedCompositeFieldContainer[ThrottleKeyStats]
-    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., stats: _Optional[_Union[QueueStats, _Mapping]] = ..., is_dead_letter_queue: bool = ..., fairness_keys: _Optional[_Iterable[_Union[FairnessKeyStats, _Mapping]]] = ..., throttle_keys: _Optional[_Iterable[_Union[ThrottleKeyStats, _Mapping]]] = ..., drain: _Optional[_Union[DrainEstimate, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., stats: _Optional[_Union[QueueStats, _Mapping]] = ..., is_dead_letter_queue: bool = ..., fairness_keys: _Optional[_Iterable[_Union[FairnessKeyStats, _Mapping]]] = ..., throttle_keys: _Optional[_Iterable[_Union[ThrottleKeyStats, _Mapping]]] = ..., drain: _Optional[_Union[DrainEstimate, _Mapping]] = ..., redrives: _Optional[_Iterable[_Union[RedriveJob, _Mapping]]] = ...) -> None: ...
 
 class QueueStats(_message.Message):
     __slots__ = ["acked_total", "bytes", "consumers", "dead_lettered", "dedup_bytes", "dedup_entries", "delayed", "enqueued_total", "expired_total", "in_flight", "nacked_total", "ready", "recent_settled"]
@@ -646,21 +656,59 @@ class RecountQueuesResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
+class RedriveJob(_message.Message):
+    __slots__ = ["fairness_key", "id", "last_moved_at_ms", "message_ids", "moved", "older_than_ms", "rate_per_sec", "reason_contains", "started_at_ms", "total"]
+    FAIRNESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_MOVED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    OLDER_THAN_MS_FIELD_NUMBER: _ClassVar[int]
+    RATE_PER_SEC_FIELD_NUMBER: _ClassVar[int]
+    REASON_CONTAINS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    fairness_key: str
+    id: str
+    last_moved_at_ms: int
+    message_ids: int
+    moved: int
+    older_than_ms: int
+    rate_per_sec: float
+    reason_contains: str
+    started_at_ms: int
+    total: int
+    def __init__(self, id: _Optional[str] = ..., total: _Optional[int] = ..., moved: _Optional[int] = ..., rate_per_sec: _Optional[float] = ..., started_at_ms: _Optional[int] = ..., last_moved_at_ms: _Optional[int] = ..., fairness_key: _Optional[str] = ..., reason_contains: _Optional[str] = ..., older_than_ms: _Optional[int] = ..., message_ids: _Optional[int] = ...) -> None: ...
+
 class RedriveRequest(_message.Message):
-    __slots__ = ["idempotency_key", "limit", "queue"]
+    __slots__ = ["dry_run", "fairness_key", "idempotency_key", "limit", "message_ids", "older_than_ms", "queue", "rate_per_sec", "reason_contains"]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    FAIRNESS_KEY_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    OLDER_THAN_MS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
+    RATE_PER_SEC_FIELD_NUMBER: _ClassVar[int]
+    REASON_CONTAINS_FIELD_NUMBER: _ClassVar[int]
+    dry_run: bool
+    fairness_key: str
     idempotency_key: str
     limit: int
+    message_ids: _containers.RepeatedScalarFieldContainer[str]
+    older_than_ms: int
     queue: str
-    def __init__(self, queue: _Optional[str] = ..., limit: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    rate_per_sec: float
+    reason_contains: str
+    def __init__(self, queue: _Optional[str] = ..., limit: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., fairness_key: _Optional[str] = ..., reason_contains: _Optional[str] = ..., older_than_ms: _Optional[int] = ..., dry_run: bool = ..., rate_per_sec: _Optional[float] = ..., message_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RedriveResponse(_message.Message):
-    __slots__ = ["moved"]
+    __slots__ = ["job_id", "moved"]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MOVED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
     moved: int
-    def __init__(self, moved: _Optional[int] = ...) -> None: ...
+    def __init__(self, moved: _Optional[int] = ..., job_id: _Optional[str] = ...) -> None: ...
 
 class RefusedMember(_message.Message):
     __slots__ = ["cluster_id", "gossip_addr", "id", "reason"]
