@@ -25,9 +25,10 @@ type sweeper struct {
 
 	mu                         sync.Mutex
 	tickBusy, expireBusy       bool
-	rollbackBusy               bool
+	rollbackBusy, stepBusy     bool
 	lastTickMs                 int64
 	tickBackoff, expireBackoff backoff
+	stepBackoff                backoff
 }
 
 // due launches the proposals that are due, or notes in ps when they will
@@ -87,6 +88,55 @@ func (w *sweeper) due(v fsm.View, ps *passState) {
 			w.launchRollback(refs, parts)
 		}
 	}
+	if !w.stepBusy {
+		w.redrives(v, ps)
+	}
+}
+
+// redrives proposes a RedriveStep for the rate-limited redrive jobs that
+// may move messages now (log version 14: fsm/state/redrive.go), or notes
+// when the next one may (w.mu held). The state decides how many a step
+// moves, by its own clock and the job's rate; the leader only chooses
+// when to ask, about every tenth of a second per job (View.RedriveDue).
+// A new leader finds the jobs in the state and carries on.
+func (w *sweeper) redrives(v fsm.View, ps *passState) {
+	var refs []*fsmv1.RedriveJobRef
+	for _, d := range v.RedriveDue() {
+		if d.AtMs > ps.nowMs {
+			ps.wakeAt(time.UnixMilli(d.AtMs))
+		} else if len(refs) < fsm.MaxStepJobs {
+			refs = append(refs, &fsmv1.RedriveJobRef{Queue: d.Queue, Id: d.ID})
+		}
+	}
+	switch {
+	case len(refs) == 0:
+	case ps.now.Before(w.stepBackoff.until):
+		ps.wakeAt(w.stepBackoff.until)
+	default:
+		w.launchStep(refs)
+	}
+}
+
+// launchStep proposes one RedriveStep (w.mu held); goTerm kicks the loop
+// when it returns, so a job that is still due steps again.
+func (w *sweeper) launchStep(refs []*fsmv1.RedriveJobRef) {
+	w.stepBusy = true
+	w.t.goTerm(func(ctx context.Context) {
+		res, err := fsm.As[*fsm.CountResult](w.s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_RedriveStep{RedriveStep: &fsmv1.RedriveStep{Jobs: refs}}}))
+		w.mu.Lock()
+		w.stepBusy = false
+		if err != nil {
+			w.stepBackoff.fail(w.s.clock.Now())
+		} else {
+			w.stepBackoff.ok()
+		}
+		w.mu.Unlock()
+		if err != nil {
+			w.s.logProposeErr("redrive step", err, "jobs", len(refs))
+		} else {
+			w.s.log.Debug("redrive step", "jobs", len(refs), "moved", res.Count)
+		}
+	})
 }
 
 // launchRollback proposes a LeaseRollback of deliveries whose leases

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/fsm/state"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/genproto/googleapis/rpc/code"
@@ -312,7 +313,15 @@ func (s brokerService) Peek(ctx context.Context, req *raftqv1.PeekRequest) (*raf
 	case limit == 0:
 		limit = DefaultPeek
 	}
-	ds, err := s.b.Queues().Peek(req.Queue, limit, req.DeadLetter)
+	var ds []*state.Delivery
+	var err error
+	if pf, filtered, ferr := peekFilter(req); ferr != nil {
+		return nil, ferr
+	} else if filtered {
+		ds, err = s.b.Queues().PeekFiltered(req.Queue, limit, req.DeadLetter, pf)
+	} else {
+		ds, err = s.b.Queues().Peek(req.Queue, limit, req.DeadLetter)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -330,9 +339,17 @@ func (s brokerService) Redrive(ctx context.Context, req *raftqv1.RedriveRequest)
 	if len(req.IdempotencyKey) > fsm.MaxDedupIDLen {
 		return nil, invalid("idempotency_key is longer than %d bytes", fsm.MaxDedupIDLen)
 	}
-	n, err := s.b.Queues().Redrive(ctx, req.Queue, req.Limit, req.IdempotencyKey)
+	r, err := redriveCommand(req)
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.RedriveResponse{Moved: n}, nil
+	n, job, err := s.b.Queues().RedriveWith(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	resp := &raftqv1.RedriveResponse{Moved: n}
+	if job != 0 {
+		resp.JobId = FormatID(job)
+	}
+	return resp, nil
 }

@@ -112,7 +112,22 @@ func projectQueue(q *state.QueueInfo) *raftqv1.QueueInfo {
 			DedupEntries:  st.DedupEntries,
 			DedupBytes:    st.DedupBytes,
 		},
+		Redrives: projectRedrives(q.Redrives),
 	}
+}
+
+// projectRedrives is a queue's rate-limited redrives in progress as the
+// API shows them.
+func projectRedrives(js []state.RedriveJobInfo) []*raftqv1.RedriveJob {
+	var out []*raftqv1.RedriveJob
+	for _, j := range js {
+		out = append(out, &raftqv1.RedriveJob{
+			Id: FormatID(j.ID), Total: j.Total, Moved: j.Moved, RatePerSec: float64(j.RateMilli) / 1000,
+			StartedAtMs: j.StartedMs, LastMovedAtMs: j.LastMovedMs,
+			FairnessKey: j.FairnessKey, ReasonContains: j.ReasonMatch, OlderThanMs: j.OlderThanMs, MessageIds: j.MessageIDs,
+		})
+	}
+	return out
 }
 
 // projectBrokerQueue adds what the leader's scheduler knows (consumers,

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 
@@ -180,9 +181,17 @@ func (j *redriveJob) burst() int64 { return max(1, j.rateMilli/1000) }
 
 // allowed is how many messages the job may have moved by state instant now.
 func (j *redriveJob) allowed(now int64) int64 {
-	el := max(now-j.startedMs, 0)
-	// rateMilli ≤ 1e9 and el ≤ MaxDurationMs-ish: split to stay in int64.
-	return min(j.total, j.burst()+(el/1000)*j.rateMilli/1000+(el%1000)*j.rateMilli/1_000_000)
+	el := uint64(max(now-j.startedMs, 0)) //nolint:gosec // not negative
+	// el·rate can pass 2^63 (a slow job's years at a high rate): 128 bits.
+	hi, lo := bits.Mul64(el, uint64(j.rateMilli)) //nolint:gosec // positive
+	if hi >= 1_000_000 {
+		return j.total // the quotient would not fit: far past the end
+	}
+	n, _ := bits.Div64(hi, lo, 1_000_000)
+	if n >= uint64(j.total) {
+		return j.total
+	}
+	return min(j.total, j.burst()+int64(n)) //nolint:gosec // below total
 }
 
 // dueAt is the state instant at which the job may move want more
@@ -192,8 +201,19 @@ func (j *redriveJob) dueAt(want int64) int64 {
 	if need <= 0 {
 		return j.startedMs
 	}
-	// The smallest el with el·rate/1e6 ≥ need, conservatively rounded up.
-	return j.startedMs + (need*1_000_000+j.rateMilli-1)/j.rateMilli
+	// The smallest el with el·rate/1e6 ≥ need (need ≤ total ≤ 2^53-ish
+	// in practice; 128 bits all the same).
+	hi, lo := bits.Mul64(uint64(need), 1_000_000)     //nolint:gosec // positive
+	lo, c := bits.Add64(lo, uint64(j.rateMilli-1), 0) //nolint:gosec // positive
+	hi += c
+	if hi >= uint64(j.rateMilli) { //nolint:gosec // positive
+		return 1<<63 - 1
+	}
+	el, _ := bits.Div64(hi, lo, uint64(j.rateMilli)) //nolint:gosec // positive
+	if el > 1<<62 {
+		return 1<<63 - 1
+	}
+	return j.startedMs + int64(el) //nolint:gosec // bounded above
 }
 
 // startJob records a rate-limited redrive of q and answers the count it

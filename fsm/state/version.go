@@ -14,7 +14,10 @@ package state
 // DeleteQueue as the first (DeleteKeyVersion); version 12 guards
 // dead-letter queues and the number of queues, and keeps a nack's delay
 // and a redriven message's TTL (GuardVersion); version 13 bounds the
-// time-driven sweep per entry (SweepBudgetVersion, sweep.go). fsm/DESIGN.md lists every
+// time-driven sweep per entry (SweepBudgetVersion, sweep.go); version 14
+// adds Peek/Redrive filters, dry runs, ids and rate-limited redrive jobs,
+// and records when messages are dead-lettered (RedriveVersion,
+// redrive.go). fsm/DESIGN.md lists every
 // version; a rule that changes in version N is
 // written `if tx.version >= N`.
 const MaxLogVersion uint32 = 14

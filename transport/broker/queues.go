@@ -146,11 +146,26 @@ func (qs Queues) PurgeQueue(ctx context.Context, name, idempotencyKey string) (i
 // queue back to it and returns how many moved; a repeated idempotency key
 // works as for PurgeQueue.
 func (qs Queues) Redrive(ctx context.Context, queue string, limit int64, idempotencyKey string) (int64, error) {
-	res, err := apply[*fsm.CountResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_Redrive{Redrive: &fsmv1.Redrive{Queue: queue, Limit: limit, IdempotencyKey: idempotencyKey}}})
-	if err != nil {
-		return 0, err
+	n, _, err := qs.RedriveWith(ctx, &fsmv1.Redrive{Queue: queue, Limit: limit, IdempotencyKey: idempotencyKey})
+	return n, err
+}
+
+// RedriveWith proposes a Redrive as given (filters, dry_run, ids, a rate
+// in messages per 1000 s) and returns the count and the job it started
+// (0: none). A request using a field of fsm.RedriveVersion is refused
+// (NeedsVersionError) before the cluster applies it: an older entry
+// ignores the field and would move everything at once.
+func (qs Queues) RedriveWith(ctx context.Context, r *fsmv1.Redrive) (int64, uint64, error) {
+	if r.FairnessKey != "" || r.ReasonContains != "" || r.OlderThanMs != 0 || r.DryRun || r.RateMilli != 0 || len(r.MessageIds) > 0 {
+		if err := qs.b.needVersion(fsm.RedriveVersion, "RedriveRequest filters, dry_run, rate_per_sec and message_ids"); err != nil {
+			return 0, 0, err
+		}
 	}
-	return res.Count, nil
+	res, err := apply[*fsm.CountResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_Redrive{Redrive: r}})
+	if err != nil {
+		return 0, 0, err
+	}
+	return res.Count, res.Job, nil
 }
 
 // ListConsumers describes the consumers registered on queue, as the
@@ -189,6 +204,16 @@ func (qs Queues) ListQueues(prefix string) []*Queue {
 // deadLetter the queue's dead-lettered ones.
 func (qs Queues) Peek(queue string, limit int, deadLetter bool) ([]*state.Delivery, error) {
 	return qs.b.state.Peek(queue, limit, deadLetter)
+}
+
+// PeekFiltered lists up to limit messages matching pf in id order; the
+// filters need fsm.RedriveVersion (dead-letter times are recorded from
+// it on).
+func (qs Queues) PeekFiltered(queue string, limit int, deadLetter bool, pf fsm.PeekFilter) ([]*state.Delivery, error) {
+	if err := qs.b.needVersion(fsm.RedriveVersion, "PeekRequest filters and after_id"); err != nil {
+		return nil, err
+	}
+	return qs.b.state.PeekFiltered(queue, limit, deadLetter, pf)
 }
 
 func (qs Queues) queue(qi *state.QueueInfo) *Queue {
