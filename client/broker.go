@@ -235,6 +235,31 @@ func (c *Client) Redrive(ctx context.Context, queue string, limit int64) (int64,
 	return resp.GetMoved(), err
 }
 
+// PeekWith lists messages as req asks: with any filter (fairness_key,
+// reason_contains, older_than_ms) or after_id, in id order, so a caller
+// pages by passing the last id it got as the next after_id.
+func (c *Client) PeekWith(ctx context.Context, req *raftqv1.PeekRequest) ([]*raftqv1.Delivery, error) {
+	resp := &raftqv1.PeekResponse{}
+	err := c.broker(ctx, raftqv1.Broker_Peek_FullMethodName, req, resp)
+	return resp.GetMessages(), err
+}
+
+// RedriveWith redrives as req asks: filters, message_ids, dry_run (count
+// only) or rate_per_sec (a job the leader runs; the response says how many
+// it will move and names the job, which GetQueue shows until it is done).
+// Without an idempotency key it carries a random one, as Redrive does, so
+// a retry moves nothing twice (a dry run records none).
+func (c *Client) RedriveWith(ctx context.Context, req *raftqv1.RedriveRequest) (*raftqv1.RedriveResponse, error) {
+	if req.IdempotencyKey == "" {
+		r := proto.CloneOf(req)
+		r.IdempotencyKey = NewDedupID()
+		req = r
+	}
+	resp := &raftqv1.RedriveResponse{}
+	err := c.broker(ctx, raftqv1.Broker_Redrive_FullMethodName, req, resp)
+	return resp, err
+}
+
 // Ack settles leased messages. The error covers the call; each item has its
 // own result (ItemError turns a failed one into an error).
 func (c *Client) Ack(ctx context.Context, queue string, refs ...*raftqv1.LeaseRef) ([]*raftqv1.ItemResult, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,19 +12,56 @@ import (
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
+// dlqFlags are the filters peek and redrive share (log version 14).
+type dlqFlags struct {
+	key, reason string
+	olderThan   time.Duration
+}
+
+func (f *dlqFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.key, "key", "", "only messages of this fairness key")
+	cmd.Flags().StringVar(&f.reason, "reason", "", "only messages whose dead-letter reason (or last error) contains this text")
+	cmd.Flags().DurationVar(&f.olderThan, "older-than", 0, "only messages dead-lettered at least this long ago, e.g. 1h")
+}
+
+func (f *dlqFlags) set() bool { return f.key != "" || f.reason != "" || f.olderThan != 0 }
+
 func newPeekCmd(a *app) *cobra.Command {
 	var lim int32
 	var dlq bool
+	var after string
+	var f dlqFlags
 	cmd := &cobra.Command{
 		Use:   "peek QUEUE",
 		Short: "Show ready messages in delivery order without leasing them",
-		Args:  cobra.ExactArgs(1),
+		Long: `Show ready messages in delivery order without leasing them, or with --dlq
+the messages of QUEUE in its dead-letter queue. With --key, --reason,
+--older-than or --after they come in id order: page with --after set to the
+last id shown.`,
+		Example: "  raftq peek jobs --dlq --key tenant-a --reason timeout --older-than 1h",
+		Args:    cobra.ExactArgs(1),
 	}
 	cmd.Flags().Int32Var(&lim, "limit", 10, "most messages to show (at most 1000)")
 	cmd.Flags().BoolVar(&dlq, "dlq", false, "show the queue's dead-letter queue instead")
+	cmd.Flags().StringVar(&after, "after", "", "only messages with a greater id than this one (paging)")
+	f.add(cmd)
 	read := addStaleFlag(cmd)
 	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
-		ds, err := c.Peek(read(ctx), args[0], lim, dlq)
+		var ds []*raftqv1.Delivery
+		var err error
+		if f.set() || after != "" {
+			older, merr := msOf("older-than", f.olderThan)
+			if merr != nil {
+				return merr
+			}
+			if older > 0 && !dlq {
+				return fmt.Errorf("--older-than counts from when a message was dead-lettered: it needs --dlq")
+			}
+			ds, err = c.PeekWith(read(ctx), &raftqv1.PeekRequest{Queue: args[0], Limit: lim, DeadLetter: dlq,
+				FairnessKey: f.key, ReasonContains: f.reason, OlderThanMs: older, AfterId: after})
+		} else {
+			ds, err = c.Peek(read(ctx), args[0], lim, dlq)
+		}
 		if err != nil {
 			return err
 		}
@@ -42,26 +80,65 @@ func newPeekCmd(a *app) *cobra.Command {
 
 func newRedriveCmd(a *app) *cobra.Command {
 	var lim int64
+	var dry bool
+	var rate float64
+	var ids []string
+	var f dlqFlags
 	cmd := &cobra.Command{
 		Use:   "redrive QUEUE",
 		Short: "Move messages that came from QUEUE back from its dead-letter queue",
-		Args:  cobra.ExactArgs(1),
+		Long: `Move messages that came from QUEUE back from its dead-letter queue: all of
+them, or those --key, --reason, --older-than and --ids select. --dry-run
+counts them and moves nothing. --rate moves at most that many a second: the
+redrive becomes a job the cluster runs (raftq queue get QUEUE shows it) and
+that carries on after a failover; the command returns at once with the
+count it will move.`,
+		Example: `  raftq redrive jobs --dry-run --reason timeout
+  raftq redrive jobs --key tenant-a --older-than 1h --rate 100
+  raftq redrive jobs --ids 0000000000100000,0000000000100001`,
+		Args: cobra.ExactArgs(1),
 	}
 	cmd.Flags().Int64Var(&lim, "limit", 0, "most messages to move (0 = all)")
+	cmd.Flags().BoolVar(&dry, "dry-run", false, "count what would move; move nothing")
+	cmd.Flags().Float64Var(&rate, "rate", 0, "move at most this many messages per second (0 = all at once)")
+	cmd.Flags().StringSliceVar(&ids, "ids", nil, "exactly these message ids (comma-separated); ids not in the dead-letter queue are skipped")
+	f.add(cmd)
 	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
-		n, err := c.Redrive(ctx, args[0], lim)
+		older, err := msOf("older-than", f.olderThan)
 		if err != nil {
 			return err
 		}
-		if n == 0 {
+		if rate < 0 {
+			return fmt.Errorf("--rate must not be negative (got %v)", rate)
+		}
+		var n int64
+		var job string
+		if f.set() || dry || rate != 0 || len(ids) > 0 {
+			resp, err := c.RedriveWith(ctx, &raftqv1.RedriveRequest{Queue: args[0], Limit: lim, FairnessKey: f.key, ReasonContains: f.reason,
+				OlderThanMs: older, DryRun: dry, RatePerSec: rate, MessageIds: ids})
+			if err != nil {
+				return err
+			}
+			n, job = resp.GetMoved(), resp.GetJobId()
+		} else if n, err = c.Redrive(ctx, args[0], lim); err != nil {
+			return err
+		}
+		if n == 0 && !f.set() && len(ids) == 0 {
 			if err := notADLQ(ctx, c, args[0]); err != nil {
 				return err
 			}
 		}
 		if a.json {
-			return printJSON(a.out, &raftqv1.RedriveResponse{Moved: n})
+			return printJSON(a.out, &raftqv1.RedriveResponse{Moved: n, JobId: job})
 		}
-		_, err = fmt.Fprintf(a.out, "moved %s back to %s\n", plural(n, "message"), args[0])
+		switch {
+		case dry:
+			_, err = fmt.Fprintf(a.out, "would move %s back to %s (dry run: nothing moved)\n", plural(n, "message"), args[0])
+		case job != "":
+			_, err = fmt.Fprintf(a.out, "moving %s back to %s at %v a second (job %s; raftq queue get %s shows it)\n", plural(n, "message"), args[0], rate, job, args[0])
+		default:
+			_, err = fmt.Fprintf(a.out, "moved %s back to %s\n", plural(n, "message"), args[0])
+		}
 		return err
 	})
 	return cmd

@@ -97,6 +97,18 @@ func printQueue(w io.Writer, q *raftqv1.QueueInfo, origins []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(q.GetRedrives()) > 0 {
+		fmt.Fprintln(w, "\nredrives in progress:")
+		tw = table(w)
+		fmt.Fprintln(tw, "JOB\tMOVED\tOF\tRATE/S\tSTARTED\tFILTERS")
+		for _, j := range q.GetRedrives() {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%g\t%s\t%s\n", j.GetId(), j.GetMoved(), j.GetTotal(), j.GetRatePerSec(),
+				time.UnixMilli(j.GetStartedAtMs()).UTC().Format(time.RFC3339), redriveFilters(j))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if len(q.GetFairnessKeys()) > 0 {
 		fmt.Fprintln(w, "\nfairness keys:")
 		tw = table(w)
@@ -386,4 +398,25 @@ func itThem(n int) string {
 		return "it will be"
 	}
 	return "they will be"
+}
+
+// redriveFilters says what a redrive job selects ("-" for everything).
+func redriveFilters(j *raftqv1.RedriveJob) string {
+	var fs []string
+	if k := j.GetFairnessKey(); k != "" {
+		fs = append(fs, "key="+k)
+	}
+	if r := j.GetReasonContains(); r != "" {
+		fs = append(fs, fmt.Sprintf("reason~%q", r))
+	}
+	if o := j.GetOlderThanMs(); o > 0 {
+		fs = append(fs, "older-than="+ms(o))
+	}
+	if n := j.GetMessageIds(); n > 0 {
+		fs = append(fs, fmt.Sprintf("%d ids left", n))
+	}
+	if len(fs) == 0 {
+		return "-"
+	}
+	return strings.Join(fs, " ")
 }
