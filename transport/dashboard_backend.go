@@ -96,8 +96,8 @@ func (d dashBackend) ListConsumers(ctx context.Context, queue string) ([]*raftqv
 	return resp.GetConsumers(), err
 }
 
-func (d dashBackend) Peek(ctx context.Context, queue string, limit int32, deadLetter bool) ([]*raftqv1.Delivery, error) {
-	resp, err := viaLeader(ctx, d.s, raftqv1.Broker_Peek_FullMethodName, &raftqv1.PeekRequest{Queue: queue, Limit: limit, DeadLetter: deadLetter}, brokerService{Server: d.s}.Peek)
+func (d dashBackend) Peek(ctx context.Context, req *raftqv1.PeekRequest) ([]*raftqv1.Delivery, error) {
+	resp, err := viaLeader(ctx, d.s, raftqv1.Broker_Peek_FullMethodName, req, brokerService{Server: d.s}.Peek)
 	return resp.GetMessages(), err
 }
 

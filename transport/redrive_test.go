@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/client"
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
@@ -201,4 +202,57 @@ func TestDLQFiltersNeedTheirVersion(t *testing.T) {
 	if resp, err := l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs"}); err != nil || resp.Moved != 2 {
 		t.Fatalf("plain redrive: %v, %v", resp, err)
 	}
+}
+
+// TestDLQWorkbenchThroughTheSDK: PeekWith pages a filtered DLQ, a dry
+// run through RedriveWith moves nothing, and a rate-limited one returns
+// at once and finishes by itself.
+func TestDLQWorkbenchThroughTheSDK(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 1})
+	l := c.leader()
+	ctx := tctx(t, 60*time.Second)
+	mustCreate(t, l, "jobs", nil)
+	deadLetterVia(t, l, "jobs", "tenant-a", "timeout", 6)
+	deadLetterVia(t, l, "jobs", "tenant-b", "timeout", 2)
+	cl, err := client.Dial(ctx, []string{l.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var got []string
+	for after := ""; ; {
+		ds, err := cl.PeekWith(ctx, &raftqv1.PeekRequest{Queue: "jobs", DeadLetter: true, FairnessKey: "tenant-a", Limit: 4, AfterId: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 0 {
+			break
+		}
+		got = append(got, payloads(ds)...)
+		after = ds[len(ds)-1].Id
+	}
+	if strings.Join(got, ",") != "tenant-a-0,tenant-a-1,tenant-a-2,tenant-a-3,tenant-a-4,tenant-a-5" {
+		t.Fatalf("paged: %q", got)
+	}
+	dry, err := cl.RedriveWith(ctx, &raftqv1.RedriveRequest{Queue: "jobs", ReasonContains: "timeout", DryRun: true})
+	if err != nil || dry.Moved != 8 {
+		t.Fatalf("dry run: %v, %v", dry, err)
+	}
+	if qi, err := cl.GetQueue(ctx, "jobs", false); err != nil || qi.Stats.DeadLettered != 8 {
+		t.Fatalf("after a dry run: %v, %v", qi, err)
+	}
+	job, err := cl.RedriveWith(ctx, &raftqv1.RedriveRequest{Queue: "jobs", FairnessKey: "tenant-a", RatePerSec: 4})
+	if err != nil || job.Moved != 6 || job.JobId == "" {
+		t.Fatalf("rate-limited: %v, %v", job, err)
+	}
+	waitUntil(t, 20*time.Second, "the job to finish", func() error {
+		qi, err := cl.GetQueue(ctx, "jobs", false)
+		if err != nil {
+			return err
+		}
+		if len(qi.Redrives) > 0 || qi.Stats.Ready != 6 {
+			return fmt.Errorf("jobs %v, ready %d", qi.Redrives, qi.Stats.Ready)
+		}
+		return nil
+	})
 }

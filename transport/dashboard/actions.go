@@ -45,6 +45,12 @@ var doneNotes = map[string]func(q url.Values) string{
 	"redriven": func(q url.Values) string {
 		return "Redrive moved " + countOf(q.Get("n"), "message") + " back to " + q.Get("queue") + "."
 	},
+	"redrive-dry": func(q url.Values) string {
+		return "Dry run: a redrive would move " + countOf(q.Get("n"), "message") + " back to " + q.Get("queue") + "; nothing moved."
+	},
+	"redrive-job": func(q url.Values) string {
+		return "Redrive of " + countOf(q.Get("n"), "message") + " back to " + q.Get("queue") + " started at " + q.Get("rate") + " a second; its progress is below."
+	},
 }
 
 // doneNote is the note of a page's ?done=, "" for none or an unknown one
@@ -481,17 +487,42 @@ func (d *Dashboard) redrive(w http.ResponseWriter, r *http.Request) {
 		d.queueFailed(w, r, name, "Redrive", err)
 		return
 	}
+	req := &raftqv1.RedriveRequest{Queue: name, Limit: limit, IdempotencyKey: f.Get("idempotency_key"),
+		FairnessKey: f.Get("fairness_key"), ReasonContains: f.Get("reason_contains"), DryRun: f.Get("dry_run") != ""}
+	if err == nil {
+		req.OlderThanMs, _, err = durationField(f, "older_than", "older than")
+	}
+	if s := strings.TrimSpace(f.Get("rate_per_sec")); err == nil && s != "" {
+		if req.RatePerSec, err = strconv.ParseFloat(s, 64); err != nil {
+			err = status.Errorf(codes.InvalidArgument, "rate %q is not a number of messages per second", s)
+		}
+	}
+	for _, id := range strings.FieldsFunc(f.Get("message_ids"), func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\r' }) {
+		req.MessageIds = append(req.MessageIds, id)
+	}
+	if err != nil {
+		d.queueFailed(w, r, name, "Redrive", err)
+		return
+	}
 	ctx, cancel := d.callCtx(r)
 	defer cancel()
-	moved, err := d.b.Redrive(ctx, &raftqv1.RedriveRequest{Queue: name, Limit: limit, IdempotencyKey: f.Get("idempotency_key")})
+	moved, err := d.b.Redrive(ctx, req)
 	if err != nil {
 		d.queueFailed(w, r, d.backTo(f, name), "Redrive", err)
 		return
 	}
-	d.log.Info("dashboard: redrive", "queue", name, "limit", limit, "moved", moved, "remote", r.RemoteAddr)
+	d.log.Info("dashboard: redrive", "queue", name, "limit", limit, "moved", moved, "dry_run", req.DryRun, "rate", req.RatePerSec, "remote", r.RemoteAddr)
 	// Back to the page the button was on: the queue's, or its DLQ's.
 	back := d.backTo(f, name)
-	http.Redirect(w, r, doneURL(qpath(back), "redriven", "n", strconv.FormatInt(moved, 10), "queue", name), http.StatusSeeOther)
+	n := strconv.FormatInt(moved, 10)
+	switch {
+	case req.DryRun:
+		http.Redirect(w, r, doneURL(qpath(back), "redrive-dry", "n", n, "queue", name), http.StatusSeeOther)
+	case req.RatePerSec > 0 && moved > 0:
+		http.Redirect(w, r, doneURL(qpath(back), "redrive-job", "n", n, "queue", name, "rate", strconv.FormatFloat(req.RatePerSec, 'g', -1, 64)), http.StatusSeeOther)
+	default:
+		http.Redirect(w, r, doneURL(qpath(back), "redriven", "n", n, "queue", name), http.StatusSeeOther)
+	}
 }
 
 // backTo is the queue page a form came from (field "back"), else queue.

@@ -65,7 +65,8 @@ type Backend interface {
 	LeaderQueues(ctx context.Context) ([]*raftqv1.QueueInfo, error)
 	LeaderQueue(ctx context.Context, name string) (*raftqv1.QueueInfo, error)
 	ListConsumers(ctx context.Context, queue string) ([]*raftqv1.ConsumerInfo, error)
-	Peek(ctx context.Context, queue string, limit int32, deadLetter bool) ([]*raftqv1.Delivery, error)
+	// Peek is the Peek method (filters and after_id included).
+	Peek(ctx context.Context, req *raftqv1.PeekRequest) ([]*raftqv1.Delivery, error)
 	Redrive(ctx context.Context, req *raftqv1.RedriveRequest) (int64, error)
 
 	// The changes an operator makes from the pages, each checked and served

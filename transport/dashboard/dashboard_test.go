@@ -24,17 +24,19 @@ import (
 // fakeBackend holds queues in memory and answers as the broker would:
 // unknown queues are NotFound, a redrive moves dead letters back.
 type fakeBackend struct {
-	mu        sync.Mutex
-	queues    map[string]*raftqv1.QueueInfo
-	dlq       map[string][]*raftqv1.Delivery
-	consumers map[string][]*raftqv1.ConsumerInfo
-	leaderErr error // what every leader-only call fails with, if set
-	verifies  int
-	redrives  []int64
-	calls     []string
-	created   *raftqv1.CreateQueueRequest
-	updated   *raftqv1.UpdateQueueRequest
-	enqueued  []*raftqv1.EnqueueMessage
+	mu          sync.Mutex
+	queues      map[string]*raftqv1.QueueInfo
+	dlq         map[string][]*raftqv1.Delivery
+	consumers   map[string][]*raftqv1.ConsumerInfo
+	leaderErr   error // what every leader-only call fails with, if set
+	verifies    int
+	redrives    []int64
+	redriveReqs []*raftqv1.RedriveRequest // every Redrive, as asked
+	peeks       []*raftqv1.PeekRequest    // every Peek, as asked
+	calls       []string
+	created     *raftqv1.CreateQueueRequest
+	updated     *raftqv1.UpdateQueueRequest
+	enqueued    []*raftqv1.EnqueueMessage
 }
 
 func newFake() *fakeBackend {
@@ -122,12 +124,14 @@ func (f *fakeBackend) ListConsumers(_ context.Context, q string) ([]*raftqv1.Con
 	}
 	return f.consumers[q], nil
 }
-func (f *fakeBackend) Peek(_ context.Context, q string, limit int32, dlq bool) ([]*raftqv1.Delivery, error) {
+func (f *fakeBackend) Peek(_ context.Context, req *raftqv1.PeekRequest) ([]*raftqv1.Delivery, error) {
+	q, dlq := req.GetQueue(), req.GetDeadLetter()
 	if f.leaderErr != nil {
 		return nil, f.leaderErr
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.peeks = append(f.peeks, req)
 	if dlq {
 		return f.dlq[q], nil
 	}
@@ -153,6 +157,10 @@ func (f *fakeBackend) Redrive(_ context.Context, req *raftqv1.RedriveRequest) (i
 		return 0, status.Errorf(codes.NotFound, "queue %q not found", q)
 	}
 	f.redrives = append(f.redrives, limit)
+	f.redriveReqs = append(f.redriveReqs, req)
+	if req.GetDryRun() {
+		return int64(len(f.dlq[q])), nil
+	}
 	n := int64(len(f.dlq[q]))
 	if limit > 0 {
 		n = min(n, limit)
@@ -328,8 +336,13 @@ func TestEveryFormCarriesTheCSRFCookie(t *testing.T) {
 			cs, want = []*http.Cookie{cookie}, `name="csrf" value="a&lt;b&gt;&amp;c"`
 		}
 		_, body := get(t, d, "/queues/jobs", cs...)
-		if forms, fields := strings.Count(body, "<form"), strings.Count(body, want); forms == 0 || forms != fields {
+		// Every form that changes something (a POST) carries it; a GET
+		// form (the dead letters' filter) must not put it in a URL.
+		if forms, fields := strings.Count(body, `<form method="post"`), strings.Count(body, want); forms == 0 || forms != fields {
 			t.Errorf("cookie %v: %d forms, %d with %s", cookie, forms, fields, want)
+		}
+		if strings.Count(body, "<form") != strings.Count(body, `<form method="post"`)+strings.Count(body, `<form method="get" action="/queues/jobs" id="dlq-filter">`) {
+			t.Errorf("a form that is neither a POST nor the dead letters' filter")
 		}
 	}
 }

@@ -292,6 +292,10 @@ type queueBody struct {
 	PeekErr      string
 	DLQ          []messageRow
 	DLQErr       string
+	// DLQFilter is the dead letters' filter as the page's form shows it
+	// (log version 14), and Redrives the queue's redrive jobs in progress.
+	DLQFilter dlqFilter
+	Redrives  []*raftqv1.RedriveJob
 	// Origins are the queues whose dead-letter queue this one is, each
 	// with a redrive button (a DLQ's page).
 	Origins []*raftqv1.QueueInfo
@@ -392,7 +396,7 @@ func (d *Dashboard) renderQueue(w http.ResponseWriter, r *http.Request, code int
 		}
 	}
 	peekN, dlqN := limitParam(r, "peek"), limitParam(r, "dlq")
-	if peek, err := d.b.Peek(ctx, name, peekN, false); err != nil {
+	if peek, err := d.b.Peek(ctx, &raftqv1.PeekRequest{Queue: name, Limit: peekN}); err != nil {
 		body.PeekErr = status.Convert(err).Message()
 	} else {
 		body.Peek = d.messageRows(peek)
@@ -405,10 +409,17 @@ func (d *Dashboard) renderQueue(w http.ResponseWriter, r *http.Request, code int
 				}
 			}
 		}
-	} else if dlq, err := d.b.Peek(ctx, name, dlqN, true); err != nil {
-		body.DLQErr = status.Convert(err).Message()
 	} else {
-		body.DLQ = d.messageRows(dlq)
+		body.Redrives = q.GetRedrives()
+		req, f, ferr := dlqPeekRequest(r, name, dlqN)
+		body.DLQFilter = f
+		if ferr != nil {
+			body.DLQErr = status.Convert(ferr).Message()
+		} else if dlq, err := d.b.Peek(ctx, req); err != nil {
+			body.DLQErr = status.Convert(err).Message()
+		} else {
+			body.DLQ = d.messageRows(dlq)
+		}
 	}
 	d.render(w, r, code, "queue", name, body)
 }
@@ -530,4 +541,26 @@ func preview(b []byte) string {
 		cut--
 	}
 	return string(b[:cut]) + "…"
+}
+
+// dlqFilter is the dead letters' filter (log version 14) as the query
+// (dlq_key, dlq_reason, dlq_older, dlq_after) and the page's forms carry
+// it: the redrive form sends the same filter, so what the page lists is
+// what a redrive moves.
+type dlqFilter struct {
+	Key, Reason, OlderThan, After string
+}
+
+// Set reports whether any filter is given.
+func (f dlqFilter) Set() bool { return f != dlqFilter{} }
+
+// dlqPeekRequest is the Peek of the queue's dead letters the page's query
+// asks for.
+func dlqPeekRequest(r *http.Request, name string, limit int32) (*raftqv1.PeekRequest, dlqFilter, error) {
+	q := r.URL.Query()
+	f := dlqFilter{Key: q.Get("dlq_key"), Reason: q.Get("dlq_reason"), OlderThan: strings.TrimSpace(q.Get("dlq_older")), After: q.Get("dlq_after")}
+	req := &raftqv1.PeekRequest{Queue: name, Limit: limit, DeadLetter: true, FairnessKey: f.Key, ReasonContains: f.Reason, AfterId: f.After}
+	older, _, err := durationField(url.Values{"older": {f.OlderThan}}, "older", "older than")
+	req.OlderThanMs = older
+	return req, f, err
 }
