@@ -79,8 +79,32 @@ func (g *cmdGen) next() *fsmv1.Command {
 		c.Op = &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: g.queue(), Config: &fsmv1.QueueConfig{MaxDeliveries: int32(g.r.IntN(5))}, Mask: []string{"max_deliveries"}}}
 	case n < 9:
 		c.Op = &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: g.queue(), IdempotencyKey: g.idempotencyKey()}}
-	case n < 11:
-		c.Op = &fsmv1.Command_Redrive{Redrive: &fsmv1.Redrive{Queue: g.queue(), Limit: int64(g.r.IntN(3)), IdempotencyKey: g.idempotencyKey()}}
+	case n < 12:
+		rd := &fsmv1.Redrive{Queue: g.queue(), Limit: int64(g.r.IntN(3)), IdempotencyKey: g.idempotencyKey()}
+		switch g.r.IntN(10) { // version 14's fields, ignored in older entries
+		case 0:
+			rd.FairnessKey = fmt.Sprint("k", g.r.IntN(4))
+		case 1:
+			rd.ReasonContains = []string{"ttl", "max", "nack"}[g.r.IntN(3)]
+		case 2:
+			rd.OlderThanMs = int64(g.r.IntN(300))
+		case 3:
+			rd.DryRun = true
+		case 4, 5, 6, 7, 8:
+			rd.RateMilli = int64(1 + g.r.IntN(20_000))
+		}
+		c.Op = &fsmv1.Command_Redrive{Redrive: rd}
+	case n < 15:
+		// Step the jobs in progress (version 14), and one that is not.
+		refs := []*fsmv1.RedriveJobRef{{Queue: g.queue(), Id: uint64(g.r.IntN(1000))}}
+		for _, q := range g.queues {
+			if qi, err := g.f.GetQueue(q); err == nil {
+				for _, j := range qi.Redrives {
+					refs = append(refs, &fsmv1.RedriveJobRef{Queue: q, Id: j.ID})
+				}
+			}
+		}
+		c.Op = &fsmv1.Command_RedriveStep{RedriveStep: &fsmv1.RedriveStep{Jobs: refs}}
 	case n < 35:
 		var batches []*fsmv1.EnqueueBatch
 		for b := 0; b < 1+g.r.IntN(2); b++ {
@@ -402,10 +426,13 @@ func TestRandomSequences(t *testing.T) {
 	if testing.Short() {
 		seeds = 5
 	}
-	refusedFull := 0
+	refusedFull, jobMoves := 0, 0
 	defer func() {
 		if refusedFull == 0 && !t.Failed() {
 			t.Error("no enqueue was refused for a limit at apply: the generator no longer reaches admission")
+		}
+		if jobMoves == 0 && !t.Failed() {
+			t.Error("no redrive step moved a message: the generator no longer reaches rate-limited redrives")
 		}
 	}()
 	for seed := range seeds {
@@ -430,6 +457,7 @@ func TestRandomSequences(t *testing.T) {
 			for i := 1; i <= steps; i++ {
 				cmd := g.next()
 				isAuth := isAuthCommand(cmd)
+				_, isStep := cmd.Op.(*fsmv1.Command_RedriveStep)
 				if version > 1 {
 					cmd.Version = version
 					if i == 1 {
@@ -461,6 +489,9 @@ func TestRandomSequences(t *testing.T) {
 				}
 				if errors.Is(enqueueErrs(res), ErrQueueFull) {
 					refusedFull++ // admission at apply (version 9)
+				}
+				if r, ok := res.(*CountResult); ok && isStep && r.Count > 0 {
+					jobMoves++ // a redrive job moved messages (version 14)
 				}
 				if restored != nil {
 					// A restored replica admits and refuses exactly as the
