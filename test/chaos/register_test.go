@@ -57,6 +57,10 @@ func TestRegisterLinearizability(t *testing.T) {
 		{"unknown write late", regHistory("a", init, w(0, 1, 0, 1, OK), w(0, 2, 2, 3, Unknown), r(1, 1, 4, 5), r(1, 2, 8, 9)), true},
 		// But it takes effect once: seen, then gone without another write.
 		{"unknown write undone", regHistory("a", init, w(0, 1, 0, 1, OK), w(0, 2, 2, 3, Unknown), r(1, 2, 4, 5), r(1, 1, 8, 9)), false},
+		// Unknown writes no read saw hide nothing: a stale read among
+		// them is still caught.
+		{"unseen unknown writes keep a stale read", regHistory("a", init, w(0, 1, 0, 1, OK), w(1, 5, 1, 2, Unknown), w(0, 2, 2, 3, OK),
+			w(2, 6, 3, 4, Unknown), r(1, 1, 4, 5)), false},
 		// A refused write never happened.
 		{"refused write seen", regHistory("a", init, w(0, 1, 0, 1, OK), w(0, 2, 2, 3, Failed), r(1, 2, 4, 5)), false},
 		// A read with no answer constrains nothing.
@@ -75,6 +79,24 @@ func TestRegisterLinearizability(t *testing.T) {
 				t.Fatalf("violation %+v with result %s", v, l.Result)
 			}
 		})
+	}
+}
+
+// TestRegisterManyUnknownWrites: hundreds of writes with no answer, which
+// no read saw (a client calling a node cut off by a partition), between
+// reads that pin the state, are decided at once.
+func TestRegisterManyUnknownWrites(t *testing.T) {
+	var calls []regCall
+	at := int64(0)
+	for i := range 400 {
+		v := int64(10 + i)
+		calls = append(calls, regCall{0, RegWrite, v, at, at + 1, OK}, regCall{1, RegWrite, 100_000 + v, at + 1, at + 3, Unknown},
+			regCall{2, RegRead, v, at + 2, at + 4, OK})
+		at += 5
+	}
+	l := CheckLinearizable(regHistory("a", 1<<20, calls...), 30*time.Second)
+	if !l.OK() || l.UnknownWrites != 400 || l.UnknownUnseen != 400 {
+		t.Fatalf("result %s, %d unknown writes (%d unseen) in %d ms", l.Result, l.UnknownWrites, l.UnknownUnseen, l.CheckMs)
 	}
 }
 

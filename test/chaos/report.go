@@ -38,8 +38,8 @@ func (r *Report) Table() string {
 	row("recovery after healing", time.Duration(r.RecoveryMs)*time.Millisecond)
 	row("replicas consistent", r.Consistent)
 	if l := r.Linearizability; l != nil {
-		row("config registers (porcupine)", fmt.Sprintf("%s in %v: %d writes (%d unknown, %d refused), %d reads (%d unanswered)",
-			l.Result, time.Duration(l.CheckMs)*time.Millisecond, l.Writes+l.UnknownWrites, l.UnknownWrites, l.FailedWrites, l.Reads, l.FailedReads))
+		row("config registers (porcupine)", fmt.Sprintf("%s in %v: %d writes (%d unknown, %d of them seen by no read; %d refused), %d reads (%d unanswered)",
+			l.Result, time.Duration(l.CheckMs)*time.Millisecond, l.Writes+l.UnknownWrites, l.UnknownWrites, l.UnknownUnseen, l.FailedWrites, l.Reads, l.FailedReads))
 	}
 	row("violations", len(r.Violations))
 	inv := make([]string, 0, len(r.ViolationsByInvariant))

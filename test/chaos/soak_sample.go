@@ -8,10 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,7 +40,7 @@ func (s *Sampler) Sample(ctx context.Context, phase string) {
 			var r Resources
 			err := harness.WaitFor(ctx, 30*time.Second, 500*time.Millisecond, func(ctx context.Context) error {
 				var err error
-				r, err = sampleNode(ctx, n)
+				r, err = sampleNode(ctx, s.c, n)
 				return err
 			})
 			r.Node, r.Phase, r.OK = n.ID, phase, err == nil
@@ -71,7 +68,7 @@ func (s *Sampler) Samples() []Resources {
 }
 
 // sampleNode reads one running, unpaused node's figures.
-func sampleNode(ctx context.Context, n *Node) (Resources, error) {
+func sampleNode(ctx context.Context, c *Cluster, n *Node) (Resources, error) {
 	var r Resources
 	if n.Paused() {
 		return r, errors.New("paused")
@@ -89,7 +86,7 @@ func sampleNode(ctx context.Context, n *Node) (Resources, error) {
 		return r, err
 	}
 	r.OpenFiles = len(fds)
-	if r.Goroutines, err = goroutines(ctx, n); err != nil {
+	if r.Goroutines, err = goroutines(ctx, c, n); err != nil {
 		return r, err
 	}
 	r.DataBytes, err = dirBytes(n.DataDir)
@@ -129,23 +126,14 @@ func procRSS(pid int) (int64, error) {
 }
 
 // goroutines is go_goroutines from the node's /metrics.
-func goroutines(ctx context.Context, n *Node) (int, error) {
+func goroutines(ctx context.Context, c *Cluster, n *Node) (int, error) {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodGet, fmt.Sprintf("http://%s/metrics", net.JoinHostPort(n.Host.IP, strconv.Itoa(httpPort))), nil)
+	m, err := c.Metrics(cctx, n)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(m, "\n") {
 		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			return int(f), err
