@@ -50,36 +50,59 @@ func (c *Client) auth(ctx context.Context, method string, local bool, req, resp 
 
 // CreateToken makes a bearer token named name for identity (name when
 // empty), expiring after ttl (0: never). The answer is the only place the
-// token is ever shown. A retry after a lost answer fails with
-// ALREADY_EXISTS: revoke the name and create it again.
+// token is ever shown. The call carries an idempotency key: a retry after
+// a lost answer creates no second token (even if the first was revoked in
+// between) and fails with FAILED_PRECONDITION saying the secret was lost
+// with the answer: revoke the name and create it again.
 func (c *Client) CreateToken(ctx context.Context, name, identity string, ttl time.Duration) (*raftqv1.CreateTokenResponse, error) {
 	resp := &raftqv1.CreateTokenResponse{}
-	err := c.auth(ctx, raftqv1.Auth_CreateToken_FullMethodName, false, &raftqv1.CreateTokenRequest{Name: name, Identity: identity, ExpiresInMs: ttl.Milliseconds()}, resp)
+	req := &raftqv1.CreateTokenRequest{Name: name, Identity: identity, ExpiresInMs: ttl.Milliseconds()}
+	err := c.keyed("CreateToken.idempotency_key", func(k string) { req.IdempotencyKey = k }, func() error {
+		return c.auth(ctx, raftqv1.Auth_CreateToken_FullMethodName, false, req, resp)
+	})
 	if err != nil {
 		return nil, err
 	}
 	return resp, nil
 }
 
-// RevokeToken deletes the token named name.
+// RevokeToken deletes the token named name. The call carries an
+// idempotency key: a retry after a lost answer answers OK and revokes
+// nothing more, not even a token created again under the name in between.
 func (c *Client) RevokeToken(ctx context.Context, name string) error {
-	return c.auth(ctx, raftqv1.Auth_RevokeToken_FullMethodName, false, &raftqv1.RevokeTokenRequest{Name: name}, &raftqv1.RevokeTokenResponse{})
+	req := &raftqv1.RevokeTokenRequest{Name: name}
+	return c.keyed("RevokeToken.idempotency_key", func(k string) { req.IdempotencyKey = k }, func() error {
+		return c.auth(ctx, raftqv1.Auth_RevokeToken_FullMethodName, false, req, &raftqv1.RevokeTokenResponse{})
+	})
 }
 
 // Grant gives identity the permissions allow ("produce", "consume",
-// "browse", "manage") on queues matching pattern.
+// "browse", "manage") on queues matching pattern. The call carries an
+// idempotency key: a retry after a lost answer changes nothing more, so
+// it never gives back what an Ungrant took in between.
 func (c *Client) Grant(ctx context.Context, identity, pattern string, allow ...string) error {
-	return c.auth(ctx, raftqv1.Auth_Grant_FullMethodName, false, &raftqv1.GrantRequest{Identity: identity, Pattern: pattern, Allow: allow}, &raftqv1.GrantResponse{})
+	return c.grant(ctx, &raftqv1.GrantRequest{Identity: identity, Pattern: pattern, Allow: allow})
 }
 
-// GrantAdmin gives identity the admin role.
+// GrantAdmin gives identity the admin role (keyed as Grant).
 func (c *Client) GrantAdmin(ctx context.Context, identity string) error {
-	return c.auth(ctx, raftqv1.Auth_Grant_FullMethodName, false, &raftqv1.GrantRequest{Identity: identity, Admin: true}, &raftqv1.GrantResponse{})
+	return c.grant(ctx, &raftqv1.GrantRequest{Identity: identity, Admin: true})
 }
 
-// Ungrant removes identity's grant on pattern, or with admin its admin role.
+func (c *Client) grant(ctx context.Context, req *raftqv1.GrantRequest) error {
+	return c.keyed("Grant.idempotency_key", func(k string) { req.IdempotencyKey = k }, func() error {
+		return c.auth(ctx, raftqv1.Auth_Grant_FullMethodName, false, req, &raftqv1.GrantResponse{})
+	})
+}
+
+// Ungrant removes identity's grant on pattern, or with admin its admin
+// role. The call carries an idempotency key: a retry after a lost answer
+// answers OK and never takes away a grant given again in between.
 func (c *Client) Ungrant(ctx context.Context, identity, pattern string, admin bool) error {
-	return c.auth(ctx, raftqv1.Auth_Ungrant_FullMethodName, false, &raftqv1.UngrantRequest{Identity: identity, Pattern: pattern, Admin: admin}, &raftqv1.UngrantResponse{})
+	req := &raftqv1.UngrantRequest{Identity: identity, Pattern: pattern, Admin: admin}
+	return c.keyed("Ungrant.idempotency_key", func(k string) { req.IdempotencyKey = k }, func() error {
+		return c.auth(ctx, raftqv1.Auth_Ungrant_FullMethodName, false, req, &raftqv1.UngrantResponse{})
+	})
 }
 
 // ListAuth lists identities, their token names and grants.

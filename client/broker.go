@@ -103,16 +103,42 @@ func NewDedupID() string {
 	return rand.Text()
 }
 
-// CreateQueue creates a queue; a nil cfg takes every default.
+// keyed sends a write that carries a random idempotency key, chosen before
+// the first attempt, so the retries after a lost answer change nothing
+// more, whatever others changed in between (docs/api.md, Retries). set
+// puts the key in the request. A cluster that does not apply the key yet
+// (some voter runs a build before it) refuses it, naming field; the write
+// is then sent once more without a key, as before, and a retry of that
+// one is not protected.
+func (c *Client) keyed(field string, set func(key string), send func() error) error {
+	set(NewDedupID())
+	err := send()
+	if needsVersion(err, field) {
+		c.log.Warn("raftq: the cluster does not apply idempotency keys on this write yet; sending it without one (a retry after a lost answer could undo a change made in between)",
+			"field", field, "error", err)
+		set("")
+		err = send()
+	}
+	return err
+}
+
+// CreateQueue creates a queue; a nil cfg takes every default. The call
+// carries an idempotency key: a retry after a lost answer answers OK and
+// creates nothing, not even the queue if someone deleted it in between.
 func (c *Client) CreateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig) (*raftqv1.QueueInfo, error) {
 	resp := &raftqv1.CreateQueueResponse{}
-	err := c.broker(ctx, raftqv1.Broker_CreateQueue_FullMethodName, &raftqv1.CreateQueueRequest{Name: name, Config: cfg}, resp)
+	req := &raftqv1.CreateQueueRequest{Name: name, Config: cfg}
+	err := c.keyed("CreateQueue.idempotency_key", func(k string) { req.IdempotencyKey = k }, func() error {
+		return c.broker(ctx, raftqv1.Broker_CreateQueue_FullMethodName, req, resp)
+	})
 	return resp.GetQueue(), err
 }
 
 // UpdateQueue changes the QueueConfig fields named by maskPaths (field
 // names such as "visibility_timeout_ms"). With no paths every field is
-// replaced, zero meaning the default.
+// replaced, zero meaning the default. The call carries an idempotency
+// key: a retry after a lost answer changes nothing more, so it never sets
+// back what another update changed in between.
 func (c *Client) UpdateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig, maskPaths ...string) (*raftqv1.QueueInfo, error) {
 	if cfg == nil {
 		cfg = &raftqv1.QueueConfig{}
@@ -123,7 +149,10 @@ func (c *Client) UpdateQueue(ctx context.Context, name string, cfg *raftqv1.Queu
 		return nil, status.Errorf(codes.InvalidArgument, "raftq UpdateQueue: update mask: %v", err)
 	}
 	resp := &raftqv1.UpdateQueueResponse{}
-	err = c.broker(ctx, raftqv1.Broker_UpdateQueue_FullMethodName, &raftqv1.UpdateQueueRequest{Name: name, Config: cfg, UpdateMask: mask}, resp)
+	req := &raftqv1.UpdateQueueRequest{Name: name, Config: cfg, UpdateMask: mask}
+	err = c.keyed("UpdateQueue.idempotency_key", func(k string) { req.IdempotencyKey = k }, func() error {
+		return c.broker(ctx, raftqv1.Broker_UpdateQueue_FullMethodName, req, resp)
+	})
 	return resp.GetQueue(), err
 }
 
@@ -323,9 +352,21 @@ func (c *Client) ClusterStatus(ctx context.Context) (*raftqv1.StatusResponse, er
 
 // RemoveNode removes a node from the Raft configuration. Without force, a
 // removal that would leave fewer voters than the cluster's
-// --bootstrap-expect fails with FAILED_PRECONDITION.
+// --bootstrap-expect fails with FAILED_PRECONDITION. It is sent once, never
+// retried by the SDK: a membership change is no state-machine entry that
+// could carry an idempotency key, and a retry after a lost answer would
+// remove the node again if it rejoined in between. The node called
+// forwards it to the leader; after UNAVAILABLE, check ClusterStatus and
+// call again if the node is still a member.
 func (c *Client) RemoveNode(ctx context.Context, id string, force bool) error {
-	return c.cluster(ctx, raftqv1.Cluster_RemoveNode_FullMethodName, false, &raftqv1.RemoveNodeRequest{Id: id, Force: force}, &raftqv1.RemoveNodeResponse{})
+	return c.once().cluster(ctx, raftqv1.Cluster_RemoveNode_FullMethodName, false, &raftqv1.RemoveNodeRequest{Id: id, Force: force}, &raftqv1.RemoveNodeResponse{})
+}
+
+// once is c with one attempt per call (same pool, same attempt timeout).
+func (c *Client) once() *Client {
+	p := c.retry
+	p.MaxAttempts = 1
+	return c.WithRetryPolicy(p)
 }
 
 // Leave asks the node reached (the first reachable seed: dial exactly
@@ -353,9 +394,8 @@ func (c *Client) TransferLeadership(ctx context.Context, toID string) (string, e
 
 // SetClusterSettings changes the replicated cluster settings (admin):
 // maxQueuedBytes bounds what the whole cluster holds (0 = unlimited; nil
-// leaves it). It returns the settings as committed. Not retried after an
-// unknown outcome: setting the same value again is harmless, so a caller
-// may simply repeat it.
+// leaves it). It returns the settings as committed. Retried with an
+// idempotency key, as ChangeClusterSettings.
 func (c *Client) SetClusterSettings(ctx context.Context, maxQueuedBytes *int64) (*raftqv1.ClusterSettings, error) {
 	return c.ChangeClusterSettings(ctx, &raftqv1.SetClusterSettingsRequest{MaxQueuedBytes: maxQueuedBytes})
 }
@@ -364,10 +404,14 @@ func (c *Client) SetClusterSettings(ctx context.Context, maxQueuedBytes *int64) 
 // leaving absent fields as they are, and returns the settings as
 // committed: max_queued_bytes, and max_queues (the number of queues,
 // dead-letter queues included; needs every voter at log version 12).
-// Not retried after an unknown outcome, as SetClusterSettings.
+// The call carries an idempotency key (set in req): a retry after a lost
+// answer changes nothing more, so it never undoes a setting another
+// operator made in between; it answers with the settings as they are.
 func (c *Client) ChangeClusterSettings(ctx context.Context, req *raftqv1.SetClusterSettingsRequest) (*raftqv1.ClusterSettings, error) {
 	resp := &raftqv1.SetClusterSettingsResponse{}
-	err := c.cluster(ctx, raftqv1.Cluster_SetClusterSettings_FullMethodName, false, req, resp)
+	err := c.keyed("SetClusterSettings.idempotency_key", func(k string) { req.IdempotencyKey = k }, func() error {
+		return c.cluster(ctx, raftqv1.Cluster_SetClusterSettings_FullMethodName, false, req, resp)
+	})
 	return resp.GetSettings(), err
 }
 

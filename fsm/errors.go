@@ -22,6 +22,7 @@ var (
 	ErrTokenExists     = state.ErrTokenExists
 	ErrTokenNotFound   = state.ErrTokenNotFound
 	ErrGrantNotFound   = state.ErrGrantNotFound
+	ErrAnswerLost      = state.ErrAnswerLost
 
 	// ErrNewerVersion marks an entry or snapshot written under a log
 	// version newer than MaxLogVersion: this node must not apply it and

@@ -128,6 +128,10 @@ const (
 	// DeleteKeyVersion is the log version from which
 	// DeleteQueue.idempotency_key is honoured.
 	DeleteKeyVersion = state.DeleteKeyVersion
+	// WriteKeyVersion is the log version from which the idempotency_key
+	// of CreateQueue, UpdateQueue, CreateToken, RevokeToken, Grant,
+	// Ungrant and SetClusterSettings is honoured (state/writekeys.go).
+	WriteKeyVersion = state.WriteKeyVersion
 	// GuardVersion is the log version from which an ordinary queue in
 	// use is never turned into a dead-letter queue, max_queues bounds the
 	// queues, an uncounted nack keeps its delay and a redriven message

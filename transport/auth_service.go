@@ -22,6 +22,9 @@ type authService struct {
 const maxTokenTTL = 100 * 365 * 24 * time.Hour
 
 func (a authService) CreateToken(ctx context.Context, req *raftqv1.CreateTokenRequest) (*raftqv1.CreateTokenResponse, error) {
+	if err := checkIdempotencyKey(req.GetIdempotencyKey()); err != nil {
+		return nil, err
+	}
 	if err := fsm.ValidateIdentity(req.GetName()); err != nil {
 		return nil, invalid("name: %v", err)
 	}
@@ -34,7 +37,7 @@ func (a authService) CreateToken(ctx context.Context, req *raftqv1.CreateTokenRe
 	if req.GetExpiresInMs() < 0 || ttl > maxTokenTTL {
 		return nil, invalid("expires_in_ms must be between 0 (never) and %d", maxTokenTTL.Milliseconds())
 	}
-	t, err := a.s.b.Auth().CreateToken(ctx, req.Name, req.GetIdentity(), ttl)
+	t, err := a.s.b.Auth().Keyed(req.GetIdempotencyKey()).CreateToken(ctx, req.Name, req.GetIdentity(), ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -42,16 +45,22 @@ func (a authService) CreateToken(ctx context.Context, req *raftqv1.CreateTokenRe
 }
 
 func (a authService) RevokeToken(ctx context.Context, req *raftqv1.RevokeTokenRequest) (*raftqv1.RevokeTokenResponse, error) {
+	if err := checkIdempotencyKey(req.GetIdempotencyKey()); err != nil {
+		return nil, err
+	}
 	if err := fsm.ValidateIdentity(req.GetName()); err != nil {
 		return nil, invalid("name: %v", err)
 	}
-	if err := a.s.b.Auth().RevokeToken(ctx, req.Name); err != nil {
+	if err := a.s.b.Auth().Keyed(req.GetIdempotencyKey()).RevokeToken(ctx, req.Name); err != nil {
 		return nil, err
 	}
 	return &raftqv1.RevokeTokenResponse{}, nil
 }
 
 func (a authService) Grant(ctx context.Context, req *raftqv1.GrantRequest) (*raftqv1.GrantResponse, error) {
+	if err := checkIdempotencyKey(req.GetIdempotencyKey()); err != nil {
+		return nil, err
+	}
 	if err := fsm.ValidateIdentity(req.GetIdentity()); err != nil {
 		return nil, invalid("identity: %v", err)
 	}
@@ -75,13 +84,16 @@ func (a authService) Grant(ctx context.Context, req *raftqv1.GrantRequest) (*raf
 			perms |= p
 		}
 	}
-	if err := a.s.b.Auth().Grant(ctx, req.Identity, req.GetPattern(), perms, req.GetAdmin()); err != nil {
+	if err := a.s.b.Auth().Keyed(req.GetIdempotencyKey()).Grant(ctx, req.Identity, req.GetPattern(), perms, req.GetAdmin()); err != nil {
 		return nil, err
 	}
 	return &raftqv1.GrantResponse{}, nil
 }
 
 func (a authService) Ungrant(ctx context.Context, req *raftqv1.UngrantRequest) (*raftqv1.UngrantResponse, error) {
+	if err := checkIdempotencyKey(req.GetIdempotencyKey()); err != nil {
+		return nil, err
+	}
 	if err := fsm.ValidateIdentity(req.GetIdentity()); err != nil {
 		return nil, invalid("identity: %v", err)
 	}
@@ -92,7 +104,7 @@ func (a authService) Ungrant(ctx context.Context, req *raftqv1.UngrantRequest) (
 	} else if err := fsm.ValidatePattern(req.GetPattern()); err != nil {
 		return nil, invalid("pattern: %v", err)
 	}
-	if err := a.s.b.Auth().Ungrant(ctx, req.Identity, req.GetPattern(), req.GetAdmin()); err != nil {
+	if err := a.s.b.Auth().Keyed(req.GetIdempotencyKey()).Ungrant(ctx, req.Identity, req.GetPattern(), req.GetAdmin()); err != nil {
 		return nil, err
 	}
 	return &raftqv1.UngrantResponse{}, nil

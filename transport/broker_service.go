@@ -60,6 +60,14 @@ func checkNewDLQ(cfg *raftqv1.QueueConfig) error {
 	return nil
 }
 
+// checkIdempotencyKey refuses a key no record could hold.
+func checkIdempotencyKey(key string) error {
+	if len(key) > fsm.MaxDedupIDLen {
+		return invalid("idempotency_key is longer than %d bytes", fsm.MaxDedupIDLen)
+	}
+	return nil
+}
+
 func (s brokerService) CreateQueue(ctx context.Context, req *raftqv1.CreateQueueRequest) (*raftqv1.CreateQueueResponse, error) {
 	if err := checkNewQueueName("name", req.GetName()); err != nil {
 		return nil, err
@@ -67,7 +75,10 @@ func (s brokerService) CreateQueue(ctx context.Context, req *raftqv1.CreateQueue
 	if err := checkNewDLQ(req.GetConfig()); err != nil {
 		return nil, err
 	}
-	qi, err := s.b.Queues().CreateQueue(ctx, req.Name, req.Config)
+	if err := checkIdempotencyKey(req.GetIdempotencyKey()); err != nil {
+		return nil, err
+	}
+	qi, err := s.b.Queues().Keyed(req.GetIdempotencyKey()).CreateQueue(ctx, req.Name, req.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +98,10 @@ func (s brokerService) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueue
 			return nil, err
 		}
 	}
-	qi, err := s.b.Queues().UpdateQueue(ctx, req.Name, req.Config, mask)
+	if err := checkIdempotencyKey(req.GetIdempotencyKey()); err != nil {
+		return nil, err
+	}
+	qi, err := s.b.Queues().Keyed(req.GetIdempotencyKey()).UpdateQueue(ctx, req.Name, req.Config, mask)
 	if err != nil {
 		return nil, err
 	}

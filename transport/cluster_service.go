@@ -143,7 +143,10 @@ func (c *clusterService) Leave(ctx context.Context, req *raftqv1.LeaveRequest) (
 // SetClusterSettings changes the replicated cluster settings (the
 // interceptor forwards it to the leader).
 func (c *clusterService) SetClusterSettings(ctx context.Context, req *raftqv1.SetClusterSettingsRequest) (*raftqv1.SetClusterSettingsResponse, error) {
-	s, err := c.s.b.SetClusterSettings(ctx, broker.SettingsChange{MaxQueuedBytes: req.MaxQueuedBytes, MaxQueues: req.MaxQueues})
+	if err := checkIdempotencyKey(req.GetIdempotencyKey()); err != nil {
+		return nil, err
+	}
+	s, err := c.s.b.SetClusterSettings(ctx, broker.SettingsChange{MaxQueuedBytes: req.MaxQueuedBytes, MaxQueues: req.MaxQueues, IdempotencyKey: req.GetIdempotencyKey()})
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -43,7 +43,7 @@ func codeOf(err error) codes.Code {
 	case errors.Is(err, fsm.ErrQueueFull), errors.Is(err, fsm.ErrLimit), errors.Is(err, broker.ErrOverloaded),
 		errors.Is(err, diskguard.ErrNoSpace):
 		return codes.ResourceExhausted
-	case errors.Is(err, fsm.ErrStaleLease), errors.Is(err, fsm.ErrInUse), errors.Is(err, fsm.ErrNotEmpty):
+	case errors.Is(err, fsm.ErrStaleLease), errors.Is(err, fsm.ErrInUse), errors.Is(err, fsm.ErrNotEmpty), errors.Is(err, fsm.ErrAnswerLost):
 		return codes.FailedPrecondition
 	case errors.Is(err, cluster.ErrUnknownNode):
 		return codes.NotFound

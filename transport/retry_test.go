@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 )
 
 // answerLoser is a client interceptor that lets the first call of each
@@ -205,5 +207,180 @@ func TestDeleteKeyNeedsVersion11(t *testing.T) {
 	}
 	if _, err := l.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "d"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("after the SDK's delete: %v, want NOT_FOUND", err)
+	}
+}
+
+// TestRetriedKeyedWritesAfterALostAnswer (issue 20, retries): every other
+// write the SDK retries, through the SDK: the first attempt applies, its
+// answer is lost, another client changes the same thing, and the SDK's
+// retry arrives with the first attempt's idempotency key. The retry
+// answers as the first did (CreateToken: FAILED_PRECONDITION, the secret
+// was only in the lost answer) and changes nothing more.
+func TestRetriedKeyedWritesAfterALostAnswer(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 1})
+	l := c.leader()
+	waitClusterVersion(t, c, fsm.WriteKeyVersion)
+	ctx := tctx(t, 60*time.Second)
+	ac, cc := raftqv1.NewAuthClient(l.conn), raftqv1.NewClusterClient(l.conn)
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	loser := &answerLoser{lose: map[string]bool{}}
+	cl, err := client.Dial(tctx(t, 10*time.Second), []string{l.addr},
+		client.WithDialOptions(grpc.WithUnaryInterceptor(loser.intercept)),
+		client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	lose := func(method string, between func()) {
+		loser.mu.Lock()
+		loser.lose[method] = true
+		loser.between = func(string) { between() }
+		loser.mu.Unlock()
+	}
+	lost := func() {
+		t.Helper()
+		loser.mu.Lock()
+		defer loser.mu.Unlock()
+		if len(loser.lose) != 0 {
+			t.Fatalf("an answer was never lost: %v", loser.lose)
+		}
+	}
+	grants := func(identity string) int {
+		resp, err := ac.ListAuth(ctx, &raftqv1.ListAuthRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range resp.GetIdentities() {
+			if id.GetName() == identity {
+				return len(id.GetGrants())
+			}
+		}
+		return 0
+	}
+
+	mustCreate(t, l, "u", nil)
+	lose(raftqv1.Broker_UpdateQueue_FullMethodName, func() {
+		must(l.broker.UpdateQueue(ctx, &raftqv1.UpdateQueueRequest{Name: "u", Config: &raftqv1.QueueConfig{MaxDepth: 20}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_depth"}}}))
+	})
+	if _, err := cl.UpdateQueue(ctx, "u", &raftqv1.QueueConfig{MaxDepth: 10}, "max_depth"); err != nil {
+		t.Fatalf("retried UpdateQueue: %v, want OK", err)
+	}
+	lost()
+	if got := queueInfo(t, l, "u").GetConfig().GetMaxDepth(); got != 20 {
+		t.Fatalf("max_depth %d after the retried update; the update made in between set 20", got)
+	}
+
+	lose(raftqv1.Broker_CreateQueue_FullMethodName, func() {
+		must(l.broker.DeleteQueue(ctx, &raftqv1.DeleteQueueRequest{Name: "c"}))
+	})
+	if qi, err := cl.CreateQueue(ctx, "c", nil); err != nil || qi.GetName() != "c" {
+		t.Fatalf("retried CreateQueue: %v %v, want OK naming c", qi, err)
+	}
+	lost()
+	if _, err := l.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "c"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("after the retried create: %v; the queue deleted in between was created again", err)
+	}
+
+	lose(raftqv1.Auth_CreateToken_FullMethodName, func() {
+		must(ac.RevokeToken(ctx, &raftqv1.RevokeTokenRequest{Name: "ci"}))
+	})
+	if _, err := cl.CreateToken(ctx, "ci", "", 0); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "revoke ci and create it again") {
+		t.Fatalf("retried CreateToken: %v, want FAILED_PRECONDITION saying the secret was lost", err)
+	}
+	lost()
+	if resp, err := ac.ListAuth(ctx, &raftqv1.ListAuthRequest{}); err != nil || len(resp.GetIdentities()) != 0 {
+		t.Fatalf("after the retried CreateToken: %v %v; the retry made a second token", resp, err)
+	}
+
+	must(ac.CreateToken(ctx, &raftqv1.CreateTokenRequest{Name: "ci"}))
+	var second string
+	lose(raftqv1.Auth_RevokeToken_FullMethodName, func() {
+		resp, err := ac.CreateToken(ctx, &raftqv1.CreateTokenRequest{Name: "ci"})
+		must(resp, err)
+		second = resp.GetToken()
+	})
+	if err := cl.RevokeToken(ctx, "ci"); err != nil {
+		t.Fatalf("retried RevokeToken: %v, want OK", err)
+	}
+	lost()
+	if resp, err := ac.ListAuth(ctx, &raftqv1.ListAuthRequest{}); err != nil || len(resp.GetIdentities()) != 1 || second == "" {
+		t.Fatalf("after the retried revoke: %v %v; the token created again in between was revoked", resp, err)
+	}
+
+	lose(raftqv1.Auth_Grant_FullMethodName, func() {
+		must(ac.Ungrant(ctx, &raftqv1.UngrantRequest{Identity: "alice", Pattern: "a.*"}))
+	})
+	if err := cl.Grant(ctx, "alice", "a.*", "produce"); err != nil {
+		t.Fatalf("retried Grant: %v, want OK", err)
+	}
+	lost()
+	if n := grants("alice"); n != 0 {
+		t.Fatalf("alice has %d grants after the retried grant; the ungrant in between took it", n)
+	}
+
+	must(ac.Grant(ctx, &raftqv1.GrantRequest{Identity: "bob", Pattern: "b.*", Allow: []string{"produce"}}))
+	lose(raftqv1.Auth_Ungrant_FullMethodName, func() {
+		must(ac.Grant(ctx, &raftqv1.GrantRequest{Identity: "bob", Pattern: "b.*", Allow: []string{"produce"}}))
+	})
+	if err := cl.Ungrant(ctx, "bob", "b.*", false); err != nil {
+		t.Fatalf("retried Ungrant: %v, want OK", err)
+	}
+	lost()
+	if n := grants("bob"); n != 1 {
+		t.Fatalf("bob has %d grants after the retried ungrant; the grant in between gave one", n)
+	}
+
+	two := int64(200 << 20)
+	lose(raftqv1.Cluster_SetClusterSettings_FullMethodName, func() {
+		must(cc.SetClusterSettings(ctx, &raftqv1.SetClusterSettingsRequest{MaxQueuedBytes: &two}))
+	})
+	one := int64(100 << 20)
+	s, err := cl.SetClusterSettings(ctx, &one)
+	if err != nil || s.GetMaxQueuedBytes() != two {
+		t.Fatalf("retried SetClusterSettings: %v %v, want OK with the setting made in between (%d)", s, err, two)
+	}
+	lost()
+}
+
+// TestWriteKeysNeedTheirVersion: until every voter applies keyed writes a
+// key is refused FAILED_PRECONDITION naming the field and the version, and
+// changes nothing; the SDK then sends the write without a key, as before.
+func TestWriteKeysNeedTheirVersion(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 1, logVersion: fsm.WriteKeyVersion - 1})
+	l := c.leader()
+	waitClusterVersion(t, c, fsm.WriteKeyVersion-1)
+	ctx := tctx(t, 20*time.Second)
+	mustCreate(t, l, "u", nil)
+	_, err := l.broker.UpdateQueue(ctx, &raftqv1.UpdateQueueRequest{Name: "u", Config: &raftqv1.QueueConfig{MaxDepth: 10},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_depth"}}, IdempotencyKey: "k1"})
+	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "UpdateQueue.idempotency_key") ||
+		!strings.Contains(st.Message(), fmt.Sprintf("log version %d", fsm.WriteKeyVersion)) {
+		t.Fatalf("keyed update below the version: %v, want FAILED_PRECONDITION naming the field and version %d", err, fsm.WriteKeyVersion)
+	}
+	if got := queueInfo(t, l, "u").GetConfig().GetMaxDepth(); got != 0 {
+		t.Fatalf("a refused update set max_depth %d", got)
+	}
+	_, err = raftqv1.NewAuthClient(l.conn).Grant(ctx, &raftqv1.GrantRequest{Identity: "alice", Pattern: "a.*", Allow: []string{"produce"}, IdempotencyKey: "k2"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "Grant.idempotency_key") {
+		t.Fatalf("keyed grant below the version: %v", err)
+	}
+	cl, err := client.Dial(ctx, []string{l.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.UpdateQueue(ctx, "u", &raftqv1.QueueConfig{MaxDepth: 10}, "max_depth"); err != nil {
+		t.Fatalf("SDK update below the version: %v", err)
+	}
+	if got := queueInfo(t, l, "u").GetConfig().GetMaxDepth(); got != 10 {
+		t.Fatalf("SDK update below the version: max_depth %d", got)
+	}
+	if err := cl.Grant(ctx, "alice", "a.*", "produce"); err != nil {
+		t.Fatalf("SDK grant below the version: %v", err)
 	}
 }

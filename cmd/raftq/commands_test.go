@@ -121,7 +121,14 @@ func TestQueueCreateAndJSON(t *testing.T) {
 	want := &raftqv1.CreateQueueRequest{Name: "jobs", Config: &raftqv1.QueueConfig{
 		VisibilityTimeoutMs: 45000, Throttles: map[string]*raftqv1.ThrottleRule{"api": {RatePerSec: 5, Burst: 2}},
 	}}
-	if len(reqs) != 1 || !proto.Equal(reqs[0], want) {
+	// The create carries an idempotency key (docs/api.md, Retries), a
+	// fresh one per call.
+	if len(reqs) != 1 || reqs[0].GetIdempotencyKey() == "" {
+		t.Fatalf("requests = %v, want one with an idempotency key", reqs)
+	}
+	got := proto.Clone(reqs[0]).(*raftqv1.CreateQueueRequest)
+	got.IdempotencyKey = ""
+	if !proto.Equal(got, want) {
 		t.Fatalf("requests = %v, want %v", reqs, want)
 	}
 	var q raftqv1.QueueInfo

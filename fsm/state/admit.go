@@ -148,6 +148,13 @@ func validateDedupWindow(c *fsmv1.QueueConfig) error {
 // = unlimited); lowering it below the number of queues refuses new
 // queues only. Earlier entries ignore the field, as older builds do.
 func (tx *Tx) SetClusterSettings(c *fsmv1.SetClusterSettings) *Done {
+	k, err := tx.writeKey(recentSettings, "", c.GetIdempotencyKey())
+	switch {
+	case err != nil:
+		return failed(err)
+	case tx.repeat(k):
+		return &Done{} // answered with the settings as they are now
+	}
 	maxQueues := c.MaxQueues != nil && tx.version >= GuardVersion
 	if c.MaxQueuedBytes != nil && c.GetMaxQueuedBytes() < 0 {
 		return failed(fmt.Errorf("%w: max_queued_bytes is negative (%d)", ErrInvalid, c.GetMaxQueuedBytes()))
@@ -161,6 +168,7 @@ func (tx *Tx) SetClusterSettings(c *fsmv1.SetClusterSettings) *Done {
 	if maxQueues {
 		tx.s.maxQueues = c.GetMaxQueues()
 	}
+	tx.done(k)
 	return &Done{}
 }
 

@@ -260,6 +260,14 @@ func (tx *Tx) CreateToken(c *fsmv1.CreateToken) Result {
 		return failed(fmt.Errorf("%w: sha256 must be 32 bytes", ErrInvalid))
 	case c.GetExpiresUnixMs() < 0 || c.GetExpiresUnixMs() != 0 && c.GetExpiresUnixMs() <= tx.stampMs:
 		return failed(fmt.Errorf("%w: token expires before it is created", ErrInvalid))
+	}
+	k, err := tx.writeKey(recentCreateToken, c.GetName(), c.GetIdempotencyKey())
+	switch {
+	case err != nil:
+		return failed(err)
+	case tx.repeat(k):
+		return failed(fmt.Errorf("%w: token %s was created by this call's first attempt, whose answer was lost; its secret was only in that answer and is never stored: revoke %s and create it again",
+			ErrAnswerLost, c.GetName(), c.GetName()))
 	case len(a.tokens) >= MaxTokens:
 		return failed(fmt.Errorf("%w: %d tokens exist", ErrLimit, MaxTokens))
 	}
@@ -276,11 +284,22 @@ func (tx *Tx) CreateToken(c *fsmv1.CreateToken) Result {
 	n.tokens[t.Name] = t
 	n.byHash[t.Hash] = t.Name
 	tx.s.auth = n
+	tx.done(k)
 	return &Done{}
 }
 
 // RevokeToken deletes a token by name.
 func (tx *Tx) RevokeToken(c *fsmv1.RevokeToken) Result {
+	if err := ValidateIdentity(c.GetName()); err != nil && tx.version >= WriteKeyVersion && c.GetIdempotencyKey() != "" {
+		return failed(err)
+	}
+	k, err := tx.writeKey(recentRevokeToken, c.GetName(), c.GetIdempotencyKey())
+	switch {
+	case err != nil:
+		return failed(err)
+	case tx.repeat(k):
+		return &Done{}
+	}
 	t, ok := tx.s.auth.tokens[c.GetName()]
 	if !ok {
 		return failed(fmt.Errorf("%w: %s", ErrTokenNotFound, c.GetName()))
@@ -289,6 +308,7 @@ func (tx *Tx) RevokeToken(c *fsmv1.RevokeToken) Result {
 	delete(n.tokens, t.Name)
 	delete(n.byHash, t.Hash)
 	tx.s.auth = n
+	tx.done(k)
 	return &Done{}
 }
 
@@ -297,6 +317,13 @@ func (tx *Tx) RevokeToken(c *fsmv1.RevokeToken) Result {
 func (tx *Tx) AuthGrant(c *fsmv1.AuthGrant) Result {
 	if err := ValidateIdentity(c.GetIdentity()); err != nil {
 		return failed(err)
+	}
+	k, err := tx.writeKey(recentGrant, c.GetIdentity(), c.GetIdempotencyKey())
+	switch {
+	case err != nil:
+		return failed(err)
+	case tx.repeat(k):
+		return &Done{}
 	}
 	id := tx.s.auth.idents[c.Identity]
 	if c.GetAdmin() {
@@ -327,11 +354,22 @@ func (tx *Tx) AuthGrant(c *fsmv1.AuthGrant) Result {
 	n := tx.s.auth.clone()
 	n.idents[c.Identity] = id
 	tx.s.auth = n
+	tx.done(k)
 	return &Done{}
 }
 
 // AuthUngrant removes the grant on a pattern, or the admin role.
 func (tx *Tx) AuthUngrant(c *fsmv1.AuthUngrant) Result {
+	if err := ValidateIdentity(c.GetIdentity()); err != nil && tx.version >= WriteKeyVersion && c.GetIdempotencyKey() != "" {
+		return failed(err)
+	}
+	k, err := tx.writeKey(recentUngrant, c.GetIdentity(), c.GetIdempotencyKey())
+	switch {
+	case err != nil:
+		return failed(err)
+	case tx.repeat(k):
+		return &Done{}
+	}
 	id, ok := tx.s.auth.idents[c.GetIdentity()]
 	if c.GetAdmin() {
 		if c.GetPattern() != "" {
@@ -358,6 +396,7 @@ func (tx *Tx) AuthUngrant(c *fsmv1.AuthUngrant) Result {
 		n.idents[c.Identity] = id
 	}
 	tx.s.auth = n
+	tx.done(k)
 	return &Done{}
 }
 

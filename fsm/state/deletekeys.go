@@ -27,15 +27,22 @@ import (
 
 const recentDeleteQueue = fsmv1.RecentKind_RECENT_KIND_DELETE_QUEUE
 
-// deletedKey is a delete that succeeded with an idempotency key, ordered by
-// (queue, key); atMs is a value.
+// deletedKey is a delete that succeeded with an idempotency key, or (from
+// WriteKeyVersion, writekeys.go) another keyed write of its kind, whose
+// target is then in queue. Ordered by (kind, queue, key): a delete's kind
+// is the lowest, so a state holding deletes only keeps version 11's order;
+// atMs is a value.
 type deletedKey struct {
+	kind  recentKind
 	queue string
 	key   string
 	atMs  int64
 }
 
 func lessDeletedKey(a, b deletedKey) bool {
+	if c := cmp.Compare(a.kind, b.kind); c != 0 {
+		return c < 0
+	}
 	if c := cmp.Compare(a.queue, b.queue); c != 0 {
 		return c < 0
 	}
@@ -52,7 +59,7 @@ func (d deletedKey) bytes() int64 {
 
 // ref is the record's entry in the recent outcomes' expiry index.
 func (d deletedKey) ref() recentRef {
-	return recentRef{at: d.atMs, queue: d.queue, entry: recentEntry{kind: recentDeleteQueue, key: d.key, atMs: d.atMs}}
+	return recentRef{at: d.atMs, queue: d.queue, entry: recentEntry{kind: d.kind, key: d.key, atMs: d.atMs}}
 }
 
 // deleteKeyed reports whether a DeleteQueue of this entry is keyed, and
@@ -71,14 +78,24 @@ func (tx *Tx) deleteKeyed(c *fsmv1.DeleteQueue) (bool, error) {
 // deletedBefore reports whether a delete of queue with key succeeded within
 // the window.
 func (s *Store) deletedBefore(queue, key string) bool {
-	d, ok := s.deleted.Get(deletedKey{queue: queue, key: key})
+	return s.wroteBefore(recentDeleteQueue, queue, key)
+}
+
+// wroteBefore reports whether a write of kind on target with key
+// succeeded within the window.
+func (s *Store) wroteBefore(kind recentKind, target, key string) bool {
+	d, ok := s.deleted.Get(deletedKey{kind: kind, queue: target, key: key})
 	return ok && within(d.atMs, s.lastNow)
 }
 
 // rememberDelete records that the delete of queue with key succeeded, at
 // the state's clock, making room as remember does.
-func (s *Store) rememberDelete(queue, key string) {
-	d := deletedKey{queue: queue, key: key, atMs: s.lastNow}
+func (s *Store) rememberDelete(queue, key string) { s.rememberWrite(recentDeleteQueue, queue, key) }
+
+// rememberWrite records that a write of kind on target with key
+// succeeded, at the state's clock, making room as remember does.
+func (s *Store) rememberWrite(kind recentKind, target, key string) {
+	d := deletedKey{kind: kind, queue: target, key: key, atMs: s.lastNow}
 	if old, ok := s.deleted.ReplaceOrInsert(d); ok {
 		// Never expected (a repeat is answered, not recorded), but keep
 		// the index and counters exact if it happens.
@@ -94,20 +111,27 @@ func (s *Store) rememberDelete(queue, key string) {
 
 // forgetDeleted drops the record an expiry-index ref names.
 func (s *Store) forgetDeleted(r recentRef) {
-	if d, ok := s.deleted.Delete(deletedKey{queue: r.queue, key: r.entry.key}); ok {
+	if d, ok := s.deleted.Delete(deletedKey{kind: r.entry.kind, queue: r.queue, key: r.entry.key}); ok {
 		s.recentBytes -= d.bytes()
 	}
 }
 
 // loadDeleted adds a snapshot's record.
-func (s *Store) loadDeleted(r *fsmv1.DeletedKey) error {
-	if err := ValidateQueueName(r.Queue); err != nil {
+func (s *Store) loadDeleted(r *fsmv1.DeletedKey, clusterVersion uint32) error {
+	kind := r.GetKind()
+	if kind == fsmv1.RecentKind_RECENT_KIND_UNSPECIFIED {
+		kind = recentDeleteQueue
+	}
+	if kind != recentDeleteQueue && clusterVersion < WriteKeyVersion {
+		return fmt.Errorf("%w: a keyed write of kind %v at cluster version %d", ErrInvalid, kind, clusterVersion)
+	}
+	if err := validateWriteTarget(kind, r.Queue); err != nil {
 		return fmt.Errorf("%w: deleted key: %w", ErrInvalid, err)
 	}
 	if r.IdempotencyKey == "" || len(r.IdempotencyKey) > MaxDedupIDLen {
 		return fmt.Errorf("%w: deleted key of %s is empty or longer than %d bytes", ErrInvalid, r.Queue, MaxDedupIDLen)
 	}
-	d := deletedKey{queue: r.Queue, key: r.IdempotencyKey, atMs: r.AtMs}
+	d := deletedKey{kind: kind, queue: r.Queue, key: r.IdempotencyKey, atMs: r.AtMs}
 	if _, dup := s.deleted.ReplaceOrInsert(d); dup {
 		return fmt.Errorf("%w: deleted key of %s twice", ErrInvalid, r.Queue)
 	}

@@ -121,7 +121,7 @@ func (s *Store) forgetOldestRecent() {
 	if !ok {
 		return
 	}
-	if r.entry.kind == recentDeleteQueue {
+	if storeLevel(r.entry.kind) {
 		s.forgetDeleted(r)
 		return
 	}

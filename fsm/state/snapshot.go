@@ -238,7 +238,13 @@ func (fr *Frozen) Stream(w io.Writer) error {
 		var err error
 		rec := &fsmv1.DeletedKey{}
 		fr.deleted.Ascend(func(d deletedKey) bool {
-			rec.Queue, rec.IdempotencyKey, rec.AtMs = d.queue, d.key, d.atMs
+			rec.Queue, rec.IdempotencyKey, rec.AtMs, rec.Kind = d.queue, d.key, d.atMs, fsmv1.RecentKind_RECENT_KIND_UNSPECIFIED
+			if d.kind != recentDeleteQueue {
+				// A delete's record stays as version 11 wrote it; other
+				// kinds exist only from WriteKeyVersion, which an older
+				// build refuses before it could drop the field.
+				rec.Kind = d.kind
+			}
 			err = put(rec)
 			return err == nil
 		})
@@ -505,7 +511,7 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 		if err := opts.UnmarshalFrom(r, rec); err != nil {
 			return fmt.Errorf("%w: deleted key record: %v", ErrInvalid, err)
 		}
-		if err := s.loadDeleted(rec); err != nil {
+		if err := s.loadDeleted(rec, hdr.ClusterVersion); err != nil {
 			return err
 		}
 	}

@@ -101,6 +101,13 @@ func (tx *Tx) CreateQueue(c *fsmv1.CreateQueue) *QueueResult {
 	if err := ValidateQueueName(c.GetName()); err != nil {
 		return &QueueResult{Done: Done{Err: err}}
 	}
+	k, err := tx.writeKey(recentCreateQueue, c.GetName(), c.GetIdempotencyKey())
+	if err != nil {
+		return &QueueResult{Done: Done{Err: err}}
+	}
+	if tx.repeat(k) {
+		return tx.repeatedQueue(c.GetName())
+	}
 	if err := tx.validateConfig(c.GetConfig()); err != nil {
 		return &QueueResult{Done: Done{Err: err}}
 	}
@@ -164,6 +171,7 @@ func (tx *Tx) CreateQueue(c *fsmv1.CreateQueue) *QueueResult {
 	q.cfg = effectiveConfig(q.raw, dlqName)
 	tx.s.queues[c.Name] = q
 	tx.touched.add(q.name)
+	tx.done(k)
 	return &QueueResult{Queue: tx.s.info(q)}
 }
 
@@ -204,6 +212,13 @@ func (tx *Tx) validateConfig(c *fsmv1.QueueConfig) error {
 }
 
 func (tx *Tx) UpdateQueue(c *fsmv1.UpdateQueue) *QueueResult {
+	k, err := tx.writeKey(recentUpdateQueue, c.GetName(), c.GetIdempotencyKey())
+	if err != nil {
+		return &QueueResult{Done: Done{Err: err}}
+	}
+	if tx.repeat(k) {
+		return tx.repeatedQueue(c.GetName())
+	}
 	q := tx.s.queues[c.GetName()]
 	if q == nil {
 		return &QueueResult{Done: Done{Err: fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetName())}}
@@ -232,6 +247,7 @@ func (tx *Tx) UpdateQueue(c *fsmv1.UpdateQueue) *QueueResult {
 	q.raw = raw
 	q.cfg = effectiveConfig(raw, want)
 	tx.touched.add(q.name)
+	tx.done(k)
 	return &QueueResult{Queue: tx.s.info(q)}
 }
 

@@ -17,10 +17,12 @@ package state
 // time-driven sweep per entry (SweepBudgetVersion, sweep.go); version 14
 // adds Peek/Redrive filters, dry runs, ids and rate-limited redrive jobs,
 // and records when messages are dead-lettered (RedriveVersion,
-// redrive.go). fsm/DESIGN.md lists every
+// redrive.go); version 15 answers a retried CreateQueue, UpdateQueue,
+// CreateToken, RevokeToken, grant, ungrant or SetClusterSettings as the
+// first (WriteKeyVersion, writekeys.go). fsm/DESIGN.md lists every
 // version; a rule that changes in version N is
 // written `if tx.version >= N`.
-const MaxLogVersion uint32 = 14
+const MaxLogVersion uint32 = 15
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the

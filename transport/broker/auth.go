@@ -26,10 +26,26 @@ var ErrAuthNotEnabled = errors.New("identities and grants need every voter at lo
 
 // Auth is the broker's identity and permission administration: a facet
 // of Broker (Broker.Auth). The checks themselves read fsm.FSM.Auth.
-type Auth struct{ b *Broker }
+type Auth struct {
+	b   *Broker
+	key string // the idempotency key the next write carries (Keyed)
+}
 
 // Auth returns the auth administration facet.
-func (b *Broker) Auth() Auth { return Auth{b} }
+func (b *Broker) Auth() Auth { return Auth{b: b} }
+
+// Keyed returns the facet whose writes carry key (from fsm.WriteKeyVersion:
+// a repeat changes nothing; before it a key is refused, NeedsVersionError
+// naming field).
+func (a Auth) Keyed(key string) Auth { a.key = key; return a }
+
+// checkKey refuses a key the cluster does not honour yet.
+func (a Auth) checkKey(field string) error {
+	if a.key == "" {
+		return nil
+	}
+	return a.b.needVersion(fsm.WriteKeyVersion, field)
+}
 
 // NewToken draws a bearer token: 256 bits from crypto/rand, base64url,
 // with TokenPrefix. Its SHA-256 is what the cluster stores.
@@ -64,6 +80,9 @@ func (a Auth) CreateToken(ctx context.Context, name, identity string, ttl time.D
 	if identity == "" {
 		identity = name
 	}
+	if err := a.checkKey("CreateToken.idempotency_key"); err != nil {
+		return nil, err
+	}
 	tok, err := NewToken()
 	if err != nil {
 		return nil, err
@@ -74,7 +93,7 @@ func (a Auth) CreateToken(ctx context.Context, name, identity string, ttl time.D
 	}
 	h := HashToken(tok)
 	err = a.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_CreateToken{CreateToken: &fsmv1.CreateToken{
-		Name: name, Identity: identity, Sha256: h[:], ExpiresUnixMs: expires}}})
+		Name: name, Identity: identity, Sha256: h[:], ExpiresUnixMs: expires, IdempotencyKey: a.key}}})
 	if err != nil {
 		return nil, err
 	}
@@ -83,19 +102,28 @@ func (a Auth) CreateToken(ctx context.Context, name, identity string, ttl time.D
 
 // RevokeToken deletes a token by name.
 func (a Auth) RevokeToken(ctx context.Context, name string) error {
-	return a.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_RevokeToken{RevokeToken: &fsmv1.RevokeToken{Name: name}}})
+	if err := a.checkKey("RevokeToken.idempotency_key"); err != nil {
+		return err
+	}
+	return a.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_RevokeToken{RevokeToken: &fsmv1.RevokeToken{Name: name, IdempotencyKey: a.key}}})
 }
 
 // Grant adds perms on pattern to identity, or (admin) the admin role.
 func (a Auth) Grant(ctx context.Context, identity, pattern string, perms fsm.Perm, admin bool) error {
+	if err := a.checkKey("Grant.idempotency_key"); err != nil {
+		return err
+	}
 	return a.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_AuthGrant{AuthGrant: &fsmv1.AuthGrant{
-		Identity: identity, Pattern: pattern, Perms: uint32(perms), Admin: admin}}})
+		Identity: identity, Pattern: pattern, Perms: uint32(perms), Admin: admin, IdempotencyKey: a.key}}})
 }
 
 // Ungrant removes identity's grant on pattern, or (admin) its admin role.
 func (a Auth) Ungrant(ctx context.Context, identity, pattern string, admin bool) error {
+	if err := a.checkKey("Ungrant.idempotency_key"); err != nil {
+		return err
+	}
 	return a.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_AuthUngrant{AuthUngrant: &fsmv1.AuthUngrant{
-		Identity: identity, Pattern: pattern, Admin: admin}}})
+		Identity: identity, Pattern: pattern, Admin: admin, IdempotencyKey: a.key}}})
 }
 
 // drawLeaseTokens gives every grant of a LeaseGrant (or of an Ack that

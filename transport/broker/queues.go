@@ -16,10 +16,18 @@ import (
 // Queues is the broker's queue administration and reads: the operations
 // that name a queue rather than messages in it. It is a facet of Broker
 // (Broker.Queues), kept apart so each type stays small.
-type Queues struct{ b *Broker }
+type Queues struct {
+	b   *Broker
+	key string // the idempotency key CreateQueue and UpdateQueue carry (Keyed)
+}
 
 // Queues returns the queue administration facet.
-func (b *Broker) Queues() Queues { return Queues{b} }
+func (b *Broker) Queues() Queues { return Queues{b: b} }
+
+// Keyed returns the facet whose CreateQueue and UpdateQueue carry key
+// (from fsm.WriteKeyVersion: a repeat changes nothing; before it a key is
+// refused, NeedsVersionError naming the field).
+func (qs Queues) Keyed(key string) Queues { qs.key = key; return qs }
 
 // CreateQueue creates a queue (and its dead-letter queue when the config
 // asks for the default one).
@@ -31,6 +39,11 @@ func (b *Broker) Queues() Queues { return Queues{b} }
 // (which the state does not know), and on a cluster below version 12
 // altogether, whose entries would convert a queue in use.
 func (qs Queues) CreateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig) (*Queue, error) {
+	if qs.key != "" {
+		if err := qs.b.needVersion(fsm.WriteKeyVersion, "CreateQueue.idempotency_key"); err != nil {
+			return nil, err
+		}
+	}
 	if d := cfg.GetDeadLetterQueue(); d != "" {
 		if qi, err := qs.b.state.GetQueue(d); err == nil && !qi.IsDeadLetterQueue {
 			if err := qs.b.needVersion(fsm.GuardVersion, "config.dead_letter_queue naming the ordinary queue "+d); err != nil {
@@ -46,7 +59,7 @@ func (qs Queues) CreateQueue(ctx context.Context, name string, cfg *raftqv1.Queu
 			}
 		}
 	}
-	res, err := apply[*fsm.QueueResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: name, Config: logconv.QueueConfig(cfg)}}})
+	res, err := apply[*fsm.QueueResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: name, Config: logconv.QueueConfig(cfg), IdempotencyKey: qs.key}}})
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +69,12 @@ func (qs Queues) CreateQueue(ctx context.Context, name string, cfg *raftqv1.Queu
 // UpdateQueue changes the fields of a queue's config named by mask (all of
 // them when mask is empty).
 func (qs Queues) UpdateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig, mask []string) (*Queue, error) {
-	res, err := apply[*fsm.QueueResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: name, Config: logconv.QueueConfig(cfg), Mask: mask}}})
+	if qs.key != "" {
+		if err := qs.b.needVersion(fsm.WriteKeyVersion, "UpdateQueue.idempotency_key"); err != nil {
+			return nil, err
+		}
+	}
+	res, err := apply[*fsm.QueueResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: name, Config: logconv.QueueConfig(cfg), Mask: mask, IdempotencyKey: qs.key}}})
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,8 @@ func (b *Broker) needVersion(v uint32, what string) error {
 type SettingsChange struct {
 	MaxQueuedBytes *int64
 	MaxQueues      *int64 // from log version 12 (fsm.GuardVersion)
+	// IdempotencyKey makes a repeat change nothing (fsm.WriteKeyVersion).
+	IdempotencyKey string
 }
 
 // SetClusterSettings proposes new cluster settings (nil: unchanged) and
@@ -49,7 +51,12 @@ func (b *Broker) SetClusterSettings(ctx context.Context, ch SettingsChange) (sta
 			return state.Settings{}, err
 		}
 	}
-	cmd := &fsmv1.Command{Op: &fsmv1.Command_SetClusterSettings{SetClusterSettings: &fsmv1.SetClusterSettings{MaxQueuedBytes: ch.MaxQueuedBytes, MaxQueues: ch.MaxQueues}}}
+	if ch.IdempotencyKey != "" {
+		if err := b.needVersion(fsm.WriteKeyVersion, "SetClusterSettings.idempotency_key"); err != nil {
+			return state.Settings{}, err
+		}
+	}
+	cmd := &fsmv1.Command{Op: &fsmv1.Command_SetClusterSettings{SetClusterSettings: &fsmv1.SetClusterSettings{MaxQueuedBytes: ch.MaxQueuedBytes, MaxQueues: ch.MaxQueues, IdempotencyKey: ch.IdempotencyKey}}}
 	if _, err := apply[*fsm.Done](ctx, b, cmd); err != nil {
 		return state.Settings{}, err
 	}

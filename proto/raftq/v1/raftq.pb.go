@@ -1130,11 +1130,15 @@ func (x *ItemResult) GetError() string {
 }
 
 type CreateQueueRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Config        *QueueConfig           `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Config *QueueConfig           `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
+	// *(added)* A repeat with the same key within 5 minutes (a retry after a
+	// lost answer) changes nothing more (docs/api.md, Retries); needs every
+	// voter at the log version of keyed writes, else FAILED_PRECONDITION.
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CreateQueueRequest) Reset() {
@@ -1179,6 +1183,13 @@ func (x *CreateQueueRequest) GetConfig() *QueueConfig {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *CreateQueueRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 type CreateQueueResponse struct {
@@ -1226,12 +1237,16 @@ func (x *CreateQueueResponse) GetQueue() *QueueInfo {
 }
 
 type UpdateQueueRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Config        *QueueConfig           `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
-	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Config     *QueueConfig           `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
+	UpdateMask *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	// *(added)* A repeat with the same key within 5 minutes (a retry after a
+	// lost answer) changes nothing more (docs/api.md, Retries); needs every
+	// voter at the log version of keyed writes, else FAILED_PRECONDITION.
+	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UpdateQueueRequest) Reset() {
@@ -1283,6 +1298,13 @@ func (x *UpdateQueueRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
 		return x.UpdateMask
 	}
 	return nil
+}
+
+func (x *UpdateQueueRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 type UpdateQueueResponse struct {
@@ -3411,9 +3433,13 @@ type SetClusterSettingsRequest struct {
 	// An absent field is left as it is.
 	MaxQueuedBytes *int64 `protobuf:"varint,1,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3,oneof" json:"max_queued_bytes,omitempty"`
 	// Needs every voter at log version 12 (else FAILED_PRECONDITION).
-	MaxQueues     *int64 `protobuf:"varint,2,opt,name=max_queues,json=maxQueues,proto3,oneof" json:"max_queues,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxQueues *int64 `protobuf:"varint,2,opt,name=max_queues,json=maxQueues,proto3,oneof" json:"max_queues,omitempty"`
+	// *(added)* A repeat with the same key within 5 minutes (a retry after a
+	// lost answer) changes nothing more (docs/api.md, Retries); needs every
+	// voter at the log version of keyed writes, else FAILED_PRECONDITION.
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SetClusterSettingsRequest) Reset() {
@@ -3458,6 +3484,13 @@ func (x *SetClusterSettingsRequest) GetMaxQueues() int64 {
 		return *x.MaxQueues
 	}
 	return 0
+}
+
+func (x *SetClusterSettingsRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 type SetClusterSettingsResponse struct {
@@ -4596,9 +4629,13 @@ type CreateTokenRequest struct {
 	// The identity the token authenticates as; empty = name.
 	Identity string `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
 	// Lifetime; 0 = the token never expires.
-	ExpiresInMs   int64 `protobuf:"varint,3,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ExpiresInMs int64 `protobuf:"varint,3,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
+	// *(added)* A repeat with the same key within 5 minutes (a retry after a
+	// lost answer) changes nothing more (docs/api.md, Retries); needs every
+	// voter at the log version of keyed writes, else FAILED_PRECONDITION.
+	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CreateTokenRequest) Reset() {
@@ -4650,6 +4687,13 @@ func (x *CreateTokenRequest) GetExpiresInMs() int64 {
 		return x.ExpiresInMs
 	}
 	return 0
+}
+
+func (x *CreateTokenRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 type CreateTokenResponse struct {
@@ -4723,10 +4767,14 @@ func (x *CreateTokenResponse) GetExpiresUnixMs() int64 {
 }
 
 type RevokeTokenRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// *(added)* A repeat with the same key within 5 minutes (a retry after a
+	// lost answer) changes nothing more (docs/api.md, Retries); needs every
+	// voter at the log version of keyed writes, else FAILED_PRECONDITION.
+	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RevokeTokenRequest) Reset() {
@@ -4762,6 +4810,13 @@ func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
 func (x *RevokeTokenRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *RevokeTokenRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
 	}
 	return ""
 }
@@ -4811,9 +4866,13 @@ type GrantRequest struct {
 	// Any of "produce", "consume", "browse", "manage".
 	Allow []string `protobuf:"bytes,3,rep,name=allow,proto3" json:"allow,omitempty"`
 	// Make the identity an admin (pattern and allow must then be empty).
-	Admin         bool `protobuf:"varint,4,opt,name=admin,proto3" json:"admin,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Admin bool `protobuf:"varint,4,opt,name=admin,proto3" json:"admin,omitempty"`
+	// *(added)* A repeat with the same key within 5 minutes (a retry after a
+	// lost answer) changes nothing more (docs/api.md, Retries); needs every
+	// voter at the log version of keyed writes, else FAILED_PRECONDITION.
+	IdempotencyKey string `protobuf:"bytes,5,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GrantRequest) Reset() {
@@ -4874,6 +4933,13 @@ func (x *GrantRequest) GetAdmin() bool {
 	return false
 }
 
+func (x *GrantRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
 type GrantResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -4915,9 +4981,13 @@ type UngrantRequest struct {
 	Identity string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
 	Pattern  string                 `protobuf:"bytes,2,opt,name=pattern,proto3" json:"pattern,omitempty"`
 	// Take the admin role away (pattern must then be empty).
-	Admin         bool `protobuf:"varint,3,opt,name=admin,proto3" json:"admin,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Admin bool `protobuf:"varint,3,opt,name=admin,proto3" json:"admin,omitempty"`
+	// *(added)* A repeat with the same key within 5 minutes (a retry after a
+	// lost answer) changes nothing more (docs/api.md, Retries); needs every
+	// voter at the log version of keyed writes, else FAILED_PRECONDITION.
+	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UngrantRequest) Reset() {
@@ -4969,6 +5039,13 @@ func (x *UngrantRequest) GetAdmin() bool {
 		return x.Admin
 	}
 	return false
+}
+
+func (x *UngrantRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 type UngrantResponse struct {
@@ -5686,17 +5763,19 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"ItemResult\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"W\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x80\x01\n" +
 	"\x12CreateQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
-	"\x06config\x18\x02 \x01(\v2\x15.raftq.v1.QueueConfigR\x06config\"@\n" +
+	"\x06config\x18\x02 \x01(\v2\x15.raftq.v1.QueueConfigR\x06config\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"@\n" +
 	"\x13CreateQueueResponse\x12)\n" +
-	"\x05queue\x18\x01 \x01(\v2\x13.raftq.v1.QueueInfoR\x05queue\"\x94\x01\n" +
+	"\x05queue\x18\x01 \x01(\v2\x13.raftq.v1.QueueInfoR\x05queue\"\xbd\x01\n" +
 	"\x12UpdateQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x06config\x18\x02 \x01(\v2\x15.raftq.v1.QueueConfigR\x06config\x12;\n" +
 	"\vupdate_mask\x18\x03 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
-	"updateMask\"@\n" +
+	"updateMask\x12'\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"@\n" +
 	"\x13UpdateQueueResponse\x12)\n" +
 	"\x05queue\x18\x01 \x01(\v2\x13.raftq.v1.QueueInfoR\x05queue\"\x89\x01\n" +
 	"\x12DeleteQueueRequest\x12\x12\n" +
@@ -5856,11 +5935,12 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x0fClusterSettings\x12(\n" +
 	"\x10max_queued_bytes\x18\x01 \x01(\x03R\x0emaxQueuedBytes\x12\x1d\n" +
 	"\n" +
-	"max_queues\x18\x02 \x01(\x03R\tmaxQueues\"\x92\x01\n" +
+	"max_queues\x18\x02 \x01(\x03R\tmaxQueues\"\xbb\x01\n" +
 	"\x19SetClusterSettingsRequest\x12-\n" +
 	"\x10max_queued_bytes\x18\x01 \x01(\x03H\x00R\x0emaxQueuedBytes\x88\x01\x01\x12\"\n" +
 	"\n" +
-	"max_queues\x18\x02 \x01(\x03H\x01R\tmaxQueues\x88\x01\x01B\x13\n" +
+	"max_queues\x18\x02 \x01(\x03H\x01R\tmaxQueues\x88\x01\x01\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKeyB\x13\n" +
 	"\x11_max_queued_bytesB\r\n" +
 	"\v_max_queues\"S\n" +
 	"\x1aSetClusterSettingsResponse\x125\n" +
@@ -5928,29 +6008,33 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x06credit\x18\b \x01(\x03R\x06credit\x12\"\n" +
 	"\rmax_in_flight\x18\t \x01(\x05R\vmaxInFlight\x12\x0e\n" +
 	"\x02id\x18\n" +
-	" \x01(\tR\x02id\"h\n" +
+	" \x01(\tR\x02id\"\x91\x01\n" +
 	"\x12CreateTokenRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\"\n" +
-	"\rexpires_in_ms\x18\x03 \x01(\x03R\vexpiresInMs\"\x83\x01\n" +
+	"\rexpires_in_ms\x18\x03 \x01(\x03R\vexpiresInMs\x12'\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"\x83\x01\n" +
 	"\x13CreateTokenResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\tR\x05token\x12&\n" +
-	"\x0fexpires_unix_ms\x18\x04 \x01(\x03R\rexpiresUnixMs\"(\n" +
+	"\x0fexpires_unix_ms\x18\x04 \x01(\x03R\rexpiresUnixMs\"Q\n" +
 	"\x12RevokeTokenRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
-	"\x13RevokeTokenResponse\"p\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"\x15\n" +
+	"\x13RevokeTokenResponse\"\x99\x01\n" +
 	"\fGrantRequest\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x18\n" +
 	"\apattern\x18\x02 \x01(\tR\apattern\x12\x14\n" +
 	"\x05allow\x18\x03 \x03(\tR\x05allow\x12\x14\n" +
-	"\x05admin\x18\x04 \x01(\bR\x05admin\"\x0f\n" +
-	"\rGrantResponse\"\\\n" +
+	"\x05admin\x18\x04 \x01(\bR\x05admin\x12'\n" +
+	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\"\x0f\n" +
+	"\rGrantResponse\"\x85\x01\n" +
 	"\x0eUngrantRequest\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x18\n" +
 	"\apattern\x18\x02 \x01(\tR\apattern\x12\x14\n" +
-	"\x05admin\x18\x03 \x01(\bR\x05admin\"\x11\n" +
+	"\x05admin\x18\x03 \x01(\bR\x05admin\x12'\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"\x11\n" +
 	"\x0fUngrantResponse\"\x11\n" +
 	"\x0fListAuthRequest\"J\n" +
 	"\x10ListAuthResponse\x126\n" +

@@ -45,25 +45,48 @@ const (
 	// A keyed DeleteQueue (log version 11): kept as a DeletedKey outside
 	// any queue, never in a queue's recent entries.
 	RecentKind_RECENT_KIND_DELETE_QUEUE RecentKind = 5
+	// Keyed writes (log version of keyed writes), each kept as a DeletedKey
+	// of its kind, outside any queue.
+	RecentKind_RECENT_KIND_CREATE_QUEUE         RecentKind = 6
+	RecentKind_RECENT_KIND_UPDATE_QUEUE         RecentKind = 7
+	RecentKind_RECENT_KIND_CREATE_TOKEN         RecentKind = 8
+	RecentKind_RECENT_KIND_REVOKE_TOKEN         RecentKind = 9
+	RecentKind_RECENT_KIND_GRANT                RecentKind = 10
+	RecentKind_RECENT_KIND_UNGRANT              RecentKind = 11
+	RecentKind_RECENT_KIND_SET_CLUSTER_SETTINGS RecentKind = 12
 )
 
 // Enum value maps for RecentKind.
 var (
 	RecentKind_name = map[int32]string{
-		0: "RECENT_KIND_UNSPECIFIED",
-		1: "RECENT_KIND_ACK",
-		2: "RECENT_KIND_NACK",
-		3: "RECENT_KIND_PURGE",
-		4: "RECENT_KIND_REDRIVE",
-		5: "RECENT_KIND_DELETE_QUEUE",
+		0:  "RECENT_KIND_UNSPECIFIED",
+		1:  "RECENT_KIND_ACK",
+		2:  "RECENT_KIND_NACK",
+		3:  "RECENT_KIND_PURGE",
+		4:  "RECENT_KIND_REDRIVE",
+		5:  "RECENT_KIND_DELETE_QUEUE",
+		6:  "RECENT_KIND_CREATE_QUEUE",
+		7:  "RECENT_KIND_UPDATE_QUEUE",
+		8:  "RECENT_KIND_CREATE_TOKEN",
+		9:  "RECENT_KIND_REVOKE_TOKEN",
+		10: "RECENT_KIND_GRANT",
+		11: "RECENT_KIND_UNGRANT",
+		12: "RECENT_KIND_SET_CLUSTER_SETTINGS",
 	}
 	RecentKind_value = map[string]int32{
-		"RECENT_KIND_UNSPECIFIED":  0,
-		"RECENT_KIND_ACK":          1,
-		"RECENT_KIND_NACK":         2,
-		"RECENT_KIND_PURGE":        3,
-		"RECENT_KIND_REDRIVE":      4,
-		"RECENT_KIND_DELETE_QUEUE": 5,
+		"RECENT_KIND_UNSPECIFIED":          0,
+		"RECENT_KIND_ACK":                  1,
+		"RECENT_KIND_NACK":                 2,
+		"RECENT_KIND_PURGE":                3,
+		"RECENT_KIND_REDRIVE":              4,
+		"RECENT_KIND_DELETE_QUEUE":         5,
+		"RECENT_KIND_CREATE_QUEUE":         6,
+		"RECENT_KIND_UPDATE_QUEUE":         7,
+		"RECENT_KIND_CREATE_TOKEN":         8,
+		"RECENT_KIND_REVOKE_TOKEN":         9,
+		"RECENT_KIND_GRANT":                10,
+		"RECENT_KIND_UNGRANT":              11,
+		"RECENT_KIND_SET_CLUSTER_SETTINGS": 12,
 	}
 )
 
@@ -934,9 +957,13 @@ type SetClusterSettings struct {
 	MaxQueuedBytes *int64 `protobuf:"varint,1,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3,oneof" json:"max_queued_bytes,omitempty"`
 	// Log version 12: bounds how many queues the cluster holds, dead-letter
 	// queues included (0 = unlimited); ignored in earlier entries.
-	MaxQueues     *int64 `protobuf:"varint,2,opt,name=max_queues,json=maxQueues,proto3,oneof" json:"max_queues,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxQueues *int64 `protobuf:"varint,2,opt,name=max_queues,json=maxQueues,proto3,oneof" json:"max_queues,omitempty"`
+	// Log version of keyed writes (WriteKeyVersion): a repeat of a write that
+	// succeeded with this key, on the same target, within the recent-outcomes
+	// window changes nothing (a DeletedKey record of its kind remembers it).
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SetClusterSettings) Reset() {
@@ -983,12 +1010,23 @@ func (x *SetClusterSettings) GetMaxQueues() int64 {
 	return 0
 }
 
+func (x *SetClusterSettings) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
 type CreateQueue struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Config        *QueueConfig           `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Config *QueueConfig           `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
+	// Log version of keyed writes (WriteKeyVersion): a repeat of a write that
+	// succeeded with this key, on the same target, within the recent-outcomes
+	// window changes nothing (a DeletedKey record of its kind remembers it).
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CreateQueue) Reset() {
@@ -1035,14 +1073,25 @@ func (x *CreateQueue) GetConfig() *QueueConfig {
 	return nil
 }
 
+func (x *CreateQueue) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
 type UpdateQueue struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Config *QueueConfig           `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
 	// QueueConfig field names; empty replaces every field.
-	Mask          []string `protobuf:"bytes,3,rep,name=mask,proto3" json:"mask,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Mask []string `protobuf:"bytes,3,rep,name=mask,proto3" json:"mask,omitempty"`
+	// Log version of keyed writes (WriteKeyVersion): a repeat of a write that
+	// succeeded with this key, on the same target, within the recent-outcomes
+	// window changes nothing (a DeletedKey record of its kind remembers it).
+	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UpdateQueue) Reset() {
@@ -1094,6 +1143,13 @@ func (x *UpdateQueue) GetMask() []string {
 		return x.Mask
 	}
 	return nil
+}
+
+func (x *UpdateQueue) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 type DeleteQueue struct {
@@ -2309,8 +2365,12 @@ type CreateToken struct {
 	// Wall-clock instant (Unix ms, the proposing leader's clock) after which
 	// the token is refused; 0 = never.
 	ExpiresUnixMs int64 `protobuf:"varint,4,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Log version of keyed writes (WriteKeyVersion): a repeat of a write that
+	// succeeded with this key, on the same target, within the recent-outcomes
+	// window changes nothing (a DeletedKey record of its kind remembers it).
+	IdempotencyKey string `protobuf:"bytes,5,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CreateToken) Reset() {
@@ -2371,12 +2431,23 @@ func (x *CreateToken) GetExpiresUnixMs() int64 {
 	return 0
 }
 
+func (x *CreateToken) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
 // RevokeToken (log version 5) deletes a token by name.
 type RevokeToken struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Log version of keyed writes (WriteKeyVersion): a repeat of a write that
+	// succeeded with this key, on the same target, within the recent-outcomes
+	// window changes nothing (a DeletedKey record of its kind remembers it).
+	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RevokeToken) Reset() {
@@ -2416,6 +2487,13 @@ func (x *RevokeToken) GetName() string {
 	return ""
 }
 
+func (x *RevokeToken) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
 // AuthGrant (log version 5) adds permissions to an identity on a queue
 // name pattern ('*' matches any run of characters), or makes it an admin.
 type AuthGrant struct {
@@ -2423,10 +2501,14 @@ type AuthGrant struct {
 	Identity string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
 	Pattern  string                 `protobuf:"bytes,2,opt,name=pattern,proto3" json:"pattern,omitempty"`
 	// Bit set of Perm values.
-	Perms         uint32 `protobuf:"varint,3,opt,name=perms,proto3" json:"perms,omitempty"`
-	Admin         bool   `protobuf:"varint,4,opt,name=admin,proto3" json:"admin,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Perms uint32 `protobuf:"varint,3,opt,name=perms,proto3" json:"perms,omitempty"`
+	Admin bool   `protobuf:"varint,4,opt,name=admin,proto3" json:"admin,omitempty"`
+	// Log version of keyed writes (WriteKeyVersion): a repeat of a write that
+	// succeeded with this key, on the same target, within the recent-outcomes
+	// window changes nothing (a DeletedKey record of its kind remembers it).
+	IdempotencyKey string `protobuf:"bytes,5,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AuthGrant) Reset() {
@@ -2487,15 +2569,26 @@ func (x *AuthGrant) GetAdmin() bool {
 	return false
 }
 
+func (x *AuthGrant) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
 // AuthUngrant (log version 5) removes an identity's grant on pattern, or
 // its admin role.
 type AuthUngrant struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Identity      string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
-	Pattern       string                 `protobuf:"bytes,2,opt,name=pattern,proto3" json:"pattern,omitempty"`
-	Admin         bool                   `protobuf:"varint,3,opt,name=admin,proto3" json:"admin,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Identity string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	Pattern  string                 `protobuf:"bytes,2,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	Admin    bool                   `protobuf:"varint,3,opt,name=admin,proto3" json:"admin,omitempty"`
+	// Log version of keyed writes (WriteKeyVersion): a repeat of a write that
+	// succeeded with this key, on the same target, within the recent-outcomes
+	// window changes nothing (a DeletedKey record of its kind remembers it).
+	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AuthUngrant) Reset() {
@@ -2547,6 +2640,13 @@ func (x *AuthUngrant) GetAdmin() bool {
 		return x.Admin
 	}
 	return false
+}
+
+func (x *AuthUngrant) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 // RecountQueues (log version 8 and later) has every replica recompute the
@@ -2752,7 +2852,12 @@ type DeletedKey struct {
 	Queue          string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
 	IdempotencyKey string                 `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// The state clock when it was recorded.
-	AtMs          int64 `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	AtMs int64 `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	// Log version of keyed writes: the write this records; unset is
+	// RECENT_KIND_DELETE_QUEUE (the only kind before it). queue is then the
+	// write's target: the queue, the token name, the identity, or empty for
+	// the cluster settings.
+	Kind          RecentKind `protobuf:"varint,4,opt,name=kind,proto3,enum=raftq.fsm.v1.RecentKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2806,6 +2911,13 @@ func (x *DeletedKey) GetAtMs() int64 {
 		return x.AtMs
 	}
 	return 0
+}
+
+func (x *DeletedKey) GetKind() RecentKind {
+	if x != nil {
+		return x.Kind
+	}
+	return RecentKind_RECENT_KIND_UNSPECIFIED
 }
 
 // AuthRecord (snapshot format 5, cluster version 5 and later) follows the
@@ -3692,20 +3804,23 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
 	"\x11SetClusterVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12(\n" +
-	"\x10max_queued_bytes\x18\x02 \x01(\x03R\x0emaxQueuedBytes\"\x8b\x01\n" +
+	"\x10max_queued_bytes\x18\x02 \x01(\x03R\x0emaxQueuedBytes\"\xb4\x01\n" +
 	"\x12SetClusterSettings\x12-\n" +
 	"\x10max_queued_bytes\x18\x01 \x01(\x03H\x00R\x0emaxQueuedBytes\x88\x01\x01\x12\"\n" +
 	"\n" +
-	"max_queues\x18\x02 \x01(\x03H\x01R\tmaxQueues\x88\x01\x01B\x13\n" +
+	"max_queues\x18\x02 \x01(\x03H\x01R\tmaxQueues\x88\x01\x01\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKeyB\x13\n" +
 	"\x11_max_queued_bytesB\r\n" +
-	"\v_max_queues\"T\n" +
+	"\v_max_queues\"}\n" +
 	"\vCreateQueue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
-	"\x06config\x18\x02 \x01(\v2\x19.raftq.fsm.v1.QueueConfigR\x06config\"h\n" +
+	"\x06config\x18\x02 \x01(\v2\x19.raftq.fsm.v1.QueueConfigR\x06config\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"\x91\x01\n" +
 	"\vUpdateQueue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.raftq.fsm.v1.QueueConfigR\x06config\x12\x12\n" +
-	"\x04mask\x18\x03 \x03(\tR\x04mask\"e\n" +
+	"\x04mask\x18\x03 \x03(\tR\x04mask\x12'\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"e\n" +
 	"\vDeleteQueue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bif_empty\x18\x02 \x01(\bR\aifEmpty\x12'\n" +
@@ -3799,23 +3914,27 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\r \x01(\tR\x0eidempotencyKey\"\x06\n" +
 	"\x04Tick\"\f\n" +
 	"\n" +
-	"Checkpoint\"}\n" +
+	"Checkpoint\"\xa6\x01\n" +
 	"\vCreateToken\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\x16\n" +
 	"\x06sha256\x18\x03 \x01(\fR\x06sha256\x12&\n" +
-	"\x0fexpires_unix_ms\x18\x04 \x01(\x03R\rexpiresUnixMs\"!\n" +
+	"\x0fexpires_unix_ms\x18\x04 \x01(\x03R\rexpiresUnixMs\x12'\n" +
+	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\"J\n" +
 	"\vRevokeToken\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"m\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"\x96\x01\n" +
 	"\tAuthGrant\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x18\n" +
 	"\apattern\x18\x02 \x01(\tR\apattern\x12\x14\n" +
 	"\x05perms\x18\x03 \x01(\rR\x05perms\x12\x14\n" +
-	"\x05admin\x18\x04 \x01(\bR\x05admin\"Y\n" +
+	"\x05admin\x18\x04 \x01(\bR\x05admin\x12'\n" +
+	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\"\x82\x01\n" +
 	"\vAuthUngrant\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x18\n" +
 	"\apattern\x18\x02 \x01(\tR\apattern\x12\x14\n" +
-	"\x05admin\x18\x03 \x01(\bR\x05admin\"'\n" +
+	"\x05admin\x18\x03 \x01(\bR\x05admin\x12'\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"'\n" +
 	"\rRecountQueues\x12\x16\n" +
 	"\x06queues\x18\x01 \x03(\tR\x06queues\"\x97\x03\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
@@ -3833,12 +3952,13 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"max_queues\x18\n" +
 	" \x01(\x03R\tmaxQueues\x12)\n" +
-	"\x11dead_time_from_ms\x18\v \x01(\x03R\x0edeadTimeFromMs\"`\n" +
+	"\x11dead_time_from_ms\x18\v \x01(\x03R\x0edeadTimeFromMs\"\x8e\x01\n" +
 	"\n" +
 	"DeletedKey\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x13\n" +
-	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\"}\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12,\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x18.raftq.fsm.v1.RecentKindR\x04kind\"}\n" +
 	"\n" +
 	"AuthRecord\x121\n" +
 	"\x06tokens\x18\x01 \x03(\v2\x19.raftq.fsm.v1.TokenRecordR\x06tokens\x12<\n" +
@@ -3926,7 +4046,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x13dead_lettered_index\x18\x14 \x01(\x04R\x11deadLetteredIndex\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xa2\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xf0\x02\n" +
 	"\n" +
 	"RecentKind\x12\x1b\n" +
 	"\x17RECENT_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
@@ -3934,7 +4054,15 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x10RECENT_KIND_NACK\x10\x02\x12\x15\n" +
 	"\x11RECENT_KIND_PURGE\x10\x03\x12\x17\n" +
 	"\x13RECENT_KIND_REDRIVE\x10\x04\x12\x1c\n" +
-	"\x18RECENT_KIND_DELETE_QUEUE\x10\x05*\\\n" +
+	"\x18RECENT_KIND_DELETE_QUEUE\x10\x05\x12\x1c\n" +
+	"\x18RECENT_KIND_CREATE_QUEUE\x10\x06\x12\x1c\n" +
+	"\x18RECENT_KIND_UPDATE_QUEUE\x10\a\x12\x1c\n" +
+	"\x18RECENT_KIND_CREATE_TOKEN\x10\b\x12\x1c\n" +
+	"\x18RECENT_KIND_REVOKE_TOKEN\x10\t\x12\x15\n" +
+	"\x11RECENT_KIND_GRANT\x10\n" +
+	"\x12\x17\n" +
+	"\x13RECENT_KIND_UNGRANT\x10\v\x12$\n" +
+	" RECENT_KIND_SET_CLUSTER_SETTINGS\x10\f*\\\n" +
 	"\fMessageState\x12\x17\n" +
 	"\x13MESSAGE_STATE_READY\x10\x00\x12\x19\n" +
 	"\x15MESSAGE_STATE_DELAYED\x10\x01\x12\x18\n" +
@@ -4044,21 +4172,22 @@ var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	16, // 35: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
 	16, // 36: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
 	26, // 37: raftq.fsm.v1.RedriveStep.jobs:type_name -> raftq.fsm.v1.RedriveJobRef
-	38, // 38: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
-	39, // 39: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
-	40, // 40: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
-	4,  // 41: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
-	43, // 42: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
-	27, // 43: raftq.fsm.v1.QueueRecord.redrives:type_name -> raftq.fsm.v1.RedriveJob
-	0,  // 44: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
-	48, // 45: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
-	1,  // 46: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
-	3,  // 47: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
-	48, // [48:48] is the sub-list for method output_type
-	48, // [48:48] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	0,  // 38: raftq.fsm.v1.DeletedKey.kind:type_name -> raftq.fsm.v1.RecentKind
+	38, // 39: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
+	39, // 40: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
+	40, // 41: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
+	4,  // 42: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
+	43, // 43: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
+	27, // 44: raftq.fsm.v1.QueueRecord.redrives:type_name -> raftq.fsm.v1.RedriveJob
+	0,  // 45: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
+	48, // 46: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	1,  // 47: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
+	3,  // 48: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
+	49, // [49:49] is the sub-list for method output_type
+	49, // [49:49] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_raftq_fsm_v1_command_proto_init() }

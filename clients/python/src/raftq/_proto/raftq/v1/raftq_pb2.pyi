@@ -106,12 +106,14 @@ class ConsumerInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., identity: _Optional[str] = ..., connected_since_ms: _Optional[int] = ..., in_flight: _Optional[int] = ..., delivered: _Optional[int] = ..., acked: _Optional[int] = ..., credit: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., id: _Optional[str] = ...) -> None: ...
 
 class CreateQueueRequest(_message.Message):
-    __slots__ = ["config", "name"]
+    __slots__ = ["config", "idempotency_key", "name"]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     config: QueueConfig
+    idempotency_key: str
     name: str
-    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class CreateQueueResponse(_message.Message):
     __slots__ = ["queue"]
@@ -120,14 +122,16 @@ class CreateQueueResponse(_message.Message):
     def __init__(self, queue: _Optional[_Union[QueueInfo, _Mapping]] = ...) -> None: ...
 
 class CreateTokenRequest(_message.Message):
-    __slots__ = ["expires_in_ms", "identity", "name"]
+    __slots__ = ["expires_in_ms", "idempotency_key", "identity", "name"]
     EXPIRES_IN_MS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     expires_in_ms: int
+    idempotency_key: str
     identity: str
     name: str
-    def __init__(self, name: _Optional[str] = ..., identity: _Optional[str] = ..., expires_in_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., identity: _Optional[str] = ..., expires_in_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class CreateTokenResponse(_message.Message):
     __slots__ = ["expires_unix_ms", "identity", "name", "token"]
@@ -318,16 +322,18 @@ class GetQueueResponse(_message.Message):
     def __init__(self, queue: _Optional[_Union[QueueInfo, _Mapping]] = ...) -> None: ...
 
 class GrantRequest(_message.Message):
-    __slots__ = ["admin", "allow", "identity", "pattern"]
+    __slots__ = ["admin", "allow", "idempotency_key", "identity", "pattern"]
     ADMIN_FIELD_NUMBER: _ClassVar[int]
     ALLOW_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
     PATTERN_FIELD_NUMBER: _ClassVar[int]
     admin: bool
     allow: _containers.RepeatedScalarFieldContainer[str]
+    idempotency_key: str
     identity: str
     pattern: str
-    def __init__(self, identity: _Optional[str] = ..., pattern: _Optional[str] = ..., allow: _Optional[_Iterable[str]] = ..., admin: bool = ...) -> None: ...
+    def __init__(self, identity: _Optional[str] = ..., pattern: _Optional[str] = ..., allow: _Optional[_Iterable[str]] = ..., admin: bool = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class GrantResponse(_message.Message):
     __slots__ = []
@@ -755,22 +761,26 @@ class ReportDivergenceResponse(_message.Message):
     def __init__(self, diverged: bool = ..., digest: _Optional[str] = ...) -> None: ...
 
 class RevokeTokenRequest(_message.Message):
-    __slots__ = ["name"]
+    __slots__ = ["idempotency_key", "name"]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    idempotency_key: str
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class RevokeTokenResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
 class SetClusterSettingsRequest(_message.Message):
-    __slots__ = ["max_queued_bytes", "max_queues"]
+    __slots__ = ["idempotency_key", "max_queued_bytes", "max_queues"]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUED_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    idempotency_key: str
     max_queued_bytes: int
     max_queues: int
-    def __init__(self, max_queued_bytes: _Optional[int] = ..., max_queues: _Optional[int] = ...) -> None: ...
+    def __init__(self, max_queued_bytes: _Optional[int] = ..., max_queues: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class SetClusterSettingsResponse(_message.Message):
     __slots__ = ["settings"]
@@ -865,28 +875,32 @@ class TransferLeadershipResponse(_message.Message):
     def __init__(self, new_leader_id: _Optional[str] = ...) -> None: ...
 
 class UngrantRequest(_message.Message):
-    __slots__ = ["admin", "identity", "pattern"]
+    __slots__ = ["admin", "idempotency_key", "identity", "pattern"]
     ADMIN_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
     PATTERN_FIELD_NUMBER: _ClassVar[int]
     admin: bool
+    idempotency_key: str
     identity: str
     pattern: str
-    def __init__(self, identity: _Optional[str] = ..., pattern: _Optional[str] = ..., admin: bool = ...) -> None: ...
+    def __init__(self, identity: _Optional[str] = ..., pattern: _Optional[str] = ..., admin: bool = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class UngrantResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
 class UpdateQueueRequest(_message.Message):
-    __slots__ = ["config", "name", "update_mask"]
+    __slots__ = ["config", "idempotency_key", "name", "update_mask"]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_MASK_FIELD_NUMBER: _ClassVar[int]
     config: QueueConfig
+    idempotency_key: str
     name: str
     update_mask: _field_mask_pb2.FieldMask
-    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class UpdateQueueResponse(_message.Message):
     __slots__ = ["queue"]
