@@ -182,11 +182,11 @@ func registerOperations(ops []RegisterOp) []porcupine.Operation {
 
 // Linearizability is porcupine's verdict on the config registers.
 type Linearizability struct {
-	Writes        int    `json:"writes"`
-	UnknownWrites int    `json:"unknown_writes"`
+	Writes        int `json:"writes"`
+	UnknownWrites int `json:"unknown_writes"`
 	// UnknownUnseen are the unknown writes no read saw, left out of the
 	// search (registerOperations says why that changes no verdict).
-	UnknownUnseen int `json:"unknown_unseen"`
+	UnknownUnseen int    `json:"unknown_unseen"`
 	FailedWrites  int    `json:"failed_writes"`
 	Reads         int    `json:"reads"`
 	FailedReads   int    `json:"failed_reads"`
