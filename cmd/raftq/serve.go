@@ -60,6 +60,7 @@ type serveOptions struct {
 	metricsTopKeys   int
 	stallAfter       time.Duration
 	auth             authOptions
+	testClockFile    string // hidden, tests only: testclock.go
 }
 
 func newServeCmd() *cobra.Command {
@@ -148,6 +149,8 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.BoolVar(&o.leaveOnTerminate, "leave-on-terminate", false, "on SIGTERM or SIGINT, leave the cluster (removed from the voters) before stopping; without it a stopped node stays a voter and takes its place again when it restarts")
 	fl.BoolVar(&o.carryGrants, "ack-carries-grants", false, "leader: from log version 10, grant a consumer's next messages in the entry of the ack that frees its credit (one Raft entry per delivery cycle instead of two; experimental, for benchmarks)")
 	_ = fl.MarkHidden("ack-carries-grants")
+	fl.StringVar(&o.testClockFile, "test-clock-offset-file", "", "TESTS ONLY: offset the node's wall clock by the duration in this file, re-read while the node runs (the chaos campaign's clock jumps)")
+	_ = fl.MarkHidden("test-clock-offset-file")
 	addAuthFlags(fl, &o.auth)
 	return cmd, o
 }
@@ -381,6 +384,19 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 		defer httpSrv.Close() // on an early return; the normal path shuts down first
 	}
 
+	// A test-only wall clock offset (testclock.go); nil leaves the
+	// broker on its own wall clock.
+	var clock broker.Clock
+	if o.testClockFile != "" {
+		tc, err := newTestClock(o.testClockFile, log)
+		if err != nil {
+			return err
+		}
+		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		go tc.watch(wctx)
+		clock = tc
+	}
 	log.Info("starting node: restoring state from the data dir", "node_id", o.nodeID, "data_dir", o.dataDir)
 	started := time.Now()
 	b, err = broker.New(ctx, broker.Config{
@@ -410,6 +426,7 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 		MinFreeDisk:     o.minFreeDisk,
 		Audit:           o.audit,
 		CarryGrants:     o.carryGrants,
+		Clock:           clock,
 		Logger:          log,
 	})
 	if err != nil {
