@@ -98,6 +98,17 @@ type Report struct {
 	Linearizability *Linearizability `json:"linearizability,omitempty"`
 	// Soak is the resource verdict of a soak (soak.go), nil otherwise.
 	Soak *SoakVerdict `json:"soak,omitempty"`
+	// The pause-read register: linearizable reads that answered, reads
+	// refused or redirected, stale-header reads and how many of those
+	// missed an acknowledged write (the window the pause opened).
+	RegisterReads        int `json:"register_reads,omitempty"`
+	RegisterReadsRefused int `json:"register_reads_refused,omitempty"`
+	RegisterStaleReads   int `json:"register_stale_reads,omitempty"`
+	RegisterStaleMissed  int `json:"register_stale_reads_missed,omitempty"`
+	// Rejoins: nodes removed and started again; ClockedStarts: node starts
+	// on a clock minutes off.
+	Rejoins       int `json:"rejoins,omitempty"`
+	ClockedStarts int `json:"clocked_starts,omitempty"`
 
 	ViolationsByInvariant map[string]int `json:"violations_by_invariant"`
 	Violations            []Violation    `json:"violations"`
@@ -117,6 +128,7 @@ type msgState struct {
 // Check holds the invariants over a finished history. It is pure: the
 // same history always gives the same report.
 func Check(h *History) *Report {
+	h = onTrueClock(h)
 	r := &Report{
 		Seed: h.Seed, Nodes: h.Nodes,
 		FaultsByKind:          map[FaultKind]int{},
@@ -334,6 +346,8 @@ func Check(h *History) *Report {
 	if v := r.Linearizability.Violation(); v != nil {
 		add(*v)
 	}
+	checkReads(h, r, add)
+	checkRejoins(h, r, add)
 	return r
 }
 

@@ -292,6 +292,16 @@ func (c *Cluster) Node(id string) *Node {
 	return nil
 }
 
+// nodeAt names the node serving at gRPC address addr ("" if none does).
+func (c *Cluster) nodeAt(addr string) string {
+	for _, n := range c.Nodes {
+		if n.GRPC == addr {
+			return n.ID
+		}
+	}
+	return ""
+}
+
 // guard is deferred at the top of every goroutine the harness starts: a
 // panic tears down what the tests registered before it goes on.
 func (c *Cluster) guard() {

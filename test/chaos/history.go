@@ -29,6 +29,13 @@ type History struct {
 	Crashes    []NodeCrash  `json:"crashes,omitempty"`
 	// Registers are the calls on each queue's config register (register.go).
 	Registers []RegisterOp `json:"registers,omitempty"`
+	// Clocks are the changes of a node's broker clock offset (clock-jump);
+	// a node not named runs on the true clock.
+	Clocks []ClockChange `json:"clocks,omitempty"`
+	// Reads are the writes and reads of the pause-read register.
+	Reads []PauseReadOp `json:"reads,omitempty"`
+	// Rejoins are the nodes removed and started again (membership).
+	Rejoins []Rejoin `json:"rejoins,omitempty"`
 
 	Drain    DrainResult  `json:"drain"`
 	Recovery Recovery     `json:"recovery"`
@@ -85,6 +92,9 @@ type Delivery struct {
 	DeadlineMs   int64     `json:"deadline_ms"`
 	VisibilityMs int64     `json:"visibility_ms"` // what the stream asked for
 	Recv         time.Time `json:"recv"`
+	// Node served the stream (the leader that granted the lease): its
+	// clock is the one DeadlineMs is on. Empty in old histories.
+	Node string `json:"node,omitempty"`
 }
 
 // grantMs is when the lease was granted, by the leader's clock (at the
@@ -120,6 +130,50 @@ type Settle struct {
 	Code       string     `json:"code,omitempty"`
 	// NewDeadlineMs is the deadline a successful extension returned.
 	NewDeadlineMs int64 `json:"new_deadline_ms,omitempty"`
+	// VisibilityMs is the lease time an extension asked for.
+	VisibilityMs int64 `json:"visibility_ms,omitempty"`
+}
+
+// ClockChange is a node's broker clock running OffsetMs ahead of the true
+// clock (negative: behind) from At: the node was started with its wall
+// clock offset (the broker reads the wall clock once, at start, and then
+// counts monotonic time, so only a start changes it). Runtime is true
+// for a jump of the running node's clock, which changes nothing the
+// broker hands out and is recorded for the report only.
+type ClockChange struct {
+	Node     string    `json:"node"`
+	At       time.Time `json:"at"`
+	OffsetMs int64     `json:"offset_ms"`
+	Runtime  bool      `json:"runtime,omitempty"`
+}
+
+// PauseReadOp is one write or read of the pause-read register (a queue's
+// max_depth, written only by the nemesis, always higher).
+type PauseReadOp struct {
+	Write bool   `json:"write,omitempty"`
+	Node  string `json:"node"`
+	// Stale is a read with raftq-read-consistency: stale, which may miss
+	// writes (recorded to show the window the fault opened).
+	Stale   bool      `json:"stale,omitempty"`
+	Value   int64     `json:"value"`
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end"`
+	Outcome Outcome   `json:"outcome"`
+	Code    string    `json:"code,omitempty"`
+}
+
+// Rejoin is a node removed from the cluster during a fault and started
+// again (on its old data dir unless FreshDir).
+type Rejoin struct {
+	Node     string    `json:"node"`
+	During   string    `json:"during"`
+	FreshDir bool      `json:"fresh_dir,omitempty"`
+	Removed  bool      `json:"removed"` // the RemoveNode call answered success
+	RemoveAt time.Time `json:"remove_at"`
+	// Voter: every node, this one included, was a healthy voter within
+	// the bound after the fault healed.
+	Voter bool   `json:"voter"`
+	Err   string `json:"err,omitempty"`
 }
 
 // StreamDrop is a consumer closing its Lease stream on purpose without
@@ -242,6 +296,15 @@ func (r *Recorder) Fault(f FaultEvent) { r.with(func(h *History) { h.Faults = ap
 // Crash records a node that died on its own.
 func (r *Recorder) Crash(c NodeCrash) { r.with(func(h *History) { h.Crashes = append(h.Crashes, c) }) }
 
+// Clock records a change of a node's clock offset.
+func (r *Recorder) Clock(c ClockChange) { r.with(func(h *History) { h.Clocks = append(h.Clocks, c) }) }
+
+// Read records a write or read of the pause-read register.
+func (r *Recorder) Read(o PauseReadOp) { r.with(func(h *History) { h.Reads = append(h.Reads, o) }) }
+
+// Rejoin records a membership step's removed node.
+func (r *Recorder) Rejoin(j Rejoin) { r.with(func(h *History) { h.Rejoins = append(h.Rejoins, j) }) }
+
 // Update changes the history's scalar parts (drain, recovery, ...).
 func (r *Recorder) Update(f func(h *History)) { r.with(f) }
 
@@ -259,6 +322,9 @@ func (r *Recorder) Snapshot() History {
 	h.Faults = append([]FaultEvent(nil), r.h.Faults...)
 	h.Crashes = append([]NodeCrash(nil), r.h.Crashes...)
 	h.Registers = append([]RegisterOp(nil), r.h.Registers...)
+	h.Clocks = append([]ClockChange(nil), r.h.Clocks...)
+	h.Reads = append([]PauseReadOp(nil), r.h.Reads...)
+	h.Rejoins = append([]Rejoin(nil), r.h.Rejoins...)
 	return h
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/raftq/raftq/test/harness"
@@ -19,11 +20,20 @@ type Nemesis struct {
 	c   *Cluster
 	rec *Recorder
 	log *slog.Logger
+
+	mu sync.Mutex
+	// clockOff: the offset each node touched by a clock jump was last
+	// started with (healClocks restarts those not at zero).
+	clockOff map[string]time.Duration
+	// register is the last value written to the pause-read register;
+	// registerMade says its queue exists.
+	register     int64
+	registerMade bool
 }
 
 // NewNemesis returns a nemesis for c.
 func NewNemesis(c *Cluster, rec *Recorder, log *slog.Logger) *Nemesis {
-	return &Nemesis{c: c, rec: rec, log: log}
+	return &Nemesis{c: c, rec: rec, log: log, clockOff: map[string]time.Duration{}}
 }
 
 // Run executes plan until it ends or ctx does. Steps after the first
@@ -169,14 +179,21 @@ func (nm *Nemesis) inject(ctx context.Context, s Step, ev *FaultEvent) error {
 			return fmt.Errorf("after the rolling restart: %w", err)
 		}
 		return nil
+	case Membership:
+		return nm.membership(ctx, s, ev)
+	case ClockJump:
+		return nm.clockJump(ctx, s, ev)
+	case PauseRead:
+		return nm.pauseRead(ctx, s, ev)
 	}
 	return fmt.Errorf("unknown fault %q", s.Kind)
 }
 
 // Heal undoes every fault: nodes started and resumed, filters flushed,
-// delays cleared.
+// delays cleared, clocks true.
 func (nm *Nemesis) Heal(ctx context.Context) error {
 	var errs []error
+	errs = append(errs, nm.healClocks())
 	for _, n := range nm.c.Nodes {
 		if n.Paused() {
 			errs = append(errs, n.Resume())

@@ -29,6 +29,19 @@ const (
 type Node struct {
 	*harness.Node
 	Host *Host
+	// ClockFile holds the offset of the node's wall clock (the test-only
+	// --test-clock-offset-file; the node re-reads it every 100 ms).
+	ClockFile string
+}
+
+// SetClockOffset jumps the node's wall clock to d off the true one (the
+// file is replaced whole, so the node never reads half of it).
+func (n *Node) SetClockOffset(d time.Duration) error {
+	tmp := n.ClockFile + ".tmp"
+	if err := os.WriteFile(tmp, []byte(d.String()+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, n.ClockFile)
 }
 
 func newNode(bin, dir string, h *Host, join []string, n int, extra []string, sec *security, log *slog.Logger, onCrash func(NodeCrash)) (*Node, error) {
@@ -42,6 +55,8 @@ func newNode(bin, dir string, h *Host, join []string, n int, extra []string, sec
 	} else {
 		args = append(args, "--gossip-key-file", sec.gossipKeys)
 	}
+	clockFile := filepath.Join(dir, id+".clock-offset")
+	args = append(args, "--test-clock-offset-file", clockFile)
 	for _, j := range join {
 		args = append(args, "--join", j)
 	}
@@ -71,7 +86,7 @@ func newNode(bin, dir string, h *Host, join []string, n int, extra []string, sec
 			return nil, err
 		}
 	}
-	return &Node{Node: hn, Host: h}, nil
+	return &Node{Node: hn, Host: h, ClockFile: clockFile}, nil
 }
 
 // security is what a TLS cluster's nodes share: the CA and certificates

@@ -34,10 +34,26 @@ const (
 	// RollingRestart: every node in turn is stopped (SIGTERM) and started
 	// again once the cluster is whole.
 	RollingRestart FaultKind = "rolling-restart"
+	// Membership: while the leader is killed (Leader) or a node is cut off
+	// from the rest, a follower is removed (RemoveNode, forced), killed,
+	// and started again on its old data dir (or, if FreshDir, an empty
+	// one: a new member under its old name); it must be re-admitted as a
+	// voter and disrupt nothing.
+	Membership FaultKind = "membership"
+	// ClockJump: one node's wall clock is jumped by Offset while it runs
+	// (the broker must not notice), the node restarts on the jumped clock
+	// and is made leader, then the same with Offset2 (the other way), then
+	// back to the true clock (test-only --test-clock-offset-file).
+	ClockJump FaultKind = "clock-jump"
+	// PauseRead: the leader is paused (SIGSTOP) past the election timeout,
+	// a write goes through the new leader, and at once after SIGCONT the
+	// old leader is read: it must see the write or refuse/redirect.
+	PauseRead FaultKind = "pause-read"
 )
 
 // AllFaults lists every nemesis action.
-var AllFaults = []FaultKind{KillRandom, KillLeader, Pause, IsolateLeader, SplitMajority, Bridge, PacketLoss, Latency, RollingRestart}
+var AllFaults = []FaultKind{KillRandom, KillLeader, Pause, IsolateLeader, SplitMajority, Bridge, PacketLoss, Latency, RollingRestart,
+	Membership, ClockJump, PauseRead}
 
 // ParseFaults reads a comma-separated list of fault kinds ("" or "all" =
 // AllFaults).
@@ -67,8 +83,16 @@ type Step struct {
 	// Node is the target for kill-random, pause (unless Leader), latency
 	// (-1 = every link) and the bridge node of a bridge partition.
 	Node int `json:"node"`
-	// Leader targets the leader instead of Node (pause).
+	// Leader targets the leader instead of Node (pause, clock-jump); for
+	// membership, the concurrent fault is a leader kill, not a cut.
 	Leader bool `json:"leader,omitempty"`
+	// FreshDir: the removed node of a membership step comes back on an
+	// empty data dir, not its old one.
+	FreshDir bool `json:"fresh_dir,omitempty"`
+	// Offset and Offset2 are a clock jump's two offsets of the node's
+	// wall clock (opposite signs).
+	Offset  time.Duration `json:"offset,omitempty"`
+	Offset2 time.Duration `json:"offset2,omitempty"`
 	// Perm orders the nodes: the minority of a split is Perm[:k], the
 	// sides of a bridge come from it, the rolling restart follows it.
 	Perm []int `json:"perm,omitempty"`
@@ -105,6 +129,18 @@ func (s Step) String() string {
 		fmt.Fprintf(&b, " node=%d delay=%v", s.Node, s.Delay)
 	case RollingRestart:
 		fmt.Fprintf(&b, " order=%v", s.Perm)
+	case Membership:
+		with := "cut"
+		if s.Leader {
+			with = "leader-kill"
+		}
+		fmt.Fprintf(&b, " during=%s order=%v fresh_dir=%t", with, s.Perm, s.FreshDir)
+	case ClockJump:
+		node := fmt.Sprint(s.Node)
+		if s.Leader {
+			node = "leader"
+		}
+		fmt.Fprintf(&b, " node=%s offsets=%v,%v", node, s.Offset, s.Offset2)
 	}
 	return b.String()
 }
@@ -112,8 +148,13 @@ func (s Step) String() string {
 // cost estimates a step's wall time, for fitting a plan into a duration.
 func (s Step) cost(nodes int) time.Duration {
 	overhead := 2 * time.Second // injection, heal, restarts
-	if s.Kind == RollingRestart {
+	switch s.Kind {
+	case RollingRestart:
 		overhead = time.Duration(nodes) * 6 * time.Second
+	case Membership:
+		overhead = 12 * time.Second // the removal, the rejoin, the promotion
+	case ClockJump:
+		overhead = 3 * 6 * time.Second // three restarts, two transfers
 	}
 	return s.Hold + s.Quiet + overhead
 }
@@ -163,6 +204,21 @@ func Plan(seed int64, nodes int, kinds []FaultKind, total time.Duration, short b
 			s.Delay = time.Duration(20+rng.IntN(281)) * time.Millisecond
 		case RollingRestart:
 			s.Hold = 0
+		case Membership:
+			s.Leader = rng.IntN(2) == 0
+			s.FreshDir = rng.IntN(3) == 0
+			s.Hold = dur(2*time.Second, 8*time.Second)
+		case ClockJump:
+			s.Leader = rng.IntN(2) == 0
+			// Minutes, either way first; the second jump goes the other way.
+			s.Offset = time.Duration(1+rng.IntN(10)) * time.Minute
+			s.Offset2 = -time.Duration(1+rng.IntN(10)) * time.Minute
+			if rng.IntN(2) == 0 {
+				s.Offset, s.Offset2 = s.Offset2, s.Offset
+			}
+			s.Hold = dur(3*time.Second, 12*time.Second)
+		case PauseRead:
+			s.Hold = dur(1500*time.Millisecond, 5*time.Second) // past the 1 s election timeout
 		}
 		if i >= len(order) && spent+s.cost(nodes) > total {
 			break

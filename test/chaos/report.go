@@ -41,6 +41,9 @@ func (r *Report) Table() string {
 		row("config registers (porcupine)", fmt.Sprintf("%s in %v: %d writes (%d unknown, %d of them seen by no read; %d refused), %d reads (%d unanswered)",
 			l.Result, time.Duration(l.CheckMs)*time.Millisecond, l.Writes+l.UnknownWrites, l.UnknownWrites, l.UnknownUnseen, l.FailedWrites, l.Reads, l.FailedReads))
 	}
+	row("pause-read register", fmt.Sprintf("%d linearizable reads answered, %d refused or redirected; %d stale-header reads, %d of them missed a write",
+		r.RegisterReads, r.RegisterReadsRefused, r.RegisterStaleReads, r.RegisterStaleMissed))
+	row("membership, clocks", fmt.Sprintf("%d nodes removed and rejoined, %d node starts on a clock minutes off", r.Rejoins, r.ClockedStarts))
 	row("violations", len(r.Violations))
 	inv := make([]string, 0, len(r.ViolationsByInvariant))
 	for k, n := range r.ViolationsByInvariant {

@@ -181,6 +181,7 @@ func (co *Consumer) stream(ctx context.Context, addr string) error {
 		return err
 	}
 	sid := co.w.streams.Add(1)
+	node := co.w.c.nodeAt(addr) // whose clock the deadlines are on
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s, err := raftqv1.NewBrokerClient(cc).Lease(sctx, &raftqv1.LeaseRequest{
@@ -212,7 +213,7 @@ func (co *Consumer) stream(ctx context.Context, addr string) error {
 		for _, d := range resp.GetMessages() {
 			co.w.rec.Delivery(Delivery{Consumer: co.name, Stream: sid, Queue: d.GetQueue(), MessageID: d.GetId(),
 				Payload: string(d.GetPayload()), Token: d.GetLeaseToken(), Attempt: d.GetAttempt(),
-				DeadlineMs: d.GetLeaseDeadlineMs(), VisibilityMs: co.vis.Milliseconds(), Recv: now})
+				DeadlineMs: d.GetLeaseDeadlineMs(), VisibilityMs: co.vis.Milliseconds(), Recv: now, Node: node})
 		}
 		for _, d := range resp.GetMessages() {
 			b := co.choose()
@@ -302,6 +303,7 @@ func (co *Consumer) settle(ctx context.Context, kind SettleKind, ref *raftqv1.Le
 			var resp *raftqv1.ExtendLeaseResponse
 			resp, err = co.w.one.ExtendLease(cctx, co.queue, co.vis, ref)
 			res = resp.GetResults()
+			s.VisibilityMs = co.vis.Milliseconds()
 			if err == nil && len(resp.GetDeadlinesMs()) > 0 {
 				s.NewDeadlineMs = resp.GetDeadlinesMs()[0]
 			}
