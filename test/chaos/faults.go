@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-		"strings"
+	"strings"
 	"sync"
 	"time"
 
