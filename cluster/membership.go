@@ -3,6 +3,8 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +49,9 @@ type membership struct {
 	// gossip, which anyone who can send gossip could forge, are ignored.
 	authLeaves bool
 
+	// run is this process's gossip run id (nodeMeta.Run).
+	run string
+
 	metaMu   sync.Mutex // serialises metadata updates with leaving
 	hasState atomic.Bool
 	leaving  atomic.Bool
@@ -61,7 +66,7 @@ type membership struct {
 // start creates the memberlist.
 func newMembership(cfg Config, log *slog.Logger, raftAddr string, hasState bool) (*membership, error) {
 	m := &membership{cfg: cfg, log: log, raftAddr: raftAddr, members: map[string]*member{}, changed: make(chan struct{}),
-		authLeaves: cfg.TLS != nil}
+		authLeaves: cfg.TLS != nil, run: newRunID()}
 	m.hasState.Store(hasState)
 	probe := m.localMeta()
 	probe.State, probe.Leaving, probe.DiskLow = true, true, true
@@ -162,6 +167,7 @@ func (m *membership) localMeta() nodeMeta {
 		DiskLow:    m.diskLow.Load(),
 		ClusterID:  m.id.get(),
 		IDs:        true,
+		Run:        m.run,
 
 		MaxQueuedBytes: m.cfg.MaxQueuedBytes,
 	}
@@ -186,6 +192,15 @@ func (m *membership) update(mn *memberlist.Node, state memberState, joined bool)
 			// replica.go), back faster than gossip noticed it gone. That
 			// is a rejoin: addable again.
 			joined = true
+		}
+		if rec.metaOK && rec.meta.Run != "" && meta.Run != "" && rec.meta.Run != meta.Run {
+			// Another process on this id, back before gossip noticed the
+			// old one gone (it refuted the suspicion: no join event): a
+			// rejoin, so an operator's removal of the old process no
+			// longer keeps it out (DESIGN.md, Reconciler). It has
+			// announced no leave of its own.
+			joined = true
+			rec.leaving = false
 		}
 		rec.meta, rec.metaOK = meta, true
 		if meta.Leaving && !m.authLeaves {
@@ -493,4 +508,11 @@ func notify(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// newRunID is a random id for this start of the process (nodeMeta.Run).
+func newRunID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
+	return hex.EncodeToString(b)
 }

@@ -49,3 +49,31 @@ func TestAuthenticatedLeaveSurvivesRefute(t *testing.T) {
 		})
 	}
 }
+
+// TestRestartedMemberIsAddableAgain: an operator's RemoveNode keeps a
+// live member out of the configuration until it restarts. A restart
+// quicker than gossip's failure detection is never a gossip join (the new
+// process refutes the suspicion of the old one), so the new process is
+// told by its metadata's run id: with the old one, the chaos campaign's
+// membership fault found a removed node started again on its data dir
+// kept out for good.
+func TestRestartedMemberIsAddableAgain(t *testing.T) {
+	m := &membership{log: slog.New(slog.DiscardHandler), members: map[string]*member{}, changed: make(chan struct{}), authLeaves: true}
+	node := func(run string) *memberlist.Node {
+		b, err := json.Marshal(nodeMeta{ID: "n2", Raft: "127.0.0.1:1", State: true, IDs: true, Run: run})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &memberlist.Node{Name: "n2", Addr: net.ParseIP("127.0.0.1"), Port: 2, Meta: b}
+	}
+	m.update(node("run-1"), memberAlive, true)
+	m.preventAdd("n2")
+	m.update(node("run-1"), memberAlive, false) // the same process, updating its metadata
+	if !m.snapshot()["n2"].noAdd {
+		t.Fatal("an update of the removed process made it addable")
+	}
+	m.update(node("run-2"), memberAlive, false) // a new process, back before gossip saw it go
+	if m.snapshot()["n2"].noAdd {
+		t.Fatal("the restarted member is still kept out")
+	}
+}

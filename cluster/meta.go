@@ -46,6 +46,11 @@ type nodeMeta struct {
 	// one, and admits only members that present its own). Builds before
 	// them omit it.
 	IDs bool `json:"ids,omitempty"`
+	// Run: random, new for every start of the process. A node restarted
+	// faster than gossip notices it gone is never a gossip join; a new
+	// Run tells the others it is a new process (membership.update).
+	// Builds before it omit it.
+	Run string `json:"run,omitempty"`
 }
 
 // clientGRPC is where clients reach the node: Client, else GRPC.
