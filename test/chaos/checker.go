@@ -107,8 +107,9 @@ type Report struct {
 	RegisterStaleMissed  int `json:"register_stale_reads_missed,omitempty"`
 	// Rejoins: nodes removed and started again; ClockedStarts: node starts
 	// on a clock minutes off.
-	Rejoins       int `json:"rejoins,omitempty"`
-	ClockedStarts int `json:"clocked_starts,omitempty"`
+	Rejoins           int `json:"rejoins,omitempty"`
+	RemovedFromConfig int `json:"removed_from_config,omitempty"`
+	ClockedStarts     int `json:"clocked_starts,omitempty"`
 
 	ViolationsByInvariant map[string]int `json:"violations_by_invariant"`
 	Violations            []Violation    `json:"violations"`

@@ -116,6 +116,9 @@ func checkReads(h *History, r *Report, add func(Violation)) {
 func checkRejoins(h *History, r *Report, add func(Violation)) {
 	for _, j := range h.Rejoins {
 		r.Rejoins++
+		if j.OutOfConfig {
+			r.RemovedFromConfig++
+		}
 		if !j.Voter {
 			add(Violation{Invariant: InvRejoinFailed, Detail: fmt.Sprintf(
 				"%s, removed during the %s (remove answered success: %t, fresh data dir: %t), was not a healthy voter again: %s",

@@ -119,6 +119,7 @@ func (nm *Nemesis) membership(ctx context.Context, s Step, ev *FaultEvent) error
 	} else {
 		j.Removed = true
 	}
+	j.OutOfConfig = nm.outOfConfig(ctx, victim, rest)
 	// The operator takes the removed node down, and (later) someone
 	// starts it again, as it was or on a new disk.
 	victim.Kill()
@@ -143,13 +144,42 @@ func (nm *Nemesis) membership(ctx context.Context, s Step, ev *FaultEvent) error
 	return nil
 }
 
+// outOfConfig reports whether a node of via (asked in turn, within 5 s)
+// no longer has n in its Raft configuration: the removal was appended,
+// committed or not (with three nodes it commits only after the fault).
+func (nm *Nemesis) outOfConfig(ctx context.Context, n *Node, via []*Node) bool {
+	err := harness.WaitFor(ctx, 5*time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+		for _, v := range via {
+			if v == n || !v.Running() {
+				continue
+			}
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			st, err := nm.c.Status(sctx, v)
+			cancel()
+			if err != nil {
+				continue
+			}
+			in := false
+			for _, nd := range st.GetNodes() {
+				in = in || (nd.GetId() == n.ID && (nd.GetSuffrage() == "voter" || nd.GetSuffrage() == "nonvoter"))
+			}
+			if !in {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s still in the configuration", n.ID)
+	})
+	return err == nil
+}
+
 // removeNode asks the nodes in via (in turn, until one answers) to remove
-// n, forced past the --bootstrap-expect floor, for up to 10 s. A removal
+// n, forced past the --bootstrap-expect floor, for up to 6 s (with three
+// nodes it cannot commit while the fault lasts). A removal
 // whose answer was lost and that applied is answered NOT_FOUND next time:
 // done too.
 func (nm *Nemesis) removeNode(ctx context.Context, n *Node, via []*Node) error {
 	var last error
-	_ = harness.WaitFor(ctx, 10*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
+	_ = harness.WaitFor(ctx, 6*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
 		for _, v := range via {
 			if v == n || !v.Running() {
 				continue
@@ -158,7 +188,7 @@ func (nm *Nemesis) removeNode(ctx context.Context, n *Node, via []*Node) error {
 			if err != nil {
 				return err
 			}
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			rctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 			_, err = raftqv1.NewClusterClient(cc).RemoveNode(rctx, &raftqv1.RemoveNodeRequest{Id: n.ID, Force: true})
 			cancel()
 			if err == nil || (last != nil && status.Code(err) == codes.NotFound) {

@@ -165,11 +165,14 @@ type PauseReadOp struct {
 // Rejoin is a node removed from the cluster during a fault and started
 // again (on its old data dir unless FreshDir).
 type Rejoin struct {
-	Node     string    `json:"node"`
-	During   string    `json:"during"`
-	FreshDir bool      `json:"fresh_dir,omitempty"`
-	Removed  bool      `json:"removed"` // the RemoveNode call answered success
-	RemoveAt time.Time `json:"remove_at"`
+	Node     string `json:"node"`
+	During   string `json:"during"`
+	FreshDir bool   `json:"fresh_dir,omitempty"`
+	Removed  bool   `json:"removed"` // the RemoveNode call answered success
+	// OutOfConfig: a remaining node's configuration no longer named it
+	// (the removal was appended, committed or not).
+	OutOfConfig bool      `json:"out_of_config"`
+	RemoveAt    time.Time `json:"remove_at"`
 	// Voter: every node, this one included, was a healthy voter within
 	// the bound after the fault healed.
 	Voter bool   `json:"voter"`

@@ -43,7 +43,8 @@ func (r *Report) Table() string {
 	}
 	row("pause-read register", fmt.Sprintf("%d linearizable reads answered, %d refused or redirected; %d stale-header reads, %d of them missed a write",
 		r.RegisterReads, r.RegisterReadsRefused, r.RegisterStaleReads, r.RegisterStaleMissed))
-	row("membership, clocks", fmt.Sprintf("%d nodes removed and rejoined, %d node starts on a clock minutes off", r.Rejoins, r.ClockedStarts))
+	row("membership, clocks", fmt.Sprintf("%d nodes removed (%d seen out of the configuration) and rejoined, %d node starts on a clock minutes off",
+		r.Rejoins, r.RemovedFromConfig, r.ClockedStarts))
 	row("violations", len(r.Violations))
 	inv := make([]string, 0, len(r.ViolationsByInvariant))
 	for k, n := range r.ViolationsByInvariant {
