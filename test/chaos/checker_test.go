@@ -288,8 +288,15 @@ func TestPlanIsSeededAndCoversEveryKind(t *testing.T) {
 		t.Fatalf("different seeds gave the same start: %s", c[0])
 	}
 	for _, s := range Plan(7, 3, AllFaults, 0, true) {
-		if s.Kind == Pause && s.Hold <= time.Second {
-			t.Fatalf("pause %v not longer than the election timeout", s.Hold)
+		if (s.Kind == Pause || s.Kind == PauseRead) && s.Hold <= time.Second {
+			t.Fatalf("%s %v not longer than the election timeout", s.Kind, s.Hold)
+		}
+	}
+	for seed := int64(0); seed < 50; seed++ {
+		for _, s := range Plan(seed, 3, []FaultKind{ClockJump}, 0, true) {
+			if abs(s.Offset) < time.Minute || abs(s.Offset2) < time.Minute || (s.Offset > 0) == (s.Offset2 > 0) {
+				t.Fatalf("clock jump %v, %v: want minutes, one forward and one back", s.Offset, s.Offset2)
+			}
 		}
 	}
 }
@@ -386,4 +393,11 @@ func TestCheckerRetriedNackIsNoSecondHolder(t *testing.T) {
 	if r := Check(h); !r.OK() {
 		t.Fatalf("a retried nack flagged: %+v", r.Violations)
 	}
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
 }

@@ -232,7 +232,7 @@ func (nm *Nemesis) clockJump(ctx context.Context, s Step, ev *FaultEvent) error 
 		}); err != nil {
 			return err
 		}
-		_ = harness.Sleep(ctx, s.Hold/4)
+		_ = harness.Sleep(ctx, 500*time.Millisecond)
 		// Started again, the node reads the jumped clock: its leases and
 		// stamps are on it from now on.
 		x.Kill()
@@ -245,7 +245,8 @@ func (nm *Nemesis) clockJump(ctx context.Context, s Step, ev *FaultEvent) error 
 		if err := nm.makeLeader(ctx, x); err != nil {
 			return err
 		}
-		_ = harness.Sleep(ctx, s.Hold/4)
+		// It leads on its offset clock: stamps entries, grants, expires.
+		_ = harness.Sleep(ctx, s.Hold/2)
 	}
 	return nil
 }
