@@ -236,14 +236,32 @@ func (l *leadership) failedHeartbeats() map[string]time.Time {
 	return out
 }
 
+// leaderChanged forgets every failing peer at a change of leader, this
+// node included: a term starts with every peer's heartbeats afresh, and
+// a failure kept from before would never be reported resumed. Losing
+// leadership also marks the moment before which reports are stale.
+func (l *leadership) leaderChanged(leader string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	clear(l.hbFailed)
+	if leader != l.self {
+		l.hbClearedAt = time.Now()
+	}
+}
+
 // noteHeartbeatFailure records that the leader fails to heartbeat peer,
 // unless the report comes from a term this node has since lost: raft
 // starts each term's replication with LastContact = now, so a report whose
 // LastContact is older than the last loss of leadership is stale.
+//
+// A report that arrives while this node is not leading is stale too: its
+// goroutine belongs to a lost term, and its LastContact may be after the
+// loss (raft's old replication goroutines run on, and may touch it,
+// until their RPCs time out).
 func (l *leadership) noteHeartbeatFailure(peer string, lastContact time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if lastContact.Before(l.hbClearedAt) {
+	if lastContact.Before(l.hbClearedAt) || l.cur.Role != RoleLeader {
 		return
 	}
 	if _, ok := l.hbFailed[peer]; !ok {
@@ -290,12 +308,7 @@ func (l *leadership) observeLoop(ctx context.Context, wg *sync.WaitGroup) {
 			switch d := o.Data.(type) {
 			case raft.LeaderObservation:
 				l.log.Info("leader changed", "leader", string(d.LeaderID), "leader_raft_addr", string(d.LeaderAddr))
-				if string(d.LeaderID) != l.self {
-					l.mu.Lock()
-					clear(l.hbFailed)
-					l.hbClearedAt = time.Now()
-					l.mu.Unlock()
-				}
+				l.leaderChanged(string(d.LeaderID))
 				l.refresh()
 			case raft.RaftState:
 				l.refresh()

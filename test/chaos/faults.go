@@ -76,28 +76,13 @@ func (nm *Nemesis) membership(ctx context.Context, s Step, ev *FaultEvent) error
 	if err != nil {
 		return err
 	}
-	// The victim: the first node in Perm that does not lead (RemoveNode
-	// refuses to remove the leader); the cut node: the next one after it
-	// (it may lead).
-	var victim, other *Node
-	for _, i := range s.Perm {
-		n := c.Nodes[i]
-		switch {
-		case victim == nil && n != leader:
-			victim = n
-		case victim != nil && other == nil && n != victim:
-			other = n
-		}
-	}
-	j := Rejoin{Node: victim.ID, During: "cut " + other.ID, FreshDir: s.FreshDir}
+	// The concurrent fault: kill the leader, or cut Perm's first node
+	// (which may lead) from the rest.
+	other := c.Nodes[s.Perm[0]]
+	during := "cut " + other.ID
 	if s.Leader {
-		other = leader
-		j.During = "kill of leader " + leader.ID
+		other, during = leader, "kill of leader "+leader.ID
 	}
-	ev.Targets = append(ev.Targets, victim.ID, other.ID)
-	ev.Detail += fmt.Sprintf(" victim=%s %s", victim.ID, j.During)
-	defer func() { nm.rec.Rejoin(j) }()
-
 	var rest []*Node // who goes on serving during the fault
 	for _, n := range c.Nodes {
 		if n != other {
@@ -109,6 +94,23 @@ func (nm *Nemesis) membership(ctx context.Context, s Step, ev *FaultEvent) error
 	} else if err := nm.cut([]*Node{other}, rest); err != nil {
 		return err
 	}
+	// The victim: the first other node in Perm that does not lead the
+	// rest once they agree on a leader (RemoveNode refuses to remove the
+	// leader).
+	restLeader, err := nm.leaderAmong(ctx, rest, 20*time.Second)
+	if err != nil {
+		return fmt.Errorf("no leader during the %s: %w", during, err)
+	}
+	var victim *Node
+	for _, i := range s.Perm {
+		if n := c.Nodes[i]; victim == nil && n != other && n != restLeader {
+			victim = n
+		}
+	}
+	j := Rejoin{Node: victim.ID, During: during, FreshDir: s.FreshDir}
+	ev.Targets = append(ev.Targets, victim.ID, other.ID)
+	ev.Detail += fmt.Sprintf(" victim=%s %s", victim.ID, j.During)
+	defer func() { nm.rec.Rejoin(j) }()
 
 	// Remove the victim through the rest's leader (any node forwards it);
 	// with three nodes the change commits only once the fault heals.
