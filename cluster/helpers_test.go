@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/raftq/raftq/test/harness"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -119,26 +119,17 @@ func (l *testLeader) RunLeader(ctx context.Context) {
 }
 
 // freePort returns a loopback port free for both TCP and UDP (memberlist
-// needs both). It picks below Linux's ephemeral range (32768+): a port the
-// kernel handed out for :0 can be reused as the source port of an outgoing
-// connection before the node binds it, which made tests flaky.
+// needs both), never handed out twice on this machine while this process
+// lives (harness.FreePorts: below the ephemeral range, reserved across
+// test binaries). A copy here that only probed a random port let two
+// nodes, or two test binaries, pick the same one before either bound it.
 func freePort(t *testing.T) int {
 	t.Helper()
-	for range 200 {
-		port := 20000 + rand.IntN(12000)
-		tl, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		ul, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		tl.Close()
-		if err == nil {
-			ul.Close()
-			return port
-		}
+	p, err := harness.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free port")
-	return 0
+	return p[0]
 }
 
 func testLogger() *slog.Logger {

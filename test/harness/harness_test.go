@@ -337,3 +337,28 @@ func TestFreePortsNeverRepeatWithinAProcess(t *testing.T) {
 		}
 	}
 }
+
+// TestFreePortsReservedAcrossProcesses: a port FreePorts handed out stays
+// reserved for other test binaries until this process exits. go test runs
+// packages in parallel, each probing ports it binds only later; without a
+// reservation two of them could pick the same one in that window (a
+// fresh-clone make test: TestCluster's fifth node, "bind: address already
+// in use"). The child is flock(1), as another process would be.
+func TestFreePortsReservedAcrossProcesses(t *testing.T) {
+	flock, err := exec.LookPath("flock")
+	if err != nil {
+		t.Skip("flock(1) is not installed (util-linux)")
+	}
+	ports, err := FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ports {
+		file := filepath.Join(os.TempDir(), "raftq-test-ports", strconv.Itoa(p))
+		out, err := exec.Command(flock, "--nonblock", "--conflict-exit-code", "75", file, "true").CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 75 {
+			t.Fatalf("port %d: another process could lock %s (err %v, %s)", p, file, err, out)
+		}
+	}
+}
