@@ -196,7 +196,7 @@ chaos: chaos-prereqs
 # every node's RSS, goroutines, open files and log size sampled at start,
 # middle and end; fails if anything is lost or a resource is not flat
 # (test/chaos/soak.go). RAFTQ_CHAOS_SEED replays, RAFTQ_CHAOS_OUT keeps the
-# report. SOAK_TIMEOUT must cover warm-up + 1.5 x duration + 10m.
+# report, RAFTQ_CHAOS_FAULTS picks the fault kinds (all by default). SOAK_TIMEOUT must cover warm-up + 1.5 x duration + 10m.
 SOAK_TIMEOUT ?= 80m
 .PHONY: soak
 soak: chaos-prereqs

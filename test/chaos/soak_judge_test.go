@@ -12,8 +12,9 @@ func TestJudgeSoak(t *testing.T) {
 	end := base
 	end.Phase = soakPhaseEnd
 	end.RSSBytes = 150<<20 + rssSlackBytes // exactly the bound
-	if v := JudgeSoak([]Resources{base, end}); !v.OK() {
-		t.Fatalf("at the bound: %v %v", v.Growths, v.Missing)
+	base.Pid, end.Pid = 100, 200
+	if v := JudgeSoak([]Resources{base, end}); !v.OK() || !strings.Contains(v.Table(), "restarted since start") || !strings.Contains(v.Table(), "flat:") {
+		t.Fatalf("at the bound: %v %v\n%s", v.Growths, v.Missing, v.Table())
 	}
 	for _, tc := range []struct {
 		what string

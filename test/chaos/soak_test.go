@@ -14,7 +14,8 @@ import (
 // RSS, goroutines, open files and log size sampled at the start, the
 // middle and the end. It fails if anything was lost (every invariant of
 // the campaign) or a resource is not flat (soak.go says how that is
-// judged). RAFTQ_CHAOS_SEED replays.
+// judged). RAFTQ_CHAOS_SEED replays; RAFTQ_CHAOS_FAULTS picks the fault
+// kinds (default: all).
 func TestSoak(t *testing.T) {
 	if os.Getenv("RAFTQ_SOAK") == "" {
 		t.Skip("soak: SKIPPED — long run; set RAFTQ_SOAK=1 or use `make soak`")
@@ -27,5 +28,9 @@ func TestSoak(t *testing.T) {
 	if dl, ok := t.Deadline(); ok && time.Until(dl) < warm+d*3/2+10*time.Minute {
 		t.Fatalf("-timeout leaves %v; a soak of %v needs at least %v", time.Until(dl).Round(time.Second), d, warm+d*3/2+10*time.Minute)
 	}
-	runCampaign(t, campaign{Nodes: 3, Seed: seed(t), Kinds: AllFaults, Duration: d, Soak: true, WarmUp: warm})
+	kinds, err := ParseFaults(os.Getenv("RAFTQ_CHAOS_FAULTS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCampaign(t, campaign{Nodes: 3, Seed: seed(t), Kinds: kinds, Duration: d, Soak: true, WarmUp: warm})
 }
