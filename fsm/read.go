@@ -149,6 +149,9 @@ const (
 	// RedriveStep), and dead-lettering records its time; the edge refuses
 	// those fields before then.
 	RedriveVersion = state.RedriveVersion
+	// RedriveCancelVersion is the log version from which
+	// Redrive.cancel_job cancels a redrive job.
+	RedriveCancelVersion = state.RedriveCancelVersion
 	// Bounds of the filtered Peek and Redrive (state/redrive.go).
 	MaxReasonFilterLen  = state.MaxReasonFilterLen
 	MaxRedriveIDs       = state.MaxRedriveIDs

@@ -318,3 +318,48 @@ func TestRedriveJobTravels(t *testing.T) {
 		t.Fatalf("job not finished: %+v, ready %d", h.jobs("q"), h.info("q").Stats.Ready)
 	}
 }
+
+// A job can be cancelled: what it moved stays moved, nothing more moves,
+// a retry with the same key answers as the first, an unknown job is not
+// found.
+func TestCancelRedriveJob(t *testing.T) {
+	h := newHarness(t)
+	h.raise(state.RedriveCancelVersion)
+	jobScenario(h, 20)
+	res := as[*CountResult](t, h.mustOK(redriveOp(&fsmv1.Redrive{Queue: "q", RateMilli: 5000})))
+	ref := &fsmv1.RedriveJobRef{Queue: "q", Id: res.Job}
+	h.mustOK(stepOp(ref)) // the burst: 5
+	cancel := &fsmv1.Redrive{Queue: "q", CancelJob: res.Job, IdempotencyKey: "c"}
+	if got := as[*CountResult](t, h.mustOK(redriveOp(cancel))); got.Count != 5 {
+		t.Fatalf("cancel answered %d, want the 5 it moved", got.Count)
+	}
+	if len(h.jobs("q")) != 0 {
+		t.Fatal("the job is still listed")
+	}
+	h.now += 10_000
+	if got := as[*CountResult](t, h.mustOK(stepOp(ref))); got.Count != 0 {
+		t.Fatalf("a cancelled job moved %d", got.Count)
+	}
+	if got := as[*CountResult](t, h.mustOK(redriveOp(cancel))); got.Count != 5 {
+		t.Fatalf("retried cancel answered %d, want 5 as the first", got.Count)
+	}
+	if err := h.apply(redriveOp(&fsmv1.Redrive{Queue: "q", CancelJob: res.Job})).Failure(); !errors.Is(err, ErrMessageNotFound) {
+		t.Fatalf("cancel of a finished job without a key: %v, want not found", err)
+	}
+	if qi := h.info("q"); qi.Stats.Ready != 5 || qi.Stats.DeadLettered != 15 {
+		t.Fatalf("after the cancel: %+v", qi.Stats)
+	}
+}
+
+// Before RedriveCancelVersion an entry ignores cancel_job, as older
+// builds do: it is an ordinary redrive of everything (so the edge
+// refuses the field until the cluster reaches the version).
+func TestCancelIgnoredBeforeItsVersion(t *testing.T) {
+	h := newHarness(t)
+	h.raise(state.RedriveCancelVersion - 1)
+	jobScenario(h, 4)
+	res := as[*CountResult](t, h.mustOK(redriveOp(&fsmv1.Redrive{Queue: "q", RateMilli: 1000})))
+	if got := as[*CountResult](t, h.mustOK(redriveOp(&fsmv1.Redrive{Queue: "q", CancelJob: res.Job}))); got.Count != 4 {
+		t.Fatalf("a version-%d cancel moved %d, want all 4 as an ordinary redrive", state.RedriveCancelVersion-1, got.Count)
+	}
+}

@@ -58,6 +58,16 @@ func redriveCommand(req *raftqv1.RedriveRequest) (*fsmv1.Redrive, error) {
 	case r > 0 && r < 0.001:
 		return nil, invalid("rate_per_sec is %v, the smallest rate is 0.001 (one message every 1000 s)", r)
 	}
+	if req.CancelJob != "" {
+		id, err := parseHex("cancel_job", req.CancelJob)
+		if err != nil {
+			return nil, invalid("%v", err)
+		}
+		if req.Limit != 0 || req.FairnessKey != "" || req.ReasonContains != "" || req.OlderThanMs != 0 || req.DryRun || req.RatePerSec != 0 || len(req.MessageIds) > 0 {
+			return nil, invalid("cancel_job cancels a job: give no other field but queue (and idempotency_key)")
+		}
+		return &fsmv1.Redrive{Queue: req.Queue, CancelJob: id, IdempotencyKey: req.IdempotencyKey}, nil
+	}
 	if len(req.MessageIds) > fsm.MaxRedriveIDs {
 		return nil, invalid("%d message_ids, at most %d in one redrive", len(req.MessageIds), fsm.MaxRedriveIDs)
 	}

@@ -167,6 +167,32 @@ func TestDLQWorkbenchOverGRPC(t *testing.T) {
 	if err != nil || again.Moved != 4 {
 		t.Fatalf("retry of the job's redrive: %v, %v; want 4 as the first", again, err)
 	}
+
+	// Cancelling a job: what it moved stays, nothing more moves.
+	deadLetterVia(t, l, "jobs", "tenant-c", "slow", 5)
+	slow, err := l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", RatePerSec: 0.01})
+	if err != nil || slow.Moved != 5 {
+		t.Fatalf("slow job: %v, %v", slow, err)
+	}
+	waitUntil(t, 10*time.Second, "the slow job's burst", func() error {
+		if qi := queueInfo(t, l, "jobs"); len(qi.Redrives) != 1 || qi.Redrives[0].Moved != 1 {
+			return fmt.Errorf("jobs %v", qi.Redrives)
+		}
+		return nil
+	})
+	if _, err := l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", CancelJob: slow.JobId, RatePerSec: 3}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("cancel with a rate: %v, want INVALID_ARGUMENT", err)
+	}
+	c1, err := l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", CancelJob: slow.JobId})
+	if err != nil || c1.Moved != 1 {
+		t.Fatalf("cancel: %v, %v; want 1 moved", c1, err)
+	}
+	if qi := queueInfo(t, l, "jobs"); len(qi.Redrives) != 0 || qi.Stats.DeadLettered != 4 {
+		t.Fatalf("after the cancel: %v %v", qi.Redrives, qi.Stats)
+	}
+	if _, err := l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", CancelJob: slow.JobId}); status.Code(err) != codes.NotFound {
+		t.Fatalf("cancel of a job that is gone: %v, want NOT_FOUND", err)
+	}
 }
 
 // TestDLQFiltersNeedTheirVersion: until every voter applies
@@ -255,4 +281,34 @@ func TestDLQWorkbenchThroughTheSDK(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestCancelJobNeedsItsVersion: below fsm.RedriveCancelVersion an entry
+// would take cancel_job for a redrive of everything, so the edge refuses
+// it FAILED_PRECONDITION naming the version, and nothing moves.
+func TestCancelJobNeedsItsVersion(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 1, logVersion: fsm.RedriveCancelVersion - 1})
+	l := c.leader()
+	waitClusterVersion(t, c, fsm.RedriveCancelVersion-1)
+	ctx := tctx(t, 30*time.Second)
+	mustCreate(t, l, "jobs", nil)
+	deadLetterVia(t, l, "jobs", "k", "timeout", 3)
+	job, err := l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", RatePerSec: 0.001})
+	if err != nil || job.JobId == "" {
+		t.Fatalf("job: %v, %v", job, err)
+	}
+	waitUntil(t, 10*time.Second, "the job's burst of one", func() error {
+		if qi := queueInfo(t, l, "jobs"); qi.Stats.DeadLettered != 2 {
+			return fmt.Errorf("%d dead-lettered", qi.Stats.DeadLettered)
+		}
+		return nil
+	})
+	_, err = l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", CancelJob: job.JobId})
+	want := fmt.Sprint("log version ", fsm.RedriveCancelVersion)
+	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), want) {
+		t.Fatalf("cancel at version %d: %v, want FAILED_PRECONDITION naming %s", fsm.RedriveCancelVersion-1, err, want)
+	}
+	if qi := queueInfo(t, l, "jobs"); qi.Stats.DeadLettered != 2 || len(qi.Redrives) != 1 {
+		t.Fatalf("a refused cancel changed something: %v %v", qi.Stats, qi.Redrives)
+	}
 }

@@ -83,6 +83,7 @@ func newRedriveCmd(a *app) *cobra.Command {
 	var dry bool
 	var rate float64
 	var ids []string
+	var cancelJob string
 	var f dlqFlags
 	cmd := &cobra.Command{
 		Use:   "redrive QUEUE",
@@ -92,16 +93,18 @@ them, or those --key, --reason, --older-than and --ids select. --dry-run
 counts them and moves nothing. --rate moves at most that many a second: the
 redrive becomes a job the cluster runs (raftq queue get QUEUE shows it) and
 that carries on after a failover; the command returns at once with the
-count it will move.`,
+count it will move. --cancel JOB stops such a job (what it moved stays).`,
 		Example: `  raftq redrive jobs --dry-run --reason timeout
   raftq redrive jobs --key tenant-a --older-than 1h --rate 100
-  raftq redrive jobs --ids 0000000000100000,0000000000100001`,
+  raftq redrive jobs --ids 0000000000100000,0000000000100001
+  raftq redrive jobs --cancel 0000000000a00000`,
 		Args: cobra.ExactArgs(1),
 	}
 	cmd.Flags().Int64Var(&lim, "limit", 0, "most messages to move (0 = all)")
 	cmd.Flags().BoolVar(&dry, "dry-run", false, "count what would move; move nothing")
 	cmd.Flags().Float64Var(&rate, "rate", 0, "move at most this many messages per second (0 = all at once)")
 	cmd.Flags().StringSliceVar(&ids, "ids", nil, "exactly these message ids (comma-separated); ids not in the dead-letter queue are skipped")
+	cmd.Flags().StringVar(&cancelJob, "cancel", "", "cancel this rate-limited redrive job (raftq queue get lists them)")
 	f.add(cmd)
 	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
 		older, err := msOf("older-than", f.olderThan)
@@ -113,6 +116,17 @@ count it will move.`,
 		}
 		var n int64
 		var job string
+		if cancelJob != "" {
+			resp, err := c.RedriveWith(ctx, &raftqv1.RedriveRequest{Queue: args[0], CancelJob: cancelJob})
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printJSON(a.out, resp)
+			}
+			_, err = fmt.Fprintf(a.out, "cancelled redrive job %s of %s; it had moved %s\n", cancelJob, args[0], plural(resp.GetMoved(), "message"))
+			return err
+		}
 		if f.set() || dry || rate != 0 || len(ids) > 0 {
 			resp, err := c.RedriveWith(ctx, &raftqv1.RedriveRequest{Queue: args[0], Limit: lim, FairnessKey: f.key, ReasonContains: f.reason,
 				OlderThanMs: older, DryRun: dry, RatePerSec: rate, MessageIds: ids})

@@ -30,6 +30,7 @@ func TestPeekAndRedriveFilters(t *testing.T) {
 		{[]string{"--dry-run", "--reason", "timeout"}, &raftqv1.RedriveRequest{Queue: "q", DryRun: true, ReasonContains: "timeout"}, "would move 7 messages back to q (dry run: nothing moved)"},
 		{[]string{"--rate", "100", "--key", "tenant-a", "--older-than", "30m"}, &raftqv1.RedriveRequest{Queue: "q", RatePerSec: 100, FairnessKey: "tenant-a", OlderThanMs: 1_800_000}, "moved 7 messages back to q"},
 		{[]string{"--ids", "0000000000000001,0000000000000002"}, &raftqv1.RedriveRequest{Queue: "q", MessageIds: []string{"0000000000000001", "0000000000000002"}}, "moved 7 messages back to q"},
+		{[]string{"--cancel", "0000000000a00000"}, &raftqv1.RedriveRequest{Queue: "q", CancelJob: "0000000000a00000"}, "cancelled redrive job 0000000000a00000 of q; it had moved 7 messages"},
 	} {
 		f.reset()
 		r := raftq(t, addr, "", append([]string{"redrive", "q"}, c.args...)...)

@@ -34,6 +34,11 @@ import (
 // dry_run, message ids and a rate, and RedriveStep exists.
 const RedriveVersion uint32 = 14
 
+// RedriveCancelVersion is the log version from which Redrive.cancel_job
+// ends a job; an earlier entry ignores the field (and so would redrive
+// everything), so the edge refuses it before the cluster reaches it.
+const RedriveCancelVersion uint32 = 16
+
 const (
 	// MaxReasonFilterLen bounds reason_contains.
 	MaxReasonFilterLen = 256

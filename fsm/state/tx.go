@@ -659,6 +659,19 @@ func (tx *Tx) Redrive(c *fsmv1.Redrive) *CountResult {
 			return &CountResult{Done: Done{Err: err}}
 		}
 	}
+	if tx.version >= RedriveCancelVersion && c.GetCancelJob() != 0 {
+		// Keyed like any redrive: a retried cancel answers as the first.
+		return tx.idempotentErr(q, recentRedrive, c.GetIdempotencyKey(), func() (int64, error) {
+			i := slices.IndexFunc(q.redrives, func(j *redriveJob) bool { return j.id == c.GetCancelJob() })
+			if i < 0 {
+				return 0, fmt.Errorf("%w: no redrive job %016x of %s in progress", ErrMessageNotFound, c.GetCancelJob(), q.name)
+			}
+			moved := q.redrives[i].moved
+			tx.s.endJob(q, i)
+			tx.touched.add(q.name)
+			return moved, nil
+		})
+	}
 	dlq := tx.s.queues[q.cfg.DeadLetterQueue]
 	if q.isDLQ || dlq == nil {
 		return &CountResult{}

@@ -19,10 +19,12 @@ package state
 // and records when messages are dead-lettered (RedriveVersion,
 // redrive.go); version 15 answers a retried CreateQueue, UpdateQueue,
 // CreateToken, RevokeToken, grant, ungrant or SetClusterSettings as the
-// first (WriteKeyVersion, writekeys.go). fsm/DESIGN.md lists every
+// first (WriteKeyVersion, writekeys.go); version 16 lets a Redrive
+// cancel a redrive job (RedriveCancelVersion, redrive.go). fsm/DESIGN.md
+// lists every
 // version; a rule that changes in version N is
 // written `if tx.version >= N`.
-const MaxLogVersion uint32 = 15
+const MaxLogVersion uint32 = 16
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the

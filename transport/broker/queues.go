@@ -174,6 +174,11 @@ func (qs Queues) Redrive(ctx context.Context, queue string, limit int64, idempot
 // (NeedsVersionError) before the cluster applies it: an older entry
 // ignores the field and would move everything at once.
 func (qs Queues) RedriveWith(ctx context.Context, r *fsmv1.Redrive) (int64, uint64, error) {
+	if r.CancelJob != 0 {
+		if err := qs.b.needVersion(fsm.RedriveCancelVersion, "RedriveRequest.cancel_job"); err != nil {
+			return 0, 0, err
+		}
+	}
 	if r.FairnessKey != "" || r.ReasonContains != "" || r.OlderThanMs != 0 || r.DryRun || r.RateMilli != 0 || len(r.MessageIds) > 0 {
 		if err := qs.b.needVersion(fsm.RedriveVersion, "RedriveRequest filters, dry_run, rate_per_sec and message_ids"); err != nil {
 			return 0, 0, err

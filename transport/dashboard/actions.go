@@ -48,6 +48,9 @@ var doneNotes = map[string]func(q url.Values) string{
 	"redrive-dry": func(q url.Values) string {
 		return "Dry run: a redrive would move " + countOf(q.Get("n"), "message") + " back to " + q.Get("queue") + "; nothing moved."
 	},
+	"redrive-cancelled": func(q url.Values) string {
+		return "Cancelled the redrive to " + q.Get("queue") + "; it had moved " + countOf(q.Get("n"), "message") + "."
+	},
 	"redrive-job": func(q url.Values) string {
 		return "Redrive of " + countOf(q.Get("n"), "message") + " back to " + q.Get("queue") + " started at " + q.Get("rate") + " a second; its progress is below."
 	},
@@ -488,7 +491,7 @@ func (d *Dashboard) redrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := &raftqv1.RedriveRequest{Queue: name, Limit: limit, IdempotencyKey: f.Get("idempotency_key"),
-		FairnessKey: f.Get("fairness_key"), ReasonContains: f.Get("reason_contains"), DryRun: f.Get("dry_run") != ""}
+		FairnessKey: f.Get("fairness_key"), ReasonContains: f.Get("reason_contains"), DryRun: f.Get("dry_run") != "", CancelJob: f.Get("cancel_job")}
 	if err == nil {
 		req.OlderThanMs, _, err = durationField(f, "older_than", "older than")
 	}
@@ -516,6 +519,8 @@ func (d *Dashboard) redrive(w http.ResponseWriter, r *http.Request) {
 	back := d.backTo(f, name)
 	n := strconv.FormatInt(moved, 10)
 	switch {
+	case req.CancelJob != "":
+		http.Redirect(w, r, doneURL(qpath(back), "redrive-cancelled", "n", n, "queue", name), http.StatusSeeOther)
 	case req.DryRun:
 		http.Redirect(w, r, doneURL(qpath(back), "redrive-dry", "n", n, "queue", name), http.StatusSeeOther)
 	case req.RatePerSec > 0 && moved > 0:

@@ -62,6 +62,13 @@ func TestDLQFilterAndRedriveForm(t *testing.T) {
 	if got.RatePerSec != 2.5 || len(got.MessageIds) != 2 || got.MessageIds[1] != "0000000000000002" {
 		t.Fatalf("rate-limited redrive asked %v", got)
 	}
+	rec = post(url.Values{"cancel_job": {"0000000000a00000"}})
+	if loc := rec.Header().Get("Location"); rec.Code != 303 || !strings.HasPrefix(loc, "/queues/jobs?done=redrive-cancelled&") {
+		t.Fatalf("cancel: %d %q", rec.Code, loc)
+	}
+	if got := f.redriveReqs[len(f.redriveReqs)-1]; got.CancelJob != "0000000000a00000" || got.RatePerSec != 0 {
+		t.Fatalf("cancel asked %v", got)
+	}
 	n := len(f.redriveReqs)
 	for _, bad := range []url.Values{{"rate_per_sec": {"fast"}}, {"older_than": {"-1h"}}, {"older_than": {"soon"}}} {
 		if rec := post(bad); rec.Code != 400 || len(f.redriveReqs) != n {

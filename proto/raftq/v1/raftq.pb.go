@@ -2578,7 +2578,11 @@ type RedriveRequest struct {
 	RatePerSec float64 `protobuf:"fixed64,8,opt,name=rate_per_sec,json=ratePerSec,proto3" json:"rate_per_sec,omitempty"`
 	// Exactly these messages (up to 10,000 ids); ids not in the
 	// dead-letter queue are skipped and not counted.
-	MessageIds    []string `protobuf:"bytes,9,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	MessageIds []string `protobuf:"bytes,9,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	// Cancel this rate-limited redrive job of the queue instead (every
+	// other field but queue empty): what it moved stays moved, moved is
+	// how many that was; NOT_FOUND once it is done.
+	CancelJob     string `protobuf:"bytes,10,opt,name=cancel_job,json=cancelJob,proto3" json:"cancel_job,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2674,6 +2678,13 @@ func (x *RedriveRequest) GetMessageIds() []string {
 		return x.MessageIds
 	}
 	return nil
+}
+
+func (x *RedriveRequest) GetCancelJob() string {
+	if x != nil {
+		return x.CancelJob
+	}
+	return ""
 }
 
 type RedriveResponse struct {
@@ -5850,7 +5861,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\rolder_than_ms\x18\x06 \x01(\x03R\volderThanMs\x12\x19\n" +
 	"\bafter_id\x18\a \x01(\tR\aafterId\">\n" +
 	"\fPeekResponse\x12.\n" +
-	"\bmessages\x18\x01 \x03(\v2\x12.raftq.v1.DeliveryR\bmessages\"\xb1\x02\n" +
+	"\bmessages\x18\x01 \x03(\v2\x12.raftq.v1.DeliveryR\bmessages\"\xd0\x02\n" +
 	"\x0eRedriveRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12'\n" +
@@ -5862,7 +5873,10 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\frate_per_sec\x18\b \x01(\x01R\n" +
 	"ratePerSec\x12\x1f\n" +
 	"\vmessage_ids\x18\t \x03(\tR\n" +
-	"messageIds\">\n" +
+	"messageIds\x12\x1d\n" +
+	"\n" +
+	"cancel_job\x18\n" +
+	" \x01(\tR\tcancelJob\">\n" +
 	"\x0fRedriveResponse\x12\x14\n" +
 	"\x05moved\x18\x01 \x01(\x03R\x05moved\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\"\xc8\x02\n" +

@@ -1935,7 +1935,9 @@ type Redrive struct {
 	// floating point reaches apply); > 0 starts a job moving at that rate.
 	RateMilli int64 `protobuf:"varint,8,opt,name=rate_milli,json=rateMilli,proto3" json:"rate_milli,omitempty"`
 	// Exactly these ids (any other filter still applies).
-	MessageIds    []uint64 `protobuf:"varint,9,rep,packed,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	MessageIds []uint64 `protobuf:"varint,9,rep,packed,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
+	// Ends this job of the queue instead; the count is what it moved.
+	CancelJob     uint64 `protobuf:"varint,10,opt,name=cancel_job,json=cancelJob,proto3" json:"cancel_job,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2031,6 +2033,13 @@ func (x *Redrive) GetMessageIds() []uint64 {
 		return x.MessageIds
 	}
 	return nil
+}
+
+func (x *Redrive) GetCancelJob() uint64 {
+	if x != nil {
+		return x.CancelJob
+	}
+	return 0
 }
 
 // RedriveStep (log version 14) moves the next messages of each named
@@ -3875,7 +3884,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x04refs\x18\x01 \x03(\v2\x11.raftq.fsm.v1.RefR\x04refs\"2\n" +
 	"\x0fReleaseConsumer\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x01(\tR\n" +
-	"consumerId\"\xa7\x02\n" +
+	"consumerId\"\xc6\x02\n" +
 	"\aRedrive\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12'\n" +
@@ -3887,7 +3896,10 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"rate_milli\x18\b \x01(\x03R\trateMilli\x12\x1f\n" +
 	"\vmessage_ids\x18\t \x03(\x04R\n" +
-	"messageIds\">\n" +
+	"messageIds\x12\x1d\n" +
+	"\n" +
+	"cancel_job\x18\n" +
+	" \x01(\x04R\tcancelJob\">\n" +
 	"\vRedriveStep\x12/\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x1b.raftq.fsm.v1.RedriveJobRefR\x04jobs\"5\n" +
 	"\rRedriveJobRef\x12\x14\n" +

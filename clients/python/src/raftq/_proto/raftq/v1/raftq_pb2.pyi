@@ -687,7 +687,8 @@ class RedriveJob(_message.Message):
     def __init__(self, id: _Optional[str] = ..., total: _Optional[int] = ..., moved: _Optional[int] = ..., rate_per_sec: _Optional[float] = ..., started_at_ms: _Optional[int] = ..., last_moved_at_ms: _Optional[int] = ..., fairness_key: _Optional[str] = ..., reason_contains: _Optional[str] = ..., older_than_ms: _Optional[int] = ..., message_ids: _Optional[int] = ...) -> None: ...
 
 class RedriveRequest(_message.Message):
-    __slots__ = ["dry_run", "fairness_key", "idempotency_key", "limit", "message_ids", "older_than_ms", "queue", "rate_per_sec", "reason_contains"]
+    __slots__ = ["cancel_job", "dry_run", "fairness_key", "idempotency_key", "limit", "message_ids", "older_than_ms", "queue", "rate_per_sec", "reason_contains"]
+    CANCEL_JOB_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     FAIRNESS_KEY_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -697,6 +698,7 @@ class RedriveRequest(_message.Message):
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     RATE_PER_SEC_FIELD_NUMBER: _ClassVar[int]
     REASON_CONTAINS_FIELD_NUMBER: _ClassVar[int]
+    cancel_job: str
     dry_run: bool
     fairness_key: str
     idempotency_key: str
@@ -706,7 +708,7 @@ class RedriveRequest(_message.Message):
     queue: str
     rate_per_sec: float
     reason_contains: str
-    def __init__(self, queue: _Optional[str] = ..., limit: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., fairness_key: _Optional[str] = ..., reason_contains: _Optional[str] = ..., older_than_ms: _Optional[int] = ..., dry_run: bool = ..., rate_per_sec: _Optional[float] = ..., message_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, queue: _Optional[str] = ..., limit: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., fairness_key: _Optional[str] = ..., reason_contains: _Optional[str] = ..., older_than_ms: _Optional[int] = ..., dry_run: bool = ..., rate_per_sec: _Optional[float] = ..., message_ids: _Optional[_Iterable[str]] = ..., cancel_job: _Optional[str] = ...) -> None: ...
 
 class RedriveResponse(_message.Message):
     __slots__ = ["job_id", "moved"]
