@@ -56,6 +56,8 @@ type membership struct {
 	hasState atomic.Bool
 	leaving  atomic.Bool
 	diskLow  atomic.Bool
+	// corrupt: this node found its Raft state corrupt (Node.Corrupt).
+	corrupt atomic.Bool
 
 	mu      sync.Mutex
 	members map[string]*member
@@ -69,7 +71,7 @@ func newMembership(cfg Config, log *slog.Logger, raftAddr string, hasState bool)
 		authLeaves: cfg.TLS != nil, run: newRunID()}
 	m.hasState.Store(hasState)
 	probe := m.localMeta()
-	probe.State, probe.Leaving, probe.DiskLow = true, true, true
+	probe.State, probe.Leaving, probe.DiskLow, probe.Corrupt = true, true, true, true
 	probe.ClusterID = strings.Repeat("0", clusterIDLen)
 	if b, _ := json.Marshal(probe); len(b) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("gossip metadata is %d bytes, over memberlist's %d: shorten the node id or addresses", len(b), memberlist.MetaMaxSize)
@@ -165,6 +167,7 @@ func (m *membership) localMeta() nodeMeta {
 		LogVersion: m.cfg.LogVersion,
 		Version:    m.cfg.Version,
 		DiskLow:    m.diskLow.Load(),
+		Corrupt:    m.corrupt.Load(),
 		ClusterID:  m.id.get(),
 		IDs:        true,
 		Run:        m.run,
@@ -401,6 +404,14 @@ func (m *membership) markHasState() {
 // setDiskLow publishes whether this node's disk is low, if that changed.
 func (m *membership) setDiskLow(low bool) {
 	if m.diskLow.Swap(low) != low {
+		m.publishMeta()
+	}
+}
+
+// setCorrupt publishes that this node's Raft state is corrupt (why is in
+// its own log and status: gossip metadata is small).
+func (m *membership) setCorrupt(string) {
+	if !m.corrupt.Swap(true) {
 		m.publishMeta()
 	}
 }

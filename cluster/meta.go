@@ -38,6 +38,9 @@ type nodeMeta struct {
 	// free, so it may soon fail to store log entries (Node.SetDiskLow).
 	// Builds before it omit it.
 	DiskLow bool `json:"disk_low,omitempty"`
+	// Corrupt: the node found its Raft state corrupt; it takes no part
+	// in Raft until it is removed and rebuilt (Node.Corrupt).
+	Corrupt bool `json:"corrupt,omitempty"`
 	// ClusterID: the id of the cluster the node belongs to, or (a node
 	// without Raft state) the one it asks to join; empty if it has none
 	// (see DESIGN.md, "Cluster identity").

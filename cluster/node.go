@@ -10,10 +10,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
 	"go.etcd.io/bbolt"
 )
 
@@ -77,6 +79,16 @@ type Node struct {
 	// unlock releases the data dir's lock (closeAll, last).
 	unlock func()
 
+	// corrupt is the damage found in this node's Raft state (nil: none
+	// found); corruptCh is closed when it is first found. quarantined:
+	// the node was started with it, so Raft runs on empty in-memory
+	// stores with its network cut: it neither votes nor serves, and waits
+	// to be removed and rebuilt (cluster/DESIGN.md, "Corrupt state").
+	corrupt     atomic.Pointer[Corruption]
+	corruptCh   chan struct{}
+	corruptOnce sync.Once
+	quarantined bool
+
 	shutMu      sync.Mutex
 	shutStarted bool
 	shutDone    chan struct{}
@@ -100,8 +112,9 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	n := &Node{
 		cfg:      cfg,
 		log:      cfg.Logger.With(slog.String("node", cfg.NodeID)),
-		shutDone: make(chan struct{}),
-		raftDone: make(chan struct{}),
+		shutDone:  make(chan struct{}),
+		raftDone:  make(chan struct{}),
+		corruptCh: make(chan struct{}),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -134,27 +147,67 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if metas, err := n.snaps.List(); err == nil && len(metas) > 0 {
 		n.startSnapBytes = metas[0].Size // List is newest first
 	}
-	restore := startRestore(n.log, n.snaps, filepath.Join(cfg.DataDir, "snapshots"), fsm)
+	snapDir := filepath.Join(cfg.DataDir, "snapshots")
+	corrupt, err := checkAtStart(cfg.DataDir, snapDir)
+	if err != nil {
+		return nil, err
+	}
+	restore := startRestore(n.log, n.snaps, snapDir, fsm)
 	restoring := true
 	defer func() {
 		if restoring {
 			restore.stop()
 		}
 	}()
-	n.logs, err = openLogStore(cfg.DataDir, cfg.LogStore, hcl.Named("wal"))
-	if err != nil {
-		return nil, fmt.Errorf("raft log: %w", err)
+	if corrupt == nil {
+		n.logs, err = openLogStore(cfg.DataDir, cfg.LogStore, hcl.Named("wal"))
+		if errors.Is(err, wal.ErrCorrupt) {
+			corrupt = &Corruption{File: filepath.Join(cfg.DataDir, walDir), Offset: -1, Reason: err.Error(), err: err, At: time.Now()}
+		} else if err != nil {
+			return nil, fmt.Errorf("raft log: %w", err)
+		}
 	}
-	n.log.Info("raft log store", "store", string(n.logs.kind), "asked", string(cfg.LogStore))
+	var stable raft.StableStore
+	var store raft.LogStore
+	if corrupt == nil {
+		n.log.Info("raft log store", "store", string(n.logs.kind), "asked", string(cfg.LogStore))
+		checked := &checkedLogStore{LogStore: n.logs.store, file: filepath.Join(cfg.DataDir, walDir), onCorrupt: n.reportCorrupt}
+		if n.logs.kind == LogStoreBolt {
+			checked.file = filepath.Join(cfg.DataDir, raftDBFile)
+			// The wal's segments were checked before it opened; bolt's
+			// entries are checked one by one here.
+			corrupt = verifyEntries(checked)
+		}
+		store, stable = checked, n.logs.stable
+	}
+	restored := false
+	if corrupt == nil {
+		restoring = false
+		if restored = restore.wait(n.log); !restored && restore.meta != nil {
+			// The newest snapshot did not restore: raft would fall back
+			// to an older one (whose log is compacted away), or none.
+			corrupt = verifySnapshots(snapDir, true)
+		}
+	}
+	if corrupt != nil {
+		n.quarantine(corrupt)
+		mem := raft.NewInmemStore()
+		store, stable = mem, mem
+	}
+	var diskTime func() time.Duration
+	if n.logs != nil {
+		diskTime = n.logs.diskTime
+	}
 	// The cache sits above the chunking: LogCache.DeleteRange empties the
 	// whole cache, and should do so once per compaction, not once per chunk.
 	// Timing sits under the chunking, so each chunk of a compaction is its
 	// own deletion between appends. The wal deletes the head of its log by
 	// dropping whole segment files and one metadata commit, so chunking it
-	// would only add commits.
-	n.timedLogs = newTimedLogStore(n.logs.store, n.logs.diskTime)
+	// would only add commits. The checksums sit under them all: what is
+	// checked is what the disk returned.
+	n.timedLogs = newTimedLogStore(store, diskTime)
 	var under raft.LogStore = n.timedLogs
-	if n.logs.kind == LogStoreBolt {
+	if n.logs != nil && n.logs.kind == LogStoreBolt {
 		under = newChunkedLogStore(n.timedLogs, compactChunk)
 	}
 	n.spaceLogs = &spaceLogStore{LogStore: under, log: n.log, dir: cfg.DataDir}
@@ -196,9 +249,11 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	})}
 	n.stream, n.raftAddr = stream, string(n.trans.LocalAddr())
 
-	hasState, err := raft.HasExistingState(logs, n.logs.stable, n.snaps)
-	if err != nil {
-		return nil, fmt.Errorf("check raft state: %w", err)
+	hasState := true // a quarantined node has state, corrupt: nobody bootstraps from it
+	if !n.quarantined {
+		if hasState, err = raft.HasExistingState(logs, stable, n.snaps); err != nil {
+			return nil, fmt.Errorf("check raft state: %w", err)
+		}
 	}
 	// Checks the metadata fits before memberlist would refuse it.
 	n.ms, err = newMembership(cfg, n.log, n.raftAddr, hasState)
@@ -206,6 +261,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		return nil, err
 	}
 	n.ms.id = n.id
+	n.ms.corrupt.Store(n.corrupt.Load() != nil)
 	n.id.published = n.ms.publishMeta
 
 	rc := raft.DefaultConfig()
@@ -225,12 +281,24 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("raft config: %w", err)
 	}
-	restoring = false
-	rc.NoSnapshotRestoreOnStart = restore.wait(n.log)
-	snaps := &writeBehindStore{FileSnapshotStore: n.snaps, dir: filepath.Join(cfg.DataDir, "snapshots"), chunk: writeBehindChunk, log: n.log, stats: &n.snapStats}
-	n.raft, err = raft.NewRaft(rc, fsm, logs, n.logs.stable, snaps, n.trans)
+	var snaps raft.SnapshotStore = &writeBehindStore{FileSnapshotStore: n.snaps, dir: snapDir, chunk: writeBehindChunk, log: n.log, stats: &n.snapStats}
+	if n.quarantined {
+		// Raft on empty stores, cut off from its peers: no configuration,
+		// so it never stands for election, votes or applies, and every
+		// call on it answers as a follower without a leader would.
+		snaps = raft.NewInmemSnapshotStore()
+		stream.cut.Store(true)
+		rc.NoSnapshotRestoreOnStart = true
+	} else {
+		rc.NoSnapshotRestoreOnStart = restored
+	}
+	n.raft, err = raft.NewRaft(rc, fsm, logs, stable, snaps, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("raft: %w", err)
+	}
+	if checked, ok := store.(*checkedLogStore); ok {
+		r := n.raft
+		checked.stopRaft = func() { r.Shutdown() }
 	}
 	stream.raft.Store(n.raft)
 	n.lead = newLeadership(cfg.NodeID, cfg.GRPCAdvertise, cfg.ClientGRPCAdvertise, n.raft, n.log, n.ms.meta, cfg.onLeadership)

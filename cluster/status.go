@@ -52,6 +52,11 @@ type NodeStatus struct {
 	// DiskLow: the node advertises that its data dir is short of free
 	// space (SetDiskLow).
 	DiskLow bool
+	// Corrupt: the node found its Raft state corrupt (it advertises so
+	// in gossip); its State is "corrupt". CorruptReason says what and
+	// where, for this node only.
+	Corrupt       bool
+	CorruptReason string
 }
 
 // Status returns this node's view of the cluster: the servers of the Raft
@@ -82,7 +87,7 @@ func (n *Node) Status() Status {
 		}
 		if m, ok := members[id]; ok && m.metaOK {
 			ns.GRPCAddr, ns.ClientGRPCAddr, ns.HTTPAddr, ns.LogVersion = m.meta.GRPC, m.meta.clientGRPC(), m.meta.HTTP, m.meta.logVersion()
-			ns.Version, ns.DiskLow = m.meta.Version, m.meta.DiskLow
+			ns.Version, ns.DiskLow, ns.Corrupt = m.meta.Version, m.meta.DiskLow, m.meta.Corrupt
 		}
 		switch {
 		case id == n.cfg.NodeID:
@@ -119,7 +124,27 @@ func (n *Node) Status() Status {
 			}
 			ns.Healthy = ns.State != "unreachable"
 		}
+		if ns.Corrupt && ns.State != "unreachable" {
+			ns.State, ns.Healthy = "corrupt", false
+		}
 		st.Nodes = append(st.Nodes, ns)
+	}
+	if c := n.Corrupt(); c != nil {
+		// A quarantined node's Raft has no configuration: it still
+		// lists itself, and says why it serves nothing.
+		found := false
+		for i := range st.Nodes {
+			if st.Nodes[i].ID == n.cfg.NodeID {
+				found = true
+				st.Nodes[i].State, st.Nodes[i].Healthy = "corrupt", false
+				st.Nodes[i].Corrupt, st.Nodes[i].CorruptReason = true, c.Error()
+			}
+		}
+		if !found {
+			st.Nodes = append(st.Nodes, NodeStatus{ID: n.cfg.NodeID, GRPCAddr: n.cfg.GRPCAdvertise, ClientGRPCAddr: n.cfg.ClientGRPCAdvertise,
+				RaftAddr: n.raftAddr, HTTPAddr: n.cfg.HTTPAdvertise, State: "corrupt", LogVersion: n.cfg.LogVersion, Version: n.cfg.Version,
+				Corrupt: true, CorruptReason: c.Error()})
+		}
 	}
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].ID < st.Nodes[j].ID })
 	return st

@@ -18,7 +18,7 @@ const wipeMarker = "raft-wipe-requested"
 
 // raftStateFiles are what a node's Raft state consists of in its data dir.
 // The node id file and anything else stay.
-var raftStateFiles = []string{raftDBFile, walDir, "snapshots"}
+var raftStateFiles = []string{raftDBFile, walDir, "snapshots", corruptMarker}
 
 // RequestWipe marks dataDir so that the next start of a node on it sets
 // its Raft state (log, stable store, snapshots) aside first. The node must

@@ -1,0 +1,275 @@
+package cluster
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc64"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/hashicorp/raft-wal/metadb"
+)
+
+// Corruption is damage this node found in its own stored Raft state: a
+// log entry or segment, or a snapshot, that fails its checksum or cannot
+// be read. A node that finds one stops taking part in Raft (it neither
+// votes nor serves) and waits to be removed by the leader and rebuilt
+// from its peers (cluster/DESIGN.md, "Corrupt state").
+type Corruption struct {
+	// File is the damaged file (a wal segment, raft.db, a snapshot's
+	// state.bin or meta.json).
+	File string `json:"file"`
+	// Offset is the byte offset in File where the damage was found, -1
+	// when the check cannot tell (a whole-file CRC, a bolt page).
+	Offset int64 `json:"offset"`
+	// Index is the log index read, 0 when not an entry.
+	Index uint64 `json:"index,omitempty"`
+	// Reason says what failed.
+	Reason string `json:"reason"`
+	// At is when it was found.
+	At time.Time `json:"at"`
+
+	err error // what failed, for errors.Is (not persisted)
+}
+
+func (c *Corruption) Error() string {
+	var b strings.Builder
+	b.WriteString("corrupt Raft state in ")
+	b.WriteString(c.File)
+	if c.Offset >= 0 {
+		fmt.Fprintf(&b, " at offset %d", c.Offset)
+	}
+	if c.Index > 0 {
+		fmt.Fprintf(&b, " (log index %d)", c.Index)
+	}
+	b.WriteString(": ")
+	b.WriteString(c.Reason)
+	return b.String()
+}
+
+func (c *Corruption) Unwrap() error { return c.err }
+
+// corruptMarker in a data dir records that the node found its Raft state
+// corrupt: every later start stays out of Raft until the state is wiped
+// for repair (the marker is set aside with it), even when the damage is
+// no longer visible (a read error that passed, a file overwritten).
+const corruptMarker = "raft-corrupt"
+
+// writeCorruptMarker records c in dataDir, durably.
+func writeCorruptMarker(dataDir string, c *Corruption) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return writeRecord(dataDir, corruptMarker, string(b)+"\n")
+}
+
+// readCorruptMarker returns the corruption a data dir records, nil if none.
+func readCorruptMarker(dataDir string) (*Corruption, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, corruptMarker))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	c := &Corruption{Offset: -1}
+	if err := json.Unmarshal(b, c); err != nil || c.Reason == "" {
+		// The marker itself is damaged: what it says is lost, not that
+		// the state is corrupt.
+		c = &Corruption{File: filepath.Join(dataDir, corruptMarker), Offset: -1, Reason: "recorded as corrupt (the record is unreadable)"}
+	}
+	return c, nil
+}
+
+// verifySnapshots checks every complete snapshot in dir (the data dir's
+// snapshots/): its meta.json parses, and its state file has the size and
+// CRC-64 the metadata records. raft's FileSnapshotStore skips a snapshot
+// whose metadata it cannot read, so that a damaged meta.json would
+// otherwise start the node from an older snapshot, or none, silently.
+// newestOnly checks the state file of the newest snapshot only (the one a
+// start restores and a leader sends); the others' metadata still is.
+func verifySnapshots(dir string, newestOnly bool) *Corruption {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return &Corruption{File: dir, Offset: -1, Reason: err.Error(), err: err, At: time.Now()}
+	}
+	type snap struct {
+		dir   string
+		index uint64
+		term  uint64
+		size  int64
+		crc   []byte
+	}
+	var snaps []snap
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasSuffix(e.Name(), ".tmp") {
+			continue
+		}
+		d := filepath.Join(dir, e.Name())
+		metaPath := filepath.Join(d, snapshotMetaFile)
+		b, err := os.ReadFile(metaPath)
+		var meta struct {
+			Index, Term uint64
+			Size        int64
+			CRC         []byte
+		}
+		if err == nil {
+			err = json.Unmarshal(b, &meta)
+		}
+		if err == nil && len(meta.CRC) == 0 {
+			err = errors.New("no CRC")
+		}
+		if err != nil {
+			return &Corruption{File: metaPath, Offset: -1, Reason: "snapshot metadata unreadable: " + err.Error(), err: err, At: time.Now()}
+		}
+		snaps = append(snaps, snap{dir: d, index: meta.Index, term: meta.Term, size: meta.Size, crc: meta.CRC})
+	}
+	newest := -1
+	for i, s := range snaps {
+		if newest < 0 || s.term > snaps[newest].term || (s.term == snaps[newest].term && s.index > snaps[newest].index) {
+			newest = i
+		}
+	}
+	for i, s := range snaps {
+		if newestOnly && i != newest {
+			continue
+		}
+		if c := verifySnapshotState(filepath.Join(s.dir, snapshotStateFile), s.size, s.crc); c != nil {
+			return c
+		}
+	}
+	return nil
+}
+
+// verifySnapshotState reads a snapshot's state file whole and compares
+// its size and CRC-64 with its metadata's.
+func verifySnapshotState(path string, size int64, want []byte) *Corruption {
+	bad := func(reason string, err error) *Corruption {
+		return &Corruption{File: path, Offset: -1, Reason: reason, err: err, At: time.Now()}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return bad("snapshot state file unreadable: "+err.Error(), err)
+	}
+	defer f.Close()
+	h := crc64.New(crcTable)
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return bad("snapshot state file unreadable: "+err.Error(), err)
+	}
+	if n != size {
+		return &Corruption{File: path, Offset: n, Reason: fmt.Sprintf("snapshot state file is %d bytes, its metadata says %d", n, size), At: time.Now()}
+	}
+	if got := h.Sum(nil); !bytes.Equal(got, want) {
+		return bad(fmt.Sprintf("snapshot state file CRC-64 mismatch: stored %x, computed %x (the CRC covers the whole file, so the offset is unknown)", want, got), nil)
+	}
+	return nil
+}
+
+// checkAtStart looks for corruption before the node opens its Raft
+// state: a marker an earlier run left, the wal's segments (verifyWAL,
+// before raft-wal opens them and would trust them) and every snapshot's
+// metadata. The newest snapshot's state file is checked as it is
+// restored, and bolt's entries once the store is open (verifyEntries).
+func checkAtStart(dataDir, snapDir string) (*Corruption, error) {
+	c, err := readCorruptMarker(dataDir)
+	if err != nil || c != nil {
+		return c, err
+	}
+	dbExists, marked, err := readRaftDB(filepath.Join(dataDir, raftDBFile))
+	if err != nil {
+		return nil, fmt.Errorf("raft.db: %w", err)
+	}
+	dir := filepath.Join(dataDir, walDir)
+	if _, err := os.Stat(filepath.Join(dir, metadb.FileName)); err == nil && (marked || !dbExists) {
+		if c := verifyWAL(dir); c != nil {
+			return c, nil
+		}
+	}
+	return verifySnapshots(snapDir, false), nil
+}
+
+// verifyEntries reads every entry of s through its checks.
+func verifyEntries(s *checkedLogStore) *Corruption {
+	first, err := s.FirstIndex()
+	if err == nil {
+		var last uint64
+		if last, err = s.LastIndex(); err == nil {
+			for i := first; i > 0 && i <= last; i++ {
+				var l raft.Log
+				if c := s.check(i, &l); c != nil {
+					if errors.Is(c.err, raft.ErrLogNotFound) {
+						c.Reason = "entry missing inside the log"
+					}
+					c.At = time.Now()
+					return c
+				}
+			}
+			return nil
+		}
+	}
+	return &Corruption{File: s.file, Offset: -1, Reason: err.Error(), err: err, At: time.Now()}
+}
+
+// Corrupt returns the damage this node found in its Raft state, nil if
+// none. A node with one takes no part in Raft: it is removed from the
+// configuration for repair and rebuilt from its peers.
+func (n *Node) Corrupt() *Corruption { return n.corrupt.Load() }
+
+// CorruptFound is closed when this node finds its Raft state corrupt
+// while it runs (already closed if it started with corrupt state).
+func (n *Node) CorruptFound() <-chan struct{} { return n.corruptCh }
+
+// Quarantined reports whether this node started with corrupt state, so
+// runs no Raft of its own: what is left is to be removed and rebuilt.
+func (n *Node) Quarantined() bool { return n.quarantined }
+
+// quarantine records the corruption found at start: the node runs Raft on
+// empty stores, cut off from its peers.
+func (n *Node) quarantine(c *Corruption) {
+	n.quarantined = true
+	n.log.Error("this node's Raft state is corrupt: it takes no part in Raft (no vote, no reads, no writes) and waits to be removed and rebuilt from its peers",
+		"file", c.File, "offset", c.Offset, "index", c.Index, "reason", c.Reason, "found", c.At)
+	n.setCorrupt(c)
+}
+
+// reportCorrupt is told of every corrupt read while the node runs; the
+// first stops Raft here (the reader does, see checkedLogStore) and asks
+// for a restart into quarantine.
+func (n *Node) reportCorrupt(c *Corruption) {
+	if c.At.IsZero() {
+		c.At = time.Now()
+	}
+	if n.corrupt.Load() != nil {
+		return
+	}
+	n.log.Error("corrupt Raft state read: this node stops taking part in Raft and waits to be removed and rebuilt from its peers",
+		"file", c.File, "offset", c.Offset, "index", c.Index, "reason", c.Reason)
+	n.setCorrupt(c)
+}
+
+// setCorrupt records c (the first one only): in the data dir, so that
+// every later start quarantines, in gossip, and for CorruptFound.
+func (n *Node) setCorrupt(c *Corruption) {
+	n.corruptOnce.Do(func() {
+		n.corrupt.Store(c)
+		if err := writeCorruptMarker(n.cfg.DataDir, c); err != nil {
+			n.log.Error("could not record the corruption in the data dir; a restart checks again", "err", err)
+		}
+		if n.ms != nil {
+			n.ms.setCorrupt(c.Error())
+		}
+		close(n.corruptCh)
+	})
+}
