@@ -110,8 +110,8 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		return nil, err
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger.With(slog.String("node", cfg.NodeID)),
+		cfg:       cfg,
+		log:       cfg.Logger.With(slog.String("node", cfg.NodeID)),
 		shutDone:  make(chan struct{}),
 		raftDone:  make(chan struct{}),
 		corruptCh: make(chan struct{}),
