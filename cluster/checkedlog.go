@@ -79,12 +79,15 @@ func openLog(l *raft.Log) (sealed bool, err error) {
 // checkedLogStore checks every entry read from the log store under it
 // (sealLog's CRC32C, and that the entry is the one asked for) and seals
 // every entry written. A read that fails any check, or fails at all
-// other than with ErrLogNotFound, is corruption: it is reported once
-// (onCorrupt), and then:
+// other than with ErrLogNotFound, is corruption: it is reported
+// (onCorrupt), raft is shut down (without waiting: the reader may be
+// raft's own goroutine), so that the node neither votes nor appends from
+// here on, and then:
 //   - when raft's own goroutine is applying committed entries
-//     (processLogs, which panics on any read error), raft is shut down and
-//     that goroutine ends (runtime.Goexit): the node stops at once instead
-//     of crashing or applying anything after the corrupt entry;
+//     (processLogs, which panics on any read error), that goroutine ends
+//     (runtime.Goexit, which runs raft's deferred clean-up): the node stops
+//     at once instead of crashing or applying anything after the corrupt
+//     entry;
 //   - any other reader (replication to a peer, the previous-entry check of
 //     an append, the start-up check) gets the error, which raft treats as
 //     a failed RPC.
@@ -123,9 +126,11 @@ func (s *checkedLogStore) GetLog(index uint64, l *raft.Log) error {
 		return c.err
 	}
 	s.onCorrupt(c)
-	if s.stopRaft != nil && inRaftApply() {
+	if s.stopRaft != nil {
 		s.stopRaft()
-		runtime.Goexit()
+		if inRaftApply() {
+			runtime.Goexit()
+		}
 	}
 	return c
 }

@@ -88,6 +88,11 @@ type Node struct {
 	corruptCh   chan struct{}
 	corruptOnce sync.Once
 	quarantined bool
+	// raftStop is raft's shutdown, started once (a corrupt read starts
+	// it early; only the first Shutdown's future waits for raft to end
+	// and closes its transport).
+	raftStopOnce sync.Once
+	raftStop     raft.Future
 
 	shutMu      sync.Mutex
 	shutStarted bool
@@ -297,8 +302,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		return nil, fmt.Errorf("raft: %w", err)
 	}
 	if checked, ok := store.(*checkedLogStore); ok {
-		r := n.raft
-		checked.stopRaft = func() { r.Shutdown() }
+		checked.stopRaft = func() { n.shutdownRaft() }
 	}
 	stream.raft.Store(n.raft)
 	n.lead = newLeadership(cfg.NodeID, cfg.GRPCAdvertise, cfg.ClientGRPCAdvertise, n.raft, n.log, n.ms.meta, cfg.onLeadership)
@@ -474,7 +478,7 @@ func (n *Node) closeAll() error {
 		errs = append(errs, fmt.Errorf("memberlist: %w", err))
 	}
 	if n.raft != nil {
-		if err := n.raft.Shutdown().Error(); err != nil {
+		if err := n.shutdownRaft().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raft: %w", err))
 		}
 		close(n.raftDone)
@@ -501,6 +505,12 @@ func (n *Node) closeAll() error {
 		return fmt.Errorf("cluster: shutdown: %w", err)
 	}
 	return nil
+}
+
+// shutdownRaft starts raft's shutdown, once, and returns its future.
+func (n *Node) shutdownRaft() raft.Future {
+	n.raftStopOnce.Do(func() { n.raftStop = n.raft.Shutdown() })
+	return n.raftStop
 }
 
 // openBolt opens raft.db: the stable store, and the log of a data dir on

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,6 +50,9 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 			Suffrage: n.Suffrage, State: n.State, Healthy: n.Healthy,
 			LastContactMs: n.LastContactMs, AppliedIndex: n.AppliedIndex,
 			MaxLogVersion: n.LogVersion, Version: n.Version, DiskLow: n.DiskLow,
+		}
+		if n.Corrupt {
+			node.Corrupt = cmp.Or(n.CorruptReason, "corrupt")
 		}
 		if n.ID == c.s.b.ID() {
 			r := c.s.resources()

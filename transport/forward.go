@@ -81,6 +81,7 @@ var leaderMethods = func() map[string]bool {
 		raftqv1.Cluster_Checkpoint_FullMethodName:         true,
 		raftqv1.Cluster_SetClusterSettings_FullMethodName: true,
 		raftqv1.Cluster_RecountQueues_FullMethodName:      true,
+		raftqv1.Cluster_RepairCorrupt_FullMethodName:      true,
 		raftqv1.Auth_CreateToken_FullMethodName:           true,
 		raftqv1.Auth_RevokeToken_FullMethodName:           true,
 		raftqv1.Auth_Grant_FullMethodName:                 true,
@@ -149,6 +150,9 @@ func (s *Server) forwardUnary(ctx context.Context, req any, info *grpc.UnaryServ
 func (s *Server) staleRead(ctx context.Context, method string, req any, handler grpc.UnaryHandler) (any, error) {
 	if method == raftqv1.Broker_ListConsumers_FullMethodName {
 		return s.serveAtLeader(ctx, method, req, handler, false)
+	}
+	if err := s.corruptStateError(); err != nil {
+		return nil, err
 	}
 	if s.Diverged() {
 		id, addr := s.b.Leader()

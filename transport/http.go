@@ -205,6 +205,10 @@ func (s *Server) httpRoutes() *httpRoutes {
 			http.Error(w, "no leader", http.StatusServiceUnavailable)
 			return
 		}
+		if s.node.Corrupt() != nil {
+			http.Error(w, "this node's Raft state is corrupt: repair from its peers pending", http.StatusServiceUnavailable)
+			return
+		}
 		if s.Diverged() {
 			http.Error(w, "this node's state diverged from the replicas': repair pending", http.StatusServiceUnavailable)
 			return

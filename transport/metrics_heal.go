@@ -13,7 +13,7 @@ import (
 type healCollector struct {
 	s *Server
 
-	repairs, audited, diverged *prometheus.Desc
+	repairs, audited, diverged, corrupt *prometheus.Desc
 }
 
 func newHealCollector(s *Server) *healCollector {
@@ -26,6 +26,8 @@ func newHealCollector(s *Server) *healCollector {
 			"Queues whose counters this node's counter audit recounted, since it started (every node audits its own).", nil, nil),
 		diverged: prometheus.NewDesc("raftq_replica_diverged",
 			"1 once this node learnt that its state digest differs from the replicas' (it then serves no reads from its state until repaired), else 0.", nil, nil),
+		corrupt: prometheus.NewDesc("raftq_raft_state_corrupt",
+			"1 while this node's own Raft state (a log entry, wal segment or snapshot) is known corrupt: it takes no part in Raft and serves nothing until it is removed and rebuilt from its peers, else 0.", nil, nil),
 	}
 }
 
@@ -33,7 +35,9 @@ func (c *healCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.repairs
 	ch <- c.audited
 	ch <- c.diverged
+	ch <- c.corrupt
 	c.s.divergences.Describe(ch)
+	c.s.corruptRepairs.Describe(ch)
 }
 
 func (c *healCollector) Collect(ch chan<- prometheus.Metric) {
@@ -47,7 +51,13 @@ func (c *healCollector) Collect(ch chan<- prometheus.Metric) {
 		d = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.diverged, prometheus.GaugeValue, d)
+	corrupt := 0.0
+	if c.s.node.Corrupt() != nil {
+		corrupt = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.corrupt, prometheus.GaugeValue, corrupt)
 	c.s.divergences.Collect(ch)
+	c.s.corruptRepairs.Collect(ch)
 }
 
 // unlessDiverged collects c only while this node's state is not known to
@@ -61,7 +71,7 @@ type unlessDiverged struct {
 func (u unlessDiverged) Describe(ch chan<- *prometheus.Desc) { u.c.Describe(ch) }
 
 func (u unlessDiverged) Collect(ch chan<- prometheus.Metric) {
-	if !u.s.Diverged() {
+	if !u.s.Diverged() && u.s.node.Corrupt() == nil {
 		u.c.Collect(ch)
 	}
 }

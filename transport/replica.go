@@ -177,6 +177,8 @@ func (s *Server) checkReplicas(ctx context.Context) error {
 // caught up) and receives the leader's snapshot and log. Never below
 // quorum, and one voter at a time: see repairAllowed.
 func (s *Server) repairReplica(ctx context.Context, bad replicaAnswer, answers []replicaAnswer, ref string, client raftqv1.ClusterClient, report *raftqv1.ReportDivergenceRequest) {
+	s.repairsMu.Lock()
+	defer s.repairsMu.Unlock()
 	voters, agreeing := 0, 0
 	var back []string
 	inConf := map[string]string{}

@@ -107,8 +107,13 @@ type Server struct {
 	// repairs: nodes this leader removed for repair, since when, until
 	// they are back in the configuration (only the replica loop uses it).
 	repairs     map[string]time.Time
+	repairsMu   sync.Mutex // repairs: the replica loop and RepairCorrupt
 	replicaDone chan struct{}
-	stopReplica context.CancelFunc
+	// corruptRepairs counts the nodes this leader removed for corrupt
+	// Raft state; corruptDone is closed when corruptLoop has returned.
+	corruptRepairs prometheus.Counter
+	corruptDone    chan struct{}
+	stopReplica    context.CancelFunc
 	// restart is closed when this diverged node has been removed and has
 	// asked for its Raft state to be set aside: the process should start
 	// the node again (replica.go).
@@ -147,8 +152,13 @@ func New(cfg Config, b *broker.Broker) *Server {
 
 		handBackDone: make(chan struct{}),
 		replicaDone:  make(chan struct{}),
+		corruptDone:  make(chan struct{}),
 		repairs:      map[string]time.Time{},
-		restart:      make(chan struct{}),
+		corruptRepairs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftq_corrupt_repairs_total",
+			Help: "Nodes this leader removed from the configuration because they found their own Raft state corrupt, so that they rejoin with the leader's state.",
+		}),
+		restart: make(chan struct{}),
 		divergences: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "raftq_replica_divergence_total",
 			Help: "Replica checks led by this node that found a node's state digest differing from the replicas' (node is the one that differed). Every one is a bug report.",
@@ -194,6 +204,7 @@ func New(cfg Config, b *broker.Broker) *Server {
 	rctx, rcancel := context.WithCancel(context.Background())
 	s.stopReplica = rcancel
 	go s.replicaLoop(rctx, cfg.ReplicaCheckInterval)
+	go s.corruptLoop(rctx)
 	return s
 }
 
@@ -271,6 +282,7 @@ func (s *Server) Stop(ctx context.Context) {
 		s.dashHolds.wait() // stopping ended them; their streams close before the peers do
 		s.stopReplica()
 		<-s.replicaDone
+		<-s.corruptDone
 		s.node.SetPeerProgress(nil) // the peers' connections close now
 		s.b.SetDriftReporter(nil)
 		s.peers.close()

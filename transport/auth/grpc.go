@@ -150,6 +150,7 @@ var rules = map[string]rule{
 	raftqv1.Cluster_Checkpoint_FullMethodName:         {admin: true},
 	raftqv1.Cluster_LocalDigest_FullMethodName:        {admin: true},
 	raftqv1.Cluster_RecountQueues_FullMethodName:      {admin: true},
+	raftqv1.Cluster_RepairCorrupt_FullMethodName:      {admin: true, audit: true},
 	raftqv1.Cluster_Leave_FullMethodName:              {admin: true, audit: true},
 	raftqv1.Cluster_Backup_FullMethodName:             {admin: true, audit: true}, // every payload and token hash
 	raftqv1.Cluster_SetClusterSettings_FullMethodName: {admin: true, audit: true, target: byIdentity},

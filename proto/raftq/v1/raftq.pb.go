@@ -2900,7 +2900,12 @@ type Node struct {
 	DataDirFreeBytes    int64 `protobuf:"varint,15,opt,name=data_dir_free_bytes,json=dataDirFreeBytes,proto3" json:"data_dir_free_bytes,omitempty"`
 	// When the node's process started, ms since the Unix epoch (the node's
 	// clock).
-	StartedAtMs   int64 `protobuf:"varint,16,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
+	StartedAtMs int64 `protobuf:"varint,16,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
+	// The node found its own Raft state corrupt (it advertises so in
+	// gossip; state is then "corrupt"): it neither votes nor serves, and is
+	// removed and rebuilt from its peers. The text says which file and
+	// offset, in the node's own Status only ("corrupt" elsewhere).
+	Corrupt       string `protobuf:"bytes,17,opt,name=corrupt,proto3" json:"corrupt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3045,6 +3050,13 @@ func (x *Node) GetStartedAtMs() int64 {
 		return x.StartedAtMs
 	}
 	return 0
+}
+
+func (x *Node) GetCorrupt() string {
+	if x != nil {
+		return x.Corrupt
+	}
+	return ""
 }
 
 // BuildInfo is what `raftq version --json` prints: the binary's release,
@@ -4100,6 +4112,115 @@ func (x *ReportDivergenceResponse) GetDigest() string {
 	return ""
 }
 
+type RepairCorruptRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node whose Raft state is corrupt (the caller).
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// What it found (file, offset, check), for the leader's log.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepairCorruptRequest) Reset() {
+	*x = RepairCorruptRequest{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepairCorruptRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepairCorruptRequest) ProtoMessage() {}
+
+func (x *RepairCorruptRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepairCorruptRequest.ProtoReflect.Descriptor instead.
+func (*RepairCorruptRequest) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *RepairCorruptRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RepairCorruptRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RepairCorruptResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node is not in the Raft configuration (any more): it may set its
+	// state aside and join again.
+	Removed bool `protobuf:"varint,1,opt,name=removed,proto3" json:"removed,omitempty"`
+	// Why it was not removed yet, when removed is false.
+	Deferred      string `protobuf:"bytes,2,opt,name=deferred,proto3" json:"deferred,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepairCorruptResponse) Reset() {
+	*x = RepairCorruptResponse{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepairCorruptResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepairCorruptResponse) ProtoMessage() {}
+
+func (x *RepairCorruptResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepairCorruptResponse.ProtoReflect.Descriptor instead.
+func (*RepairCorruptResponse) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *RepairCorruptResponse) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
+func (x *RepairCorruptResponse) GetDeferred() string {
+	if x != nil {
+		return x.Deferred
+	}
+	return ""
+}
+
 type RecountQueuesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queues to recount (at most 1024); none: only the node's byte
@@ -4113,7 +4234,7 @@ type RecountQueuesRequest struct {
 
 func (x *RecountQueuesRequest) Reset() {
 	*x = RecountQueuesRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4125,7 +4246,7 @@ func (x *RecountQueuesRequest) String() string {
 func (*RecountQueuesRequest) ProtoMessage() {}
 
 func (x *RecountQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4138,7 +4259,7 @@ func (x *RecountQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueuesRequest.ProtoReflect.Descriptor instead.
 func (*RecountQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RecountQueuesRequest) GetQueues() []string {
@@ -4165,7 +4286,7 @@ type RecountQueuesResponse struct {
 
 func (x *RecountQueuesResponse) Reset() {
 	*x = RecountQueuesResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4177,7 +4298,7 @@ func (x *RecountQueuesResponse) String() string {
 func (*RecountQueuesResponse) ProtoMessage() {}
 
 func (x *RecountQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4190,7 +4311,7 @@ func (x *RecountQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueuesResponse.ProtoReflect.Descriptor instead.
 func (*RecountQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
 }
 
 type VerifyRequest struct {
@@ -4201,7 +4322,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4213,7 +4334,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4226,7 +4347,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
 }
 
 type VerifyResponse struct {
@@ -4245,7 +4366,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4257,7 +4378,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4270,7 +4391,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *VerifyResponse) GetNodes() []*NodeDigest {
@@ -4302,7 +4423,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4314,7 +4435,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4327,7 +4448,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
 }
 
 type CheckpointResponse struct {
@@ -4339,7 +4460,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4351,7 +4472,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4364,7 +4485,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CheckpointResponse) GetIndex() uint64 {
@@ -4383,7 +4504,7 @@ type LocalDigestRequest struct {
 
 func (x *LocalDigestRequest) Reset() {
 	*x = LocalDigestRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4395,7 +4516,7 @@ func (x *LocalDigestRequest) String() string {
 func (*LocalDigestRequest) ProtoMessage() {}
 
 func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4408,7 +4529,7 @@ func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalDigestRequest.ProtoReflect.Descriptor instead.
 func (*LocalDigestRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *LocalDigestRequest) GetIndex() uint64 {
@@ -4427,7 +4548,7 @@ type ListConsumersRequest struct {
 
 func (x *ListConsumersRequest) Reset() {
 	*x = ListConsumersRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4439,7 +4560,7 @@ func (x *ListConsumersRequest) String() string {
 func (*ListConsumersRequest) ProtoMessage() {}
 
 func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4452,7 +4573,7 @@ func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersRequest.ProtoReflect.Descriptor instead.
 func (*ListConsumersRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListConsumersRequest) GetQueue() string {
@@ -4471,7 +4592,7 @@ type ListConsumersResponse struct {
 
 func (x *ListConsumersResponse) Reset() {
 	*x = ListConsumersResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4483,7 +4604,7 @@ func (x *ListConsumersResponse) String() string {
 func (*ListConsumersResponse) ProtoMessage() {}
 
 func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4496,7 +4617,7 @@ func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
@@ -4535,7 +4656,7 @@ type ConsumerInfo struct {
 
 func (x *ConsumerInfo) Reset() {
 	*x = ConsumerInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4547,7 +4668,7 @@ func (x *ConsumerInfo) String() string {
 func (*ConsumerInfo) ProtoMessage() {}
 
 func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4560,7 +4681,7 @@ func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ConsumerInfo) GetName() string {
@@ -4651,7 +4772,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4663,7 +4784,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4676,7 +4797,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -4721,7 +4842,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4733,7 +4854,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4746,7 +4867,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *CreateTokenResponse) GetName() string {
@@ -4790,7 +4911,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4802,7 +4923,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4815,7 +4936,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RevokeTokenRequest) GetName() string {
@@ -4840,7 +4961,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4852,7 +4973,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4865,7 +4986,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
 }
 
 type GrantRequest struct {
@@ -4888,7 +5009,7 @@ type GrantRequest struct {
 
 func (x *GrantRequest) Reset() {
 	*x = GrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4900,7 +5021,7 @@ func (x *GrantRequest) String() string {
 func (*GrantRequest) ProtoMessage() {}
 
 func (x *GrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4913,7 +5034,7 @@ func (x *GrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRequest.ProtoReflect.Descriptor instead.
 func (*GrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GrantRequest) GetIdentity() string {
@@ -4959,7 +5080,7 @@ type GrantResponse struct {
 
 func (x *GrantResponse) Reset() {
 	*x = GrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4971,7 +5092,7 @@ func (x *GrantResponse) String() string {
 func (*GrantResponse) ProtoMessage() {}
 
 func (x *GrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4984,7 +5105,7 @@ func (x *GrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantResponse.ProtoReflect.Descriptor instead.
 func (*GrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
 }
 
 type UngrantRequest struct {
@@ -5003,7 +5124,7 @@ type UngrantRequest struct {
 
 func (x *UngrantRequest) Reset() {
 	*x = UngrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5015,7 +5136,7 @@ func (x *UngrantRequest) String() string {
 func (*UngrantRequest) ProtoMessage() {}
 
 func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5028,7 +5149,7 @@ func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantRequest.ProtoReflect.Descriptor instead.
 func (*UngrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *UngrantRequest) GetIdentity() string {
@@ -5067,7 +5188,7 @@ type UngrantResponse struct {
 
 func (x *UngrantResponse) Reset() {
 	*x = UngrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5079,7 +5200,7 @@ func (x *UngrantResponse) String() string {
 func (*UngrantResponse) ProtoMessage() {}
 
 func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5092,7 +5213,7 @@ func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantResponse.ProtoReflect.Descriptor instead.
 func (*UngrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
 }
 
 type ListAuthRequest struct {
@@ -5103,7 +5224,7 @@ type ListAuthRequest struct {
 
 func (x *ListAuthRequest) Reset() {
 	*x = ListAuthRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5115,7 +5236,7 @@ func (x *ListAuthRequest) String() string {
 func (*ListAuthRequest) ProtoMessage() {}
 
 func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5128,7 +5249,7 @@ func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthRequest.ProtoReflect.Descriptor instead.
 func (*ListAuthRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
 }
 
 type ListAuthResponse struct {
@@ -5140,7 +5261,7 @@ type ListAuthResponse struct {
 
 func (x *ListAuthResponse) Reset() {
 	*x = ListAuthResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5152,7 +5273,7 @@ func (x *ListAuthResponse) String() string {
 func (*ListAuthResponse) ProtoMessage() {}
 
 func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5165,7 +5286,7 @@ func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthResponse.ProtoReflect.Descriptor instead.
 func (*ListAuthResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListAuthResponse) GetIdentities() []*IdentityInfo {
@@ -5187,7 +5308,7 @@ type IdentityInfo struct {
 
 func (x *IdentityInfo) Reset() {
 	*x = IdentityInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5199,7 +5320,7 @@ func (x *IdentityInfo) String() string {
 func (*IdentityInfo) ProtoMessage() {}
 
 func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5212,7 +5333,7 @@ func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityInfo.ProtoReflect.Descriptor instead.
 func (*IdentityInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *IdentityInfo) GetName() string {
@@ -5255,7 +5376,7 @@ type TokenInfo struct {
 
 func (x *TokenInfo) Reset() {
 	*x = TokenInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5267,7 +5388,7 @@ func (x *TokenInfo) String() string {
 func (*TokenInfo) ProtoMessage() {}
 
 func (x *TokenInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5280,7 +5401,7 @@ func (x *TokenInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenInfo.ProtoReflect.Descriptor instead.
 func (*TokenInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{81}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *TokenInfo) GetName() string {
@@ -5314,7 +5435,7 @@ type PermissionGrant struct {
 
 func (x *PermissionGrant) Reset() {
 	*x = PermissionGrant{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5326,7 +5447,7 @@ func (x *PermissionGrant) String() string {
 func (*PermissionGrant) ProtoMessage() {}
 
 func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5339,7 +5460,7 @@ func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionGrant.ProtoReflect.Descriptor instead.
 func (*PermissionGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{82}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *PermissionGrant) GetPattern() string {
@@ -5364,7 +5485,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5376,7 +5497,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5389,7 +5510,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{83}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{85}
 }
 
 type WhoAmIResponse struct {
@@ -5405,7 +5526,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5417,7 +5538,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5430,7 +5551,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{84}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *WhoAmIResponse) GetIdentity() string {
@@ -5469,7 +5590,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5481,7 +5602,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5494,7 +5615,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{85}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{87}
 }
 
 // BackupChunk is one message of a Backup stream: first info (alone), then
@@ -5515,7 +5636,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5527,7 +5648,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5540,7 +5661,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{86}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *BackupChunk) GetInfo() *BackupInfo {
@@ -5591,7 +5712,7 @@ type BackupInfo struct {
 
 func (x *BackupInfo) Reset() {
 	*x = BackupInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5603,7 +5724,7 @@ func (x *BackupInfo) String() string {
 func (*BackupInfo) ProtoMessage() {}
 
 func (x *BackupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5616,7 +5737,7 @@ func (x *BackupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupInfo.ProtoReflect.Descriptor instead.
 func (*BackupInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{87}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *BackupInfo) GetIndex() uint64 {
@@ -5894,7 +6015,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\rolder_than_ms\x18\t \x01(\x03R\volderThanMs\x12\x1f\n" +
 	"\vmessage_ids\x18\n" +
 	" \x01(\x03R\n" +
-	"messageIds\"\x90\x04\n" +
+	"messageIds\"\xaa\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x1b\n" +
@@ -5912,7 +6033,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\bdisk_low\x18\r \x01(\bR\adiskLow\x122\n" +
 	"\x15resident_memory_bytes\x18\x0e \x01(\x03R\x13residentMemoryBytes\x12-\n" +
 	"\x13data_dir_free_bytes\x18\x0f \x01(\x03R\x10dataDirFreeBytes\x12\"\n" +
-	"\rstarted_at_ms\x18\x10 \x01(\x03R\vstartedAtMs\"x\n" +
+	"\rstarted_at_ms\x18\x10 \x01(\x03R\vstartedAtMs\x12\x18\n" +
+	"\acorrupt\x18\x11 \x01(\tR\acorrupt\"x\n" +
 	"\tBuildInfo\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x16\n" +
 	"\x06commit\x18\x02 \x01(\tR\x06commit\x12\x1a\n" +
@@ -5989,7 +6111,13 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\aremoved\x18\x04 \x01(\bR\aremoved\"N\n" +
 	"\x18ReportDivergenceResponse\x12\x1a\n" +
 	"\bdiverged\x18\x01 \x01(\bR\bdiverged\x12\x16\n" +
-	"\x06digest\x18\x02 \x01(\tR\x06digest\"O\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\"G\n" +
+	"\x14RepairCorruptRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"M\n" +
+	"\x15RepairCorruptResponse\x12\x18\n" +
+	"\aremoved\x18\x01 \x01(\bR\aremoved\x12\x1a\n" +
+	"\bdeferred\x18\x02 \x01(\tR\bdeferred\"O\n" +
 	"\x14RecountQueuesRequest\x12\x16\n" +
 	"\x06queues\x18\x01 \x03(\tR\x06queues\x12\x1f\n" +
 	"\vreported_by\x18\x02 \x01(\tR\n" +
@@ -6104,7 +6232,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\vExtendLease\x12\x1c.raftq.v1.ExtendLeaseRequest\x1a\x1d.raftq.v1.ExtendLeaseResponse\x125\n" +
 	"\x04Peek\x12\x15.raftq.v1.PeekRequest\x1a\x16.raftq.v1.PeekResponse\x12>\n" +
 	"\aRedrive\x12\x18.raftq.v1.RedriveRequest\x1a\x19.raftq.v1.RedriveResponse\x12P\n" +
-	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse2\x80\a\n" +
+	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse2\xd2\a\n" +
 	"\aCluster\x12;\n" +
 	"\x06Status\x12\x17.raftq.v1.StatusRequest\x1a\x18.raftq.v1.StatusResponse\x12G\n" +
 	"\n" +
@@ -6119,7 +6247,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x06Backup\x12\x17.raftq.v1.BackupRequest\x1a\x15.raftq.v1.BackupChunk0\x01\x12Y\n" +
 	"\x10ReportDivergence\x12!.raftq.v1.ReportDivergenceRequest\x1a\".raftq.v1.ReportDivergenceResponse\x12_\n" +
 	"\x12SetClusterSettings\x12#.raftq.v1.SetClusterSettingsRequest\x1a$.raftq.v1.SetClusterSettingsResponse\x12P\n" +
-	"\rRecountQueues\x12\x1e.raftq.v1.RecountQueuesRequest\x1a\x1f.raftq.v1.RecountQueuesResponse2\x98\x03\n" +
+	"\rRecountQueues\x12\x1e.raftq.v1.RecountQueuesRequest\x1a\x1f.raftq.v1.RecountQueuesResponse\x12P\n" +
+	"\rRepairCorrupt\x12\x1e.raftq.v1.RepairCorruptRequest\x1a\x1f.raftq.v1.RepairCorruptResponse2\x98\x03\n" +
 	"\x04Auth\x12J\n" +
 	"\vCreateToken\x12\x1c.raftq.v1.CreateTokenRequest\x1a\x1d.raftq.v1.CreateTokenResponse\x12J\n" +
 	"\vRevokeToken\x12\x1c.raftq.v1.RevokeTokenRequest\x1a\x1d.raftq.v1.RevokeTokenResponse\x128\n" +
@@ -6140,7 +6269,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 93)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -6202,61 +6331,63 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*NodeDigest)(nil),                 // 57: raftq.v1.NodeDigest
 	(*ReportDivergenceRequest)(nil),    // 58: raftq.v1.ReportDivergenceRequest
 	(*ReportDivergenceResponse)(nil),   // 59: raftq.v1.ReportDivergenceResponse
-	(*RecountQueuesRequest)(nil),       // 60: raftq.v1.RecountQueuesRequest
-	(*RecountQueuesResponse)(nil),      // 61: raftq.v1.RecountQueuesResponse
-	(*VerifyRequest)(nil),              // 62: raftq.v1.VerifyRequest
-	(*VerifyResponse)(nil),             // 63: raftq.v1.VerifyResponse
-	(*CheckpointRequest)(nil),          // 64: raftq.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),         // 65: raftq.v1.CheckpointResponse
-	(*LocalDigestRequest)(nil),         // 66: raftq.v1.LocalDigestRequest
-	(*ListConsumersRequest)(nil),       // 67: raftq.v1.ListConsumersRequest
-	(*ListConsumersResponse)(nil),      // 68: raftq.v1.ListConsumersResponse
-	(*ConsumerInfo)(nil),               // 69: raftq.v1.ConsumerInfo
-	(*CreateTokenRequest)(nil),         // 70: raftq.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),        // 71: raftq.v1.CreateTokenResponse
-	(*RevokeTokenRequest)(nil),         // 72: raftq.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),        // 73: raftq.v1.RevokeTokenResponse
-	(*GrantRequest)(nil),               // 74: raftq.v1.GrantRequest
-	(*GrantResponse)(nil),              // 75: raftq.v1.GrantResponse
-	(*UngrantRequest)(nil),             // 76: raftq.v1.UngrantRequest
-	(*UngrantResponse)(nil),            // 77: raftq.v1.UngrantResponse
-	(*ListAuthRequest)(nil),            // 78: raftq.v1.ListAuthRequest
-	(*ListAuthResponse)(nil),           // 79: raftq.v1.ListAuthResponse
-	(*IdentityInfo)(nil),               // 80: raftq.v1.IdentityInfo
-	(*TokenInfo)(nil),                  // 81: raftq.v1.TokenInfo
-	(*PermissionGrant)(nil),            // 82: raftq.v1.PermissionGrant
-	(*WhoAmIRequest)(nil),              // 83: raftq.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),             // 84: raftq.v1.WhoAmIResponse
-	(*BackupRequest)(nil),              // 85: raftq.v1.BackupRequest
-	(*BackupChunk)(nil),                // 86: raftq.v1.BackupChunk
-	(*BackupInfo)(nil),                 // 87: raftq.v1.BackupInfo
-	nil,                                // 88: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 89: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 90: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 91: google.protobuf.FieldMask
-	(*status.Status)(nil),              // 92: google.rpc.Status
+	(*RepairCorruptRequest)(nil),       // 60: raftq.v1.RepairCorruptRequest
+	(*RepairCorruptResponse)(nil),      // 61: raftq.v1.RepairCorruptResponse
+	(*RecountQueuesRequest)(nil),       // 62: raftq.v1.RecountQueuesRequest
+	(*RecountQueuesResponse)(nil),      // 63: raftq.v1.RecountQueuesResponse
+	(*VerifyRequest)(nil),              // 64: raftq.v1.VerifyRequest
+	(*VerifyResponse)(nil),             // 65: raftq.v1.VerifyResponse
+	(*CheckpointRequest)(nil),          // 66: raftq.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 67: raftq.v1.CheckpointResponse
+	(*LocalDigestRequest)(nil),         // 68: raftq.v1.LocalDigestRequest
+	(*ListConsumersRequest)(nil),       // 69: raftq.v1.ListConsumersRequest
+	(*ListConsumersResponse)(nil),      // 70: raftq.v1.ListConsumersResponse
+	(*ConsumerInfo)(nil),               // 71: raftq.v1.ConsumerInfo
+	(*CreateTokenRequest)(nil),         // 72: raftq.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),        // 73: raftq.v1.CreateTokenResponse
+	(*RevokeTokenRequest)(nil),         // 74: raftq.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),        // 75: raftq.v1.RevokeTokenResponse
+	(*GrantRequest)(nil),               // 76: raftq.v1.GrantRequest
+	(*GrantResponse)(nil),              // 77: raftq.v1.GrantResponse
+	(*UngrantRequest)(nil),             // 78: raftq.v1.UngrantRequest
+	(*UngrantResponse)(nil),            // 79: raftq.v1.UngrantResponse
+	(*ListAuthRequest)(nil),            // 80: raftq.v1.ListAuthRequest
+	(*ListAuthResponse)(nil),           // 81: raftq.v1.ListAuthResponse
+	(*IdentityInfo)(nil),               // 82: raftq.v1.IdentityInfo
+	(*TokenInfo)(nil),                  // 83: raftq.v1.TokenInfo
+	(*PermissionGrant)(nil),            // 84: raftq.v1.PermissionGrant
+	(*WhoAmIRequest)(nil),              // 85: raftq.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),             // 86: raftq.v1.WhoAmIResponse
+	(*BackupRequest)(nil),              // 87: raftq.v1.BackupRequest
+	(*BackupChunk)(nil),                // 88: raftq.v1.BackupChunk
+	(*BackupInfo)(nil),                 // 89: raftq.v1.BackupInfo
+	nil,                                // 90: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 91: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 92: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 93: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 94: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	88, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	90, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
 	1,  // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
 	2,  // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
 	3,  // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
 	4,  // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
 	6,  // 5: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
 	40, // 6: raftq.v1.QueueInfo.redrives:type_name -> raftq.v1.RedriveJob
-	89, // 7: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	90, // 8: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	91, // 7: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	92, // 8: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
 	1,  // 9: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
 	5,  // 10: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	1,  // 11: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	91, // 12: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	93, // 12: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
 	5,  // 13: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 14: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	5,  // 15: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
 	7,  // 16: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
 	24, // 17: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
 	25, // 18: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
-	92, // 19: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	94, // 19: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
 	8,  // 20: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
 	9,  // 21: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
 	11, // 22: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
@@ -6270,12 +6401,12 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	45, // 30: raftq.v1.StatusResponse.refused_members:type_name -> raftq.v1.RefusedMember
 	46, // 31: raftq.v1.SetClusterSettingsResponse.settings:type_name -> raftq.v1.ClusterSettings
 	57, // 32: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
-	69, // 33: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
-	80, // 34: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
-	81, // 35: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
-	82, // 36: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
-	82, // 37: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
-	87, // 38: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
+	71, // 33: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
+	82, // 34: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
+	83, // 35: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
+	84, // 36: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
+	84, // 37: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
+	89, // 38: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
 	0,  // 39: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
 	12, // 40: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
 	14, // 41: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
@@ -6291,60 +6422,62 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	34, // 51: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
 	36, // 52: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
 	38, // 53: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	67, // 54: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
+	69, // 54: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
 	43, // 55: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
 	49, // 56: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
 	53, // 57: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
 	55, // 58: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	62, // 59: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	64, // 60: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	66, // 61: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	64, // 59: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	66, // 60: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	68, // 61: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
 	51, // 62: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
-	85, // 63: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
+	87, // 63: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
 	58, // 64: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
 	47, // 65: raftq.v1.Cluster.SetClusterSettings:input_type -> raftq.v1.SetClusterSettingsRequest
-	60, // 66: raftq.v1.Cluster.RecountQueues:input_type -> raftq.v1.RecountQueuesRequest
-	70, // 67: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
-	72, // 68: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
-	74, // 69: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
-	76, // 70: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
-	78, // 71: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
-	83, // 72: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
-	13, // 73: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	15, // 74: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	17, // 75: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	19, // 76: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	21, // 77: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	23, // 78: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	25, // 79: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	27, // 80: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
-	29, // 81: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	31, // 82: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	33, // 83: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	35, // 84: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	37, // 85: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	39, // 86: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	68, // 87: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
-	44, // 88: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	50, // 89: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	54, // 90: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	56, // 91: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	63, // 92: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	65, // 93: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	57, // 94: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	52, // 95: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
-	86, // 96: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
-	59, // 97: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
-	48, // 98: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
-	61, // 99: raftq.v1.Cluster.RecountQueues:output_type -> raftq.v1.RecountQueuesResponse
-	71, // 100: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
-	73, // 101: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
-	75, // 102: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
-	77, // 103: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
-	79, // 104: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
-	84, // 105: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
-	73, // [73:106] is the sub-list for method output_type
-	40, // [40:73] is the sub-list for method input_type
+	62, // 66: raftq.v1.Cluster.RecountQueues:input_type -> raftq.v1.RecountQueuesRequest
+	60, // 67: raftq.v1.Cluster.RepairCorrupt:input_type -> raftq.v1.RepairCorruptRequest
+	72, // 68: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
+	74, // 69: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
+	76, // 70: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
+	78, // 71: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
+	80, // 72: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
+	85, // 73: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
+	13, // 74: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	15, // 75: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	17, // 76: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	19, // 77: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	21, // 78: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	23, // 79: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	25, // 80: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	27, // 81: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
+	29, // 82: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	31, // 83: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	33, // 84: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	35, // 85: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	37, // 86: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	39, // 87: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	70, // 88: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
+	44, // 89: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	50, // 90: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	54, // 91: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	56, // 92: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	65, // 93: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	67, // 94: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	57, // 95: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	52, // 96: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
+	88, // 97: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
+	59, // 98: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
+	48, // 99: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
+	63, // 100: raftq.v1.Cluster.RecountQueues:output_type -> raftq.v1.RecountQueuesResponse
+	61, // 101: raftq.v1.Cluster.RepairCorrupt:output_type -> raftq.v1.RepairCorruptResponse
+	73, // 102: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
+	75, // 103: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
+	77, // 104: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
+	79, // 105: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
+	81, // 106: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
+	86, // 107: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
+	74, // [74:108] is the sub-list for method output_type
+	40, // [40:74] is the sub-list for method input_type
 	40, // [40:40] is the sub-list for extension type_name
 	40, // [40:40] is the sub-list for extension extendee
 	0,  // [0:40] is the sub-list for field type_name
@@ -6362,7 +6495,7 @@ func file_raftq_v1_raftq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   91,
+			NumMessages:   93,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -686,6 +686,7 @@ const (
 	Cluster_ReportDivergence_FullMethodName   = "/raftq.v1.Cluster/ReportDivergence"
 	Cluster_SetClusterSettings_FullMethodName = "/raftq.v1.Cluster/SetClusterSettings"
 	Cluster_RecountQueues_FullMethodName      = "/raftq.v1.Cluster/RecountQueues"
+	Cluster_RepairCorrupt_FullMethodName      = "/raftq.v1.Cluster/RepairCorrupt"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -732,6 +733,14 @@ type ClusterClient interface {
 	// the digest, so the replica check cannot see a follower's drift; this
 	// is how it heals. Admin (node) only.
 	RecountQueues(ctx context.Context, in *RecountQueuesRequest, opts ...grpc.CallOption) (*RecountQueuesResponse, error)
+	// A node that found its own Raft state corrupt (a log entry, wal
+	// segment or snapshot failing its checksum) asks the leader (a follower
+	// forwards it) to remove it from the configuration, so that it can set
+	// that state aside and join again with the leader's. The leader removes
+	// it only while the voters left are a healthy majority of the
+	// configuration, one at a time, as for a diverged replica. removed is
+	// true once the node is out of the configuration. Admin (node) only.
+	RepairCorrupt(ctx context.Context, in *RepairCorruptRequest, opts ...grpc.CallOption) (*RepairCorruptResponse, error)
 }
 
 type clusterClient struct {
@@ -871,6 +880,16 @@ func (c *clusterClient) RecountQueues(ctx context.Context, in *RecountQueuesRequ
 	return out, nil
 }
 
+func (c *clusterClient) RepairCorrupt(ctx context.Context, in *RepairCorruptRequest, opts ...grpc.CallOption) (*RepairCorruptResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RepairCorruptResponse)
+	err := c.cc.Invoke(ctx, Cluster_RepairCorrupt_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -915,6 +934,14 @@ type ClusterServer interface {
 	// the digest, so the replica check cannot see a follower's drift; this
 	// is how it heals. Admin (node) only.
 	RecountQueues(context.Context, *RecountQueuesRequest) (*RecountQueuesResponse, error)
+	// A node that found its own Raft state corrupt (a log entry, wal
+	// segment or snapshot failing its checksum) asks the leader (a follower
+	// forwards it) to remove it from the configuration, so that it can set
+	// that state aside and join again with the leader's. The leader removes
+	// it only while the voters left are a healthy majority of the
+	// configuration, one at a time, as for a diverged replica. removed is
+	// true once the node is out of the configuration. Admin (node) only.
+	RepairCorrupt(context.Context, *RepairCorruptRequest) (*RepairCorruptResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -960,6 +987,9 @@ func (UnimplementedClusterServer) SetClusterSettings(context.Context, *SetCluste
 }
 func (UnimplementedClusterServer) RecountQueues(context.Context, *RecountQueuesRequest) (*RecountQueuesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RecountQueues not implemented")
+}
+func (UnimplementedClusterServer) RepairCorrupt(context.Context, *RepairCorruptRequest) (*RepairCorruptResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RepairCorrupt not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -1191,6 +1221,24 @@ func _Cluster_RecountQueues_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_RepairCorrupt_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RepairCorruptRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).RepairCorrupt(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_RepairCorrupt_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).RepairCorrupt(ctx, req.(*RepairCorruptRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1241,6 +1289,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RecountQueues",
 			Handler:    _Cluster_RecountQueues_Handler,
+		},
+		{
+			MethodName: "RepairCorrupt",
+			Handler:    _Cluster_RepairCorrupt_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -474,8 +474,9 @@ class NackResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[ItemResult, _Mapping]]] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ["applied_index", "data_dir_free_bytes", "disk_low", "grpc_addr", "healthy", "http_addr", "id", "last_contact_ms", "max_log_version", "peer_grpc_addr", "raft_addr", "resident_memory_bytes", "started_at_ms", "state", "suffrage", "version"]
+    __slots__ = ["applied_index", "corrupt", "data_dir_free_bytes", "disk_low", "grpc_addr", "healthy", "http_addr", "id", "last_contact_ms", "max_log_version", "peer_grpc_addr", "raft_addr", "resident_memory_bytes", "started_at_ms", "state", "suffrage", "version"]
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CORRUPT_FIELD_NUMBER: _ClassVar[int]
     DATA_DIR_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     DISK_LOW_FIELD_NUMBER: _ClassVar[int]
     GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
@@ -492,6 +493,7 @@ class Node(_message.Message):
     SUFFRAGE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     applied_index: int
+    corrupt: str
     data_dir_free_bytes: int
     disk_low: bool
     grpc_addr: str
@@ -507,7 +509,7 @@ class Node(_message.Message):
     state: str
     suffrage: str
     version: str
-    def __init__(self, id: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., raft_addr: _Optional[str] = ..., http_addr: _Optional[str] = ..., suffrage: _Optional[str] = ..., state: _Optional[str] = ..., healthy: bool = ..., last_contact_ms: _Optional[int] = ..., applied_index: _Optional[int] = ..., max_log_version: _Optional[int] = ..., peer_grpc_addr: _Optional[str] = ..., version: _Optional[str] = ..., disk_low: bool = ..., resident_memory_bytes: _Optional[int] = ..., data_dir_free_bytes: _Optional[int] = ..., started_at_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., raft_addr: _Optional[str] = ..., http_addr: _Optional[str] = ..., suffrage: _Optional[str] = ..., state: _Optional[str] = ..., healthy: bool = ..., last_contact_ms: _Optional[int] = ..., applied_index: _Optional[int] = ..., max_log_version: _Optional[int] = ..., peer_grpc_addr: _Optional[str] = ..., version: _Optional[str] = ..., disk_low: bool = ..., resident_memory_bytes: _Optional[int] = ..., data_dir_free_bytes: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., corrupt: _Optional[str] = ...) -> None: ...
 
 class NodeDigest(_message.Message):
     __slots__ = ["applied_index", "counters_ok", "digest", "error", "id"]
@@ -741,6 +743,22 @@ class RemoveNodeRequest(_message.Message):
 class RemoveNodeResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
+
+class RepairCorruptRequest(_message.Message):
+    __slots__ = ["node_id", "reason"]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    reason: str
+    def __init__(self, node_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RepairCorruptResponse(_message.Message):
+    __slots__ = ["deferred", "removed"]
+    DEFERRED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    deferred: str
+    removed: bool
+    def __init__(self, removed: bool = ..., deferred: _Optional[str] = ...) -> None: ...
 
 class ReportDivergenceRequest(_message.Message):
     __slots__ = ["digest", "index", "leader_id", "removed"]

@@ -609,6 +609,11 @@ class ClusterStub(object):
                 request_serializer=raftq_dot_v1_dot_raftq__pb2.RecountQueuesRequest.SerializeToString,
                 response_deserializer=raftq_dot_v1_dot_raftq__pb2.RecountQueuesResponse.FromString,
                 )
+        self.RepairCorrupt = channel.unary_unary(
+                '/raftq.v1.Cluster/RepairCorrupt',
+                request_serializer=raftq_dot_v1_dot_raftq__pb2.RepairCorruptRequest.SerializeToString,
+                response_deserializer=raftq_dot_v1_dot_raftq__pb2.RepairCorruptResponse.FromString,
+                )
 
 
 class ClusterServicer(object):
@@ -713,6 +718,19 @@ class ClusterServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RepairCorrupt(self, request, context):
+        """A node that found its own Raft state corrupt (a log entry, wal
+        segment or snapshot failing its checksum) asks the leader (a follower
+        forwards it) to remove it from the configuration, so that it can set
+        that state aside and join again with the leader's. The leader removes
+        it only while the voters left are a healthy majority of the
+        configuration, one at a time, as for a diverged replica. removed is
+        true once the node is out of the configuration. Admin (node) only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -775,6 +793,11 @@ def add_ClusterServicer_to_server(servicer, server):
                     servicer.RecountQueues,
                     request_deserializer=raftq_dot_v1_dot_raftq__pb2.RecountQueuesRequest.FromString,
                     response_serializer=raftq_dot_v1_dot_raftq__pb2.RecountQueuesResponse.SerializeToString,
+            ),
+            'RepairCorrupt': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepairCorrupt,
+                    request_deserializer=raftq_dot_v1_dot_raftq__pb2.RepairCorruptRequest.FromString,
+                    response_serializer=raftq_dot_v1_dot_raftq__pb2.RepairCorruptResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -988,6 +1011,23 @@ class Cluster(object):
         return grpc.experimental.unary_unary(request, target, '/raftq.v1.Cluster/RecountQueues',
             raftq_dot_v1_dot_raftq__pb2.RecountQueuesRequest.SerializeToString,
             raftq_dot_v1_dot_raftq__pb2.RecountQueuesResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RepairCorrupt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/raftq.v1.Cluster/RepairCorrupt',
+            raftq_dot_v1_dot_raftq__pb2.RepairCorruptRequest.SerializeToString,
+            raftq_dot_v1_dot_raftq__pb2.RepairCorruptResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
