@@ -313,6 +313,14 @@ func (l *leadership) observeLoop(ctx context.Context, wg *sync.WaitGroup) {
 			case raft.RaftState:
 				l.refresh()
 			case raft.PeerObservation:
+				// A peer removed, or added (again: a node removed for
+				// repair comes back under its id), has its replication
+				// stopped or started afresh: a failure noted by the old
+				// one would never see its Resumed, and the node would
+				// show unreachable for good.
+				l.mu.Lock()
+				delete(l.hbFailed, string(d.Peer.ID))
+				l.mu.Unlock()
 				if l.peersChanged != nil {
 					l.peersChanged()
 				}

@@ -286,7 +286,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("raft config: %w", err)
 	}
-	var snaps raft.SnapshotStore = &writeBehindStore{FileSnapshotStore: n.snaps, dir: snapDir, chunk: writeBehindChunk, log: n.log, stats: &n.snapStats}
+	var snaps raft.SnapshotStore = &writeBehindStore{FileSnapshotStore: n.snaps, dir: snapDir, chunk: writeBehindChunk, log: n.log, stats: &n.snapStats, onCorrupt: n.reportCorrupt}
 	if n.quarantined {
 		// Raft on empty stores, cut off from its peers: no configuration,
 		// so it never stands for election, votes or applies, and every

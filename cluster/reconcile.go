@@ -167,6 +167,12 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 			soonest(wait)
 			continue
 		}
+		if m.meta.Corrupt {
+			// Its Raft state is corrupt: it asks for its own removal,
+			// and comes back, wiped, without the flag (DESIGN.md,
+			// "Corrupt state").
+			continue
+		}
 		// Gossip is not membership: a member joins the configuration only
 		// if it presents this cluster's id (DESIGN.md, "Cluster identity").
 		if why := admission(rc.id.get(), m.meta, ok); why != "" {

@@ -2,9 +2,11 @@ package cluster
 
 import (
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,6 +40,21 @@ type writeBehindStore struct {
 	chunk int64
 	log   *slog.Logger
 	stats *snapshotCounter // may be nil
+	// onCorrupt is told of a snapshot that fails its CRC when raft opens
+	// it (to send it to a follower); nil: not told.
+	onCorrupt func(*Corruption)
+}
+
+// Open implements raft.SnapshotStore. raft's store reads the whole state
+// file for its CRC first; a mismatch is this node's snapshot corrupt
+// (raft would only log it, and fail every send of it to a follower).
+func (s *writeBehindStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	meta, rc, err := s.FileSnapshotStore.Open(id)
+	if err != nil && s.onCorrupt != nil && strings.Contains(err.Error(), "CRC mismatch") {
+		s.onCorrupt(&Corruption{File: filepath.Join(s.dir, id, snapshotStateFile), Offset: -1,
+			Reason: "snapshot state file fails its CRC-64: " + err.Error(), err: err})
+	}
+	return meta, rc, err
 }
 
 // Create implements raft.SnapshotStore.

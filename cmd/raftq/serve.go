@@ -457,7 +457,10 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 		log.Info("left the cluster on request; shutting down", "within", o.shutdownTimeout)
 		leave = false // done
 	case <-srv.RepairRestart():
-		log.Warn("this replica's state diverged and it was removed for repair: restarting with its Raft state set aside")
+		// Removed for repair (its state diverged or is corrupt), or it
+		// found its Raft state corrupt while running: the next start
+		// sets the state aside, or stays out of Raft until it is removed.
+		log.Warn("restarting for repair: this node's Raft state diverged or is corrupt (the lines before say which)")
 		leave = false // already out of the configuration
 		serveErr = errRepairRestart
 	case serveErr = <-errc:

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -185,8 +187,60 @@ func (nm *Nemesis) inject(ctx context.Context, s Step, ev *FaultEvent) error {
 		return nm.clockJump(ctx, s, ev)
 	case PauseRead:
 		return nm.pauseRead(ctx, s, ev)
+	case Corrupt:
+		return nm.corrupt(ctx, s, ev, nodes[s.Node])
 	}
 	return fmt.Errorf("unknown fault %q", s.Kind)
+}
+
+// corruptMark is what a node logs when it finds its Raft state corrupt
+// (cluster.Node.quarantine).
+const corruptMark = "this node's Raft state is corrupt"
+
+// corrupt damages one node's newest wal segment or snapshot, stopped or
+// running (then killed), starts it, and waits for it to have found the
+// damage and to be back, rebuilt from its peers, as a healthy voter.
+func (nm *Nemesis) corrupt(ctx context.Context, s Step, ev *FaultEvent, n *Node) error {
+	ev.Targets = append(ev.Targets, n.ID)
+	found := strings.Count(n.Log(), corruptMark)
+	if !s.Running {
+		if err := n.Stop(20 * time.Second); err != nil {
+			nm.log.Warn("node did not stop", "node", n.ID, "err", err)
+		}
+	}
+	path := harness.NewestSnapshotState(n.DataDir)
+	if s.File == "wal" || path == "" {
+		path = harness.NewestSegment(n.DataDir)
+	}
+	did, err := harness.Damage(path, s.Damage, rand.New(rand.NewPCG(s.Seed, 1)))
+	if err != nil {
+		return err // Heal starts the node again
+	}
+	ev.Detail += "; " + did
+	_ = harness.Sleep(ctx, s.Hold)
+	if s.Running {
+		n.Kill()
+	}
+	_, statErr := os.Stat(path)
+	if err := n.Launch(); err != nil {
+		return err
+	}
+	if statErr != nil {
+		// A snapshot the running node replaced, and reaped, in the hold:
+		// the damage is gone with it.
+		ev.Detail += "; the damaged file was gone before the restart"
+	} else if err := harness.WaitFor(ctx, 30*time.Second, 200*time.Millisecond, func(context.Context) error {
+		if strings.Count(n.Log(), corruptMark) <= found {
+			return fmt.Errorf("%s has not reported its damaged state", n.ID)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if _, err := nm.c.WaitHealthy(ctx, 120*time.Second); err != nil {
+		return fmt.Errorf("after damaging %s: %w", n.ID, err)
+	}
+	return nil
 }
 
 // Heal undoes every fault: nodes started and resumed, filters flushed,

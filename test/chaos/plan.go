@@ -49,11 +49,24 @@ const (
 	// a write goes through the new leader, and at once after SIGCONT the
 	// old leader is read: it must see the write or refuse/redirect.
 	PauseRead FaultKind = "pause-read"
+	// Corrupt: damage one node's newest wal segment or snapshot (bits
+	// flipped, a range zeroed, the file cut short), while it runs (then
+	// kill -9 and start it) or while it is stopped (SIGTERM, damage,
+	// start); the node must find it, stay out of Raft, and be rebuilt
+	// from its peers before the step ends.
+	Corrupt FaultKind = "corrupt"
+)
+
+// damageKinds and damageFiles are what a corrupt step draws from (see
+// harness.Damage).
+var (
+	damageKinds = []string{"flip", "zero", "truncate"}
+	damageFiles = []string{"wal", "snapshot"}
 )
 
 // AllFaults lists every nemesis action.
 var AllFaults = []FaultKind{KillRandom, KillLeader, Pause, IsolateLeader, SplitMajority, Bridge, PacketLoss, Latency, RollingRestart,
-	Membership, ClockJump, PauseRead}
+	Membership, ClockJump, PauseRead, Corrupt}
 
 // ParseFaults reads a comma-separated list of fault kinds ("" or "all" =
 // AllFaults).
@@ -102,6 +115,12 @@ type Step struct {
 	Prob float64 `json:"prob,omitempty"`
 	// Delay is the one-way delay added by a latency fault.
 	Delay time.Duration `json:"delay,omitempty"`
+	// Damage (flip, zero, truncate), File (wal, snapshot), Running and
+	// Seed (the offsets) describe a corrupt step.
+	Damage  string `json:"damage,omitempty"`
+	File    string `json:"file,omitempty"`
+	Running bool   `json:"running,omitempty"`
+	Seed    uint64 `json:"seed,omitempty"`
 	// Hold is how long the fault lasts; Quiet the calm after healing.
 	Hold  time.Duration `json:"hold"`
 	Quiet time.Duration `json:"quiet"`
@@ -141,6 +160,8 @@ func (s Step) String() string {
 			node = "leader"
 		}
 		fmt.Fprintf(&b, " node=%s offsets=%v,%v", node, s.Offset, s.Offset2)
+	case Corrupt:
+		fmt.Fprintf(&b, " node=%d %s %s running=%v", s.Node, s.Damage, s.File, s.Running)
 	}
 	return b.String()
 }
@@ -155,6 +176,8 @@ func (s Step) cost(nodes int) time.Duration {
 		overhead = 12 * time.Second // the removal, the rejoin, the promotion
 	case ClockJump:
 		overhead = 3 * 6 * time.Second // three restarts, two transfers
+	case Corrupt:
+		overhead = 15 * time.Second // found, removed, rebuilt, promoted
 	}
 	return s.Hold + s.Quiet + overhead
 }
@@ -219,6 +242,12 @@ func Plan(seed int64, nodes int, kinds []FaultKind, total time.Duration, short b
 			s.Hold = dur(3*time.Second, 12*time.Second)
 		case PauseRead:
 			s.Hold = dur(1500*time.Millisecond, 5*time.Second) // past the 1 s election timeout
+		case Corrupt:
+			s.Hold = dur(500*time.Millisecond, 3*time.Second)
+			s.Running = rng.IntN(2) == 0
+			s.File = damageFiles[rng.IntN(len(damageFiles))]
+			s.Damage = damageKinds[rng.IntN(len(damageKinds))]
+			s.Seed = rng.Uint64()
 		}
 		if i >= len(order) && spent+s.cost(nodes) > total {
 			break
