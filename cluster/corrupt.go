@@ -94,9 +94,9 @@ func readCorruptMarker(dataDir string) (*Corruption, error) {
 // CRC-64 the metadata records. raft's FileSnapshotStore skips a snapshot
 // whose metadata it cannot read, so that a damaged meta.json would
 // otherwise start the node from an older snapshot, or none, silently.
-// newestOnly checks the state file of the newest snapshot only (the one a
-// start restores and a leader sends); the others' metadata still is.
-func verifySnapshots(dir string, newestOnly bool) *Corruption {
+// With state, the newest snapshot's state file is checked too (the one a
+// start restores and a leader sends); without, only the metadata.
+func verifySnapshots(dir string, state bool) *Corruption {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -141,15 +141,11 @@ func verifySnapshots(dir string, newestOnly bool) *Corruption {
 			newest = i
 		}
 	}
-	for i, s := range snaps {
-		if newestOnly && i != newest {
-			continue
-		}
-		if c := verifySnapshotState(filepath.Join(s.dir, snapshotStateFile), s.size, s.crc); c != nil {
-			return c
-		}
+	if !state || newest < 0 {
+		return nil
 	}
-	return nil
+	s := snaps[newest]
+	return verifySnapshotState(filepath.Join(s.dir, snapshotStateFile), s.size, s.crc)
 }
 
 // verifySnapshotState reads a snapshot's state file whole and compares
@@ -272,4 +268,57 @@ func (n *Node) setCorrupt(c *Corruption) {
 		}
 		close(n.corruptCh)
 	})
+}
+
+// setSnapshotAside handles a newest snapshot found corrupt at start: if
+// the next older one is whole and the log holds every entry from it to
+// the damaged one's index, the damaged one is moved out of the snapshot
+// store (into corrupt-snapshots/, for a post-mortem) and raft restores the
+// older one and replays the log: the same state, from this node's own
+// checked data. Otherwise it reports false, and the node quarantines.
+func (n *Node) setSnapshotAside(c *Corruption, newest *raft.SnapshotMeta, log raft.LogStore) bool {
+	metas, err := n.snaps.List()
+	if err != nil || len(metas) < 2 || metas[0].ID != newest.ID || log == nil {
+		return false
+	}
+	snapDir := filepath.Join(n.cfg.DataDir, "snapshots")
+	if !strings.HasPrefix(c.File, filepath.Join(snapDir, newest.ID)+string(filepath.Separator)) {
+		return false
+	}
+	older := metas[1]
+	if verifySnapshotState(filepath.Join(snapDir, older.ID, snapshotStateFile), older.Size, snapshotCRC(snapDir, older.ID)) != nil {
+		return false
+	}
+	first, ferr := log.FirstIndex()
+	last, lerr := log.LastIndex()
+	if ferr != nil || lerr != nil || first == 0 || first > older.Index+1 || last < newest.Index {
+		return false
+	}
+	aside := filepath.Join(n.cfg.DataDir, "corrupt-snapshots")
+	if err := os.MkdirAll(aside, 0o750); err != nil {
+		return false
+	}
+	if err := os.Rename(filepath.Join(snapDir, newest.ID), filepath.Join(aside, newest.ID)); err != nil {
+		return false
+	}
+	if err := syncDir(snapDir); err != nil {
+		n.log.Warn("could not sync the snapshot dir after moving a damaged snapshot out", "err", err)
+	}
+	n.log.Error("the newest snapshot is corrupt: moved it aside; restoring the one before it and replaying the log, which holds every entry since",
+		"file", c.File, "offset", c.Offset, "reason", c.Reason, "moved_to", filepath.Join(aside, newest.ID),
+		"older_snapshot", older.ID, "log_first_index", first)
+	return true
+}
+
+// snapshotCRC is the CRC a snapshot's metadata records (nil if unreadable).
+func snapshotCRC(snapDir, id string) []byte {
+	b, err := os.ReadFile(filepath.Join(snapDir, id, snapshotMetaFile))
+	if err != nil {
+		return nil
+	}
+	var meta struct{ CRC []byte }
+	if json.Unmarshal(b, &meta) != nil {
+		return nil
+	}
+	return meta.CRC
 }

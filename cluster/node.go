@@ -189,9 +189,12 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if corrupt == nil {
 		restoring = false
 		if restored = restore.wait(n.log); !restored && restore.meta != nil {
-			// The newest snapshot did not restore: raft would fall back
-			// to an older one (whose log is compacted away), or none.
-			corrupt = verifySnapshots(snapDir, true)
+			// The newest snapshot did not restore: raft falls back to an
+			// older one, which is sound only if the log still holds
+			// every entry after it.
+			if c := verifySnapshots(snapDir, true); c != nil && !n.setSnapshotAside(c, restore.meta, store) {
+				corrupt = c
+			}
 		}
 	}
 	if corrupt != nil {

@@ -193,16 +193,25 @@ func (nm *Nemesis) inject(ctx context.Context, s Step, ev *FaultEvent) error {
 	return fmt.Errorf("unknown fault %q", s.Kind)
 }
 
-// corruptMark is what a node logs when it finds its Raft state corrupt
-// (cluster.Node.quarantine).
-const corruptMark = "this node's Raft state is corrupt"
+// corruptMarks are what a node logs when it finds its Raft state
+// corrupt (cluster.Node.quarantine), or only its newest snapshot, which
+// it sets aside when an older one and its log cover it
+// (cluster.Node.setSnapshotAside).
+var corruptMarks = []string{"this node's Raft state is corrupt", "the newest snapshot is corrupt: moved it aside"}
+
+func countCorruptMarks(log string) (n int) {
+	for _, m := range corruptMarks {
+		n += strings.Count(log, m)
+	}
+	return n
+}
 
 // corrupt damages one node's newest wal segment or snapshot, stopped or
 // running (then killed), starts it, and waits for it to have found the
 // damage and to be back, rebuilt from its peers, as a healthy voter.
 func (nm *Nemesis) corrupt(ctx context.Context, s Step, ev *FaultEvent, n *Node) error {
 	ev.Targets = append(ev.Targets, n.ID)
-	found := strings.Count(n.Log(), corruptMark)
+	found := countCorruptMarks(n.Log())
 	if !s.Running {
 		if err := n.Stop(20 * time.Second); err != nil {
 			nm.log.Warn("node did not stop", "node", n.ID, "err", err)
@@ -230,7 +239,7 @@ func (nm *Nemesis) corrupt(ctx context.Context, s Step, ev *FaultEvent, n *Node)
 		// the damage is gone with it.
 		ev.Detail += "; the damaged file was gone before the restart"
 	} else if err := harness.WaitFor(ctx, 30*time.Second, 200*time.Millisecond, func(context.Context) error {
-		if strings.Count(n.Log(), corruptMark) <= found {
+		if countCorruptMarks(n.Log()) <= found {
 			return fmt.Errorf("%s has not reported its damaged state", n.ID)
 		}
 		return nil
