@@ -131,6 +131,13 @@ func (i *identity) set(id string, persist bool, why string) error {
 	return err
 }
 
+// recorded reports whether the data dir records a cluster id.
+func (i *identity) recorded() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.persisted
+}
+
 // persist records the current id, if any and not yet recorded (a joiner
 // that now has Raft state).
 func (i *identity) persist() error {

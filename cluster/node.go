@@ -249,12 +249,13 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err != nil {
 		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftBind, err)
 	}
-	n.trans = drainedTransport{raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  stream,
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  hcl.Named("raft-net"),
-	})}
+	})
+	n.trans = drainedTransport{NetworkTransport: nt, votes: newVoteGuard(nt.Consumer(), n.log)}
 	n.stream, n.raftAddr = stream, string(n.trans.LocalAddr())
 
 	hasState := true // a quarantined node has state, corrupt: nobody bootstraps from it
@@ -310,6 +311,12 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	stream.raft.Store(n.raft)
 	n.lead = newLeadership(cfg.NodeID, cfg.GRPCAdvertise, cfg.ClientGRPCAdvertise, n.raft, n.log, n.ms.meta, cfg.onLeadership)
 	n.boot = newBootstrapper(cfg, n.log, n.raft, n.ms, n.id)
+	// Until this runs, RPCs wait in the transport as they would for Raft.
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.trans.votes.run(n.raft, rc.LocalID, n.trans, n.id.recorded, n.raftDone)
+	}()
 	n.rec = newReconciler(cfg, n.log, n.raft, n.ms, n.id)
 	n.leave = &leaveProtocol{self: cfg.NodeID, log: n.log, r: n.raft, ms: n.ms, lead: n.lead,
 		transfer: func(ctx context.Context) (string, error) { return n.TransferLeadership(ctx, "") }}

@@ -26,9 +26,16 @@ import (
 //
 // Embedding the pointer keeps every optional interface Raft looks for
 // (WithClose, WithPeers, WithPreVote, ...).
+//
+// Its RPCs reach Raft through votes (voteGuard), which refuses votes while
+// the node has no Raft state.
 type drainedTransport struct {
 	*raft.NetworkTransport
+	votes *voteGuard
 }
+
+// Consumer is the vote guard's channel, not the network transport's.
+func (t drainedTransport) Consumer() <-chan raft.RPC { return t.votes.Consumer() }
 
 // AppendEntriesPipeline wraps the network transport's pipeline.
 func (t drainedTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
