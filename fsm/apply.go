@@ -100,6 +100,16 @@ func (f *FSM) apply(index, term uint64, cmd *fsmv1.Command, touched *state.Touch
 			break // unknown before version 9, as older builds saw it
 		}
 		return tx.SetClusterSettings(op.SetClusterSettings)
+	case *fsmv1.Command_PauseQueue:
+		if version < state.PauseVersion {
+			break // unknown before PauseVersion, as older builds saw it
+		}
+		return tx.PauseQueue(op.PauseQueue)
+	case *fsmv1.Command_ResumeQueue:
+		if version < state.PauseVersion {
+			break
+		}
+		return tx.ResumeQueue(op.ResumeQueue)
 	}
 	return failed(fmt.Errorf("%w: empty or unknown command", ErrInvalid))
 }

@@ -19,6 +19,7 @@ var (
 	ErrInUse           = state.ErrInUse
 	ErrNotEmpty        = state.ErrNotEmpty
 	ErrLimit           = state.ErrLimit
+	ErrPaused          = state.ErrPaused
 	ErrTokenExists     = state.ErrTokenExists
 	ErrTokenNotFound   = state.ErrTokenNotFound
 	ErrGrantNotFound   = state.ErrGrantNotFound

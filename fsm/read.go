@@ -158,6 +158,12 @@ const (
 	MaxRedriveJobs      = state.MaxRedriveJobs
 	MaxRedriveRateMilli = state.MaxRedriveRateMilli
 	MaxStepJobs         = state.MaxStepJobs
+	// PauseVersion is the log version that introduces PauseQueue and
+	// ResumeQueue and refuses grants of a paused queue or key; the edge
+	// refuses the RPCs before then.
+	PauseVersion = state.PauseVersion
+	// MaxPausedKeys bounds the fairness keys paused per queue.
+	MaxPausedKeys = state.MaxPausedKeys
 )
 
 // PeekFilter is a filtered Peek's filter (state.PeekFilter).

@@ -74,7 +74,7 @@ func (t *term) deliver(v fsm.View, ps *passState, budget int) {
 			p.drop = append(p.drop, name)
 			continue
 		}
-		if budget <= 0 || qv.Ready() == 0 {
+		if budget <= 0 || qv.Ready() == 0 || qv.Paused() {
 			continue
 		}
 		if qp := p.queues[name]; qp != nil && qp.stalled {

@@ -28,6 +28,10 @@ type QueueView interface {
 	ThrottleGroups(prio int32, key string, dst []string) []string
 	// NextInGroup is the smallest ready id > afterID of one throttle group.
 	NextInGroup(prio int32, key, group string, afterID uint64) (fsm.ReadyMessage, bool)
+	// Paused reports a whole-queue pause (PauseQueue): nothing of it is
+	// picked. A paused fairness key is simply not among NextKey's keys:
+	// the state keeps it out of the ring, so picking never walks it.
+	Paused() bool
 }
 
 // pickInput is what one queue's picking depends on besides the view, the
@@ -127,7 +131,10 @@ func pickQueue(qv QueueView, in pickInput, cur *cursors, bk *buckets, sc *pickSc
 		total += max(c, 0)
 	}
 	in.Budget = min(in.Budget, total)
-	if in.Budget <= 0 {
+	if in.Budget <= 0 || qv.Paused() {
+		// A paused queue: one check, no walk. The state refuses its grants
+		// anyway; its resume or its end touches the queue, so the loop
+		// looks again then.
 		return res
 	}
 	if cur.levels == nil {

@@ -172,6 +172,43 @@ func (s brokerService) PurgeQueue(ctx context.Context, req *raftqv1.PurgeQueueRe
 	return &raftqv1.PurgeQueueResponse{Purged: n}, nil
 }
 
+// checkPause is what PauseQueue and ResumeQueue check before anything:
+// the queue's name and the key's length.
+func checkPause(name, key string) error {
+	if err := checkQueueName("name", name); err != nil {
+		return err
+	}
+	if len(key) > fsm.MaxKeyLen {
+		return invalid("fairness_key is %d bytes, the limit is %d", len(key), fsm.MaxKeyLen)
+	}
+	return nil
+}
+
+func (s brokerService) PauseQueue(ctx context.Context, req *raftqv1.PauseQueueRequest) (*raftqv1.PauseQueueResponse, error) {
+	if err := checkPause(req.GetName(), req.GetFairnessKey()); err != nil {
+		return nil, err
+	}
+	if d := req.GetDurationMs(); d < 0 || d > fsm.MaxDurationMs {
+		return nil, invalid("duration_ms is %d; it must be 0 (until resumed) to %d (366 days)", d, int64(fsm.MaxDurationMs))
+	}
+	q, err := s.b.Queues().PauseQueue(ctx, req.Name, req.FairnessKey, req.DurationMs)
+	if err != nil {
+		return nil, err
+	}
+	return &raftqv1.PauseQueueResponse{Queue: projectBrokerQueue(q)}, nil
+}
+
+func (s brokerService) ResumeQueue(ctx context.Context, req *raftqv1.ResumeQueueRequest) (*raftqv1.ResumeQueueResponse, error) {
+	if err := checkPause(req.GetName(), req.GetFairnessKey()); err != nil {
+		return nil, err
+	}
+	q, err := s.b.Queues().ResumeQueue(ctx, req.Name, req.FairnessKey)
+	if err != nil {
+		return nil, err
+	}
+	return &raftqv1.ResumeQueueResponse{Queue: projectBrokerQueue(q)}, nil
+}
+
 func (s brokerService) Enqueue(ctx context.Context, req *raftqv1.EnqueueRequest) (*raftqv1.EnqueueResponse, error) {
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err

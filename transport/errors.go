@@ -43,7 +43,8 @@ func codeOf(err error) codes.Code {
 	case errors.Is(err, fsm.ErrQueueFull), errors.Is(err, fsm.ErrLimit), errors.Is(err, broker.ErrOverloaded),
 		errors.Is(err, diskguard.ErrNoSpace):
 		return codes.ResourceExhausted
-	case errors.Is(err, fsm.ErrStaleLease), errors.Is(err, fsm.ErrInUse), errors.Is(err, fsm.ErrNotEmpty), errors.Is(err, fsm.ErrAnswerLost):
+	case errors.Is(err, fsm.ErrStaleLease), errors.Is(err, fsm.ErrInUse), errors.Is(err, fsm.ErrNotEmpty), errors.Is(err, fsm.ErrAnswerLost),
+		errors.Is(err, fsm.ErrPaused):
 		return codes.FailedPrecondition
 	case errors.Is(err, cluster.ErrUnknownNode):
 		return codes.NotFound

@@ -112,7 +112,10 @@ func projectQueue(q *state.QueueInfo) *raftqv1.QueueInfo {
 			DedupEntries:  st.DedupEntries,
 			DedupBytes:    st.DedupBytes,
 		},
-		Redrives: projectRedrives(q.Redrives),
+		Redrives:      projectRedrives(q.Redrives),
+		Paused:        q.Paused,
+		PausedUntilMs: q.PausedUntilMs,
+		PausedKeys:    projectPausedKeys(q.PausedKeys),
 	}
 }
 
@@ -126,6 +129,17 @@ func projectRedrives(js []state.RedriveJobInfo) []*raftqv1.RedriveJob {
 			StartedAtMs: j.StartedMs, LastMovedAtMs: j.LastMovedMs,
 			FairnessKey: j.FairnessKey, ReasonContains: j.ReasonMatch, OlderThanMs: j.OlderThanMs, MessageIds: j.MessageIDs,
 		})
+	}
+	return out
+}
+
+func projectPausedKeys(ks []state.PausedKey) []*raftqv1.PausedKey {
+	if len(ks) == 0 {
+		return nil
+	}
+	out := make([]*raftqv1.PausedKey, len(ks))
+	for i, k := range ks {
+		out[i] = &raftqv1.PausedKey{Key: k.Key, UntilMs: k.UntilMs}
 	}
 	return out
 }

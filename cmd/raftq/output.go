@@ -94,6 +94,14 @@ func printQueue(w io.Writer, q *raftqv1.QueueInfo, origins []string) error {
 	if d := q.GetDrain(); d != nil {
 		line("drain", formatDrain(d))
 	}
+	if q.GetPaused() {
+		line("paused", formatPause(q.GetPausedUntilMs()))
+	} else {
+		line("paused", "no")
+	}
+	if len(q.GetPausedKeys()) > 0 {
+		line("paused keys", strconv.Itoa(len(q.GetPausedKeys())))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -104,6 +112,17 @@ func printQueue(w io.Writer, q *raftqv1.QueueInfo, origins []string) error {
 		for _, j := range q.GetRedrives() {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%g\t%s\t%s\n", j.GetId(), j.GetMoved(), j.GetTotal(), j.GetRatePerSec(),
 				time.UnixMilli(j.GetStartedAtMs()).UTC().Format(time.RFC3339), redriveFilters(j))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(q.GetPausedKeys()) > 0 {
+		fmt.Fprintln(w, "\npaused fairness keys:")
+		tw = table(w)
+		fmt.Fprintln(tw, "KEY\tPAUSED")
+		for _, k := range q.GetPausedKeys() {
+			fmt.Fprintf(tw, "%s\t%s\n", k.GetKey(), formatPause(k.GetUntilMs()))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -23,6 +23,8 @@ func newQueueCmd(a *app) *cobra.Command {
 		newQueueListCmd(a),
 		newQueueGetCmd(a),
 		newQueuePurgeCmd(a),
+		newQueuePauseCmd(a),
+		newQueueResumeCmd(a),
 	)
 	return cmd
 }

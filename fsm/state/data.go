@@ -244,7 +244,8 @@ type level struct {
 	priority int32
 	count    int
 	keys     map[string]*keyQueue
-	active   *btree.BTreeG[keyRef] // keys with ready messages, in activation order
+	active   *btree.BTreeG[keyRef] // keys with ready messages, in activation order: the delivery ring
+	held     *btree.BTreeG[keyRef] // keys with ready messages that are paused (pause.go): out of the ring
 }
 
 // dedupRef is a dedup entry in the expiry index, ordered by (at,
@@ -335,6 +336,9 @@ type queue struct {
 	// Rate-limited redrives from its DLQ in progress, by id (redrive.go);
 	// at most MaxRedriveJobs, so a slice.
 	redrives []*redriveJob
+	// pauses by fairness key, "" = the whole queue, to the state-clock
+	// instant each ends at (0 = until resumed); nil when none (pause.go).
+	pauses map[string]int64
 }
 
 const btreeDegree = 32
@@ -378,7 +382,7 @@ func (q *queue) level(prio int32, create bool) *level {
 	if !create {
 		return nil
 	}
-	l := &level{priority: prio, keys: map[string]*keyQueue{}, active: btree.NewG(8, lessKeyRef)}
+	l := &level{priority: prio, keys: map[string]*keyQueue{}, active: btree.NewG(8, lessKeyRef), held: btree.NewG(8, lessKeyRef)}
 	q.levels = slices.Insert(q.levels, i, l)
 	return l
 }

@@ -24,6 +24,9 @@ var (
 	ErrNotEmpty = errors.New("queue not empty")
 	// ErrLimit: a count limit of the state (tokens, grants) is reached.
 	ErrLimit = errors.New("limit reached")
+	// ErrPaused: a grant of a message of a paused queue or fairness key
+	// (PauseVersion).
+	ErrPaused = errors.New("queue or fairness key paused")
 )
 
 // ErrNewerVersion marks an entry or snapshot written under a log or

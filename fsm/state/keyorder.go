@@ -21,7 +21,7 @@ import (
 func (q *queue) keyOrder() []*fsmv1.KeyOrder {
 	var out []*fsmv1.KeyOrder
 	for _, l := range q.levels {
-		l.active.Ascend(func(r keyRef) bool {
+		l.eachKey(func(r keyRef) bool {
 			kq := l.keys[r.key]
 			out = append(out, &fsmv1.KeyOrder{Priority: l.priority, Key: kq.key, Weight: kq.weight, Newest: kq.newest})
 			return true
@@ -45,6 +45,7 @@ func (s *Store) loadKeyOrder(q *queue, recs []*fsmv1.KeyOrder) error {
 		}
 		seen := make(map[string]bool, n)
 		l.active.Clear(false)
+		l.held.Clear(false)
 		for _, r := range recs[i : i+n] {
 			kq := l.keys[r.Key]
 			switch {
@@ -58,7 +59,7 @@ func (s *Store) loadKeyOrder(q *queue, recs []*fsmv1.KeyOrder) error {
 			seen[r.Key] = true
 			s.keySeq++
 			kq.seq, kq.weight, kq.newest = s.keySeq, r.Weight, r.Newest
-			l.active.ReplaceOrInsert(keyRef{seq: kq.seq, key: kq.key})
+			q.place(l, kq)
 		}
 		i += n
 	}
@@ -85,11 +86,12 @@ func (s *Store) canonicalKeyOrder() {
 			oldest := func(kq *keyQueue) uint64 { id, _ := kq.ids.Min(); return id }
 			slices.SortFunc(keys, func(a, b *keyQueue) int { return cmpUint64(oldest(a), oldest(b)) })
 			l.active.Clear(false)
+			l.held.Clear(false)
 			for _, kq := range keys {
 				s.keySeq++
 				newest, _ := kq.ids.Max()
 				kq.seq, kq.newest, kq.weight = s.keySeq, newest, q.get(newest).weight
-				l.active.ReplaceOrInsert(keyRef{seq: kq.seq, key: kq.key})
+				q.place(l, kq)
 			}
 		}
 	}

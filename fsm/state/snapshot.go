@@ -100,6 +100,7 @@ func (s *Store) Freeze(index uint64) *Frozen {
 				KeyOrder:      keyOrderAt(s.clusterVersion, q),
 				RecentCount:   recentCount,
 				Redrives:      redrivesAt(s.clusterVersion, q),
+				Pauses:        q.pauseRecords(),
 			},
 			msgs:   q.msgs.Clone(),
 			dedup:  q.dedup.Clone(),
@@ -384,6 +385,9 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 		q.cfg = effectiveConfig(q.raw, q.raw.DeadLetterQueue)
 		q.enqueuedTotal, q.ackedTotal, q.nackedTotal, q.expiredTotal = rec.EnqueuedTotal, rec.AckedTotal, rec.NackedTotal, rec.ExpiredTotal
 		s.queues[q.name] = q
+		if err := s.loadPauses(q, rec.Pauses); err != nil {
+			return err
+		}
 		if len(rec.KeyOrder) > 0 && hdr.Version < snapshotV3 {
 			return fmt.Errorf("%w: key order in a format-%d snapshot", ErrInvalid, hdr.Version)
 		}

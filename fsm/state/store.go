@@ -23,6 +23,7 @@ type Store struct {
 	dedupExp  *btree.BTreeG[dedupRef]   // dedup entries by expiry
 	recentExp *btree.BTreeG[recentRef]  // recently settled outcomes, oldest first (recent.go)
 	deleted   *btree.BTreeG[deletedKey] // keyed deletes that succeeded, outside any queue (deletekeys.go)
+	pauseExp  *btree.BTreeG[pauseRef]   // timed pauses by their end (pause.go)
 	consumers map[string]map[queueMsg]struct{}
 
 	totalBytes     int64 // what messages cost across queues (MessageCost) (derived, like the per-queue counters)
@@ -56,6 +57,7 @@ func New() *Store {
 		dedupExp:       btree.NewG(btreeDegree, lessDedupRef),
 		recentExp:      btree.NewG(btreeDegree, lessRecentRef),
 		deleted:        newDeletedTree(),
+		pauseExp:       newPauseTree(),
 		consumers:      map[string]map[queueMsg]struct{}{},
 		clusterVersion: 1,
 		auth:           newAuth(),
@@ -158,6 +160,7 @@ func (s *Store) unindex(q *queue, m *message) {
 		q.ready--
 		if kq.ids.Len() == 0 {
 			l.active.Delete(keyRef{seq: kq.seq, key: kq.key})
+			l.held.Delete(keyRef{seq: kq.seq, key: kq.key})
 			delete(l.keys, kq.key)
 			if l.count == 0 {
 				q.dropLevel(l)
@@ -194,7 +197,7 @@ func (s *Store) index(q *queue, m *message) {
 			s.keySeq++
 			kq = &keyQueue{key: m.fairnessKey(), seq: s.keySeq, ids: btree.NewG(btreeDegree, lessID), groups: map[string]*btree.BTreeG[uint64]{}}
 			l.keys[kq.key] = kq
-			l.active.ReplaceOrInsert(keyRef{seq: kq.seq, key: kq.key})
+			q.place(l, kq)
 		}
 		if m.id >= kq.newest {
 			kq.newest, kq.weight = m.id, m.weight
@@ -314,6 +317,7 @@ func (s *Store) advance(budget int, touched *Touched) {
 		}
 	}
 	s.expireRecent(budget)
+	s.expirePauses(budget, touched)
 }
 
 // deadLetter moves m out of q into q's DLQ, or, for a queue without one (a
@@ -377,6 +381,7 @@ func (s *Store) dropQueue(q *queue) {
 	s.dedupBytes -= q.dedupBytes
 	s.dropRecent(q)
 	delete(s.redriving, q.name)
+	s.dropPauses(q)
 	delete(s.queues, q.name)
 }
 

@@ -70,6 +70,9 @@ func (s *Store) SweepPending() bool {
 	if r, ok := s.recentExp.Min(); ok && !within(r.at, now) {
 		return true
 	}
+	if r, ok := s.pauseExp.Min(); ok && r.at <= now {
+		return true
+	}
 	return false
 }
 

@@ -460,6 +460,12 @@ func (tx *Tx) Grant(c *fsmv1.LeaseGrant) *GrantResult {
 			res.Items[i] = ErrStaleLease
 			continue
 		}
+		if tx.version >= PauseVersion && q.pausedAt(m.fairnessKey(), tx.s.lastNow) {
+			// The state's own rule, carried grants included: no
+			// leader's mistake leases a paused queue's or key's message.
+			res.Items[i] = fmt.Errorf("%w: queue %s, fairness key %q", ErrPaused, q.name, m.fairnessKey())
+			continue
+		}
 		next := *m
 		next.state = stateLeased
 		var token uint64

@@ -29,6 +29,12 @@ type QueueInfo struct {
 	Stats             QueueStats
 	// Redrives are its rate-limited redrives in progress (redrive.go).
 	Redrives []RedriveJobInfo
+	// Pauses as they hold now (pause.go): the whole queue's (Paused, and
+	// its end on the leader's clock, 0 = until resumed) and the keys
+	// paused on their own, by key.
+	Paused        bool
+	PausedUntilMs int64
+	PausedKeys    []PausedKey
 }
 
 // QueueStats are a queue's counters. Consumers are the scheduler's to add.

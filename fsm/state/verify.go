@@ -79,12 +79,14 @@ func (s *Store) Verify() error {
 			if c.readyPerLevel[l.priority] != int64(l.count) {
 				return fmt.Errorf("%s: priority %d counts %d ready, structures hold %d", name, l.priority, l.count, c.readyPerLevel[l.priority])
 			}
-			if l.active.Len() != len(l.keys) {
-				return fmt.Errorf("%s: priority %d has %d active keys but %d key queues", name, l.priority, l.active.Len(), len(l.keys))
+			if l.keyCount() != len(l.keys) {
+				return fmt.Errorf("%s: priority %d has %d active keys but %d key queues", name, l.priority, l.keyCount(), len(l.keys))
 			}
-			l.active.Ascend(func(r keyRef) bool {
+			l.eachKey(func(r keyRef) bool {
 				if kq := l.keys[r.key]; kq == nil || kq.seq != r.seq || kq.weight < 1 {
 					err = fmt.Errorf("%s: priority %d: active key %q (seq %d) does not match its key queue", name, l.priority, r.key, r.seq)
+				} else if l.held.Has(r) != q.keyHeld(r.key) {
+					err = fmt.Errorf("%s: priority %d: key %q is held %v but paused %v", name, l.priority, r.key, l.held.Has(r), q.keyHeld(r.key))
 				}
 				return err == nil
 			})

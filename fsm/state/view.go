@@ -34,13 +34,15 @@ func (q *queue) delivery(m *message, off int64) *Delivery {
 }
 
 func (s *Store) info(q *queue) *QueueInfo {
-	return &QueueInfo{
+	qi := &QueueInfo{
 		Name:              q.name,
 		Config:            proto.Clone(q.cfg).(*fsmv1.QueueConfig),
 		IsDeadLetterQueue: q.isDLQ,
 		Stats:             q.stats(),
 		Redrives:          q.redriveInfo(s.leader.offset(s.lastNow)),
 	}
+	s.addPauses(q, qi)
+	return qi
 }
 
 func (q *queue) stats() QueueStats {
@@ -183,7 +185,8 @@ func peekLevel(q *queue, l *level, limit int) []*message {
 		left int
 	}
 	var ring []*cursor
-	l.active.Ascend(func(r keyRef) bool {
+	// Paused keys too: Peek shows what waits, in the order it would go.
+	l.eachKey(func(r keyRef) bool {
 		kq := l.keys[r.key]
 		ring = append(ring, &cursor{kq: kq, left: kq.ids.Len()})
 		return true
@@ -270,7 +273,7 @@ func (qv QueueView) AppliedEvents() (granted, deadLettered int64) {
 // (clock.go).
 func (qv QueueView) OldestReadyMs() (ms int64, ok bool) {
 	for _, l := range qv.q.levels {
-		l.active.Ascend(func(r keyRef) bool {
+		l.eachKey(func(r keyRef) bool {
 			id, found := l.keys[r.key].ids.Min()
 			if m := qv.q.get(id); found && m != nil && (!ok || m.enqueuedMs < ms) {
 				ms, ok = m.enqueuedMs, true
@@ -316,7 +319,8 @@ func (qv QueueView) Key(prio int32, key string) (KeyInfo, bool) {
 		return KeyInfo{}, false
 	}
 	kq := l.keys[key]
-	if kq == nil {
+	if kq == nil || qv.q.keyHeld(key) {
+		// A paused key is out of the ring: the scheduler must not resume it.
 		return KeyInfo{}, false
 	}
 	return KeyInfo{Key: kq.key, Seq: kq.seq, Weight: kq.weight, Ready: kq.ids.Len(), GroupGen: kq.groupGen}, true
@@ -423,17 +427,24 @@ func (v View) offset() int64 { return v.s.leader.offset(v.s.lastNow) }
 // clock of the leader that proposed the last applied entry, which on a
 // leader that has applied an entry of its own term is its clock.
 func (v View) NextDue() (int64, bool) {
-	d, okD := v.s.delayed.Min()
-	t, okT := v.s.ttl.Min()
-	switch {
-	case okD && okT:
-		return min(d.at, t.at) + v.offset(), true
-	case okD:
-		return d.at + v.offset(), true
-	case okT:
-		return t.at + v.offset(), true
+	var at int64
+	found := false
+	note := func(t int64, ok bool) {
+		if ok && (!found || t < at) {
+			at, found = t, true
+		}
 	}
-	return 0, false
+	d, okD := v.s.delayed.Min()
+	note(d.at, okD)
+	t, okT := v.s.ttl.Min()
+	note(t.at, okT)
+	// A timed pause's end (pause.go): the Tick then ends it.
+	p, okP := v.s.pauseExp.Min()
+	note(p.at, okP)
+	if !found {
+		return 0, false
+	}
+	return at + v.offset(), true
 }
 
 // SweepPending reports whether time-driven work is due and not yet done

@@ -126,6 +126,8 @@ var rules = map[string]rule{
 	raftqv1.Broker_DeleteQueue_FullMethodName:   {perm: fsm.PermManage, queue: byName, audit: true, target: byName},
 	raftqv1.Broker_PurgeQueue_FullMethodName:    {perm: fsm.PermManage, queue: byName, audit: true, target: byName},
 	raftqv1.Broker_Redrive_FullMethodName:       {perm: fsm.PermManage, queue: byQueue, audit: true, target: byQueue},
+	raftqv1.Broker_PauseQueue_FullMethodName:    {perm: fsm.PermManage, queue: byName, audit: true, target: byName},
+	raftqv1.Broker_ResumeQueue_FullMethodName:   {perm: fsm.PermManage, queue: byName, audit: true, target: byName},
 	raftqv1.Broker_GetQueue_FullMethodName:      {perm: fsm.PermBrowse, queue: byName},
 	raftqv1.Broker_Peek_FullMethodName:          {perm: fsm.PermBrowse, queue: byQueue},
 	raftqv1.Broker_ListConsumers_FullMethodName: {perm: fsm.PermBrowse, queue: byQueue},

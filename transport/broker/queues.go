@@ -191,6 +191,32 @@ func (qs Queues) RedriveWith(ctx context.Context, r *fsmv1.Redrive) (int64, uint
 	return res.Count, res.Job, nil
 }
 
+// PauseQueue pauses a queue (empty key) or one fairness key of it for d
+// (0: until resumed) and returns the queue as it then stands. It is
+// refused (NeedsVersionError) until the cluster applies fsm.PauseVersion:
+// an older replica would apply nothing and go on granting.
+func (qs Queues) PauseQueue(ctx context.Context, name, key string, durationMs int64) (*Queue, error) {
+	if err := qs.b.needVersion(fsm.PauseVersion, "PauseQueue"); err != nil {
+		return nil, err
+	}
+	if _, err := apply[*fsm.Done](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_PauseQueue{PauseQueue: &fsmv1.PauseQueue{Name: name, FairnessKey: key, DurationMs: durationMs}}}); err != nil {
+		return nil, err
+	}
+	return qs.GetQueue(name, false)
+}
+
+// ResumeQueue ends the pause of a queue (empty key) or of one key; one
+// that is not paused is OK. Refused as PauseQueue below fsm.PauseVersion.
+func (qs Queues) ResumeQueue(ctx context.Context, name, key string) (*Queue, error) {
+	if err := qs.b.needVersion(fsm.PauseVersion, "ResumeQueue"); err != nil {
+		return nil, err
+	}
+	if _, err := apply[*fsm.Done](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_ResumeQueue{ResumeQueue: &fsmv1.ResumeQueue{Name: name, FairnessKey: key}}}); err != nil {
+		return nil, err
+	}
+	return qs.GetQueue(name, false)
+}
+
 // ListConsumers describes the consumers registered on queue, as the
 // leader's scheduler sees them.
 func (qs Queues) ListConsumers(queue string) ([]scheduler.ConsumerInfo, error) {

@@ -29,6 +29,7 @@ type QueueCollector struct {
 	drain     *Drain
 
 	messages, bytes, consumersDesc, oldest, events, drainSecs, depthChange *prometheus.Desc
+	paused, pausedKeys                                                     *prometheus.Desc
 }
 
 // NewQueueCollector reads st at every scrape; consumers may be nil (no
@@ -51,6 +52,10 @@ func NewQueueCollector(st State, consumers ConsumerCounter, now func() time.Time
 			"Consumers (Lease streams) registered on a queue; exported by the leader only.", q, nil),
 		oldest: prometheus.NewDesc("raftq_queue_oldest_ready_age_seconds",
 			"Age of the oldest ready message of a queue (0 when none is ready).", q, nil),
+		paused: prometheus.NewDesc("raftq_queue_paused",
+			"1 while the whole queue is paused (PauseQueue without a fairness key): nothing of it is delivered; 0 otherwise.", q, nil),
+		pausedKeys: prometheus.NewDesc("raftq_queue_paused_keys",
+			"Fairness keys of a queue paused on their own (PauseQueue with a fairness key).", q, nil),
 		events: prometheus.NewDesc("raftq_queue_events_total",
 			"Message events of a queue as this replica applied them: enqueued, acked, nacked and expired since the queue was created (replicated counters); delivered (leases granted) and dead_lettered since this node loaded its state.",
 			[]string{"queue", "event"}, nil),
@@ -59,7 +64,7 @@ func NewQueueCollector(st State, consumers ConsumerCounter, now func() time.Time
 
 // Describe sends the descriptors of every family.
 func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.messages, c.bytes, c.consumersDesc, c.oldest, c.events, c.drainSecs, c.depthChange} {
+	for _, d := range []*prometheus.Desc{c.messages, c.bytes, c.consumersDesc, c.oldest, c.events, c.drainSecs, c.depthChange, c.paused, c.pausedKeys} {
 		ch <- d
 	}
 }
@@ -71,6 +76,8 @@ type queueSample struct {
 	granted, deadLettered int64
 	oldestMs              int64
 	hasReady              bool
+	paused                bool
+	pausedKeys            int
 }
 
 // read copies every queue's numbers under one read lock: the only part
@@ -88,6 +95,7 @@ func (c *QueueCollector) read() []queueSample {
 			s := queueSample{name: name, stats: qv.Stats()}
 			s.granted, s.deadLettered = qv.AppliedEvents()
 			s.oldestMs, s.hasReady = qv.OldestReadyMs()
+			s.paused, s.pausedKeys = qv.Paused(), qv.PausedKeys()
 			samples = append(samples, s)
 		}
 	})
@@ -111,6 +119,12 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 			age = max(float64(nowMs-s.oldestMs)/1000, 0)
 		}
 		ch <- prometheus.MustNewConstMetric(c.oldest, gauge, age, s.name)
+		paused := 0.0
+		if s.paused {
+			paused = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.paused, gauge, paused, s.name)
+		ch <- prometheus.MustNewConstMetric(c.pausedKeys, gauge, float64(s.pausedKeys), s.name)
 		ch <- prometheus.MustNewConstMetric(c.events, counter, float64(st.EnqueuedTotal), s.name, "enqueued")
 		ch <- prometheus.MustNewConstMetric(c.events, counter, float64(s.granted), s.name, "delivered")
 		ch <- prometheus.MustNewConstMetric(c.events, counter, float64(st.AckedTotal), s.name, "acked")

@@ -494,7 +494,15 @@ type QueueInfo struct {
 	Drain *DrainEstimate `protobuf:"bytes,7,opt,name=drain,proto3" json:"drain,omitempty"`
 	// Rate-limited redrives from this queue's dead-letter queue in
 	// progress, oldest first (log version 14).
-	Redrives      []*RedriveJob `protobuf:"bytes,12,rep,name=redrives,proto3" json:"redrives,omitempty"`
+	Redrives []*RedriveJob `protobuf:"bytes,12,rep,name=redrives,proto3" json:"redrives,omitempty"`
+	// The whole queue is paused (PauseQueue with an empty fairness_key);
+	// a pause of single keys does not set it.
+	Paused bool `protobuf:"varint,8,opt,name=paused,proto3" json:"paused,omitempty"`
+	// When the whole-queue pause ends by itself (Unix ms, the leader's
+	// clock); 0 = until resumed (or not paused).
+	PausedUntilMs int64 `protobuf:"varint,9,opt,name=paused_until_ms,json=pausedUntilMs,proto3" json:"paused_until_ms,omitempty"`
+	// The fairness keys paused on their own, by key.
+	PausedKeys    []*PausedKey `protobuf:"bytes,10,rep,name=paused_keys,json=pausedKeys,proto3" json:"paused_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -585,6 +593,82 @@ func (x *QueueInfo) GetRedrives() []*RedriveJob {
 	return nil
 }
 
+func (x *QueueInfo) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *QueueInfo) GetPausedUntilMs() int64 {
+	if x != nil {
+		return x.PausedUntilMs
+	}
+	return 0
+}
+
+func (x *QueueInfo) GetPausedKeys() []*PausedKey {
+	if x != nil {
+		return x.PausedKeys
+	}
+	return nil
+}
+
+// PausedKey is one fairness key's pause.
+type PausedKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// When the pause ends by itself (Unix ms, the leader's clock); 0 =
+	// until resumed.
+	UntilMs       int64 `protobuf:"varint,2,opt,name=until_ms,json=untilMs,proto3" json:"until_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PausedKey) Reset() {
+	*x = PausedKey{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PausedKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PausedKey) ProtoMessage() {}
+
+func (x *PausedKey) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PausedKey.ProtoReflect.Descriptor instead.
+func (*PausedKey) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PausedKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *PausedKey) GetUntilMs() int64 {
+	if x != nil {
+		return x.UntilMs
+	}
+	return 0
+}
+
 // DrainEstimate: an EWMA of the net depth change and of the delivery rate
 // of a queue, and the time to empty they imply.
 type DrainEstimate struct {
@@ -604,7 +688,7 @@ type DrainEstimate struct {
 
 func (x *DrainEstimate) Reset() {
 	*x = DrainEstimate{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[6]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +700,7 @@ func (x *DrainEstimate) String() string {
 func (*DrainEstimate) ProtoMessage() {}
 
 func (x *DrainEstimate) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[6]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +713,7 @@ func (x *DrainEstimate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainEstimate.ProtoReflect.Descriptor instead.
 func (*DrainEstimate) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{6}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DrainEstimate) GetState() string {
@@ -677,7 +761,7 @@ type EnqueueMessage struct {
 
 func (x *EnqueueMessage) Reset() {
 	*x = EnqueueMessage{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[7]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +773,7 @@ func (x *EnqueueMessage) String() string {
 func (*EnqueueMessage) ProtoMessage() {}
 
 func (x *EnqueueMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[7]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +786,7 @@ func (x *EnqueueMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueMessage.ProtoReflect.Descriptor instead.
 func (*EnqueueMessage) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{7}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EnqueueMessage) GetPayload() []byte {
@@ -797,7 +881,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[8]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +893,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[8]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +906,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{8}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Delivery) GetId() string {
@@ -940,7 +1024,7 @@ type LeaseRef struct {
 
 func (x *LeaseRef) Reset() {
 	*x = LeaseRef{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[9]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1036,7 @@ func (x *LeaseRef) String() string {
 func (*LeaseRef) ProtoMessage() {}
 
 func (x *LeaseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[9]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1049,7 @@ func (x *LeaseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRef.ProtoReflect.Descriptor instead.
 func (*LeaseRef) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{9}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LeaseRef) GetMessageId() string {
@@ -998,7 +1082,7 @@ type NackItem struct {
 
 func (x *NackItem) Reset() {
 	*x = NackItem{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1094,7 @@ func (x *NackItem) String() string {
 func (*NackItem) ProtoMessage() {}
 
 func (x *NackItem) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1107,7 @@ func (x *NackItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackItem.ProtoReflect.Descriptor instead.
 func (*NackItem) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{10}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NackItem) GetMessageId() string {
@@ -1080,7 +1164,7 @@ type ItemResult struct {
 
 func (x *ItemResult) Reset() {
 	*x = ItemResult{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1176,7 @@ func (x *ItemResult) String() string {
 func (*ItemResult) ProtoMessage() {}
 
 func (x *ItemResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1189,7 @@ func (x *ItemResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemResult.ProtoReflect.Descriptor instead.
 func (*ItemResult) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{11}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ItemResult) GetOk() bool {
@@ -1143,7 +1227,7 @@ type CreateQueueRequest struct {
 
 func (x *CreateQueueRequest) Reset() {
 	*x = CreateQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1239,7 @@ func (x *CreateQueueRequest) String() string {
 func (*CreateQueueRequest) ProtoMessage() {}
 
 func (x *CreateQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1168,7 +1252,7 @@ func (x *CreateQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateQueueRequest.ProtoReflect.Descriptor instead.
 func (*CreateQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{12}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateQueueRequest) GetName() string {
@@ -1201,7 +1285,7 @@ type CreateQueueResponse struct {
 
 func (x *CreateQueueResponse) Reset() {
 	*x = CreateQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1297,7 @@ func (x *CreateQueueResponse) String() string {
 func (*CreateQueueResponse) ProtoMessage() {}
 
 func (x *CreateQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1310,7 @@ func (x *CreateQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateQueueResponse.ProtoReflect.Descriptor instead.
 func (*CreateQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{13}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateQueueResponse) GetQueue() *QueueInfo {
@@ -1251,7 +1335,7 @@ type UpdateQueueRequest struct {
 
 func (x *UpdateQueueRequest) Reset() {
 	*x = UpdateQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1347,7 @@ func (x *UpdateQueueRequest) String() string {
 func (*UpdateQueueRequest) ProtoMessage() {}
 
 func (x *UpdateQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1360,7 @@ func (x *UpdateQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQueueRequest.ProtoReflect.Descriptor instead.
 func (*UpdateQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{14}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateQueueRequest) GetName() string {
@@ -1316,7 +1400,7 @@ type UpdateQueueResponse struct {
 
 func (x *UpdateQueueResponse) Reset() {
 	*x = UpdateQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1412,7 @@ func (x *UpdateQueueResponse) String() string {
 func (*UpdateQueueResponse) ProtoMessage() {}
 
 func (x *UpdateQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1425,7 @@ func (x *UpdateQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQueueResponse.ProtoReflect.Descriptor instead.
 func (*UpdateQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{15}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UpdateQueueResponse) GetQueue() *QueueInfo {
@@ -1374,7 +1458,7 @@ type DeleteQueueRequest struct {
 
 func (x *DeleteQueueRequest) Reset() {
 	*x = DeleteQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1470,7 @@ func (x *DeleteQueueRequest) String() string {
 func (*DeleteQueueRequest) ProtoMessage() {}
 
 func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1483,7 @@ func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeleteQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{16}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteQueueRequest) GetName() string {
@@ -1438,7 +1522,7 @@ type DeleteQueueResponse struct {
 
 func (x *DeleteQueueResponse) Reset() {
 	*x = DeleteQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1534,7 @@ func (x *DeleteQueueResponse) String() string {
 func (*DeleteQueueResponse) ProtoMessage() {}
 
 func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1547,7 @@ func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueResponse.ProtoReflect.Descriptor instead.
 func (*DeleteQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{17}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{18}
 }
 
 type GetQueueRequest struct {
@@ -1477,7 +1561,7 @@ type GetQueueRequest struct {
 
 func (x *GetQueueRequest) Reset() {
 	*x = GetQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1573,7 @@ func (x *GetQueueRequest) String() string {
 func (*GetQueueRequest) ProtoMessage() {}
 
 func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1586,7 @@ func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{18}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetQueueRequest) GetName() string {
@@ -1528,7 +1612,7 @@ type GetQueueResponse struct {
 
 func (x *GetQueueResponse) Reset() {
 	*x = GetQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1624,7 @@ func (x *GetQueueResponse) String() string {
 func (*GetQueueResponse) ProtoMessage() {}
 
 func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1637,7 @@ func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{19}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetQueueResponse) GetQueue() *QueueInfo {
@@ -1572,7 +1656,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1668,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1681,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{20}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListQueuesRequest) GetPrefix() string {
@@ -1616,7 +1700,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1628,7 +1712,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1641,7 +1725,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{21}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -1664,7 +1748,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1760,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1773,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{22}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PurgeQueueRequest) GetName() string {
@@ -1715,7 +1799,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1811,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1824,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{23}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PurgeQueueResponse) GetPurged() int64 {
@@ -1760,7 +1844,7 @@ type EnqueueRequest struct {
 
 func (x *EnqueueRequest) Reset() {
 	*x = EnqueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +1856,7 @@ func (x *EnqueueRequest) String() string {
 func (*EnqueueRequest) ProtoMessage() {}
 
 func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +1869,7 @@ func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{24}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EnqueueRequest) GetQueue() string {
@@ -1811,7 +1895,7 @@ type EnqueueResponse struct {
 
 func (x *EnqueueResponse) Reset() {
 	*x = EnqueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +1907,7 @@ func (x *EnqueueResponse) String() string {
 func (*EnqueueResponse) ProtoMessage() {}
 
 func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +1920,7 @@ func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{25}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EnqueueResponse) GetMessageIds() []string {
@@ -1857,7 +1941,7 @@ type EnqueueStreamRequest struct {
 
 func (x *EnqueueStreamRequest) Reset() {
 	*x = EnqueueStreamRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +1953,7 @@ func (x *EnqueueStreamRequest) String() string {
 func (*EnqueueStreamRequest) ProtoMessage() {}
 
 func (x *EnqueueStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +1966,7 @@ func (x *EnqueueStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueStreamRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueStreamRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{26}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EnqueueStreamRequest) GetSeq() uint64 {
@@ -1912,7 +1996,7 @@ type EnqueueStreamResponse struct {
 
 func (x *EnqueueStreamResponse) Reset() {
 	*x = EnqueueStreamResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2008,7 @@ func (x *EnqueueStreamResponse) String() string {
 func (*EnqueueStreamResponse) ProtoMessage() {}
 
 func (x *EnqueueStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2021,7 @@ func (x *EnqueueStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueStreamResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueStreamResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{27}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EnqueueStreamResponse) GetSeq() uint64 {
@@ -1984,7 +2068,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2080,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2093,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{28}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LeaseRequest) GetQueue() string {
@@ -2063,7 +2147,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2159,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2172,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{29}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LeaseResponse) GetMessages() []*Delivery {
@@ -2108,7 +2192,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2204,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2217,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{30}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AckRequest) GetQueue() string {
@@ -2159,7 +2243,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2255,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2268,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{31}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AckResponse) GetResults() []*ItemResult {
@@ -2204,7 +2288,7 @@ type NackRequest struct {
 
 func (x *NackRequest) Reset() {
 	*x = NackRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2300,7 @@ func (x *NackRequest) String() string {
 func (*NackRequest) ProtoMessage() {}
 
 func (x *NackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +2313,7 @@ func (x *NackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackRequest.ProtoReflect.Descriptor instead.
 func (*NackRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{32}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NackRequest) GetQueue() string {
@@ -2255,7 +2339,7 @@ type NackResponse struct {
 
 func (x *NackResponse) Reset() {
 	*x = NackResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2351,7 @@ func (x *NackResponse) String() string {
 func (*NackResponse) ProtoMessage() {}
 
 func (x *NackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2364,7 @@ func (x *NackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
 func (*NackResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{33}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NackResponse) GetResults() []*ItemResult {
@@ -2301,7 +2385,7 @@ type ExtendLeaseRequest struct {
 
 func (x *ExtendLeaseRequest) Reset() {
 	*x = ExtendLeaseRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2397,7 @@ func (x *ExtendLeaseRequest) String() string {
 func (*ExtendLeaseRequest) ProtoMessage() {}
 
 func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2410,7 @@ func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{34}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ExtendLeaseRequest) GetQueue() string {
@@ -2364,7 +2448,7 @@ type ExtendLeaseResponse struct {
 
 func (x *ExtendLeaseResponse) Reset() {
 	*x = ExtendLeaseResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2460,7 @@ func (x *ExtendLeaseResponse) String() string {
 func (*ExtendLeaseResponse) ProtoMessage() {}
 
 func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2473,7 @@ func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{35}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ExtendLeaseResponse) GetResults() []*ItemResult {
@@ -2435,7 +2519,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2531,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2544,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{36}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PeekRequest) GetQueue() string {
@@ -2521,7 +2605,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2617,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2630,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{37}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PeekResponse) GetMessages() []*Delivery {
@@ -2589,7 +2673,7 @@ type RedriveRequest struct {
 
 func (x *RedriveRequest) Reset() {
 	*x = RedriveRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +2685,7 @@ func (x *RedriveRequest) String() string {
 func (*RedriveRequest) ProtoMessage() {}
 
 func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +2698,7 @@ func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveRequest.ProtoReflect.Descriptor instead.
 func (*RedriveRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{38}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RedriveRequest) GetQueue() string {
@@ -2698,7 +2782,7 @@ type RedriveResponse struct {
 
 func (x *RedriveResponse) Reset() {
 	*x = RedriveResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +2794,7 @@ func (x *RedriveResponse) String() string {
 func (*RedriveResponse) ProtoMessage() {}
 
 func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +2807,7 @@ func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveResponse.ProtoReflect.Descriptor instead.
 func (*RedriveResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{39}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RedriveResponse) GetMoved() int64 {
@@ -2765,7 +2849,7 @@ type RedriveJob struct {
 
 func (x *RedriveJob) Reset() {
 	*x = RedriveJob{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2861,7 @@ func (x *RedriveJob) String() string {
 func (*RedriveJob) ProtoMessage() {}
 
 func (x *RedriveJob) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +2874,7 @@ func (x *RedriveJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveJob.ProtoReflect.Descriptor instead.
 func (*RedriveJob) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{40}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RedriveJob) GetId() string {
@@ -2863,6 +2947,212 @@ func (x *RedriveJob) GetMessageIds() int64 {
 	return 0
 }
 
+type PauseQueueRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Empty pauses the whole queue; otherwise only this fairness key (one
+	// the queue has not seen yet may be paused, and the pause holds).
+	FairnessKey string `protobuf:"bytes,2,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	// How long the pause lasts; 0 = until ResumeQueue. A new pause of the
+	// same queue or key replaces the old one's end.
+	DurationMs    int64 `protobuf:"varint,3,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseQueueRequest) Reset() {
+	*x = PauseQueueRequest{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseQueueRequest) ProtoMessage() {}
+
+func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
+func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *PauseQueueRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PauseQueueRequest) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
+func (x *PauseQueueRequest) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+type PauseQueueResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         *QueueInfo             `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseQueueResponse) Reset() {
+	*x = PauseQueueResponse{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseQueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseQueueResponse) ProtoMessage() {}
+
+func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseQueueResponse.ProtoReflect.Descriptor instead.
+func (*PauseQueueResponse) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *PauseQueueResponse) GetQueue() *QueueInfo {
+	if x != nil {
+		return x.Queue
+	}
+	return nil
+}
+
+type ResumeQueueRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Empty resumes the whole-queue pause (keys paused on their own stay
+	// paused); otherwise only this key's.
+	FairnessKey   string `protobuf:"bytes,2,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeQueueRequest) Reset() {
+	*x = ResumeQueueRequest{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeQueueRequest) ProtoMessage() {}
+
+func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeQueueRequest.ProtoReflect.Descriptor instead.
+func (*ResumeQueueRequest) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ResumeQueueRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResumeQueueRequest) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
+type ResumeQueueResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         *QueueInfo             `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeQueueResponse) Reset() {
+	*x = ResumeQueueResponse{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeQueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeQueueResponse) ProtoMessage() {}
+
+func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeQueueResponse.ProtoReflect.Descriptor instead.
+func (*ResumeQueueResponse) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ResumeQueueResponse) GetQueue() *QueueInfo {
+	if x != nil {
+		return x.Queue
+	}
+	return nil
+}
+
 type Node struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2912,7 +3202,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3214,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3227,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{41}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Node) GetId() string {
@@ -3074,7 +3364,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3376,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3389,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{42}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *BuildInfo) GetVersion() string {
@@ -3142,7 +3432,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3154,7 +3444,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3167,7 +3457,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{43}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StatusRequest) GetLocalOnly() bool {
@@ -3210,7 +3500,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3222,7 +3512,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3235,7 +3525,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StatusResponse) GetLeaderId() string {
@@ -3337,7 +3627,7 @@ type RefusedMember struct {
 
 func (x *RefusedMember) Reset() {
 	*x = RefusedMember{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3349,7 +3639,7 @@ func (x *RefusedMember) String() string {
 func (*RefusedMember) ProtoMessage() {}
 
 func (x *RefusedMember) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3362,7 +3652,7 @@ func (x *RefusedMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefusedMember.ProtoReflect.Descriptor instead.
 func (*RefusedMember) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RefusedMember) GetId() string {
@@ -3409,7 +3699,7 @@ type ClusterSettings struct {
 
 func (x *ClusterSettings) Reset() {
 	*x = ClusterSettings{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3421,7 +3711,7 @@ func (x *ClusterSettings) String() string {
 func (*ClusterSettings) ProtoMessage() {}
 
 func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3434,7 +3724,7 @@ func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSettings.ProtoReflect.Descriptor instead.
 func (*ClusterSettings) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ClusterSettings) GetMaxQueuedBytes() int64 {
@@ -3467,7 +3757,7 @@ type SetClusterSettingsRequest struct {
 
 func (x *SetClusterSettingsRequest) Reset() {
 	*x = SetClusterSettingsRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3479,7 +3769,7 @@ func (x *SetClusterSettingsRequest) String() string {
 func (*SetClusterSettingsRequest) ProtoMessage() {}
 
 func (x *SetClusterSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3492,7 +3782,7 @@ func (x *SetClusterSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterSettingsRequest.ProtoReflect.Descriptor instead.
 func (*SetClusterSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetClusterSettingsRequest) GetMaxQueuedBytes() int64 {
@@ -3525,7 +3815,7 @@ type SetClusterSettingsResponse struct {
 
 func (x *SetClusterSettingsResponse) Reset() {
 	*x = SetClusterSettingsResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3537,7 +3827,7 @@ func (x *SetClusterSettingsResponse) String() string {
 func (*SetClusterSettingsResponse) ProtoMessage() {}
 
 func (x *SetClusterSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3550,7 +3840,7 @@ func (x *SetClusterSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterSettingsResponse.ProtoReflect.Descriptor instead.
 func (*SetClusterSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SetClusterSettingsResponse) GetSettings() *ClusterSettings {
@@ -3572,7 +3862,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3584,7 +3874,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3597,7 +3887,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -3622,7 +3912,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3634,7 +3924,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3647,7 +3937,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
 }
 
 type LeaveRequest struct {
@@ -3661,7 +3951,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3673,7 +3963,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3686,7 +3976,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *LeaveRequest) GetForce() bool {
@@ -3706,7 +3996,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3718,7 +4008,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3731,7 +4021,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *LeaveResponse) GetId() string {
@@ -3750,7 +4040,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3762,7 +4052,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3775,7 +4065,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TransferLeadershipRequest) GetToId() string {
@@ -3794,7 +4084,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3806,7 +4096,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3819,7 +4109,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TransferLeadershipResponse) GetNewLeaderId() string {
@@ -3837,7 +4127,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3849,7 +4139,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3862,7 +4152,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
 }
 
 type SnapshotResponse struct {
@@ -3874,7 +4164,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3886,7 +4176,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3899,7 +4189,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -3922,7 +4212,7 @@ type NodeDigest struct {
 
 func (x *NodeDigest) Reset() {
 	*x = NodeDigest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3934,7 +4224,7 @@ func (x *NodeDigest) String() string {
 func (*NodeDigest) ProtoMessage() {}
 
 func (x *NodeDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3947,7 +4237,7 @@ func (x *NodeDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDigest.ProtoReflect.Descriptor instead.
 func (*NodeDigest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *NodeDigest) GetId() string {
@@ -4002,7 +4292,7 @@ type ReportDivergenceRequest struct {
 
 func (x *ReportDivergenceRequest) Reset() {
 	*x = ReportDivergenceRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4014,7 +4304,7 @@ func (x *ReportDivergenceRequest) String() string {
 func (*ReportDivergenceRequest) ProtoMessage() {}
 
 func (x *ReportDivergenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4027,7 +4317,7 @@ func (x *ReportDivergenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDivergenceRequest.ProtoReflect.Descriptor instead.
 func (*ReportDivergenceRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReportDivergenceRequest) GetIndex() uint64 {
@@ -4070,7 +4360,7 @@ type ReportDivergenceResponse struct {
 
 func (x *ReportDivergenceResponse) Reset() {
 	*x = ReportDivergenceResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4082,7 +4372,7 @@ func (x *ReportDivergenceResponse) String() string {
 func (*ReportDivergenceResponse) ProtoMessage() {}
 
 func (x *ReportDivergenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4095,7 +4385,7 @@ func (x *ReportDivergenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDivergenceResponse.ProtoReflect.Descriptor instead.
 func (*ReportDivergenceResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReportDivergenceResponse) GetDiverged() bool {
@@ -4124,7 +4414,7 @@ type RepairCorruptRequest struct {
 
 func (x *RepairCorruptRequest) Reset() {
 	*x = RepairCorruptRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4136,7 +4426,7 @@ func (x *RepairCorruptRequest) String() string {
 func (*RepairCorruptRequest) ProtoMessage() {}
 
 func (x *RepairCorruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4149,7 +4439,7 @@ func (x *RepairCorruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairCorruptRequest.ProtoReflect.Descriptor instead.
 func (*RepairCorruptRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RepairCorruptRequest) GetNodeId() string {
@@ -4179,7 +4469,7 @@ type RepairCorruptResponse struct {
 
 func (x *RepairCorruptResponse) Reset() {
 	*x = RepairCorruptResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4191,7 +4481,7 @@ func (x *RepairCorruptResponse) String() string {
 func (*RepairCorruptResponse) ProtoMessage() {}
 
 func (x *RepairCorruptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4204,7 +4494,7 @@ func (x *RepairCorruptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairCorruptResponse.ProtoReflect.Descriptor instead.
 func (*RepairCorruptResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RepairCorruptResponse) GetRemoved() bool {
@@ -4234,7 +4524,7 @@ type RecountQueuesRequest struct {
 
 func (x *RecountQueuesRequest) Reset() {
 	*x = RecountQueuesRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4246,7 +4536,7 @@ func (x *RecountQueuesRequest) String() string {
 func (*RecountQueuesRequest) ProtoMessage() {}
 
 func (x *RecountQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4259,7 +4549,7 @@ func (x *RecountQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueuesRequest.ProtoReflect.Descriptor instead.
 func (*RecountQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RecountQueuesRequest) GetQueues() []string {
@@ -4286,7 +4576,7 @@ type RecountQueuesResponse struct {
 
 func (x *RecountQueuesResponse) Reset() {
 	*x = RecountQueuesResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4298,7 +4588,7 @@ func (x *RecountQueuesResponse) String() string {
 func (*RecountQueuesResponse) ProtoMessage() {}
 
 func (x *RecountQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4311,7 +4601,7 @@ func (x *RecountQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueuesResponse.ProtoReflect.Descriptor instead.
 func (*RecountQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
 }
 
 type VerifyRequest struct {
@@ -4322,7 +4612,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4334,7 +4624,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4347,7 +4637,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
 }
 
 type VerifyResponse struct {
@@ -4366,7 +4656,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4378,7 +4668,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4391,7 +4681,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *VerifyResponse) GetNodes() []*NodeDigest {
@@ -4423,7 +4713,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4435,7 +4725,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4448,7 +4738,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
 }
 
 type CheckpointResponse struct {
@@ -4460,7 +4750,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4472,7 +4762,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4485,7 +4775,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *CheckpointResponse) GetIndex() uint64 {
@@ -4504,7 +4794,7 @@ type LocalDigestRequest struct {
 
 func (x *LocalDigestRequest) Reset() {
 	*x = LocalDigestRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4516,7 +4806,7 @@ func (x *LocalDigestRequest) String() string {
 func (*LocalDigestRequest) ProtoMessage() {}
 
 func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4529,7 +4819,7 @@ func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalDigestRequest.ProtoReflect.Descriptor instead.
 func (*LocalDigestRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *LocalDigestRequest) GetIndex() uint64 {
@@ -4548,7 +4838,7 @@ type ListConsumersRequest struct {
 
 func (x *ListConsumersRequest) Reset() {
 	*x = ListConsumersRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4560,7 +4850,7 @@ func (x *ListConsumersRequest) String() string {
 func (*ListConsumersRequest) ProtoMessage() {}
 
 func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4573,7 +4863,7 @@ func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersRequest.ProtoReflect.Descriptor instead.
 func (*ListConsumersRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListConsumersRequest) GetQueue() string {
@@ -4592,7 +4882,7 @@ type ListConsumersResponse struct {
 
 func (x *ListConsumersResponse) Reset() {
 	*x = ListConsumersResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4604,7 +4894,7 @@ func (x *ListConsumersResponse) String() string {
 func (*ListConsumersResponse) ProtoMessage() {}
 
 func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4617,7 +4907,7 @@ func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
@@ -4656,7 +4946,7 @@ type ConsumerInfo struct {
 
 func (x *ConsumerInfo) Reset() {
 	*x = ConsumerInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4668,7 +4958,7 @@ func (x *ConsumerInfo) String() string {
 func (*ConsumerInfo) ProtoMessage() {}
 
 func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4681,7 +4971,7 @@ func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ConsumerInfo) GetName() string {
@@ -4772,7 +5062,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4784,7 +5074,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4797,7 +5087,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -4842,7 +5132,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4854,7 +5144,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4867,7 +5157,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CreateTokenResponse) GetName() string {
@@ -4911,7 +5201,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4923,7 +5213,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4936,7 +5226,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *RevokeTokenRequest) GetName() string {
@@ -4961,7 +5251,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4973,7 +5263,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4986,7 +5276,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
 }
 
 type GrantRequest struct {
@@ -5009,7 +5299,7 @@ type GrantRequest struct {
 
 func (x *GrantRequest) Reset() {
 	*x = GrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5021,7 +5311,7 @@ func (x *GrantRequest) String() string {
 func (*GrantRequest) ProtoMessage() {}
 
 func (x *GrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5034,7 +5324,7 @@ func (x *GrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRequest.ProtoReflect.Descriptor instead.
 func (*GrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *GrantRequest) GetIdentity() string {
@@ -5080,7 +5370,7 @@ type GrantResponse struct {
 
 func (x *GrantResponse) Reset() {
 	*x = GrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5092,7 +5382,7 @@ func (x *GrantResponse) String() string {
 func (*GrantResponse) ProtoMessage() {}
 
 func (x *GrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5105,7 +5395,7 @@ func (x *GrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantResponse.ProtoReflect.Descriptor instead.
 func (*GrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{82}
 }
 
 type UngrantRequest struct {
@@ -5124,7 +5414,7 @@ type UngrantRequest struct {
 
 func (x *UngrantRequest) Reset() {
 	*x = UngrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5136,7 +5426,7 @@ func (x *UngrantRequest) String() string {
 func (*UngrantRequest) ProtoMessage() {}
 
 func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5149,7 +5439,7 @@ func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantRequest.ProtoReflect.Descriptor instead.
 func (*UngrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *UngrantRequest) GetIdentity() string {
@@ -5188,7 +5478,7 @@ type UngrantResponse struct {
 
 func (x *UngrantResponse) Reset() {
 	*x = UngrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5200,7 +5490,7 @@ func (x *UngrantResponse) String() string {
 func (*UngrantResponse) ProtoMessage() {}
 
 func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5213,7 +5503,7 @@ func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantResponse.ProtoReflect.Descriptor instead.
 func (*UngrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{84}
 }
 
 type ListAuthRequest struct {
@@ -5224,7 +5514,7 @@ type ListAuthRequest struct {
 
 func (x *ListAuthRequest) Reset() {
 	*x = ListAuthRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5236,7 +5526,7 @@ func (x *ListAuthRequest) String() string {
 func (*ListAuthRequest) ProtoMessage() {}
 
 func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5249,7 +5539,7 @@ func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthRequest.ProtoReflect.Descriptor instead.
 func (*ListAuthRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{85}
 }
 
 type ListAuthResponse struct {
@@ -5261,7 +5551,7 @@ type ListAuthResponse struct {
 
 func (x *ListAuthResponse) Reset() {
 	*x = ListAuthResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5273,7 +5563,7 @@ func (x *ListAuthResponse) String() string {
 func (*ListAuthResponse) ProtoMessage() {}
 
 func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5286,7 +5576,7 @@ func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthResponse.ProtoReflect.Descriptor instead.
 func (*ListAuthResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{81}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListAuthResponse) GetIdentities() []*IdentityInfo {
@@ -5308,7 +5598,7 @@ type IdentityInfo struct {
 
 func (x *IdentityInfo) Reset() {
 	*x = IdentityInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5320,7 +5610,7 @@ func (x *IdentityInfo) String() string {
 func (*IdentityInfo) ProtoMessage() {}
 
 func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5333,7 +5623,7 @@ func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityInfo.ProtoReflect.Descriptor instead.
 func (*IdentityInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{82}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *IdentityInfo) GetName() string {
@@ -5376,7 +5666,7 @@ type TokenInfo struct {
 
 func (x *TokenInfo) Reset() {
 	*x = TokenInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5388,7 +5678,7 @@ func (x *TokenInfo) String() string {
 func (*TokenInfo) ProtoMessage() {}
 
 func (x *TokenInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5401,7 +5691,7 @@ func (x *TokenInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenInfo.ProtoReflect.Descriptor instead.
 func (*TokenInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{83}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *TokenInfo) GetName() string {
@@ -5435,7 +5725,7 @@ type PermissionGrant struct {
 
 func (x *PermissionGrant) Reset() {
 	*x = PermissionGrant{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5447,7 +5737,7 @@ func (x *PermissionGrant) String() string {
 func (*PermissionGrant) ProtoMessage() {}
 
 func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5460,7 +5750,7 @@ func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionGrant.ProtoReflect.Descriptor instead.
 func (*PermissionGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{84}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *PermissionGrant) GetPattern() string {
@@ -5485,7 +5775,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5497,7 +5787,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5510,7 +5800,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{85}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{90}
 }
 
 type WhoAmIResponse struct {
@@ -5526,7 +5816,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5538,7 +5828,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5551,7 +5841,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{86}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *WhoAmIResponse) GetIdentity() string {
@@ -5590,7 +5880,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5602,7 +5892,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5615,7 +5905,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{87}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{92}
 }
 
 // BackupChunk is one message of a Backup stream: first info (alone), then
@@ -5636,7 +5926,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5648,7 +5938,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5661,7 +5951,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{88}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *BackupChunk) GetInfo() *BackupInfo {
@@ -5712,7 +6002,7 @@ type BackupInfo struct {
 
 func (x *BackupInfo) Reset() {
 	*x = BackupInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5724,7 +6014,7 @@ func (x *BackupInfo) String() string {
 func (*BackupInfo) ProtoMessage() {}
 
 func (x *BackupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5737,7 +6027,7 @@ func (x *BackupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupInfo.ProtoReflect.Descriptor instead.
 func (*BackupInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{89}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *BackupInfo) GetIndex() uint64 {
@@ -5827,7 +6117,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x06tokens\x18\x02 \x01(\x01R\x06tokens\x12 \n" +
 	"\frate_per_sec\x18\x03 \x01(\x01R\n" +
 	"ratePerSec\x12\x14\n" +
-	"\x05burst\x18\x04 \x01(\x05R\x05burst\"\x8e\x03\n" +
+	"\x05burst\x18\x04 \x01(\x05R\x05burst\"\x84\x04\n" +
 	"\tQueueInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x06config\x18\x02 \x01(\v2\x15.raftq.v1.QueueConfigR\x06config\x12*\n" +
@@ -5836,7 +6126,15 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\rfairness_keys\x18\x05 \x03(\v2\x1a.raftq.v1.FairnessKeyStatsR\ffairnessKeys\x12?\n" +
 	"\rthrottle_keys\x18\x06 \x03(\v2\x1a.raftq.v1.ThrottleKeyStatsR\fthrottleKeys\x12-\n" +
 	"\x05drain\x18\a \x01(\v2\x17.raftq.v1.DrainEstimateR\x05drain\x120\n" +
-	"\bredrives\x18\f \x03(\v2\x14.raftq.v1.RedriveJobR\bredrives\"\xaa\x01\n" +
+	"\bredrives\x18\f \x03(\v2\x14.raftq.v1.RedriveJobR\bredrives\x12\x16\n" +
+	"\x06paused\x18\b \x01(\bR\x06paused\x12&\n" +
+	"\x0fpaused_until_ms\x18\t \x01(\x03R\rpausedUntilMs\x124\n" +
+	"\vpaused_keys\x18\n" +
+	" \x03(\v2\x13.raftq.v1.PausedKeyR\n" +
+	"pausedKeys\"8\n" +
+	"\tPausedKey\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
+	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs\"\xaa\x01\n" +
 	"\rDrainEstimate\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12/\n" +
 	"\x14depth_change_per_sec\x18\x02 \x01(\x01R\x11depthChangePerSec\x12,\n" +
@@ -6015,7 +6313,19 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\rolder_than_ms\x18\t \x01(\x03R\volderThanMs\x12\x1f\n" +
 	"\vmessage_ids\x18\n" +
 	" \x01(\x03R\n" +
-	"messageIds\"\xaa\x04\n" +
+	"messageIds\"k\n" +
+	"\x11PauseQueueRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\ffairness_key\x18\x02 \x01(\tR\vfairnessKey\x12\x1f\n" +
+	"\vduration_ms\x18\x03 \x01(\x03R\n" +
+	"durationMs\"?\n" +
+	"\x12PauseQueueResponse\x12)\n" +
+	"\x05queue\x18\x01 \x01(\v2\x13.raftq.v1.QueueInfoR\x05queue\"K\n" +
+	"\x12ResumeQueueRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\ffairness_key\x18\x02 \x01(\tR\vfairnessKey\"@\n" +
+	"\x13ResumeQueueResponse\x12)\n" +
+	"\x05queue\x18\x01 \x01(\v2\x13.raftq.v1.QueueInfoR\x05queue\"\xaa\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x1b\n" +
@@ -6214,7 +6524,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x0fcluster_version\x18\x03 \x01(\rR\x0eclusterVersion\x12\x17\n" +
 	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
-	"created_ms\x18\x05 \x01(\x03R\tcreatedMs2\x93\b\n" +
+	"created_ms\x18\x05 \x01(\x03R\tcreatedMs2\xa8\t\n" +
 	"\x06Broker\x12J\n" +
 	"\vCreateQueue\x12\x1c.raftq.v1.CreateQueueRequest\x1a\x1d.raftq.v1.CreateQueueResponse\x12J\n" +
 	"\vUpdateQueue\x12\x1c.raftq.v1.UpdateQueueRequest\x1a\x1d.raftq.v1.UpdateQueueResponse\x12J\n" +
@@ -6231,7 +6541,10 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x04Nack\x12\x15.raftq.v1.NackRequest\x1a\x16.raftq.v1.NackResponse\x12J\n" +
 	"\vExtendLease\x12\x1c.raftq.v1.ExtendLeaseRequest\x1a\x1d.raftq.v1.ExtendLeaseResponse\x125\n" +
 	"\x04Peek\x12\x15.raftq.v1.PeekRequest\x1a\x16.raftq.v1.PeekResponse\x12>\n" +
-	"\aRedrive\x12\x18.raftq.v1.RedriveRequest\x1a\x19.raftq.v1.RedriveResponse\x12P\n" +
+	"\aRedrive\x12\x18.raftq.v1.RedriveRequest\x1a\x19.raftq.v1.RedriveResponse\x12G\n" +
+	"\n" +
+	"PauseQueue\x12\x1b.raftq.v1.PauseQueueRequest\x1a\x1c.raftq.v1.PauseQueueResponse\x12J\n" +
+	"\vResumeQueue\x12\x1c.raftq.v1.ResumeQueueRequest\x1a\x1d.raftq.v1.ResumeQueueResponse\x12P\n" +
 	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse2\xd2\a\n" +
 	"\aCluster\x12;\n" +
 	"\x06Status\x12\x17.raftq.v1.StatusRequest\x1a\x18.raftq.v1.StatusResponse\x12G\n" +
@@ -6269,7 +6582,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 93)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 98)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -6277,210 +6590,222 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*FairnessKeyStats)(nil),           // 3: raftq.v1.FairnessKeyStats
 	(*ThrottleKeyStats)(nil),           // 4: raftq.v1.ThrottleKeyStats
 	(*QueueInfo)(nil),                  // 5: raftq.v1.QueueInfo
-	(*DrainEstimate)(nil),              // 6: raftq.v1.DrainEstimate
-	(*EnqueueMessage)(nil),             // 7: raftq.v1.EnqueueMessage
-	(*Delivery)(nil),                   // 8: raftq.v1.Delivery
-	(*LeaseRef)(nil),                   // 9: raftq.v1.LeaseRef
-	(*NackItem)(nil),                   // 10: raftq.v1.NackItem
-	(*ItemResult)(nil),                 // 11: raftq.v1.ItemResult
-	(*CreateQueueRequest)(nil),         // 12: raftq.v1.CreateQueueRequest
-	(*CreateQueueResponse)(nil),        // 13: raftq.v1.CreateQueueResponse
-	(*UpdateQueueRequest)(nil),         // 14: raftq.v1.UpdateQueueRequest
-	(*UpdateQueueResponse)(nil),        // 15: raftq.v1.UpdateQueueResponse
-	(*DeleteQueueRequest)(nil),         // 16: raftq.v1.DeleteQueueRequest
-	(*DeleteQueueResponse)(nil),        // 17: raftq.v1.DeleteQueueResponse
-	(*GetQueueRequest)(nil),            // 18: raftq.v1.GetQueueRequest
-	(*GetQueueResponse)(nil),           // 19: raftq.v1.GetQueueResponse
-	(*ListQueuesRequest)(nil),          // 20: raftq.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),         // 21: raftq.v1.ListQueuesResponse
-	(*PurgeQueueRequest)(nil),          // 22: raftq.v1.PurgeQueueRequest
-	(*PurgeQueueResponse)(nil),         // 23: raftq.v1.PurgeQueueResponse
-	(*EnqueueRequest)(nil),             // 24: raftq.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),            // 25: raftq.v1.EnqueueResponse
-	(*EnqueueStreamRequest)(nil),       // 26: raftq.v1.EnqueueStreamRequest
-	(*EnqueueStreamResponse)(nil),      // 27: raftq.v1.EnqueueStreamResponse
-	(*LeaseRequest)(nil),               // 28: raftq.v1.LeaseRequest
-	(*LeaseResponse)(nil),              // 29: raftq.v1.LeaseResponse
-	(*AckRequest)(nil),                 // 30: raftq.v1.AckRequest
-	(*AckResponse)(nil),                // 31: raftq.v1.AckResponse
-	(*NackRequest)(nil),                // 32: raftq.v1.NackRequest
-	(*NackResponse)(nil),               // 33: raftq.v1.NackResponse
-	(*ExtendLeaseRequest)(nil),         // 34: raftq.v1.ExtendLeaseRequest
-	(*ExtendLeaseResponse)(nil),        // 35: raftq.v1.ExtendLeaseResponse
-	(*PeekRequest)(nil),                // 36: raftq.v1.PeekRequest
-	(*PeekResponse)(nil),               // 37: raftq.v1.PeekResponse
-	(*RedriveRequest)(nil),             // 38: raftq.v1.RedriveRequest
-	(*RedriveResponse)(nil),            // 39: raftq.v1.RedriveResponse
-	(*RedriveJob)(nil),                 // 40: raftq.v1.RedriveJob
-	(*Node)(nil),                       // 41: raftq.v1.Node
-	(*BuildInfo)(nil),                  // 42: raftq.v1.BuildInfo
-	(*StatusRequest)(nil),              // 43: raftq.v1.StatusRequest
-	(*StatusResponse)(nil),             // 44: raftq.v1.StatusResponse
-	(*RefusedMember)(nil),              // 45: raftq.v1.RefusedMember
-	(*ClusterSettings)(nil),            // 46: raftq.v1.ClusterSettings
-	(*SetClusterSettingsRequest)(nil),  // 47: raftq.v1.SetClusterSettingsRequest
-	(*SetClusterSettingsResponse)(nil), // 48: raftq.v1.SetClusterSettingsResponse
-	(*RemoveNodeRequest)(nil),          // 49: raftq.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 50: raftq.v1.RemoveNodeResponse
-	(*LeaveRequest)(nil),               // 51: raftq.v1.LeaveRequest
-	(*LeaveResponse)(nil),              // 52: raftq.v1.LeaveResponse
-	(*TransferLeadershipRequest)(nil),  // 53: raftq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 54: raftq.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 55: raftq.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 56: raftq.v1.SnapshotResponse
-	(*NodeDigest)(nil),                 // 57: raftq.v1.NodeDigest
-	(*ReportDivergenceRequest)(nil),    // 58: raftq.v1.ReportDivergenceRequest
-	(*ReportDivergenceResponse)(nil),   // 59: raftq.v1.ReportDivergenceResponse
-	(*RepairCorruptRequest)(nil),       // 60: raftq.v1.RepairCorruptRequest
-	(*RepairCorruptResponse)(nil),      // 61: raftq.v1.RepairCorruptResponse
-	(*RecountQueuesRequest)(nil),       // 62: raftq.v1.RecountQueuesRequest
-	(*RecountQueuesResponse)(nil),      // 63: raftq.v1.RecountQueuesResponse
-	(*VerifyRequest)(nil),              // 64: raftq.v1.VerifyRequest
-	(*VerifyResponse)(nil),             // 65: raftq.v1.VerifyResponse
-	(*CheckpointRequest)(nil),          // 66: raftq.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),         // 67: raftq.v1.CheckpointResponse
-	(*LocalDigestRequest)(nil),         // 68: raftq.v1.LocalDigestRequest
-	(*ListConsumersRequest)(nil),       // 69: raftq.v1.ListConsumersRequest
-	(*ListConsumersResponse)(nil),      // 70: raftq.v1.ListConsumersResponse
-	(*ConsumerInfo)(nil),               // 71: raftq.v1.ConsumerInfo
-	(*CreateTokenRequest)(nil),         // 72: raftq.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),        // 73: raftq.v1.CreateTokenResponse
-	(*RevokeTokenRequest)(nil),         // 74: raftq.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),        // 75: raftq.v1.RevokeTokenResponse
-	(*GrantRequest)(nil),               // 76: raftq.v1.GrantRequest
-	(*GrantResponse)(nil),              // 77: raftq.v1.GrantResponse
-	(*UngrantRequest)(nil),             // 78: raftq.v1.UngrantRequest
-	(*UngrantResponse)(nil),            // 79: raftq.v1.UngrantResponse
-	(*ListAuthRequest)(nil),            // 80: raftq.v1.ListAuthRequest
-	(*ListAuthResponse)(nil),           // 81: raftq.v1.ListAuthResponse
-	(*IdentityInfo)(nil),               // 82: raftq.v1.IdentityInfo
-	(*TokenInfo)(nil),                  // 83: raftq.v1.TokenInfo
-	(*PermissionGrant)(nil),            // 84: raftq.v1.PermissionGrant
-	(*WhoAmIRequest)(nil),              // 85: raftq.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),             // 86: raftq.v1.WhoAmIResponse
-	(*BackupRequest)(nil),              // 87: raftq.v1.BackupRequest
-	(*BackupChunk)(nil),                // 88: raftq.v1.BackupChunk
-	(*BackupInfo)(nil),                 // 89: raftq.v1.BackupInfo
-	nil,                                // 90: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 91: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 92: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 93: google.protobuf.FieldMask
-	(*status.Status)(nil),              // 94: google.rpc.Status
+	(*PausedKey)(nil),                  // 6: raftq.v1.PausedKey
+	(*DrainEstimate)(nil),              // 7: raftq.v1.DrainEstimate
+	(*EnqueueMessage)(nil),             // 8: raftq.v1.EnqueueMessage
+	(*Delivery)(nil),                   // 9: raftq.v1.Delivery
+	(*LeaseRef)(nil),                   // 10: raftq.v1.LeaseRef
+	(*NackItem)(nil),                   // 11: raftq.v1.NackItem
+	(*ItemResult)(nil),                 // 12: raftq.v1.ItemResult
+	(*CreateQueueRequest)(nil),         // 13: raftq.v1.CreateQueueRequest
+	(*CreateQueueResponse)(nil),        // 14: raftq.v1.CreateQueueResponse
+	(*UpdateQueueRequest)(nil),         // 15: raftq.v1.UpdateQueueRequest
+	(*UpdateQueueResponse)(nil),        // 16: raftq.v1.UpdateQueueResponse
+	(*DeleteQueueRequest)(nil),         // 17: raftq.v1.DeleteQueueRequest
+	(*DeleteQueueResponse)(nil),        // 18: raftq.v1.DeleteQueueResponse
+	(*GetQueueRequest)(nil),            // 19: raftq.v1.GetQueueRequest
+	(*GetQueueResponse)(nil),           // 20: raftq.v1.GetQueueResponse
+	(*ListQueuesRequest)(nil),          // 21: raftq.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),         // 22: raftq.v1.ListQueuesResponse
+	(*PurgeQueueRequest)(nil),          // 23: raftq.v1.PurgeQueueRequest
+	(*PurgeQueueResponse)(nil),         // 24: raftq.v1.PurgeQueueResponse
+	(*EnqueueRequest)(nil),             // 25: raftq.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),            // 26: raftq.v1.EnqueueResponse
+	(*EnqueueStreamRequest)(nil),       // 27: raftq.v1.EnqueueStreamRequest
+	(*EnqueueStreamResponse)(nil),      // 28: raftq.v1.EnqueueStreamResponse
+	(*LeaseRequest)(nil),               // 29: raftq.v1.LeaseRequest
+	(*LeaseResponse)(nil),              // 30: raftq.v1.LeaseResponse
+	(*AckRequest)(nil),                 // 31: raftq.v1.AckRequest
+	(*AckResponse)(nil),                // 32: raftq.v1.AckResponse
+	(*NackRequest)(nil),                // 33: raftq.v1.NackRequest
+	(*NackResponse)(nil),               // 34: raftq.v1.NackResponse
+	(*ExtendLeaseRequest)(nil),         // 35: raftq.v1.ExtendLeaseRequest
+	(*ExtendLeaseResponse)(nil),        // 36: raftq.v1.ExtendLeaseResponse
+	(*PeekRequest)(nil),                // 37: raftq.v1.PeekRequest
+	(*PeekResponse)(nil),               // 38: raftq.v1.PeekResponse
+	(*RedriveRequest)(nil),             // 39: raftq.v1.RedriveRequest
+	(*RedriveResponse)(nil),            // 40: raftq.v1.RedriveResponse
+	(*RedriveJob)(nil),                 // 41: raftq.v1.RedriveJob
+	(*PauseQueueRequest)(nil),          // 42: raftq.v1.PauseQueueRequest
+	(*PauseQueueResponse)(nil),         // 43: raftq.v1.PauseQueueResponse
+	(*ResumeQueueRequest)(nil),         // 44: raftq.v1.ResumeQueueRequest
+	(*ResumeQueueResponse)(nil),        // 45: raftq.v1.ResumeQueueResponse
+	(*Node)(nil),                       // 46: raftq.v1.Node
+	(*BuildInfo)(nil),                  // 47: raftq.v1.BuildInfo
+	(*StatusRequest)(nil),              // 48: raftq.v1.StatusRequest
+	(*StatusResponse)(nil),             // 49: raftq.v1.StatusResponse
+	(*RefusedMember)(nil),              // 50: raftq.v1.RefusedMember
+	(*ClusterSettings)(nil),            // 51: raftq.v1.ClusterSettings
+	(*SetClusterSettingsRequest)(nil),  // 52: raftq.v1.SetClusterSettingsRequest
+	(*SetClusterSettingsResponse)(nil), // 53: raftq.v1.SetClusterSettingsResponse
+	(*RemoveNodeRequest)(nil),          // 54: raftq.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 55: raftq.v1.RemoveNodeResponse
+	(*LeaveRequest)(nil),               // 56: raftq.v1.LeaveRequest
+	(*LeaveResponse)(nil),              // 57: raftq.v1.LeaveResponse
+	(*TransferLeadershipRequest)(nil),  // 58: raftq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 59: raftq.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 60: raftq.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 61: raftq.v1.SnapshotResponse
+	(*NodeDigest)(nil),                 // 62: raftq.v1.NodeDigest
+	(*ReportDivergenceRequest)(nil),    // 63: raftq.v1.ReportDivergenceRequest
+	(*ReportDivergenceResponse)(nil),   // 64: raftq.v1.ReportDivergenceResponse
+	(*RepairCorruptRequest)(nil),       // 65: raftq.v1.RepairCorruptRequest
+	(*RepairCorruptResponse)(nil),      // 66: raftq.v1.RepairCorruptResponse
+	(*RecountQueuesRequest)(nil),       // 67: raftq.v1.RecountQueuesRequest
+	(*RecountQueuesResponse)(nil),      // 68: raftq.v1.RecountQueuesResponse
+	(*VerifyRequest)(nil),              // 69: raftq.v1.VerifyRequest
+	(*VerifyResponse)(nil),             // 70: raftq.v1.VerifyResponse
+	(*CheckpointRequest)(nil),          // 71: raftq.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 72: raftq.v1.CheckpointResponse
+	(*LocalDigestRequest)(nil),         // 73: raftq.v1.LocalDigestRequest
+	(*ListConsumersRequest)(nil),       // 74: raftq.v1.ListConsumersRequest
+	(*ListConsumersResponse)(nil),      // 75: raftq.v1.ListConsumersResponse
+	(*ConsumerInfo)(nil),               // 76: raftq.v1.ConsumerInfo
+	(*CreateTokenRequest)(nil),         // 77: raftq.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),        // 78: raftq.v1.CreateTokenResponse
+	(*RevokeTokenRequest)(nil),         // 79: raftq.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),        // 80: raftq.v1.RevokeTokenResponse
+	(*GrantRequest)(nil),               // 81: raftq.v1.GrantRequest
+	(*GrantResponse)(nil),              // 82: raftq.v1.GrantResponse
+	(*UngrantRequest)(nil),             // 83: raftq.v1.UngrantRequest
+	(*UngrantResponse)(nil),            // 84: raftq.v1.UngrantResponse
+	(*ListAuthRequest)(nil),            // 85: raftq.v1.ListAuthRequest
+	(*ListAuthResponse)(nil),           // 86: raftq.v1.ListAuthResponse
+	(*IdentityInfo)(nil),               // 87: raftq.v1.IdentityInfo
+	(*TokenInfo)(nil),                  // 88: raftq.v1.TokenInfo
+	(*PermissionGrant)(nil),            // 89: raftq.v1.PermissionGrant
+	(*WhoAmIRequest)(nil),              // 90: raftq.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),             // 91: raftq.v1.WhoAmIResponse
+	(*BackupRequest)(nil),              // 92: raftq.v1.BackupRequest
+	(*BackupChunk)(nil),                // 93: raftq.v1.BackupChunk
+	(*BackupInfo)(nil),                 // 94: raftq.v1.BackupInfo
+	nil,                                // 95: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 96: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 97: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 98: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 99: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	90, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	95, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
 	1,  // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
 	2,  // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
 	3,  // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
 	4,  // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
-	6,  // 5: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
-	40, // 6: raftq.v1.QueueInfo.redrives:type_name -> raftq.v1.RedriveJob
-	91, // 7: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	92, // 8: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
-	1,  // 9: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	5,  // 10: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	1,  // 11: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	93, // 12: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
-	5,  // 13: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	5,  // 14: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	5,  // 15: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
-	7,  // 16: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
-	24, // 17: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
-	25, // 18: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
-	94, // 19: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
-	8,  // 20: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
-	9,  // 21: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
-	11, // 22: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
-	10, // 23: raftq.v1.NackRequest.nacks:type_name -> raftq.v1.NackItem
-	11, // 24: raftq.v1.NackResponse.results:type_name -> raftq.v1.ItemResult
-	9,  // 25: raftq.v1.ExtendLeaseRequest.leases:type_name -> raftq.v1.LeaseRef
-	11, // 26: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
-	8,  // 27: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
-	41, // 28: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
-	46, // 29: raftq.v1.StatusResponse.settings:type_name -> raftq.v1.ClusterSettings
-	45, // 30: raftq.v1.StatusResponse.refused_members:type_name -> raftq.v1.RefusedMember
-	46, // 31: raftq.v1.SetClusterSettingsResponse.settings:type_name -> raftq.v1.ClusterSettings
-	57, // 32: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
-	71, // 33: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
-	82, // 34: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
-	83, // 35: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
-	84, // 36: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
-	84, // 37: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
-	89, // 38: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
-	0,  // 39: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
-	12, // 40: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
-	14, // 41: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
-	16, // 42: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
-	18, // 43: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
-	20, // 44: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
-	22, // 45: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
-	24, // 46: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
-	26, // 47: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
-	28, // 48: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
-	30, // 49: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
-	32, // 50: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
-	34, // 51: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
-	36, // 52: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
-	38, // 53: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	69, // 54: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
-	43, // 55: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
-	49, // 56: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
-	53, // 57: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
-	55, // 58: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	64, // 59: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	66, // 60: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	68, // 61: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
-	51, // 62: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
-	87, // 63: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
-	58, // 64: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
-	47, // 65: raftq.v1.Cluster.SetClusterSettings:input_type -> raftq.v1.SetClusterSettingsRequest
-	62, // 66: raftq.v1.Cluster.RecountQueues:input_type -> raftq.v1.RecountQueuesRequest
-	60, // 67: raftq.v1.Cluster.RepairCorrupt:input_type -> raftq.v1.RepairCorruptRequest
-	72, // 68: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
-	74, // 69: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
-	76, // 70: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
-	78, // 71: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
-	80, // 72: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
-	85, // 73: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
-	13, // 74: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	15, // 75: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	17, // 76: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	19, // 77: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	21, // 78: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	23, // 79: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	25, // 80: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	27, // 81: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
-	29, // 82: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	31, // 83: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	33, // 84: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	35, // 85: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	37, // 86: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	39, // 87: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	70, // 88: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
-	44, // 89: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	50, // 90: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	54, // 91: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	56, // 92: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	65, // 93: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	67, // 94: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	57, // 95: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	52, // 96: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
-	88, // 97: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
-	59, // 98: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
-	48, // 99: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
-	63, // 100: raftq.v1.Cluster.RecountQueues:output_type -> raftq.v1.RecountQueuesResponse
-	61, // 101: raftq.v1.Cluster.RepairCorrupt:output_type -> raftq.v1.RepairCorruptResponse
-	73, // 102: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
-	75, // 103: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
-	77, // 104: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
-	79, // 105: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
-	81, // 106: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
-	86, // 107: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
-	74, // [74:108] is the sub-list for method output_type
-	40, // [40:74] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	7,  // 5: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
+	41, // 6: raftq.v1.QueueInfo.redrives:type_name -> raftq.v1.RedriveJob
+	6,  // 7: raftq.v1.QueueInfo.paused_keys:type_name -> raftq.v1.PausedKey
+	96, // 8: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	97, // 9: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	1,  // 10: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
+	5,  // 11: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	1,  // 12: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
+	98, // 13: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	5,  // 14: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	5,  // 15: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	5,  // 16: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
+	8,  // 17: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
+	25, // 18: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
+	26, // 19: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
+	99, // 20: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	9,  // 21: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
+	10, // 22: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
+	12, // 23: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
+	11, // 24: raftq.v1.NackRequest.nacks:type_name -> raftq.v1.NackItem
+	12, // 25: raftq.v1.NackResponse.results:type_name -> raftq.v1.ItemResult
+	10, // 26: raftq.v1.ExtendLeaseRequest.leases:type_name -> raftq.v1.LeaseRef
+	12, // 27: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
+	9,  // 28: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
+	5,  // 29: raftq.v1.PauseQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	5,  // 30: raftq.v1.ResumeQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	46, // 31: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
+	51, // 32: raftq.v1.StatusResponse.settings:type_name -> raftq.v1.ClusterSettings
+	50, // 33: raftq.v1.StatusResponse.refused_members:type_name -> raftq.v1.RefusedMember
+	51, // 34: raftq.v1.SetClusterSettingsResponse.settings:type_name -> raftq.v1.ClusterSettings
+	62, // 35: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
+	76, // 36: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
+	87, // 37: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
+	88, // 38: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
+	89, // 39: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
+	89, // 40: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
+	94, // 41: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
+	0,  // 42: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
+	13, // 43: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
+	15, // 44: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
+	17, // 45: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
+	19, // 46: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
+	21, // 47: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
+	23, // 48: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
+	25, // 49: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
+	27, // 50: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
+	29, // 51: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
+	31, // 52: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
+	33, // 53: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
+	35, // 54: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
+	37, // 55: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
+	39, // 56: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
+	42, // 57: raftq.v1.Broker.PauseQueue:input_type -> raftq.v1.PauseQueueRequest
+	44, // 58: raftq.v1.Broker.ResumeQueue:input_type -> raftq.v1.ResumeQueueRequest
+	74, // 59: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
+	48, // 60: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
+	54, // 61: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
+	58, // 62: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
+	60, // 63: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
+	69, // 64: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	71, // 65: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	73, // 66: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	56, // 67: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
+	92, // 68: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
+	63, // 69: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
+	52, // 70: raftq.v1.Cluster.SetClusterSettings:input_type -> raftq.v1.SetClusterSettingsRequest
+	67, // 71: raftq.v1.Cluster.RecountQueues:input_type -> raftq.v1.RecountQueuesRequest
+	65, // 72: raftq.v1.Cluster.RepairCorrupt:input_type -> raftq.v1.RepairCorruptRequest
+	77, // 73: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
+	79, // 74: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
+	81, // 75: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
+	83, // 76: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
+	85, // 77: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
+	90, // 78: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
+	14, // 79: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	16, // 80: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	18, // 81: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	20, // 82: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	22, // 83: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	24, // 84: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	26, // 85: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	28, // 86: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
+	30, // 87: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	32, // 88: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	34, // 89: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	36, // 90: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	38, // 91: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	40, // 92: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	43, // 93: raftq.v1.Broker.PauseQueue:output_type -> raftq.v1.PauseQueueResponse
+	45, // 94: raftq.v1.Broker.ResumeQueue:output_type -> raftq.v1.ResumeQueueResponse
+	75, // 95: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
+	49, // 96: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	55, // 97: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	59, // 98: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	61, // 99: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	70, // 100: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	72, // 101: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	62, // 102: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	57, // 103: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
+	93, // 104: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
+	64, // 105: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
+	53, // 106: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
+	68, // 107: raftq.v1.Cluster.RecountQueues:output_type -> raftq.v1.RecountQueuesResponse
+	66, // 108: raftq.v1.Cluster.RepairCorrupt:output_type -> raftq.v1.RepairCorruptResponse
+	78, // 109: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
+	80, // 110: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
+	82, // 111: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
+	84, // 112: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
+	86, // 113: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
+	91, // 114: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
+	79, // [79:115] is the sub-list for method output_type
+	43, // [43:79] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_raftq_v1_raftq_proto_init() }
@@ -6488,14 +6813,14 @@ func file_raftq_v1_raftq_proto_init() {
 	if File_raftq_v1_raftq_proto != nil {
 		return
 	}
-	file_raftq_v1_raftq_proto_msgTypes[47].OneofWrappers = []any{}
+	file_raftq_v1_raftq_proto_msgTypes[52].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   93,
+			NumMessages:   98,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

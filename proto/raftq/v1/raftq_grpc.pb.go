@@ -36,6 +36,8 @@ const (
 	Broker_ExtendLease_FullMethodName   = "/raftq.v1.Broker/ExtendLease"
 	Broker_Peek_FullMethodName          = "/raftq.v1.Broker/Peek"
 	Broker_Redrive_FullMethodName       = "/raftq.v1.Broker/Redrive"
+	Broker_PauseQueue_FullMethodName    = "/raftq.v1.Broker/PauseQueue"
+	Broker_ResumeQueue_FullMethodName   = "/raftq.v1.Broker/ResumeQueue"
 	Broker_ListConsumers_FullMethodName = "/raftq.v1.Broker/ListConsumers"
 )
 
@@ -65,6 +67,12 @@ type BrokerClient interface {
 	ExtendLease(ctx context.Context, in *ExtendLeaseRequest, opts ...grpc.CallOption) (*ExtendLeaseResponse, error)
 	Peek(ctx context.Context, in *PeekRequest, opts ...grpc.CallOption) (*PeekResponse, error)
 	Redrive(ctx context.Context, in *RedriveRequest, opts ...grpc.CallOption) (*RedriveResponse, error)
+	// PauseQueue stops new grants of a queue (empty fairness_key) or of one
+	// fairness key of it, for duration_ms or until ResumeQueue (0).
+	// Enqueues are accepted and leases already out run to completion.
+	PauseQueue(ctx context.Context, in *PauseQueueRequest, opts ...grpc.CallOption) (*PauseQueueResponse, error)
+	// ResumeQueue ends a pause; resuming what is not paused is OK.
+	ResumeQueue(ctx context.Context, in *ResumeQueueRequest, opts ...grpc.CallOption) (*ResumeQueueResponse, error)
 	// ListConsumers describes the Lease streams registered on a queue, as
 	// the leader's scheduler sees them (a follower forwards the call).
 	ListConsumers(ctx context.Context, in *ListConsumersRequest, opts ...grpc.CallOption) (*ListConsumersResponse, error)
@@ -230,6 +238,26 @@ func (c *brokerClient) Redrive(ctx context.Context, in *RedriveRequest, opts ...
 	return out, nil
 }
 
+func (c *brokerClient) PauseQueue(ctx context.Context, in *PauseQueueRequest, opts ...grpc.CallOption) (*PauseQueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseQueueResponse)
+	err := c.cc.Invoke(ctx, Broker_PauseQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *brokerClient) ResumeQueue(ctx context.Context, in *ResumeQueueRequest, opts ...grpc.CallOption) (*ResumeQueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeQueueResponse)
+	err := c.cc.Invoke(ctx, Broker_ResumeQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *brokerClient) ListConsumers(ctx context.Context, in *ListConsumersRequest, opts ...grpc.CallOption) (*ListConsumersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListConsumersResponse)
@@ -266,6 +294,12 @@ type BrokerServer interface {
 	ExtendLease(context.Context, *ExtendLeaseRequest) (*ExtendLeaseResponse, error)
 	Peek(context.Context, *PeekRequest) (*PeekResponse, error)
 	Redrive(context.Context, *RedriveRequest) (*RedriveResponse, error)
+	// PauseQueue stops new grants of a queue (empty fairness_key) or of one
+	// fairness key of it, for duration_ms or until ResumeQueue (0).
+	// Enqueues are accepted and leases already out run to completion.
+	PauseQueue(context.Context, *PauseQueueRequest) (*PauseQueueResponse, error)
+	// ResumeQueue ends a pause; resuming what is not paused is OK.
+	ResumeQueue(context.Context, *ResumeQueueRequest) (*ResumeQueueResponse, error)
 	// ListConsumers describes the Lease streams registered on a queue, as
 	// the leader's scheduler sees them (a follower forwards the call).
 	ListConsumers(context.Context, *ListConsumersRequest) (*ListConsumersResponse, error)
@@ -320,6 +354,12 @@ func (UnimplementedBrokerServer) Peek(context.Context, *PeekRequest) (*PeekRespo
 }
 func (UnimplementedBrokerServer) Redrive(context.Context, *RedriveRequest) (*RedriveResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Redrive not implemented")
+}
+func (UnimplementedBrokerServer) PauseQueue(context.Context, *PauseQueueRequest) (*PauseQueueResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PauseQueue not implemented")
+}
+func (UnimplementedBrokerServer) ResumeQueue(context.Context, *ResumeQueueRequest) (*ResumeQueueResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ResumeQueue not implemented")
 }
 func (UnimplementedBrokerServer) ListConsumers(context.Context, *ListConsumersRequest) (*ListConsumersResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListConsumers not implemented")
@@ -579,6 +619,42 @@ func _Broker_Redrive_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Broker_PauseQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseQueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServer).PauseQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Broker_PauseQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServer).PauseQueue(ctx, req.(*PauseQueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Broker_ResumeQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeQueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServer).ResumeQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Broker_ResumeQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServer).ResumeQueue(ctx, req.(*ResumeQueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Broker_ListConsumers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListConsumersRequest)
 	if err := dec(in); err != nil {
@@ -651,6 +727,14 @@ var Broker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Redrive",
 			Handler:    _Broker_Redrive_Handler,
+		},
+		{
+			MethodName: "PauseQueue",
+			Handler:    _Broker_PauseQueue_Handler,
+		},
+		{
+			MethodName: "ResumeQueue",
+			Handler:    _Broker_ResumeQueue_Handler,
 		},
 		{
 			MethodName: "ListConsumers",

@@ -201,6 +201,8 @@ type Command struct {
 	//	*Command_RecountQueues
 	//	*Command_SetClusterSettings
 	//	*Command_RedriveStep
+	//	*Command_PauseQueue
+	//	*Command_ResumeQueue
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -464,6 +466,24 @@ func (x *Command) GetRedriveStep() *RedriveStep {
 	return nil
 }
 
+func (x *Command) GetPauseQueue() *PauseQueue {
+	if x != nil {
+		if x, ok := x.Op.(*Command_PauseQueue); ok {
+			return x.PauseQueue
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetResumeQueue() *ResumeQueue {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ResumeQueue); ok {
+			return x.ResumeQueue
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -565,6 +585,15 @@ type Command_RedriveStep struct {
 	RedriveStep *RedriveStep `protobuf:"bytes,32,opt,name=redrive_step,json=redriveStep,proto3,oneof"`
 }
 
+type Command_PauseQueue struct {
+	// PauseVersion (fsm/state/pause.go).
+	PauseQueue *PauseQueue `protobuf:"bytes,33,opt,name=pause_queue,json=pauseQueue,proto3,oneof"`
+}
+
+type Command_ResumeQueue struct {
+	ResumeQueue *ResumeQueue `protobuf:"bytes,34,opt,name=resume_queue,json=resumeQueue,proto3,oneof"`
+}
+
 func (*Command_CreateQueue) isCommand_Op() {}
 
 func (*Command_UpdateQueue) isCommand_Op() {}
@@ -610,6 +639,10 @@ func (*Command_RecountQueues) isCommand_Op() {}
 func (*Command_SetClusterSettings) isCommand_Op() {}
 
 func (*Command_RedriveStep) isCommand_Op() {}
+
+func (*Command_PauseQueue) isCommand_Op() {}
+
+func (*Command_ResumeQueue) isCommand_Op() {}
 
 // ThrottleRule is wire-identical to raftq.v1.ThrottleRule.
 type ThrottleRule struct {
@@ -2707,6 +2740,124 @@ func (x *RecountQueues) GetQueues() []string {
 	return nil
 }
 
+// PauseQueue (PauseVersion) stops new grants of a queue (empty
+// fairness_key) or of one of its fairness keys, until the state clock
+// passes the entry's clock plus duration_ms (0 = until a ResumeQueue).
+// It replaces an earlier pause of the same queue or key.
+type PauseQueue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	FairnessKey   string                 `protobuf:"bytes,2,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	DurationMs    int64                  `protobuf:"varint,3,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseQueue) Reset() {
+	*x = PauseQueue{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseQueue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseQueue) ProtoMessage() {}
+
+func (x *PauseQueue) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseQueue.ProtoReflect.Descriptor instead.
+func (*PauseQueue) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PauseQueue) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PauseQueue) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
+func (x *PauseQueue) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+// ResumeQueue (PauseVersion) ends the pause of a queue (empty
+// fairness_key) or of one key; one that is not paused is OK.
+type ResumeQueue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	FairnessKey   string                 `protobuf:"bytes,2,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeQueue) Reset() {
+	*x = ResumeQueue{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeQueue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeQueue) ProtoMessage() {}
+
+func (x *ResumeQueue) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeQueue.ProtoReflect.Descriptor instead.
+func (*ResumeQueue) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ResumeQueue) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResumeQueue) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
 type SnapshotHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Snapshot format version: 1 for a state whose cluster version is 1
@@ -2746,7 +2897,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2758,7 +2909,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2771,7 +2922,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -2873,7 +3024,7 @@ type DeletedKey struct {
 
 func (x *DeletedKey) Reset() {
 	*x = DeletedKey{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2885,7 +3036,7 @@ func (x *DeletedKey) String() string {
 func (*DeletedKey) ProtoMessage() {}
 
 func (x *DeletedKey) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2898,7 +3049,7 @@ func (x *DeletedKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedKey.ProtoReflect.Descriptor instead.
 func (*DeletedKey) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeletedKey) GetQueue() string {
@@ -2942,7 +3093,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2954,7 +3105,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2967,7 +3118,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AuthRecord) GetTokens() []*TokenRecord {
@@ -2997,7 +3148,7 @@ type TokenRecord struct {
 
 func (x *TokenRecord) Reset() {
 	*x = TokenRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3160,7 @@ func (x *TokenRecord) String() string {
 func (*TokenRecord) ProtoMessage() {}
 
 func (x *TokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3173,7 @@ func (x *TokenRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
 func (*TokenRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TokenRecord) GetName() string {
@@ -3071,7 +3222,7 @@ type IdentityRecord struct {
 
 func (x *IdentityRecord) Reset() {
 	*x = IdentityRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3083,7 +3234,7 @@ func (x *IdentityRecord) String() string {
 func (*IdentityRecord) ProtoMessage() {}
 
 func (x *IdentityRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3096,7 +3247,7 @@ func (x *IdentityRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityRecord.ProtoReflect.Descriptor instead.
 func (*IdentityRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{37}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *IdentityRecord) GetIdentity() string {
@@ -3130,7 +3281,7 @@ type PatternGrant struct {
 
 func (x *PatternGrant) Reset() {
 	*x = PatternGrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3142,7 +3293,7 @@ func (x *PatternGrant) String() string {
 func (*PatternGrant) ProtoMessage() {}
 
 func (x *PatternGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3155,7 +3306,7 @@ func (x *PatternGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatternGrant.ProtoReflect.Descriptor instead.
 func (*PatternGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{38}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PatternGrant) GetPattern() string {
@@ -3194,14 +3345,17 @@ type QueueRecord struct {
 	RecentCount uint64 `protobuf:"varint,12,opt,name=recent_count,json=recentCount,proto3" json:"recent_count,omitempty"`
 	// Cluster version 14 and later: the queue's rate-limited redrives in
 	// progress, by id.
-	Redrives      []*RedriveJob `protobuf:"bytes,13,rep,name=redrives,proto3" json:"redrives,omitempty"`
+	Redrives []*RedriveJob `protobuf:"bytes,13,rep,name=redrives,proto3" json:"redrives,omitempty"`
+	// PauseVersion: the queue's pauses, by key ("" = the whole queue); only
+	// a cluster at that version has any, so older formats are unchanged.
+	Pauses        []*PauseRecord `protobuf:"bytes,14,rep,name=pauses,proto3" json:"pauses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueRecord) Reset() {
 	*x = QueueRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3213,7 +3367,7 @@ func (x *QueueRecord) String() string {
 func (*QueueRecord) ProtoMessage() {}
 
 func (x *QueueRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3226,7 +3380,7 @@ func (x *QueueRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRecord.ProtoReflect.Descriptor instead.
 func (*QueueRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{39}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *QueueRecord) GetName() string {
@@ -3320,6 +3474,67 @@ func (x *QueueRecord) GetRedrives() []*RedriveJob {
 	return nil
 }
 
+func (x *QueueRecord) GetPauses() []*PauseRecord {
+	if x != nil {
+		return x.Pauses
+	}
+	return nil
+}
+
+// PauseRecord is one pause of a queue: key "" is the whole queue.
+type PauseRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The state clock instant it ends at; 0 = until resumed.
+	UntilMs       int64 `protobuf:"varint,2,opt,name=until_ms,json=untilMs,proto3" json:"until_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseRecord) Reset() {
+	*x = PauseRecord{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseRecord) ProtoMessage() {}
+
+func (x *PauseRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseRecord.ProtoReflect.Descriptor instead.
+func (*PauseRecord) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *PauseRecord) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *PauseRecord) GetUntilMs() int64 {
+	if x != nil {
+		return x.UntilMs
+	}
+	return 0
+}
+
 // RecentEntry is one recently settled outcome of a queue (log version 7):
 // a lease token an ack or nack settled, or an idempotency key a purge or
 // redrive used, with what it answered. A repeated request (a client's
@@ -3339,7 +3554,7 @@ type RecentEntry struct {
 
 func (x *RecentEntry) Reset() {
 	*x = RecentEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3351,7 +3566,7 @@ func (x *RecentEntry) String() string {
 func (*RecentEntry) ProtoMessage() {}
 
 func (x *RecentEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3364,7 +3579,7 @@ func (x *RecentEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentEntry.ProtoReflect.Descriptor instead.
 func (*RecentEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{40}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RecentEntry) GetKind() RecentKind {
@@ -3426,7 +3641,7 @@ type KeyOrder struct {
 
 func (x *KeyOrder) Reset() {
 	*x = KeyOrder{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[41]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3438,7 +3653,7 @@ func (x *KeyOrder) String() string {
 func (*KeyOrder) ProtoMessage() {}
 
 func (x *KeyOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[41]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3451,7 +3666,7 @@ func (x *KeyOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyOrder.ProtoReflect.Descriptor instead.
 func (*KeyOrder) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{41}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *KeyOrder) GetPriority() int32 {
@@ -3493,7 +3708,7 @@ type DedupEntry struct {
 
 func (x *DedupEntry) Reset() {
 	*x = DedupEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[42]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3505,7 +3720,7 @@ func (x *DedupEntry) String() string {
 func (*DedupEntry) ProtoMessage() {}
 
 func (x *DedupEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[42]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3518,7 +3733,7 @@ func (x *DedupEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupEntry.ProtoReflect.Descriptor instead.
 func (*DedupEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{42}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DedupEntry) GetDedupId() string {
@@ -3573,7 +3788,7 @@ type MessageRecord struct {
 
 func (x *MessageRecord) Reset() {
 	*x = MessageRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[43]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3585,7 +3800,7 @@ func (x *MessageRecord) String() string {
 func (*MessageRecord) ProtoMessage() {}
 
 func (x *MessageRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[43]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3598,7 +3813,7 @@ func (x *MessageRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRecord.ProtoReflect.Descriptor instead.
 func (*MessageRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{43}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MessageRecord) GetId() uint64 {
@@ -3745,7 +3960,7 @@ var File_raftq_fsm_v1_command_proto protoreflect.FileDescriptor
 
 const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x1araftq/fsm/v1/command.proto\x12\fraftq.fsm.v1\"\xc2\v\n" +
+	"\x1araftq/fsm/v1/command.proto\x12\fraftq.fsm.v1\"\xbf\f\n" +
 	"\aCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\rR\aversion\x12>\n" +
@@ -3777,7 +3992,10 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\fauth_ungrant\x18\x1d \x01(\v2\x19.raftq.fsm.v1.AuthUngrantH\x00R\vauthUngrant\x12D\n" +
 	"\x0erecount_queues\x18\x1e \x01(\v2\x1b.raftq.fsm.v1.RecountQueuesH\x00R\rrecountQueues\x12T\n" +
 	"\x14set_cluster_settings\x18\x1f \x01(\v2 .raftq.fsm.v1.SetClusterSettingsH\x00R\x12setClusterSettings\x12>\n" +
-	"\fredrive_step\x18  \x01(\v2\x19.raftq.fsm.v1.RedriveStepH\x00R\vredriveStepB\x04\n" +
+	"\fredrive_step\x18  \x01(\v2\x19.raftq.fsm.v1.RedriveStepH\x00R\vredriveStep\x12;\n" +
+	"\vpause_queue\x18! \x01(\v2\x18.raftq.fsm.v1.PauseQueueH\x00R\n" +
+	"pauseQueue\x12>\n" +
+	"\fresume_queue\x18\" \x01(\v2\x19.raftq.fsm.v1.ResumeQueueH\x00R\vresumeQueueB\x04\n" +
 	"\x02op\"F\n" +
 	"\fThrottleRule\x12 \n" +
 	"\frate_per_sec\x18\x01 \x01(\x01R\n" +
@@ -3948,7 +4166,16 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x05admin\x18\x03 \x01(\bR\x05admin\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"'\n" +
 	"\rRecountQueues\x12\x16\n" +
-	"\x06queues\x18\x01 \x03(\tR\x06queues\"\x97\x03\n" +
+	"\x06queues\x18\x01 \x03(\tR\x06queues\"d\n" +
+	"\n" +
+	"PauseQueue\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\ffairness_key\x18\x02 \x01(\tR\vfairnessKey\x12\x1f\n" +
+	"\vduration_ms\x18\x03 \x01(\x03R\n" +
+	"durationMs\"D\n" +
+	"\vResumeQueue\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\ffairness_key\x18\x02 \x01(\tR\vfairnessKey\"\x97\x03\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1e\n" +
 	"\vlast_now_ms\x18\x02 \x01(\x03R\tlastNowMs\x12#\n" +
@@ -3989,7 +4216,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x06grants\x18\x03 \x03(\v2\x1a.raftq.fsm.v1.PatternGrantR\x06grants\">\n" +
 	"\fPatternGrant\x12\x18\n" +
 	"\apattern\x18\x01 \x01(\tR\apattern\x12\x14\n" +
-	"\x05perms\x18\x02 \x01(\rR\x05perms\"\xea\x03\n" +
+	"\x05perms\x18\x02 \x01(\rR\x05perms\"\x9d\x04\n" +
 	"\vQueueRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.raftq.fsm.v1.QueueConfigR\x06config\x12\x19\n" +
@@ -4006,7 +4233,11 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	" \x01(\bR\x05isDlq\x123\n" +
 	"\tkey_order\x18\v \x03(\v2\x16.raftq.fsm.v1.KeyOrderR\bkeyOrder\x12!\n" +
 	"\frecent_count\x18\f \x01(\x04R\vrecentCount\x124\n" +
-	"\bredrives\x18\r \x03(\v2\x18.raftq.fsm.v1.RedriveJobR\bredrives\"\xcf\x01\n" +
+	"\bredrives\x18\r \x03(\v2\x18.raftq.fsm.v1.RedriveJobR\bredrives\x121\n" +
+	"\x06pauses\x18\x0e \x03(\v2\x19.raftq.fsm.v1.PauseRecordR\x06pauses\":\n" +
+	"\vPauseRecord\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
+	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs\"\xcf\x01\n" +
 	"\vRecentEntry\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.raftq.fsm.v1.RecentKindR\x04kind\x12\x1d\n" +
 	"\n" +
@@ -4093,7 +4324,7 @@ func file_raftq_fsm_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_raftq_fsm_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(RecentKind)(0),            // 0: raftq.fsm.v1.RecentKind
 	(MessageState)(0),          // 1: raftq.fsm.v1.MessageState
@@ -4130,20 +4361,23 @@ var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(*AuthGrant)(nil),          // 32: raftq.fsm.v1.AuthGrant
 	(*AuthUngrant)(nil),        // 33: raftq.fsm.v1.AuthUngrant
 	(*RecountQueues)(nil),      // 34: raftq.fsm.v1.RecountQueues
-	(*SnapshotHeader)(nil),     // 35: raftq.fsm.v1.SnapshotHeader
-	(*DeletedKey)(nil),         // 36: raftq.fsm.v1.DeletedKey
-	(*AuthRecord)(nil),         // 37: raftq.fsm.v1.AuthRecord
-	(*TokenRecord)(nil),        // 38: raftq.fsm.v1.TokenRecord
-	(*IdentityRecord)(nil),     // 39: raftq.fsm.v1.IdentityRecord
-	(*PatternGrant)(nil),       // 40: raftq.fsm.v1.PatternGrant
-	(*QueueRecord)(nil),        // 41: raftq.fsm.v1.QueueRecord
-	(*RecentEntry)(nil),        // 42: raftq.fsm.v1.RecentEntry
-	(*KeyOrder)(nil),           // 43: raftq.fsm.v1.KeyOrder
-	(*DedupEntry)(nil),         // 44: raftq.fsm.v1.DedupEntry
-	(*MessageRecord)(nil),      // 45: raftq.fsm.v1.MessageRecord
-	nil,                        // 46: raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	nil,                        // 47: raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	nil,                        // 48: raftq.fsm.v1.MessageRecord.HeadersEntry
+	(*PauseQueue)(nil),         // 35: raftq.fsm.v1.PauseQueue
+	(*ResumeQueue)(nil),        // 36: raftq.fsm.v1.ResumeQueue
+	(*SnapshotHeader)(nil),     // 37: raftq.fsm.v1.SnapshotHeader
+	(*DeletedKey)(nil),         // 38: raftq.fsm.v1.DeletedKey
+	(*AuthRecord)(nil),         // 39: raftq.fsm.v1.AuthRecord
+	(*TokenRecord)(nil),        // 40: raftq.fsm.v1.TokenRecord
+	(*IdentityRecord)(nil),     // 41: raftq.fsm.v1.IdentityRecord
+	(*PatternGrant)(nil),       // 42: raftq.fsm.v1.PatternGrant
+	(*QueueRecord)(nil),        // 43: raftq.fsm.v1.QueueRecord
+	(*PauseRecord)(nil),        // 44: raftq.fsm.v1.PauseRecord
+	(*RecentEntry)(nil),        // 45: raftq.fsm.v1.RecentEntry
+	(*KeyOrder)(nil),           // 46: raftq.fsm.v1.KeyOrder
+	(*DedupEntry)(nil),         // 47: raftq.fsm.v1.DedupEntry
+	(*MessageRecord)(nil),      // 48: raftq.fsm.v1.MessageRecord
+	nil,                        // 49: raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	nil,                        // 50: raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	nil,                        // 51: raftq.fsm.v1.MessageRecord.HeadersEntry
 }
 var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	8,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
@@ -4169,37 +4403,40 @@ var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	34, // 20: raftq.fsm.v1.Command.recount_queues:type_name -> raftq.fsm.v1.RecountQueues
 	7,  // 21: raftq.fsm.v1.Command.set_cluster_settings:type_name -> raftq.fsm.v1.SetClusterSettings
 	25, // 22: raftq.fsm.v1.Command.redrive_step:type_name -> raftq.fsm.v1.RedriveStep
-	46, // 23: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	47, // 24: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	4,  // 25: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	4,  // 26: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	5,  // 27: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
-	12, // 28: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
-	14, // 29: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
-	16, // 30: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
-	16, // 31: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
-	14, // 32: raftq.fsm.v1.Ack.grants:type_name -> raftq.fsm.v1.Grant
-	16, // 33: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
-	19, // 34: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
-	16, // 35: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
-	16, // 36: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
-	26, // 37: raftq.fsm.v1.RedriveStep.jobs:type_name -> raftq.fsm.v1.RedriveJobRef
-	0,  // 38: raftq.fsm.v1.DeletedKey.kind:type_name -> raftq.fsm.v1.RecentKind
-	38, // 39: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
-	39, // 40: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
-	40, // 41: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
-	4,  // 42: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
-	43, // 43: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
-	27, // 44: raftq.fsm.v1.QueueRecord.redrives:type_name -> raftq.fsm.v1.RedriveJob
-	0,  // 45: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
-	48, // 46: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
-	1,  // 47: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
-	3,  // 48: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
-	49, // [49:49] is the sub-list for method output_type
-	49, // [49:49] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	35, // 23: raftq.fsm.v1.Command.pause_queue:type_name -> raftq.fsm.v1.PauseQueue
+	36, // 24: raftq.fsm.v1.Command.resume_queue:type_name -> raftq.fsm.v1.ResumeQueue
+	49, // 25: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	50, // 26: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	4,  // 27: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	4,  // 28: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	5,  // 29: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
+	12, // 30: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
+	14, // 31: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
+	16, // 32: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
+	16, // 33: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
+	14, // 34: raftq.fsm.v1.Ack.grants:type_name -> raftq.fsm.v1.Grant
+	16, // 35: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
+	19, // 36: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
+	16, // 37: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
+	16, // 38: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
+	26, // 39: raftq.fsm.v1.RedriveStep.jobs:type_name -> raftq.fsm.v1.RedriveJobRef
+	0,  // 40: raftq.fsm.v1.DeletedKey.kind:type_name -> raftq.fsm.v1.RecentKind
+	40, // 41: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
+	41, // 42: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
+	42, // 43: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
+	4,  // 44: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
+	46, // 45: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
+	27, // 46: raftq.fsm.v1.QueueRecord.redrives:type_name -> raftq.fsm.v1.RedriveJob
+	44, // 47: raftq.fsm.v1.QueueRecord.pauses:type_name -> raftq.fsm.v1.PauseRecord
+	0,  // 48: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
+	51, // 49: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	1,  // 50: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
+	3,  // 51: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_raftq_fsm_v1_command_proto_init() }
@@ -4231,6 +4468,8 @@ func file_raftq_fsm_v1_command_proto_init() {
 		(*Command_RecountQueues)(nil),
 		(*Command_SetClusterSettings)(nil),
 		(*Command_RedriveStep)(nil),
+		(*Command_PauseQueue)(nil),
+		(*Command_ResumeQueue)(nil),
 	}
 	file_raftq_fsm_v1_command_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
@@ -4239,7 +4478,7 @@ func file_raftq_fsm_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_fsm_v1_command_proto_rawDesc), len(file_raftq_fsm_v1_command_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   47,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -525,6 +525,30 @@ class NodeDigest(_message.Message):
     id: str
     def __init__(self, id: _Optional[str] = ..., applied_index: _Optional[int] = ..., digest: _Optional[str] = ..., counters_ok: bool = ..., error: _Optional[str] = ...) -> None: ...
 
+class PauseQueueRequest(_message.Message):
+    __slots__ = ["duration_ms", "fairness_key", "name"]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    FAIRNESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    duration_ms: int
+    fairness_key: str
+    name: str
+    def __init__(self, name: _Optional[str] = ..., fairness_key: _Optional[str] = ..., duration_ms: _Optional[int] = ...) -> None: ...
+
+class PauseQueueResponse(_message.Message):
+    __slots__ = ["queue"]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: QueueInfo
+    def __init__(self, queue: _Optional[_Union[QueueInfo, _Mapping]] = ...) -> None: ...
+
+class PausedKey(_message.Message):
+    __slots__ = ["key", "until_ms"]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    until_ms: int
+    def __init__(self, key: _Optional[str] = ..., until_ms: _Optional[int] = ...) -> None: ...
+
 class PeekRequest(_message.Message):
     __slots__ = ["after_id", "dead_letter", "fairness_key", "limit", "older_than_ms", "queue", "reason_contains"]
     AFTER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -603,12 +627,15 @@ class QueueConfig(_message.Message):
     def __init__(self, visibility_timeout_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_depth: _Optional[int] = ..., max_bytes: _Optional[int] = ..., message_ttl_ms: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., throttles: _Optional[_Mapping[str, ThrottleRule]] = ..., max_message_bytes: _Optional[int] = ..., fairness_quantum: _Optional[int] = ...) -> None: ...
 
 class QueueInfo(_message.Message):
-    __slots__ = ["config", "drain", "fairness_keys", "is_dead_letter_queue", "name", "redrives", "stats", "throttle_keys"]
+    __slots__ = ["config", "drain", "fairness_keys", "is_dead_letter_queue", "name", "paused", "paused_keys", "paused_until_ms", "redrives", "stats", "throttle_keys"]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FIELD_NUMBER: _ClassVar[int]
     FAIRNESS_KEYS_FIELD_NUMBER: _ClassVar[int]
     IS_DEAD_LETTER_QUEUE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_KEYS_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
     REDRIVES_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     THROTTLE_KEYS_FIELD_NUMBER: _ClassVar[int]
@@ -617,10 +644,13 @@ class QueueInfo(_message.Message):
     fairness_keys: _containers.RepeatedCompositeFieldContainer[FairnessKeyStats]
     is_dead_letter_queue: bool
     name: str
+    paused: bool
+    paused_keys: _containers.RepeatedCompositeFieldContainer[PausedKey]
+    paused_until_ms: int
     redrives: _containers.RepeatedCompositeFieldContainer[RedriveJob]
     stats: QueueStats
     throttle_keys: _containers.RepeatedCompositeFieldContainer[ThrottleKeyStats]
-    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., stats: _Optional[_Union[QueueStats, _Mapping]] = ..., is_dead_letter_queue: bool = ..., fairness_keys: _Optional[_Iterable[_Union[FairnessKeyStats, _Mapping]]] = ..., throttle_keys: _Optional[_Iterable[_Union[ThrottleKeyStats, _Mapping]]] = ..., drain: _Optional[_Union[DrainEstimate, _Mapping]] = ..., redrives: _Optional[_Iterable[_Union[RedriveJob, _Mapping]]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., stats: _Optional[_Union[QueueStats, _Mapping]] = ..., is_dead_letter_queue: bool = ..., fairness_keys: _Optional[_Iterable[_Union[FairnessKeyStats, _Mapping]]] = ..., throttle_keys: _Optional[_Iterable[_Union[ThrottleKeyStats, _Mapping]]] = ..., drain: _Optional[_Union[DrainEstimate, _Mapping]] = ..., redrives: _Optional[_Iterable[_Union[RedriveJob, _Mapping]]] = ..., paused: bool = ..., paused_until_ms: _Optional[int] = ..., paused_keys: _Optional[_Iterable[_Union[PausedKey, _Mapping]]] = ...) -> None: ...
 
 class QueueStats(_message.Message):
     __slots__ = ["acked_total", "bytes", "consumers", "dead_lettered", "dedup_bytes", "dedup_entries", "delayed", "enqueued_total", "expired_total", "in_flight", "nacked_total", "ready", "recent_settled"]
@@ -779,6 +809,20 @@ class ReportDivergenceResponse(_message.Message):
     digest: str
     diverged: bool
     def __init__(self, diverged: bool = ..., digest: _Optional[str] = ...) -> None: ...
+
+class ResumeQueueRequest(_message.Message):
+    __slots__ = ["fairness_key", "name"]
+    FAIRNESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    fairness_key: str
+    name: str
+    def __init__(self, name: _Optional[str] = ..., fairness_key: _Optional[str] = ...) -> None: ...
+
+class ResumeQueueResponse(_message.Message):
+    __slots__ = ["queue"]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: QueueInfo
+    def __init__(self, queue: _Optional[_Union[QueueInfo, _Mapping]] = ...) -> None: ...
 
 class RevokeTokenRequest(_message.Message):
     __slots__ = ["idempotency_key", "name"]

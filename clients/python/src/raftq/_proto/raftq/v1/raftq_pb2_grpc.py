@@ -85,6 +85,16 @@ class BrokerStub(object):
                 request_serializer=raftq_dot_v1_dot_raftq__pb2.RedriveRequest.SerializeToString,
                 response_deserializer=raftq_dot_v1_dot_raftq__pb2.RedriveResponse.FromString,
                 )
+        self.PauseQueue = channel.unary_unary(
+                '/raftq.v1.Broker/PauseQueue',
+                request_serializer=raftq_dot_v1_dot_raftq__pb2.PauseQueueRequest.SerializeToString,
+                response_deserializer=raftq_dot_v1_dot_raftq__pb2.PauseQueueResponse.FromString,
+                )
+        self.ResumeQueue = channel.unary_unary(
+                '/raftq.v1.Broker/ResumeQueue',
+                request_serializer=raftq_dot_v1_dot_raftq__pb2.ResumeQueueRequest.SerializeToString,
+                response_deserializer=raftq_dot_v1_dot_raftq__pb2.ResumeQueueResponse.FromString,
+                )
         self.ListConsumers = channel.unary_unary(
                 '/raftq.v1.Broker/ListConsumers',
                 request_serializer=raftq_dot_v1_dot_raftq__pb2.ListConsumersRequest.SerializeToString,
@@ -186,6 +196,22 @@ class BrokerServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PauseQueue(self, request, context):
+        """PauseQueue stops new grants of a queue (empty fairness_key) or of one
+        fairness key of it, for duration_ms or until ResumeQueue (0).
+        Enqueues are accepted and leases already out run to completion.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeQueue(self, request, context):
+        """ResumeQueue ends a pause; resuming what is not paused is OK.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListConsumers(self, request, context):
         """ListConsumers describes the Lease streams registered on a queue, as
         the leader's scheduler sees them (a follower forwards the call).
@@ -266,6 +292,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Redrive,
                     request_deserializer=raftq_dot_v1_dot_raftq__pb2.RedriveRequest.FromString,
                     response_serializer=raftq_dot_v1_dot_raftq__pb2.RedriveResponse.SerializeToString,
+            ),
+            'PauseQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseQueue,
+                    request_deserializer=raftq_dot_v1_dot_raftq__pb2.PauseQueueRequest.FromString,
+                    response_serializer=raftq_dot_v1_dot_raftq__pb2.PauseQueueResponse.SerializeToString,
+            ),
+            'ResumeQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeQueue,
+                    request_deserializer=raftq_dot_v1_dot_raftq__pb2.ResumeQueueRequest.FromString,
+                    response_serializer=raftq_dot_v1_dot_raftq__pb2.ResumeQueueResponse.SerializeToString,
             ),
             'ListConsumers': grpc.unary_unary_rpc_method_handler(
                     servicer.ListConsumers,
@@ -518,6 +554,40 @@ class Broker(object):
         return grpc.experimental.unary_unary(request, target, '/raftq.v1.Broker/Redrive',
             raftq_dot_v1_dot_raftq__pb2.RedriveRequest.SerializeToString,
             raftq_dot_v1_dot_raftq__pb2.RedriveResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def PauseQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/raftq.v1.Broker/PauseQueue',
+            raftq_dot_v1_dot_raftq__pb2.PauseQueueRequest.SerializeToString,
+            raftq_dot_v1_dot_raftq__pb2.PauseQueueResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ResumeQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/raftq.v1.Broker/ResumeQueue',
+            raftq_dot_v1_dot_raftq__pb2.ResumeQueueRequest.SerializeToString,
+            raftq_dot_v1_dot_raftq__pb2.ResumeQueueResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
