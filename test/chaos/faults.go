@@ -125,16 +125,10 @@ func (nm *Nemesis) membership(ctx context.Context, s Step, ev *FaultEvent) error
 	// The operator takes the removed node down, and (later) someone
 	// starts it again, as it was or on a new disk.
 	victim.Kill()
-	// A new disk only once the removal committed (RemoveNode answered
-	// success), as an operator must: an empty node under a voter's id
-	// votes as a new one (hashicorp/raft grants votes with an empty
-	// configuration, and the wipe lost the record of its vote), so with
-	// the removal uncommitted it elected a stale, cut-off node in a term
+	// A new disk even when the removal did not commit: the empty node
+	// must then refuse its vote (cluster/DESIGN.md, "Votes of an empty
+	// node"); before it did, this elected a stale, cut-off node in a term
 	// that already had a leader (DESIGN.md, "Membership").
-	if s.FreshDir && !j.Removed {
-		j.FreshDir = false
-		ev.Detail += " (removal unconfirmed: old data dir)"
-	}
 	if j.FreshDir {
 		if err := os.Rename(victim.DataDir, fmt.Sprintf("%s.removed-%d", victim.DataDir, time.Now().UnixNano())); err != nil {
 			return fmt.Errorf("set %s's data dir aside: %w", victim.ID, err)
