@@ -430,3 +430,15 @@ func (c *Client) Verify(ctx context.Context) (*raftqv1.VerifyResponse, error) {
 	}
 	return resp, nil
 }
+
+// GetMessage tells one message's life story: its state (ready, delayed,
+// in_flight, dead_lettered, or acked while its ack is remembered), its
+// last attempts and last_error (in the delivery), and its events, oldest
+// first. A cluster below log version 18 refuses it (FAILED_PRECONDITION).
+func (c *Client) GetMessage(ctx context.Context, queue, messageID string) (*raftqv1.GetMessageResponse, error) {
+	resp := &raftqv1.GetMessageResponse{}
+	if err := c.broker(ctx, raftqv1.Broker_GetMessage_FullMethodName, &raftqv1.GetMessageRequest{Queue: queue, MessageId: messageID}, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}

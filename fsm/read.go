@@ -164,6 +164,11 @@ const (
 	PauseVersion = state.PauseVersion
 	// MaxPausedKeys bounds the fairness keys paused per queue.
 	MaxPausedKeys = state.MaxPausedKeys
+	// HistoryVersion is the log version from which messages record their
+	// attempts and life events (GetMessage, Delivery.history) and a nack's
+	// reason is bounded by MaxNackReasonBytes.
+	HistoryVersion     = state.HistoryVersion
+	MaxNackReasonBytes = state.MaxNackReasonBytes
 )
 
 // PeekFilter is a filtered Peek's filter (state.PeekFilter).
@@ -175,4 +180,15 @@ func (f *FSM) PeekFiltered(name string, limit int, deadLetter bool, pf PeekFilte
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.store.View().PeekFiltered(name, limit, deadLetter, pf)
+}
+
+// MessageInfo is one message's story (GetMessage).
+type MessageInfo = state.MessageInfo
+
+// GetMessage tells the story of one message as queue sees it (the queue,
+// its dead-letter queue, or its recent acks).
+func (f *FSM) GetMessage(queue string, id uint64) (*MessageInfo, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.store.View().Message(queue, id)
 }

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-var writeReplay = flag.Uint("write-replay-fixture", 0, "write testdata/vN-replay.txt for log version N (only ever from a build whose newest log version is N: v10 from a06a22b, v11 from c8aff50)")
+var writeReplay = flag.Uint("write-replay-fixture", 0, "write testdata/vN-replay.txt for log version N (only ever from a build whose newest log version is N: v10 from a06a22b, v11 from c8aff50, v13 from db3e4a8)")
 
 // replayFixture is testdata/vN-replay.txt: what the build whose newest
 // log version was N answered and held after each entry of
@@ -159,15 +159,42 @@ func olderScenario(t *testing.T, h *harness, v uint32, step func(Result)) {
 	do(&fsmv1.Command{Op: &fsmv1.Command_Extend{Extend: &fsmv1.Extend{Refs: []*fsmv1.Ref{r1}, ExtendByMs: 1000}}})
 	do(&fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: []*fsmv1.Ref{r2}}}})
 	do(&fsmv1.Command{Op: &fsmv1.Command_LeaseExpire{LeaseExpire: &fsmv1.LeaseExpire{Refs: []*fsmv1.Ref{r1}}}})
+	if v < 13 {
+		return // the fixtures of versions 10 and 11 end here
+	}
+
+	// What log version 18 (HistoryVersion) changes: grants naming their
+	// consumer, nacks with reasons (one past 1 KiB), extensions, expiry,
+	// a consumer released, dead-lettering, redrive and acks record
+	// nothing in older entries, and cost nothing more.
+	create("h", &fsmv1.QueueConfig{VisibilityTimeoutMs: 1000, MaxDeliveries: 3})
+	ids = enqueue("h", p("h1"), p("h2"))
+	named := func(token, id uint64) *fsmv1.Ref {
+		do(&fsmv1.Command{Op: &fsmv1.Command_LeaseGrant{LeaseGrant: &fsmv1.LeaseGrant{Grants: []*fsmv1.Grant{{Queue: "h", MessageId: id, ConsumerId: "c2", ConsumerName: "worker", DeadlineMs: h.now + 1000, LeaseToken: token}}}}})
+		return &fsmv1.Ref{Queue: "h", MessageId: id, LeaseToken: token}
+	}
+	nack(&fsmv1.NackOne{Ref: named(51, ids[0]), Reason: strings.Repeat("r", 2000)})
+	r3 := named(52, ids[0])
+	do(&fsmv1.Command{Op: &fsmv1.Command_Extend{Extend: &fsmv1.Extend{Refs: []*fsmv1.Ref{r3}, ExtendByMs: 1000}}})
+	tick(2500)
+	do(&fsmv1.Command{Op: &fsmv1.Command_LeaseExpire{LeaseExpire: &fsmv1.LeaseExpire{Refs: []*fsmv1.Ref{r3}}}})
+	named(53, ids[0])
+	named(54, ids[1])
+	do(&fsmv1.Command{Op: &fsmv1.Command_ReleaseConsumer{ReleaseConsumer: &fsmv1.ReleaseConsumer{ConsumerId: "c2"}}})
+	redrive("h")
+	do(&fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: []*fsmv1.Ref{named(55, ids[0])}}}})
+	do(&fsmv1.Command{Op: &fsmv1.Command_LeaseRollback{LeaseRollback: &fsmv1.LeaseRollback{Refs: []*fsmv1.Ref{named(56, ids[1])}}}})
 }
 
 // TestOlderEntriesReplayAsBefore: entries of log versions 10 and 11
-// covering every rule that changed in version 12 apply exactly as the
-// build whose newest version they were applied them: the same answer and
-// the same state digest after every entry (testdata/v10-replay.txt,
-// written by a06a22b, and v11-replay.txt, by c8aff50).
+// covering every rule that changed in version 12, and of version 13
+// covering those of version 18 too, apply exactly as the build whose
+// newest version they were applied them: the same answer and the same
+// state digest after every entry (testdata/v10-replay.txt, written by
+// a06a22b, v11-replay.txt, by c8aff50, v13-replay.txt by db3e4a8 with
+// this scenario).
 func TestOlderEntriesReplayAsBefore(t *testing.T) {
-	for _, v := range []uint32{10, 11} {
+	for _, v := range []uint32{10, 11, 13} {
 		t.Run(fmt.Sprint("version", v), func(t *testing.T) {
 			h := newHarness(t)
 			var got []string

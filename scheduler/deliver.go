@@ -119,5 +119,7 @@ func grantFor(queue string, id uint64, c *Consumer, queueVisMs, nowMs int64) *fs
 	if vis <= 0 {
 		vis = queueVisMs
 	}
-	return &fsmv1.Grant{Queue: queue, MessageId: id, ConsumerId: c.id, DeadlineMs: nowMs + vis}
+	// The name goes into the log for the message's attempt history
+	// (log version 18; older entries ignore it).
+	return &fsmv1.Grant{Queue: queue, MessageId: id, ConsumerId: c.id, ConsumerName: c.name, DeadlineMs: nowMs + vis}
 }

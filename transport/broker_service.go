@@ -28,7 +28,7 @@ const (
 	MaxPeekLimit = 1000
 	DefaultPeek  = 10
 	MaxInFlight  = 10_000
-	maxReasonLen = 1024
+	maxReasonLen = fsm.MaxNackReasonBytes // kept with the message (its history)
 )
 
 func checkQueueName(field, name string) error {
@@ -378,6 +378,23 @@ func (s brokerService) Peek(ctx context.Context, req *raftqv1.PeekRequest) (*raf
 	}
 	// At least one message, and no more than a default gRPC client takes.
 	return &raftqv1.PeekResponse{Messages: capBytes(projectDeliveries(ds), DefaultMaxBatchBytes)}, nil
+}
+
+// GetMessage tells one message's story: where it is, its attempts and
+// its life events (a linearizable read, as Peek: readMethods).
+func (s brokerService) GetMessage(ctx context.Context, req *raftqv1.GetMessageRequest) (*raftqv1.GetMessageResponse, error) {
+	if err := checkQueueName("queue", req.GetQueue()); err != nil {
+		return nil, err
+	}
+	id, err := parseHex("message_id", req.GetMessageId())
+	if err != nil {
+		return nil, err
+	}
+	mi, err := s.b.Queues().GetMessage(req.Queue, id)
+	if err != nil {
+		return nil, err
+	}
+	return projectMessage(mi), nil
 }
 
 func (s brokerService) Redrive(ctx context.Context, req *raftqv1.RedriveRequest) (*raftqv1.RedriveResponse, error) {

@@ -48,6 +48,7 @@ var readMethods = map[string]bool{
 	raftqv1.Broker_GetQueue_FullMethodName:      true,
 	raftqv1.Broker_ListQueues_FullMethodName:    true,
 	raftqv1.Broker_Peek_FullMethodName:          true,
+	raftqv1.Broker_GetMessage_FullMethodName:    true,
 	raftqv1.Broker_ListConsumers_FullMethodName: true,
 }
 

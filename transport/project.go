@@ -68,10 +68,26 @@ func projectDelivery(d *state.Delivery) *raftqv1.Delivery {
 		EnqueuedAtMs:     d.EnqueuedMs,
 		OriginQueue:      d.OriginQueue,
 		DeadLetterReason: d.DeadLetterReason,
+		LastError:        d.LastError,
+	}
+	if len(d.History) > 0 {
+		out.History = make([]*raftqv1.Attempt, len(d.History))
+		for i, a := range d.History {
+			out.History[i] = &raftqv1.Attempt{Attempt: a.Attempt, Consumer: a.Consumer, LeasedAtMs: a.LeasedAtMs, EndedAtMs: a.EndedAtMs, Outcome: a.Outcome, Reason: a.Reason}
+		}
 	}
 	if d.LeaseToken != 0 {
 		out.LeaseToken = FormatID(d.LeaseToken)
 		out.LeaseDeadlineMs = d.LeaseDeadlineMs
+	}
+	return out
+}
+
+// projectMessage is GetMessage's answer.
+func projectMessage(mi *fsm.MessageInfo) *raftqv1.GetMessageResponse {
+	out := &raftqv1.GetMessageResponse{Message: projectDelivery(mi.Delivery), State: mi.State, Events: make([]*raftqv1.MessageEvent, len(mi.Events))}
+	for i, e := range mi.Events {
+		out.Events[i] = &raftqv1.MessageEvent{AtMs: e.AtMs, Kind: e.Kind, Detail: e.Detail}
 	}
 	return out
 }

@@ -253,6 +253,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newConsumeCmd(a),
 		newConsumersCmd(a),
 		newPeekCmd(a),
+		newMessageCmd(a),
 		newRedriveCmd(a),
 		newClusterCmd(a),
 		newCertCmd(),
@@ -265,7 +266,7 @@ func newRootCmd(a *app) *cobra.Command {
 	// completes queue names from the cluster at --addr.
 	for _, path := range [][]string{
 		{"queue", "get"}, {"queue", "update"}, {"queue", "delete"}, {"queue", "purge"},
-		{"enqueue"}, {"consume"}, {"consumers"}, {"peek"}, {"redrive"},
+		{"enqueue"}, {"consume"}, {"consumers"}, {"peek"}, {"redrive"}, {"message", "show"},
 	} {
 		if c, rest, err := root.Find(path); err == nil && len(rest) == 0 {
 			a.withQueueCompletion(c)

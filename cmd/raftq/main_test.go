@@ -78,6 +78,8 @@ type fake struct {
 	loseDeletes int
 	// statuses, when set, are Status's answers in turn (the last repeats).
 	statuses []*raftqv1.StatusResponse
+	// message is GetMessage's answer (message_test.go).
+	message *raftqv1.GetMessageResponse
 }
 
 // moved is what Redrive and PurgeQueue report for each queue name.

@@ -59,11 +59,12 @@ func MessageCost(m *fsmv1.EnqueueMessage) int64 {
 	return contentCost(len(m.GetPayload()), m.GetHeaders(), m.GetFairnessKey(), m.GetThrottleKeys(), m.GetDedupId())
 }
 
-// size is what m costs (MessageCost). It depends only on fields a message
-// keeps through leases and returns, so a message's cost changes only when
-// it is dead-lettered.
+// size is what m costs (MessageCost). It depends on fields a message
+// keeps through leases and returns, and on its story (history.go, at most
+// MaxStoryBytes), so a message's cost changes when it is dead-lettered
+// and, from log version HistoryVersion, as its story grows.
 func (m *message) size() int64 {
-	return contentCost(len(m.payload), m.headers(), m.fairnessKey(), m.throttleKeys(), m.dedupID) + int64(len(m.origin())+len(m.dlReason()))
+	return contentCost(len(m.payload), m.headers(), m.fairnessKey(), m.throttleKeys(), m.dedupID) + int64(len(m.origin())+len(m.dlReason())) + m.story().cost()
 }
 
 // dedupCost is what one dedup entry costs.

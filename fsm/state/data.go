@@ -42,8 +42,11 @@ type message struct {
 	weight     uint32
 	attempts   int32
 	state      msgState
-	lease      *lease      // nil unless leased
-	dead       *deadLetter // nil unless in a dead-letter queue (or once was: see DeleteQueue)
+	lease      *lease // nil unless leased
+	// dead is nil unless the message is in a dead-letter queue (or once
+	// was: see DeleteQueue) or has a story (history.go): one pointer for
+	// both keeps the record at 112 bytes.
+	dead *deadLetter
 }
 
 // body is the content some messages carry besides their payload. It is
@@ -64,7 +67,10 @@ type lease struct {
 	deadlineMs int64
 }
 
-// deadLetter is what a message in a dead-letter queue records.
+// deadLetter is what a message in a dead-letter queue records, and its
+// story (attempt history and life events, log version HistoryVersion,
+// history.go). Shared by a message's copies: replaced, never changed
+// once stored.
 type deadLetter struct {
 	origin string // the queue it came from; "" once that queue is deleted
 	reason string
@@ -72,6 +78,7 @@ type deadLetter struct {
 	// entry's index when it was dead-lettered (0: before, redrive.go).
 	atMs    int64
 	atIndex uint64
+	story   *story // nil: nothing recorded
 }
 
 func (m *message) headers() map[string]string {
@@ -139,11 +146,34 @@ func (m *message) setLease(token uint64, consumerID string, deadlineMs int64) {
 }
 
 // setDeadLetter records where a dead-lettered message came from and why
-// (both empty: neither).
+// (both empty: neither), keeping its story.
 func (m *message) setDeadLetter(origin, reason string) {
+	st := m.story()
 	m.dead = nil
-	if origin != "" || reason != "" {
-		m.dead = &deadLetter{origin: origin, reason: reason}
+	if origin != "" || reason != "" || st != nil {
+		m.dead = &deadLetter{origin: origin, reason: reason, story: st}
+	}
+}
+
+// story is what the message records of its attempts and life (nil:
+// nothing).
+func (m *message) story() *story {
+	if m.dead == nil {
+		return nil
+	}
+	return m.dead.story
+}
+
+// setStory replaces the message's story, keeping the rest of its record.
+func (m *message) setStory(st *story) {
+	d := deadLetter{story: st}
+	if m.dead != nil {
+		d = *m.dead
+		d.story = st
+	}
+	m.dead = nil
+	if d != (deadLetter{}) {
+		m.dead = &d
 	}
 }
 

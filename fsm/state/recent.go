@@ -55,6 +55,9 @@ type recentEntry struct {
 	key       string
 	count     int64
 	atMs      int64
+	// acked (an ack's entry from HistoryVersion) is the acked message
+	// without its payload, with its story, for GetMessage.
+	acked *message
 }
 
 func cmpRecentKey(a, b recentEntry) int {
@@ -72,7 +75,13 @@ func cmpRecentKey(a, b recentEntry) int {
 
 func lessRecentEntry(a, b recentEntry) bool { return cmpRecentKey(a, b) < 0 }
 
-func (e recentEntry) bytes() int64 { return recentEntryBytes + 2*int64(len(e.key)) }
+func (e recentEntry) bytes() int64 {
+	n := recentEntryBytes + 2*int64(len(e.key))
+	if e.acked != nil {
+		n += e.acked.size()
+	}
+	return n
+}
 
 // recentRef is an entry in the store's expiry index, oldest first.
 type recentRef struct {
@@ -187,6 +196,23 @@ func (tx *Tx) settle(q *queue, kind recentKind, r *fsmv1.Ref) {
 	}
 }
 
+// settleAck records that an ack settled the ref's lease of m (from log
+// version 7), and from HistoryVersion keeps m, acked, without its payload.
+func (tx *Tx) settleAck(q *queue, r *fsmv1.Ref, m *message) {
+	if tx.version < recentVersion {
+		return
+	}
+	e := settledKey(recentAck, r)
+	if tx.s.history {
+		acked := *m
+		acked.payload = nil
+		acked.state, acked.lease = stateReady, nil
+		acked.setStory(m.story().ended(tx.s.lastNow, m, ending{outcome: outcomeAcked, kind: eventAcked}))
+		e.acked = &acked
+	}
+	tx.s.remember(q, e)
+}
+
 // idempotent runs op (a purge or a redrive of q) once per idempotency key:
 // a repeat within the window answers the first count and changes nothing.
 // Without a key, or before log version 7, op runs every time.
@@ -220,6 +246,10 @@ func (tx *Tx) idempotentErr(q *queue, kind recentKind, key string, op func() (in
 // recentRecord is an entry as snapshots carry it.
 func (e recentEntry) record(r *fsmv1.RecentEntry) {
 	*r = fsmv1.RecentEntry{Kind: e.kind, MessageId: e.messageID, LeaseToken: e.token, IdempotencyKey: e.key, Count: e.count, AtMs: e.atMs}
+	if e.acked != nil {
+		r.Acked = &fsmv1.MessageRecord{}
+		fillMessageRecord(r.Acked, e.acked)
+	}
 }
 
 // loadRecent adds a snapshot's recorded entry to q.
@@ -237,6 +267,16 @@ func (s *Store) loadRecent(q *queue, r *fsmv1.RecentEntry) error {
 		return fmt.Errorf("%w: recent entry of %s has unknown kind %d", ErrInvalid, q.name, r.Kind)
 	}
 	e := recentEntry{kind: r.Kind, messageID: r.MessageId, token: r.LeaseToken, key: r.IdempotencyKey, count: r.Count, atMs: r.AtMs}
+	if r.Acked != nil {
+		if r.Kind != recentAck || s.clusterVersion < HistoryVersion || r.Acked.Id != r.MessageId || len(r.Acked.Payload) > 0 || r.Acked.State != fsmv1.MessageState_MESSAGE_STATE_READY {
+			return fmt.Errorf("%w: recent entry of %s keeps an acked message it cannot", ErrInvalid, q.name)
+		}
+		m, err := messageFromRecord(r.Acked, newBody(r.Acked.Headers, r.Acked.FairnessKey, r.Acked.ThrottleKeys), s.clusterVersion)
+		if err != nil {
+			return err
+		}
+		e.acked = m
+	}
 	if _, dup := q.recent.ReplaceOrInsert(e); dup {
 		return fmt.Errorf("%w: recent entry of %s twice", ErrInvalid, q.name)
 	}

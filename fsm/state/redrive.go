@@ -76,9 +76,11 @@ func (f *dlqFilter) matches(m *message, fromMs int64) bool {
 	if !f.anyKey && m.fairnessKey() != f.key {
 		return false
 	}
-	if f.reason != "" && !strings.Contains(m.dlReason(), f.reason) {
-		// last_error (another helper's field) joins dead_letter_reason here
-		// once messages carry it.
+	if f.reason != "" && !strings.Contains(m.dlReason(), f.reason) && !strings.Contains(m.story().lastErr(), f.reason) {
+		// last_error exists only in states at cluster version
+		// HistoryVersion and later (history.go), which no older build
+		// applies: before, the rule matches dead_letter_reason alone, as
+		// it did.
 		return false
 	}
 	at, idx := fromMs, uint64(0)
@@ -152,6 +154,14 @@ func (tx *Tx) redriveOne(q, dlq *queue, m *message) {
 	next.state, next.visibleMs = stateReady, 0
 	next.dead = nil
 	next.attempts = 0
+	if st := m.story(); st != nil || tx.s.history {
+		// Attempts start again; the story stays (from HistoryVersion,
+		// with the redrive in it; before, there is none).
+		if tx.s.history {
+			st = st.withEvent(event{at: tx.s.lastNow, kind: eventRedriven, who: dlq.name, text: q.name})
+		}
+		next.setStory(st)
+	}
 	if tx.version >= GuardVersion {
 		// Dead-lettering cleared the expiry; before version 12 a
 		// redriven message never expired again. It gets its

@@ -273,8 +273,39 @@ func fillMessageRecord(r *fsmv1.MessageRecord, m *message) {
 		EnqueuedMs: m.enqueuedMs, VisibleMs: m.visibleMs, ExpiresMs: m.expiresMs,
 		Attempts: m.attempts, LeaseToken: m.leaseToken(), ConsumerId: m.consumerID(),
 		DeadlineMs: m.deadlineMs(), OriginQueue: m.origin(), DeadLetterReason: m.dlReason(),
-		DedupId: m.dedupID, State: fsmv1.MessageState(m.state),
+		DedupId: m.dedupID, State: fsmv1.MessageState(m.state), Story: m.story().record(),
 	}
+}
+
+// messageFromRecord is a snapshot's message with body b, checked; a story
+// is refused below HistoryVersion, where no entry records one.
+func messageFromRecord(mr *fsmv1.MessageRecord, b *body, clusterVersion uint32) (*message, error) {
+	m := &message{
+		id: mr.Id, payload: mr.Payload, body: b,
+		priority: mr.Priority, weight: max(mr.Weight, 1),
+		dedupID: mr.DedupId, enqueuedMs: mr.EnqueuedMs, visibleMs: mr.VisibleMs,
+		expiresMs: mr.ExpiresMs, attempts: mr.Attempts,
+	}
+	m.setLease(mr.LeaseToken, mr.ConsumerId, mr.DeadlineMs)
+	if mr.Story != nil && clusterVersion < HistoryVersion {
+		return nil, fmt.Errorf("%w: message %d has a story at cluster version %d", ErrInvalid, mr.Id, clusterVersion)
+	}
+	st, err := loadStory(mr.Story, mr.Id)
+	if err != nil {
+		return nil, err
+	}
+	m.setDeadLetter(mr.OriginQueue, mr.DeadLetterReason)
+	m.setStory(st)
+	switch mr.State {
+	case fsmv1.MessageState_MESSAGE_STATE_READY, fsmv1.MessageState_MESSAGE_STATE_DELAYED, fsmv1.MessageState_MESSAGE_STATE_LEASED:
+		m.state = msgState(mr.State)
+	default:
+		return nil, fmt.Errorf("%w: message %d has unknown state %d", ErrInvalid, mr.Id, mr.State)
+	}
+	if m.state == stateLeased && m.leaseToken() == 0 {
+		return nil, fmt.Errorf("%w: leased message %d has no lease token", ErrInvalid, mr.Id)
+	}
+	return m, nil
 }
 
 // Index is the log index the copy was frozen at.
@@ -418,28 +449,15 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 				return fmt.Errorf("%w: message ids out of order in %s", ErrInvalid, q.name)
 			}
 			last = mr.Id
-			m := &message{
-				id: mr.Id, payload: mr.Payload, body: q.bodyFor(mr.Priority, mr.Headers, mr.FairnessKey, mr.ThrottleKeys),
-				priority: mr.Priority, weight: max(mr.Weight, 1),
-				dedupID: mr.DedupId, enqueuedMs: mr.EnqueuedMs, visibleMs: mr.VisibleMs,
-				expiresMs: mr.ExpiresMs, attempts: mr.Attempts,
+			m, err := messageFromRecord(mr, q.bodyFor(mr.Priority, mr.Headers, mr.FairnessKey, mr.ThrottleKeys), s.clusterVersion)
+			if err != nil {
+				return err
 			}
-			m.setLease(mr.LeaseToken, mr.ConsumerId, mr.DeadlineMs)
-			m.setDeadLetter(mr.OriginQueue, mr.DeadLetterReason)
 			if mr.DeadLetteredIndex != 0 || mr.DeadLetteredMs != 0 {
-				if m.dead == nil || s.clusterVersion < RedriveVersion || mr.DeadLetteredIndex == 0 {
+				if m.origin() == "" && m.dlReason() == "" || s.clusterVersion < RedriveVersion || mr.DeadLetteredIndex == 0 {
 					return fmt.Errorf("%w: message %d has a dead-letter time but no dead-letter record at cluster version %d", ErrInvalid, mr.Id, s.clusterVersion)
 				}
 				m.dead.atMs, m.dead.atIndex = mr.DeadLetteredMs, mr.DeadLetteredIndex
-			}
-			switch mr.State {
-			case fsmv1.MessageState_MESSAGE_STATE_READY, fsmv1.MessageState_MESSAGE_STATE_DELAYED, fsmv1.MessageState_MESSAGE_STATE_LEASED:
-				m.state = msgState(mr.State)
-			default:
-				return fmt.Errorf("%w: message %d has unknown state %d", ErrInvalid, mr.Id, mr.State)
-			}
-			if m.state == stateLeased && m.leaseToken() == 0 {
-				return fmt.Errorf("%w: leased message %d has no lease token", ErrInvalid, mr.Id)
 			}
 			if m.origin() != "" {
 				dlqMsgs = append(dlqMsgs, pendingDLQ{q, m})

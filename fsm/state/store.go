@@ -45,6 +45,10 @@ type Store struct {
 	// RedriveVersion, the dead-letter time of messages that have none.
 	deadTimeFromMs int64
 	redriving      map[string]struct{} // queues with redrive jobs in progress (derived)
+	// history says whether the entry being applied records messages'
+	// stories (its version is HistoryVersion or later: history.go). Set
+	// by Begin for each entry; not state of its own.
+	history bool
 }
 
 // New returns an empty store at cluster version 1.
@@ -104,6 +108,7 @@ func (s *Store) BeginTick(index, term uint64, version uint32, nowMs int64, touch
 func (s *Store) begin(index, term uint64, version uint32, nowMs int64, touched *Touched, budget int) *Tx {
 	s.tick(term, version, nowMs)
 	s.curIndex = index
+	s.history = version >= HistoryVersion
 	if version < SweepBudgetVersion {
 		budget = -1 // everything due, as before
 	}
@@ -298,7 +303,7 @@ func (s *Store) advance(budget int, touched *Touched) {
 			break
 		}
 		q := s.queues[r.queue]
-		s.deadLetter(q, q.get(r.id), "ttl", touched)
+		s.deadLetter(q, q.get(r.id), "ttl", nil, touched)
 	}
 	for n := budget; n != 0; n-- {
 		r, ok := s.dedupExp.Min()
@@ -321,14 +326,31 @@ func (s *Store) advance(budget int, touched *Touched) {
 }
 
 // deadLetter moves m out of q into q's DLQ, or, for a queue without one (a
-// DLQ itself), back to ready: a message is never silently dropped.
-func (s *Store) deadLetter(q *queue, m *message, reason string, touched *Touched) {
+// DLQ itself), back to ready: a message is never silently dropped. end,
+// when m is leased, is how its lease ended (nil from an older entry, or
+// for a message not leased); the story records it (history.go).
+func (s *Store) deadLetter(q *queue, m *message, reason string, end *ending, touched *Touched) {
 	touched.add(q.name)
 	dlq := s.queues[q.cfg.DeadLetterQueue]
 	next := *m
 	next.state, next.expiresMs, next.visibleMs = stateReady, 0, 0
 	next.lease = nil
-	if q.isDLQ || dlq == nil {
+	stays := q.isDLQ || dlq == nil
+	if s.history {
+		st := m.story()
+		if end != nil {
+			e := *end
+			if !stays {
+				e.outcome = outcomeDeadLettered
+			}
+			st = st.ended(s.lastNow, m, e)
+		}
+		if !stays {
+			st = st.withEvent(event{at: s.lastNow, kind: eventDeadLettered, who: dlq.name, text: cutUTF8(reason, MaxAttemptReasonBytes)})
+		}
+		next.setStory(st)
+	}
+	if stays {
 		s.put(q, m, &next)
 		return
 	}
@@ -386,15 +408,19 @@ func (s *Store) dropQueue(q *queue) {
 }
 
 // returnLeased ends a lease that counted as a delivery (nack, expiry,
-// release): past max_deliveries or its TTL the message is dead-lettered.
-func (s *Store) returnLeased(q *queue, m *message, delayMs int64, touched *Touched) {
+// release) as end says: past max_deliveries or its TTL the message is
+// dead-lettered.
+func (s *Store) returnLeased(q *queue, m *message, delayMs int64, end *ending, touched *Touched) {
 	switch {
 	case m.expiresMs > 0 && m.expiresMs <= s.lastNow:
-		s.deadLetter(q, m, "ttl", touched)
+		s.deadLetter(q, m, "ttl", end, touched)
 	case !q.isDLQ && m.attempts >= q.cfg.MaxDeliveries:
-		s.deadLetter(q, m, "max_deliveries", touched)
+		s.deadLetter(q, m, "max_deliveries", end, touched)
 	default:
 		next := *m
+		if s.history {
+			next.setStory(m.story().ended(s.lastNow, m, *end))
+		}
 		s.unlease(q, m, &next, delayMs, touched)
 	}
 }

@@ -134,7 +134,7 @@ func (s *Store) settleDue(q *queue, touched *Touched) {
 		touched.add(q.name)
 	}
 	for _, r := range due(s.ttl, ttlAt) {
-		s.deadLetter(q, q.get(r.id), "ttl", touched)
+		s.deadLetter(q, q.get(r.id), "ttl", nil, touched)
 	}
 }
 
@@ -148,7 +148,7 @@ func (s *Store) settleGrant(q *queue, m *message, touched *Touched) (next *messa
 		return m, false
 	}
 	if m.expiresMs > 0 && m.expiresMs <= now {
-		s.deadLetter(q, m, "ttl", touched)
+		s.deadLetter(q, m, "ttl", nil, touched)
 		if m = q.get(m.id); m == nil {
 			return nil, true
 		}

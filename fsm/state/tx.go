@@ -34,7 +34,7 @@ func (tx *Tx) Ack(refs []*fsmv1.Ref) *ItemsResult {
 		switch {
 		case err == nil:
 			err = tx.ackOne(q, m)
-			tx.settle(q, recentAck, r)
+			tx.settleAck(q, r, m)
 		case tx.settledBefore(recentAck, r):
 			err = nil
 		}
@@ -490,6 +490,9 @@ func (tx *Tx) Grant(c *fsmv1.LeaseGrant) *GrantResult {
 		}
 		next.lease = &lease{token: token, consumerID: g.ConsumerId, deadlineMs: deadline}
 		next.attempts++
+		if tx.s.history {
+			next.setStory(m.story().leased(tx.s.lastNow, &next, grantConsumer(g)))
+		}
 		tx.s.put(q, m, &next)
 		q.grantedApplied++
 		res.Deliveries[i] = q.delivery(&next, tx.s.leader.offset(tx.s.lastNow))
@@ -536,6 +539,9 @@ func (tx *Tx) ackOne(q *queue, m *message) error {
 func (tx *Tx) rollbackOne(q *queue, m *message) error {
 	next := *m
 	next.attempts--
+	if tx.s.history {
+		next.setStory(m.story().rolledBack())
+	}
 	tx.s.unlease(q, m, &next, 0, tx.touched)
 	return nil
 }
@@ -545,7 +551,7 @@ func (tx *Tx) expireOne(q *queue, m *message) error {
 		return fmt.Errorf("%w: lease has not expired", ErrStaleLease)
 	}
 	q.expiredTotal++
-	tx.s.returnLeased(q, m, 0, tx.touched)
+	tx.s.returnLeased(q, m, 0, expiredEnding(), tx.touched)
 	return nil
 }
 
@@ -555,6 +561,11 @@ func (tx *Tx) Nack(c *fsmv1.Nack) *ItemsResult {
 	for i, it := range items {
 		if it.GetDelayMs() < 0 || it.GetDelayMs() > MaxDurationMs {
 			res.Items[i] = fmt.Errorf("%w: delay_ms out of range", ErrInvalid)
+			continue
+		}
+		if tx.version >= HistoryVersion && len(it.GetReason()) > MaxNackReasonBytes {
+			// Kept with the message from this version, so bounded.
+			res.Items[i] = fmt.Errorf("%w: reason is %d bytes, the limit is %d", ErrInvalid, len(it.GetReason()), MaxNackReasonBytes)
 			continue
 		}
 		q, m, err := tx.lookupLease(it.GetRef())
@@ -572,6 +583,9 @@ func (tx *Tx) Nack(c *fsmv1.Nack) *ItemsResult {
 				delay = it.DelayMs
 			}
 			next := *m
+			if tx.s.history {
+				next.setStory(m.story().ended(tx.s.lastNow, m, *handedBackEnding()))
+			}
 			next.attempts--
 			tx.s.unlease(q, m, &next, delay, tx.touched)
 			continue
@@ -582,10 +596,10 @@ func (tx *Tx) Nack(c *fsmv1.Nack) *ItemsResult {
 			if it.Reason != "" {
 				reason = "nack: " + it.Reason
 			}
-			tx.s.deadLetter(q, m, reason, tx.touched)
+			tx.s.deadLetter(q, m, reason, nackEnding(it), tx.touched)
 			continue
 		}
-		tx.s.returnLeased(q, m, it.DelayMs, tx.touched)
+		tx.s.returnLeased(q, m, it.DelayMs, nackEnding(it), tx.touched)
 	}
 	return res
 }
@@ -608,6 +622,9 @@ func (tx *Tx) Extend(c *fsmv1.Extend) *ExtendResult {
 		}
 		next := *m
 		next.setLease(m.leaseToken(), m.consumerID(), tx.s.lastNow+by)
+		if tx.s.history {
+			next.setStory(m.story().extended(tx.s.lastNow, &next))
+		}
 		tx.s.put(q, m, &next)
 		res.Deadlines[i] = next.deadlineMs() + tx.s.leader.offset(tx.s.lastNow)
 		tx.touched.add(q.name)
@@ -632,7 +649,7 @@ func (tx *Tx) ReleaseConsumer(c *fsmv1.ReleaseConsumer) *CountResult {
 	})
 	for _, r := range refs {
 		q := tx.s.queues[r.queue]
-		tx.s.returnLeased(q, q.get(r.id), 0, tx.touched)
+		tx.s.returnLeased(q, q.get(r.id), 0, releasedEnding(), tx.touched)
 	}
 	return &CountResult{Count: int64(len(refs))}
 }

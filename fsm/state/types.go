@@ -19,6 +19,10 @@ type Delivery struct {
 	LeaseDeadlineMs  int64  // 0 unless leased
 	OriginQueue      string // in a dead-letter queue: the queue it came from
 	DeadLetterReason string
+	// LastError and History (log version HistoryVersion, history.go): the
+	// latest failure and the last ended attempts, oldest first.
+	LastError string
+	History   []Attempt
 }
 
 // QueueInfo is a queue's effective config and counters.

@@ -21,11 +21,12 @@ package state
 // CreateToken, RevokeToken, grant, ungrant or SetClusterSettings as the
 // first (WriteKeyVersion, writekeys.go); version 16 lets a Redrive
 // cancel a redrive job (RedriveCancelVersion, redrive.go); version 17
-// adds pausing a queue or a fairness key (PauseVersion, pause.go).
-// fsm/DESIGN.md lists every
+// adds pausing a queue or a fairness key (PauseVersion, pause.go);
+// version 18 records each message's attempts and life events
+// (HistoryVersion, history.go). fsm/DESIGN.md lists every
 // version; a rule that changes in version N is
 // written `if tx.version >= N`.
-const MaxLogVersion uint32 = 17
+const MaxLogVersion uint32 = 18
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the

@@ -25,6 +25,8 @@ func (q *queue) delivery(m *message, off int64) *Delivery {
 		EnqueuedMs:       m.enqueuedMs + off,
 		OriginQueue:      m.origin(),
 		DeadLetterReason: m.dlReason(),
+		LastError:        m.story().lastErr(),
+		History:          m.story().history(off),
 	}
 	if m.state == stateLeased {
 		d.LeaseToken = m.leaseToken()

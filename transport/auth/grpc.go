@@ -130,6 +130,7 @@ var rules = map[string]rule{
 	raftqv1.Broker_ResumeQueue_FullMethodName:   {perm: fsm.PermManage, queue: byName, audit: true, target: byName},
 	raftqv1.Broker_GetQueue_FullMethodName:      {perm: fsm.PermBrowse, queue: byName},
 	raftqv1.Broker_Peek_FullMethodName:          {perm: fsm.PermBrowse, queue: byQueue},
+	raftqv1.Broker_GetMessage_FullMethodName:    {perm: fsm.PermBrowse, queue: byQueue},
 	raftqv1.Broker_ListConsumers_FullMethodName: {perm: fsm.PermBrowse, queue: byQueue},
 	raftqv1.Broker_ListQueues_FullMethodName:    {}, // any identity; the answer is filtered
 	raftqv1.Broker_Enqueue_FullMethodName:       {perm: fsm.PermProduce, queue: byQueue},

@@ -265,6 +265,15 @@ func (qs Queues) PeekFiltered(queue string, limit int, deadLetter bool, pf fsm.P
 	return qs.b.state.PeekFiltered(queue, limit, deadLetter, pf)
 }
 
+// GetMessage tells one message's story (fsm.FSM.GetMessage); refused
+// before the cluster records stories.
+func (qs Queues) GetMessage(queue string, id uint64) (*fsm.MessageInfo, error) {
+	if err := qs.b.needVersion(fsm.HistoryVersion, "GetMessage"); err != nil {
+		return nil, err
+	}
+	return qs.b.state.GetMessage(queue, id)
+}
+
 func (qs Queues) queue(qi *state.QueueInfo) *Queue {
 	q := &Queue{QueueInfo: qi, Consumers: qs.b.sched.Consumers(qi.Name)}
 	if e, ok := qs.b.drain.Estimate(qi.Name); ok {

@@ -875,8 +875,15 @@ type Delivery struct {
 	// with; a client that measures this from when it received the delivery,
 	// on its own monotonic clock, needs no agreement. 0 from older brokers.
 	LeaseRemainingMs int64 `protobuf:"varint,15,opt,name=lease_remaining_ms,json=leaseRemainingMs,proto3" json:"lease_remaining_ms,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The message's last 16 attempts that ended, oldest first (from log
+	// version 18; empty on older clusters).
+	History []*Attempt `protobuf:"bytes,16,rep,name=history,proto3" json:"history,omitempty"`
+	// The latest failure: a nack's reason ("nacked" when it gave none),
+	// "lease expired" or "consumer disconnected". (The issue asked for
+	// field 15, which lease_remaining_ms already holds.)
+	LastError     string `protobuf:"bytes,17,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Delivery) Reset() {
@@ -1014,6 +1021,109 @@ func (x *Delivery) GetLeaseRemainingMs() int64 {
 	return 0
 }
 
+func (x *Delivery) GetHistory() []*Attempt {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+func (x *Delivery) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+// Attempt is one ended delivery of a message.
+type Attempt struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Attempt int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The Lease stream's consumer_name, or its consumer id when it had none.
+	Consumer   string `protobuf:"bytes,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	LeasedAtMs int64  `protobuf:"varint,3,opt,name=leased_at_ms,json=leasedAtMs,proto3" json:"leased_at_ms,omitempty"`
+	EndedAtMs  int64  `protobuf:"varint,4,opt,name=ended_at_ms,json=endedAtMs,proto3" json:"ended_at_ms,omitempty"`
+	// acked, nacked, expired, released or dead_lettered.
+	Outcome string `protobuf:"bytes,5,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// Why it ended so (a nack's reason, cut to 256 bytes at a UTF-8
+	// boundary; "lease expired"; "consumer disconnected"; ...).
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Attempt) Reset() {
+	*x = Attempt{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Attempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Attempt) ProtoMessage() {}
+
+func (x *Attempt) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
+func (*Attempt) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Attempt) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *Attempt) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *Attempt) GetLeasedAtMs() int64 {
+	if x != nil {
+		return x.LeasedAtMs
+	}
+	return 0
+}
+
+func (x *Attempt) GetEndedAtMs() int64 {
+	if x != nil {
+		return x.EndedAtMs
+	}
+	return 0
+}
+
+func (x *Attempt) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *Attempt) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type LeaseRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MessageId     string                 `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
@@ -1024,7 +1134,7 @@ type LeaseRef struct {
 
 func (x *LeaseRef) Reset() {
 	*x = LeaseRef{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1146,7 @@ func (x *LeaseRef) String() string {
 func (*LeaseRef) ProtoMessage() {}
 
 func (x *LeaseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1159,7 @@ func (x *LeaseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRef.ProtoReflect.Descriptor instead.
 func (*LeaseRef) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{10}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaseRef) GetMessageId() string {
@@ -1082,7 +1192,7 @@ type NackItem struct {
 
 func (x *NackItem) Reset() {
 	*x = NackItem{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1204,7 @@ func (x *NackItem) String() string {
 func (*NackItem) ProtoMessage() {}
 
 func (x *NackItem) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1217,7 @@ func (x *NackItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackItem.ProtoReflect.Descriptor instead.
 func (*NackItem) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{11}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NackItem) GetMessageId() string {
@@ -1164,7 +1274,7 @@ type ItemResult struct {
 
 func (x *ItemResult) Reset() {
 	*x = ItemResult{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1286,7 @@ func (x *ItemResult) String() string {
 func (*ItemResult) ProtoMessage() {}
 
 func (x *ItemResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1299,7 @@ func (x *ItemResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemResult.ProtoReflect.Descriptor instead.
 func (*ItemResult) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{12}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ItemResult) GetOk() bool {
@@ -1227,7 +1337,7 @@ type CreateQueueRequest struct {
 
 func (x *CreateQueueRequest) Reset() {
 	*x = CreateQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1349,7 @@ func (x *CreateQueueRequest) String() string {
 func (*CreateQueueRequest) ProtoMessage() {}
 
 func (x *CreateQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1362,7 @@ func (x *CreateQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateQueueRequest.ProtoReflect.Descriptor instead.
 func (*CreateQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{13}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateQueueRequest) GetName() string {
@@ -1285,7 +1395,7 @@ type CreateQueueResponse struct {
 
 func (x *CreateQueueResponse) Reset() {
 	*x = CreateQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1407,7 @@ func (x *CreateQueueResponse) String() string {
 func (*CreateQueueResponse) ProtoMessage() {}
 
 func (x *CreateQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1420,7 @@ func (x *CreateQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateQueueResponse.ProtoReflect.Descriptor instead.
 func (*CreateQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{14}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateQueueResponse) GetQueue() *QueueInfo {
@@ -1335,7 +1445,7 @@ type UpdateQueueRequest struct {
 
 func (x *UpdateQueueRequest) Reset() {
 	*x = UpdateQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1457,7 @@ func (x *UpdateQueueRequest) String() string {
 func (*UpdateQueueRequest) ProtoMessage() {}
 
 func (x *UpdateQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1470,7 @@ func (x *UpdateQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQueueRequest.ProtoReflect.Descriptor instead.
 func (*UpdateQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{15}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UpdateQueueRequest) GetName() string {
@@ -1400,7 +1510,7 @@ type UpdateQueueResponse struct {
 
 func (x *UpdateQueueResponse) Reset() {
 	*x = UpdateQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1522,7 @@ func (x *UpdateQueueResponse) String() string {
 func (*UpdateQueueResponse) ProtoMessage() {}
 
 func (x *UpdateQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1535,7 @@ func (x *UpdateQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQueueResponse.ProtoReflect.Descriptor instead.
 func (*UpdateQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{16}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UpdateQueueResponse) GetQueue() *QueueInfo {
@@ -1458,7 +1568,7 @@ type DeleteQueueRequest struct {
 
 func (x *DeleteQueueRequest) Reset() {
 	*x = DeleteQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1580,7 @@ func (x *DeleteQueueRequest) String() string {
 func (*DeleteQueueRequest) ProtoMessage() {}
 
 func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1593,7 @@ func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeleteQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{17}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteQueueRequest) GetName() string {
@@ -1522,7 +1632,7 @@ type DeleteQueueResponse struct {
 
 func (x *DeleteQueueResponse) Reset() {
 	*x = DeleteQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1644,7 @@ func (x *DeleteQueueResponse) String() string {
 func (*DeleteQueueResponse) ProtoMessage() {}
 
 func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1657,7 @@ func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueResponse.ProtoReflect.Descriptor instead.
 func (*DeleteQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{18}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{19}
 }
 
 type GetQueueRequest struct {
@@ -1561,7 +1671,7 @@ type GetQueueRequest struct {
 
 func (x *GetQueueRequest) Reset() {
 	*x = GetQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1683,7 @@ func (x *GetQueueRequest) String() string {
 func (*GetQueueRequest) ProtoMessage() {}
 
 func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1696,7 @@ func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{19}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetQueueRequest) GetName() string {
@@ -1612,7 +1722,7 @@ type GetQueueResponse struct {
 
 func (x *GetQueueResponse) Reset() {
 	*x = GetQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1734,7 @@ func (x *GetQueueResponse) String() string {
 func (*GetQueueResponse) ProtoMessage() {}
 
 func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1747,7 @@ func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{20}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetQueueResponse) GetQueue() *QueueInfo {
@@ -1656,7 +1766,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +1778,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +1791,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{21}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListQueuesRequest) GetPrefix() string {
@@ -1700,7 +1810,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1822,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1835,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{22}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -1748,7 +1858,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1870,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1883,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{23}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PurgeQueueRequest) GetName() string {
@@ -1799,7 +1909,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +1921,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1934,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{24}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PurgeQueueResponse) GetPurged() int64 {
@@ -1844,7 +1954,7 @@ type EnqueueRequest struct {
 
 func (x *EnqueueRequest) Reset() {
 	*x = EnqueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +1966,7 @@ func (x *EnqueueRequest) String() string {
 func (*EnqueueRequest) ProtoMessage() {}
 
 func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +1979,7 @@ func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{25}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EnqueueRequest) GetQueue() string {
@@ -1895,7 +2005,7 @@ type EnqueueResponse struct {
 
 func (x *EnqueueResponse) Reset() {
 	*x = EnqueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2017,7 @@ func (x *EnqueueResponse) String() string {
 func (*EnqueueResponse) ProtoMessage() {}
 
 func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2030,7 @@ func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{26}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EnqueueResponse) GetMessageIds() []string {
@@ -1941,7 +2051,7 @@ type EnqueueStreamRequest struct {
 
 func (x *EnqueueStreamRequest) Reset() {
 	*x = EnqueueStreamRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2063,7 @@ func (x *EnqueueStreamRequest) String() string {
 func (*EnqueueStreamRequest) ProtoMessage() {}
 
 func (x *EnqueueStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2076,7 @@ func (x *EnqueueStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueStreamRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueStreamRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{27}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EnqueueStreamRequest) GetSeq() uint64 {
@@ -1996,7 +2106,7 @@ type EnqueueStreamResponse struct {
 
 func (x *EnqueueStreamResponse) Reset() {
 	*x = EnqueueStreamResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2118,7 @@ func (x *EnqueueStreamResponse) String() string {
 func (*EnqueueStreamResponse) ProtoMessage() {}
 
 func (x *EnqueueStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2131,7 @@ func (x *EnqueueStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueStreamResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueStreamResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{28}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EnqueueStreamResponse) GetSeq() uint64 {
@@ -2068,7 +2178,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2190,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2203,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{29}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LeaseRequest) GetQueue() string {
@@ -2147,7 +2257,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2269,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2282,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{30}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LeaseResponse) GetMessages() []*Delivery {
@@ -2192,7 +2302,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2204,7 +2314,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2217,7 +2327,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{31}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AckRequest) GetQueue() string {
@@ -2243,7 +2353,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2365,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2378,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{32}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AckResponse) GetResults() []*ItemResult {
@@ -2288,7 +2398,7 @@ type NackRequest struct {
 
 func (x *NackRequest) Reset() {
 	*x = NackRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2410,7 @@ func (x *NackRequest) String() string {
 func (*NackRequest) ProtoMessage() {}
 
 func (x *NackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2423,7 @@ func (x *NackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackRequest.ProtoReflect.Descriptor instead.
 func (*NackRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{33}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NackRequest) GetQueue() string {
@@ -2339,7 +2449,7 @@ type NackResponse struct {
 
 func (x *NackResponse) Reset() {
 	*x = NackResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2351,7 +2461,7 @@ func (x *NackResponse) String() string {
 func (*NackResponse) ProtoMessage() {}
 
 func (x *NackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2474,7 @@ func (x *NackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
 func (*NackResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{34}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NackResponse) GetResults() []*ItemResult {
@@ -2385,7 +2495,7 @@ type ExtendLeaseRequest struct {
 
 func (x *ExtendLeaseRequest) Reset() {
 	*x = ExtendLeaseRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2507,7 @@ func (x *ExtendLeaseRequest) String() string {
 func (*ExtendLeaseRequest) ProtoMessage() {}
 
 func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2520,7 @@ func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{35}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ExtendLeaseRequest) GetQueue() string {
@@ -2448,7 +2558,7 @@ type ExtendLeaseResponse struct {
 
 func (x *ExtendLeaseResponse) Reset() {
 	*x = ExtendLeaseResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2460,7 +2570,7 @@ func (x *ExtendLeaseResponse) String() string {
 func (*ExtendLeaseResponse) ProtoMessage() {}
 
 func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2473,7 +2583,7 @@ func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{36}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ExtendLeaseResponse) GetResults() []*ItemResult {
@@ -2519,7 +2629,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2531,7 +2641,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2544,7 +2654,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{37}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PeekRequest) GetQueue() string {
@@ -2605,7 +2715,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +2727,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +2740,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{38}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PeekResponse) GetMessages() []*Delivery {
@@ -2638,6 +2748,183 @@ func (x *PeekResponse) GetMessages() []*Delivery {
 		return x.Messages
 	}
 	return nil
+}
+
+type GetMessageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	MessageId     string                 `protobuf:"bytes,2,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMessageRequest) Reset() {
+	*x = GetMessageRequest{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMessageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMessageRequest) ProtoMessage() {}
+
+func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMessageRequest.ProtoReflect.Descriptor instead.
+func (*GetMessageRequest) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *GetMessageRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *GetMessageRequest) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+type GetMessageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Without its payload when state is acked.
+	Message *Delivery `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// ready, delayed, in_flight, dead_lettered or acked.
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// Oldest first, at most 64.
+	Events        []*MessageEvent `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMessageResponse) Reset() {
+	*x = GetMessageResponse{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMessageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMessageResponse) ProtoMessage() {}
+
+func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMessageResponse.ProtoReflect.Descriptor instead.
+func (*GetMessageResponse) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *GetMessageResponse) GetMessage() *Delivery {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *GetMessageResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *GetMessageResponse) GetEvents() []*MessageEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+type MessageEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	AtMs  int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	// enqueued, leased, extended, nacked, expired, released,
+	// dead_lettered, redriven or acked.
+	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MessageEvent) Reset() {
+	*x = MessageEvent{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MessageEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MessageEvent) ProtoMessage() {}
+
+func (x *MessageEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MessageEvent.ProtoReflect.Descriptor instead.
+func (*MessageEvent) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *MessageEvent) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *MessageEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *MessageEvent) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
 }
 
 type RedriveRequest struct {
@@ -2673,7 +2960,7 @@ type RedriveRequest struct {
 
 func (x *RedriveRequest) Reset() {
 	*x = RedriveRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2972,7 @@ func (x *RedriveRequest) String() string {
 func (*RedriveRequest) ProtoMessage() {}
 
 func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2985,7 @@ func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveRequest.ProtoReflect.Descriptor instead.
 func (*RedriveRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{39}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RedriveRequest) GetQueue() string {
@@ -2782,7 +3069,7 @@ type RedriveResponse struct {
 
 func (x *RedriveResponse) Reset() {
 	*x = RedriveResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2794,7 +3081,7 @@ func (x *RedriveResponse) String() string {
 func (*RedriveResponse) ProtoMessage() {}
 
 func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2807,7 +3094,7 @@ func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveResponse.ProtoReflect.Descriptor instead.
 func (*RedriveResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{40}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RedriveResponse) GetMoved() int64 {
@@ -2849,7 +3136,7 @@ type RedriveJob struct {
 
 func (x *RedriveJob) Reset() {
 	*x = RedriveJob{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +3148,7 @@ func (x *RedriveJob) String() string {
 func (*RedriveJob) ProtoMessage() {}
 
 func (x *RedriveJob) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +3161,7 @@ func (x *RedriveJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveJob.ProtoReflect.Descriptor instead.
 func (*RedriveJob) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{41}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RedriveJob) GetId() string {
@@ -2962,7 +3249,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3261,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3274,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{42}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PauseQueueRequest) GetName() string {
@@ -3020,7 +3307,7 @@ type PauseQueueResponse struct {
 
 func (x *PauseQueueResponse) Reset() {
 	*x = PauseQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3032,7 +3319,7 @@ func (x *PauseQueueResponse) String() string {
 func (*PauseQueueResponse) ProtoMessage() {}
 
 func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3045,7 +3332,7 @@ func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueResponse.ProtoReflect.Descriptor instead.
 func (*PauseQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{43}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PauseQueueResponse) GetQueue() *QueueInfo {
@@ -3067,7 +3354,7 @@ type ResumeQueueRequest struct {
 
 func (x *ResumeQueueRequest) Reset() {
 	*x = ResumeQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3079,7 +3366,7 @@ func (x *ResumeQueueRequest) String() string {
 func (*ResumeQueueRequest) ProtoMessage() {}
 
 func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3092,7 +3379,7 @@ func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueRequest.ProtoReflect.Descriptor instead.
 func (*ResumeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ResumeQueueRequest) GetName() string {
@@ -3118,7 +3405,7 @@ type ResumeQueueResponse struct {
 
 func (x *ResumeQueueResponse) Reset() {
 	*x = ResumeQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3130,7 +3417,7 @@ func (x *ResumeQueueResponse) String() string {
 func (*ResumeQueueResponse) ProtoMessage() {}
 
 func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3143,7 +3430,7 @@ func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueResponse.ProtoReflect.Descriptor instead.
 func (*ResumeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ResumeQueueResponse) GetQueue() *QueueInfo {
@@ -3202,7 +3489,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3214,7 +3501,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3227,7 +3514,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Node) GetId() string {
@@ -3364,7 +3651,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3376,7 +3663,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3389,7 +3676,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BuildInfo) GetVersion() string {
@@ -3432,7 +3719,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3444,7 +3731,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3457,7 +3744,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StatusRequest) GetLocalOnly() bool {
@@ -3500,7 +3787,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3512,7 +3799,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3525,7 +3812,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StatusResponse) GetLeaderId() string {
@@ -3627,7 +3914,7 @@ type RefusedMember struct {
 
 func (x *RefusedMember) Reset() {
 	*x = RefusedMember{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3639,7 +3926,7 @@ func (x *RefusedMember) String() string {
 func (*RefusedMember) ProtoMessage() {}
 
 func (x *RefusedMember) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3652,7 +3939,7 @@ func (x *RefusedMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefusedMember.ProtoReflect.Descriptor instead.
 func (*RefusedMember) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RefusedMember) GetId() string {
@@ -3699,7 +3986,7 @@ type ClusterSettings struct {
 
 func (x *ClusterSettings) Reset() {
 	*x = ClusterSettings{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +3998,7 @@ func (x *ClusterSettings) String() string {
 func (*ClusterSettings) ProtoMessage() {}
 
 func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +4011,7 @@ func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSettings.ProtoReflect.Descriptor instead.
 func (*ClusterSettings) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ClusterSettings) GetMaxQueuedBytes() int64 {
@@ -3757,7 +4044,7 @@ type SetClusterSettingsRequest struct {
 
 func (x *SetClusterSettingsRequest) Reset() {
 	*x = SetClusterSettingsRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3769,7 +4056,7 @@ func (x *SetClusterSettingsRequest) String() string {
 func (*SetClusterSettingsRequest) ProtoMessage() {}
 
 func (x *SetClusterSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3782,7 +4069,7 @@ func (x *SetClusterSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterSettingsRequest.ProtoReflect.Descriptor instead.
 func (*SetClusterSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetClusterSettingsRequest) GetMaxQueuedBytes() int64 {
@@ -3815,7 +4102,7 @@ type SetClusterSettingsResponse struct {
 
 func (x *SetClusterSettingsResponse) Reset() {
 	*x = SetClusterSettingsResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3827,7 +4114,7 @@ func (x *SetClusterSettingsResponse) String() string {
 func (*SetClusterSettingsResponse) ProtoMessage() {}
 
 func (x *SetClusterSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3840,7 +4127,7 @@ func (x *SetClusterSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterSettingsResponse.ProtoReflect.Descriptor instead.
 func (*SetClusterSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SetClusterSettingsResponse) GetSettings() *ClusterSettings {
@@ -3862,7 +4149,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3874,7 +4161,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3887,7 +4174,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -3912,7 +4199,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3924,7 +4211,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3937,7 +4224,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
 }
 
 type LeaveRequest struct {
@@ -3951,7 +4238,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3963,7 +4250,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3976,7 +4263,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *LeaveRequest) GetForce() bool {
@@ -3996,7 +4283,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4008,7 +4295,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4021,7 +4308,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *LeaveResponse) GetId() string {
@@ -4040,7 +4327,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4052,7 +4339,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4065,7 +4352,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TransferLeadershipRequest) GetToId() string {
@@ -4084,7 +4371,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4096,7 +4383,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4109,7 +4396,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TransferLeadershipResponse) GetNewLeaderId() string {
@@ -4127,7 +4414,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4139,7 +4426,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4152,7 +4439,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
 }
 
 type SnapshotResponse struct {
@@ -4164,7 +4451,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4176,7 +4463,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4189,7 +4476,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -4212,7 +4499,7 @@ type NodeDigest struct {
 
 func (x *NodeDigest) Reset() {
 	*x = NodeDigest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4224,7 +4511,7 @@ func (x *NodeDigest) String() string {
 func (*NodeDigest) ProtoMessage() {}
 
 func (x *NodeDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4237,7 +4524,7 @@ func (x *NodeDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDigest.ProtoReflect.Descriptor instead.
 func (*NodeDigest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *NodeDigest) GetId() string {
@@ -4292,7 +4579,7 @@ type ReportDivergenceRequest struct {
 
 func (x *ReportDivergenceRequest) Reset() {
 	*x = ReportDivergenceRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4304,7 +4591,7 @@ func (x *ReportDivergenceRequest) String() string {
 func (*ReportDivergenceRequest) ProtoMessage() {}
 
 func (x *ReportDivergenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4317,7 +4604,7 @@ func (x *ReportDivergenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDivergenceRequest.ProtoReflect.Descriptor instead.
 func (*ReportDivergenceRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ReportDivergenceRequest) GetIndex() uint64 {
@@ -4360,7 +4647,7 @@ type ReportDivergenceResponse struct {
 
 func (x *ReportDivergenceResponse) Reset() {
 	*x = ReportDivergenceResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4372,7 +4659,7 @@ func (x *ReportDivergenceResponse) String() string {
 func (*ReportDivergenceResponse) ProtoMessage() {}
 
 func (x *ReportDivergenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4385,7 +4672,7 @@ func (x *ReportDivergenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDivergenceResponse.ProtoReflect.Descriptor instead.
 func (*ReportDivergenceResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ReportDivergenceResponse) GetDiverged() bool {
@@ -4414,7 +4701,7 @@ type RepairCorruptRequest struct {
 
 func (x *RepairCorruptRequest) Reset() {
 	*x = RepairCorruptRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4426,7 +4713,7 @@ func (x *RepairCorruptRequest) String() string {
 func (*RepairCorruptRequest) ProtoMessage() {}
 
 func (x *RepairCorruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4439,7 +4726,7 @@ func (x *RepairCorruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairCorruptRequest.ProtoReflect.Descriptor instead.
 func (*RepairCorruptRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RepairCorruptRequest) GetNodeId() string {
@@ -4469,7 +4756,7 @@ type RepairCorruptResponse struct {
 
 func (x *RepairCorruptResponse) Reset() {
 	*x = RepairCorruptResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4481,7 +4768,7 @@ func (x *RepairCorruptResponse) String() string {
 func (*RepairCorruptResponse) ProtoMessage() {}
 
 func (x *RepairCorruptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4494,7 +4781,7 @@ func (x *RepairCorruptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairCorruptResponse.ProtoReflect.Descriptor instead.
 func (*RepairCorruptResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RepairCorruptResponse) GetRemoved() bool {
@@ -4524,7 +4811,7 @@ type RecountQueuesRequest struct {
 
 func (x *RecountQueuesRequest) Reset() {
 	*x = RecountQueuesRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4536,7 +4823,7 @@ func (x *RecountQueuesRequest) String() string {
 func (*RecountQueuesRequest) ProtoMessage() {}
 
 func (x *RecountQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4549,7 +4836,7 @@ func (x *RecountQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueuesRequest.ProtoReflect.Descriptor instead.
 func (*RecountQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RecountQueuesRequest) GetQueues() []string {
@@ -4576,7 +4863,7 @@ type RecountQueuesResponse struct {
 
 func (x *RecountQueuesResponse) Reset() {
 	*x = RecountQueuesResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4588,7 +4875,7 @@ func (x *RecountQueuesResponse) String() string {
 func (*RecountQueuesResponse) ProtoMessage() {}
 
 func (x *RecountQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4601,7 +4888,7 @@ func (x *RecountQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueuesResponse.ProtoReflect.Descriptor instead.
 func (*RecountQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
 }
 
 type VerifyRequest struct {
@@ -4612,7 +4899,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4624,7 +4911,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4637,7 +4924,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
 }
 
 type VerifyResponse struct {
@@ -4656,7 +4943,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4668,7 +4955,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4681,7 +4968,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *VerifyResponse) GetNodes() []*NodeDigest {
@@ -4713,7 +5000,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4725,7 +5012,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4738,7 +5025,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
 }
 
 type CheckpointResponse struct {
@@ -4750,7 +5037,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4762,7 +5049,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4775,7 +5062,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *CheckpointResponse) GetIndex() uint64 {
@@ -4794,7 +5081,7 @@ type LocalDigestRequest struct {
 
 func (x *LocalDigestRequest) Reset() {
 	*x = LocalDigestRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4806,7 +5093,7 @@ func (x *LocalDigestRequest) String() string {
 func (*LocalDigestRequest) ProtoMessage() {}
 
 func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4819,7 +5106,7 @@ func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalDigestRequest.ProtoReflect.Descriptor instead.
 func (*LocalDigestRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *LocalDigestRequest) GetIndex() uint64 {
@@ -4838,7 +5125,7 @@ type ListConsumersRequest struct {
 
 func (x *ListConsumersRequest) Reset() {
 	*x = ListConsumersRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4850,7 +5137,7 @@ func (x *ListConsumersRequest) String() string {
 func (*ListConsumersRequest) ProtoMessage() {}
 
 func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4863,7 +5150,7 @@ func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersRequest.ProtoReflect.Descriptor instead.
 func (*ListConsumersRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListConsumersRequest) GetQueue() string {
@@ -4882,7 +5169,7 @@ type ListConsumersResponse struct {
 
 func (x *ListConsumersResponse) Reset() {
 	*x = ListConsumersResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4894,7 +5181,7 @@ func (x *ListConsumersResponse) String() string {
 func (*ListConsumersResponse) ProtoMessage() {}
 
 func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4907,7 +5194,7 @@ func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
@@ -4946,7 +5233,7 @@ type ConsumerInfo struct {
 
 func (x *ConsumerInfo) Reset() {
 	*x = ConsumerInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4958,7 +5245,7 @@ func (x *ConsumerInfo) String() string {
 func (*ConsumerInfo) ProtoMessage() {}
 
 func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4971,7 +5258,7 @@ func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ConsumerInfo) GetName() string {
@@ -5062,7 +5349,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5074,7 +5361,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5087,7 +5374,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -5132,7 +5419,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5144,7 +5431,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5157,7 +5444,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *CreateTokenResponse) GetName() string {
@@ -5201,7 +5488,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5213,7 +5500,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5226,7 +5513,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *RevokeTokenRequest) GetName() string {
@@ -5251,7 +5538,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5263,7 +5550,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5276,7 +5563,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{84}
 }
 
 type GrantRequest struct {
@@ -5299,7 +5586,7 @@ type GrantRequest struct {
 
 func (x *GrantRequest) Reset() {
 	*x = GrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5311,7 +5598,7 @@ func (x *GrantRequest) String() string {
 func (*GrantRequest) ProtoMessage() {}
 
 func (x *GrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5324,7 +5611,7 @@ func (x *GrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRequest.ProtoReflect.Descriptor instead.
 func (*GrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{81}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *GrantRequest) GetIdentity() string {
@@ -5370,7 +5657,7 @@ type GrantResponse struct {
 
 func (x *GrantResponse) Reset() {
 	*x = GrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5382,7 +5669,7 @@ func (x *GrantResponse) String() string {
 func (*GrantResponse) ProtoMessage() {}
 
 func (x *GrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5395,7 +5682,7 @@ func (x *GrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantResponse.ProtoReflect.Descriptor instead.
 func (*GrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{82}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{86}
 }
 
 type UngrantRequest struct {
@@ -5414,7 +5701,7 @@ type UngrantRequest struct {
 
 func (x *UngrantRequest) Reset() {
 	*x = UngrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5426,7 +5713,7 @@ func (x *UngrantRequest) String() string {
 func (*UngrantRequest) ProtoMessage() {}
 
 func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5439,7 +5726,7 @@ func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantRequest.ProtoReflect.Descriptor instead.
 func (*UngrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{83}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *UngrantRequest) GetIdentity() string {
@@ -5478,7 +5765,7 @@ type UngrantResponse struct {
 
 func (x *UngrantResponse) Reset() {
 	*x = UngrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5490,7 +5777,7 @@ func (x *UngrantResponse) String() string {
 func (*UngrantResponse) ProtoMessage() {}
 
 func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5503,7 +5790,7 @@ func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantResponse.ProtoReflect.Descriptor instead.
 func (*UngrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{84}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{88}
 }
 
 type ListAuthRequest struct {
@@ -5514,7 +5801,7 @@ type ListAuthRequest struct {
 
 func (x *ListAuthRequest) Reset() {
 	*x = ListAuthRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5526,7 +5813,7 @@ func (x *ListAuthRequest) String() string {
 func (*ListAuthRequest) ProtoMessage() {}
 
 func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5539,7 +5826,7 @@ func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthRequest.ProtoReflect.Descriptor instead.
 func (*ListAuthRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{85}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{89}
 }
 
 type ListAuthResponse struct {
@@ -5551,7 +5838,7 @@ type ListAuthResponse struct {
 
 func (x *ListAuthResponse) Reset() {
 	*x = ListAuthResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5563,7 +5850,7 @@ func (x *ListAuthResponse) String() string {
 func (*ListAuthResponse) ProtoMessage() {}
 
 func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5576,7 +5863,7 @@ func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthResponse.ProtoReflect.Descriptor instead.
 func (*ListAuthResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{86}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListAuthResponse) GetIdentities() []*IdentityInfo {
@@ -5598,7 +5885,7 @@ type IdentityInfo struct {
 
 func (x *IdentityInfo) Reset() {
 	*x = IdentityInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5610,7 +5897,7 @@ func (x *IdentityInfo) String() string {
 func (*IdentityInfo) ProtoMessage() {}
 
 func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5623,7 +5910,7 @@ func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityInfo.ProtoReflect.Descriptor instead.
 func (*IdentityInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{87}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *IdentityInfo) GetName() string {
@@ -5666,7 +5953,7 @@ type TokenInfo struct {
 
 func (x *TokenInfo) Reset() {
 	*x = TokenInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5678,7 +5965,7 @@ func (x *TokenInfo) String() string {
 func (*TokenInfo) ProtoMessage() {}
 
 func (x *TokenInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5691,7 +5978,7 @@ func (x *TokenInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenInfo.ProtoReflect.Descriptor instead.
 func (*TokenInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{88}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *TokenInfo) GetName() string {
@@ -5725,7 +6012,7 @@ type PermissionGrant struct {
 
 func (x *PermissionGrant) Reset() {
 	*x = PermissionGrant{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5737,7 +6024,7 @@ func (x *PermissionGrant) String() string {
 func (*PermissionGrant) ProtoMessage() {}
 
 func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5750,7 +6037,7 @@ func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionGrant.ProtoReflect.Descriptor instead.
 func (*PermissionGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{89}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *PermissionGrant) GetPattern() string {
@@ -5775,7 +6062,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[90]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5787,7 +6074,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[90]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5800,7 +6087,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{90}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{94}
 }
 
 type WhoAmIResponse struct {
@@ -5816,7 +6103,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[91]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5828,7 +6115,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[91]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5841,7 +6128,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{91}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *WhoAmIResponse) GetIdentity() string {
@@ -5880,7 +6167,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[92]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5892,7 +6179,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[92]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5905,7 +6192,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{92}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{96}
 }
 
 // BackupChunk is one message of a Backup stream: first info (alone), then
@@ -5926,7 +6213,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[93]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5938,7 +6225,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[93]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5951,7 +6238,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{93}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *BackupChunk) GetInfo() *BackupInfo {
@@ -6002,7 +6289,7 @@ type BackupInfo struct {
 
 func (x *BackupInfo) Reset() {
 	*x = BackupInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[94]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6014,7 +6301,7 @@ func (x *BackupInfo) String() string {
 func (*BackupInfo) ProtoMessage() {}
 
 func (x *BackupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[94]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6027,7 +6314,7 @@ func (x *BackupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupInfo.ProtoReflect.Descriptor instead.
 func (*BackupInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{94}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *BackupInfo) GetIndex() uint64 {
@@ -6152,7 +6439,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\t \x01(\x03R\x05ttlMs\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc9\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x05\n" +
 	"\bDelivery\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -6170,10 +6457,21 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x11lease_deadline_ms\x18\f \x01(\x03R\x0fleaseDeadlineMs\x12!\n" +
 	"\forigin_queue\x18\r \x01(\tR\voriginQueue\x12,\n" +
 	"\x12dead_letter_reason\x18\x0e \x01(\tR\x10deadLetterReason\x12,\n" +
-	"\x12lease_remaining_ms\x18\x0f \x01(\x03R\x10leaseRemainingMs\x1a:\n" +
+	"\x12lease_remaining_ms\x18\x0f \x01(\x03R\x10leaseRemainingMs\x12+\n" +
+	"\ahistory\x18\x10 \x03(\v2\x11.raftq.v1.AttemptR\ahistory\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x11 \x01(\tR\tlastError\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"J\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb3\x01\n" +
+	"\aAttempt\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x1a\n" +
+	"\bconsumer\x18\x02 \x01(\tR\bconsumer\x12 \n" +
+	"\fleased_at_ms\x18\x03 \x01(\x03R\n" +
+	"leasedAtMs\x12\x1e\n" +
+	"\vended_at_ms\x18\x04 \x01(\x03R\tendedAtMs\x12\x18\n" +
+	"\aoutcome\x18\x05 \x01(\tR\aoutcome\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"J\n" +
 	"\bLeaseRef\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x1f\n" +
@@ -6280,7 +6578,19 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\rolder_than_ms\x18\x06 \x01(\x03R\volderThanMs\x12\x19\n" +
 	"\bafter_id\x18\a \x01(\tR\aafterId\">\n" +
 	"\fPeekResponse\x12.\n" +
-	"\bmessages\x18\x01 \x03(\v2\x12.raftq.v1.DeliveryR\bmessages\"\xd0\x02\n" +
+	"\bmessages\x18\x01 \x03(\v2\x12.raftq.v1.DeliveryR\bmessages\"H\n" +
+	"\x11GetMessageRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x02 \x01(\tR\tmessageId\"\x88\x01\n" +
+	"\x12GetMessageResponse\x12,\n" +
+	"\amessage\x18\x01 \x01(\v2\x12.raftq.v1.DeliveryR\amessage\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12.\n" +
+	"\x06events\x18\x03 \x03(\v2\x16.raftq.v1.MessageEventR\x06events\"O\n" +
+	"\fMessageEvent\x12\x13\n" +
+	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xd0\x02\n" +
 	"\x0eRedriveRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12'\n" +
@@ -6524,7 +6834,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x0fcluster_version\x18\x03 \x01(\rR\x0eclusterVersion\x12\x17\n" +
 	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
-	"created_ms\x18\x05 \x01(\x03R\tcreatedMs2\xa8\t\n" +
+	"created_ms\x18\x05 \x01(\x03R\tcreatedMs2\xf1\t\n" +
 	"\x06Broker\x12J\n" +
 	"\vCreateQueue\x12\x1c.raftq.v1.CreateQueueRequest\x1a\x1d.raftq.v1.CreateQueueResponse\x12J\n" +
 	"\vUpdateQueue\x12\x1c.raftq.v1.UpdateQueueRequest\x1a\x1d.raftq.v1.UpdateQueueResponse\x12J\n" +
@@ -6545,7 +6855,9 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\n" +
 	"PauseQueue\x12\x1b.raftq.v1.PauseQueueRequest\x1a\x1c.raftq.v1.PauseQueueResponse\x12J\n" +
 	"\vResumeQueue\x12\x1c.raftq.v1.ResumeQueueRequest\x1a\x1d.raftq.v1.ResumeQueueResponse\x12P\n" +
-	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse2\xd2\a\n" +
+	"\rListConsumers\x12\x1e.raftq.v1.ListConsumersRequest\x1a\x1f.raftq.v1.ListConsumersResponse\x12G\n" +
+	"\n" +
+	"GetMessage\x12\x1b.raftq.v1.GetMessageRequest\x1a\x1c.raftq.v1.GetMessageResponse2\xd2\a\n" +
 	"\aCluster\x12;\n" +
 	"\x06Status\x12\x17.raftq.v1.StatusRequest\x1a\x18.raftq.v1.StatusResponse\x12G\n" +
 	"\n" +
@@ -6582,7 +6894,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 98)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 102)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -6594,218 +6906,227 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*DrainEstimate)(nil),              // 7: raftq.v1.DrainEstimate
 	(*EnqueueMessage)(nil),             // 8: raftq.v1.EnqueueMessage
 	(*Delivery)(nil),                   // 9: raftq.v1.Delivery
-	(*LeaseRef)(nil),                   // 10: raftq.v1.LeaseRef
-	(*NackItem)(nil),                   // 11: raftq.v1.NackItem
-	(*ItemResult)(nil),                 // 12: raftq.v1.ItemResult
-	(*CreateQueueRequest)(nil),         // 13: raftq.v1.CreateQueueRequest
-	(*CreateQueueResponse)(nil),        // 14: raftq.v1.CreateQueueResponse
-	(*UpdateQueueRequest)(nil),         // 15: raftq.v1.UpdateQueueRequest
-	(*UpdateQueueResponse)(nil),        // 16: raftq.v1.UpdateQueueResponse
-	(*DeleteQueueRequest)(nil),         // 17: raftq.v1.DeleteQueueRequest
-	(*DeleteQueueResponse)(nil),        // 18: raftq.v1.DeleteQueueResponse
-	(*GetQueueRequest)(nil),            // 19: raftq.v1.GetQueueRequest
-	(*GetQueueResponse)(nil),           // 20: raftq.v1.GetQueueResponse
-	(*ListQueuesRequest)(nil),          // 21: raftq.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),         // 22: raftq.v1.ListQueuesResponse
-	(*PurgeQueueRequest)(nil),          // 23: raftq.v1.PurgeQueueRequest
-	(*PurgeQueueResponse)(nil),         // 24: raftq.v1.PurgeQueueResponse
-	(*EnqueueRequest)(nil),             // 25: raftq.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),            // 26: raftq.v1.EnqueueResponse
-	(*EnqueueStreamRequest)(nil),       // 27: raftq.v1.EnqueueStreamRequest
-	(*EnqueueStreamResponse)(nil),      // 28: raftq.v1.EnqueueStreamResponse
-	(*LeaseRequest)(nil),               // 29: raftq.v1.LeaseRequest
-	(*LeaseResponse)(nil),              // 30: raftq.v1.LeaseResponse
-	(*AckRequest)(nil),                 // 31: raftq.v1.AckRequest
-	(*AckResponse)(nil),                // 32: raftq.v1.AckResponse
-	(*NackRequest)(nil),                // 33: raftq.v1.NackRequest
-	(*NackResponse)(nil),               // 34: raftq.v1.NackResponse
-	(*ExtendLeaseRequest)(nil),         // 35: raftq.v1.ExtendLeaseRequest
-	(*ExtendLeaseResponse)(nil),        // 36: raftq.v1.ExtendLeaseResponse
-	(*PeekRequest)(nil),                // 37: raftq.v1.PeekRequest
-	(*PeekResponse)(nil),               // 38: raftq.v1.PeekResponse
-	(*RedriveRequest)(nil),             // 39: raftq.v1.RedriveRequest
-	(*RedriveResponse)(nil),            // 40: raftq.v1.RedriveResponse
-	(*RedriveJob)(nil),                 // 41: raftq.v1.RedriveJob
-	(*PauseQueueRequest)(nil),          // 42: raftq.v1.PauseQueueRequest
-	(*PauseQueueResponse)(nil),         // 43: raftq.v1.PauseQueueResponse
-	(*ResumeQueueRequest)(nil),         // 44: raftq.v1.ResumeQueueRequest
-	(*ResumeQueueResponse)(nil),        // 45: raftq.v1.ResumeQueueResponse
-	(*Node)(nil),                       // 46: raftq.v1.Node
-	(*BuildInfo)(nil),                  // 47: raftq.v1.BuildInfo
-	(*StatusRequest)(nil),              // 48: raftq.v1.StatusRequest
-	(*StatusResponse)(nil),             // 49: raftq.v1.StatusResponse
-	(*RefusedMember)(nil),              // 50: raftq.v1.RefusedMember
-	(*ClusterSettings)(nil),            // 51: raftq.v1.ClusterSettings
-	(*SetClusterSettingsRequest)(nil),  // 52: raftq.v1.SetClusterSettingsRequest
-	(*SetClusterSettingsResponse)(nil), // 53: raftq.v1.SetClusterSettingsResponse
-	(*RemoveNodeRequest)(nil),          // 54: raftq.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 55: raftq.v1.RemoveNodeResponse
-	(*LeaveRequest)(nil),               // 56: raftq.v1.LeaveRequest
-	(*LeaveResponse)(nil),              // 57: raftq.v1.LeaveResponse
-	(*TransferLeadershipRequest)(nil),  // 58: raftq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 59: raftq.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 60: raftq.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 61: raftq.v1.SnapshotResponse
-	(*NodeDigest)(nil),                 // 62: raftq.v1.NodeDigest
-	(*ReportDivergenceRequest)(nil),    // 63: raftq.v1.ReportDivergenceRequest
-	(*ReportDivergenceResponse)(nil),   // 64: raftq.v1.ReportDivergenceResponse
-	(*RepairCorruptRequest)(nil),       // 65: raftq.v1.RepairCorruptRequest
-	(*RepairCorruptResponse)(nil),      // 66: raftq.v1.RepairCorruptResponse
-	(*RecountQueuesRequest)(nil),       // 67: raftq.v1.RecountQueuesRequest
-	(*RecountQueuesResponse)(nil),      // 68: raftq.v1.RecountQueuesResponse
-	(*VerifyRequest)(nil),              // 69: raftq.v1.VerifyRequest
-	(*VerifyResponse)(nil),             // 70: raftq.v1.VerifyResponse
-	(*CheckpointRequest)(nil),          // 71: raftq.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),         // 72: raftq.v1.CheckpointResponse
-	(*LocalDigestRequest)(nil),         // 73: raftq.v1.LocalDigestRequest
-	(*ListConsumersRequest)(nil),       // 74: raftq.v1.ListConsumersRequest
-	(*ListConsumersResponse)(nil),      // 75: raftq.v1.ListConsumersResponse
-	(*ConsumerInfo)(nil),               // 76: raftq.v1.ConsumerInfo
-	(*CreateTokenRequest)(nil),         // 77: raftq.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),        // 78: raftq.v1.CreateTokenResponse
-	(*RevokeTokenRequest)(nil),         // 79: raftq.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),        // 80: raftq.v1.RevokeTokenResponse
-	(*GrantRequest)(nil),               // 81: raftq.v1.GrantRequest
-	(*GrantResponse)(nil),              // 82: raftq.v1.GrantResponse
-	(*UngrantRequest)(nil),             // 83: raftq.v1.UngrantRequest
-	(*UngrantResponse)(nil),            // 84: raftq.v1.UngrantResponse
-	(*ListAuthRequest)(nil),            // 85: raftq.v1.ListAuthRequest
-	(*ListAuthResponse)(nil),           // 86: raftq.v1.ListAuthResponse
-	(*IdentityInfo)(nil),               // 87: raftq.v1.IdentityInfo
-	(*TokenInfo)(nil),                  // 88: raftq.v1.TokenInfo
-	(*PermissionGrant)(nil),            // 89: raftq.v1.PermissionGrant
-	(*WhoAmIRequest)(nil),              // 90: raftq.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),             // 91: raftq.v1.WhoAmIResponse
-	(*BackupRequest)(nil),              // 92: raftq.v1.BackupRequest
-	(*BackupChunk)(nil),                // 93: raftq.v1.BackupChunk
-	(*BackupInfo)(nil),                 // 94: raftq.v1.BackupInfo
-	nil,                                // 95: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 96: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 97: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 98: google.protobuf.FieldMask
-	(*status.Status)(nil),              // 99: google.rpc.Status
+	(*Attempt)(nil),                    // 10: raftq.v1.Attempt
+	(*LeaseRef)(nil),                   // 11: raftq.v1.LeaseRef
+	(*NackItem)(nil),                   // 12: raftq.v1.NackItem
+	(*ItemResult)(nil),                 // 13: raftq.v1.ItemResult
+	(*CreateQueueRequest)(nil),         // 14: raftq.v1.CreateQueueRequest
+	(*CreateQueueResponse)(nil),        // 15: raftq.v1.CreateQueueResponse
+	(*UpdateQueueRequest)(nil),         // 16: raftq.v1.UpdateQueueRequest
+	(*UpdateQueueResponse)(nil),        // 17: raftq.v1.UpdateQueueResponse
+	(*DeleteQueueRequest)(nil),         // 18: raftq.v1.DeleteQueueRequest
+	(*DeleteQueueResponse)(nil),        // 19: raftq.v1.DeleteQueueResponse
+	(*GetQueueRequest)(nil),            // 20: raftq.v1.GetQueueRequest
+	(*GetQueueResponse)(nil),           // 21: raftq.v1.GetQueueResponse
+	(*ListQueuesRequest)(nil),          // 22: raftq.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),         // 23: raftq.v1.ListQueuesResponse
+	(*PurgeQueueRequest)(nil),          // 24: raftq.v1.PurgeQueueRequest
+	(*PurgeQueueResponse)(nil),         // 25: raftq.v1.PurgeQueueResponse
+	(*EnqueueRequest)(nil),             // 26: raftq.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),            // 27: raftq.v1.EnqueueResponse
+	(*EnqueueStreamRequest)(nil),       // 28: raftq.v1.EnqueueStreamRequest
+	(*EnqueueStreamResponse)(nil),      // 29: raftq.v1.EnqueueStreamResponse
+	(*LeaseRequest)(nil),               // 30: raftq.v1.LeaseRequest
+	(*LeaseResponse)(nil),              // 31: raftq.v1.LeaseResponse
+	(*AckRequest)(nil),                 // 32: raftq.v1.AckRequest
+	(*AckResponse)(nil),                // 33: raftq.v1.AckResponse
+	(*NackRequest)(nil),                // 34: raftq.v1.NackRequest
+	(*NackResponse)(nil),               // 35: raftq.v1.NackResponse
+	(*ExtendLeaseRequest)(nil),         // 36: raftq.v1.ExtendLeaseRequest
+	(*ExtendLeaseResponse)(nil),        // 37: raftq.v1.ExtendLeaseResponse
+	(*PeekRequest)(nil),                // 38: raftq.v1.PeekRequest
+	(*PeekResponse)(nil),               // 39: raftq.v1.PeekResponse
+	(*GetMessageRequest)(nil),          // 40: raftq.v1.GetMessageRequest
+	(*GetMessageResponse)(nil),         // 41: raftq.v1.GetMessageResponse
+	(*MessageEvent)(nil),               // 42: raftq.v1.MessageEvent
+	(*RedriveRequest)(nil),             // 43: raftq.v1.RedriveRequest
+	(*RedriveResponse)(nil),            // 44: raftq.v1.RedriveResponse
+	(*RedriveJob)(nil),                 // 45: raftq.v1.RedriveJob
+	(*PauseQueueRequest)(nil),          // 46: raftq.v1.PauseQueueRequest
+	(*PauseQueueResponse)(nil),         // 47: raftq.v1.PauseQueueResponse
+	(*ResumeQueueRequest)(nil),         // 48: raftq.v1.ResumeQueueRequest
+	(*ResumeQueueResponse)(nil),        // 49: raftq.v1.ResumeQueueResponse
+	(*Node)(nil),                       // 50: raftq.v1.Node
+	(*BuildInfo)(nil),                  // 51: raftq.v1.BuildInfo
+	(*StatusRequest)(nil),              // 52: raftq.v1.StatusRequest
+	(*StatusResponse)(nil),             // 53: raftq.v1.StatusResponse
+	(*RefusedMember)(nil),              // 54: raftq.v1.RefusedMember
+	(*ClusterSettings)(nil),            // 55: raftq.v1.ClusterSettings
+	(*SetClusterSettingsRequest)(nil),  // 56: raftq.v1.SetClusterSettingsRequest
+	(*SetClusterSettingsResponse)(nil), // 57: raftq.v1.SetClusterSettingsResponse
+	(*RemoveNodeRequest)(nil),          // 58: raftq.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 59: raftq.v1.RemoveNodeResponse
+	(*LeaveRequest)(nil),               // 60: raftq.v1.LeaveRequest
+	(*LeaveResponse)(nil),              // 61: raftq.v1.LeaveResponse
+	(*TransferLeadershipRequest)(nil),  // 62: raftq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 63: raftq.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 64: raftq.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 65: raftq.v1.SnapshotResponse
+	(*NodeDigest)(nil),                 // 66: raftq.v1.NodeDigest
+	(*ReportDivergenceRequest)(nil),    // 67: raftq.v1.ReportDivergenceRequest
+	(*ReportDivergenceResponse)(nil),   // 68: raftq.v1.ReportDivergenceResponse
+	(*RepairCorruptRequest)(nil),       // 69: raftq.v1.RepairCorruptRequest
+	(*RepairCorruptResponse)(nil),      // 70: raftq.v1.RepairCorruptResponse
+	(*RecountQueuesRequest)(nil),       // 71: raftq.v1.RecountQueuesRequest
+	(*RecountQueuesResponse)(nil),      // 72: raftq.v1.RecountQueuesResponse
+	(*VerifyRequest)(nil),              // 73: raftq.v1.VerifyRequest
+	(*VerifyResponse)(nil),             // 74: raftq.v1.VerifyResponse
+	(*CheckpointRequest)(nil),          // 75: raftq.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 76: raftq.v1.CheckpointResponse
+	(*LocalDigestRequest)(nil),         // 77: raftq.v1.LocalDigestRequest
+	(*ListConsumersRequest)(nil),       // 78: raftq.v1.ListConsumersRequest
+	(*ListConsumersResponse)(nil),      // 79: raftq.v1.ListConsumersResponse
+	(*ConsumerInfo)(nil),               // 80: raftq.v1.ConsumerInfo
+	(*CreateTokenRequest)(nil),         // 81: raftq.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),        // 82: raftq.v1.CreateTokenResponse
+	(*RevokeTokenRequest)(nil),         // 83: raftq.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),        // 84: raftq.v1.RevokeTokenResponse
+	(*GrantRequest)(nil),               // 85: raftq.v1.GrantRequest
+	(*GrantResponse)(nil),              // 86: raftq.v1.GrantResponse
+	(*UngrantRequest)(nil),             // 87: raftq.v1.UngrantRequest
+	(*UngrantResponse)(nil),            // 88: raftq.v1.UngrantResponse
+	(*ListAuthRequest)(nil),            // 89: raftq.v1.ListAuthRequest
+	(*ListAuthResponse)(nil),           // 90: raftq.v1.ListAuthResponse
+	(*IdentityInfo)(nil),               // 91: raftq.v1.IdentityInfo
+	(*TokenInfo)(nil),                  // 92: raftq.v1.TokenInfo
+	(*PermissionGrant)(nil),            // 93: raftq.v1.PermissionGrant
+	(*WhoAmIRequest)(nil),              // 94: raftq.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),             // 95: raftq.v1.WhoAmIResponse
+	(*BackupRequest)(nil),              // 96: raftq.v1.BackupRequest
+	(*BackupChunk)(nil),                // 97: raftq.v1.BackupChunk
+	(*BackupInfo)(nil),                 // 98: raftq.v1.BackupInfo
+	nil,                                // 99: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 100: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 101: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 102: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 103: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	95, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
-	1,  // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
-	2,  // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
-	3,  // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
-	4,  // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
-	7,  // 5: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
-	41, // 6: raftq.v1.QueueInfo.redrives:type_name -> raftq.v1.RedriveJob
-	6,  // 7: raftq.v1.QueueInfo.paused_keys:type_name -> raftq.v1.PausedKey
-	96, // 8: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	97, // 9: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
-	1,  // 10: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	5,  // 11: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	1,  // 12: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	98, // 13: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
-	5,  // 14: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	5,  // 15: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	5,  // 16: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
-	8,  // 17: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
-	25, // 18: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
-	26, // 19: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
-	99, // 20: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
-	9,  // 21: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
-	10, // 22: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
-	12, // 23: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
-	11, // 24: raftq.v1.NackRequest.nacks:type_name -> raftq.v1.NackItem
-	12, // 25: raftq.v1.NackResponse.results:type_name -> raftq.v1.ItemResult
-	10, // 26: raftq.v1.ExtendLeaseRequest.leases:type_name -> raftq.v1.LeaseRef
-	12, // 27: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
-	9,  // 28: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
-	5,  // 29: raftq.v1.PauseQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	5,  // 30: raftq.v1.ResumeQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	46, // 31: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
-	51, // 32: raftq.v1.StatusResponse.settings:type_name -> raftq.v1.ClusterSettings
-	50, // 33: raftq.v1.StatusResponse.refused_members:type_name -> raftq.v1.RefusedMember
-	51, // 34: raftq.v1.SetClusterSettingsResponse.settings:type_name -> raftq.v1.ClusterSettings
-	62, // 35: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
-	76, // 36: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
-	87, // 37: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
-	88, // 38: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
-	89, // 39: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
-	89, // 40: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
-	94, // 41: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
-	0,  // 42: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
-	13, // 43: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
-	15, // 44: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
-	17, // 45: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
-	19, // 46: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
-	21, // 47: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
-	23, // 48: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
-	25, // 49: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
-	27, // 50: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
-	29, // 51: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
-	31, // 52: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
-	33, // 53: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
-	35, // 54: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
-	37, // 55: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
-	39, // 56: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	42, // 57: raftq.v1.Broker.PauseQueue:input_type -> raftq.v1.PauseQueueRequest
-	44, // 58: raftq.v1.Broker.ResumeQueue:input_type -> raftq.v1.ResumeQueueRequest
-	74, // 59: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
-	48, // 60: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
-	54, // 61: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
-	58, // 62: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
-	60, // 63: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	69, // 64: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	71, // 65: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	73, // 66: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
-	56, // 67: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
-	92, // 68: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
-	63, // 69: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
-	52, // 70: raftq.v1.Cluster.SetClusterSettings:input_type -> raftq.v1.SetClusterSettingsRequest
-	67, // 71: raftq.v1.Cluster.RecountQueues:input_type -> raftq.v1.RecountQueuesRequest
-	65, // 72: raftq.v1.Cluster.RepairCorrupt:input_type -> raftq.v1.RepairCorruptRequest
-	77, // 73: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
-	79, // 74: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
-	81, // 75: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
-	83, // 76: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
-	85, // 77: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
-	90, // 78: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
-	14, // 79: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	16, // 80: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	18, // 81: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	20, // 82: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	22, // 83: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	24, // 84: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	26, // 85: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	28, // 86: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
-	30, // 87: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	32, // 88: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	34, // 89: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	36, // 90: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	38, // 91: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	40, // 92: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	43, // 93: raftq.v1.Broker.PauseQueue:output_type -> raftq.v1.PauseQueueResponse
-	45, // 94: raftq.v1.Broker.ResumeQueue:output_type -> raftq.v1.ResumeQueueResponse
-	75, // 95: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
-	49, // 96: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	55, // 97: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	59, // 98: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	61, // 99: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	70, // 100: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	72, // 101: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	62, // 102: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	57, // 103: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
-	93, // 104: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
-	64, // 105: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
-	53, // 106: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
-	68, // 107: raftq.v1.Cluster.RecountQueues:output_type -> raftq.v1.RecountQueuesResponse
-	66, // 108: raftq.v1.Cluster.RepairCorrupt:output_type -> raftq.v1.RepairCorruptResponse
-	78, // 109: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
-	80, // 110: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
-	82, // 111: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
-	84, // 112: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
-	86, // 113: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
-	91, // 114: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
-	79, // [79:115] is the sub-list for method output_type
-	43, // [43:79] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	99,  // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	1,   // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
+	2,   // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
+	3,   // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
+	4,   // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
+	7,   // 5: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
+	45,  // 6: raftq.v1.QueueInfo.redrives:type_name -> raftq.v1.RedriveJob
+	6,   // 7: raftq.v1.QueueInfo.paused_keys:type_name -> raftq.v1.PausedKey
+	100, // 8: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	101, // 9: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	10,  // 10: raftq.v1.Delivery.history:type_name -> raftq.v1.Attempt
+	1,   // 11: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
+	5,   // 12: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	1,   // 13: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
+	102, // 14: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	5,   // 15: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	5,   // 16: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	5,   // 17: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
+	8,   // 18: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
+	26,  // 19: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
+	27,  // 20: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
+	103, // 21: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	9,   // 22: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
+	11,  // 23: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
+	13,  // 24: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
+	12,  // 25: raftq.v1.NackRequest.nacks:type_name -> raftq.v1.NackItem
+	13,  // 26: raftq.v1.NackResponse.results:type_name -> raftq.v1.ItemResult
+	11,  // 27: raftq.v1.ExtendLeaseRequest.leases:type_name -> raftq.v1.LeaseRef
+	13,  // 28: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
+	9,   // 29: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
+	9,   // 30: raftq.v1.GetMessageResponse.message:type_name -> raftq.v1.Delivery
+	42,  // 31: raftq.v1.GetMessageResponse.events:type_name -> raftq.v1.MessageEvent
+	5,   // 32: raftq.v1.PauseQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	5,   // 33: raftq.v1.ResumeQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	50,  // 34: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
+	55,  // 35: raftq.v1.StatusResponse.settings:type_name -> raftq.v1.ClusterSettings
+	54,  // 36: raftq.v1.StatusResponse.refused_members:type_name -> raftq.v1.RefusedMember
+	55,  // 37: raftq.v1.SetClusterSettingsResponse.settings:type_name -> raftq.v1.ClusterSettings
+	66,  // 38: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
+	80,  // 39: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
+	91,  // 40: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
+	92,  // 41: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
+	93,  // 42: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
+	93,  // 43: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
+	98,  // 44: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
+	0,   // 45: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
+	14,  // 46: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
+	16,  // 47: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
+	18,  // 48: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
+	20,  // 49: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
+	22,  // 50: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
+	24,  // 51: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
+	26,  // 52: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
+	28,  // 53: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
+	30,  // 54: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
+	32,  // 55: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
+	34,  // 56: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
+	36,  // 57: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
+	38,  // 58: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
+	43,  // 59: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
+	46,  // 60: raftq.v1.Broker.PauseQueue:input_type -> raftq.v1.PauseQueueRequest
+	48,  // 61: raftq.v1.Broker.ResumeQueue:input_type -> raftq.v1.ResumeQueueRequest
+	78,  // 62: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
+	40,  // 63: raftq.v1.Broker.GetMessage:input_type -> raftq.v1.GetMessageRequest
+	52,  // 64: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
+	58,  // 65: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
+	62,  // 66: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
+	64,  // 67: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
+	73,  // 68: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	75,  // 69: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	77,  // 70: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	60,  // 71: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
+	96,  // 72: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
+	67,  // 73: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
+	56,  // 74: raftq.v1.Cluster.SetClusterSettings:input_type -> raftq.v1.SetClusterSettingsRequest
+	71,  // 75: raftq.v1.Cluster.RecountQueues:input_type -> raftq.v1.RecountQueuesRequest
+	69,  // 76: raftq.v1.Cluster.RepairCorrupt:input_type -> raftq.v1.RepairCorruptRequest
+	81,  // 77: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
+	83,  // 78: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
+	85,  // 79: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
+	87,  // 80: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
+	89,  // 81: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
+	94,  // 82: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
+	15,  // 83: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	17,  // 84: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	19,  // 85: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	21,  // 86: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	23,  // 87: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	25,  // 88: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	27,  // 89: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	29,  // 90: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
+	31,  // 91: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	33,  // 92: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	35,  // 93: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	37,  // 94: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	39,  // 95: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	44,  // 96: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	47,  // 97: raftq.v1.Broker.PauseQueue:output_type -> raftq.v1.PauseQueueResponse
+	49,  // 98: raftq.v1.Broker.ResumeQueue:output_type -> raftq.v1.ResumeQueueResponse
+	79,  // 99: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
+	41,  // 100: raftq.v1.Broker.GetMessage:output_type -> raftq.v1.GetMessageResponse
+	53,  // 101: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	59,  // 102: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	63,  // 103: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	65,  // 104: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	74,  // 105: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	76,  // 106: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	66,  // 107: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	61,  // 108: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
+	97,  // 109: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
+	68,  // 110: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
+	57,  // 111: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
+	72,  // 112: raftq.v1.Cluster.RecountQueues:output_type -> raftq.v1.RecountQueuesResponse
+	70,  // 113: raftq.v1.Cluster.RepairCorrupt:output_type -> raftq.v1.RepairCorruptResponse
+	82,  // 114: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
+	84,  // 115: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
+	86,  // 116: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
+	88,  // 117: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
+	90,  // 118: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
+	95,  // 119: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
+	83,  // [83:120] is the sub-list for method output_type
+	46,  // [46:83] is the sub-list for method input_type
+	46,  // [46:46] is the sub-list for extension type_name
+	46,  // [46:46] is the sub-list for extension extendee
+	0,   // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_raftq_v1_raftq_proto_init() }
@@ -6813,14 +7134,14 @@ func file_raftq_v1_raftq_proto_init() {
 	if File_raftq_v1_raftq_proto != nil {
 		return
 	}
-	file_raftq_v1_raftq_proto_msgTypes[52].OneofWrappers = []any{}
+	file_raftq_v1_raftq_proto_msgTypes[56].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   98,
+			NumMessages:   102,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

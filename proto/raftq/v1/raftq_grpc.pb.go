@@ -39,6 +39,7 @@ const (
 	Broker_PauseQueue_FullMethodName    = "/raftq.v1.Broker/PauseQueue"
 	Broker_ResumeQueue_FullMethodName   = "/raftq.v1.Broker/ResumeQueue"
 	Broker_ListConsumers_FullMethodName = "/raftq.v1.Broker/ListConsumers"
+	Broker_GetMessage_FullMethodName    = "/raftq.v1.Broker/GetMessage"
 )
 
 // BrokerClient is the client API for Broker service.
@@ -76,6 +77,9 @@ type BrokerClient interface {
 	// ListConsumers describes the Lease streams registered on a queue, as
 	// the leader's scheduler sees them (a follower forwards the call).
 	ListConsumers(ctx context.Context, in *ListConsumersRequest, opts ...grpc.CallOption) (*ListConsumersResponse, error)
+	// GetMessage tells one message's life story: where it is now, its
+	// attempts and what happened to it (browse permission, as Peek).
+	GetMessage(ctx context.Context, in *GetMessageRequest, opts ...grpc.CallOption) (*GetMessageResponse, error)
 }
 
 type brokerClient struct {
@@ -268,6 +272,16 @@ func (c *brokerClient) ListConsumers(ctx context.Context, in *ListConsumersReque
 	return out, nil
 }
 
+func (c *brokerClient) GetMessage(ctx context.Context, in *GetMessageRequest, opts ...grpc.CallOption) (*GetMessageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetMessageResponse)
+	err := c.cc.Invoke(ctx, Broker_GetMessage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrokerServer is the server API for Broker service.
 // All implementations must embed UnimplementedBrokerServer
 // for forward compatibility.
@@ -303,6 +317,9 @@ type BrokerServer interface {
 	// ListConsumers describes the Lease streams registered on a queue, as
 	// the leader's scheduler sees them (a follower forwards the call).
 	ListConsumers(context.Context, *ListConsumersRequest) (*ListConsumersResponse, error)
+	// GetMessage tells one message's life story: where it is now, its
+	// attempts and what happened to it (browse permission, as Peek).
+	GetMessage(context.Context, *GetMessageRequest) (*GetMessageResponse, error)
 	mustEmbedUnimplementedBrokerServer()
 }
 
@@ -363,6 +380,9 @@ func (UnimplementedBrokerServer) ResumeQueue(context.Context, *ResumeQueueReques
 }
 func (UnimplementedBrokerServer) ListConsumers(context.Context, *ListConsumersRequest) (*ListConsumersResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListConsumers not implemented")
+}
+func (UnimplementedBrokerServer) GetMessage(context.Context, *GetMessageRequest) (*GetMessageResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetMessage not implemented")
 }
 func (UnimplementedBrokerServer) mustEmbedUnimplementedBrokerServer() {}
 func (UnimplementedBrokerServer) testEmbeddedByValue()                {}
@@ -673,6 +693,24 @@ func _Broker_ListConsumers_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Broker_GetMessage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetMessageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServer).GetMessage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Broker_GetMessage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServer).GetMessage(ctx, req.(*GetMessageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Broker_ServiceDesc is the grpc.ServiceDesc for Broker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -739,6 +777,10 @@ var Broker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListConsumers",
 			Handler:    _Broker_ListConsumers_Handler,
+		},
+		{
+			MethodName: "GetMessage",
+			Handler:    _Broker_GetMessage_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

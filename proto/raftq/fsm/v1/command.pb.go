@@ -1413,7 +1413,11 @@ type Grant struct {
 	// Log version 5 and later: the lease token, 64 random bits drawn by the
 	// leader (never 0), so knowing the entry's index is not enough to ack.
 	// Up to version 4 the token is index<<20 | position and this is unset.
-	LeaseToken    uint64 `protobuf:"fixed64,5,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	LeaseToken uint64 `protobuf:"fixed64,5,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	// Log version HistoryVersion and later: the consumer's name as its
+	// Lease stream gave it (consumer_name), which a message's attempt
+	// history shows; empty shows consumer_id. Ignored in earlier entries.
+	ConsumerName  string `protobuf:"bytes,6,opt,name=consumer_name,json=consumerName,proto3" json:"consumer_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1481,6 +1485,13 @@ func (x *Grant) GetLeaseToken() uint64 {
 		return x.LeaseToken
 	}
 	return 0
+}
+
+func (x *Grant) GetConsumerName() string {
+	if x != nil {
+		return x.ConsumerName
+	}
+	return ""
 }
 
 type LeaseGrant struct {
@@ -3547,7 +3558,11 @@ type RecentEntry struct {
 	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	Count          int64                  `protobuf:"varint,5,opt,name=count,proto3" json:"count,omitempty"`
 	// The state clock when it was recorded; it lapses a fixed time later.
-	AtMs          int64 `protobuf:"varint,6,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	AtMs int64 `protobuf:"varint,6,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	// RECENT_KIND_ACK from log version HistoryVersion: the acked message
+	// without its payload, with its story, which GetMessage answers while
+	// the outcome is kept.
+	Acked         *MessageRecord `protobuf:"bytes,7,opt,name=acked,proto3" json:"acked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3622,6 +3637,13 @@ func (x *RecentEntry) GetAtMs() int64 {
 		return x.AtMs
 	}
 	return 0
+}
+
+func (x *RecentEntry) GetAcked() *MessageRecord {
+	if x != nil {
+		return x.Acked
+	}
+	return nil
 }
 
 // KeyOrder is one fairness key of one priority of a queue, as delivery
@@ -3782,8 +3804,12 @@ type MessageRecord struct {
 	// cluster reached version 14).
 	DeadLetteredMs    int64  `protobuf:"varint,19,opt,name=dead_lettered_ms,json=deadLetteredMs,proto3" json:"dead_lettered_ms,omitempty"`
 	DeadLetteredIndex uint64 `protobuf:"varint,20,opt,name=dead_lettered_index,json=deadLetteredIndex,proto3" json:"dead_lettered_index,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Log version HistoryVersion and later: what happened to the message
+	// (fsm/state/history.go); absent for a message nothing has happened to
+	// since it was enqueued, and in every state of an older cluster version.
+	Story         *MessageStory `protobuf:"bytes,21,opt,name=story,proto3" json:"story,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MessageRecord) Reset() {
@@ -3956,6 +3982,267 @@ func (x *MessageRecord) GetDeadLetteredIndex() uint64 {
 	return 0
 }
 
+func (x *MessageRecord) GetStory() *MessageStory {
+	if x != nil {
+		return x.Story
+	}
+	return nil
+}
+
+// MessageStory is a message's attempt history and life events (log
+// version HistoryVersion), bounded: the last 16 attempts and 63 events.
+type MessageStory struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The latest failure: a nack's reason, "lease expired", "consumer
+	// disconnected".
+	LastError string `protobuf:"bytes,1,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// While leased: who holds the lease (name, or id) and since when, for
+	// the attempt that ends with it.
+	LeaseConsumer string           `protobuf:"bytes,2,opt,name=lease_consumer,json=leaseConsumer,proto3" json:"lease_consumer,omitempty"`
+	LeasedAtMs    int64            `protobuf:"varint,3,opt,name=leased_at_ms,json=leasedAtMs,proto3" json:"leased_at_ms,omitempty"`
+	Attempts      []*AttemptRecord `protobuf:"bytes,4,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	Events        []*EventRecord   `protobuf:"bytes,5,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MessageStory) Reset() {
+	*x = MessageStory{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MessageStory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MessageStory) ProtoMessage() {}
+
+func (x *MessageStory) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MessageStory.ProtoReflect.Descriptor instead.
+func (*MessageStory) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *MessageStory) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *MessageStory) GetLeaseConsumer() string {
+	if x != nil {
+		return x.LeaseConsumer
+	}
+	return ""
+}
+
+func (x *MessageStory) GetLeasedAtMs() int64 {
+	if x != nil {
+		return x.LeasedAtMs
+	}
+	return 0
+}
+
+func (x *MessageStory) GetAttempts() []*AttemptRecord {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *MessageStory) GetEvents() []*EventRecord {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+type AttemptRecord struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Attempt    int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Consumer   string                 `protobuf:"bytes,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	LeasedAtMs int64                  `protobuf:"varint,3,opt,name=leased_at_ms,json=leasedAtMs,proto3" json:"leased_at_ms,omitempty"`
+	EndedAtMs  int64                  `protobuf:"varint,4,opt,name=ended_at_ms,json=endedAtMs,proto3" json:"ended_at_ms,omitempty"`
+	// fsm/state/history.go outcome values (1 = acked ... 5 = dead_lettered).
+	Outcome       uint32 `protobuf:"varint,5,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttemptRecord) Reset() {
+	*x = AttemptRecord{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttemptRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttemptRecord) ProtoMessage() {}
+
+func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
+func (*AttemptRecord) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *AttemptRecord) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *AttemptRecord) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *AttemptRecord) GetLeasedAtMs() int64 {
+	if x != nil {
+		return x.LeasedAtMs
+	}
+	return 0
+}
+
+func (x *AttemptRecord) GetEndedAtMs() int64 {
+	if x != nil {
+		return x.EndedAtMs
+	}
+	return 0
+}
+
+func (x *AttemptRecord) GetOutcome() uint32 {
+	if x != nil {
+		return x.Outcome
+	}
+	return 0
+}
+
+func (x *AttemptRecord) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// EventRecord is one life event; its detail is formatted when read from
+// who, text, ms and n (fsm/state/history.go).
+type EventRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	AtMs  int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	// fsm/state/history.go event kinds (2 = leased ... 9 = acked).
+	Kind          uint32 `protobuf:"varint,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Who           string `protobuf:"bytes,3,opt,name=who,proto3" json:"who,omitempty"`
+	Text          string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
+	Ms            int64  `protobuf:"varint,5,opt,name=ms,proto3" json:"ms,omitempty"`
+	N             int32  `protobuf:"varint,6,opt,name=n,proto3" json:"n,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventRecord) Reset() {
+	*x = EventRecord{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventRecord) ProtoMessage() {}
+
+func (x *EventRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
+func (*EventRecord) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *EventRecord) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *EventRecord) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *EventRecord) GetWho() string {
+	if x != nil {
+		return x.Who
+	}
+	return ""
+}
+
+func (x *EventRecord) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *EventRecord) GetMs() int64 {
+	if x != nil {
+		return x.Ms
+	}
+	return 0
+}
+
+func (x *EventRecord) GetN() int32 {
+	if x != nil {
+		return x.N
+	}
+	return 0
+}
+
 var File_raftq_fsm_v1_command_proto protoreflect.FileDescriptor
 
 const file_raftq_fsm_v1_command_proto_rawDesc = "" +
@@ -4060,7 +4347,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x128\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1c.raftq.fsm.v1.EnqueueMessageR\bmessages\"?\n" +
 	"\aEnqueue\x124\n" +
-	"\abatches\x18\x01 \x03(\v2\x1a.raftq.fsm.v1.EnqueueBatchR\abatches\"\x9f\x01\n" +
+	"\abatches\x18\x01 \x03(\v2\x1a.raftq.fsm.v1.EnqueueBatchR\abatches\"\xc4\x01\n" +
 	"\x05Grant\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1d\n" +
 	"\n" +
@@ -4070,7 +4357,8 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\vdeadline_ms\x18\x04 \x01(\x03R\n" +
 	"deadlineMs\x12\x1f\n" +
 	"\vlease_token\x18\x05 \x01(\x06R\n" +
-	"leaseToken\"9\n" +
+	"leaseToken\x12#\n" +
+	"\rconsumer_name\x18\x06 \x01(\tR\fconsumerName\"9\n" +
 	"\n" +
 	"LeaseGrant\x12+\n" +
 	"\x06grants\x18\x01 \x03(\v2\x13.raftq.fsm.v1.GrantR\x06grants\"[\n" +
@@ -4237,7 +4525,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x06pauses\x18\x0e \x03(\v2\x19.raftq.fsm.v1.PauseRecordR\x06pauses\":\n" +
 	"\vPauseRecord\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
-	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs\"\xcf\x01\n" +
+	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs\"\x82\x02\n" +
 	"\vRecentEntry\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.raftq.fsm.v1.RecentKindR\x04kind\x12\x1d\n" +
 	"\n" +
@@ -4246,7 +4534,8 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"leaseToken\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x14\n" +
 	"\x05count\x18\x05 \x01(\x03R\x05count\x12\x13\n" +
-	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\"h\n" +
+	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\x121\n" +
+	"\x05acked\x18\a \x01(\v2\x1b.raftq.fsm.v1.MessageRecordR\x05acked\"h\n" +
 	"\bKeyOrder\x12\x1a\n" +
 	"\bpriority\x18\x01 \x01(\x05R\bpriority\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -4258,7 +4547,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"message_id\x18\x02 \x01(\x04R\tmessageId\x12\x1d\n" +
 	"\n" +
-	"expires_ms\x18\x03 \x01(\x03R\texpiresMs\"\x8b\x06\n" +
+	"expires_ms\x18\x03 \x01(\x03R\texpiresMs\"\xbd\x06\n" +
 	"\rMessageRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12B\n" +
@@ -4286,10 +4575,34 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\bdedup_id\x18\x11 \x01(\tR\adedupId\x120\n" +
 	"\x05state\x18\x12 \x01(\x0e2\x1a.raftq.fsm.v1.MessageStateR\x05state\x12(\n" +
 	"\x10dead_lettered_ms\x18\x13 \x01(\x03R\x0edeadLetteredMs\x12.\n" +
-	"\x13dead_lettered_index\x18\x14 \x01(\x04R\x11deadLetteredIndex\x1a:\n" +
+	"\x13dead_lettered_index\x18\x14 \x01(\x04R\x11deadLetteredIndex\x120\n" +
+	"\x05story\x18\x15 \x01(\v2\x1a.raftq.fsm.v1.MessageStoryR\x05story\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xf0\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe2\x01\n" +
+	"\fMessageStory\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x01 \x01(\tR\tlastError\x12%\n" +
+	"\x0elease_consumer\x18\x02 \x01(\tR\rleaseConsumer\x12 \n" +
+	"\fleased_at_ms\x18\x03 \x01(\x03R\n" +
+	"leasedAtMs\x127\n" +
+	"\battempts\x18\x04 \x03(\v2\x1b.raftq.fsm.v1.AttemptRecordR\battempts\x121\n" +
+	"\x06events\x18\x05 \x03(\v2\x19.raftq.fsm.v1.EventRecordR\x06events\"\xb9\x01\n" +
+	"\rAttemptRecord\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x1a\n" +
+	"\bconsumer\x18\x02 \x01(\tR\bconsumer\x12 \n" +
+	"\fleased_at_ms\x18\x03 \x01(\x03R\n" +
+	"leasedAtMs\x12\x1e\n" +
+	"\vended_at_ms\x18\x04 \x01(\x03R\tendedAtMs\x12\x18\n" +
+	"\aoutcome\x18\x05 \x01(\rR\aoutcome\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"z\n" +
+	"\vEventRecord\x12\x13\n" +
+	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\rR\x04kind\x12\x10\n" +
+	"\x03who\x18\x03 \x01(\tR\x03who\x12\x12\n" +
+	"\x04text\x18\x04 \x01(\tR\x04text\x12\x0e\n" +
+	"\x02ms\x18\x05 \x01(\x03R\x02ms\x12\f\n" +
+	"\x01n\x18\x06 \x01(\x05R\x01n*\xf0\x02\n" +
 	"\n" +
 	"RecentKind\x12\x1b\n" +
 	"\x17RECENT_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
@@ -4324,7 +4637,7 @@ func file_raftq_fsm_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_raftq_fsm_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(RecentKind)(0),            // 0: raftq.fsm.v1.RecentKind
 	(MessageState)(0),          // 1: raftq.fsm.v1.MessageState
@@ -4375,9 +4688,12 @@ var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(*KeyOrder)(nil),           // 46: raftq.fsm.v1.KeyOrder
 	(*DedupEntry)(nil),         // 47: raftq.fsm.v1.DedupEntry
 	(*MessageRecord)(nil),      // 48: raftq.fsm.v1.MessageRecord
-	nil,                        // 49: raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	nil,                        // 50: raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	nil,                        // 51: raftq.fsm.v1.MessageRecord.HeadersEntry
+	(*MessageStory)(nil),       // 49: raftq.fsm.v1.MessageStory
+	(*AttemptRecord)(nil),      // 50: raftq.fsm.v1.AttemptRecord
+	(*EventRecord)(nil),        // 51: raftq.fsm.v1.EventRecord
+	nil,                        // 52: raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	nil,                        // 53: raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	nil,                        // 54: raftq.fsm.v1.MessageRecord.HeadersEntry
 }
 var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	8,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
@@ -4405,8 +4721,8 @@ var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	25, // 22: raftq.fsm.v1.Command.redrive_step:type_name -> raftq.fsm.v1.RedriveStep
 	35, // 23: raftq.fsm.v1.Command.pause_queue:type_name -> raftq.fsm.v1.PauseQueue
 	36, // 24: raftq.fsm.v1.Command.resume_queue:type_name -> raftq.fsm.v1.ResumeQueue
-	49, // 25: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	50, // 26: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	52, // 25: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	53, // 26: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
 	4,  // 27: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
 	4,  // 28: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
 	5,  // 29: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
@@ -4429,14 +4745,18 @@ var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	27, // 46: raftq.fsm.v1.QueueRecord.redrives:type_name -> raftq.fsm.v1.RedriveJob
 	44, // 47: raftq.fsm.v1.QueueRecord.pauses:type_name -> raftq.fsm.v1.PauseRecord
 	0,  // 48: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
-	51, // 49: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
-	1,  // 50: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
-	3,  // 51: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	48, // 49: raftq.fsm.v1.RecentEntry.acked:type_name -> raftq.fsm.v1.MessageRecord
+	54, // 50: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	1,  // 51: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
+	49, // 52: raftq.fsm.v1.MessageRecord.story:type_name -> raftq.fsm.v1.MessageStory
+	50, // 53: raftq.fsm.v1.MessageStory.attempts:type_name -> raftq.fsm.v1.AttemptRecord
+	51, // 54: raftq.fsm.v1.MessageStory.events:type_name -> raftq.fsm.v1.EventRecord
+	3,  // 55: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
+	56, // [56:56] is the sub-list for method output_type
+	56, // [56:56] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_raftq_fsm_v1_command_proto_init() }
@@ -4478,7 +4798,7 @@ func file_raftq_fsm_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_fsm_v1_command_proto_rawDesc), len(file_raftq_fsm_v1_command_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   50,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -21,6 +21,22 @@ class AckResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[ItemResult]
     def __init__(self, results: _Optional[_Iterable[_Union[ItemResult, _Mapping]]] = ...) -> None: ...
 
+class Attempt(_message.Message):
+    __slots__ = ["attempt", "consumer", "ended_at_ms", "leased_at_ms", "outcome", "reason"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    consumer: str
+    ended_at_ms: int
+    leased_at_ms: int
+    outcome: str
+    reason: str
+    def __init__(self, attempt: _Optional[int] = ..., consumer: _Optional[str] = ..., leased_at_ms: _Optional[int] = ..., ended_at_ms: _Optional[int] = ..., outcome: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class BackupChunk(_message.Message):
     __slots__ = ["data", "info", "sha256", "size"]
     DATA_FIELD_NUMBER: _ClassVar[int]
@@ -162,7 +178,7 @@ class DeleteQueueResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ["attempt", "dead_letter_reason", "enqueued_at_ms", "fairness_key", "headers", "id", "lease_deadline_ms", "lease_remaining_ms", "lease_token", "origin_queue", "payload", "priority", "queue", "throttle_keys", "weight"]
+    __slots__ = ["attempt", "dead_letter_reason", "enqueued_at_ms", "fairness_key", "headers", "history", "id", "last_error", "lease_deadline_ms", "lease_remaining_ms", "lease_token", "origin_queue", "payload", "priority", "queue", "throttle_keys", "weight"]
     class HeadersEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -175,7 +191,9 @@ class Delivery(_message.Message):
     ENQUEUED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     FAIRNESS_KEY_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     LEASE_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     LEASE_REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -190,7 +208,9 @@ class Delivery(_message.Message):
     enqueued_at_ms: int
     fairness_key: str
     headers: _containers.ScalarMap[str, str]
+    history: _containers.RepeatedCompositeFieldContainer[Attempt]
     id: str
+    last_error: str
     lease_deadline_ms: int
     lease_remaining_ms: int
     lease_token: str
@@ -200,7 +220,7 @@ class Delivery(_message.Message):
     queue: str
     throttle_keys: _containers.RepeatedScalarFieldContainer[str]
     weight: int
-    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., weight: _Optional[int] = ..., throttle_keys: _Optional[_Iterable[str]] = ..., attempt: _Optional[int] = ..., enqueued_at_ms: _Optional[int] = ..., lease_token: _Optional[str] = ..., lease_deadline_ms: _Optional[int] = ..., origin_queue: _Optional[str] = ..., dead_letter_reason: _Optional[str] = ..., lease_remaining_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., weight: _Optional[int] = ..., throttle_keys: _Optional[_Iterable[str]] = ..., attempt: _Optional[int] = ..., enqueued_at_ms: _Optional[int] = ..., lease_token: _Optional[str] = ..., lease_deadline_ms: _Optional[int] = ..., origin_queue: _Optional[str] = ..., dead_letter_reason: _Optional[str] = ..., lease_remaining_ms: _Optional[int] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., last_error: _Optional[str] = ...) -> None: ...
 
 class DrainEstimate(_message.Message):
     __slots__ = ["deliveries_per_sec", "depth_change_per_sec", "empties_in_sec", "state"]
@@ -306,6 +326,24 @@ class FairnessKeyStats(_message.Message):
     pending: int
     weight: int
     def __init__(self, key: _Optional[str] = ..., pending: _Optional[int] = ..., deficit: _Optional[int] = ..., weight: _Optional[int] = ...) -> None: ...
+
+class GetMessageRequest(_message.Message):
+    __slots__ = ["message_id", "queue"]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    queue: str
+    def __init__(self, queue: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class GetMessageResponse(_message.Message):
+    __slots__ = ["events", "message", "state"]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[MessageEvent]
+    message: Delivery
+    state: str
+    def __init__(self, message: _Optional[_Union[Delivery, _Mapping]] = ..., state: _Optional[str] = ..., events: _Optional[_Iterable[_Union[MessageEvent, _Mapping]]] = ...) -> None: ...
 
 class GetQueueRequest(_message.Message):
     __slots__ = ["include_keys", "name"]
@@ -442,6 +480,16 @@ class LocalDigestRequest(_message.Message):
     INDEX_FIELD_NUMBER: _ClassVar[int]
     index: int
     def __init__(self, index: _Optional[int] = ...) -> None: ...
+
+class MessageEvent(_message.Message):
+    __slots__ = ["at_ms", "detail", "kind"]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    at_ms: int
+    detail: str
+    kind: str
+    def __init__(self, at_ms: _Optional[int] = ..., kind: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class NackItem(_message.Message):
     __slots__ = ["dead_letter", "delay_ms", "lease_token", "message_id", "reason", "unprocessed"]

@@ -100,6 +100,11 @@ class BrokerStub(object):
                 request_serializer=raftq_dot_v1_dot_raftq__pb2.ListConsumersRequest.SerializeToString,
                 response_deserializer=raftq_dot_v1_dot_raftq__pb2.ListConsumersResponse.FromString,
                 )
+        self.GetMessage = channel.unary_unary(
+                '/raftq.v1.Broker/GetMessage',
+                request_serializer=raftq_dot_v1_dot_raftq__pb2.GetMessageRequest.SerializeToString,
+                response_deserializer=raftq_dot_v1_dot_raftq__pb2.GetMessageResponse.FromString,
+                )
 
 
 class BrokerServicer(object):
@@ -220,6 +225,14 @@ class BrokerServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetMessage(self, request, context):
+        """GetMessage tells one message's life story: where it is now, its
+        attempts and what happened to it (browse permission, as Peek).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -307,6 +320,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ListConsumers,
                     request_deserializer=raftq_dot_v1_dot_raftq__pb2.ListConsumersRequest.FromString,
                     response_serializer=raftq_dot_v1_dot_raftq__pb2.ListConsumersResponse.SerializeToString,
+            ),
+            'GetMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMessage,
+                    request_deserializer=raftq_dot_v1_dot_raftq__pb2.GetMessageRequest.FromString,
+                    response_serializer=raftq_dot_v1_dot_raftq__pb2.GetMessageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -605,6 +623,23 @@ class Broker(object):
         return grpc.experimental.unary_unary(request, target, '/raftq.v1.Broker/ListConsumers',
             raftq_dot_v1_dot_raftq__pb2.ListConsumersRequest.SerializeToString,
             raftq_dot_v1_dot_raftq__pb2.ListConsumersResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/raftq.v1.Broker/GetMessage',
+            raftq_dot_v1_dot_raftq__pb2.GetMessageRequest.SerializeToString,
+            raftq_dot_v1_dot_raftq__pb2.GetMessageResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
