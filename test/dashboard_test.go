@@ -364,28 +364,6 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	screenshot(t, bctx, "queue-orders-follower")
 
-	// The dead letters' filter and a dry run (log version 14): the page
-	// lists what the filter selects, the redrive form carries it, and a
-	// dry run counts without moving anything.
-	do(t, bctx, chromedp.Navigate("http://"+follower.HTTP+"/queues/orders?dlq=100&dlq_reason=nothing-like-this"), chromedp.WaitVisible(chromedp.CSS(`#redrive`)))
-	if n := count(t, bctx, `#no-dlq`); n != 1 {
-		t.Errorf("a filter that matches nothing: %d no-dead-letters notes, want 1", n)
-	}
-	do(t, bctx, chromedp.Navigate("http://"+follower.HTTP+"/queues/orders"), chromedp.WaitVisible(chromedp.CSS(`#dlq-filter`)))
-	do(t, bctx, chromedp.SetValue(chromedp.CSS(`#dlq-filter input[name="dlq_reason"]`), "poison"))
-	submit(t, bctx, `#dlq-filter-apply`, `#dlq-filter-clear`, "clear")
-	if n := count(t, bctx, `#dlq tbody tr`); n != 10 {
-		t.Errorf("the filter reason~poison lists %d dead letters, want 10", n)
-	}
-	if v := get(t, bctx, chromedp.Evaluate[string](`document.querySelector('#redrive-form input[name="reason_contains"]').value`)); v != "poison" {
-		t.Errorf("the redrive form carries reason %q, want the filter's", v)
-	}
-	screenshot(t, bctx, "queue-orders-dlq-filter")
-	submit(t, bctx, `#redrive-dry-run`, `#done`, "Dry run: a redrive would move 10 messages back to orders; nothing moved.")
-	if st := cliQueue(t, ctx, leader, "orders").GetStats(); st.GetDeadLettered() != 10 {
-		t.Errorf("after a dry run the CLI shows %d dead-lettered, want 10", st.GetDeadLettered())
-	}
-
 	// The stalled consumer: dash-holder holds its 3 leases (max in
 	// flight 3, so no credit) and acks nothing.
 	harness.Eventually(t, 30*time.Second, func() error {
@@ -477,6 +455,46 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Errorf("after purge the CLI shows %v, want nothing ready", st)
 	}
 	screenshot(t, bctx, "queue-web-purged")
+
+	// Pauses, set with the CLI, shown on the follower's pages: the whole
+	// queue (a flag on both pages, "paused" with its end) and a key
+	// paused on its own, listed with "until resumed".
+	do(t, bctx, chromedp.Navigate(base+"/queues/web"), chromedp.WaitVisible(chromedp.CSS(`#paused`)))
+	if p := text(t, bctx, `#paused`); p != "no" {
+		t.Errorf("web before any pause shows paused %q", p)
+	}
+	cli(t, ctx, leader, "queue", "pause", "web", "--for", "1h")
+	cli(t, ctx, leader, "queue", "pause", "web", "--key", "tenant-x")
+	if q := cliQueue(t, ctx, leader, "web"); !q.GetPaused() || len(q.GetPausedKeys()) != 1 {
+		t.Fatalf("the CLI shows web %v after two pauses", q)
+	}
+	harness.Eventually(t, 30*time.Second, func() error {
+		do(t, bctx, chromedp.Navigate(base+"/queues/web"), chromedp.WaitVisible(chromedp.CSS(`#paused`)))
+		if p := text(t, bctx, `#paused`); !strings.HasPrefix(p, "yes, until 20") {
+			return fmt.Errorf("the follower's page shows paused %q", p)
+		}
+		return nil
+	})
+	if k := text(t, bctx, `#paused-keys li[data-key="tenant-x"]`); !strings.Contains(k, "until resumed") {
+		t.Errorf("paused key row %q", k)
+	}
+	if n := count(t, bctx, `h1 [data-flag="paused"]`); n != 1 {
+		t.Errorf("the queue's heading has %d paused flags, want 1", n)
+	}
+	screenshot(t, bctx, "queue-web-paused")
+	do(t, bctx, chromedp.Navigate(base+"/queues"), chromedp.WaitVisible(chromedp.CSS(`#queues`)))
+	if n := count(t, bctx, `tr[data-queue="web"] [data-flag="paused"]`) + count(t, bctx, `tr[data-queue="web"] [data-flag="paused-keys"]`); n != 2 {
+		t.Errorf("the queues page flags web's pauses %d times, want 2", n)
+	}
+	cli(t, ctx, leader, "queue", "resume", "web")
+	cli(t, ctx, leader, "queue", "resume", "web", "--key", "tenant-x")
+	harness.Eventually(t, 30*time.Second, func() error {
+		do(t, bctx, chromedp.Navigate(base+"/queues/web"), chromedp.WaitVisible(chromedp.CSS(`#paused`)))
+		if p := text(t, bctx, `#paused`); p != "no" || count(t, bctx, `#paused-keys`) != 0 {
+			return fmt.Errorf("after resume the follower's page shows paused %q", p)
+		}
+		return nil
+	})
 }
 
 // submit clicks the button sel and waits for the next page (not the one
