@@ -364,6 +364,28 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	screenshot(t, bctx, "queue-orders-follower")
 
+	// The dead letters' filter and a dry run (log version 14): the page
+	// lists what the filter selects, the redrive form carries it, and a
+	// dry run counts without moving anything.
+	do(t, bctx, chromedp.Navigate("http://"+follower.HTTP+"/queues/orders?dlq=100&dlq_reason=nothing-like-this"), chromedp.WaitVisible(chromedp.CSS(`#redrive`)))
+	if n := count(t, bctx, `#no-dlq`); n != 1 {
+		t.Errorf("a filter that matches nothing: %d no-dead-letters notes, want 1", n)
+	}
+	do(t, bctx, chromedp.Navigate("http://"+follower.HTTP+"/queues/orders"), chromedp.WaitVisible(chromedp.CSS(`#dlq-filter`)))
+	do(t, bctx, chromedp.SetValue(chromedp.CSS(`#dlq-filter input[name="dlq_reason"]`), "poison"))
+	submit(t, bctx, `#dlq-filter-apply`, `#dlq-filter-clear`, "clear")
+	if n := count(t, bctx, `#dlq tbody tr`); n != 10 {
+		t.Errorf("the filter reason~poison lists %d dead letters, want 10", n)
+	}
+	if v := get(t, bctx, chromedp.Evaluate[string](`document.querySelector('#redrive-form input[name="reason_contains"]').value`)); v != "poison" {
+		t.Errorf("the redrive form carries reason %q, want the filter's", v)
+	}
+	screenshot(t, bctx, "queue-orders-dlq-filter")
+	submit(t, bctx, `#redrive-dry-run`, `#done`, "Dry run: a redrive would move 10 messages back to orders; nothing moved.")
+	if st := cliQueue(t, ctx, leader, "orders").GetStats(); st.GetDeadLettered() != 10 {
+		t.Errorf("after a dry run the CLI shows %d dead-lettered, want 10", st.GetDeadLettered())
+	}
+
 	// The stalled consumer: dash-holder holds its 3 leases (max in
 	// flight 3, so no credit) and acks nothing.
 	harness.Eventually(t, 30*time.Second, func() error {
