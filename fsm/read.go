@@ -169,6 +169,10 @@ const (
 	// reason is bounded by MaxNackReasonBytes.
 	HistoryVersion     = state.HistoryVersion
 	MaxNackReasonBytes = state.MaxNackReasonBytes
+	// ConcurrencyVersion is the log version of concurrency keys and
+	// their caps (fsm/state/concurrency.go); requests carrying them are
+	// refused below it.
+	ConcurrencyVersion = state.ConcurrencyVersion
 )
 
 // PeekFilter is a filtered Peek's filter (state.PeekFilter).

@@ -28,6 +28,8 @@ func QueueConfig(c *raftqv1.QueueConfig) *fsmv1.QueueConfig {
 		DedupWindowMs:       c.DedupWindowMs,
 		MaxMessageBytes:     c.MaxMessageBytes,
 		FairnessQuantum:     c.FairnessQuantum,
+		ConcurrencyLimit:    c.ConcurrencyLimit,
+		ConcurrencyLimits:   copyLimits(c.ConcurrencyLimits),
 	}
 	if c.Throttles != nil {
 		out.Throttles = make(map[string]*fsmv1.ThrottleRule, len(c.Throttles))
@@ -57,6 +59,8 @@ func APIQueueConfig(c *fsmv1.QueueConfig) *raftqv1.QueueConfig {
 		DedupWindowMs:       c.DedupWindowMs,
 		MaxMessageBytes:     c.MaxMessageBytes,
 		FairnessQuantum:     c.FairnessQuantum,
+		ConcurrencyLimit:    c.ConcurrencyLimit,
+		ConcurrencyLimits:   copyLimits(c.ConcurrencyLimits),
 	}
 	if c.Throttles != nil {
 		out.Throttles = make(map[string]*raftqv1.ThrottleRule, len(c.Throttles))
@@ -80,16 +84,30 @@ func EnqueueMessage(m *raftqv1.EnqueueMessage) *fsmv1.EnqueueMessage {
 		return nil
 	}
 	return &fsmv1.EnqueueMessage{
-		Payload:      m.Payload,
-		Headers:      m.Headers,
-		Priority:     m.Priority,
-		FairnessKey:  m.FairnessKey,
-		Weight:       m.Weight,
-		ThrottleKeys: m.ThrottleKeys,
-		DelayMs:      m.DelayMs,
-		DedupId:      m.DedupId,
-		TtlMs:        m.TtlMs,
+		Payload:        m.Payload,
+		Headers:        m.Headers,
+		Priority:       m.Priority,
+		FairnessKey:    m.FairnessKey,
+		Weight:         m.Weight,
+		ThrottleKeys:   m.ThrottleKeys,
+		DelayMs:        m.DelayMs,
+		DedupId:        m.DedupId,
+		TtlMs:          m.TtlMs,
+		ConcurrencyKey: m.ConcurrencyKey,
 	}
+}
+
+// copyLimits copies concurrency_limits (nil stays nil), so the result
+// shares no map with its source.
+func copyLimits(m map[string]int32) map[string]int32 {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]int32, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
 
 // EnqueueMessages converts a request's messages (nil entries stay nil, so
@@ -108,6 +126,7 @@ func EnqueueMessages(ms []*raftqv1.EnqueueMessage) []*fsmv1.EnqueueMessage {
 		b := &backing[i]
 		b.Payload, b.Headers, b.Priority, b.FairnessKey = m.Payload, m.Headers, m.Priority, m.FairnessKey
 		b.Weight, b.ThrottleKeys, b.DelayMs, b.DedupId, b.TtlMs = m.Weight, m.ThrottleKeys, m.DelayMs, m.DedupId, m.TtlMs
+		b.ConcurrencyKey = m.ConcurrencyKey
 		out[i] = b
 	}
 	return out

@@ -47,6 +47,7 @@ func fullConfig() *raftqv1.QueueConfig {
 	return &raftqv1.QueueConfig{
 		VisibilityTimeoutMs: 1, MaxDeliveries: 2, DeadLetterQueue: "d", MaxDepth: 4, MaxBytes: 5,
 		MessageTtlMs: 6, DedupWindowMs: 7, MaxMessageBytes: 9, FairnessQuantum: 10,
+		ConcurrencyLimit: 11, ConcurrencyLimits: map[string]int32{"t": 2, "u": 0},
 		Throttles: map[string]*raftqv1.ThrottleRule{"a": {RatePerSec: 1.5, Burst: 3}, "b": {RatePerSec: 0.25}},
 	}
 }
@@ -54,7 +55,7 @@ func fullConfig() *raftqv1.QueueConfig {
 func fullMessage() *raftqv1.EnqueueMessage {
 	return &raftqv1.EnqueueMessage{
 		Payload: []byte("p"), Headers: map[string]string{"h": "v", "i": "w"}, Priority: -3, FairnessKey: "k",
-		Weight: 5, ThrottleKeys: []string{"a", "b"}, DelayMs: 7, DedupId: "d", TtlMs: 9,
+		Weight: 5, ThrottleKeys: []string{"a", "b"}, DelayMs: 7, DedupId: "d", TtlMs: 9, ConcurrencyKey: "c",
 	}
 }
 

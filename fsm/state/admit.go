@@ -40,8 +40,10 @@ const (
 const MaxDedupWindowMs = 7 * 24 * 3600 * 1000
 
 // contentCost is what a message with this content costs (MessageCost).
-func contentCost(payload int, headers map[string]string, fairnessKey string, throttleKeys []string, dedupID string) int64 {
-	n := int64(MessageOverheadBytes + payload + len(fairnessKey) + len(dedupID))
+func contentCost(payload int, headers map[string]string, fairnessKey string, throttleKeys []string, dedupID, concurrencyKey string) int64 {
+	// The concurrency key (ConcurrencyVersion) adds its length: only
+	// entries of that version carry one, so older entries count as before.
+	n := int64(MessageOverheadBytes + payload + len(fairnessKey) + len(dedupID) + len(concurrencyKey))
 	for k, v := range headers {
 		n += int64(HeaderOverheadBytes + len(k) + len(v))
 	}
@@ -56,7 +58,7 @@ func contentCost(payload int, headers map[string]string, fairnessKey string, thr
 // per-message overhead. A dead-lettered message also counts its origin
 // queue's name and the reason.
 func MessageCost(m *fsmv1.EnqueueMessage) int64 {
-	return contentCost(len(m.GetPayload()), m.GetHeaders(), m.GetFairnessKey(), m.GetThrottleKeys(), m.GetDedupId())
+	return contentCost(len(m.GetPayload()), m.GetHeaders(), m.GetFairnessKey(), m.GetThrottleKeys(), m.GetDedupId(), m.GetConcurrencyKey())
 }
 
 // size is what m costs (MessageCost). It depends on fields a message
@@ -64,7 +66,7 @@ func MessageCost(m *fsmv1.EnqueueMessage) int64 {
 // MaxStoryBytes), so a message's cost changes when it is dead-lettered
 // and, from log version HistoryVersion, as its story grows.
 func (m *message) size() int64 {
-	return contentCost(len(m.payload), m.headers(), m.fairnessKey(), m.throttleKeys(), m.dedupID) + int64(len(m.origin())+len(m.dlReason())) + m.story().cost()
+	return contentCost(len(m.payload), m.headers(), m.fairnessKey(), m.throttleKeys(), m.dedupID, m.concurrencyKey()) + int64(len(m.origin())+len(m.dlReason())) + m.story().cost()
 }
 
 // dedupCost is what one dedup entry costs.

@@ -96,6 +96,9 @@ func validateConfig(c *fsmv1.QueueConfig) error {
 			return fmt.Errorf("config.dead_letter_queue: %w", err)
 		}
 	}
+	if err := validateConcurrency(c); err != nil {
+		return err
+	}
 	if len(c.Throttles) > MaxThrottleRules {
 		return fmt.Errorf("%w: config.throttles has %d rules, the limit is %d", ErrInvalid, len(c.Throttles), MaxThrottleRules)
 	}
@@ -149,7 +152,7 @@ func effectiveConfig(c *fsmv1.QueueConfig, dlq string) *fsmv1.QueueConfig {
 var configFields = []string{
 	"visibility_timeout_ms", "max_deliveries", "dead_letter_queue", "max_depth",
 	"max_bytes", "message_ttl_ms", "dedup_window_ms", "throttles",
-	"max_message_bytes", "fairness_quantum",
+	"max_message_bytes", "fairness_quantum", "concurrency_limit", "concurrency_limits",
 }
 
 // ValidateMask checks that every path names a QueueConfig field.
@@ -200,6 +203,16 @@ func mergeConfig(cur, upd *fsmv1.QueueConfig, mask []string) *fsmv1.QueueConfig 
 			out.MaxMessageBytes = upd.MaxMessageBytes
 		case "fairness_quantum":
 			out.FairnessQuantum = upd.FairnessQuantum
+		case "concurrency_limit":
+			out.ConcurrencyLimit = upd.ConcurrencyLimit
+		case "concurrency_limits":
+			out.ConcurrencyLimits = nil
+			for k, v := range upd.ConcurrencyLimits {
+				if out.ConcurrencyLimits == nil {
+					out.ConcurrencyLimits = map[string]int32{}
+				}
+				out.ConcurrencyLimits[k] = v
+			}
 		}
 	}
 	return out
@@ -235,6 +248,9 @@ func ValidateMessage(i int, m *fsmv1.EnqueueMessage, cfg *fsmv1.QueueConfig) err
 	}
 	if len(m.FairnessKey) > MaxKeyLen {
 		return fmt.Errorf("%w: messages[%d].fairness_key is longer than %d bytes", ErrInvalid, i, MaxKeyLen)
+	}
+	if len(m.ConcurrencyKey) > MaxKeyLen {
+		return fmt.Errorf("%w: messages[%d].concurrency_key is longer than %d bytes", ErrInvalid, i, MaxKeyLen)
 	}
 	if len(m.DedupId) > MaxDedupIDLen {
 		return fmt.Errorf("%w: messages[%d].dedup_id is longer than %d bytes", ErrInvalid, i, MaxDedupIDLen)

@@ -55,9 +55,10 @@ type message struct {
 // key's record of its last one, keyQueue.body), so a backlog of one
 // tenant's messages holds its keys once.
 type body struct {
-	headers      map[string]string
-	fairnessKey  string
-	throttleKeys []string
+	headers        map[string]string
+	fairnessKey    string
+	throttleKeys   []string
+	concurrencyKey string // concurrency.go
 }
 
 // lease is what a leased message records of its lease.
@@ -93,6 +94,13 @@ func (m *message) fairnessKey() string {
 		return ""
 	}
 	return m.body.fairnessKey
+}
+
+func (m *message) concurrencyKey() string {
+	if m.body == nil {
+		return ""
+	}
+	return m.body.concurrencyKey
 }
 
 func (m *message) throttleKeys() []string {
@@ -178,17 +186,17 @@ func (m *message) setStory(st *story) {
 }
 
 // newBody is the body of a message with this content, nil for none.
-func newBody(headers map[string]string, fairnessKey string, throttleKeys []string) *body {
-	if headers == nil && fairnessKey == "" && throttleKeys == nil {
+func newBody(headers map[string]string, fairnessKey string, throttleKeys []string, concurrencyKey string) *body {
+	if headers == nil && fairnessKey == "" && throttleKeys == nil && concurrencyKey == "" {
 		return nil
 	}
-	return &body{headers: headers, fairnessKey: fairnessKey, throttleKeys: throttleKeys}
+	return &body{headers: headers, fairnessKey: fairnessKey, throttleKeys: throttleKeys, concurrencyKey: concurrencyKey}
 }
 
 // sameKeys reports whether b is the body of a message with these keys and
 // no headers (nil and empty told apart, as callers may see them).
-func (b *body) sameKeys(headers map[string]string, fairnessKey string, throttleKeys []string) bool {
-	return b != nil && b.headers == nil && headers == nil && b.fairnessKey == fairnessKey &&
+func (b *body) sameKeys(headers map[string]string, fairnessKey string, throttleKeys []string, concurrencyKey string) bool {
+	return b != nil && b.headers == nil && headers == nil && b.fairnessKey == fairnessKey && b.concurrencyKey == concurrencyKey &&
 		(b.throttleKeys == nil) == (throttleKeys == nil) && slices.Equal(b.throttleKeys, throttleKeys)
 }
 
@@ -239,6 +247,10 @@ type keyQueue struct {
 	// a scheduler that found every group throttled can tell whether a new
 	// one (maybe deliverable) has appeared since.
 	groupGen uint64
+	// open counts the ready messages their concurrency keys' caps let
+	// through now (concurrency.go); the level's open tree holds the keys
+	// where it is above 0. Derived, like ids.
+	open int
 }
 
 // throttleGroup is the name of the group of messages carrying exactly
@@ -260,6 +272,23 @@ func throttleGroup(keys []string) string {
 	return string(b)
 }
 
+// group is the name of m's group among its fairness key's ready
+// messages: its throttle group, split further by its concurrency key, so
+// that the scheduler can step over a capped key's backlog at once, as
+// over a throttled one. A concurrency key's group starts with two NUL
+// bytes, which no throttle group does (a list's second byte is the
+// uvarint length of a non-empty key).
+func (m *message) group() string {
+	g := throttleGroup(m.throttleKeys())
+	ck := m.concurrencyKey()
+	if ck == "" {
+		return g
+	}
+	b := append([]byte{0, 0}, binary.AppendUvarint(nil, uint64(len(ck)))...)
+	b = append(b, ck...)
+	return string(append(b, g...))
+}
+
 func lessID(a, b uint64) bool { return a < b }
 
 type keyRef struct {
@@ -274,8 +303,9 @@ type level struct {
 	priority int32
 	count    int
 	keys     map[string]*keyQueue
-	active   *btree.BTreeG[keyRef] // keys with ready messages, in activation order: the delivery ring
+	active   *btree.BTreeG[keyRef] // keys with ready messages, in activation order, but paused ones: the delivery ring
 	held     *btree.BTreeG[keyRef] // keys with ready messages that are paused (pause.go): out of the ring
+	open     *btree.BTreeG[keyRef] // of the ring's keys, those with an open message (concurrency.go): what NextKey walks
 }
 
 // dedupRef is a dedup entry in the expiry index, ordered by (at,
@@ -360,6 +390,10 @@ type queue struct {
 	// agree; a restart starts them again at 0, as Prometheus expects).
 	grantedApplied, deadLetteredApplied int64
 
+	// conc holds the concurrency keys with messages (concurrency.go);
+	// derived from the messages, like the counters above.
+	conc map[string]*concKey
+
 	dedup  *btree.BTreeG[dedupEntry]  // by dedup id; a tree so snapshots clone it in O(1)
 	recent *btree.BTreeG[recentEntry] // recently settled outcomes (recent.go)
 
@@ -393,15 +427,15 @@ func (q *queue) get(id uint64) *message {
 // bodyFor is the body of a message of priority prio with this content:
 // the body of the fairness key's last ready message there when it has the
 // same keys and neither has headers, else a new one (nil for none).
-func (q *queue) bodyFor(prio int32, headers map[string]string, fairnessKey string, throttleKeys []string) *body {
+func (q *queue) bodyFor(prio int32, headers map[string]string, fairnessKey string, throttleKeys []string, concurrencyKey string) *body {
 	if headers == nil {
 		if l := q.level(prio, false); l != nil {
-			if kq := l.keys[fairnessKey]; kq != nil && kq.body.sameKeys(headers, fairnessKey, throttleKeys) {
+			if kq := l.keys[fairnessKey]; kq != nil && kq.body.sameKeys(headers, fairnessKey, throttleKeys, concurrencyKey) {
 				return kq.body
 			}
 		}
 	}
-	return newBody(headers, fairnessKey, throttleKeys)
+	return newBody(headers, fairnessKey, throttleKeys, concurrencyKey)
 }
 
 func (q *queue) level(prio int32, create bool) *level {
@@ -412,7 +446,7 @@ func (q *queue) level(prio int32, create bool) *level {
 	if !create {
 		return nil
 	}
-	l := &level{priority: prio, keys: map[string]*keyQueue{}, active: btree.NewG(8, lessKeyRef), held: btree.NewG(8, lessKeyRef)}
+	l := &level{priority: prio, keys: map[string]*keyQueue{}, active: btree.NewG(8, lessKeyRef), held: btree.NewG(8, lessKeyRef), open: btree.NewG(8, lessKeyRef)}
 	q.levels = slices.Insert(q.levels, i, l)
 	return l
 }

@@ -46,6 +46,7 @@ func (s *Store) loadKeyOrder(q *queue, recs []*fsmv1.KeyOrder) error {
 		seen := make(map[string]bool, n)
 		l.active.Clear(false)
 		l.held.Clear(false)
+		l.open.Clear(false)
 		for _, r := range recs[i : i+n] {
 			kq := l.keys[r.Key]
 			switch {
@@ -87,6 +88,7 @@ func (s *Store) canonicalKeyOrder() {
 			slices.SortFunc(keys, func(a, b *keyQueue) int { return cmpUint64(oldest(a), oldest(b)) })
 			l.active.Clear(false)
 			l.held.Clear(false)
+			l.open.Clear(false)
 			for _, kq := range keys {
 				s.keySeq++
 				newest, _ := kq.ids.Max()

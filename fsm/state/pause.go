@@ -104,7 +104,8 @@ func (q *queue) pausedKeys() int {
 }
 
 // place puts an active key in its level's ring, or among the held keys
-// when it is paused.
+// when it is paused; an unpaused key with an open message (concurrency.go)
+// also goes in the open ring NextKey walks.
 func (q *queue) place(l *level, kq *keyQueue) {
 	ref := keyRef{seq: kq.seq, key: kq.key}
 	if q.keyHeld(kq.key) {
@@ -112,6 +113,9 @@ func (q *queue) place(l *level, kq *keyQueue) {
 		return
 	}
 	l.active.ReplaceOrInsert(ref)
+	if kq.open > 0 {
+		l.open.ReplaceOrInsert(ref)
+	}
 }
 
 // eachKey visits every key of l with ready messages, held or not, in
@@ -159,6 +163,7 @@ func (s *Store) setPause(q *queue, key string, until int64) {
 			if kq := l.keys[key]; kq != nil {
 				ref := keyRef{seq: kq.seq, key: key}
 				l.active.Delete(ref)
+				l.open.Delete(ref) // paused: not walked whatever its caps allow
 				l.held.ReplaceOrInsert(ref)
 			}
 		}
@@ -184,6 +189,9 @@ func (s *Store) clearPause(q *queue, key string) {
 				ref := keyRef{seq: kq.seq, key: key}
 				l.held.Delete(ref)
 				l.active.ReplaceOrInsert(ref)
+				if kq.open > 0 {
+					l.open.ReplaceOrInsert(ref) // walkable again if its caps allow
+				}
 			}
 		}
 	}

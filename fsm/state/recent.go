@@ -271,7 +271,7 @@ func (s *Store) loadRecent(q *queue, r *fsmv1.RecentEntry) error {
 		if r.Kind != recentAck || s.clusterVersion < HistoryVersion || r.Acked.Id != r.MessageId || len(r.Acked.Payload) > 0 || r.Acked.State != fsmv1.MessageState_MESSAGE_STATE_READY {
 			return fmt.Errorf("%w: recent entry of %s keeps an acked message it cannot", ErrInvalid, q.name)
 		}
-		m, err := messageFromRecord(r.Acked, newBody(r.Acked.Headers, r.Acked.FairnessKey, r.Acked.ThrottleKeys), s.clusterVersion)
+		m, err := messageFromRecord(r.Acked, newBody(r.Acked.Headers, r.Acked.FairnessKey, r.Acked.ThrottleKeys, r.Acked.ConcurrencyKey), s.clusterVersion)
 		if err != nil {
 			return err
 		}

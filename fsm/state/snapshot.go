@@ -273,7 +273,7 @@ func fillMessageRecord(r *fsmv1.MessageRecord, m *message) {
 		EnqueuedMs: m.enqueuedMs, VisibleMs: m.visibleMs, ExpiresMs: m.expiresMs,
 		Attempts: m.attempts, LeaseToken: m.leaseToken(), ConsumerId: m.consumerID(),
 		DeadlineMs: m.deadlineMs(), OriginQueue: m.origin(), DeadLetterReason: m.dlReason(),
-		DedupId: m.dedupID, State: fsmv1.MessageState(m.state), Story: m.story().record(),
+		DedupId: m.dedupID, State: fsmv1.MessageState(m.state), Story: m.story().record(), ConcurrencyKey: m.concurrencyKey(),
 	}
 }
 
@@ -449,7 +449,7 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 				return fmt.Errorf("%w: message ids out of order in %s", ErrInvalid, q.name)
 			}
 			last = mr.Id
-			m, err := messageFromRecord(mr, q.bodyFor(mr.Priority, mr.Headers, mr.FairnessKey, mr.ThrottleKeys), s.clusterVersion)
+			m, err := messageFromRecord(mr, q.bodyFor(mr.Priority, mr.Headers, mr.FairnessKey, mr.ThrottleKeys, mr.ConcurrencyKey), s.clusterVersion)
 			if err != nil {
 				return err
 			}

@@ -153,8 +153,9 @@ func (s *Store) unindex(q *queue, m *message) {
 	case stateReady:
 		l := q.level(m.priority, false)
 		kq := l.keys[m.fairnessKey()]
+		q.concReadyOut(l, kq, m)
 		kq.ids.Delete(m.id)
-		g := throttleGroup(m.throttleKeys())
+		g := m.group()
 		if gt := kq.groups[g]; gt != nil {
 			gt.Delete(m.id)
 			if gt.Len() == 0 {
@@ -174,10 +175,12 @@ func (s *Store) unindex(q *queue, m *message) {
 	case stateDelayed:
 		s.delayed.Delete(timedRef{at: m.visibleMs, queue: q.name, id: m.id})
 		q.delayed--
+		q.concOther(m, -1)
 	case stateLeased:
 		s.leases.Delete(timedRef{at: m.deadlineMs(), queue: q.name, id: m.id})
 		q.inFlight--
 		s.dropConsumerLease(m.consumerID(), q.name, m.id)
+		q.concOther(m, -1)
 	}
 	if m.expiresMs > 0 && m.state != stateLeased {
 		s.ttl.Delete(timedRef{at: m.expiresMs, queue: q.name, id: m.id})
@@ -211,7 +214,7 @@ func (s *Store) index(q *queue, m *message) {
 			kq.body = m.body
 		}
 		kq.ids.ReplaceOrInsert(m.id)
-		g := throttleGroup(m.throttleKeys())
+		g := m.group()
 		gt := kq.groups[g]
 		if gt == nil {
 			gt = btree.NewG(btreeDegree, lessID)
@@ -221,13 +224,16 @@ func (s *Store) index(q *queue, m *message) {
 		gt.ReplaceOrInsert(m.id)
 		l.count++
 		q.ready++
+		q.concReadyIn(l, kq, m)
 	case stateDelayed:
 		s.delayed.ReplaceOrInsert(timedRef{at: m.visibleMs, queue: q.name, id: m.id})
 		q.delayed++
+		q.concOther(m, 1)
 	case stateLeased:
 		s.leases.ReplaceOrInsert(timedRef{at: m.deadlineMs(), queue: q.name, id: m.id})
 		q.inFlight++
 		s.addConsumerLease(m.consumerID(), q.name, m.id)
+		q.concOther(m, 1)
 	}
 	if m.expiresMs > 0 && m.state != stateLeased {
 		s.ttl.ReplaceOrInsert(timedRef{at: m.expiresMs, queue: q.name, id: m.id})
@@ -252,6 +258,12 @@ func (s *Store) put(q *queue, old, next *message) {
 		q.msgs.ReplaceOrInsert(msgItem{id: next.id, m: next})
 	} else if old != nil {
 		q.msgs.Delete(msgItem{id: old.id})
+	}
+	// After the message tree holds next: a cap of 1 reads its head's state.
+	if next != nil && next.concurrencyKey() != "" {
+		q.concSettle(next.concurrencyKey())
+	} else if old != nil && old.concurrencyKey() != "" {
+		q.concSettle(old.concurrencyKey())
 	}
 }
 

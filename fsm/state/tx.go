@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	"google.golang.org/protobuf/proto"
@@ -114,7 +115,7 @@ func (tx *Tx) CreateQueue(c *fsmv1.CreateQueue) *QueueResult {
 	if _, ok := tx.s.queues[c.Name]; ok {
 		return &QueueResult{Done: Done{Err: fmt.Errorf("%w: %s", ErrQueueExists, c.Name)}}
 	}
-	raw := c.GetConfig()
+	raw := tx.stripConcurrency(c.GetConfig())
 	dlqName := raw.GetDeadLetterQueue()
 	named := dlqName != ""
 	if dlqName == "" {
@@ -200,9 +201,26 @@ func (tx *Tx) checkConvert(name string, dlq *queue, named bool) error {
 	return nil
 }
 
+// validateMask checks an update mask by the entry's version: the
+// concurrency paths are unknown before ConcurrencyVersion, as to an older
+// build.
+func (tx *Tx) validateMask(paths []string) error {
+	if err := ValidateMask(paths); err != nil {
+		return err
+	}
+	if tx.version < ConcurrencyVersion {
+		for _, p := range paths {
+			if f := strings.TrimPrefix(p, "config."); f == "concurrency_limit" || f == "concurrency_limits" {
+				return fmt.Errorf("%w: update_mask path %q is not a QueueConfig field", ErrInvalid, p)
+			}
+		}
+	}
+	return nil
+}
+
 // validateConfig checks a config a command sets, by the entry's version.
 func (tx *Tx) validateConfig(c *fsmv1.QueueConfig) error {
-	if err := validateConfig(c); err != nil {
+	if err := validateConfig(tx.stripConcurrency(c)); err != nil {
 		return err
 	}
 	if tx.version >= AdmitVersion {
@@ -223,13 +241,13 @@ func (tx *Tx) UpdateQueue(c *fsmv1.UpdateQueue) *QueueResult {
 	if q == nil {
 		return &QueueResult{Done: Done{Err: fmt.Errorf("%w: %s", ErrQueueNotFound, c.GetName())}}
 	}
-	if err := ValidateMask(c.Mask); err != nil {
+	if err := tx.validateMask(c.Mask); err != nil {
 		return &QueueResult{Done: Done{Err: err}}
 	}
 	if err := tx.validateConfig(c.GetConfig()); err != nil {
 		return &QueueResult{Done: Done{Err: err}}
 	}
-	raw := mergeConfig(q.raw, c.GetConfig(), c.Mask)
+	raw := mergeConfig(q.raw, tx.stripConcurrency(c.GetConfig()), c.Mask)
 	want := raw.DeadLetterQueue
 	if q.isDLQ {
 		if want != "" {
@@ -246,6 +264,7 @@ func (tx *Tx) UpdateQueue(c *fsmv1.UpdateQueue) *QueueResult {
 	raw.DeadLetterQueue = want
 	q.raw = raw
 	q.cfg = effectiveConfig(raw, want)
+	q.concSettleAll()
 	tx.touched.add(q.name)
 	tx.done(k)
 	return &QueueResult{Queue: tx.s.info(q)}
@@ -363,6 +382,9 @@ func (tx *Tx) Enqueue(c *fsmv1.Enqueue) *EnqueueResult {
 			res.Batches[bi].Err = fmt.Errorf("%w: no messages", ErrInvalid)
 			continue
 		}
+		if tx.version < ConcurrencyVersion {
+			b = stripConcurrencyKeys(b)
+		}
 		var bad error
 		for i, m := range b.Messages {
 			if err := ValidateMessage(i, m, q.cfg); err != nil {
@@ -407,7 +429,7 @@ func (tx *Tx) Enqueue(c *fsmv1.Enqueue) *EnqueueResult {
 			m := &message{
 				id:         id,
 				payload:    em.Payload,
-				body:       q.bodyFor(em.Priority, em.Headers, em.FairnessKey, em.ThrottleKeys),
+				body:       q.bodyFor(em.Priority, em.Headers, em.FairnessKey, em.ThrottleKeys, tx.concurrencyKey(em)),
 				priority:   em.Priority,
 				weight:     max(em.Weight, 1),
 				dedupID:    em.DedupId,
@@ -465,6 +487,14 @@ func (tx *Tx) Grant(c *fsmv1.LeaseGrant) *GrantResult {
 			// leader's mistake leases a paused queue's or key's message.
 			res.Items[i] = fmt.Errorf("%w: queue %s, fairness key %q", ErrPaused, q.name, m.fairnessKey())
 			continue
+		}
+		if tx.version >= ConcurrencyVersion {
+			// The cap holds whatever the leader proposed (carried grants
+			// included: AckGrant applies them here).
+			if err := q.concGrantable(m); err != nil {
+				res.Items[i] = err
+				continue
+			}
 		}
 		next := *m
 		next.state = stateLeased

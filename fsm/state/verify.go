@@ -36,7 +36,7 @@ func (s *Store) Verify() error {
 					err = fmt.Errorf("%s: ready message %d missing from its key queue", name, m.id)
 					return false
 				}
-				if g := l.keys[m.fairnessKey()].groups[throttleGroup(m.throttleKeys())]; g == nil || !g.Has(m.id) {
+				if g := l.keys[m.fairnessKey()].groups[m.group()]; g == nil || !g.Has(m.id) {
 					err = fmt.Errorf("%s: ready message %d missing from its throttle group", name, m.id)
 					return false
 				}
@@ -104,6 +104,9 @@ func (s *Store) Verify() error {
 					return fmt.Errorf("%s: key %q holds %d ready ids, its throttle groups %d", name, kq.key, kq.ids.Len(), n)
 				}
 			}
+		}
+		if err := q.verifyConcurrency(); err != nil {
+			return err
 		}
 		if len(c.readyPerLevel) != len(q.levels) {
 			return fmt.Errorf("%s: %d priority levels for %d priorities with ready messages", name, len(q.levels), len(c.readyPerLevel))

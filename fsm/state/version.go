@@ -23,10 +23,11 @@ package state
 // cancel a redrive job (RedriveCancelVersion, redrive.go); version 17
 // adds pausing a queue or a fairness key (PauseVersion, pause.go);
 // version 18 records each message's attempts and life events
-// (HistoryVersion, history.go). fsm/DESIGN.md lists every
+// (HistoryVersion, history.go); version 19 caps messages in flight per
+// concurrency key (ConcurrencyVersion, concurrency.go). fsm/DESIGN.md lists every
 // version; a rule that changes in version N is
 // written `if tx.version >= N`.
-const MaxLogVersion uint32 = 18
+const MaxLogVersion uint32 = 19
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the

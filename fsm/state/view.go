@@ -231,8 +231,9 @@ type KeyInfo struct {
 
 // ReadyMessage is what the scheduler needs to choose a message.
 type ReadyMessage struct {
-	ID           uint64
-	ThrottleKeys []string
+	ID             uint64
+	ThrottleKeys   []string
+	ConcurrencyKey string
 }
 
 // QueueView is one queue inside a View.
@@ -297,7 +298,9 @@ func (qv QueueView) Priorities(dst []int32) []int32 {
 	return dst
 }
 
-// NextKey returns the active key at prio with the smallest Seq > afterSeq.
+// NextKey returns the active key at prio with the smallest Seq > afterSeq
+// among those with an open message: a key whose every ready message is
+// held by its concurrency key's cap is not walked (concurrency.go).
 func (qv QueueView) NextKey(prio int32, afterSeq uint64) (KeyInfo, bool) {
 	l := qv.q.level(prio, false)
 	if l == nil {
@@ -305,7 +308,7 @@ func (qv QueueView) NextKey(prio int32, afterSeq uint64) (KeyInfo, bool) {
 	}
 	var out KeyInfo
 	found := false
-	l.active.AscendGreaterOrEqual(keyRef{seq: afterSeq + 1}, func(r keyRef) bool {
+	l.open.AscendGreaterOrEqual(keyRef{seq: afterSeq + 1}, func(r keyRef) bool {
 		kq := l.keys[r.key]
 		out = KeyInfo{Key: kq.key, Seq: kq.seq, Weight: kq.weight, Ready: kq.ids.Len(), GroupGen: kq.groupGen}
 		found = true
@@ -345,7 +348,7 @@ func (qv QueueView) NextReady(prio int32, key string, afterID uint64) (ReadyMess
 		return ReadyMessage{}, false
 	}
 	m := qv.q.get(id)
-	return ReadyMessage{ID: id, ThrottleKeys: m.throttleKeys()}, true
+	return ReadyMessage{ID: id, ThrottleKeys: m.throttleKeys(), ConcurrencyKey: m.concurrencyKey()}, true
 }
 
 // ThrottleGroups appends the names of the key's throttle groups at prio:
@@ -389,7 +392,8 @@ func (qv QueueView) NextInGroup(prio int32, key, group string, afterID uint64) (
 	if !found {
 		return ReadyMessage{}, false
 	}
-	return ReadyMessage{ID: id, ThrottleKeys: qv.q.get(id).throttleKeys()}, true
+	m := qv.q.get(id)
+	return ReadyMessage{ID: id, ThrottleKeys: m.throttleKeys(), ConcurrencyKey: m.concurrencyKey()}, true
 }
 
 // LeasesHeld counts the leases a consumer holds across queues.

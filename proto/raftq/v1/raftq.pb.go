@@ -93,8 +93,14 @@ type QueueConfig struct {
 	MaxMessageBytes     int64                    `protobuf:"varint,9,opt,name=max_message_bytes,json=maxMessageBytes,proto3" json:"max_message_bytes,omitempty"`
 	// DRR credit per weight unit per round, in messages (default 1).
 	FairnessQuantum int32 `protobuf:"varint,10,opt,name=fairness_quantum,json=fairnessQuantum,proto3" json:"fairness_quantum,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The default cap on messages in flight per concurrency key (0 = no
+	// cap); concurrency_limits overrides it per key (a value of 0 = that
+	// key uncapped). A cap of 1 delivers each key's messages in order, one
+	// at a time. docs/api.md, Concurrency keys.
+	ConcurrencyLimit  int32            `protobuf:"varint,11,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"`
+	ConcurrencyLimits map[string]int32 `protobuf:"bytes,12,rep,name=concurrency_limits,json=concurrencyLimits,proto3" json:"concurrency_limits,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *QueueConfig) Reset() {
@@ -195,6 +201,20 @@ func (x *QueueConfig) GetFairnessQuantum() int32 {
 		return x.FairnessQuantum
 	}
 	return 0
+}
+
+func (x *QueueConfig) GetConcurrencyLimit() int32 {
+	if x != nil {
+		return x.ConcurrencyLimit
+	}
+	return 0
+}
+
+func (x *QueueConfig) GetConcurrencyLimits() map[string]int32 {
+	if x != nil {
+		return x.ConcurrencyLimits
+	}
+	return nil
 }
 
 type QueueStats struct {
@@ -745,18 +765,21 @@ func (x *DrainEstimate) GetEmptiesInSec() float64 {
 }
 
 type EnqueueMessage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Payload       []byte                 `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
-	Headers       map[string]string      `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Priority      int32                  `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
-	FairnessKey   string                 `protobuf:"bytes,4,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
-	Weight        uint32                 `protobuf:"varint,5,opt,name=weight,proto3" json:"weight,omitempty"`
-	ThrottleKeys  []string               `protobuf:"bytes,6,rep,name=throttle_keys,json=throttleKeys,proto3" json:"throttle_keys,omitempty"`
-	DelayMs       int64                  `protobuf:"varint,7,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
-	DedupId       string                 `protobuf:"bytes,8,opt,name=dedup_id,json=dedupId,proto3" json:"dedup_id,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,9,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Payload      []byte                 `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	Headers      map[string]string      `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Priority     int32                  `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
+	FairnessKey  string                 `protobuf:"bytes,4,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	Weight       uint32                 `protobuf:"varint,5,opt,name=weight,proto3" json:"weight,omitempty"`
+	ThrottleKeys []string               `protobuf:"bytes,6,rep,name=throttle_keys,json=throttleKeys,proto3" json:"throttle_keys,omitempty"`
+	DelayMs      int64                  `protobuf:"varint,7,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	DedupId      string                 `protobuf:"bytes,8,opt,name=dedup_id,json=dedupId,proto3" json:"dedup_id,omitempty"`
+	TtlMs        int64                  `protobuf:"varint,9,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// Messages of one key are capped by the queue's concurrency_limit(s);
+	// empty: never capped.
+	ConcurrencyKey string `protobuf:"bytes,10,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *EnqueueMessage) Reset() {
@@ -850,6 +873,13 @@ func (x *EnqueueMessage) GetTtlMs() int64 {
 		return x.TtlMs
 	}
 	return 0
+}
+
+func (x *EnqueueMessage) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
 }
 
 type Delivery struct {
@@ -6360,7 +6390,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\fThrottleRule\x12 \n" +
 	"\frate_per_sec\x18\x01 \x01(\x01R\n" +
 	"ratePerSec\x12\x14\n" +
-	"\x05burst\x18\x02 \x01(\x05R\x05burst\"\x8d\x04\n" +
+	"\x05burst\x18\x02 \x01(\x05R\x05burst\"\xdd\x05\n" +
 	"\vQueueConfig\x122\n" +
 	"\x15visibility_timeout_ms\x18\x01 \x01(\x03R\x13visibilityTimeoutMs\x12%\n" +
 	"\x0emax_deliveries\x18\x02 \x01(\x05R\rmaxDeliveries\x12*\n" +
@@ -6372,10 +6402,15 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\tthrottles\x18\b \x03(\v2$.raftq.v1.QueueConfig.ThrottlesEntryR\tthrottles\x12*\n" +
 	"\x11max_message_bytes\x18\t \x01(\x03R\x0fmaxMessageBytes\x12)\n" +
 	"\x10fairness_quantum\x18\n" +
-	" \x01(\x05R\x0ffairnessQuantum\x1aT\n" +
+	" \x01(\x05R\x0ffairnessQuantum\x12+\n" +
+	"\x11concurrency_limit\x18\v \x01(\x05R\x10concurrencyLimit\x12[\n" +
+	"\x12concurrency_limits\x18\f \x03(\v2,.raftq.v1.QueueConfig.ConcurrencyLimitsEntryR\x11concurrencyLimits\x1aT\n" +
 	"\x0eThrottlesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
-	"\x05value\x18\x02 \x01(\v2\x16.raftq.v1.ThrottleRuleR\x05value:\x028\x01\"\xaf\x03\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.raftq.v1.ThrottleRuleR\x05value:\x028\x01\x1aD\n" +
+	"\x16ConcurrencyLimitsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xaf\x03\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\x03R\x05ready\x12\x18\n" +
@@ -6426,7 +6461,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12/\n" +
 	"\x14depth_change_per_sec\x18\x02 \x01(\x01R\x11depthChangePerSec\x12,\n" +
 	"\x12deliveries_per_sec\x18\x03 \x01(\x01R\x10deliveriesPerSec\x12$\n" +
-	"\x0eempties_in_sec\x18\x04 \x01(\x01R\femptiesInSec\"\xf0\x02\n" +
+	"\x0eempties_in_sec\x18\x04 \x01(\x01R\femptiesInSec\"\x99\x03\n" +
 	"\x0eEnqueueMessage\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12?\n" +
 	"\aheaders\x18\x02 \x03(\v2%.raftq.v1.EnqueueMessage.HeadersEntryR\aheaders\x12\x1a\n" +
@@ -6436,7 +6471,9 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\rthrottle_keys\x18\x06 \x03(\tR\fthrottleKeys\x12\x19\n" +
 	"\bdelay_ms\x18\a \x01(\x03R\adelayMs\x12\x19\n" +
 	"\bdedup_id\x18\b \x01(\tR\adedupId\x12\x15\n" +
-	"\x06ttl_ms\x18\t \x01(\x03R\x05ttlMs\x1a:\n" +
+	"\x06ttl_ms\x18\t \x01(\x03R\x05ttlMs\x12'\n" +
+	"\x0fconcurrency_key\x18\n" +
+	" \x01(\tR\x0econcurrencyKey\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x05\n" +
@@ -6894,7 +6931,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 102)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 103)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -6996,137 +7033,139 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*BackupChunk)(nil),                // 97: raftq.v1.BackupChunk
 	(*BackupInfo)(nil),                 // 98: raftq.v1.BackupInfo
 	nil,                                // 99: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 100: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 101: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 102: google.protobuf.FieldMask
-	(*status.Status)(nil),              // 103: google.rpc.Status
+	nil,                                // 100: raftq.v1.QueueConfig.ConcurrencyLimitsEntry
+	nil,                                // 101: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 102: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 103: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 104: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	99,  // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
-	1,   // 1: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
-	2,   // 2: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
-	3,   // 3: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
-	4,   // 4: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
-	7,   // 5: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
-	45,  // 6: raftq.v1.QueueInfo.redrives:type_name -> raftq.v1.RedriveJob
-	6,   // 7: raftq.v1.QueueInfo.paused_keys:type_name -> raftq.v1.PausedKey
-	100, // 8: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	101, // 9: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
-	10,  // 10: raftq.v1.Delivery.history:type_name -> raftq.v1.Attempt
-	1,   // 11: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	5,   // 12: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	1,   // 13: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	102, // 14: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
-	5,   // 15: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	5,   // 16: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	5,   // 17: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
-	8,   // 18: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
-	26,  // 19: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
-	27,  // 20: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
-	103, // 21: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
-	9,   // 22: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
-	11,  // 23: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
-	13,  // 24: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
-	12,  // 25: raftq.v1.NackRequest.nacks:type_name -> raftq.v1.NackItem
-	13,  // 26: raftq.v1.NackResponse.results:type_name -> raftq.v1.ItemResult
-	11,  // 27: raftq.v1.ExtendLeaseRequest.leases:type_name -> raftq.v1.LeaseRef
-	13,  // 28: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
-	9,   // 29: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
-	9,   // 30: raftq.v1.GetMessageResponse.message:type_name -> raftq.v1.Delivery
-	42,  // 31: raftq.v1.GetMessageResponse.events:type_name -> raftq.v1.MessageEvent
-	5,   // 32: raftq.v1.PauseQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	5,   // 33: raftq.v1.ResumeQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	50,  // 34: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
-	55,  // 35: raftq.v1.StatusResponse.settings:type_name -> raftq.v1.ClusterSettings
-	54,  // 36: raftq.v1.StatusResponse.refused_members:type_name -> raftq.v1.RefusedMember
-	55,  // 37: raftq.v1.SetClusterSettingsResponse.settings:type_name -> raftq.v1.ClusterSettings
-	66,  // 38: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
-	80,  // 39: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
-	91,  // 40: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
-	92,  // 41: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
-	93,  // 42: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
-	93,  // 43: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
-	98,  // 44: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
-	0,   // 45: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
-	14,  // 46: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
-	16,  // 47: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
-	18,  // 48: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
-	20,  // 49: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
-	22,  // 50: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
-	24,  // 51: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
-	26,  // 52: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
-	28,  // 53: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
-	30,  // 54: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
-	32,  // 55: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
-	34,  // 56: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
-	36,  // 57: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
-	38,  // 58: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
-	43,  // 59: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	46,  // 60: raftq.v1.Broker.PauseQueue:input_type -> raftq.v1.PauseQueueRequest
-	48,  // 61: raftq.v1.Broker.ResumeQueue:input_type -> raftq.v1.ResumeQueueRequest
-	78,  // 62: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
-	40,  // 63: raftq.v1.Broker.GetMessage:input_type -> raftq.v1.GetMessageRequest
-	52,  // 64: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
-	58,  // 65: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
-	62,  // 66: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
-	64,  // 67: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	73,  // 68: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	75,  // 69: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	77,  // 70: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
-	60,  // 71: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
-	96,  // 72: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
-	67,  // 73: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
-	56,  // 74: raftq.v1.Cluster.SetClusterSettings:input_type -> raftq.v1.SetClusterSettingsRequest
-	71,  // 75: raftq.v1.Cluster.RecountQueues:input_type -> raftq.v1.RecountQueuesRequest
-	69,  // 76: raftq.v1.Cluster.RepairCorrupt:input_type -> raftq.v1.RepairCorruptRequest
-	81,  // 77: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
-	83,  // 78: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
-	85,  // 79: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
-	87,  // 80: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
-	89,  // 81: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
-	94,  // 82: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
-	15,  // 83: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	17,  // 84: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	19,  // 85: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	21,  // 86: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	23,  // 87: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	25,  // 88: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	27,  // 89: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	29,  // 90: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
-	31,  // 91: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	33,  // 92: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	35,  // 93: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	37,  // 94: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	39,  // 95: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	44,  // 96: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	47,  // 97: raftq.v1.Broker.PauseQueue:output_type -> raftq.v1.PauseQueueResponse
-	49,  // 98: raftq.v1.Broker.ResumeQueue:output_type -> raftq.v1.ResumeQueueResponse
-	79,  // 99: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
-	41,  // 100: raftq.v1.Broker.GetMessage:output_type -> raftq.v1.GetMessageResponse
-	53,  // 101: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	59,  // 102: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	63,  // 103: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	65,  // 104: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	74,  // 105: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	76,  // 106: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	66,  // 107: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	61,  // 108: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
-	97,  // 109: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
-	68,  // 110: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
-	57,  // 111: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
-	72,  // 112: raftq.v1.Cluster.RecountQueues:output_type -> raftq.v1.RecountQueuesResponse
-	70,  // 113: raftq.v1.Cluster.RepairCorrupt:output_type -> raftq.v1.RepairCorruptResponse
-	82,  // 114: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
-	84,  // 115: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
-	86,  // 116: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
-	88,  // 117: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
-	90,  // 118: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
-	95,  // 119: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
-	83,  // [83:120] is the sub-list for method output_type
-	46,  // [46:83] is the sub-list for method input_type
-	46,  // [46:46] is the sub-list for extension type_name
-	46,  // [46:46] is the sub-list for extension extendee
-	0,   // [0:46] is the sub-list for field type_name
+	100, // 1: raftq.v1.QueueConfig.concurrency_limits:type_name -> raftq.v1.QueueConfig.ConcurrencyLimitsEntry
+	1,   // 2: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
+	2,   // 3: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
+	3,   // 4: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
+	4,   // 5: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
+	7,   // 6: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
+	45,  // 7: raftq.v1.QueueInfo.redrives:type_name -> raftq.v1.RedriveJob
+	6,   // 8: raftq.v1.QueueInfo.paused_keys:type_name -> raftq.v1.PausedKey
+	101, // 9: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	102, // 10: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	10,  // 11: raftq.v1.Delivery.history:type_name -> raftq.v1.Attempt
+	1,   // 12: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
+	5,   // 13: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	1,   // 14: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
+	103, // 15: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	5,   // 16: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	5,   // 17: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	5,   // 18: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
+	8,   // 19: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
+	26,  // 20: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
+	27,  // 21: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
+	104, // 22: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	9,   // 23: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
+	11,  // 24: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
+	13,  // 25: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
+	12,  // 26: raftq.v1.NackRequest.nacks:type_name -> raftq.v1.NackItem
+	13,  // 27: raftq.v1.NackResponse.results:type_name -> raftq.v1.ItemResult
+	11,  // 28: raftq.v1.ExtendLeaseRequest.leases:type_name -> raftq.v1.LeaseRef
+	13,  // 29: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
+	9,   // 30: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
+	9,   // 31: raftq.v1.GetMessageResponse.message:type_name -> raftq.v1.Delivery
+	42,  // 32: raftq.v1.GetMessageResponse.events:type_name -> raftq.v1.MessageEvent
+	5,   // 33: raftq.v1.PauseQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	5,   // 34: raftq.v1.ResumeQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	50,  // 35: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
+	55,  // 36: raftq.v1.StatusResponse.settings:type_name -> raftq.v1.ClusterSettings
+	54,  // 37: raftq.v1.StatusResponse.refused_members:type_name -> raftq.v1.RefusedMember
+	55,  // 38: raftq.v1.SetClusterSettingsResponse.settings:type_name -> raftq.v1.ClusterSettings
+	66,  // 39: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
+	80,  // 40: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
+	91,  // 41: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
+	92,  // 42: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
+	93,  // 43: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
+	93,  // 44: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
+	98,  // 45: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
+	0,   // 46: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
+	14,  // 47: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
+	16,  // 48: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
+	18,  // 49: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
+	20,  // 50: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
+	22,  // 51: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
+	24,  // 52: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
+	26,  // 53: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
+	28,  // 54: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
+	30,  // 55: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
+	32,  // 56: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
+	34,  // 57: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
+	36,  // 58: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
+	38,  // 59: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
+	43,  // 60: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
+	46,  // 61: raftq.v1.Broker.PauseQueue:input_type -> raftq.v1.PauseQueueRequest
+	48,  // 62: raftq.v1.Broker.ResumeQueue:input_type -> raftq.v1.ResumeQueueRequest
+	78,  // 63: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
+	40,  // 64: raftq.v1.Broker.GetMessage:input_type -> raftq.v1.GetMessageRequest
+	52,  // 65: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
+	58,  // 66: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
+	62,  // 67: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
+	64,  // 68: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
+	73,  // 69: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	75,  // 70: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	77,  // 71: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	60,  // 72: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
+	96,  // 73: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
+	67,  // 74: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
+	56,  // 75: raftq.v1.Cluster.SetClusterSettings:input_type -> raftq.v1.SetClusterSettingsRequest
+	71,  // 76: raftq.v1.Cluster.RecountQueues:input_type -> raftq.v1.RecountQueuesRequest
+	69,  // 77: raftq.v1.Cluster.RepairCorrupt:input_type -> raftq.v1.RepairCorruptRequest
+	81,  // 78: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
+	83,  // 79: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
+	85,  // 80: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
+	87,  // 81: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
+	89,  // 82: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
+	94,  // 83: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
+	15,  // 84: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	17,  // 85: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	19,  // 86: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	21,  // 87: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	23,  // 88: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	25,  // 89: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	27,  // 90: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	29,  // 91: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
+	31,  // 92: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	33,  // 93: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	35,  // 94: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	37,  // 95: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	39,  // 96: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	44,  // 97: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	47,  // 98: raftq.v1.Broker.PauseQueue:output_type -> raftq.v1.PauseQueueResponse
+	49,  // 99: raftq.v1.Broker.ResumeQueue:output_type -> raftq.v1.ResumeQueueResponse
+	79,  // 100: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
+	41,  // 101: raftq.v1.Broker.GetMessage:output_type -> raftq.v1.GetMessageResponse
+	53,  // 102: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	59,  // 103: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	63,  // 104: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	65,  // 105: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	74,  // 106: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	76,  // 107: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	66,  // 108: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	61,  // 109: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
+	97,  // 110: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
+	68,  // 111: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
+	57,  // 112: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
+	72,  // 113: raftq.v1.Cluster.RecountQueues:output_type -> raftq.v1.RecountQueuesResponse
+	70,  // 114: raftq.v1.Cluster.RepairCorrupt:output_type -> raftq.v1.RepairCorruptResponse
+	82,  // 115: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
+	84,  // 116: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
+	86,  // 117: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
+	88,  // 118: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
+	90,  // 119: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
+	95,  // 120: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
+	84,  // [84:121] is the sub-list for method output_type
+	47,  // [47:84] is the sub-list for method input_type
+	47,  // [47:47] is the sub-list for extension type_name
+	47,  // [47:47] is the sub-list for extension extendee
+	0,   // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_raftq_v1_raftq_proto_init() }
@@ -7141,7 +7180,7 @@ func file_raftq_v1_raftq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   102,
+			NumMessages:   103,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -711,8 +711,12 @@ type QueueConfig struct {
 	Throttles           map[string]*ThrottleRule `protobuf:"bytes,8,rep,name=throttles,proto3" json:"throttles,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	MaxMessageBytes     int64                    `protobuf:"varint,9,opt,name=max_message_bytes,json=maxMessageBytes,proto3" json:"max_message_bytes,omitempty"`
 	FairnessQuantum     int32                    `protobuf:"varint,10,opt,name=fairness_quantum,json=fairnessQuantum,proto3" json:"fairness_quantum,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Log version ConcurrencyVersion (fsm/state/concurrency.go); stripped
+	// from entries of earlier versions.
+	ConcurrencyLimit  int32            `protobuf:"varint,11,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"`
+	ConcurrencyLimits map[string]int32 `protobuf:"bytes,12,rep,name=concurrency_limits,json=concurrencyLimits,proto3" json:"concurrency_limits,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *QueueConfig) Reset() {
@@ -815,20 +819,36 @@ func (x *QueueConfig) GetFairnessQuantum() int32 {
 	return 0
 }
 
+func (x *QueueConfig) GetConcurrencyLimit() int32 {
+	if x != nil {
+		return x.ConcurrencyLimit
+	}
+	return 0
+}
+
+func (x *QueueConfig) GetConcurrencyLimits() map[string]int32 {
+	if x != nil {
+		return x.ConcurrencyLimits
+	}
+	return nil
+}
+
 // EnqueueMessage is wire-identical to raftq.v1.EnqueueMessage.
 type EnqueueMessage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Payload       []byte                 `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
-	Headers       map[string]string      `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Priority      int32                  `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
-	FairnessKey   string                 `protobuf:"bytes,4,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
-	Weight        uint32                 `protobuf:"varint,5,opt,name=weight,proto3" json:"weight,omitempty"`
-	ThrottleKeys  []string               `protobuf:"bytes,6,rep,name=throttle_keys,json=throttleKeys,proto3" json:"throttle_keys,omitempty"`
-	DelayMs       int64                  `protobuf:"varint,7,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
-	DedupId       string                 `protobuf:"bytes,8,opt,name=dedup_id,json=dedupId,proto3" json:"dedup_id,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,9,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Payload      []byte                 `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	Headers      map[string]string      `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Priority     int32                  `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
+	FairnessKey  string                 `protobuf:"bytes,4,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	Weight       uint32                 `protobuf:"varint,5,opt,name=weight,proto3" json:"weight,omitempty"`
+	ThrottleKeys []string               `protobuf:"bytes,6,rep,name=throttle_keys,json=throttleKeys,proto3" json:"throttle_keys,omitempty"`
+	DelayMs      int64                  `protobuf:"varint,7,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	DedupId      string                 `protobuf:"bytes,8,opt,name=dedup_id,json=dedupId,proto3" json:"dedup_id,omitempty"`
+	TtlMs        int64                  `protobuf:"varint,9,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// Log version ConcurrencyVersion; ignored in entries of earlier versions.
+	ConcurrencyKey string `protobuf:"bytes,10,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *EnqueueMessage) Reset() {
@@ -922,6 +942,13 @@ func (x *EnqueueMessage) GetTtlMs() int64 {
 		return x.TtlMs
 	}
 	return 0
+}
+
+func (x *EnqueueMessage) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
 }
 
 // SetClusterVersion raises the replicated cluster version (log version 2
@@ -3807,9 +3834,11 @@ type MessageRecord struct {
 	// Log version HistoryVersion and later: what happened to the message
 	// (fsm/state/history.go); absent for a message nothing has happened to
 	// since it was enqueued, and in every state of an older cluster version.
-	Story         *MessageStory `protobuf:"bytes,21,opt,name=story,proto3" json:"story,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Story *MessageStory `protobuf:"bytes,21,opt,name=story,proto3" json:"story,omitempty"`
+	// The message's concurrency key (log version ConcurrencyVersion).
+	ConcurrencyKey string `protobuf:"bytes,22,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MessageRecord) Reset() {
@@ -3987,6 +4016,13 @@ func (x *MessageRecord) GetStory() *MessageStory {
 		return x.Story
 	}
 	return nil
+}
+
+func (x *MessageRecord) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
 }
 
 // MessageStory is a message's attempt history and life events (log
@@ -4287,7 +4323,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\fThrottleRule\x12 \n" +
 	"\frate_per_sec\x18\x01 \x01(\x01R\n" +
 	"ratePerSec\x12\x14\n" +
-	"\x05burst\x18\x02 \x01(\x05R\x05burst\"\x95\x04\n" +
+	"\x05burst\x18\x02 \x01(\x05R\x05burst\"\xe9\x05\n" +
 	"\vQueueConfig\x122\n" +
 	"\x15visibility_timeout_ms\x18\x01 \x01(\x03R\x13visibilityTimeoutMs\x12%\n" +
 	"\x0emax_deliveries\x18\x02 \x01(\x05R\rmaxDeliveries\x12*\n" +
@@ -4299,10 +4335,15 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\tthrottles\x18\b \x03(\v2(.raftq.fsm.v1.QueueConfig.ThrottlesEntryR\tthrottles\x12*\n" +
 	"\x11max_message_bytes\x18\t \x01(\x03R\x0fmaxMessageBytes\x12)\n" +
 	"\x10fairness_quantum\x18\n" +
-	" \x01(\x05R\x0ffairnessQuantum\x1aX\n" +
+	" \x01(\x05R\x0ffairnessQuantum\x12+\n" +
+	"\x11concurrency_limit\x18\v \x01(\x05R\x10concurrencyLimit\x12_\n" +
+	"\x12concurrency_limits\x18\f \x03(\v20.raftq.fsm.v1.QueueConfig.ConcurrencyLimitsEntryR\x11concurrencyLimits\x1aX\n" +
 	"\x0eThrottlesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
-	"\x05value\x18\x02 \x01(\v2\x1a.raftq.fsm.v1.ThrottleRuleR\x05value:\x028\x01\"\xf4\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x1a.raftq.fsm.v1.ThrottleRuleR\x05value:\x028\x01\x1aD\n" +
+	"\x16ConcurrencyLimitsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x9d\x03\n" +
 	"\x0eEnqueueMessage\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12C\n" +
 	"\aheaders\x18\x02 \x03(\v2).raftq.fsm.v1.EnqueueMessage.HeadersEntryR\aheaders\x12\x1a\n" +
@@ -4312,7 +4353,9 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\rthrottle_keys\x18\x06 \x03(\tR\fthrottleKeys\x12\x19\n" +
 	"\bdelay_ms\x18\a \x01(\x03R\adelayMs\x12\x19\n" +
 	"\bdedup_id\x18\b \x01(\tR\adedupId\x12\x15\n" +
-	"\x06ttl_ms\x18\t \x01(\x03R\x05ttlMs\x1a:\n" +
+	"\x06ttl_ms\x18\t \x01(\x03R\x05ttlMs\x12'\n" +
+	"\x0fconcurrency_key\x18\n" +
+	" \x01(\tR\x0econcurrencyKey\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
@@ -4547,7 +4590,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"message_id\x18\x02 \x01(\x04R\tmessageId\x12\x1d\n" +
 	"\n" +
-	"expires_ms\x18\x03 \x01(\x03R\texpiresMs\"\xbd\x06\n" +
+	"expires_ms\x18\x03 \x01(\x03R\texpiresMs\"\xe6\x06\n" +
 	"\rMessageRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12B\n" +
@@ -4576,7 +4619,8 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x05state\x18\x12 \x01(\x0e2\x1a.raftq.fsm.v1.MessageStateR\x05state\x12(\n" +
 	"\x10dead_lettered_ms\x18\x13 \x01(\x03R\x0edeadLetteredMs\x12.\n" +
 	"\x13dead_lettered_index\x18\x14 \x01(\x04R\x11deadLetteredIndex\x120\n" +
-	"\x05story\x18\x15 \x01(\v2\x1a.raftq.fsm.v1.MessageStoryR\x05story\x1a:\n" +
+	"\x05story\x18\x15 \x01(\v2\x1a.raftq.fsm.v1.MessageStoryR\x05story\x12'\n" +
+	"\x0fconcurrency_key\x18\x16 \x01(\tR\x0econcurrencyKey\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe2\x01\n" +
@@ -4637,7 +4681,7 @@ func file_raftq_fsm_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_raftq_fsm_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(RecentKind)(0),            // 0: raftq.fsm.v1.RecentKind
 	(MessageState)(0),          // 1: raftq.fsm.v1.MessageState
@@ -4692,8 +4736,9 @@ var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(*AttemptRecord)(nil),      // 50: raftq.fsm.v1.AttemptRecord
 	(*EventRecord)(nil),        // 51: raftq.fsm.v1.EventRecord
 	nil,                        // 52: raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	nil,                        // 53: raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	nil,                        // 54: raftq.fsm.v1.MessageRecord.HeadersEntry
+	nil,                        // 53: raftq.fsm.v1.QueueConfig.ConcurrencyLimitsEntry
+	nil,                        // 54: raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	nil,                        // 55: raftq.fsm.v1.MessageRecord.HeadersEntry
 }
 var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	8,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
@@ -4722,41 +4767,42 @@ var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
 	35, // 23: raftq.fsm.v1.Command.pause_queue:type_name -> raftq.fsm.v1.PauseQueue
 	36, // 24: raftq.fsm.v1.Command.resume_queue:type_name -> raftq.fsm.v1.ResumeQueue
 	52, // 25: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	53, // 26: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	4,  // 27: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	4,  // 28: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	5,  // 29: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
-	12, // 30: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
-	14, // 31: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
-	16, // 32: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
-	16, // 33: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
-	14, // 34: raftq.fsm.v1.Ack.grants:type_name -> raftq.fsm.v1.Grant
-	16, // 35: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
-	19, // 36: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
-	16, // 37: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
-	16, // 38: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
-	26, // 39: raftq.fsm.v1.RedriveStep.jobs:type_name -> raftq.fsm.v1.RedriveJobRef
-	0,  // 40: raftq.fsm.v1.DeletedKey.kind:type_name -> raftq.fsm.v1.RecentKind
-	40, // 41: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
-	41, // 42: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
-	42, // 43: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
-	4,  // 44: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
-	46, // 45: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
-	27, // 46: raftq.fsm.v1.QueueRecord.redrives:type_name -> raftq.fsm.v1.RedriveJob
-	44, // 47: raftq.fsm.v1.QueueRecord.pauses:type_name -> raftq.fsm.v1.PauseRecord
-	0,  // 48: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
-	48, // 49: raftq.fsm.v1.RecentEntry.acked:type_name -> raftq.fsm.v1.MessageRecord
-	54, // 50: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
-	1,  // 51: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
-	49, // 52: raftq.fsm.v1.MessageRecord.story:type_name -> raftq.fsm.v1.MessageStory
-	50, // 53: raftq.fsm.v1.MessageStory.attempts:type_name -> raftq.fsm.v1.AttemptRecord
-	51, // 54: raftq.fsm.v1.MessageStory.events:type_name -> raftq.fsm.v1.EventRecord
-	3,  // 55: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
-	56, // [56:56] is the sub-list for method output_type
-	56, // [56:56] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	53, // 26: raftq.fsm.v1.QueueConfig.concurrency_limits:type_name -> raftq.fsm.v1.QueueConfig.ConcurrencyLimitsEntry
+	54, // 27: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	4,  // 28: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	4,  // 29: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	5,  // 30: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
+	12, // 31: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
+	14, // 32: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
+	16, // 33: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
+	16, // 34: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
+	14, // 35: raftq.fsm.v1.Ack.grants:type_name -> raftq.fsm.v1.Grant
+	16, // 36: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
+	19, // 37: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
+	16, // 38: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
+	16, // 39: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
+	26, // 40: raftq.fsm.v1.RedriveStep.jobs:type_name -> raftq.fsm.v1.RedriveJobRef
+	0,  // 41: raftq.fsm.v1.DeletedKey.kind:type_name -> raftq.fsm.v1.RecentKind
+	40, // 42: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
+	41, // 43: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
+	42, // 44: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
+	4,  // 45: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
+	46, // 46: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
+	27, // 47: raftq.fsm.v1.QueueRecord.redrives:type_name -> raftq.fsm.v1.RedriveJob
+	44, // 48: raftq.fsm.v1.QueueRecord.pauses:type_name -> raftq.fsm.v1.PauseRecord
+	0,  // 49: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
+	48, // 50: raftq.fsm.v1.RecentEntry.acked:type_name -> raftq.fsm.v1.MessageRecord
+	55, // 51: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	1,  // 52: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
+	49, // 53: raftq.fsm.v1.MessageRecord.story:type_name -> raftq.fsm.v1.MessageStory
+	50, // 54: raftq.fsm.v1.MessageStory.attempts:type_name -> raftq.fsm.v1.AttemptRecord
+	51, // 55: raftq.fsm.v1.MessageStory.events:type_name -> raftq.fsm.v1.EventRecord
+	3,  // 56: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
+	57, // [57:57] is the sub-list for method output_type
+	57, // [57:57] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_raftq_fsm_v1_command_proto_init() }
@@ -4798,7 +4844,7 @@ func file_raftq_fsm_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_fsm_v1_command_proto_rawDesc), len(file_raftq_fsm_v1_command_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   53,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -235,7 +235,7 @@ class DrainEstimate(_message.Message):
     def __init__(self, state: _Optional[str] = ..., depth_change_per_sec: _Optional[float] = ..., deliveries_per_sec: _Optional[float] = ..., empties_in_sec: _Optional[float] = ...) -> None: ...
 
 class EnqueueMessage(_message.Message):
-    __slots__ = ["dedup_id", "delay_ms", "fairness_key", "headers", "payload", "priority", "throttle_keys", "ttl_ms", "weight"]
+    __slots__ = ["concurrency_key", "dedup_id", "delay_ms", "fairness_key", "headers", "payload", "priority", "throttle_keys", "ttl_ms", "weight"]
     class HeadersEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -243,6 +243,7 @@ class EnqueueMessage(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     DEDUP_ID_FIELD_NUMBER: _ClassVar[int]
     DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     FAIRNESS_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -252,6 +253,7 @@ class EnqueueMessage(_message.Message):
     THROTTLE_KEYS_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    concurrency_key: str
     dedup_id: str
     delay_ms: int
     fairness_key: str
@@ -261,7 +263,7 @@ class EnqueueMessage(_message.Message):
     throttle_keys: _containers.RepeatedScalarFieldContainer[str]
     ttl_ms: int
     weight: int
-    def __init__(self, payload: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., weight: _Optional[int] = ..., throttle_keys: _Optional[_Iterable[str]] = ..., delay_ms: _Optional[int] = ..., dedup_id: _Optional[str] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, payload: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., weight: _Optional[int] = ..., throttle_keys: _Optional[_Iterable[str]] = ..., delay_ms: _Optional[int] = ..., dedup_id: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., concurrency_key: _Optional[str] = ...) -> None: ...
 
 class EnqueueRequest(_message.Message):
     __slots__ = ["messages", "queue"]
@@ -644,7 +646,14 @@ class PurgeQueueResponse(_message.Message):
     def __init__(self, purged: _Optional[int] = ...) -> None: ...
 
 class QueueConfig(_message.Message):
-    __slots__ = ["dead_letter_queue", "dedup_window_ms", "fairness_quantum", "max_bytes", "max_deliveries", "max_depth", "max_message_bytes", "message_ttl_ms", "throttles", "visibility_timeout_ms"]
+    __slots__ = ["concurrency_limit", "concurrency_limits", "dead_letter_queue", "dedup_window_ms", "fairness_quantum", "max_bytes", "max_deliveries", "max_depth", "max_message_bytes", "message_ttl_ms", "throttles", "visibility_timeout_ms"]
+    class ConcurrencyLimitsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     class ThrottlesEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -652,6 +661,8 @@ class QueueConfig(_message.Message):
         key: str
         value: ThrottleRule
         def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[ThrottleRule, _Mapping]] = ...) -> None: ...
+    CONCURRENCY_LIMITS_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_LIMIT_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_QUEUE_FIELD_NUMBER: _ClassVar[int]
     DEDUP_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
     FAIRNESS_QUANTUM_FIELD_NUMBER: _ClassVar[int]
@@ -662,6 +673,8 @@ class QueueConfig(_message.Message):
     MESSAGE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     THROTTLES_FIELD_NUMBER: _ClassVar[int]
     VISIBILITY_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    concurrency_limit: int
+    concurrency_limits: _containers.ScalarMap[str, int]
     dead_letter_queue: str
     dedup_window_ms: int
     fairness_quantum: int
@@ -672,7 +685,7 @@ class QueueConfig(_message.Message):
     message_ttl_ms: int
     throttles: _containers.MessageMap[str, ThrottleRule]
     visibility_timeout_ms: int
-    def __init__(self, visibility_timeout_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_depth: _Optional[int] = ..., max_bytes: _Optional[int] = ..., message_ttl_ms: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., throttles: _Optional[_Mapping[str, ThrottleRule]] = ..., max_message_bytes: _Optional[int] = ..., fairness_quantum: _Optional[int] = ...) -> None: ...
+    def __init__(self, visibility_timeout_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_depth: _Optional[int] = ..., max_bytes: _Optional[int] = ..., message_ttl_ms: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., throttles: _Optional[_Mapping[str, ThrottleRule]] = ..., max_message_bytes: _Optional[int] = ..., fairness_quantum: _Optional[int] = ..., concurrency_limit: _Optional[int] = ..., concurrency_limits: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class QueueInfo(_message.Message):
     __slots__ = ["config", "drain", "fairness_keys", "is_dead_letter_queue", "name", "paused", "paused_keys", "paused_until_ms", "redrives", "stats", "throttle_keys"]
