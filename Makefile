@@ -130,6 +130,8 @@ bench: build
 	  -json $(BIN)/bench.json $(BENCH_FLAGS)
 	@echo "== scheduler selection cost: plain FIFO vs DRR over 1, 100, 10,000 fairness keys =="
 	$(GO) test -run '^$$' -bench BenchmarkSelect -benchtime 2s ./scheduler
+	@echo "== concurrency caps at 10,000 keys x 100 messages, every key at its cap of 1: grant rate against the same workload uncapped, same run (ratio; target >= 0.8) =="
+	$(GO) test -run '^$$' -bench BenchmarkConcurrencyCaps -benchtime 1000x ./scheduler
 	@echo "== FSM apply cost and the 1,000,000-message snapshot (heap, lock hold, persist, restore) =="
 	$(GO) test -run '^$$' -bench 'BenchmarkApplyEnqueue' -benchtime 2000x ./fsm
 	$(GO) test -run '^$$' -bench 'BenchmarkMillionMessages' -benchtime 1x ./fsm

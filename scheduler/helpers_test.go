@@ -375,7 +375,7 @@ func (e *env) enqueueN(queue string, n int, tmpl *fsmv1.EnqueueMessage) []uint64
 }
 
 func cloneMsg(m *fsmv1.EnqueueMessage) *fsmv1.EnqueueMessage {
-	return &fsmv1.EnqueueMessage{Payload: m.Payload, Priority: m.Priority, FairnessKey: m.FairnessKey, Weight: m.Weight, ThrottleKeys: m.ThrottleKeys, DelayMs: m.DelayMs, TtlMs: m.TtlMs}
+	return &fsmv1.EnqueueMessage{Payload: m.Payload, Priority: m.Priority, FairnessKey: m.FairnessKey, Weight: m.Weight, ThrottleKeys: m.ThrottleKeys, DelayMs: m.DelayMs, TtlMs: m.TtlMs, ConcurrencyKey: m.ConcurrencyKey}
 }
 
 func ref(t testing.TB, d *state.Delivery) *fsmv1.Ref {

@@ -32,6 +32,14 @@ type QueueView interface {
 	// picked. A paused fairness key is simply not among NextKey's keys:
 	// the state keeps it out of the ring, so picking never walks it.
 	Paused() bool
+	// HasConcurrencyCaps reports whether the queue caps any concurrency key.
+	HasConcurrencyCaps() bool
+	// ConcurrencyRoom is how many more messages of concurrency key ck the
+	// state would grant now, asked for message id (under a cap of 1 only
+	// the key's next message has room); capped is false for no cap.
+	ConcurrencyRoom(ck string, id uint64) (room int, capped bool)
+	// ConcurrencyKeyOf is the concurrency key of a message.
+	ConcurrencyKeyOf(id uint64) string
 }
 
 // pickInput is what one queue's picking depends on besides the view, the
@@ -95,6 +103,9 @@ type pickScratch struct {
 	bs     []*bucket
 	credit []int
 	picks  []pick
+	// conc counts, per concurrency key, the messages pending or picked in
+	// this call: the room the state reports is before them.
+	conc map[string]int
 }
 
 // keyCursor is how far one call has scanned a key: its throttle groups
@@ -146,7 +157,20 @@ func pickQueue(qv QueueView, in pickInput, cur *cursors, bk *buckets, sc *pickSc
 	sc.credit = append(sc.credit[:0], in.Credit...)
 	cfg := qv.Config()
 	bk.sync(cfg, in.NowNs)
-	p := picker{qv: qv, in: in, cfg: cfg, cur: cur, bk: bk, sc: sc, res: res}
+	p := picker{qv: qv, in: in, cfg: cfg, cur: cur, bk: bk, sc: sc, res: res, capped: qv.HasConcurrencyCaps()}
+	if p.capped {
+		// Pending grants use room the state does not know of yet (what
+		// pending is, is bounded by the pipeline, not by the backlog).
+		if sc.conc == nil {
+			sc.conc = map[string]int{}
+		}
+		clear(sc.conc)
+		for id := range in.Pending {
+			if ck := qv.ConcurrencyKeyOf(id); ck != "" {
+				sc.conc[ck]++
+			}
+		}
+	}
 	sc.prios = qv.Priorities(sc.prios[:0])
 	for _, prio := range sc.prios {
 		if len(p.res.Picks) >= in.Budget {
@@ -181,6 +205,8 @@ type picker struct {
 	bk  *buckets
 	sc  *pickScratch
 	res pickResult
+	// capped: the queue caps concurrency keys (ConcurrencyRoom is asked).
+	capped bool
 }
 
 // nextKey is the active key after seq in activation order, wrapping round.
@@ -292,6 +318,19 @@ func (p *picker) serveKey(prio int32, k fsm.KeyInfo, limit int) (n int, done boo
 			}
 			continue
 		}
+		capped := false
+		if p.capped && m.ConcurrencyKey != "" {
+			// A group holds one concurrency key's messages: a key without
+			// room closes the group's whole backlog, as a throttle does.
+			// Under a cap of 1 only the key's head has room, so the rest
+			// wait behind it, wherever it is (order first).
+			room, ok := p.qv.ConcurrencyRoom(m.ConcurrencyKey, m.ID)
+			if ok && p.sc.conc[m.ConcurrencyKey] >= room {
+				cur.close(gs, best)
+				continue
+			}
+			capped = ok
+		}
 		if until, ok := p.admit(m.ThrottleKeys); !ok {
 			cur.close(gs, best)
 			cur.throttled++
@@ -305,6 +344,9 @@ func (p *picker) serveKey(prio int32, k fsm.KeyInfo, limit int) (n int, done boo
 		}
 		if !more {
 			cur.close(gs, best)
+		}
+		if capped {
+			p.sc.conc[m.ConcurrencyKey]++
 		}
 		i := p.nextConsumer()
 		p.sc.credit[i]--

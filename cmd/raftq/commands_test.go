@@ -48,6 +48,21 @@ func TestQueueUpdateSendsOnlySetFlags(t *testing.T) {
 			wantMask: []string{"throttles"},
 			wantCfg:  &raftqv1.QueueConfig{},
 		},
+		{
+			name:     "concurrency caps",
+			args:     []string{"--concurrency", "5", "--concurrency-key", "tenant-a=2", "--concurrency-key", "a=b=0"},
+			wantMask: []string{"concurrency_limit", "concurrency_limits"},
+			wantCfg:  &raftqv1.QueueConfig{ConcurrencyLimit: 5, ConcurrencyLimits: map[string]int32{"tenant-a": 2, "a=b": 0}},
+		},
+		{
+			name:     "clear concurrency keys",
+			args:     []string{"--clear-concurrency-keys"},
+			wantMask: []string{"concurrency_limits"},
+			wantCfg:  &raftqv1.QueueConfig{},
+		},
+		{name: "bad concurrency key", args: []string{"--concurrency-key", "tenant-a"}, wantErr: "want key=N"},
+		{name: "negative concurrency key", args: []string{"--concurrency-key", "t=-1"}, wantErr: "non-negative"},
+		{name: "clear and set keys", args: []string{"--clear-concurrency-keys", "--concurrency-key", "a=1"}, wantErr: "conflict"},
 		{name: "nothing set", wantErr: "nothing to update"},
 		{name: "bad throttle", args: []string{"--throttle", "a=fast"}, wantErr: "rate must be"},
 		{name: "negative duration", args: []string{"--visibility-timeout", "-1s"}, wantErr: "must not be negative"},
@@ -113,13 +128,14 @@ func TestParseThrottle(t *testing.T) {
 func TestQueueCreateAndJSON(t *testing.T) {
 	f := &fake{}
 	addr := serve(t, f)
-	r := raftq(t, addr, "", "--json", "queue", "create", "jobs", "--visibility-timeout", "45s", "--throttle", "api=5:2")
+	r := raftq(t, addr, "", "--json", "queue", "create", "jobs", "--visibility-timeout", "45s", "--throttle", "api=5:2", "--concurrency", "1", "--concurrency-key", "bulk=10")
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	reqs := requests[*raftqv1.CreateQueueRequest](f)
 	want := &raftqv1.CreateQueueRequest{Name: "jobs", Config: &raftqv1.QueueConfig{
 		VisibilityTimeoutMs: 45000, Throttles: map[string]*raftqv1.ThrottleRule{"api": {RatePerSec: 5, Burst: 2}},
+		ConcurrencyLimit: 1, ConcurrencyLimits: map[string]int32{"bulk": 10},
 	}}
 	// The create carries an idempotency key (docs/api.md, Retries), a
 	// fresh one per call.
@@ -146,7 +162,7 @@ func TestQueueHumanOutput(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"queue", "get", "q", "--keys"}, []string{"visibility timeout:", "30s", "api=5/s burst 2", "ready:", "tenant-a", "1.50", "drain:", "empties in ~30s at the current rate (-5.00/s net, 5.50 deliveries/s)"}},
+		{[]string{"queue", "get", "q", "--keys"}, []string{"visibility timeout:", "30s", "api=5/s burst 2", "3 per key; bulk=uncapped, tenant-a=1", "ready:", "tenant-a", "1.50", "drain:", "empties in ~30s at the current rate (-5.00/s net, 5.50 deliveries/s)"}},
 		// A DLQ's messages arrive by dead-lettering, not enqueue: its
 		// ENQUEUED is "-", not a 0 beside the 3 messages it holds.
 		// and its DLQ column names the queues that dead-letter into it.
@@ -183,10 +199,10 @@ func TestEnqueue(t *testing.T) {
 		{name: "args and stdin", args: []string{"x", "-", "y"}, stdin: "s1\ns2\n", payloads: []string{"x", "s1", "s2", "y"}},
 		{
 			name: "message flags", args: []string{"p", "--priority", "5", "--fairness-key", "tenant", "--weight", "3",
-				"--throttle-key", "api", "--throttle-key", "db", "--delay", "2s", "--ttl", "1m", "--header", "k=v=w", "--dedup-id", "d1"},
+				"--throttle-key", "api", "--throttle-key", "db", "--delay", "2s", "--ttl", "1m", "--header", "k=v=w", "--dedup-id", "d1", "--concurrency-key", "order-7"},
 			payloads: []string{"p"},
 			check: func(t *testing.T, m *raftqv1.EnqueueMessage) {
-				want := &raftqv1.EnqueueMessage{Payload: []byte("p"), Priority: 5, FairnessKey: "tenant", Weight: 3,
+				want := &raftqv1.EnqueueMessage{Payload: []byte("p"), Priority: 5, FairnessKey: "tenant", Weight: 3, ConcurrencyKey: "order-7",
 					ThrottleKeys: []string{"api", "db"}, DelayMs: 2000, TtlMs: 60000, Headers: map[string]string{"k": "v=w"}, DedupId: "d1"}
 				if !proto.Equal(m, want) {
 					t.Errorf("message = %v, want %v", m, want)

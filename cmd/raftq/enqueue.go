@@ -26,6 +26,7 @@ const (
 type enqueueFlags struct {
 	priority     int32
 	fairnessKey  string
+	concKey      string
 	weight       uint32
 	throttleKeys []string
 	delay        time.Duration
@@ -45,13 +46,14 @@ func (f *enqueueFlags) template() (*raftqv1.EnqueueMessage, error) {
 		return nil, err
 	}
 	m := &raftqv1.EnqueueMessage{
-		Priority:     f.priority,
-		FairnessKey:  f.fairnessKey,
-		Weight:       f.weight,
-		ThrottleKeys: f.throttleKeys,
-		DelayMs:      delay,
-		TtlMs:        ttl,
-		DedupId:      f.dedupID,
+		Priority:       f.priority,
+		FairnessKey:    f.fairnessKey,
+		ConcurrencyKey: f.concKey,
+		Weight:         f.weight,
+		ThrottleKeys:   f.throttleKeys,
+		DelayMs:        delay,
+		TtlMs:          ttl,
+		DedupId:        f.dedupID,
 	}
 	for _, h := range f.headers {
 		k, v, ok := strings.Cut(h, "=")
@@ -79,6 +81,7 @@ func newEnqueueCmd(a *app) *cobra.Command {
 	fs := cmd.Flags()
 	fs.Int32Var(&f.priority, "priority", 0, "priority (higher is delivered first)")
 	fs.StringVar(&f.fairnessKey, "fairness-key", "", "fairness key (messages share delivery fairly across keys)")
+	fs.StringVar(&f.concKey, "concurrency-key", "", "concurrency key (the queue's --concurrency caps how many of its messages are in flight)")
 	fs.Uint32Var(&f.weight, "weight", 0, "fairness weight of the key (0 = 1)")
 	fs.StringArrayVar(&f.throttleKeys, "throttle-key", nil, "throttle key (repeatable)")
 	fs.DurationVar(&f.delay, "delay", 0, "deliver no sooner than this from now")
@@ -147,15 +150,16 @@ func (e *enqueuer) add(payload []byte) error {
 			e.total+1, fsm.HumanBytes(int64(len(payload))), fsm.HumanBytes(fsm.MaxMessageBytesCap), e.queue)
 	}
 	m := &raftqv1.EnqueueMessage{
-		Payload:      payload,
-		Headers:      e.tmpl.Headers,
-		Priority:     e.tmpl.Priority,
-		FairnessKey:  e.tmpl.FairnessKey,
-		Weight:       e.tmpl.Weight,
-		ThrottleKeys: e.tmpl.ThrottleKeys,
-		DelayMs:      e.tmpl.DelayMs,
-		DedupId:      e.tmpl.DedupId,
-		TtlMs:        e.tmpl.TtlMs,
+		Payload:        payload,
+		Headers:        e.tmpl.Headers,
+		Priority:       e.tmpl.Priority,
+		FairnessKey:    e.tmpl.FairnessKey,
+		ConcurrencyKey: e.tmpl.ConcurrencyKey,
+		Weight:         e.tmpl.Weight,
+		ThrottleKeys:   e.tmpl.ThrottleKeys,
+		DelayMs:        e.tmpl.DelayMs,
+		DedupId:        e.tmpl.DedupId,
+		TtlMs:          e.tmpl.TtlMs,
 	}
 	e.batch = append(e.batch, m)
 	e.bytes += len(payload)

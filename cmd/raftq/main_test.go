@@ -127,7 +127,7 @@ func (f *fake) GetQueue(_ context.Context, r *raftqv1.GetQueueRequest) (*raftqv1
 		return nil, status.Errorf(codes.NotFound, "queue %q not found", r.GetName())
 	}
 	q := queueInfo("q", &raftqv1.QueueConfig{VisibilityTimeoutMs: 30000,
-		Throttles: map[string]*raftqv1.ThrottleRule{"api": {RatePerSec: 5, Burst: 2}}})
+		Throttles: map[string]*raftqv1.ThrottleRule{"api": {RatePerSec: 5, Burst: 2}}, ConcurrencyLimit: 3, ConcurrencyLimits: map[string]int32{"tenant-a": 1, "bulk": 0}})
 	q.Drain = &raftqv1.DrainEstimate{State: "draining", DepthChangePerSec: -5, DeliveriesPerSec: 5.5, EmptiesInSec: 30.2}
 	if r.GetIncludeKeys() {
 		q.FairnessKeys = []*raftqv1.FairnessKeyStats{{Key: "tenant-a", Pending: 4, Weight: 2}}

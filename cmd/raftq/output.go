@@ -75,6 +75,7 @@ func printQueue(w io.Writer, q *raftqv1.QueueInfo, origins []string) error {
 	line("dedup window", ms(cfg.GetDedupWindowMs()))
 	line("fairness quantum", strconv.Itoa(int(cfg.GetFairnessQuantum())))
 	line("throttles", formatThrottles(cfg.GetThrottles()))
+	line("concurrency", formatConcurrency(cfg.GetConcurrencyLimit(), cfg.GetConcurrencyLimits()))
 	line("ready", itoa(st.GetReady()))
 	line("delayed", itoa(st.GetDelayed()))
 	line("in flight", itoa(st.GetInFlight()))
@@ -173,6 +174,27 @@ func displayKey(k string) string {
 		return `""`
 	}
 	return k
+}
+
+// formatConcurrency is the default cap per concurrency key and the
+// per-key overrides.
+func formatConcurrency(def int32, keys map[string]int32) string {
+	out := "no cap"
+	if def > 0 {
+		out = fmt.Sprintf("%d per key", def)
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		v := strconv.Itoa(int(keys[k]))
+		if keys[k] == 0 {
+			v = "uncapped"
+		}
+		parts = append(parts, k+"="+v)
+	}
+	if len(parts) > 0 {
+		out += "; " + strings.Join(parts, ", ")
+	}
+	return out
 }
 
 func formatThrottles(m map[string]*raftqv1.ThrottleRule) string {

@@ -42,6 +42,9 @@ type configFlags struct {
 	fairnessQuantum int32
 	throttles       []string
 	clearThrottles  bool
+	concurrency     int32
+	concurrencyKeys []string
+	clearConcKeys   bool
 }
 
 func (f *configFlags) register(fs *pflag.FlagSet, update bool) {
@@ -60,6 +63,13 @@ func (f *configFlags) register(fs *pflag.FlagSet, update bool) {
 		fs.BoolVar(&f.clearThrottles, "clear-throttles", false, "remove all throttle rules")
 	}
 	fs.StringArrayVar(&f.throttles, "throttle", nil, help)
+	fs.Int32Var(&f.concurrency, "concurrency", 0, "most messages in flight per concurrency key (0 = no cap; 1 = one at a time, in order)")
+	help = "cap of one concurrency key key=N, overriding --concurrency (0 = uncapped; repeatable)"
+	if update {
+		help += "; replaces all of the queue's per-key caps"
+		fs.BoolVar(&f.clearConcKeys, "clear-concurrency-keys", false, "remove all per-key concurrency caps")
+	}
+	fs.StringArrayVar(&f.concurrencyKeys, "concurrency-key", nil, help)
 }
 
 // build returns the config from the flags and the update mask: the
@@ -97,6 +107,7 @@ func (f *configFlags) build(fs *pflag.FlagSet) (*raftqv1.QueueConfig, []string, 
 		{"max-bytes", "max_bytes", func() { cfg.MaxBytes = f.maxBytes }},
 		{"max-message-bytes", "max_message_bytes", func() { cfg.MaxMessageBytes = f.maxMessageBytes }},
 		{"fairness-quantum", "fairness_quantum", func() { cfg.FairnessQuantum = f.fairnessQuantum }},
+		{"concurrency", "concurrency_limit", func() { cfg.ConcurrencyLimit = f.concurrency }},
 	}
 	for _, o := range others {
 		if fs.Changed(o.flag) {
@@ -119,6 +130,23 @@ func (f *configFlags) build(fs *pflag.FlagSet) (*raftqv1.QueueConfig, []string, 
 			cfg.Throttles[key] = rule
 		}
 		mask = append(mask, "throttles")
+	}
+	if fs.Changed("concurrency-key") || f.clearConcKeys {
+		if f.clearConcKeys && len(f.concurrencyKeys) > 0 {
+			return nil, nil, fmt.Errorf("--clear-concurrency-keys and --concurrency-key conflict")
+		}
+		for _, spec := range f.concurrencyKeys {
+			i := strings.LastIndexByte(spec, '=')
+			n, err := strconv.ParseInt(spec[i+1:], 10, 32)
+			if i <= 0 || err != nil || n < 0 {
+				return nil, nil, fmt.Errorf("--concurrency-key %q: want key=N, N a non-negative integer", spec)
+			}
+			if cfg.ConcurrencyLimits == nil {
+				cfg.ConcurrencyLimits = map[string]int32{}
+			}
+			cfg.ConcurrencyLimits[spec[:i]] = int32(n)
+		}
+		mask = append(mask, "concurrency_limits")
 	}
 	return cfg, mask, nil
 }

@@ -76,6 +76,7 @@ type concKey struct {
 type prioID struct {
 	prio int32
 	id   uint64
+	m    *message // the stored copy (not part of the order): its state and fairness key, without a lookup
 }
 
 // lessPrioID is delivery order: higher priority first, then enqueue order.
@@ -193,7 +194,7 @@ func (q *queue) concReadyIn(l *level, kq *keyQueue, m *message) {
 	}
 	c := q.concFor(ck)
 	c.where[whereRef{m.priority, kq.key}]++
-	c.pend.ReplaceOrInsert(prioID{m.priority, m.id})
+	c.pend.ReplaceOrInsert(prioID{m.priority, m.id, m})
 	if c.mode == concAll {
 		q.addOpen(l, kq, 1)
 	}
@@ -211,7 +212,7 @@ func (q *queue) concReadyOut(l *level, kq *keyQueue, m *message) {
 	if c.where[w]--; c.where[w] == 0 {
 		delete(c.where, w)
 	}
-	c.pend.Delete(prioID{m.priority, m.id})
+	c.pend.Delete(prioID{prio: m.priority, id: m.id})
 	switch {
 	case c.mode == concAll:
 		q.addOpen(l, kq, -1)
@@ -235,9 +236,9 @@ func (q *queue) concOther(m *message, d int) {
 	switch m.state {
 	case stateDelayed:
 		if d > 0 {
-			c.pend.ReplaceOrInsert(prioID{m.priority, m.id})
+			c.pend.ReplaceOrInsert(prioID{m.priority, m.id, m})
 		} else {
-			c.pend.Delete(prioID{m.priority, m.id})
+			c.pend.Delete(prioID{prio: m.priority, id: m.id})
 		}
 	case stateLeased:
 		c.inFlight += d
@@ -276,7 +277,7 @@ func (q *queue) concWant(c *concKey) (concMode, uint64, whereRef) {
 		if !ok {
 			return concNone, 0, whereRef{}
 		}
-		m := q.get(h.id)
+		m := h.m
 		if m.state != stateReady {
 			return concNone, 0, whereRef{} // a delayed head holds its key: order first
 		}
@@ -410,7 +411,7 @@ func (q *queue) verifyConcurrency() error {
 			return true
 		}
 		w.pend++
-		if p := (prioID{it.m.priority, it.m.id}); !w.hasHead || lessPrioID(p, w.head) {
+		if p := (prioID{prio: it.m.priority, id: it.m.id}); !w.hasHead || lessPrioID(p, w.head) {
 			w.head, w.hasHead = p, true
 		}
 		return true
@@ -435,7 +436,7 @@ func (q *queue) verifyConcurrency() error {
 		if limit := q.capOf(ck); ck != "" && limit > 0 {
 			w := keys[ck]
 			if limit == 1 {
-				ok = w.inFlight == 0 && w.head == prioID{m.priority, m.id}
+				ok = w.inFlight == 0 && w.head.prio == m.priority && w.head.id == m.id
 			} else {
 				ok = w.inFlight < int(limit)
 			}

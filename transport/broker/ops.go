@@ -62,6 +62,9 @@ type Queue struct {
 // Enqueue admits msgs into queue (all or none) and returns their ids once
 // the entry carrying them has committed. Concurrent calls share entries.
 func (b *Broker) Enqueue(ctx context.Context, queue string, msgs []*raftqv1.EnqueueMessage) ([]uint64, error) {
+	if err := b.needConcurrencyKeys(msgs); err != nil {
+		return nil, err
+	}
 	lm := logconv.EnqueueMessages(msgs)
 	if err := b.state.CheckEnqueue(queue, lm, b.cfg.MaxQueuedBytes); err != nil {
 		return nil, err

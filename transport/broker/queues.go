@@ -39,6 +39,9 @@ func (qs Queues) Keyed(key string) Queues { qs.key = key; return qs }
 // (which the state does not know), and on a cluster below version 12
 // altogether, whose entries would convert a queue in use.
 func (qs Queues) CreateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig) (*Queue, error) {
+	if err := qs.b.needConcurrencyConfig(cfg, nil); err != nil {
+		return nil, err
+	}
 	if qs.key != "" {
 		if err := qs.b.needVersion(fsm.WriteKeyVersion, "CreateQueue.idempotency_key"); err != nil {
 			return nil, err
@@ -69,6 +72,9 @@ func (qs Queues) CreateQueue(ctx context.Context, name string, cfg *raftqv1.Queu
 // UpdateQueue changes the fields of a queue's config named by mask (all of
 // them when mask is empty).
 func (qs Queues) UpdateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig, mask []string) (*Queue, error) {
+	if err := qs.b.needConcurrencyConfig(cfg, mask); err != nil {
+		return nil, err
+	}
 	if qs.key != "" {
 		if err := qs.b.needVersion(fsm.WriteKeyVersion, "UpdateQueue.idempotency_key"); err != nil {
 			return nil, err
