@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -316,4 +317,55 @@ func TestConcurrencySnapshotAndDigest(t *testing.T) {
 	if digestOf(t, o.f) == digestOf(t, h.f) {
 		t.Fatal("the digest does not cover the concurrency key")
 	}
+}
+
+// TestPausedAndCappedKeysLeaveTheRing: NextKey walks a fairness key only
+// when it has a message its caps let through and it is not paused;
+// pausing or resuming a key moves it out of and into the ring whatever
+// its caps do meanwhile (Verify checks the rings after every command),
+// and a paused key's grant is refused even with room under its cap.
+func TestPausedAndCappedKeysLeaveTheRing(t *testing.T) {
+	h := newHarness(t)
+	h.raise(ConcurrencyVersion)
+	h.create("q", &fsmv1.QueueConfig{ConcurrencyLimit: 1})
+	fc := func(p, fk, c string) *fsmv1.EnqueueMessage {
+		return &fsmv1.EnqueueMessage{Payload: []byte(p), FairnessKey: fk, ConcurrencyKey: c}
+	}
+	a := h.enqueue("q", fc("a1", "a", "x"), fc("a2", "a", "x"))
+	b := h.enqueue("q", fc("b1", "b", "y"))
+	h.enqueue("q", fc("c1", "c", ""))
+	ring := func() []string {
+		var keys []string
+		h.f.Read(func(v View) {
+			qv, _ := v.Queue("q")
+			for k, ok := qv.NextKey(0, 0); ok; k, ok = qv.NextKey(0, k.Seq) {
+				keys = append(keys, k.Key)
+			}
+		})
+		return keys
+	}
+	want := func(step string, keys ...string) {
+		t.Helper()
+		if got := ring(); !slices.Equal(got, keys) {
+			t.Fatalf("%s: ring %v, want %v", step, got, keys)
+		}
+	}
+	want("start", "a", "b", "c")
+	h.mustOK(pauseCmd("q", "b", 0))
+	want("b paused", "a", "c")
+	if items, _ := h.concGrant("q", b[0]); !errors.Is(items[0], ErrPaused) {
+		t.Fatalf("grant of a paused key with room under its cap: %v, want ErrPaused", items[0])
+	}
+	_, ds := h.concGrant("q", a[0])
+	want("a at its cap", "c")
+	h.mustOK(pauseCmd("q", "a", 0))
+	h.mustOK(resumeCmd("q", "b"))
+	want("a paused at its cap, b resumed", "b", "c")
+	h.ack(ds...)
+	want("a has room but is paused", "b", "c")
+	if items, _ := h.concGrant("q", a[1]); !errors.Is(items[0], ErrPaused) {
+		t.Fatalf("grant of a paused key: %v, want ErrPaused", items[0])
+	}
+	h.mustOK(resumeCmd("q", "a"))
+	want("a resumed with room", "a", "b", "c")
 }
