@@ -134,10 +134,25 @@ func TestWipedVoterDoesNotElect(t *testing.T) {
 		}
 		return false
 	})
+	// A loaded machine can move leadership while these commit ("leadership
+	// lost, outcome unknown" failed a fresh-clone make test): each command
+	// goes to whoever leads until one answers, and the checks below count
+	// distinct commands, since an unknown outcome may have committed too.
 	for _, cmd := range []string{"c1", "c2", "c3"} {
-		if _, err := leader.Apply(ctxTimeout(t, 5*time.Second), []byte(cmd)); err != nil {
-			t.Fatalf("apply %s: %v", cmd, err)
-		}
+		waitFor(t, 20*time.Second, "apply "+cmd+" on a leader", func() bool {
+			for _, n := range nodes {
+				if n.IsLeader() {
+					if _, err := n.Apply(ctxTimeout(t, 5*time.Second), []byte(cmd)); err == nil {
+						leader = n
+						return true
+					}
+				}
+			}
+			return false
+		})
+	}
+	if !slices.Equal(voters(leader), []string{"w1", "w2", "w3"}) {
+		t.Fatalf("voters after the commands: %v", voters(leader))
 	}
 	var followers []string
 	for id := range nodes {
@@ -147,7 +162,7 @@ func TestWipedVoterDoesNotElect(t *testing.T) {
 	}
 	slices.Sort(followers)
 	wiped, survivor := followers[0], followers[1]
-	waitFor(t, 10*time.Second, wiped+" has the commands", func() bool { return len(nodes[wiped].fsm.Entries()) == 3 })
+	waitFor(t, 10*time.Second, wiped+" has the commands", func() bool { return len(distinct(nodes[wiped].fsm.Entries())) == 3 })
 
 	// The wiped follower loses its disk; then the leader goes down too.
 	stop(wiped)
@@ -198,7 +213,7 @@ func TestWipedVoterDoesNotElect(t *testing.T) {
 	for id, n := range nodes {
 		waitFor(t, 10*time.Second, id+" has every command", func() bool {
 			var got []string
-			for _, e := range n.fsm.Entries() {
+			for _, e := range distinct(n.fsm.Entries()) {
 				if len(e) == 2 && e[0] == 'c' {
 					got = append(got, e)
 				}
@@ -206,4 +221,16 @@ func TestWipedVoterDoesNotElect(t *testing.T) {
 			return slices.Equal(got, want)
 		})
 	}
+}
+
+// distinct is entries without repeats, in first-seen order: a command
+// whose apply lost leadership may have committed and then been sent again.
+func distinct(entries []string) []string {
+	var out []string
+	for _, e := range entries {
+		if !slices.Contains(out, e) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
