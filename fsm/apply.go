@@ -45,7 +45,7 @@ func (f *FSM) apply(index, term uint64, cmd *fsmv1.Command, touched *state.Touch
 	case *fsmv1.Command_Extend:
 		return tx.Extend(op.Extend)
 	case *fsmv1.Command_LeaseExpire:
-		return tx.Expire(op.LeaseExpire.GetRefs())
+		return tx.Expire(op.LeaseExpire)
 	case *fsmv1.Command_ReleaseConsumer:
 		return tx.ReleaseConsumer(op.ReleaseConsumer)
 	case *fsmv1.Command_Redrive:

@@ -47,6 +47,10 @@ func HumanMs(ms int64) string { return state.HumanMs(ms) }
 // HumanBytes renders a size in binary units ("16 MiB").
 func HumanBytes(n int64) string { return state.HumanBytes(n) }
 
+// ValidateRetry checks a queue's retry policy (nil: none): multiplier >=
+// 1, jitter in [0, 1], initial_delay_ms <= max_delay_ms <= MaxDurationMs.
+func ValidateRetry(p *fsmv1.RetryPolicy) error { return state.ValidateRetry(p) }
+
 // ValidateMask checks that every path names a QueueConfig field.
 func ValidateMask(paths []string) error { return state.ValidateMask(paths) }
 

@@ -173,6 +173,10 @@ const (
 	// their caps (fsm/state/concurrency.go); requests carrying them are
 	// refused below it.
 	ConcurrencyVersion = state.ConcurrencyVersion
+	// RetryVersion is the log version from which a queue may carry a
+	// retry policy and Nack / LeaseExpire entries carry the delays the
+	// leader computed from it; the edge refuses the policy before it.
+	RetryVersion = state.RetryVersion
 )
 
 // PeekFilter is a filtered Peek's filter (state.PeekFilter).

@@ -96,6 +96,9 @@ type Config struct {
 	// machine it cut entries per delivery but no speed-up could be shown
 	// (docs/benchmarks.md); on until measured on a quiet one.
 	CarryGrants bool
+	// Jitter draws the retry policy's jitter, uniform in [0, 1) (nil =
+	// math/rand/v2); tests fix it to check exact delays.
+	Jitter func() float64
 }
 
 // Scheduler delivers messages to consumers while its node leads. It is safe

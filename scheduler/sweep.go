@@ -78,7 +78,10 @@ func (w *sweeper) due(v fsm.View, ps *passState) {
 				ps.wakeAt(at)
 			} else if refs := v.ExpiredLeases(cutoff, maxExpireBatch); len(refs) > 0 {
 				if refs = w.t.reg.lapseBuffered(v, refs); len(refs) > 0 {
-					w.launchExpire(refs)
+					// The queues' retry policies, read under the same
+					// lock: each expired attempt's backoff goes into
+					// the entry (retry.go).
+					w.launchExpire(refs, w.s.retryDelays(v, refs))
 				}
 			}
 		}
@@ -179,11 +182,12 @@ func (w *sweeper) launchTick() {
 	})
 }
 
-// launchExpire proposes a LeaseExpire for leases past their deadline (w.mu held).
-func (w *sweeper) launchExpire(refs []*fsmv1.Ref) {
+// launchExpire proposes a LeaseExpire for leases past their deadline,
+// with the backoff of each (nil: none), w.mu held.
+func (w *sweeper) launchExpire(refs []*fsmv1.Ref, delays []int64) {
 	w.expireBusy = true
 	w.t.goTerm(func(ctx context.Context) {
-		_, err := fsm.As[*fsm.ItemsResult](w.s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseExpire{LeaseExpire: &fsmv1.LeaseExpire{Refs: refs}}}))
+		_, err := fsm.As[*fsm.ItemsResult](w.s.propose(ctx, &fsmv1.Command{Op: &fsmv1.Command_LeaseExpire{LeaseExpire: &fsmv1.LeaseExpire{Refs: refs, RetryDelaysMs: delays}}}))
 		w.mu.Lock()
 		w.expireBusy = false
 		if err != nil {

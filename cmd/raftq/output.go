@@ -76,6 +76,7 @@ func printQueue(w io.Writer, q *raftqv1.QueueInfo, origins []string) error {
 	line("fairness quantum", strconv.Itoa(int(cfg.GetFairnessQuantum())))
 	line("throttles", formatThrottles(cfg.GetThrottles()))
 	line("concurrency", formatConcurrency(cfg.GetConcurrencyLimit(), cfg.GetConcurrencyLimits()))
+	line("retry", formatRetry(cfg.GetRetry()))
 	line("ready", itoa(st.GetReady()))
 	line("delayed", itoa(st.GetDelayed()))
 	line("in flight", itoa(st.GetInFlight()))
@@ -460,4 +461,13 @@ func redriveFilters(j *raftqv1.RedriveJob) string {
 		return "-"
 	}
 	return strings.Join(fs, " ")
+}
+
+// formatRetry is a queue's retry policy as a person reads it.
+func formatRetry(p *raftqv1.RetryPolicy) string {
+	if p == nil {
+		return "none (redelivered at once)"
+	}
+	return fmt.Sprintf("%s, ×%g per attempt, at most %s, ±%g%% jitter",
+		ms(p.GetInitialDelayMs()), p.GetMultiplier(), ms(p.GetMaxDelayMs()), p.GetJitter()*100)
 }

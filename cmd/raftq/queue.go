@@ -45,7 +45,16 @@ type configFlags struct {
 	concurrency     int32
 	concurrencyKeys []string
 	clearConcKeys   bool
+	retryInitial    time.Duration
+	retryMax        time.Duration
+	retryMultiplier float64
+	retryJitter     float64
+	clearRetry      bool
 }
+
+// retryFlags are the flags of QueueConfig.retry, set together: any of them
+// replaces the whole policy (update-mask path "retry").
+var retryFlags = []string{"retry-initial", "retry-max", "retry-multiplier", "retry-jitter"}
 
 func (f *configFlags) register(fs *pflag.FlagSet, update bool) {
 	fs.DurationVar(&f.visibility, "visibility-timeout", 0, "lease length of a delivery (0 = 30s)")
@@ -70,6 +79,43 @@ func (f *configFlags) register(fs *pflag.FlagSet, update bool) {
 		fs.BoolVar(&f.clearConcKeys, "clear-concurrency-keys", false, "remove all per-key concurrency caps")
 	}
 	fs.StringArrayVar(&f.concurrencyKeys, "concurrency-key", nil, help)
+	fs.DurationVar(&f.retryInitial, "retry-initial", 0, "backoff before the 2nd attempt after a nack without a delay or an expired lease (with --retry-max)")
+	fs.DurationVar(&f.retryMax, "retry-max", 0, "longest backoff: attempt n+1 waits min(max, initial × multiplier^(n-1))")
+	fs.Float64Var(&f.retryMultiplier, "retry-multiplier", 2, "backoff growth per attempt (>= 1; 1 = constant)")
+	fs.Float64Var(&f.retryJitter, "retry-jitter", 0, "spread each backoff by ± this fraction of it (0-1)")
+	if update {
+		fs.BoolVar(&f.clearRetry, "clear-retry", false, "remove the retry policy (redeliver at once)")
+	}
+}
+
+// buildRetry returns the policy the --retry-* flags give (set: any was
+// given), or nil with set for --clear-retry.
+func (f *configFlags) buildRetry(fs *pflag.FlagSet) (p *raftqv1.RetryPolicy, set bool, err error) {
+	given := false
+	for _, name := range retryFlags {
+		given = given || fs.Changed(name)
+	}
+	if f.clearRetry {
+		if given {
+			return nil, false, fmt.Errorf("--clear-retry and --retry-* conflict")
+		}
+		return nil, true, nil
+	}
+	if !given {
+		return nil, false, nil
+	}
+	if !fs.Changed("retry-initial") || !fs.Changed("retry-max") {
+		return nil, false, fmt.Errorf("a retry policy needs --retry-initial and --retry-max (any --retry-* flag replaces the whole policy)")
+	}
+	initial, err := msOf("retry-initial", f.retryInitial)
+	if err != nil {
+		return nil, false, err
+	}
+	maxMs, err := msOf("retry-max", f.retryMax)
+	if err != nil {
+		return nil, false, err
+	}
+	return &raftqv1.RetryPolicy{InitialDelayMs: initial, MaxDelayMs: maxMs, Multiplier: f.retryMultiplier, Jitter: f.retryJitter}, true, nil
 }
 
 // build returns the config from the flags and the update mask: the
@@ -147,6 +193,14 @@ func (f *configFlags) build(fs *pflag.FlagSet) (*raftqv1.QueueConfig, []string, 
 			cfg.ConcurrencyLimits[spec[:i]] = int32(n)
 		}
 		mask = append(mask, "concurrency_limits")
+	}
+	retry, set, err := f.buildRetry(fs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if set {
+		cfg.Retry = retry
+		mask = append(mask, "retry")
 	}
 	return cfg, mask, nil
 }

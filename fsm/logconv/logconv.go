@@ -31,6 +31,9 @@ func QueueConfig(c *raftqv1.QueueConfig) *fsmv1.QueueConfig {
 		ConcurrencyLimit:    c.ConcurrencyLimit,
 		ConcurrencyLimits:   copyLimits(c.ConcurrencyLimits),
 	}
+	if r := c.Retry; r != nil {
+		out.Retry = &fsmv1.RetryPolicy{InitialDelayMs: r.InitialDelayMs, MaxDelayMs: r.MaxDelayMs, Multiplier: r.Multiplier, Jitter: r.Jitter}
+	}
 	if c.Throttles != nil {
 		out.Throttles = make(map[string]*fsmv1.ThrottleRule, len(c.Throttles))
 		for k, r := range c.Throttles {
@@ -61,6 +64,9 @@ func APIQueueConfig(c *fsmv1.QueueConfig) *raftqv1.QueueConfig {
 		FairnessQuantum:     c.FairnessQuantum,
 		ConcurrencyLimit:    c.ConcurrencyLimit,
 		ConcurrencyLimits:   copyLimits(c.ConcurrencyLimits),
+	}
+	if r := c.Retry; r != nil {
+		out.Retry = &raftqv1.RetryPolicy{InitialDelayMs: r.InitialDelayMs, MaxDelayMs: r.MaxDelayMs, Multiplier: r.Multiplier, Jitter: r.Jitter}
 	}
 	if c.Throttles != nil {
 		out.Throttles = make(map[string]*raftqv1.ThrottleRule, len(c.Throttles))

@@ -19,6 +19,7 @@ func TestDescriptorsMatch(t *testing.T) {
 		{&raftqv1.QueueConfig{}, &fsmv1.QueueConfig{}},
 		{&raftqv1.ThrottleRule{}, &fsmv1.ThrottleRule{}},
 		{&raftqv1.EnqueueMessage{}, &fsmv1.EnqueueMessage{}},
+		{&raftqv1.RetryPolicy{}, &fsmv1.RetryPolicy{}},
 	} {
 		a, l := tc.api.ProtoReflect().Descriptor(), tc.log.ProtoReflect().Descriptor()
 		if a.Fields().Len() != l.Fields().Len() {
@@ -36,7 +37,7 @@ func TestDescriptorsMatch(t *testing.T) {
 			if af.IsMap() && (af.MapValue().Kind() != lf.MapValue().Kind() || af.MapKey().Kind() != lf.MapKey().Kind()) {
 				t.Fatalf("%s.%s map types differ", a.FullName(), af.Name())
 			}
-			if af.Kind() == protoreflect.MessageKind && !af.IsMap() {
+			if af.Kind() == protoreflect.MessageKind && !af.IsMap() && af.Message().FullName() != "raftq.v1.RetryPolicy" {
 				t.Fatalf("%s.%s: nested message fields need their own copy and check", a.FullName(), af.Name())
 			}
 		}
@@ -48,6 +49,7 @@ func fullConfig() *raftqv1.QueueConfig {
 		VisibilityTimeoutMs: 1, MaxDeliveries: 2, DeadLetterQueue: "d", MaxDepth: 4, MaxBytes: 5,
 		MessageTtlMs: 6, DedupWindowMs: 7, MaxMessageBytes: 9, FairnessQuantum: 10,
 		ConcurrencyLimit: 11, ConcurrencyLimits: map[string]int32{"t": 2, "u": 0},
+		Retry:     &raftqv1.RetryPolicy{InitialDelayMs: 1000, MaxDelayMs: 300_000, Multiplier: 2, Jitter: 0.2},
 		Throttles: map[string]*raftqv1.ThrottleRule{"a": {RatePerSec: 1.5, Burst: 3}, "b": {RatePerSec: 0.25}},
 	}
 }

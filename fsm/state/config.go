@@ -153,17 +153,25 @@ var configFields = []string{
 	"visibility_timeout_ms", "max_deliveries", "dead_letter_queue", "max_depth",
 	"max_bytes", "message_ttl_ms", "dedup_window_ms", "throttles",
 	"max_message_bytes", "fairness_quantum", "concurrency_limit", "concurrency_limits",
+	"retry", // log version 20 (RetryVersion): replaces the whole policy
 }
 
 // ValidateMask checks that every path names a QueueConfig field.
-func ValidateMask(paths []string) error {
+func ValidateMask(paths []string) error { return validateMask(paths, configFields) }
+
+// validateMask checks paths against fields, the names an entry's version
+// knows (olderConfigFields before RetryVersion: the same answer as then).
+func validateMask(paths, fields []string) error {
 	for _, p := range paths {
-		if !slices.Contains(configFields, strings.TrimPrefix(p, "config.")) {
-			return fmt.Errorf("%w: update_mask path %q is not a QueueConfig field (one of %s)", ErrInvalid, p, strings.Join(configFields, ", "))
+		if !slices.Contains(fields, strings.TrimPrefix(p, "config.")) {
+			return fmt.Errorf("%w: update_mask path %q is not a QueueConfig field (one of %s)", ErrInvalid, p, strings.Join(fields, ", "))
 		}
 	}
 	return nil
 }
+
+// olderConfigFields are the mask paths entries before RetryVersion know.
+var olderConfigFields = configFields[:len(configFields)-1]
 
 // mergeConfig applies the masked fields of upd onto cur (both raw, not
 // effective). An empty mask replaces every field.
@@ -212,6 +220,11 @@ func mergeConfig(cur, upd *fsmv1.QueueConfig, mask []string) *fsmv1.QueueConfig 
 					out.ConcurrencyLimits = map[string]int32{}
 				}
 				out.ConcurrencyLimits[k] = v
+			}
+		case "retry":
+			out.Retry = nil
+			if upd.Retry != nil {
+				out.Retry = proto.Clone(upd.Retry).(*fsmv1.RetryPolicy)
 			}
 		}
 	}

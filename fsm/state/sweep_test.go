@@ -259,7 +259,7 @@ func TestBoundedSweepDoesEverythingOnce(t *testing.T) {
 							return fmt.Sprint(tx.Nack(&fsmv1.Nack{Items: []*fsmv1.NackOne{{Ref: ref, DelayMs: delay, DeadLetter: dl}}}).Items)
 						}
 					case 3:
-						op = func(tx *Tx) string { return fmt.Sprint(tx.Expire(refs).Items) }
+						op = func(tx *Tx) string { return fmt.Sprint(tx.Expire(&fsmv1.LeaseExpire{Refs: refs}).Items) }
 					default:
 						op = func(tx *Tx) string { return fmt.Sprint(tx.Rollback(refs).Items) }
 					}

@@ -57,9 +57,6 @@ func (tx *Tx) AckGrant(c *fsmv1.Ack) Result {
 	return &AckGrantResult{Acked: acked, Granted: granted}
 }
 
-// Expire ends leases whose deadline has passed by the entry's clock.
-func (tx *Tx) Expire(refs []*fsmv1.Ref) *ItemsResult { return tx.forRefs(refs, tx.expireOne) }
-
 // SetClusterVersion raises the cluster version. It never lowers it (a
 // late or repeated proposal changes nothing) and never raises it past the
 // entry's own version: an entry cannot vouch for rules newer than its own.
@@ -215,6 +212,15 @@ func (tx *Tx) validateMask(paths []string) error {
 			}
 		}
 	}
+	if tx.version < RetryVersion {
+		// Older builds refuse "retry" as unknown, listing the paths they
+		// know (without the concurrency ones before ConcurrencyVersion).
+		fields := olderConfigFields
+		if tx.version < ConcurrencyVersion {
+			fields = slices.DeleteFunc(slices.Clone(fields), func(f string) bool { return f == "concurrency_limit" || f == "concurrency_limits" })
+		}
+		return validateMask(paths, fields)
+	}
 	return nil
 }
 
@@ -222,6 +228,13 @@ func (tx *Tx) validateMask(paths []string) error {
 func (tx *Tx) validateConfig(c *fsmv1.QueueConfig) error {
 	if err := validateConfig(tx.stripConcurrency(c)); err != nil {
 		return err
+	}
+	if tx.version >= RetryVersion {
+		// Older builds do not know the field (the edge refuses it before
+		// the cluster reaches the version).
+		if err := validateRetry(c.GetRetry()); err != nil {
+			return err
+		}
 	}
 	if tx.version >= AdmitVersion {
 		return validateDedupWindow(c)
@@ -576,12 +589,12 @@ func (tx *Tx) rollbackOne(q *queue, m *message) error {
 	return nil
 }
 
-func (tx *Tx) expireOne(q *queue, m *message) error {
+func (tx *Tx) expireOne(q *queue, m *message, delayMs int64) error {
 	if m.deadlineMs() > tx.s.lastNow {
 		return fmt.Errorf("%w: lease has not expired", ErrStaleLease)
 	}
 	q.expiredTotal++
-	tx.s.returnLeased(q, m, 0, expiredEnding(), tx.touched)
+	tx.s.returnLeased(q, m, delayMs, expiredEnding(), tx.touched)
 	return nil
 }
 
@@ -597,6 +610,14 @@ func (tx *Tx) Nack(c *fsmv1.Nack) *ItemsResult {
 			// Kept with the message from this version, so bounded.
 			res.Items[i] = fmt.Errorf("%w: reason is %d bytes, the limit is %d", ErrInvalid, len(it.GetReason()), MaxNackReasonBytes)
 			continue
+		}
+		retry := int64(0) // the policy's backoff the leader wrote (version 19)
+		if tx.version >= RetryVersion {
+			if err := retryDelay("retry_delay_ms", it.GetRetryDelayMs()); err != nil {
+				res.Items[i] = err
+				continue
+			}
+			retry = it.GetRetryDelayMs()
 		}
 		q, m, err := tx.lookupLease(it.GetRef())
 		if err != nil {
@@ -629,7 +650,13 @@ func (tx *Tx) Nack(c *fsmv1.Nack) *ItemsResult {
 			tx.s.deadLetter(q, m, reason, nackEnding(it), tx.touched)
 			continue
 		}
-		tx.s.returnLeased(q, m, it.DelayMs, nackEnding(it), tx.touched)
+		delay := it.DelayMs
+		if delay == 0 {
+			// A nack's own delay overrides the policy; an uncounted or
+			// dead-letter nack never reaches here.
+			delay = retry
+		}
+		tx.s.returnLeased(q, m, delay, nackEnding(it), tx.touched)
 	}
 	return res
 }

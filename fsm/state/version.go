@@ -24,7 +24,9 @@ package state
 // adds pausing a queue or a fairness key (PauseVersion, pause.go);
 // version 18 records each message's attempts and life events
 // (HistoryVersion, history.go); version 19 caps messages in flight per
-// concurrency key (ConcurrencyVersion, concurrency.go). fsm/DESIGN.md lists every
+// concurrency key (ConcurrencyVersion, concurrency.go); version 20 lets a queue carry a
+// retry policy whose delays the leader writes into Nack and LeaseExpire
+// entries (RetryVersion, retry.go). fsm/DESIGN.md lists every
 // version; a rule that changes in version N is
 // written `if tx.version >= N`.
 const MaxLogVersion uint32 = 19

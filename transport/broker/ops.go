@@ -148,6 +148,7 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) ([]error, error) {
 		}
 		cmd.Items[i] = &fsmv1.NackOne{Ref: n.Ref.log(), DelayMs: n.DelayMs, Reason: n.Reason, DeadLetter: n.DeadLetter, Uncounted: n.Unprocessed}
 	}
+	b.nackBackoff(cmd.Items)
 	res, err := apply[*fsm.ItemsResult](ctx, b, &fsmv1.Command{Op: &fsmv1.Command_Nack{Nack: cmd}})
 	if err != nil {
 		return nil, err
@@ -158,6 +159,28 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) ([]error, error) {
 	}
 	b.settled(refs, res.Items)
 	return res.Items, nil
+}
+
+// nackBackoff writes the queue's retry backoff into each nack that takes
+// it (counted, not to the DLQ, without its own delay_ms): the leader
+// computes it, jitter drawn here, and the entry carries it in whole
+// milliseconds (scheduler/retry.go). Nacks of a queue without a policy,
+// or on a cluster below fsm.RetryVersion, carry none.
+func (b *Broker) nackBackoff(items []*fsmv1.NackOne) {
+	var refs []*fsmv1.Ref
+	var at []int
+	for i, it := range items {
+		if it.DelayMs == 0 && !it.Uncounted && !it.DeadLetter {
+			refs = append(refs, it.Ref)
+			at = append(at, i)
+		}
+	}
+	if len(refs) == 0 {
+		return
+	}
+	for j, d := range b.sched.RetryDelays(refs) {
+		items[at[j]].RetryDelayMs = d
+	}
 }
 
 // ExtendLease moves lease deadlines by extendByMs (0: the queue's

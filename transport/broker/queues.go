@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/fsm/logconv"
@@ -47,6 +48,9 @@ func (qs Queues) CreateQueue(ctx context.Context, name string, cfg *raftqv1.Queu
 			return nil, err
 		}
 	}
+	if err := qs.checkRetry(cfg, cfg.GetRetry() != nil); err != nil {
+		return nil, err
+	}
 	if d := cfg.GetDeadLetterQueue(); d != "" {
 		if qi, err := qs.b.state.GetQueue(d); err == nil && !qi.IsDeadLetterQueue {
 			if err := qs.b.needVersion(fsm.GuardVersion, "config.dead_letter_queue naming the ordinary queue "+d); err != nil {
@@ -80,11 +84,29 @@ func (qs Queues) UpdateQueue(ctx context.Context, name string, cfg *raftqv1.Queu
 			return nil, err
 		}
 	}
+	sets := cfg.GetRetry() != nil && len(mask) == 0 || slices.ContainsFunc(mask, func(p string) bool { return p == "retry" || p == "config.retry" })
+	if err := qs.checkRetry(cfg, sets); err != nil {
+		return nil, err
+	}
 	res, err := apply[*fsm.QueueResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_UpdateQueue{UpdateQueue: &fsmv1.UpdateQueue{Name: name, Config: logconv.QueueConfig(cfg), Mask: mask, IdempotencyKey: qs.key}}})
 	if err != nil {
 		return nil, err
 	}
 	return qs.queue(res.Queue), nil
+}
+
+// checkRetry refuses a config that sets the retry policy (sets) before
+// the cluster applies fsm.RetryVersion (an older replica would keep it as
+// data it never reads, and no entry would carry its delays), and a policy
+// out of range before it is proposed.
+func (qs Queues) checkRetry(cfg *raftqv1.QueueConfig, sets bool) error {
+	if !sets {
+		return nil
+	}
+	if err := qs.b.needVersion(fsm.RetryVersion, "config.retry"); err != nil {
+		return err
+	}
+	return fsm.ValidateRetry(logconv.QueueConfig(cfg).GetRetry())
 }
 
 // DeleteConditions make a delete conditional (DeleteQueueRequest).

@@ -99,8 +99,12 @@ type QueueConfig struct {
 	// at a time. docs/api.md, Concurrency keys.
 	ConcurrencyLimit  int32            `protobuf:"varint,11,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"`
 	ConcurrencyLimits map[string]int32 `protobuf:"bytes,12,rep,name=concurrency_limits,json=concurrencyLimits,proto3" json:"concurrency_limits,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Server-side backoff after a failed attempt (a nack without its own
+	// delay_ms, or a lease that expired); absent = redeliver at once. The
+	// update-mask path "retry" replaces the whole policy. Log version 19.
+	Retry         *RetryPolicy `protobuf:"bytes,13,opt,name=retry,proto3" json:"retry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueConfig) Reset() {
@@ -217,6 +221,85 @@ func (x *QueueConfig) GetConcurrencyLimits() map[string]int32 {
 	return nil
 }
 
+func (x *QueueConfig) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// RetryPolicy: attempt n+1 waits min(max_delay_ms, initial_delay_ms x
+// multiplier^(n-1)), spread by +-jitter (a fraction of the delay, 0-1)
+// drawn on the leader. multiplier >= 1, jitter in [0, 1],
+// initial_delay_ms <= max_delay_ms <= the longest duration (366 days).
+type RetryPolicy struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	InitialDelayMs int64                  `protobuf:"varint,1,opt,name=initial_delay_ms,json=initialDelayMs,proto3" json:"initial_delay_ms,omitempty"`
+	MaxDelayMs     int64                  `protobuf:"varint,2,opt,name=max_delay_ms,json=maxDelayMs,proto3" json:"max_delay_ms,omitempty"`
+	Multiplier     float64                `protobuf:"fixed64,3,opt,name=multiplier,proto3" json:"multiplier,omitempty"`
+	Jitter         float64                `protobuf:"fixed64,4,opt,name=jitter,proto3" json:"jitter,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RetryPolicy) Reset() {
+	*x = RetryPolicy{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPolicy) ProtoMessage() {}
+
+func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
+func (*RetryPolicy) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RetryPolicy) GetInitialDelayMs() int64 {
+	if x != nil {
+		return x.InitialDelayMs
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetMaxDelayMs() int64 {
+	if x != nil {
+		return x.MaxDelayMs
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetMultiplier() float64 {
+	if x != nil {
+		return x.Multiplier
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetJitter() float64 {
+	if x != nil {
+		return x.Jitter
+	}
+	return 0
+}
+
 type QueueStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ready         int64                  `protobuf:"varint,1,opt,name=ready,proto3" json:"ready,omitempty"`
@@ -244,7 +327,7 @@ type QueueStats struct {
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[2]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -256,7 +339,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[2]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -269,7 +352,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{2}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *QueueStats) GetReady() int64 {
@@ -375,7 +458,7 @@ type FairnessKeyStats struct {
 
 func (x *FairnessKeyStats) Reset() {
 	*x = FairnessKeyStats{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[3]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -387,7 +470,7 @@ func (x *FairnessKeyStats) String() string {
 func (*FairnessKeyStats) ProtoMessage() {}
 
 func (x *FairnessKeyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[3]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -400,7 +483,7 @@ func (x *FairnessKeyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FairnessKeyStats.ProtoReflect.Descriptor instead.
 func (*FairnessKeyStats) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{3}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *FairnessKeyStats) GetKey() string {
@@ -443,7 +526,7 @@ type ThrottleKeyStats struct {
 
 func (x *ThrottleKeyStats) Reset() {
 	*x = ThrottleKeyStats{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[4]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +538,7 @@ func (x *ThrottleKeyStats) String() string {
 func (*ThrottleKeyStats) ProtoMessage() {}
 
 func (x *ThrottleKeyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[4]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +551,7 @@ func (x *ThrottleKeyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThrottleKeyStats.ProtoReflect.Descriptor instead.
 func (*ThrottleKeyStats) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{4}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ThrottleKeyStats) GetKey() string {
@@ -529,7 +612,7 @@ type QueueInfo struct {
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[5]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +624,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[5]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +637,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{5}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *QueueInfo) GetName() string {
@@ -647,7 +730,7 @@ type PausedKey struct {
 
 func (x *PausedKey) Reset() {
 	*x = PausedKey{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[6]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -659,7 +742,7 @@ func (x *PausedKey) String() string {
 func (*PausedKey) ProtoMessage() {}
 
 func (x *PausedKey) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[6]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -672,7 +755,7 @@ func (x *PausedKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PausedKey.ProtoReflect.Descriptor instead.
 func (*PausedKey) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{6}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PausedKey) GetKey() string {
@@ -708,7 +791,7 @@ type DrainEstimate struct {
 
 func (x *DrainEstimate) Reset() {
 	*x = DrainEstimate{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[7]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +803,7 @@ func (x *DrainEstimate) String() string {
 func (*DrainEstimate) ProtoMessage() {}
 
 func (x *DrainEstimate) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[7]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +816,7 @@ func (x *DrainEstimate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainEstimate.ProtoReflect.Descriptor instead.
 func (*DrainEstimate) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{7}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DrainEstimate) GetState() string {
@@ -784,7 +867,7 @@ type EnqueueMessage struct {
 
 func (x *EnqueueMessage) Reset() {
 	*x = EnqueueMessage{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[8]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -796,7 +879,7 @@ func (x *EnqueueMessage) String() string {
 func (*EnqueueMessage) ProtoMessage() {}
 
 func (x *EnqueueMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[8]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -809,7 +892,7 @@ func (x *EnqueueMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueMessage.ProtoReflect.Descriptor instead.
 func (*EnqueueMessage) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{8}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EnqueueMessage) GetPayload() []byte {
@@ -918,7 +1001,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[9]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1013,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[9]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1026,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{9}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Delivery) GetId() string {
@@ -1084,7 +1167,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1179,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[10]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1192,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{10}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Attempt) GetAttempt() int32 {
@@ -1164,7 +1247,7 @@ type LeaseRef struct {
 
 func (x *LeaseRef) Reset() {
 	*x = LeaseRef{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1259,7 @@ func (x *LeaseRef) String() string {
 func (*LeaseRef) ProtoMessage() {}
 
 func (x *LeaseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[11]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1272,7 @@ func (x *LeaseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRef.ProtoReflect.Descriptor instead.
 func (*LeaseRef) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{11}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LeaseRef) GetMessageId() string {
@@ -1222,7 +1305,7 @@ type NackItem struct {
 
 func (x *NackItem) Reset() {
 	*x = NackItem{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1317,7 @@ func (x *NackItem) String() string {
 func (*NackItem) ProtoMessage() {}
 
 func (x *NackItem) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[12]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1330,7 @@ func (x *NackItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackItem.ProtoReflect.Descriptor instead.
 func (*NackItem) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{12}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NackItem) GetMessageId() string {
@@ -1304,7 +1387,7 @@ type ItemResult struct {
 
 func (x *ItemResult) Reset() {
 	*x = ItemResult{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1399,7 @@ func (x *ItemResult) String() string {
 func (*ItemResult) ProtoMessage() {}
 
 func (x *ItemResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[13]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1412,7 @@ func (x *ItemResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemResult.ProtoReflect.Descriptor instead.
 func (*ItemResult) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{13}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ItemResult) GetOk() bool {
@@ -1367,7 +1450,7 @@ type CreateQueueRequest struct {
 
 func (x *CreateQueueRequest) Reset() {
 	*x = CreateQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1462,7 @@ func (x *CreateQueueRequest) String() string {
 func (*CreateQueueRequest) ProtoMessage() {}
 
 func (x *CreateQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[14]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1475,7 @@ func (x *CreateQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateQueueRequest.ProtoReflect.Descriptor instead.
 func (*CreateQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{14}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateQueueRequest) GetName() string {
@@ -1425,7 +1508,7 @@ type CreateQueueResponse struct {
 
 func (x *CreateQueueResponse) Reset() {
 	*x = CreateQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1520,7 @@ func (x *CreateQueueResponse) String() string {
 func (*CreateQueueResponse) ProtoMessage() {}
 
 func (x *CreateQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[15]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1533,7 @@ func (x *CreateQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateQueueResponse.ProtoReflect.Descriptor instead.
 func (*CreateQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{15}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateQueueResponse) GetQueue() *QueueInfo {
@@ -1475,7 +1558,7 @@ type UpdateQueueRequest struct {
 
 func (x *UpdateQueueRequest) Reset() {
 	*x = UpdateQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1570,7 @@ func (x *UpdateQueueRequest) String() string {
 func (*UpdateQueueRequest) ProtoMessage() {}
 
 func (x *UpdateQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[16]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1583,7 @@ func (x *UpdateQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQueueRequest.ProtoReflect.Descriptor instead.
 func (*UpdateQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{16}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UpdateQueueRequest) GetName() string {
@@ -1540,7 +1623,7 @@ type UpdateQueueResponse struct {
 
 func (x *UpdateQueueResponse) Reset() {
 	*x = UpdateQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1635,7 @@ func (x *UpdateQueueResponse) String() string {
 func (*UpdateQueueResponse) ProtoMessage() {}
 
 func (x *UpdateQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[17]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1648,7 @@ func (x *UpdateQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQueueResponse.ProtoReflect.Descriptor instead.
 func (*UpdateQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{17}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpdateQueueResponse) GetQueue() *QueueInfo {
@@ -1598,7 +1681,7 @@ type DeleteQueueRequest struct {
 
 func (x *DeleteQueueRequest) Reset() {
 	*x = DeleteQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1693,7 @@ func (x *DeleteQueueRequest) String() string {
 func (*DeleteQueueRequest) ProtoMessage() {}
 
 func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[18]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1706,7 @@ func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeleteQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{18}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteQueueRequest) GetName() string {
@@ -1662,7 +1745,7 @@ type DeleteQueueResponse struct {
 
 func (x *DeleteQueueResponse) Reset() {
 	*x = DeleteQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1757,7 @@ func (x *DeleteQueueResponse) String() string {
 func (*DeleteQueueResponse) ProtoMessage() {}
 
 func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[19]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1770,7 @@ func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueResponse.ProtoReflect.Descriptor instead.
 func (*DeleteQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{19}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{20}
 }
 
 type GetQueueRequest struct {
@@ -1701,7 +1784,7 @@ type GetQueueRequest struct {
 
 func (x *GetQueueRequest) Reset() {
 	*x = GetQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +1796,7 @@ func (x *GetQueueRequest) String() string {
 func (*GetQueueRequest) ProtoMessage() {}
 
 func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[20]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +1809,7 @@ func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{20}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetQueueRequest) GetName() string {
@@ -1752,7 +1835,7 @@ type GetQueueResponse struct {
 
 func (x *GetQueueResponse) Reset() {
 	*x = GetQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1847,7 @@ func (x *GetQueueResponse) String() string {
 func (*GetQueueResponse) ProtoMessage() {}
 
 func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[21]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1860,7 @@ func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{21}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetQueueResponse) GetQueue() *QueueInfo {
@@ -1796,7 +1879,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1891,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[22]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1904,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{22}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListQueuesRequest) GetPrefix() string {
@@ -1840,7 +1923,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +1935,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[23]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +1948,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{23}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -1888,7 +1971,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +1983,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[24]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +1996,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{24}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PurgeQueueRequest) GetName() string {
@@ -1939,7 +2022,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2034,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[25]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2047,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{25}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PurgeQueueResponse) GetPurged() int64 {
@@ -1984,7 +2067,7 @@ type EnqueueRequest struct {
 
 func (x *EnqueueRequest) Reset() {
 	*x = EnqueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2079,7 @@ func (x *EnqueueRequest) String() string {
 func (*EnqueueRequest) ProtoMessage() {}
 
 func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[26]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2092,7 @@ func (x *EnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{26}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EnqueueRequest) GetQueue() string {
@@ -2035,7 +2118,7 @@ type EnqueueResponse struct {
 
 func (x *EnqueueResponse) Reset() {
 	*x = EnqueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2130,7 @@ func (x *EnqueueResponse) String() string {
 func (*EnqueueResponse) ProtoMessage() {}
 
 func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[27]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2143,7 @@ func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{27}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EnqueueResponse) GetMessageIds() []string {
@@ -2081,7 +2164,7 @@ type EnqueueStreamRequest struct {
 
 func (x *EnqueueStreamRequest) Reset() {
 	*x = EnqueueStreamRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2176,7 @@ func (x *EnqueueStreamRequest) String() string {
 func (*EnqueueStreamRequest) ProtoMessage() {}
 
 func (x *EnqueueStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[28]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2189,7 @@ func (x *EnqueueStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueStreamRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueStreamRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{28}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EnqueueStreamRequest) GetSeq() uint64 {
@@ -2136,7 +2219,7 @@ type EnqueueStreamResponse struct {
 
 func (x *EnqueueStreamResponse) Reset() {
 	*x = EnqueueStreamResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2231,7 @@ func (x *EnqueueStreamResponse) String() string {
 func (*EnqueueStreamResponse) ProtoMessage() {}
 
 func (x *EnqueueStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[29]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2244,7 @@ func (x *EnqueueStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueStreamResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueStreamResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{29}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EnqueueStreamResponse) GetSeq() uint64 {
@@ -2208,7 +2291,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2303,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[30]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2316,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{30}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LeaseRequest) GetQueue() string {
@@ -2287,7 +2370,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2382,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[31]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2395,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{31}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LeaseResponse) GetMessages() []*Delivery {
@@ -2332,7 +2415,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2344,7 +2427,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[32]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2357,7 +2440,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{32}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AckRequest) GetQueue() string {
@@ -2383,7 +2466,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2395,7 +2478,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[33]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2408,7 +2491,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{33}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AckResponse) GetResults() []*ItemResult {
@@ -2428,7 +2511,7 @@ type NackRequest struct {
 
 func (x *NackRequest) Reset() {
 	*x = NackRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2440,7 +2523,7 @@ func (x *NackRequest) String() string {
 func (*NackRequest) ProtoMessage() {}
 
 func (x *NackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[34]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2453,7 +2536,7 @@ func (x *NackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackRequest.ProtoReflect.Descriptor instead.
 func (*NackRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{34}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NackRequest) GetQueue() string {
@@ -2479,7 +2562,7 @@ type NackResponse struct {
 
 func (x *NackResponse) Reset() {
 	*x = NackResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +2574,7 @@ func (x *NackResponse) String() string {
 func (*NackResponse) ProtoMessage() {}
 
 func (x *NackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[35]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +2587,7 @@ func (x *NackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
 func (*NackResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{35}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *NackResponse) GetResults() []*ItemResult {
@@ -2525,7 +2608,7 @@ type ExtendLeaseRequest struct {
 
 func (x *ExtendLeaseRequest) Reset() {
 	*x = ExtendLeaseRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2620,7 @@ func (x *ExtendLeaseRequest) String() string {
 func (*ExtendLeaseRequest) ProtoMessage() {}
 
 func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[36]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2633,7 @@ func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{36}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ExtendLeaseRequest) GetQueue() string {
@@ -2588,7 +2671,7 @@ type ExtendLeaseResponse struct {
 
 func (x *ExtendLeaseResponse) Reset() {
 	*x = ExtendLeaseResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2683,7 @@ func (x *ExtendLeaseResponse) String() string {
 func (*ExtendLeaseResponse) ProtoMessage() {}
 
 func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[37]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2696,7 @@ func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{37}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ExtendLeaseResponse) GetResults() []*ItemResult {
@@ -2659,7 +2742,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2671,7 +2754,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[38]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2684,7 +2767,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{38}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PeekRequest) GetQueue() string {
@@ -2745,7 +2828,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +2840,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[39]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +2853,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{39}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PeekResponse) GetMessages() []*Delivery {
@@ -2790,7 +2873,7 @@ type GetMessageRequest struct {
 
 func (x *GetMessageRequest) Reset() {
 	*x = GetMessageRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +2885,7 @@ func (x *GetMessageRequest) String() string {
 func (*GetMessageRequest) ProtoMessage() {}
 
 func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[40]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +2898,7 @@ func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageRequest.ProtoReflect.Descriptor instead.
 func (*GetMessageRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{40}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetMessageRequest) GetQueue() string {
@@ -2846,7 +2929,7 @@ type GetMessageResponse struct {
 
 func (x *GetMessageResponse) Reset() {
 	*x = GetMessageResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2858,7 +2941,7 @@ func (x *GetMessageResponse) String() string {
 func (*GetMessageResponse) ProtoMessage() {}
 
 func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[41]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2871,7 +2954,7 @@ func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageResponse.ProtoReflect.Descriptor instead.
 func (*GetMessageResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{41}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetMessageResponse) GetMessage() *Delivery {
@@ -2908,7 +2991,7 @@ type MessageEvent struct {
 
 func (x *MessageEvent) Reset() {
 	*x = MessageEvent{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3003,7 @@ func (x *MessageEvent) String() string {
 func (*MessageEvent) ProtoMessage() {}
 
 func (x *MessageEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[42]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3016,7 @@ func (x *MessageEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageEvent.ProtoReflect.Descriptor instead.
 func (*MessageEvent) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{42}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *MessageEvent) GetAtMs() int64 {
@@ -2990,7 +3073,7 @@ type RedriveRequest struct {
 
 func (x *RedriveRequest) Reset() {
 	*x = RedriveRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +3085,7 @@ func (x *RedriveRequest) String() string {
 func (*RedriveRequest) ProtoMessage() {}
 
 func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[43]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +3098,7 @@ func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveRequest.ProtoReflect.Descriptor instead.
 func (*RedriveRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{43}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RedriveRequest) GetQueue() string {
@@ -3099,7 +3182,7 @@ type RedriveResponse struct {
 
 func (x *RedriveResponse) Reset() {
 	*x = RedriveResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3111,7 +3194,7 @@ func (x *RedriveResponse) String() string {
 func (*RedriveResponse) ProtoMessage() {}
 
 func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[44]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3124,7 +3207,7 @@ func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveResponse.ProtoReflect.Descriptor instead.
 func (*RedriveResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{44}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RedriveResponse) GetMoved() int64 {
@@ -3166,7 +3249,7 @@ type RedriveJob struct {
 
 func (x *RedriveJob) Reset() {
 	*x = RedriveJob{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3178,7 +3261,7 @@ func (x *RedriveJob) String() string {
 func (*RedriveJob) ProtoMessage() {}
 
 func (x *RedriveJob) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[45]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3191,7 +3274,7 @@ func (x *RedriveJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveJob.ProtoReflect.Descriptor instead.
 func (*RedriveJob) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{45}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RedriveJob) GetId() string {
@@ -3279,7 +3362,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3291,7 +3374,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[46]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3304,7 +3387,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{46}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PauseQueueRequest) GetName() string {
@@ -3337,7 +3420,7 @@ type PauseQueueResponse struct {
 
 func (x *PauseQueueResponse) Reset() {
 	*x = PauseQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3349,7 +3432,7 @@ func (x *PauseQueueResponse) String() string {
 func (*PauseQueueResponse) ProtoMessage() {}
 
 func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[47]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3362,7 +3445,7 @@ func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueResponse.ProtoReflect.Descriptor instead.
 func (*PauseQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{47}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PauseQueueResponse) GetQueue() *QueueInfo {
@@ -3384,7 +3467,7 @@ type ResumeQueueRequest struct {
 
 func (x *ResumeQueueRequest) Reset() {
 	*x = ResumeQueueRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3396,7 +3479,7 @@ func (x *ResumeQueueRequest) String() string {
 func (*ResumeQueueRequest) ProtoMessage() {}
 
 func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[48]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3409,7 +3492,7 @@ func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueRequest.ProtoReflect.Descriptor instead.
 func (*ResumeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{48}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ResumeQueueRequest) GetName() string {
@@ -3435,7 +3518,7 @@ type ResumeQueueResponse struct {
 
 func (x *ResumeQueueResponse) Reset() {
 	*x = ResumeQueueResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3447,7 +3530,7 @@ func (x *ResumeQueueResponse) String() string {
 func (*ResumeQueueResponse) ProtoMessage() {}
 
 func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[49]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3460,7 +3543,7 @@ func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueResponse.ProtoReflect.Descriptor instead.
 func (*ResumeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{49}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ResumeQueueResponse) GetQueue() *QueueInfo {
@@ -3519,7 +3602,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3531,7 +3614,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[50]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3544,7 +3627,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{50}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Node) GetId() string {
@@ -3681,7 +3764,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3693,7 +3776,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[51]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3706,7 +3789,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{51}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *BuildInfo) GetVersion() string {
@@ -3749,7 +3832,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3761,7 +3844,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[52]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3774,7 +3857,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{52}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StatusRequest) GetLocalOnly() bool {
@@ -3817,7 +3900,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3829,7 +3912,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[53]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3842,7 +3925,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{53}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StatusResponse) GetLeaderId() string {
@@ -3944,7 +4027,7 @@ type RefusedMember struct {
 
 func (x *RefusedMember) Reset() {
 	*x = RefusedMember{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3956,7 +4039,7 @@ func (x *RefusedMember) String() string {
 func (*RefusedMember) ProtoMessage() {}
 
 func (x *RefusedMember) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[54]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3969,7 +4052,7 @@ func (x *RefusedMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefusedMember.ProtoReflect.Descriptor instead.
 func (*RefusedMember) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{54}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RefusedMember) GetId() string {
@@ -4016,7 +4099,7 @@ type ClusterSettings struct {
 
 func (x *ClusterSettings) Reset() {
 	*x = ClusterSettings{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4028,7 +4111,7 @@ func (x *ClusterSettings) String() string {
 func (*ClusterSettings) ProtoMessage() {}
 
 func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4041,7 +4124,7 @@ func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSettings.ProtoReflect.Descriptor instead.
 func (*ClusterSettings) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ClusterSettings) GetMaxQueuedBytes() int64 {
@@ -4074,7 +4157,7 @@ type SetClusterSettingsRequest struct {
 
 func (x *SetClusterSettingsRequest) Reset() {
 	*x = SetClusterSettingsRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4086,7 +4169,7 @@ func (x *SetClusterSettingsRequest) String() string {
 func (*SetClusterSettingsRequest) ProtoMessage() {}
 
 func (x *SetClusterSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4099,7 +4182,7 @@ func (x *SetClusterSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterSettingsRequest.ProtoReflect.Descriptor instead.
 func (*SetClusterSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SetClusterSettingsRequest) GetMaxQueuedBytes() int64 {
@@ -4132,7 +4215,7 @@ type SetClusterSettingsResponse struct {
 
 func (x *SetClusterSettingsResponse) Reset() {
 	*x = SetClusterSettingsResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4144,7 +4227,7 @@ func (x *SetClusterSettingsResponse) String() string {
 func (*SetClusterSettingsResponse) ProtoMessage() {}
 
 func (x *SetClusterSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4157,7 +4240,7 @@ func (x *SetClusterSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterSettingsResponse.ProtoReflect.Descriptor instead.
 func (*SetClusterSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SetClusterSettingsResponse) GetSettings() *ClusterSettings {
@@ -4179,7 +4262,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4191,7 +4274,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4204,7 +4287,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -4229,7 +4312,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4241,7 +4324,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4254,7 +4337,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
 }
 
 type LeaveRequest struct {
@@ -4268,7 +4351,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4280,7 +4363,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4293,7 +4376,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *LeaveRequest) GetForce() bool {
@@ -4313,7 +4396,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4325,7 +4408,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4338,7 +4421,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *LeaveResponse) GetId() string {
@@ -4357,7 +4440,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4369,7 +4452,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4382,7 +4465,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TransferLeadershipRequest) GetToId() string {
@@ -4401,7 +4484,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4413,7 +4496,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4426,7 +4509,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *TransferLeadershipResponse) GetNewLeaderId() string {
@@ -4444,7 +4527,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4456,7 +4539,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4469,7 +4552,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
 }
 
 type SnapshotResponse struct {
@@ -4481,7 +4564,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4493,7 +4576,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4506,7 +4589,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -4529,7 +4612,7 @@ type NodeDigest struct {
 
 func (x *NodeDigest) Reset() {
 	*x = NodeDigest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4541,7 +4624,7 @@ func (x *NodeDigest) String() string {
 func (*NodeDigest) ProtoMessage() {}
 
 func (x *NodeDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4554,7 +4637,7 @@ func (x *NodeDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDigest.ProtoReflect.Descriptor instead.
 func (*NodeDigest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *NodeDigest) GetId() string {
@@ -4609,7 +4692,7 @@ type ReportDivergenceRequest struct {
 
 func (x *ReportDivergenceRequest) Reset() {
 	*x = ReportDivergenceRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4621,7 +4704,7 @@ func (x *ReportDivergenceRequest) String() string {
 func (*ReportDivergenceRequest) ProtoMessage() {}
 
 func (x *ReportDivergenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4634,7 +4717,7 @@ func (x *ReportDivergenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDivergenceRequest.ProtoReflect.Descriptor instead.
 func (*ReportDivergenceRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ReportDivergenceRequest) GetIndex() uint64 {
@@ -4677,7 +4760,7 @@ type ReportDivergenceResponse struct {
 
 func (x *ReportDivergenceResponse) Reset() {
 	*x = ReportDivergenceResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4689,7 +4772,7 @@ func (x *ReportDivergenceResponse) String() string {
 func (*ReportDivergenceResponse) ProtoMessage() {}
 
 func (x *ReportDivergenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4702,7 +4785,7 @@ func (x *ReportDivergenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDivergenceResponse.ProtoReflect.Descriptor instead.
 func (*ReportDivergenceResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ReportDivergenceResponse) GetDiverged() bool {
@@ -4731,7 +4814,7 @@ type RepairCorruptRequest struct {
 
 func (x *RepairCorruptRequest) Reset() {
 	*x = RepairCorruptRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4743,7 +4826,7 @@ func (x *RepairCorruptRequest) String() string {
 func (*RepairCorruptRequest) ProtoMessage() {}
 
 func (x *RepairCorruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4756,7 +4839,7 @@ func (x *RepairCorruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairCorruptRequest.ProtoReflect.Descriptor instead.
 func (*RepairCorruptRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RepairCorruptRequest) GetNodeId() string {
@@ -4786,7 +4869,7 @@ type RepairCorruptResponse struct {
 
 func (x *RepairCorruptResponse) Reset() {
 	*x = RepairCorruptResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4798,7 +4881,7 @@ func (x *RepairCorruptResponse) String() string {
 func (*RepairCorruptResponse) ProtoMessage() {}
 
 func (x *RepairCorruptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4811,7 +4894,7 @@ func (x *RepairCorruptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairCorruptResponse.ProtoReflect.Descriptor instead.
 func (*RepairCorruptResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RepairCorruptResponse) GetRemoved() bool {
@@ -4841,7 +4924,7 @@ type RecountQueuesRequest struct {
 
 func (x *RecountQueuesRequest) Reset() {
 	*x = RecountQueuesRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4853,7 +4936,7 @@ func (x *RecountQueuesRequest) String() string {
 func (*RecountQueuesRequest) ProtoMessage() {}
 
 func (x *RecountQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4866,7 +4949,7 @@ func (x *RecountQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueuesRequest.ProtoReflect.Descriptor instead.
 func (*RecountQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RecountQueuesRequest) GetQueues() []string {
@@ -4893,7 +4976,7 @@ type RecountQueuesResponse struct {
 
 func (x *RecountQueuesResponse) Reset() {
 	*x = RecountQueuesResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4905,7 +4988,7 @@ func (x *RecountQueuesResponse) String() string {
 func (*RecountQueuesResponse) ProtoMessage() {}
 
 func (x *RecountQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4918,7 +5001,7 @@ func (x *RecountQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueuesResponse.ProtoReflect.Descriptor instead.
 func (*RecountQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
 }
 
 type VerifyRequest struct {
@@ -4929,7 +5012,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4941,7 +5024,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4954,7 +5037,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
 }
 
 type VerifyResponse struct {
@@ -4973,7 +5056,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4985,7 +5068,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4998,7 +5081,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *VerifyResponse) GetNodes() []*NodeDigest {
@@ -5030,7 +5113,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5042,7 +5125,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5055,7 +5138,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
 }
 
 type CheckpointResponse struct {
@@ -5067,7 +5150,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5079,7 +5162,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5092,7 +5175,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CheckpointResponse) GetIndex() uint64 {
@@ -5111,7 +5194,7 @@ type LocalDigestRequest struct {
 
 func (x *LocalDigestRequest) Reset() {
 	*x = LocalDigestRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5123,7 +5206,7 @@ func (x *LocalDigestRequest) String() string {
 func (*LocalDigestRequest) ProtoMessage() {}
 
 func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5136,7 +5219,7 @@ func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalDigestRequest.ProtoReflect.Descriptor instead.
 func (*LocalDigestRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *LocalDigestRequest) GetIndex() uint64 {
@@ -5155,7 +5238,7 @@ type ListConsumersRequest struct {
 
 func (x *ListConsumersRequest) Reset() {
 	*x = ListConsumersRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5167,7 +5250,7 @@ func (x *ListConsumersRequest) String() string {
 func (*ListConsumersRequest) ProtoMessage() {}
 
 func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5180,7 +5263,7 @@ func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersRequest.ProtoReflect.Descriptor instead.
 func (*ListConsumersRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListConsumersRequest) GetQueue() string {
@@ -5199,7 +5282,7 @@ type ListConsumersResponse struct {
 
 func (x *ListConsumersResponse) Reset() {
 	*x = ListConsumersResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5211,7 +5294,7 @@ func (x *ListConsumersResponse) String() string {
 func (*ListConsumersResponse) ProtoMessage() {}
 
 func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5224,7 +5307,7 @@ func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
@@ -5263,7 +5346,7 @@ type ConsumerInfo struct {
 
 func (x *ConsumerInfo) Reset() {
 	*x = ConsumerInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5275,7 +5358,7 @@ func (x *ConsumerInfo) String() string {
 func (*ConsumerInfo) ProtoMessage() {}
 
 func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5288,7 +5371,7 @@ func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ConsumerInfo) GetName() string {
@@ -5379,7 +5462,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5391,7 +5474,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5404,7 +5487,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{81}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -5449,7 +5532,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5461,7 +5544,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5474,7 +5557,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{82}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *CreateTokenResponse) GetName() string {
@@ -5518,7 +5601,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5530,7 +5613,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5543,7 +5626,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{83}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *RevokeTokenRequest) GetName() string {
@@ -5568,7 +5651,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5580,7 +5663,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5593,7 +5676,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{84}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{85}
 }
 
 type GrantRequest struct {
@@ -5616,7 +5699,7 @@ type GrantRequest struct {
 
 func (x *GrantRequest) Reset() {
 	*x = GrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5628,7 +5711,7 @@ func (x *GrantRequest) String() string {
 func (*GrantRequest) ProtoMessage() {}
 
 func (x *GrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5641,7 +5724,7 @@ func (x *GrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRequest.ProtoReflect.Descriptor instead.
 func (*GrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{85}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *GrantRequest) GetIdentity() string {
@@ -5687,7 +5770,7 @@ type GrantResponse struct {
 
 func (x *GrantResponse) Reset() {
 	*x = GrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5699,7 +5782,7 @@ func (x *GrantResponse) String() string {
 func (*GrantResponse) ProtoMessage() {}
 
 func (x *GrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5712,7 +5795,7 @@ func (x *GrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantResponse.ProtoReflect.Descriptor instead.
 func (*GrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{86}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{87}
 }
 
 type UngrantRequest struct {
@@ -5731,7 +5814,7 @@ type UngrantRequest struct {
 
 func (x *UngrantRequest) Reset() {
 	*x = UngrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5743,7 +5826,7 @@ func (x *UngrantRequest) String() string {
 func (*UngrantRequest) ProtoMessage() {}
 
 func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5756,7 +5839,7 @@ func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantRequest.ProtoReflect.Descriptor instead.
 func (*UngrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{87}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *UngrantRequest) GetIdentity() string {
@@ -5795,7 +5878,7 @@ type UngrantResponse struct {
 
 func (x *UngrantResponse) Reset() {
 	*x = UngrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5807,7 +5890,7 @@ func (x *UngrantResponse) String() string {
 func (*UngrantResponse) ProtoMessage() {}
 
 func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5820,7 +5903,7 @@ func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantResponse.ProtoReflect.Descriptor instead.
 func (*UngrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{88}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{89}
 }
 
 type ListAuthRequest struct {
@@ -5831,7 +5914,7 @@ type ListAuthRequest struct {
 
 func (x *ListAuthRequest) Reset() {
 	*x = ListAuthRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5843,7 +5926,7 @@ func (x *ListAuthRequest) String() string {
 func (*ListAuthRequest) ProtoMessage() {}
 
 func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5856,7 +5939,7 @@ func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthRequest.ProtoReflect.Descriptor instead.
 func (*ListAuthRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{89}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{90}
 }
 
 type ListAuthResponse struct {
@@ -5868,7 +5951,7 @@ type ListAuthResponse struct {
 
 func (x *ListAuthResponse) Reset() {
 	*x = ListAuthResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[90]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5880,7 +5963,7 @@ func (x *ListAuthResponse) String() string {
 func (*ListAuthResponse) ProtoMessage() {}
 
 func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[90]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5893,7 +5976,7 @@ func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthResponse.ProtoReflect.Descriptor instead.
 func (*ListAuthResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{90}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ListAuthResponse) GetIdentities() []*IdentityInfo {
@@ -5915,7 +5998,7 @@ type IdentityInfo struct {
 
 func (x *IdentityInfo) Reset() {
 	*x = IdentityInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[91]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5927,7 +6010,7 @@ func (x *IdentityInfo) String() string {
 func (*IdentityInfo) ProtoMessage() {}
 
 func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[91]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5940,7 +6023,7 @@ func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityInfo.ProtoReflect.Descriptor instead.
 func (*IdentityInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{91}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *IdentityInfo) GetName() string {
@@ -5983,7 +6066,7 @@ type TokenInfo struct {
 
 func (x *TokenInfo) Reset() {
 	*x = TokenInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[92]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5995,7 +6078,7 @@ func (x *TokenInfo) String() string {
 func (*TokenInfo) ProtoMessage() {}
 
 func (x *TokenInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[92]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6008,7 +6091,7 @@ func (x *TokenInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenInfo.ProtoReflect.Descriptor instead.
 func (*TokenInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{92}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *TokenInfo) GetName() string {
@@ -6042,7 +6125,7 @@ type PermissionGrant struct {
 
 func (x *PermissionGrant) Reset() {
 	*x = PermissionGrant{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[93]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6054,7 +6137,7 @@ func (x *PermissionGrant) String() string {
 func (*PermissionGrant) ProtoMessage() {}
 
 func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[93]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6067,7 +6150,7 @@ func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionGrant.ProtoReflect.Descriptor instead.
 func (*PermissionGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{93}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *PermissionGrant) GetPattern() string {
@@ -6092,7 +6175,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[94]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6104,7 +6187,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[94]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6117,7 +6200,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{94}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{95}
 }
 
 type WhoAmIResponse struct {
@@ -6133,7 +6216,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[95]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6145,7 +6228,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[95]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6158,7 +6241,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{95}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *WhoAmIResponse) GetIdentity() string {
@@ -6197,7 +6280,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[96]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6209,7 +6292,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[96]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6222,7 +6305,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{96}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{97}
 }
 
 // BackupChunk is one message of a Backup stream: first info (alone), then
@@ -6243,7 +6326,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[97]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6255,7 +6338,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[97]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6268,7 +6351,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{97}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *BackupChunk) GetInfo() *BackupInfo {
@@ -6319,7 +6402,7 @@ type BackupInfo struct {
 
 func (x *BackupInfo) Reset() {
 	*x = BackupInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[98]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6331,7 +6414,7 @@ func (x *BackupInfo) String() string {
 func (*BackupInfo) ProtoMessage() {}
 
 func (x *BackupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[98]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6344,7 +6427,7 @@ func (x *BackupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupInfo.ProtoReflect.Descriptor instead.
 func (*BackupInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{98}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *BackupInfo) GetIndex() uint64 {
@@ -6390,7 +6473,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\fThrottleRule\x12 \n" +
 	"\frate_per_sec\x18\x01 \x01(\x01R\n" +
 	"ratePerSec\x12\x14\n" +
-	"\x05burst\x18\x02 \x01(\x05R\x05burst\"\xdd\x05\n" +
+	"\x05burst\x18\x02 \x01(\x05R\x05burst\"\x8a\x06\n" +
 	"\vQueueConfig\x122\n" +
 	"\x15visibility_timeout_ms\x18\x01 \x01(\x03R\x13visibilityTimeoutMs\x12%\n" +
 	"\x0emax_deliveries\x18\x02 \x01(\x05R\rmaxDeliveries\x12*\n" +
@@ -6404,13 +6487,22 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x10fairness_quantum\x18\n" +
 	" \x01(\x05R\x0ffairnessQuantum\x12+\n" +
 	"\x11concurrency_limit\x18\v \x01(\x05R\x10concurrencyLimit\x12[\n" +
-	"\x12concurrency_limits\x18\f \x03(\v2,.raftq.v1.QueueConfig.ConcurrencyLimitsEntryR\x11concurrencyLimits\x1aT\n" +
+	"\x12concurrency_limits\x18\f \x03(\v2,.raftq.v1.QueueConfig.ConcurrencyLimitsEntryR\x11concurrencyLimits\x12+\n" +
+	"\x05retry\x18\r \x01(\v2\x15.raftq.v1.RetryPolicyR\x05retry\x1aT\n" +
 	"\x0eThrottlesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
 	"\x05value\x18\x02 \x01(\v2\x16.raftq.v1.ThrottleRuleR\x05value:\x028\x01\x1aD\n" +
 	"\x16ConcurrencyLimitsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xaf\x03\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x91\x01\n" +
+	"\vRetryPolicy\x12(\n" +
+	"\x10initial_delay_ms\x18\x01 \x01(\x03R\x0einitialDelayMs\x12 \n" +
+	"\fmax_delay_ms\x18\x02 \x01(\x03R\n" +
+	"maxDelayMs\x12\x1e\n" +
+	"\n" +
+	"multiplier\x18\x03 \x01(\x01R\n" +
+	"multiplier\x12\x16\n" +
+	"\x06jitter\x18\x04 \x01(\x01R\x06jitter\"\xaf\x03\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\x03R\x05ready\x12\x18\n" +
@@ -6931,241 +7023,243 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 103)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 104)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
-	(*QueueStats)(nil),                 // 2: raftq.v1.QueueStats
-	(*FairnessKeyStats)(nil),           // 3: raftq.v1.FairnessKeyStats
-	(*ThrottleKeyStats)(nil),           // 4: raftq.v1.ThrottleKeyStats
-	(*QueueInfo)(nil),                  // 5: raftq.v1.QueueInfo
-	(*PausedKey)(nil),                  // 6: raftq.v1.PausedKey
-	(*DrainEstimate)(nil),              // 7: raftq.v1.DrainEstimate
-	(*EnqueueMessage)(nil),             // 8: raftq.v1.EnqueueMessage
-	(*Delivery)(nil),                   // 9: raftq.v1.Delivery
-	(*Attempt)(nil),                    // 10: raftq.v1.Attempt
-	(*LeaseRef)(nil),                   // 11: raftq.v1.LeaseRef
-	(*NackItem)(nil),                   // 12: raftq.v1.NackItem
-	(*ItemResult)(nil),                 // 13: raftq.v1.ItemResult
-	(*CreateQueueRequest)(nil),         // 14: raftq.v1.CreateQueueRequest
-	(*CreateQueueResponse)(nil),        // 15: raftq.v1.CreateQueueResponse
-	(*UpdateQueueRequest)(nil),         // 16: raftq.v1.UpdateQueueRequest
-	(*UpdateQueueResponse)(nil),        // 17: raftq.v1.UpdateQueueResponse
-	(*DeleteQueueRequest)(nil),         // 18: raftq.v1.DeleteQueueRequest
-	(*DeleteQueueResponse)(nil),        // 19: raftq.v1.DeleteQueueResponse
-	(*GetQueueRequest)(nil),            // 20: raftq.v1.GetQueueRequest
-	(*GetQueueResponse)(nil),           // 21: raftq.v1.GetQueueResponse
-	(*ListQueuesRequest)(nil),          // 22: raftq.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),         // 23: raftq.v1.ListQueuesResponse
-	(*PurgeQueueRequest)(nil),          // 24: raftq.v1.PurgeQueueRequest
-	(*PurgeQueueResponse)(nil),         // 25: raftq.v1.PurgeQueueResponse
-	(*EnqueueRequest)(nil),             // 26: raftq.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),            // 27: raftq.v1.EnqueueResponse
-	(*EnqueueStreamRequest)(nil),       // 28: raftq.v1.EnqueueStreamRequest
-	(*EnqueueStreamResponse)(nil),      // 29: raftq.v1.EnqueueStreamResponse
-	(*LeaseRequest)(nil),               // 30: raftq.v1.LeaseRequest
-	(*LeaseResponse)(nil),              // 31: raftq.v1.LeaseResponse
-	(*AckRequest)(nil),                 // 32: raftq.v1.AckRequest
-	(*AckResponse)(nil),                // 33: raftq.v1.AckResponse
-	(*NackRequest)(nil),                // 34: raftq.v1.NackRequest
-	(*NackResponse)(nil),               // 35: raftq.v1.NackResponse
-	(*ExtendLeaseRequest)(nil),         // 36: raftq.v1.ExtendLeaseRequest
-	(*ExtendLeaseResponse)(nil),        // 37: raftq.v1.ExtendLeaseResponse
-	(*PeekRequest)(nil),                // 38: raftq.v1.PeekRequest
-	(*PeekResponse)(nil),               // 39: raftq.v1.PeekResponse
-	(*GetMessageRequest)(nil),          // 40: raftq.v1.GetMessageRequest
-	(*GetMessageResponse)(nil),         // 41: raftq.v1.GetMessageResponse
-	(*MessageEvent)(nil),               // 42: raftq.v1.MessageEvent
-	(*RedriveRequest)(nil),             // 43: raftq.v1.RedriveRequest
-	(*RedriveResponse)(nil),            // 44: raftq.v1.RedriveResponse
-	(*RedriveJob)(nil),                 // 45: raftq.v1.RedriveJob
-	(*PauseQueueRequest)(nil),          // 46: raftq.v1.PauseQueueRequest
-	(*PauseQueueResponse)(nil),         // 47: raftq.v1.PauseQueueResponse
-	(*ResumeQueueRequest)(nil),         // 48: raftq.v1.ResumeQueueRequest
-	(*ResumeQueueResponse)(nil),        // 49: raftq.v1.ResumeQueueResponse
-	(*Node)(nil),                       // 50: raftq.v1.Node
-	(*BuildInfo)(nil),                  // 51: raftq.v1.BuildInfo
-	(*StatusRequest)(nil),              // 52: raftq.v1.StatusRequest
-	(*StatusResponse)(nil),             // 53: raftq.v1.StatusResponse
-	(*RefusedMember)(nil),              // 54: raftq.v1.RefusedMember
-	(*ClusterSettings)(nil),            // 55: raftq.v1.ClusterSettings
-	(*SetClusterSettingsRequest)(nil),  // 56: raftq.v1.SetClusterSettingsRequest
-	(*SetClusterSettingsResponse)(nil), // 57: raftq.v1.SetClusterSettingsResponse
-	(*RemoveNodeRequest)(nil),          // 58: raftq.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 59: raftq.v1.RemoveNodeResponse
-	(*LeaveRequest)(nil),               // 60: raftq.v1.LeaveRequest
-	(*LeaveResponse)(nil),              // 61: raftq.v1.LeaveResponse
-	(*TransferLeadershipRequest)(nil),  // 62: raftq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 63: raftq.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 64: raftq.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 65: raftq.v1.SnapshotResponse
-	(*NodeDigest)(nil),                 // 66: raftq.v1.NodeDigest
-	(*ReportDivergenceRequest)(nil),    // 67: raftq.v1.ReportDivergenceRequest
-	(*ReportDivergenceResponse)(nil),   // 68: raftq.v1.ReportDivergenceResponse
-	(*RepairCorruptRequest)(nil),       // 69: raftq.v1.RepairCorruptRequest
-	(*RepairCorruptResponse)(nil),      // 70: raftq.v1.RepairCorruptResponse
-	(*RecountQueuesRequest)(nil),       // 71: raftq.v1.RecountQueuesRequest
-	(*RecountQueuesResponse)(nil),      // 72: raftq.v1.RecountQueuesResponse
-	(*VerifyRequest)(nil),              // 73: raftq.v1.VerifyRequest
-	(*VerifyResponse)(nil),             // 74: raftq.v1.VerifyResponse
-	(*CheckpointRequest)(nil),          // 75: raftq.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),         // 76: raftq.v1.CheckpointResponse
-	(*LocalDigestRequest)(nil),         // 77: raftq.v1.LocalDigestRequest
-	(*ListConsumersRequest)(nil),       // 78: raftq.v1.ListConsumersRequest
-	(*ListConsumersResponse)(nil),      // 79: raftq.v1.ListConsumersResponse
-	(*ConsumerInfo)(nil),               // 80: raftq.v1.ConsumerInfo
-	(*CreateTokenRequest)(nil),         // 81: raftq.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),        // 82: raftq.v1.CreateTokenResponse
-	(*RevokeTokenRequest)(nil),         // 83: raftq.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),        // 84: raftq.v1.RevokeTokenResponse
-	(*GrantRequest)(nil),               // 85: raftq.v1.GrantRequest
-	(*GrantResponse)(nil),              // 86: raftq.v1.GrantResponse
-	(*UngrantRequest)(nil),             // 87: raftq.v1.UngrantRequest
-	(*UngrantResponse)(nil),            // 88: raftq.v1.UngrantResponse
-	(*ListAuthRequest)(nil),            // 89: raftq.v1.ListAuthRequest
-	(*ListAuthResponse)(nil),           // 90: raftq.v1.ListAuthResponse
-	(*IdentityInfo)(nil),               // 91: raftq.v1.IdentityInfo
-	(*TokenInfo)(nil),                  // 92: raftq.v1.TokenInfo
-	(*PermissionGrant)(nil),            // 93: raftq.v1.PermissionGrant
-	(*WhoAmIRequest)(nil),              // 94: raftq.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),             // 95: raftq.v1.WhoAmIResponse
-	(*BackupRequest)(nil),              // 96: raftq.v1.BackupRequest
-	(*BackupChunk)(nil),                // 97: raftq.v1.BackupChunk
-	(*BackupInfo)(nil),                 // 98: raftq.v1.BackupInfo
-	nil,                                // 99: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 100: raftq.v1.QueueConfig.ConcurrencyLimitsEntry
-	nil,                                // 101: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 102: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 103: google.protobuf.FieldMask
-	(*status.Status)(nil),              // 104: google.rpc.Status
+	(*RetryPolicy)(nil),                // 2: raftq.v1.RetryPolicy
+	(*QueueStats)(nil),                 // 3: raftq.v1.QueueStats
+	(*FairnessKeyStats)(nil),           // 4: raftq.v1.FairnessKeyStats
+	(*ThrottleKeyStats)(nil),           // 5: raftq.v1.ThrottleKeyStats
+	(*QueueInfo)(nil),                  // 6: raftq.v1.QueueInfo
+	(*PausedKey)(nil),                  // 7: raftq.v1.PausedKey
+	(*DrainEstimate)(nil),              // 8: raftq.v1.DrainEstimate
+	(*EnqueueMessage)(nil),             // 9: raftq.v1.EnqueueMessage
+	(*Delivery)(nil),                   // 10: raftq.v1.Delivery
+	(*Attempt)(nil),                    // 11: raftq.v1.Attempt
+	(*LeaseRef)(nil),                   // 12: raftq.v1.LeaseRef
+	(*NackItem)(nil),                   // 13: raftq.v1.NackItem
+	(*ItemResult)(nil),                 // 14: raftq.v1.ItemResult
+	(*CreateQueueRequest)(nil),         // 15: raftq.v1.CreateQueueRequest
+	(*CreateQueueResponse)(nil),        // 16: raftq.v1.CreateQueueResponse
+	(*UpdateQueueRequest)(nil),         // 17: raftq.v1.UpdateQueueRequest
+	(*UpdateQueueResponse)(nil),        // 18: raftq.v1.UpdateQueueResponse
+	(*DeleteQueueRequest)(nil),         // 19: raftq.v1.DeleteQueueRequest
+	(*DeleteQueueResponse)(nil),        // 20: raftq.v1.DeleteQueueResponse
+	(*GetQueueRequest)(nil),            // 21: raftq.v1.GetQueueRequest
+	(*GetQueueResponse)(nil),           // 22: raftq.v1.GetQueueResponse
+	(*ListQueuesRequest)(nil),          // 23: raftq.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),         // 24: raftq.v1.ListQueuesResponse
+	(*PurgeQueueRequest)(nil),          // 25: raftq.v1.PurgeQueueRequest
+	(*PurgeQueueResponse)(nil),         // 26: raftq.v1.PurgeQueueResponse
+	(*EnqueueRequest)(nil),             // 27: raftq.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),            // 28: raftq.v1.EnqueueResponse
+	(*EnqueueStreamRequest)(nil),       // 29: raftq.v1.EnqueueStreamRequest
+	(*EnqueueStreamResponse)(nil),      // 30: raftq.v1.EnqueueStreamResponse
+	(*LeaseRequest)(nil),               // 31: raftq.v1.LeaseRequest
+	(*LeaseResponse)(nil),              // 32: raftq.v1.LeaseResponse
+	(*AckRequest)(nil),                 // 33: raftq.v1.AckRequest
+	(*AckResponse)(nil),                // 34: raftq.v1.AckResponse
+	(*NackRequest)(nil),                // 35: raftq.v1.NackRequest
+	(*NackResponse)(nil),               // 36: raftq.v1.NackResponse
+	(*ExtendLeaseRequest)(nil),         // 37: raftq.v1.ExtendLeaseRequest
+	(*ExtendLeaseResponse)(nil),        // 38: raftq.v1.ExtendLeaseResponse
+	(*PeekRequest)(nil),                // 39: raftq.v1.PeekRequest
+	(*PeekResponse)(nil),               // 40: raftq.v1.PeekResponse
+	(*GetMessageRequest)(nil),          // 41: raftq.v1.GetMessageRequest
+	(*GetMessageResponse)(nil),         // 42: raftq.v1.GetMessageResponse
+	(*MessageEvent)(nil),               // 43: raftq.v1.MessageEvent
+	(*RedriveRequest)(nil),             // 44: raftq.v1.RedriveRequest
+	(*RedriveResponse)(nil),            // 45: raftq.v1.RedriveResponse
+	(*RedriveJob)(nil),                 // 46: raftq.v1.RedriveJob
+	(*PauseQueueRequest)(nil),          // 47: raftq.v1.PauseQueueRequest
+	(*PauseQueueResponse)(nil),         // 48: raftq.v1.PauseQueueResponse
+	(*ResumeQueueRequest)(nil),         // 49: raftq.v1.ResumeQueueRequest
+	(*ResumeQueueResponse)(nil),        // 50: raftq.v1.ResumeQueueResponse
+	(*Node)(nil),                       // 51: raftq.v1.Node
+	(*BuildInfo)(nil),                  // 52: raftq.v1.BuildInfo
+	(*StatusRequest)(nil),              // 53: raftq.v1.StatusRequest
+	(*StatusResponse)(nil),             // 54: raftq.v1.StatusResponse
+	(*RefusedMember)(nil),              // 55: raftq.v1.RefusedMember
+	(*ClusterSettings)(nil),            // 56: raftq.v1.ClusterSettings
+	(*SetClusterSettingsRequest)(nil),  // 57: raftq.v1.SetClusterSettingsRequest
+	(*SetClusterSettingsResponse)(nil), // 58: raftq.v1.SetClusterSettingsResponse
+	(*RemoveNodeRequest)(nil),          // 59: raftq.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 60: raftq.v1.RemoveNodeResponse
+	(*LeaveRequest)(nil),               // 61: raftq.v1.LeaveRequest
+	(*LeaveResponse)(nil),              // 62: raftq.v1.LeaveResponse
+	(*TransferLeadershipRequest)(nil),  // 63: raftq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 64: raftq.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 65: raftq.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 66: raftq.v1.SnapshotResponse
+	(*NodeDigest)(nil),                 // 67: raftq.v1.NodeDigest
+	(*ReportDivergenceRequest)(nil),    // 68: raftq.v1.ReportDivergenceRequest
+	(*ReportDivergenceResponse)(nil),   // 69: raftq.v1.ReportDivergenceResponse
+	(*RepairCorruptRequest)(nil),       // 70: raftq.v1.RepairCorruptRequest
+	(*RepairCorruptResponse)(nil),      // 71: raftq.v1.RepairCorruptResponse
+	(*RecountQueuesRequest)(nil),       // 72: raftq.v1.RecountQueuesRequest
+	(*RecountQueuesResponse)(nil),      // 73: raftq.v1.RecountQueuesResponse
+	(*VerifyRequest)(nil),              // 74: raftq.v1.VerifyRequest
+	(*VerifyResponse)(nil),             // 75: raftq.v1.VerifyResponse
+	(*CheckpointRequest)(nil),          // 76: raftq.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 77: raftq.v1.CheckpointResponse
+	(*LocalDigestRequest)(nil),         // 78: raftq.v1.LocalDigestRequest
+	(*ListConsumersRequest)(nil),       // 79: raftq.v1.ListConsumersRequest
+	(*ListConsumersResponse)(nil),      // 80: raftq.v1.ListConsumersResponse
+	(*ConsumerInfo)(nil),               // 81: raftq.v1.ConsumerInfo
+	(*CreateTokenRequest)(nil),         // 82: raftq.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),        // 83: raftq.v1.CreateTokenResponse
+	(*RevokeTokenRequest)(nil),         // 84: raftq.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),        // 85: raftq.v1.RevokeTokenResponse
+	(*GrantRequest)(nil),               // 86: raftq.v1.GrantRequest
+	(*GrantResponse)(nil),              // 87: raftq.v1.GrantResponse
+	(*UngrantRequest)(nil),             // 88: raftq.v1.UngrantRequest
+	(*UngrantResponse)(nil),            // 89: raftq.v1.UngrantResponse
+	(*ListAuthRequest)(nil),            // 90: raftq.v1.ListAuthRequest
+	(*ListAuthResponse)(nil),           // 91: raftq.v1.ListAuthResponse
+	(*IdentityInfo)(nil),               // 92: raftq.v1.IdentityInfo
+	(*TokenInfo)(nil),                  // 93: raftq.v1.TokenInfo
+	(*PermissionGrant)(nil),            // 94: raftq.v1.PermissionGrant
+	(*WhoAmIRequest)(nil),              // 95: raftq.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),             // 96: raftq.v1.WhoAmIResponse
+	(*BackupRequest)(nil),              // 97: raftq.v1.BackupRequest
+	(*BackupChunk)(nil),                // 98: raftq.v1.BackupChunk
+	(*BackupInfo)(nil),                 // 99: raftq.v1.BackupInfo
+	nil,                                // 100: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 101: raftq.v1.QueueConfig.ConcurrencyLimitsEntry
+	nil,                                // 102: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 103: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 104: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 105: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	99,  // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
-	100, // 1: raftq.v1.QueueConfig.concurrency_limits:type_name -> raftq.v1.QueueConfig.ConcurrencyLimitsEntry
-	1,   // 2: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
-	2,   // 3: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
-	3,   // 4: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
-	4,   // 5: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
-	7,   // 6: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
-	45,  // 7: raftq.v1.QueueInfo.redrives:type_name -> raftq.v1.RedriveJob
-	6,   // 8: raftq.v1.QueueInfo.paused_keys:type_name -> raftq.v1.PausedKey
-	101, // 9: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	102, // 10: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
-	10,  // 11: raftq.v1.Delivery.history:type_name -> raftq.v1.Attempt
-	1,   // 12: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	5,   // 13: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	1,   // 14: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	103, // 15: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
-	5,   // 16: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	5,   // 17: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	5,   // 18: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
-	8,   // 19: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
-	26,  // 20: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
-	27,  // 21: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
-	104, // 22: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
-	9,   // 23: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
-	11,  // 24: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
-	13,  // 25: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
-	12,  // 26: raftq.v1.NackRequest.nacks:type_name -> raftq.v1.NackItem
-	13,  // 27: raftq.v1.NackResponse.results:type_name -> raftq.v1.ItemResult
-	11,  // 28: raftq.v1.ExtendLeaseRequest.leases:type_name -> raftq.v1.LeaseRef
-	13,  // 29: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
-	9,   // 30: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
-	9,   // 31: raftq.v1.GetMessageResponse.message:type_name -> raftq.v1.Delivery
-	42,  // 32: raftq.v1.GetMessageResponse.events:type_name -> raftq.v1.MessageEvent
-	5,   // 33: raftq.v1.PauseQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	5,   // 34: raftq.v1.ResumeQueueResponse.queue:type_name -> raftq.v1.QueueInfo
-	50,  // 35: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
-	55,  // 36: raftq.v1.StatusResponse.settings:type_name -> raftq.v1.ClusterSettings
-	54,  // 37: raftq.v1.StatusResponse.refused_members:type_name -> raftq.v1.RefusedMember
-	55,  // 38: raftq.v1.SetClusterSettingsResponse.settings:type_name -> raftq.v1.ClusterSettings
-	66,  // 39: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
-	80,  // 40: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
-	91,  // 41: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
-	92,  // 42: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
-	93,  // 43: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
-	93,  // 44: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
-	98,  // 45: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
-	0,   // 46: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
-	14,  // 47: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
-	16,  // 48: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
-	18,  // 49: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
-	20,  // 50: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
-	22,  // 51: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
-	24,  // 52: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
-	26,  // 53: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
-	28,  // 54: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
-	30,  // 55: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
-	32,  // 56: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
-	34,  // 57: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
-	36,  // 58: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
-	38,  // 59: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
-	43,  // 60: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	46,  // 61: raftq.v1.Broker.PauseQueue:input_type -> raftq.v1.PauseQueueRequest
-	48,  // 62: raftq.v1.Broker.ResumeQueue:input_type -> raftq.v1.ResumeQueueRequest
-	78,  // 63: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
-	40,  // 64: raftq.v1.Broker.GetMessage:input_type -> raftq.v1.GetMessageRequest
-	52,  // 65: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
-	58,  // 66: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
-	62,  // 67: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
-	64,  // 68: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	73,  // 69: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	75,  // 70: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	77,  // 71: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
-	60,  // 72: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
-	96,  // 73: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
-	67,  // 74: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
-	56,  // 75: raftq.v1.Cluster.SetClusterSettings:input_type -> raftq.v1.SetClusterSettingsRequest
-	71,  // 76: raftq.v1.Cluster.RecountQueues:input_type -> raftq.v1.RecountQueuesRequest
-	69,  // 77: raftq.v1.Cluster.RepairCorrupt:input_type -> raftq.v1.RepairCorruptRequest
-	81,  // 78: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
-	83,  // 79: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
-	85,  // 80: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
-	87,  // 81: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
-	89,  // 82: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
-	94,  // 83: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
-	15,  // 84: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	17,  // 85: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	19,  // 86: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	21,  // 87: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	23,  // 88: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	25,  // 89: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	27,  // 90: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	29,  // 91: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
-	31,  // 92: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	33,  // 93: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	35,  // 94: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	37,  // 95: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	39,  // 96: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	44,  // 97: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	47,  // 98: raftq.v1.Broker.PauseQueue:output_type -> raftq.v1.PauseQueueResponse
-	49,  // 99: raftq.v1.Broker.ResumeQueue:output_type -> raftq.v1.ResumeQueueResponse
-	79,  // 100: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
-	41,  // 101: raftq.v1.Broker.GetMessage:output_type -> raftq.v1.GetMessageResponse
-	53,  // 102: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	59,  // 103: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	63,  // 104: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	65,  // 105: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	74,  // 106: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	76,  // 107: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	66,  // 108: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	61,  // 109: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
-	97,  // 110: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
-	68,  // 111: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
-	57,  // 112: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
-	72,  // 113: raftq.v1.Cluster.RecountQueues:output_type -> raftq.v1.RecountQueuesResponse
-	70,  // 114: raftq.v1.Cluster.RepairCorrupt:output_type -> raftq.v1.RepairCorruptResponse
-	82,  // 115: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
-	84,  // 116: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
-	86,  // 117: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
-	88,  // 118: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
-	90,  // 119: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
-	95,  // 120: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
-	84,  // [84:121] is the sub-list for method output_type
-	47,  // [47:84] is the sub-list for method input_type
-	47,  // [47:47] is the sub-list for extension type_name
-	47,  // [47:47] is the sub-list for extension extendee
-	0,   // [0:47] is the sub-list for field type_name
+	100, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	101, // 1: raftq.v1.QueueConfig.concurrency_limits:type_name -> raftq.v1.QueueConfig.ConcurrencyLimitsEntry
+	2,   // 2: raftq.v1.QueueConfig.retry:type_name -> raftq.v1.RetryPolicy
+	1,   // 3: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
+	3,   // 4: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
+	4,   // 5: raftq.v1.QueueInfo.fairness_keys:type_name -> raftq.v1.FairnessKeyStats
+	5,   // 6: raftq.v1.QueueInfo.throttle_keys:type_name -> raftq.v1.ThrottleKeyStats
+	8,   // 7: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
+	46,  // 8: raftq.v1.QueueInfo.redrives:type_name -> raftq.v1.RedriveJob
+	7,   // 9: raftq.v1.QueueInfo.paused_keys:type_name -> raftq.v1.PausedKey
+	102, // 10: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	103, // 11: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	11,  // 12: raftq.v1.Delivery.history:type_name -> raftq.v1.Attempt
+	1,   // 13: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
+	6,   // 14: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	1,   // 15: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
+	104, // 16: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	6,   // 17: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	6,   // 18: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	6,   // 19: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
+	9,   // 20: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
+	27,  // 21: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
+	28,  // 22: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
+	105, // 23: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	10,  // 24: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
+	12,  // 25: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
+	14,  // 26: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
+	13,  // 27: raftq.v1.NackRequest.nacks:type_name -> raftq.v1.NackItem
+	14,  // 28: raftq.v1.NackResponse.results:type_name -> raftq.v1.ItemResult
+	12,  // 29: raftq.v1.ExtendLeaseRequest.leases:type_name -> raftq.v1.LeaseRef
+	14,  // 30: raftq.v1.ExtendLeaseResponse.results:type_name -> raftq.v1.ItemResult
+	10,  // 31: raftq.v1.PeekResponse.messages:type_name -> raftq.v1.Delivery
+	10,  // 32: raftq.v1.GetMessageResponse.message:type_name -> raftq.v1.Delivery
+	43,  // 33: raftq.v1.GetMessageResponse.events:type_name -> raftq.v1.MessageEvent
+	6,   // 34: raftq.v1.PauseQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	6,   // 35: raftq.v1.ResumeQueueResponse.queue:type_name -> raftq.v1.QueueInfo
+	51,  // 36: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
+	56,  // 37: raftq.v1.StatusResponse.settings:type_name -> raftq.v1.ClusterSettings
+	55,  // 38: raftq.v1.StatusResponse.refused_members:type_name -> raftq.v1.RefusedMember
+	56,  // 39: raftq.v1.SetClusterSettingsResponse.settings:type_name -> raftq.v1.ClusterSettings
+	67,  // 40: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
+	81,  // 41: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
+	92,  // 42: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
+	93,  // 43: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
+	94,  // 44: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
+	94,  // 45: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
+	99,  // 46: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
+	0,   // 47: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
+	15,  // 48: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
+	17,  // 49: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
+	19,  // 50: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
+	21,  // 51: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
+	23,  // 52: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
+	25,  // 53: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
+	27,  // 54: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
+	29,  // 55: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
+	31,  // 56: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
+	33,  // 57: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
+	35,  // 58: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
+	37,  // 59: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
+	39,  // 60: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
+	44,  // 61: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
+	47,  // 62: raftq.v1.Broker.PauseQueue:input_type -> raftq.v1.PauseQueueRequest
+	49,  // 63: raftq.v1.Broker.ResumeQueue:input_type -> raftq.v1.ResumeQueueRequest
+	79,  // 64: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
+	41,  // 65: raftq.v1.Broker.GetMessage:input_type -> raftq.v1.GetMessageRequest
+	53,  // 66: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
+	59,  // 67: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
+	63,  // 68: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
+	65,  // 69: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
+	74,  // 70: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	76,  // 71: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	78,  // 72: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	61,  // 73: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
+	97,  // 74: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
+	68,  // 75: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
+	57,  // 76: raftq.v1.Cluster.SetClusterSettings:input_type -> raftq.v1.SetClusterSettingsRequest
+	72,  // 77: raftq.v1.Cluster.RecountQueues:input_type -> raftq.v1.RecountQueuesRequest
+	70,  // 78: raftq.v1.Cluster.RepairCorrupt:input_type -> raftq.v1.RepairCorruptRequest
+	82,  // 79: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
+	84,  // 80: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
+	86,  // 81: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
+	88,  // 82: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
+	90,  // 83: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
+	95,  // 84: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
+	16,  // 85: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	18,  // 86: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	20,  // 87: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	22,  // 88: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	24,  // 89: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	26,  // 90: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	28,  // 91: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	30,  // 92: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
+	32,  // 93: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	34,  // 94: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	36,  // 95: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	38,  // 96: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	40,  // 97: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	45,  // 98: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	48,  // 99: raftq.v1.Broker.PauseQueue:output_type -> raftq.v1.PauseQueueResponse
+	50,  // 100: raftq.v1.Broker.ResumeQueue:output_type -> raftq.v1.ResumeQueueResponse
+	80,  // 101: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
+	42,  // 102: raftq.v1.Broker.GetMessage:output_type -> raftq.v1.GetMessageResponse
+	54,  // 103: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	60,  // 104: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	64,  // 105: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	66,  // 106: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	75,  // 107: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	77,  // 108: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	67,  // 109: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	62,  // 110: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
+	98,  // 111: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
+	69,  // 112: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
+	58,  // 113: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
+	73,  // 114: raftq.v1.Cluster.RecountQueues:output_type -> raftq.v1.RecountQueuesResponse
+	71,  // 115: raftq.v1.Cluster.RepairCorrupt:output_type -> raftq.v1.RepairCorruptResponse
+	83,  // 116: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
+	85,  // 117: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
+	87,  // 118: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
+	89,  // 119: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
+	91,  // 120: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
+	96,  // 121: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
+	85,  // [85:122] is the sub-list for method output_type
+	48,  // [48:85] is the sub-list for method input_type
+	48,  // [48:48] is the sub-list for extension type_name
+	48,  // [48:48] is the sub-list for extension extendee
+	0,   // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_raftq_v1_raftq_proto_init() }
@@ -7173,14 +7267,14 @@ func file_raftq_v1_raftq_proto_init() {
 	if File_raftq_v1_raftq_proto != nil {
 		return
 	}
-	file_raftq_v1_raftq_proto_msgTypes[56].OneofWrappers = []any{}
+	file_raftq_v1_raftq_proto_msgTypes[57].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   103,
+			NumMessages:   104,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -715,8 +715,12 @@ type QueueConfig struct {
 	// from entries of earlier versions.
 	ConcurrencyLimit  int32            `protobuf:"varint,11,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"`
 	ConcurrencyLimits map[string]int32 `protobuf:"bytes,12,rep,name=concurrency_limits,json=concurrencyLimits,proto3" json:"concurrency_limits,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Log version 19 (RetryVersion): the queue's backoff policy, read only
+	// by the leader, which computes each delay and writes it into the Nack
+	// or LeaseExpire entry (no floating point in apply).
+	Retry         *RetryPolicy `protobuf:"bytes,13,opt,name=retry,proto3" json:"retry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueConfig) Reset() {
@@ -833,6 +837,82 @@ func (x *QueueConfig) GetConcurrencyLimits() map[string]int32 {
 	return nil
 }
 
+func (x *QueueConfig) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// RetryPolicy is wire-identical to raftq.v1.RetryPolicy.
+type RetryPolicy struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	InitialDelayMs int64                  `protobuf:"varint,1,opt,name=initial_delay_ms,json=initialDelayMs,proto3" json:"initial_delay_ms,omitempty"`
+	MaxDelayMs     int64                  `protobuf:"varint,2,opt,name=max_delay_ms,json=maxDelayMs,proto3" json:"max_delay_ms,omitempty"`
+	Multiplier     float64                `protobuf:"fixed64,3,opt,name=multiplier,proto3" json:"multiplier,omitempty"`
+	Jitter         float64                `protobuf:"fixed64,4,opt,name=jitter,proto3" json:"jitter,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RetryPolicy) Reset() {
+	*x = RetryPolicy{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPolicy) ProtoMessage() {}
+
+func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
+func (*RetryPolicy) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RetryPolicy) GetInitialDelayMs() int64 {
+	if x != nil {
+		return x.InitialDelayMs
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetMaxDelayMs() int64 {
+	if x != nil {
+		return x.MaxDelayMs
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetMultiplier() float64 {
+	if x != nil {
+		return x.Multiplier
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetJitter() float64 {
+	if x != nil {
+		return x.Jitter
+	}
+	return 0
+}
+
 // EnqueueMessage is wire-identical to raftq.v1.EnqueueMessage.
 type EnqueueMessage struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -853,7 +933,7 @@ type EnqueueMessage struct {
 
 func (x *EnqueueMessage) Reset() {
 	*x = EnqueueMessage{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[3]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +945,7 @@ func (x *EnqueueMessage) String() string {
 func (*EnqueueMessage) ProtoMessage() {}
 
 func (x *EnqueueMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[3]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +958,7 @@ func (x *EnqueueMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueMessage.ProtoReflect.Descriptor instead.
 func (*EnqueueMessage) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{3}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EnqueueMessage) GetPayload() []byte {
@@ -966,7 +1046,7 @@ type SetClusterVersion struct {
 
 func (x *SetClusterVersion) Reset() {
 	*x = SetClusterVersion{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[4]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1058,7 @@ func (x *SetClusterVersion) String() string {
 func (*SetClusterVersion) ProtoMessage() {}
 
 func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[4]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1071,7 @@ func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterVersion.ProtoReflect.Descriptor instead.
 func (*SetClusterVersion) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{4}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SetClusterVersion) GetVersion() uint32 {
@@ -1028,7 +1108,7 @@ type SetClusterSettings struct {
 
 func (x *SetClusterSettings) Reset() {
 	*x = SetClusterSettings{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[5]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1120,7 @@ func (x *SetClusterSettings) String() string {
 func (*SetClusterSettings) ProtoMessage() {}
 
 func (x *SetClusterSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[5]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1133,7 @@ func (x *SetClusterSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterSettings.ProtoReflect.Descriptor instead.
 func (*SetClusterSettings) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{5}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SetClusterSettings) GetMaxQueuedBytes() int64 {
@@ -1091,7 +1171,7 @@ type CreateQueue struct {
 
 func (x *CreateQueue) Reset() {
 	*x = CreateQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[6]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1183,7 @@ func (x *CreateQueue) String() string {
 func (*CreateQueue) ProtoMessage() {}
 
 func (x *CreateQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[6]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1196,7 @@ func (x *CreateQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateQueue.ProtoReflect.Descriptor instead.
 func (*CreateQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{6}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateQueue) GetName() string {
@@ -1156,7 +1236,7 @@ type UpdateQueue struct {
 
 func (x *UpdateQueue) Reset() {
 	*x = UpdateQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[7]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1248,7 @@ func (x *UpdateQueue) String() string {
 func (*UpdateQueue) ProtoMessage() {}
 
 func (x *UpdateQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[7]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1261,7 @@ func (x *UpdateQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQueue.ProtoReflect.Descriptor instead.
 func (*UpdateQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{7}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateQueue) GetName() string {
@@ -1231,7 +1311,7 @@ type DeleteQueue struct {
 
 func (x *DeleteQueue) Reset() {
 	*x = DeleteQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[8]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1323,7 @@ func (x *DeleteQueue) String() string {
 func (*DeleteQueue) ProtoMessage() {}
 
 func (x *DeleteQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[8]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1336,7 @@ func (x *DeleteQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueue.ProtoReflect.Descriptor instead.
 func (*DeleteQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{8}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteQueue) GetName() string {
@@ -1292,7 +1372,7 @@ type PurgeQueue struct {
 
 func (x *PurgeQueue) Reset() {
 	*x = PurgeQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[9]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1384,7 @@ func (x *PurgeQueue) String() string {
 func (*PurgeQueue) ProtoMessage() {}
 
 func (x *PurgeQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[9]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1397,7 @@ func (x *PurgeQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueue.ProtoReflect.Descriptor instead.
 func (*PurgeQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{9}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PurgeQueue) GetName() string {
@@ -1345,7 +1425,7 @@ type EnqueueBatch struct {
 
 func (x *EnqueueBatch) Reset() {
 	*x = EnqueueBatch{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[10]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1437,7 @@ func (x *EnqueueBatch) String() string {
 func (*EnqueueBatch) ProtoMessage() {}
 
 func (x *EnqueueBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[10]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1450,7 @@ func (x *EnqueueBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueBatch.ProtoReflect.Descriptor instead.
 func (*EnqueueBatch) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{10}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EnqueueBatch) GetQueue() string {
@@ -1396,7 +1476,7 @@ type Enqueue struct {
 
 func (x *Enqueue) Reset() {
 	*x = Enqueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[11]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1488,7 @@ func (x *Enqueue) String() string {
 func (*Enqueue) ProtoMessage() {}
 
 func (x *Enqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[11]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1501,7 @@ func (x *Enqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Enqueue.ProtoReflect.Descriptor instead.
 func (*Enqueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{11}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Enqueue) GetBatches() []*EnqueueBatch {
@@ -1451,7 +1531,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[12]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1543,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[12]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1556,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{12}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Grant) GetQueue() string {
@@ -1530,7 +1610,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[13]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1622,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[13]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1635,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{13}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LeaseGrant) GetGrants() []*Grant {
@@ -1576,7 +1656,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[14]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1668,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[14]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1681,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{14}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Ref) GetQueue() string {
@@ -1634,7 +1714,7 @@ type LeaseRollback struct {
 
 func (x *LeaseRollback) Reset() {
 	*x = LeaseRollback{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[15]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1726,7 @@ func (x *LeaseRollback) String() string {
 func (*LeaseRollback) ProtoMessage() {}
 
 func (x *LeaseRollback) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[15]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1739,7 @@ func (x *LeaseRollback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRollback.ProtoReflect.Descriptor instead.
 func (*LeaseRollback) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{15}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaseRollback) GetRefs() []*Ref {
@@ -1683,7 +1763,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[16]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +1775,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[16]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +1788,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{16}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Ack) GetRefs() []*Ref {
@@ -1732,14 +1812,18 @@ type NackOne struct {
 	Reason     string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	DeadLetter bool                   `protobuf:"varint,4,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
 	// Handed back unprocessed: undo the attempt, like a rollback.
-	Uncounted     bool `protobuf:"varint,5,opt,name=uncounted,proto3" json:"uncounted,omitempty"`
+	Uncounted bool `protobuf:"varint,5,opt,name=uncounted,proto3" json:"uncounted,omitempty"`
+	// Log version 19: the backoff the leader computed from the queue's
+	// retry policy (jitter included, whole ms), applied when delay_ms is 0
+	// and the nack is counted and not to the DLQ; ignored in earlier entries.
+	RetryDelayMs  int64 `protobuf:"varint,6,opt,name=retry_delay_ms,json=retryDelayMs,proto3" json:"retry_delay_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NackOne) Reset() {
 	*x = NackOne{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[17]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +1835,7 @@ func (x *NackOne) String() string {
 func (*NackOne) ProtoMessage() {}
 
 func (x *NackOne) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[17]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +1848,7 @@ func (x *NackOne) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackOne.ProtoReflect.Descriptor instead.
 func (*NackOne) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{17}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NackOne) GetRef() *Ref {
@@ -1802,6 +1886,13 @@ func (x *NackOne) GetUncounted() bool {
 	return false
 }
 
+func (x *NackOne) GetRetryDelayMs() int64 {
+	if x != nil {
+		return x.RetryDelayMs
+	}
+	return 0
+}
+
 type Nack struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Items         []*NackOne             `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
@@ -1811,7 +1902,7 @@ type Nack struct {
 
 func (x *Nack) Reset() {
 	*x = Nack{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[18]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +1914,7 @@ func (x *Nack) String() string {
 func (*Nack) ProtoMessage() {}
 
 func (x *Nack) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[18]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +1927,7 @@ func (x *Nack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nack.ProtoReflect.Descriptor instead.
 func (*Nack) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{18}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Nack) GetItems() []*NackOne {
@@ -1857,7 +1948,7 @@ type Extend struct {
 
 func (x *Extend) Reset() {
 	*x = Extend{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[19]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +1960,7 @@ func (x *Extend) String() string {
 func (*Extend) ProtoMessage() {}
 
 func (x *Extend) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[19]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +1973,7 @@ func (x *Extend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Extend.ProtoReflect.Descriptor instead.
 func (*Extend) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{19}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Extend) GetRefs() []*Ref {
@@ -1900,15 +1991,19 @@ func (x *Extend) GetExtendByMs() int64 {
 }
 
 type LeaseExpire struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Refs          []*Ref                 `protobuf:"bytes,1,rep,name=refs,proto3" json:"refs,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Refs  []*Ref                 `protobuf:"bytes,1,rep,name=refs,proto3" json:"refs,omitempty"`
+	// Log version 19: retry_delays_ms[i] is the backoff the leader computed
+	// for refs[i] from its queue's retry policy (absent = 0: ready at once);
+	// ignored in earlier entries.
+	RetryDelaysMs []int64 `protobuf:"varint,2,rep,packed,name=retry_delays_ms,json=retryDelaysMs,proto3" json:"retry_delays_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseExpire) Reset() {
 	*x = LeaseExpire{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[20]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2015,7 @@ func (x *LeaseExpire) String() string {
 func (*LeaseExpire) ProtoMessage() {}
 
 func (x *LeaseExpire) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[20]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,12 +2028,19 @@ func (x *LeaseExpire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseExpire.ProtoReflect.Descriptor instead.
 func (*LeaseExpire) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{20}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LeaseExpire) GetRefs() []*Ref {
 	if x != nil {
 		return x.Refs
+	}
+	return nil
+}
+
+func (x *LeaseExpire) GetRetryDelaysMs() []int64 {
+	if x != nil {
+		return x.RetryDelaysMs
 	}
 	return nil
 }
@@ -1952,7 +2054,7 @@ type ReleaseConsumer struct {
 
 func (x *ReleaseConsumer) Reset() {
 	*x = ReleaseConsumer{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[21]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2066,7 @@ func (x *ReleaseConsumer) String() string {
 func (*ReleaseConsumer) ProtoMessage() {}
 
 func (x *ReleaseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[21]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2079,7 @@ func (x *ReleaseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseConsumer.ProtoReflect.Descriptor instead.
 func (*ReleaseConsumer) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{21}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReleaseConsumer) GetConsumerId() string {
@@ -2015,7 +2117,7 @@ type Redrive struct {
 
 func (x *Redrive) Reset() {
 	*x = Redrive{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[22]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2129,7 @@ func (x *Redrive) String() string {
 func (*Redrive) ProtoMessage() {}
 
 func (x *Redrive) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[22]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,7 +2142,7 @@ func (x *Redrive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redrive.ProtoReflect.Descriptor instead.
 func (*Redrive) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{22}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Redrive) GetQueue() string {
@@ -2124,7 +2226,7 @@ type RedriveStep struct {
 
 func (x *RedriveStep) Reset() {
 	*x = RedriveStep{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2238,7 @@ func (x *RedriveStep) String() string {
 func (*RedriveStep) ProtoMessage() {}
 
 func (x *RedriveStep) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2251,7 @@ func (x *RedriveStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveStep.ProtoReflect.Descriptor instead.
 func (*RedriveStep) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{23}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RedriveStep) GetJobs() []*RedriveJobRef {
@@ -2169,7 +2271,7 @@ type RedriveJobRef struct {
 
 func (x *RedriveJobRef) Reset() {
 	*x = RedriveJobRef{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2283,7 @@ func (x *RedriveJobRef) String() string {
 func (*RedriveJobRef) ProtoMessage() {}
 
 func (x *RedriveJobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2296,7 @@ func (x *RedriveJobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveJobRef.ProtoReflect.Descriptor instead.
 func (*RedriveJobRef) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RedriveJobRef) GetQueue() string {
@@ -2240,7 +2342,7 @@ type RedriveJob struct {
 
 func (x *RedriveJob) Reset() {
 	*x = RedriveJob{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2354,7 @@ func (x *RedriveJob) String() string {
 func (*RedriveJob) ProtoMessage() {}
 
 func (x *RedriveJob) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2367,7 @@ func (x *RedriveJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveJob.ProtoReflect.Descriptor instead.
 func (*RedriveJob) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RedriveJob) GetId() uint64 {
@@ -2368,7 +2470,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2482,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2495,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 // Checkpoint marks an index at which every replica records its digest.
@@ -2405,7 +2507,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +2519,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +2532,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 // CreateToken (log version 5) stores a bearer token's SHA-256, never the
@@ -2455,7 +2557,7 @@ type CreateToken struct {
 
 func (x *CreateToken) Reset() {
 	*x = CreateToken{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2569,7 @@ func (x *CreateToken) String() string {
 func (*CreateToken) ProtoMessage() {}
 
 func (x *CreateToken) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2582,7 @@ func (x *CreateToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateToken.ProtoReflect.Descriptor instead.
 func (*CreateToken) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateToken) GetName() string {
@@ -2532,7 +2634,7 @@ type RevokeToken struct {
 
 func (x *RevokeToken) Reset() {
 	*x = RevokeToken{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2646,7 @@ func (x *RevokeToken) String() string {
 func (*RevokeToken) ProtoMessage() {}
 
 func (x *RevokeToken) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2659,7 @@ func (x *RevokeToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeToken.ProtoReflect.Descriptor instead.
 func (*RevokeToken) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RevokeToken) GetName() string {
@@ -2593,7 +2695,7 @@ type AuthGrant struct {
 
 func (x *AuthGrant) Reset() {
 	*x = AuthGrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2707,7 @@ func (x *AuthGrant) String() string {
 func (*AuthGrant) ProtoMessage() {}
 
 func (x *AuthGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2720,7 @@ func (x *AuthGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthGrant.ProtoReflect.Descriptor instead.
 func (*AuthGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AuthGrant) GetIdentity() string {
@@ -2673,7 +2775,7 @@ type AuthUngrant struct {
 
 func (x *AuthUngrant) Reset() {
 	*x = AuthUngrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2787,7 @@ func (x *AuthUngrant) String() string {
 func (*AuthUngrant) ProtoMessage() {}
 
 func (x *AuthUngrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2800,7 @@ func (x *AuthUngrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthUngrant.ProtoReflect.Descriptor instead.
 func (*AuthUngrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AuthUngrant) GetIdentity() string {
@@ -2743,7 +2845,7 @@ type RecountQueues struct {
 
 func (x *RecountQueues) Reset() {
 	*x = RecountQueues{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +2857,7 @@ func (x *RecountQueues) String() string {
 func (*RecountQueues) ProtoMessage() {}
 
 func (x *RecountQueues) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +2870,7 @@ func (x *RecountQueues) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueues.ProtoReflect.Descriptor instead.
 func (*RecountQueues) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RecountQueues) GetQueues() []string {
@@ -2793,7 +2895,7 @@ type PauseQueue struct {
 
 func (x *PauseQueue) Reset() {
 	*x = PauseQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2805,7 +2907,7 @@ func (x *PauseQueue) String() string {
 func (*PauseQueue) ProtoMessage() {}
 
 func (x *PauseQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2818,7 +2920,7 @@ func (x *PauseQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueue.ProtoReflect.Descriptor instead.
 func (*PauseQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PauseQueue) GetName() string {
@@ -2854,7 +2956,7 @@ type ResumeQueue struct {
 
 func (x *ResumeQueue) Reset() {
 	*x = ResumeQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +2968,7 @@ func (x *ResumeQueue) String() string {
 func (*ResumeQueue) ProtoMessage() {}
 
 func (x *ResumeQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +2981,7 @@ func (x *ResumeQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueue.ProtoReflect.Descriptor instead.
 func (*ResumeQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ResumeQueue) GetName() string {
@@ -2935,7 +3037,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2947,7 +3049,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2960,7 +3062,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -3062,7 +3164,7 @@ type DeletedKey struct {
 
 func (x *DeletedKey) Reset() {
 	*x = DeletedKey{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3074,7 +3176,7 @@ func (x *DeletedKey) String() string {
 func (*DeletedKey) ProtoMessage() {}
 
 func (x *DeletedKey) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3087,7 +3189,7 @@ func (x *DeletedKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedKey.ProtoReflect.Descriptor instead.
 func (*DeletedKey) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeletedKey) GetQueue() string {
@@ -3131,7 +3233,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3143,7 +3245,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3156,7 +3258,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{37}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AuthRecord) GetTokens() []*TokenRecord {
@@ -3186,7 +3288,7 @@ type TokenRecord struct {
 
 func (x *TokenRecord) Reset() {
 	*x = TokenRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3198,7 +3300,7 @@ func (x *TokenRecord) String() string {
 func (*TokenRecord) ProtoMessage() {}
 
 func (x *TokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3211,7 +3313,7 @@ func (x *TokenRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
 func (*TokenRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{38}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TokenRecord) GetName() string {
@@ -3260,7 +3362,7 @@ type IdentityRecord struct {
 
 func (x *IdentityRecord) Reset() {
 	*x = IdentityRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3272,7 +3374,7 @@ func (x *IdentityRecord) String() string {
 func (*IdentityRecord) ProtoMessage() {}
 
 func (x *IdentityRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3285,7 +3387,7 @@ func (x *IdentityRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityRecord.ProtoReflect.Descriptor instead.
 func (*IdentityRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{39}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *IdentityRecord) GetIdentity() string {
@@ -3319,7 +3421,7 @@ type PatternGrant struct {
 
 func (x *PatternGrant) Reset() {
 	*x = PatternGrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3433,7 @@ func (x *PatternGrant) String() string {
 func (*PatternGrant) ProtoMessage() {}
 
 func (x *PatternGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3446,7 @@ func (x *PatternGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatternGrant.ProtoReflect.Descriptor instead.
 func (*PatternGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{40}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PatternGrant) GetPattern() string {
@@ -3393,7 +3495,7 @@ type QueueRecord struct {
 
 func (x *QueueRecord) Reset() {
 	*x = QueueRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[41]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3405,7 +3507,7 @@ func (x *QueueRecord) String() string {
 func (*QueueRecord) ProtoMessage() {}
 
 func (x *QueueRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[41]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3418,7 +3520,7 @@ func (x *QueueRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRecord.ProtoReflect.Descriptor instead.
 func (*QueueRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{41}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *QueueRecord) GetName() string {
@@ -3531,7 +3633,7 @@ type PauseRecord struct {
 
 func (x *PauseRecord) Reset() {
 	*x = PauseRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[42]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3543,7 +3645,7 @@ func (x *PauseRecord) String() string {
 func (*PauseRecord) ProtoMessage() {}
 
 func (x *PauseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[42]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3556,7 +3658,7 @@ func (x *PauseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRecord.ProtoReflect.Descriptor instead.
 func (*PauseRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{42}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PauseRecord) GetKey() string {
@@ -3596,7 +3698,7 @@ type RecentEntry struct {
 
 func (x *RecentEntry) Reset() {
 	*x = RecentEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[43]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3710,7 @@ func (x *RecentEntry) String() string {
 func (*RecentEntry) ProtoMessage() {}
 
 func (x *RecentEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[43]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3723,7 @@ func (x *RecentEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentEntry.ProtoReflect.Descriptor instead.
 func (*RecentEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{43}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RecentEntry) GetKind() RecentKind {
@@ -3690,7 +3792,7 @@ type KeyOrder struct {
 
 func (x *KeyOrder) Reset() {
 	*x = KeyOrder{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[44]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3702,7 +3804,7 @@ func (x *KeyOrder) String() string {
 func (*KeyOrder) ProtoMessage() {}
 
 func (x *KeyOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[44]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3715,7 +3817,7 @@ func (x *KeyOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyOrder.ProtoReflect.Descriptor instead.
 func (*KeyOrder) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{44}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *KeyOrder) GetPriority() int32 {
@@ -3757,7 +3859,7 @@ type DedupEntry struct {
 
 func (x *DedupEntry) Reset() {
 	*x = DedupEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[45]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3769,7 +3871,7 @@ func (x *DedupEntry) String() string {
 func (*DedupEntry) ProtoMessage() {}
 
 func (x *DedupEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[45]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3782,7 +3884,7 @@ func (x *DedupEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupEntry.ProtoReflect.Descriptor instead.
 func (*DedupEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{45}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DedupEntry) GetDedupId() string {
@@ -3843,7 +3945,7 @@ type MessageRecord struct {
 
 func (x *MessageRecord) Reset() {
 	*x = MessageRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[46]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3855,7 +3957,7 @@ func (x *MessageRecord) String() string {
 func (*MessageRecord) ProtoMessage() {}
 
 func (x *MessageRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[46]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3868,7 +3970,7 @@ func (x *MessageRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRecord.ProtoReflect.Descriptor instead.
 func (*MessageRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{46}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MessageRecord) GetId() uint64 {
@@ -4044,7 +4146,7 @@ type MessageStory struct {
 
 func (x *MessageStory) Reset() {
 	*x = MessageStory{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[47]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4056,7 +4158,7 @@ func (x *MessageStory) String() string {
 func (*MessageStory) ProtoMessage() {}
 
 func (x *MessageStory) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[47]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4069,7 +4171,7 @@ func (x *MessageStory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageStory.ProtoReflect.Descriptor instead.
 func (*MessageStory) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{47}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MessageStory) GetLastError() string {
@@ -4122,7 +4224,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[48]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4134,7 +4236,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[48]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4147,7 +4249,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{48}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AttemptRecord) GetAttempt() int32 {
@@ -4209,7 +4311,7 @@ type EventRecord struct {
 
 func (x *EventRecord) Reset() {
 	*x = EventRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[49]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4221,7 +4323,7 @@ func (x *EventRecord) String() string {
 func (*EventRecord) ProtoMessage() {}
 
 func (x *EventRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[49]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4234,7 +4336,7 @@ func (x *EventRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
 func (*EventRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{49}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *EventRecord) GetAtMs() int64 {
@@ -4323,7 +4425,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\fThrottleRule\x12 \n" +
 	"\frate_per_sec\x18\x01 \x01(\x01R\n" +
 	"ratePerSec\x12\x14\n" +
-	"\x05burst\x18\x02 \x01(\x05R\x05burst\"\xe9\x05\n" +
+	"\x05burst\x18\x02 \x01(\x05R\x05burst\"\x9a\x06\n" +
 	"\vQueueConfig\x122\n" +
 	"\x15visibility_timeout_ms\x18\x01 \x01(\x03R\x13visibilityTimeoutMs\x12%\n" +
 	"\x0emax_deliveries\x18\x02 \x01(\x05R\rmaxDeliveries\x12*\n" +
@@ -4337,13 +4439,22 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x10fairness_quantum\x18\n" +
 	" \x01(\x05R\x0ffairnessQuantum\x12+\n" +
 	"\x11concurrency_limit\x18\v \x01(\x05R\x10concurrencyLimit\x12_\n" +
-	"\x12concurrency_limits\x18\f \x03(\v20.raftq.fsm.v1.QueueConfig.ConcurrencyLimitsEntryR\x11concurrencyLimits\x1aX\n" +
+	"\x12concurrency_limits\x18\f \x03(\v20.raftq.fsm.v1.QueueConfig.ConcurrencyLimitsEntryR\x11concurrencyLimits\x12/\n" +
+	"\x05retry\x18\r \x01(\v2\x19.raftq.fsm.v1.RetryPolicyR\x05retry\x1aX\n" +
 	"\x0eThrottlesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
 	"\x05value\x18\x02 \x01(\v2\x1a.raftq.fsm.v1.ThrottleRuleR\x05value:\x028\x01\x1aD\n" +
 	"\x16ConcurrencyLimitsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x9d\x03\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x91\x01\n" +
+	"\vRetryPolicy\x12(\n" +
+	"\x10initial_delay_ms\x18\x01 \x01(\x03R\x0einitialDelayMs\x12 \n" +
+	"\fmax_delay_ms\x18\x02 \x01(\x03R\n" +
+	"maxDelayMs\x12\x1e\n" +
+	"\n" +
+	"multiplier\x18\x03 \x01(\x01R\n" +
+	"multiplier\x12\x16\n" +
+	"\x06jitter\x18\x04 \x01(\x01R\x06jitter\"\x9d\x03\n" +
 	"\x0eEnqueueMessage\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12C\n" +
 	"\aheaders\x18\x02 \x03(\v2).raftq.fsm.v1.EnqueueMessage.HeadersEntryR\aheaders\x12\x1a\n" +
@@ -4415,22 +4526,24 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\x04refs\x18\x01 \x03(\v2\x11.raftq.fsm.v1.RefR\x04refs\"Y\n" +
 	"\x03Ack\x12%\n" +
 	"\x04refs\x18\x01 \x03(\v2\x11.raftq.fsm.v1.RefR\x04refs\x12+\n" +
-	"\x06grants\x18\x02 \x03(\v2\x13.raftq.fsm.v1.GrantR\x06grants\"\xa0\x01\n" +
+	"\x06grants\x18\x02 \x03(\v2\x13.raftq.fsm.v1.GrantR\x06grants\"\xc6\x01\n" +
 	"\aNackOne\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.raftq.fsm.v1.RefR\x03ref\x12\x19\n" +
 	"\bdelay_ms\x18\x02 \x01(\x03R\adelayMs\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1f\n" +
 	"\vdead_letter\x18\x04 \x01(\bR\n" +
 	"deadLetter\x12\x1c\n" +
-	"\tuncounted\x18\x05 \x01(\bR\tuncounted\"3\n" +
+	"\tuncounted\x18\x05 \x01(\bR\tuncounted\x12$\n" +
+	"\x0eretry_delay_ms\x18\x06 \x01(\x03R\fretryDelayMs\"3\n" +
 	"\x04Nack\x12+\n" +
 	"\x05items\x18\x01 \x03(\v2\x15.raftq.fsm.v1.NackOneR\x05items\"Q\n" +
 	"\x06Extend\x12%\n" +
 	"\x04refs\x18\x01 \x03(\v2\x11.raftq.fsm.v1.RefR\x04refs\x12 \n" +
 	"\fextend_by_ms\x18\x02 \x01(\x03R\n" +
-	"extendByMs\"4\n" +
+	"extendByMs\"\\\n" +
 	"\vLeaseExpire\x12%\n" +
-	"\x04refs\x18\x01 \x03(\v2\x11.raftq.fsm.v1.RefR\x04refs\"2\n" +
+	"\x04refs\x18\x01 \x03(\v2\x11.raftq.fsm.v1.RefR\x04refs\x12&\n" +
+	"\x0fretry_delays_ms\x18\x02 \x03(\x03R\rretryDelaysMs\"2\n" +
 	"\x0fReleaseConsumer\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x01(\tR\n" +
 	"consumerId\"\xc6\x02\n" +
@@ -4681,128 +4794,130 @@ func file_raftq_fsm_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_raftq_fsm_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(RecentKind)(0),            // 0: raftq.fsm.v1.RecentKind
 	(MessageState)(0),          // 1: raftq.fsm.v1.MessageState
 	(*Command)(nil),            // 2: raftq.fsm.v1.Command
 	(*ThrottleRule)(nil),       // 3: raftq.fsm.v1.ThrottleRule
 	(*QueueConfig)(nil),        // 4: raftq.fsm.v1.QueueConfig
-	(*EnqueueMessage)(nil),     // 5: raftq.fsm.v1.EnqueueMessage
-	(*SetClusterVersion)(nil),  // 6: raftq.fsm.v1.SetClusterVersion
-	(*SetClusterSettings)(nil), // 7: raftq.fsm.v1.SetClusterSettings
-	(*CreateQueue)(nil),        // 8: raftq.fsm.v1.CreateQueue
-	(*UpdateQueue)(nil),        // 9: raftq.fsm.v1.UpdateQueue
-	(*DeleteQueue)(nil),        // 10: raftq.fsm.v1.DeleteQueue
-	(*PurgeQueue)(nil),         // 11: raftq.fsm.v1.PurgeQueue
-	(*EnqueueBatch)(nil),       // 12: raftq.fsm.v1.EnqueueBatch
-	(*Enqueue)(nil),            // 13: raftq.fsm.v1.Enqueue
-	(*Grant)(nil),              // 14: raftq.fsm.v1.Grant
-	(*LeaseGrant)(nil),         // 15: raftq.fsm.v1.LeaseGrant
-	(*Ref)(nil),                // 16: raftq.fsm.v1.Ref
-	(*LeaseRollback)(nil),      // 17: raftq.fsm.v1.LeaseRollback
-	(*Ack)(nil),                // 18: raftq.fsm.v1.Ack
-	(*NackOne)(nil),            // 19: raftq.fsm.v1.NackOne
-	(*Nack)(nil),               // 20: raftq.fsm.v1.Nack
-	(*Extend)(nil),             // 21: raftq.fsm.v1.Extend
-	(*LeaseExpire)(nil),        // 22: raftq.fsm.v1.LeaseExpire
-	(*ReleaseConsumer)(nil),    // 23: raftq.fsm.v1.ReleaseConsumer
-	(*Redrive)(nil),            // 24: raftq.fsm.v1.Redrive
-	(*RedriveStep)(nil),        // 25: raftq.fsm.v1.RedriveStep
-	(*RedriveJobRef)(nil),      // 26: raftq.fsm.v1.RedriveJobRef
-	(*RedriveJob)(nil),         // 27: raftq.fsm.v1.RedriveJob
-	(*Tick)(nil),               // 28: raftq.fsm.v1.Tick
-	(*Checkpoint)(nil),         // 29: raftq.fsm.v1.Checkpoint
-	(*CreateToken)(nil),        // 30: raftq.fsm.v1.CreateToken
-	(*RevokeToken)(nil),        // 31: raftq.fsm.v1.RevokeToken
-	(*AuthGrant)(nil),          // 32: raftq.fsm.v1.AuthGrant
-	(*AuthUngrant)(nil),        // 33: raftq.fsm.v1.AuthUngrant
-	(*RecountQueues)(nil),      // 34: raftq.fsm.v1.RecountQueues
-	(*PauseQueue)(nil),         // 35: raftq.fsm.v1.PauseQueue
-	(*ResumeQueue)(nil),        // 36: raftq.fsm.v1.ResumeQueue
-	(*SnapshotHeader)(nil),     // 37: raftq.fsm.v1.SnapshotHeader
-	(*DeletedKey)(nil),         // 38: raftq.fsm.v1.DeletedKey
-	(*AuthRecord)(nil),         // 39: raftq.fsm.v1.AuthRecord
-	(*TokenRecord)(nil),        // 40: raftq.fsm.v1.TokenRecord
-	(*IdentityRecord)(nil),     // 41: raftq.fsm.v1.IdentityRecord
-	(*PatternGrant)(nil),       // 42: raftq.fsm.v1.PatternGrant
-	(*QueueRecord)(nil),        // 43: raftq.fsm.v1.QueueRecord
-	(*PauseRecord)(nil),        // 44: raftq.fsm.v1.PauseRecord
-	(*RecentEntry)(nil),        // 45: raftq.fsm.v1.RecentEntry
-	(*KeyOrder)(nil),           // 46: raftq.fsm.v1.KeyOrder
-	(*DedupEntry)(nil),         // 47: raftq.fsm.v1.DedupEntry
-	(*MessageRecord)(nil),      // 48: raftq.fsm.v1.MessageRecord
-	(*MessageStory)(nil),       // 49: raftq.fsm.v1.MessageStory
-	(*AttemptRecord)(nil),      // 50: raftq.fsm.v1.AttemptRecord
-	(*EventRecord)(nil),        // 51: raftq.fsm.v1.EventRecord
-	nil,                        // 52: raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	nil,                        // 53: raftq.fsm.v1.QueueConfig.ConcurrencyLimitsEntry
-	nil,                        // 54: raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	nil,                        // 55: raftq.fsm.v1.MessageRecord.HeadersEntry
+	(*RetryPolicy)(nil),        // 5: raftq.fsm.v1.RetryPolicy
+	(*EnqueueMessage)(nil),     // 6: raftq.fsm.v1.EnqueueMessage
+	(*SetClusterVersion)(nil),  // 7: raftq.fsm.v1.SetClusterVersion
+	(*SetClusterSettings)(nil), // 8: raftq.fsm.v1.SetClusterSettings
+	(*CreateQueue)(nil),        // 9: raftq.fsm.v1.CreateQueue
+	(*UpdateQueue)(nil),        // 10: raftq.fsm.v1.UpdateQueue
+	(*DeleteQueue)(nil),        // 11: raftq.fsm.v1.DeleteQueue
+	(*PurgeQueue)(nil),         // 12: raftq.fsm.v1.PurgeQueue
+	(*EnqueueBatch)(nil),       // 13: raftq.fsm.v1.EnqueueBatch
+	(*Enqueue)(nil),            // 14: raftq.fsm.v1.Enqueue
+	(*Grant)(nil),              // 15: raftq.fsm.v1.Grant
+	(*LeaseGrant)(nil),         // 16: raftq.fsm.v1.LeaseGrant
+	(*Ref)(nil),                // 17: raftq.fsm.v1.Ref
+	(*LeaseRollback)(nil),      // 18: raftq.fsm.v1.LeaseRollback
+	(*Ack)(nil),                // 19: raftq.fsm.v1.Ack
+	(*NackOne)(nil),            // 20: raftq.fsm.v1.NackOne
+	(*Nack)(nil),               // 21: raftq.fsm.v1.Nack
+	(*Extend)(nil),             // 22: raftq.fsm.v1.Extend
+	(*LeaseExpire)(nil),        // 23: raftq.fsm.v1.LeaseExpire
+	(*ReleaseConsumer)(nil),    // 24: raftq.fsm.v1.ReleaseConsumer
+	(*Redrive)(nil),            // 25: raftq.fsm.v1.Redrive
+	(*RedriveStep)(nil),        // 26: raftq.fsm.v1.RedriveStep
+	(*RedriveJobRef)(nil),      // 27: raftq.fsm.v1.RedriveJobRef
+	(*RedriveJob)(nil),         // 28: raftq.fsm.v1.RedriveJob
+	(*Tick)(nil),               // 29: raftq.fsm.v1.Tick
+	(*Checkpoint)(nil),         // 30: raftq.fsm.v1.Checkpoint
+	(*CreateToken)(nil),        // 31: raftq.fsm.v1.CreateToken
+	(*RevokeToken)(nil),        // 32: raftq.fsm.v1.RevokeToken
+	(*AuthGrant)(nil),          // 33: raftq.fsm.v1.AuthGrant
+	(*AuthUngrant)(nil),        // 34: raftq.fsm.v1.AuthUngrant
+	(*RecountQueues)(nil),      // 35: raftq.fsm.v1.RecountQueues
+	(*PauseQueue)(nil),         // 36: raftq.fsm.v1.PauseQueue
+	(*ResumeQueue)(nil),        // 37: raftq.fsm.v1.ResumeQueue
+	(*SnapshotHeader)(nil),     // 38: raftq.fsm.v1.SnapshotHeader
+	(*DeletedKey)(nil),         // 39: raftq.fsm.v1.DeletedKey
+	(*AuthRecord)(nil),         // 40: raftq.fsm.v1.AuthRecord
+	(*TokenRecord)(nil),        // 41: raftq.fsm.v1.TokenRecord
+	(*IdentityRecord)(nil),     // 42: raftq.fsm.v1.IdentityRecord
+	(*PatternGrant)(nil),       // 43: raftq.fsm.v1.PatternGrant
+	(*QueueRecord)(nil),        // 44: raftq.fsm.v1.QueueRecord
+	(*PauseRecord)(nil),        // 45: raftq.fsm.v1.PauseRecord
+	(*RecentEntry)(nil),        // 46: raftq.fsm.v1.RecentEntry
+	(*KeyOrder)(nil),           // 47: raftq.fsm.v1.KeyOrder
+	(*DedupEntry)(nil),         // 48: raftq.fsm.v1.DedupEntry
+	(*MessageRecord)(nil),      // 49: raftq.fsm.v1.MessageRecord
+	(*MessageStory)(nil),       // 50: raftq.fsm.v1.MessageStory
+	(*AttemptRecord)(nil),      // 51: raftq.fsm.v1.AttemptRecord
+	(*EventRecord)(nil),        // 52: raftq.fsm.v1.EventRecord
+	nil,                        // 53: raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	nil,                        // 54: raftq.fsm.v1.QueueConfig.ConcurrencyLimitsEntry
+	nil,                        // 55: raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	nil,                        // 56: raftq.fsm.v1.MessageRecord.HeadersEntry
 }
 var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
-	8,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
-	9,  // 1: raftq.fsm.v1.Command.update_queue:type_name -> raftq.fsm.v1.UpdateQueue
-	10, // 2: raftq.fsm.v1.Command.delete_queue:type_name -> raftq.fsm.v1.DeleteQueue
-	11, // 3: raftq.fsm.v1.Command.purge_queue:type_name -> raftq.fsm.v1.PurgeQueue
-	13, // 4: raftq.fsm.v1.Command.enqueue:type_name -> raftq.fsm.v1.Enqueue
-	15, // 5: raftq.fsm.v1.Command.lease_grant:type_name -> raftq.fsm.v1.LeaseGrant
-	17, // 6: raftq.fsm.v1.Command.lease_rollback:type_name -> raftq.fsm.v1.LeaseRollback
-	18, // 7: raftq.fsm.v1.Command.ack:type_name -> raftq.fsm.v1.Ack
-	20, // 8: raftq.fsm.v1.Command.nack:type_name -> raftq.fsm.v1.Nack
-	21, // 9: raftq.fsm.v1.Command.extend:type_name -> raftq.fsm.v1.Extend
-	22, // 10: raftq.fsm.v1.Command.lease_expire:type_name -> raftq.fsm.v1.LeaseExpire
-	23, // 11: raftq.fsm.v1.Command.release_consumer:type_name -> raftq.fsm.v1.ReleaseConsumer
-	24, // 12: raftq.fsm.v1.Command.redrive:type_name -> raftq.fsm.v1.Redrive
-	28, // 13: raftq.fsm.v1.Command.tick:type_name -> raftq.fsm.v1.Tick
-	29, // 14: raftq.fsm.v1.Command.checkpoint:type_name -> raftq.fsm.v1.Checkpoint
-	6,  // 15: raftq.fsm.v1.Command.set_cluster_version:type_name -> raftq.fsm.v1.SetClusterVersion
-	30, // 16: raftq.fsm.v1.Command.create_token:type_name -> raftq.fsm.v1.CreateToken
-	31, // 17: raftq.fsm.v1.Command.revoke_token:type_name -> raftq.fsm.v1.RevokeToken
-	32, // 18: raftq.fsm.v1.Command.auth_grant:type_name -> raftq.fsm.v1.AuthGrant
-	33, // 19: raftq.fsm.v1.Command.auth_ungrant:type_name -> raftq.fsm.v1.AuthUngrant
-	34, // 20: raftq.fsm.v1.Command.recount_queues:type_name -> raftq.fsm.v1.RecountQueues
-	7,  // 21: raftq.fsm.v1.Command.set_cluster_settings:type_name -> raftq.fsm.v1.SetClusterSettings
-	25, // 22: raftq.fsm.v1.Command.redrive_step:type_name -> raftq.fsm.v1.RedriveStep
-	35, // 23: raftq.fsm.v1.Command.pause_queue:type_name -> raftq.fsm.v1.PauseQueue
-	36, // 24: raftq.fsm.v1.Command.resume_queue:type_name -> raftq.fsm.v1.ResumeQueue
-	52, // 25: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	53, // 26: raftq.fsm.v1.QueueConfig.concurrency_limits:type_name -> raftq.fsm.v1.QueueConfig.ConcurrencyLimitsEntry
-	54, // 27: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	4,  // 28: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	4,  // 29: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	5,  // 30: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
-	12, // 31: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
-	14, // 32: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
-	16, // 33: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
-	16, // 34: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
-	14, // 35: raftq.fsm.v1.Ack.grants:type_name -> raftq.fsm.v1.Grant
-	16, // 36: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
-	19, // 37: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
-	16, // 38: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
-	16, // 39: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
-	26, // 40: raftq.fsm.v1.RedriveStep.jobs:type_name -> raftq.fsm.v1.RedriveJobRef
-	0,  // 41: raftq.fsm.v1.DeletedKey.kind:type_name -> raftq.fsm.v1.RecentKind
-	40, // 42: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
-	41, // 43: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
-	42, // 44: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
-	4,  // 45: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
-	46, // 46: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
-	27, // 47: raftq.fsm.v1.QueueRecord.redrives:type_name -> raftq.fsm.v1.RedriveJob
-	44, // 48: raftq.fsm.v1.QueueRecord.pauses:type_name -> raftq.fsm.v1.PauseRecord
-	0,  // 49: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
-	48, // 50: raftq.fsm.v1.RecentEntry.acked:type_name -> raftq.fsm.v1.MessageRecord
-	55, // 51: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
-	1,  // 52: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
-	49, // 53: raftq.fsm.v1.MessageRecord.story:type_name -> raftq.fsm.v1.MessageStory
-	50, // 54: raftq.fsm.v1.MessageStory.attempts:type_name -> raftq.fsm.v1.AttemptRecord
-	51, // 55: raftq.fsm.v1.MessageStory.events:type_name -> raftq.fsm.v1.EventRecord
-	3,  // 56: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
-	57, // [57:57] is the sub-list for method output_type
-	57, // [57:57] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	9,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
+	10, // 1: raftq.fsm.v1.Command.update_queue:type_name -> raftq.fsm.v1.UpdateQueue
+	11, // 2: raftq.fsm.v1.Command.delete_queue:type_name -> raftq.fsm.v1.DeleteQueue
+	12, // 3: raftq.fsm.v1.Command.purge_queue:type_name -> raftq.fsm.v1.PurgeQueue
+	14, // 4: raftq.fsm.v1.Command.enqueue:type_name -> raftq.fsm.v1.Enqueue
+	16, // 5: raftq.fsm.v1.Command.lease_grant:type_name -> raftq.fsm.v1.LeaseGrant
+	18, // 6: raftq.fsm.v1.Command.lease_rollback:type_name -> raftq.fsm.v1.LeaseRollback
+	19, // 7: raftq.fsm.v1.Command.ack:type_name -> raftq.fsm.v1.Ack
+	21, // 8: raftq.fsm.v1.Command.nack:type_name -> raftq.fsm.v1.Nack
+	22, // 9: raftq.fsm.v1.Command.extend:type_name -> raftq.fsm.v1.Extend
+	23, // 10: raftq.fsm.v1.Command.lease_expire:type_name -> raftq.fsm.v1.LeaseExpire
+	24, // 11: raftq.fsm.v1.Command.release_consumer:type_name -> raftq.fsm.v1.ReleaseConsumer
+	25, // 12: raftq.fsm.v1.Command.redrive:type_name -> raftq.fsm.v1.Redrive
+	29, // 13: raftq.fsm.v1.Command.tick:type_name -> raftq.fsm.v1.Tick
+	30, // 14: raftq.fsm.v1.Command.checkpoint:type_name -> raftq.fsm.v1.Checkpoint
+	7,  // 15: raftq.fsm.v1.Command.set_cluster_version:type_name -> raftq.fsm.v1.SetClusterVersion
+	31, // 16: raftq.fsm.v1.Command.create_token:type_name -> raftq.fsm.v1.CreateToken
+	32, // 17: raftq.fsm.v1.Command.revoke_token:type_name -> raftq.fsm.v1.RevokeToken
+	33, // 18: raftq.fsm.v1.Command.auth_grant:type_name -> raftq.fsm.v1.AuthGrant
+	34, // 19: raftq.fsm.v1.Command.auth_ungrant:type_name -> raftq.fsm.v1.AuthUngrant
+	35, // 20: raftq.fsm.v1.Command.recount_queues:type_name -> raftq.fsm.v1.RecountQueues
+	8,  // 21: raftq.fsm.v1.Command.set_cluster_settings:type_name -> raftq.fsm.v1.SetClusterSettings
+	26, // 22: raftq.fsm.v1.Command.redrive_step:type_name -> raftq.fsm.v1.RedriveStep
+	36, // 23: raftq.fsm.v1.Command.pause_queue:type_name -> raftq.fsm.v1.PauseQueue
+	37, // 24: raftq.fsm.v1.Command.resume_queue:type_name -> raftq.fsm.v1.ResumeQueue
+	53, // 25: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	54, // 26: raftq.fsm.v1.QueueConfig.concurrency_limits:type_name -> raftq.fsm.v1.QueueConfig.ConcurrencyLimitsEntry
+	5,  // 27: raftq.fsm.v1.QueueConfig.retry:type_name -> raftq.fsm.v1.RetryPolicy
+	55, // 28: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	4,  // 29: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	4,  // 30: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	6,  // 31: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
+	13, // 32: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
+	15, // 33: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
+	17, // 34: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
+	17, // 35: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
+	15, // 36: raftq.fsm.v1.Ack.grants:type_name -> raftq.fsm.v1.Grant
+	17, // 37: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
+	20, // 38: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
+	17, // 39: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
+	17, // 40: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
+	27, // 41: raftq.fsm.v1.RedriveStep.jobs:type_name -> raftq.fsm.v1.RedriveJobRef
+	0,  // 42: raftq.fsm.v1.DeletedKey.kind:type_name -> raftq.fsm.v1.RecentKind
+	41, // 43: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
+	42, // 44: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
+	43, // 45: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
+	4,  // 46: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
+	47, // 47: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
+	28, // 48: raftq.fsm.v1.QueueRecord.redrives:type_name -> raftq.fsm.v1.RedriveJob
+	45, // 49: raftq.fsm.v1.QueueRecord.pauses:type_name -> raftq.fsm.v1.PauseRecord
+	0,  // 50: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
+	49, // 51: raftq.fsm.v1.RecentEntry.acked:type_name -> raftq.fsm.v1.MessageRecord
+	56, // 52: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	1,  // 53: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
+	50, // 54: raftq.fsm.v1.MessageRecord.story:type_name -> raftq.fsm.v1.MessageStory
+	51, // 55: raftq.fsm.v1.MessageStory.attempts:type_name -> raftq.fsm.v1.AttemptRecord
+	52, // 56: raftq.fsm.v1.MessageStory.events:type_name -> raftq.fsm.v1.EventRecord
+	3,  // 57: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
+	58, // [58:58] is the sub-list for method output_type
+	58, // [58:58] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_raftq_fsm_v1_command_proto_init() }
@@ -4837,14 +4952,14 @@ func file_raftq_fsm_v1_command_proto_init() {
 		(*Command_PauseQueue)(nil),
 		(*Command_ResumeQueue)(nil),
 	}
-	file_raftq_fsm_v1_command_proto_msgTypes[5].OneofWrappers = []any{}
+	file_raftq_fsm_v1_command_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_fsm_v1_command_proto_rawDesc), len(file_raftq_fsm_v1_command_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   54,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

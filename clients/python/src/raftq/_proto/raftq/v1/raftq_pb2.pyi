@@ -646,7 +646,7 @@ class PurgeQueueResponse(_message.Message):
     def __init__(self, purged: _Optional[int] = ...) -> None: ...
 
 class QueueConfig(_message.Message):
-    __slots__ = ["concurrency_limit", "concurrency_limits", "dead_letter_queue", "dedup_window_ms", "fairness_quantum", "max_bytes", "max_deliveries", "max_depth", "max_message_bytes", "message_ttl_ms", "throttles", "visibility_timeout_ms"]
+    __slots__ = ["concurrency_limit", "concurrency_limits", "dead_letter_queue", "dedup_window_ms", "fairness_quantum", "max_bytes", "max_deliveries", "max_depth", "max_message_bytes", "message_ttl_ms", "retry", "throttles", "visibility_timeout_ms"]
     class ConcurrencyLimitsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -671,6 +671,7 @@ class QueueConfig(_message.Message):
     MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
     THROTTLES_FIELD_NUMBER: _ClassVar[int]
     VISIBILITY_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     concurrency_limit: int
@@ -683,9 +684,10 @@ class QueueConfig(_message.Message):
     max_depth: int
     max_message_bytes: int
     message_ttl_ms: int
+    retry: RetryPolicy
     throttles: _containers.MessageMap[str, ThrottleRule]
     visibility_timeout_ms: int
-    def __init__(self, visibility_timeout_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_depth: _Optional[int] = ..., max_bytes: _Optional[int] = ..., message_ttl_ms: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., throttles: _Optional[_Mapping[str, ThrottleRule]] = ..., max_message_bytes: _Optional[int] = ..., fairness_quantum: _Optional[int] = ..., concurrency_limit: _Optional[int] = ..., concurrency_limits: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    def __init__(self, visibility_timeout_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_depth: _Optional[int] = ..., max_bytes: _Optional[int] = ..., message_ttl_ms: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., throttles: _Optional[_Mapping[str, ThrottleRule]] = ..., max_message_bytes: _Optional[int] = ..., fairness_quantum: _Optional[int] = ..., concurrency_limit: _Optional[int] = ..., concurrency_limits: _Optional[_Mapping[str, int]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ...) -> None: ...
 
 class QueueInfo(_message.Message):
     __slots__ = ["config", "drain", "fairness_keys", "is_dead_letter_queue", "name", "paused", "paused_keys", "paused_until_ms", "redrives", "stats", "throttle_keys"]
@@ -884,6 +886,18 @@ class ResumeQueueResponse(_message.Message):
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     queue: QueueInfo
     def __init__(self, queue: _Optional[_Union[QueueInfo, _Mapping]] = ...) -> None: ...
+
+class RetryPolicy(_message.Message):
+    __slots__ = ["initial_delay_ms", "jitter", "max_delay_ms", "multiplier"]
+    INITIAL_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    JITTER_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    initial_delay_ms: int
+    jitter: float
+    max_delay_ms: int
+    multiplier: float
+    def __init__(self, initial_delay_ms: _Optional[int] = ..., max_delay_ms: _Optional[int] = ..., multiplier: _Optional[float] = ..., jitter: _Optional[float] = ...) -> None: ...
 
 class RevokeTokenRequest(_message.Message):
     __slots__ = ["idempotency_key", "name"]
