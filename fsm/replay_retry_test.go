@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-var writeRetryReplay = flag.Uint("write-retry-replay-fixture", 0, "write testdata/vN-retry-replay.txt for log version N (only ever from a build whose newest log version is N: v13 from 8e8c7a4, v14 from 473cc1e, v15 from 6492983, v16 from 75a9d78, v17 from cae24fc, v18 from cdd5735)")
+var writeRetryReplay = flag.Uint("write-retry-replay-fixture", 0, "write testdata/vN-retry-replay.txt for log version N (only ever from a build whose newest log version is N: v13 from 8e8c7a4, v14 from 473cc1e, v15 from 6492983, v16 from 75a9d78, v17 from cae24fc, v18 from cdd5735, v19 from d6af08f)")
 
 // withRaw returns msg with raw appended to its encoding, decoded again:
 // fields a newer build knows are written as bytes, so this test compiles
@@ -53,7 +53,7 @@ func rawPolicy(initial, maxMs int64, mult, jitter float64) []byte {
 }
 
 // retryScenario drives h at log version v through every entry log version
-// 19 (retry backoff) gives a meaning to: a queue config carrying a retry
+// 20 (retry backoff) gives a meaning to: a queue config carrying a retry
 // policy (also an invalid one), a nack carrying retry_delay_ms (field 6),
 // a LeaseExpire carrying retry_delays_ms (field 2), an update naming the
 // mask path "retry", and grants after each to see whether the message
@@ -102,16 +102,16 @@ func retryScenario(t *testing.T, h *harness, v uint32, step func(Result)) {
 	tick(5000)
 }
 
-// TestRetryEntriesReplayAsBefore: entries of log versions 13 to 18 that
-// carry the fields version 19 reads (a config's retry policy, valid or
+// TestRetryEntriesReplayAsBefore: entries of log versions 13 to 19 that
+// carry the fields version 20 reads (a config's retry policy, valid or
 // not, a nack's retry_delay_ms, a LeaseExpire's retry_delays_ms, the mask
 // path "retry") apply exactly as the build whose newest version they were
 // applied them: the same answer and the same digest after every entry
 // (testdata/v13-retry-replay.txt, written by 8e8c7a4, and
-// v14-retry-replay.txt, by 473cc1e, v15-retry-replay.txt, by 6492983, v16-retry-replay.txt, by 75a9d78, v17-retry-replay.txt, by cae24fc, v18-retry-replay.txt, by cdd5735): nothing is delayed, the policy is
+// v14-retry-replay.txt, by 473cc1e, v15-retry-replay.txt, by 6492983, v16-retry-replay.txt, by 75a9d78, v17-retry-replay.txt, by cae24fc, v18-retry-replay.txt, by cdd5735, v19-retry-replay.txt, by d6af08f): nothing is delayed, the policy is
 // kept as data nobody reads, the mask path is refused.
 func TestRetryEntriesReplayAsBefore(t *testing.T) {
-	for _, v := range []uint32{13, 14, 15, 16, 17, 18} {
+	for _, v := range []uint32{13, 14, 15, 16, 17, 18, 19} {
 		t.Run(fmt.Sprint("version", v), func(t *testing.T) {
 			h := newHarness(t)
 			var got []string

@@ -19,7 +19,7 @@ import (
 // RetryVersion is the log version from which a queue may carry a retry
 // policy and Nack / LeaseExpire entries carry the delays the leader
 // computed from it.
-const RetryVersion uint32 = 19
+const RetryVersion uint32 = 20
 
 // ValidateRetry is validateRetry for the edge, which checks before it
 // proposes (the state checks again as the entry applies).

@@ -611,7 +611,7 @@ func (tx *Tx) Nack(c *fsmv1.Nack) *ItemsResult {
 			res.Items[i] = fmt.Errorf("%w: reason is %d bytes, the limit is %d", ErrInvalid, len(it.GetReason()), MaxNackReasonBytes)
 			continue
 		}
-		retry := int64(0) // the policy's backoff the leader wrote (version 19)
+		retry := int64(0) // the policy's backoff the leader wrote (version 20)
 		if tx.version >= RetryVersion {
 			if err := retryDelay("retry_delay_ms", it.GetRetryDelayMs()); err != nil {
 				res.Items[i] = err

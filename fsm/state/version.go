@@ -29,7 +29,7 @@ package state
 // entries (RetryVersion, retry.go). fsm/DESIGN.md lists every
 // version; a rule that changes in version N is
 // written `if tx.version >= N`.
-const MaxLogVersion uint32 = 19
+const MaxLogVersion uint32 = 20
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the

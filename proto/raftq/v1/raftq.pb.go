@@ -101,7 +101,7 @@ type QueueConfig struct {
 	ConcurrencyLimits map[string]int32 `protobuf:"bytes,12,rep,name=concurrency_limits,json=concurrencyLimits,proto3" json:"concurrency_limits,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Server-side backoff after a failed attempt (a nack without its own
 	// delay_ms, or a lease that expired); absent = redeliver at once. The
-	// update-mask path "retry" replaces the whole policy. Log version 19.
+	// update-mask path "retry" replaces the whole policy. Log version 20.
 	Retry         *RetryPolicy `protobuf:"bytes,13,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

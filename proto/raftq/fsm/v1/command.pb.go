@@ -715,7 +715,7 @@ type QueueConfig struct {
 	// from entries of earlier versions.
 	ConcurrencyLimit  int32            `protobuf:"varint,11,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"`
 	ConcurrencyLimits map[string]int32 `protobuf:"bytes,12,rep,name=concurrency_limits,json=concurrencyLimits,proto3" json:"concurrency_limits,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	// Log version 19 (RetryVersion): the queue's backoff policy, read only
+	// Log version 20 (RetryVersion): the queue's backoff policy, read only
 	// by the leader, which computes each delay and writes it into the Nack
 	// or LeaseExpire entry (no floating point in apply).
 	Retry         *RetryPolicy `protobuf:"bytes,13,opt,name=retry,proto3" json:"retry,omitempty"`
@@ -1813,7 +1813,7 @@ type NackOne struct {
 	DeadLetter bool                   `protobuf:"varint,4,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
 	// Handed back unprocessed: undo the attempt, like a rollback.
 	Uncounted bool `protobuf:"varint,5,opt,name=uncounted,proto3" json:"uncounted,omitempty"`
-	// Log version 19: the backoff the leader computed from the queue's
+	// Log version 20: the backoff the leader computed from the queue's
 	// retry policy (jitter included, whole ms), applied when delay_ms is 0
 	// and the nack is counted and not to the DLQ; ignored in earlier entries.
 	RetryDelayMs  int64 `protobuf:"varint,6,opt,name=retry_delay_ms,json=retryDelayMs,proto3" json:"retry_delay_ms,omitempty"`
@@ -1993,7 +1993,7 @@ func (x *Extend) GetExtendByMs() int64 {
 type LeaseExpire struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Refs  []*Ref                 `protobuf:"bytes,1,rep,name=refs,proto3" json:"refs,omitempty"`
-	// Log version 19: retry_delays_ms[i] is the backoff the leader computed
+	// Log version 20: retry_delays_ms[i] is the backoff the leader computed
 	// for refs[i] from its queue's retry policy (absent = 0: ready at once);
 	// ignored in earlier entries.
 	RetryDelaysMs []int64 `protobuf:"varint,2,rep,packed,name=retry_delays_ms,json=retryDelaysMs,proto3" json:"retry_delays_ms,omitempty"`
