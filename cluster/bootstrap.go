@@ -167,6 +167,7 @@ func (b *bootstrapper) bootstrap(conf raft.Configuration) bool {
 	case err == nil:
 		b.done.Add(1)
 		b.log.Info("bootstrapped cluster", "servers", describeServers(conf.Servers))
+		campaignAlone(b.r, raft.ServerID(b.cfg.NodeID), b.log)
 		// Each founder makes one; the first leader's wins (its followers
 		// take it: Node.syncIdentity).
 		if err := b.id.set(newClusterID(), true, "made at bootstrap"); err != nil {

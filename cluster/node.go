@@ -308,6 +308,9 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if checked, ok := store.(*checkedLogStore); ok {
 		checked.stopRaft = func() { n.shutdownRaft() }
 	}
+	if !n.quarantined {
+		campaignAlone(n.raft, rc.LocalID, n.log)
+	}
 	stream.raft.Store(n.raft)
 	n.lead = newLeadership(cfg.NodeID, cfg.GRPCAdvertise, cfg.ClientGRPCAdvertise, n.raft, n.log, n.ms.meta, cfg.onLeadership)
 	n.boot = newBootstrapper(cfg, n.log, n.raft, n.ms, n.id)
