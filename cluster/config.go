@@ -122,7 +122,11 @@ type Config struct {
 	DeadNodeTimeout time.Duration
 
 	// SnapshotThreshold (default 8192 entries), SnapshotInterval (default
-	// 120s) and TrailingLogs (default 10240) tune Raft log compaction.
+	// 120s) and TrailingLogs (default 10240) tune Raft log compaction: the
+	// node snapshots once it has applied SnapshotThreshold entries past its
+	// newest snapshot, at start-up too, and no sooner than SnapshotInterval
+	// after the last snapshot it wrote since it started (autosnap.go);
+	// TrailingLogs entries are kept behind each snapshot.
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64

@@ -49,6 +49,8 @@ type Node struct {
 	snaps *raft.FileSnapshotStore
 	// snapStats counts the snapshots written (for metrics).
 	snapStats snapshotCounter
+	// snapWatch takes the automatic snapshots (autosnap.go).
+	snapWatch *snapshotWatch
 	// startSnapBytes is the size of the newest snapshot in the data dir
 	// when the node started (0 if none).
 	startSnapBytes int64
@@ -219,7 +221,11 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		under = newChunkedLogStore(n.timedLogs, compactChunk)
 	}
 	n.spaceLogs = &spaceLogStore{LogStore: under, log: n.log, dir: cfg.DataDir}
-	logs, err := raft.NewLogCache(logCacheSize, n.spaceLogs)
+	n.snapWatch = newSnapshotWatch(cfg.SnapshotThreshold, cfg.SnapshotInterval, n.log)
+	if last, err := n.spaceLogs.LastIndex(); err == nil {
+		n.snapWatch.stored.Store(last)
+	}
+	logs, err := raft.NewLogCache(logCacheSize, &watchedLogStore{LogStore: n.spaceLogs, appended: n.snapWatch.appended})
 	if err != nil {
 		return nil, fmt.Errorf("log cache: %w", err)
 	}
@@ -281,7 +287,9 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
 	rc.MaxAppendEntries = maxAppendEntries
 	rc.BatchApplyCh = true
-	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	// snapWatch decides when to snapshot (autosnap.go): raft's own timer
+	// never finds its threshold reached.
+	rc.SnapshotThreshold = raftSnapshotThreshold
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.TrailingLogs = cfg.TrailingLogs
 	// A removed server stays up so that it can be added back (it is still
@@ -290,7 +298,8 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("raft config: %w", err)
 	}
-	var snaps raft.SnapshotStore = &writeBehindStore{FileSnapshotStore: n.snaps, dir: snapDir, chunk: writeBehindChunk, log: n.log, stats: &n.snapStats, onCorrupt: n.reportCorrupt}
+	var snaps raft.SnapshotStore = &writeBehindStore{FileSnapshotStore: n.snaps, dir: snapDir, chunk: writeBehindChunk, log: n.log, stats: &n.snapStats,
+		onCorrupt: n.reportCorrupt, onWritten: n.snapWatch.snapshotted}
 	if n.quarantined {
 		// Raft on empty stores, cut off from its peers: no configuration,
 		// so it never stands for election, votes or applies, and every
@@ -361,6 +370,18 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	}
 	n.wg.Add(1)
 	go n.identityLoop(n.ctx)
+	if !n.quarantined {
+		// The newest snapshot raft started from (an older one if the
+		// newest was set aside as damaged).
+		if metas, err := n.snaps.List(); err == nil && len(metas) > 0 {
+			n.snapWatch.found(metas[0].Index)
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.snapWatch.run(n.ctx, n.raft)
+		}()
+	}
 	n.log.Info("node started", "raft", n.raftAddr, "gossip", n.ms.addr, "grpc", cfg.GRPCAdvertise,
 		"existing_state", hasState, "bootstrap_expect", cfg.BootstrapExpect, "join", cfg.Join, "cluster_id", n.id.get())
 	return n, nil

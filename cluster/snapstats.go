@@ -15,6 +15,13 @@ type SnapshotStats struct {
 	// LastDuration is how long the newest one took from its creation to
 	// its final fsync and rename.
 	LastDuration time.Duration
+	// EntriesSince is how many entries this node has applied past its
+	// newest snapshot: what the log holds beyond it. It stays below
+	// about SnapshotThreshold plus what arrives in one SnapshotInterval;
+	// growing past that, snapshots are failing.
+	EntriesSince uint64
+	// Failed counts the automatic snapshots that failed (each logged).
+	Failed uint64
 }
 
 // snapshotCounter records SnapshotStats; the zero value is ready.
@@ -41,7 +48,14 @@ func (c *snapshotCounter) get() SnapshotStats {
 
 // SnapshotStats reports the snapshots this node has written since it
 // started.
-func (n *Node) SnapshotStats() SnapshotStats { return n.snapStats.get() }
+func (n *Node) SnapshotStats() SnapshotStats {
+	st := n.snapStats.get()
+	if n.snapWatch != nil && !n.quarantined {
+		st.EntriesSince = n.snapWatch.entriesSince(n.raft.AppliedIndex())
+		st.Failed = n.snapWatch.failed.Load()
+	}
+	return st
+}
 
 // NewestSnapshotBytes is the size of the newest snapshot this node wrote,
 // or, before it has written one, of the newest in its data dir when it

@@ -33,7 +33,8 @@ const writeBehindChunk = 4 << 20
 // FileSnapshotSink keeps its file handle to itself, so the state file is
 // opened a second time by path (raft's layout: <dir>/snapshots/<id>.tmp/state.bin).
 // If that path does not exist (a raft upgrade changed the layout) the sink
-// is returned unwrapped and a warning is logged; snapshots still work.
+// writes without write-behind and a warning is logged; snapshots still
+// work, and are still counted and reported (onWritten).
 type writeBehindStore struct {
 	*raft.FileSnapshotStore
 	dir   string // the snapshots directory
@@ -43,6 +44,9 @@ type writeBehindStore struct {
 	// onCorrupt is told of a snapshot that fails its CRC when raft opens
 	// it (to send it to a follower); nil: not told.
 	onCorrupt func(*Corruption)
+	// onWritten is told the index of every snapshot written to the store
+	// (taken here or installed from a leader); nil: not told.
+	onWritten func(index uint64)
 }
 
 // Open implements raft.SnapshotStore. raft's store reads the whole state
@@ -64,13 +68,14 @@ func (s *writeBehindStore) Create(version raft.SnapshotVersion, index, term uint
 	if err != nil {
 		return nil, err
 	}
+	wb := &writeBehindSink{SnapshotSink: sink, chunk: s.chunk, log: s.log, stats: s.stats, start: time.Now(), index: index, onWritten: s.onWritten}
 	path := filepath.Join(s.dir, sink.ID()+".tmp", "state.bin")
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
+	if wb.f, err = os.OpenFile(path, os.O_WRONLY, 0); err != nil {
+		// Still counted and reported when written, without write-behind.
+		wb.f = nil
 		s.log.Warn("snapshot write-behind disabled: cannot open the state file", "path", path, "err", err)
-		return sink, nil
 	}
-	return &writeBehindSink{SnapshotSink: sink, f: f, chunk: s.chunk, log: s.log, stats: s.stats, start: time.Now()}, nil
+	return wb, nil
 }
 
 // writeBehindSink passes writes to raft's sink and, every chunk bytes,
@@ -83,6 +88,10 @@ type writeBehindSink struct {
 	log   *slog.Logger
 	stats *snapshotCounter // may be nil
 	start time.Time
+	// index is the snapshot's; onWritten is told it once the snapshot
+	// is in the store (nil: not told).
+	index     uint64
+	onWritten func(index uint64)
 	// counted: the snapshot was recorded in stats (Close may be repeated).
 	counted bool
 
@@ -146,6 +155,9 @@ func (s *writeBehindSink) Close() error {
 	if err == nil && !s.counted {
 		s.counted = true
 		s.stats.record(s.written, time.Since(s.start))
+		if s.onWritten != nil {
+			s.onWritten(s.index)
+		}
 	}
 	return err
 }

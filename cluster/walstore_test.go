@@ -302,6 +302,7 @@ func TestLogStackMonotonic(t *testing.T) {
 			"chunked":       chunked,
 			"space/timed":   &spaceLogStore{LogStore: timed},
 			"space/chunked": &spaceLogStore{LogStore: chunked},
+			"watched/space": &watchedLogStore{LogStore: &spaceLogStore{LogStore: timed}, appended: func(uint64) {}},
 		} {
 			cache, err := raft.NewLogCache(logCacheSize, under)
 			if err != nil {

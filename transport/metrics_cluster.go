@@ -49,7 +49,7 @@ type clusterCollector struct {
 
 	term, leader, leaderChanges, commit, applied, lag, members, diskFree *prometheus.Desc
 	diskKeepFree, diskLow                                                *prometheus.Desc
-	snapshots, snapshotBytes, snapshotSecs                               *prometheus.Desc
+	snapshots, snapshotBytes, snapshotSecs, snapshotLag, snapshotFails   *prometheus.Desc
 	logAppend, logFsync                                                  *prometheus.Desc
 }
 
@@ -69,13 +69,15 @@ func newClusterCollector(s *Server) *clusterCollector {
 		snapshots:     prometheus.NewDesc("raftq_snapshots_total", "Raft snapshots this node has written to its data dir since it started.", nil, nil),
 		snapshotBytes: prometheus.NewDesc("raftq_snapshot_last_bytes", "Size of the newest snapshot this node wrote (0 before the first).", nil, nil),
 		snapshotSecs:  prometheus.NewDesc("raftq_snapshot_last_duration_seconds", "Time the newest snapshot took to write, from creation to its final fsync (0 before the first).", nil, nil),
+		snapshotLag:   prometheus.NewDesc("raftq_raft_entries_since_snapshot", "Entries this node has applied past its newest snapshot (taken or installed): what its Raft log holds beyond it.", nil, nil),
+		snapshotFails: prometheus.NewDesc("raftq_snapshot_failures_total", "Automatic snapshots that failed since this node started (the log is not compacted until one succeeds).", nil, nil),
 		logAppend:     prometheus.NewDesc("raftq_raft_log_append_seconds", "Latency of each append to this node's Raft log: entries encoded, written and fsynced in one bolt transaction.", nil, nil),
 		logFsync:      prometheus.NewDesc("raftq_raft_log_fsync_seconds", "Disk part of each Raft log append as bbolt times it: pages written and fdatasynced, then the meta page written and fdatasynced.", nil, nil),
 	}
 }
 
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.term, c.leader, c.leaderChanges, c.commit, c.applied, c.lag, c.members, c.diskFree, c.diskKeepFree, c.diskLow, c.snapshots, c.snapshotBytes, c.snapshotSecs, c.logAppend, c.logFsync} {
+	for _, d := range []*prometheus.Desc{c.term, c.leader, c.leaderChanges, c.commit, c.applied, c.lag, c.members, c.diskFree, c.diskKeepFree, c.diskLow, c.snapshots, c.snapshotBytes, c.snapshotSecs, c.snapshotLag, c.snapshotFails, c.logAppend, c.logFsync} {
 		ch <- d
 	}
 }
@@ -106,6 +108,8 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.snapshots, prometheus.CounterValue, float64(snap.Count))
 	ch <- prometheus.MustNewConstMetric(c.snapshotBytes, gauge, float64(snap.LastBytes))
 	ch <- prometheus.MustNewConstMetric(c.snapshotSecs, gauge, snap.LastDuration.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.snapshotLag, gauge, float64(snap.EntriesSince))
+	ch <- prometheus.MustNewConstMetric(c.snapshotFails, prometheus.CounterValue, float64(snap.Failed))
 	logs := c.s.node.LogStoreStats()
 	ch <- constHistogram(c.logAppend, logs.Append)
 	ch <- constHistogram(c.logFsync, logs.Fsync)

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/raftq/raftq/cluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
 )
@@ -215,6 +216,12 @@ func TestQueueMetricsMatchGetQueue(t *testing.T) {
 	}
 	if size, _ := sample(ffams, "raftq_snapshot_last_bytes"); size <= 0 {
 		t.Errorf("%s: raftq_snapshot_last_bytes = %v", f.id, size)
+	}
+	if n, ok := sample(ffams, "raftq_raft_entries_since_snapshot"); !ok || n >= cluster.DefaultSnapshotThreshold {
+		t.Errorf("%s: raftq_raft_entries_since_snapshot = %v (present %v) just after a snapshot", f.id, n, ok)
+	}
+	if n, ok := sample(ffams, "raftq_snapshot_failures_total"); !ok || n != 0 {
+		t.Errorf("%s: raftq_snapshot_failures_total = %v (present %v), want 0", f.id, n, ok)
 	}
 
 	// The client cancels its stream: a normal end, counted OK.
