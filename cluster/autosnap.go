@@ -21,9 +21,12 @@ import (
 // past the newest snapshot reaches the threshold: at start-up (after the
 // restore, once the FSM has applied the log it came back with) and as
 // entries are appended, at most one at a time, off the apply path, and
-// no sooner than SnapshotInterval after the last snapshot this process
-// wrote (so a busy node snapshots once an interval, as raft's timer
-// meant, and a restarted one at once).
+// spaced by what they cost: after the last snapshot this process wrote,
+// the watch waits snapshotCostFactor times as long as its last snapshot
+// took (at least snapshotMinGap, at most SnapshotInterval), so snapshots
+// take at most about a tenth of the node's time, a cheap state is
+// snapshotted about every threshold entries, and a restarted node
+// snapshots at once.
 
 const (
 	// raftSnapshotThreshold is the threshold raft itself is given: one its
@@ -36,6 +39,14 @@ const (
 	// node catching up), or raft refused because a configuration entry is
 	// not yet applied.
 	snapshotRecheck = time.Second
+	// snapshotCostFactor and snapshotMinGap space automatic snapshots by
+	// their cost: after a snapshot that took d, the next waits
+	// max(snapshotMinGap, snapshotCostFactor×d), capped at the
+	// SnapshotInterval (so at most a tenth of the time goes to
+	// snapshots, until a snapshot takes longer than a tenth of the
+	// interval).
+	snapshotCostFactor = 9
+	snapshotMinGap     = time.Second
 )
 
 // snapshotWatch decides when this node snapshots and asks raft to.
@@ -54,6 +65,9 @@ type snapshotWatch struct {
 	// wrote a snapshot, as time since start (0: none yet).
 	start  time.Time
 	lastAt atomic.Int64
+	// took is how long the watch's last snapshot took (0: none yet);
+	// only the loop uses it.
+	took time.Duration
 	// wake is signalled when an append takes the log to the threshold.
 	wake chan struct{}
 	// failed counts the watch's snapshots that failed.
@@ -113,12 +127,18 @@ type snapshotDecision struct {
 	again time.Duration
 }
 
+// gap is how long the watch waits after a snapshot before the next one,
+// given that its last took took (0: none measured yet).
+func snapshotGap(took, interval time.Duration) time.Duration {
+	return min(interval, max(snapshotMinGap, snapshotCostFactor*took))
+}
+
 // decide is the policy: snapshot once the FSM has applied threshold
 // entries past the newest snapshot, unless it still has threshold or more
 // entries of the log to apply (a restarted node catching up: snapshot
-// after, to cover them all), and no sooner than interval after this
-// process's last snapshot (sinceLast < 0: none yet).
-func decide(applied, stored, newest, threshold uint64, sinceLast, interval time.Duration) snapshotDecision {
+// after, to cover them all), and no sooner than gap after this process's
+// last snapshot (sinceLast < 0: none yet).
+func decide(applied, stored, newest, threshold uint64, sinceLast, gap time.Duration) snapshotDecision {
 	if entriesPast(applied, newest) < threshold {
 		if entriesPast(stored, newest) >= threshold {
 			return snapshotDecision{again: snapshotRecheck} // appended, not yet applied
@@ -128,8 +148,8 @@ func decide(applied, stored, newest, threshold uint64, sinceLast, interval time.
 	if entriesPast(stored, applied) >= threshold {
 		return snapshotDecision{again: snapshotRecheck}
 	}
-	if sinceLast >= 0 && sinceLast < interval {
-		return snapshotDecision{again: interval - sinceLast}
+	if sinceLast >= 0 && sinceLast < gap {
+		return snapshotDecision{again: gap - sinceLast}
 	}
 	return snapshotDecision{now: true}
 }
@@ -163,7 +183,7 @@ func (w *snapshotWatch) run(ctx context.Context, r *raft.Raft) {
 			sinceLast = time.Since(w.start) - time.Duration(at)
 		}
 		applied := r.AppliedIndex()
-		d := decide(applied, w.stored.Load(), w.newest.Load(), w.threshold, sinceLast, w.interval)
+		d := decide(applied, w.stored.Load(), w.newest.Load(), w.threshold, sinceLast, snapshotGap(w.took, w.interval))
 		if d.now {
 			d.again = w.take(ctx, r, applied)
 		}
@@ -186,7 +206,9 @@ func (w *snapshotWatch) take(ctx context.Context, r *raft.Raft, applied uint64) 
 	err := r.Snapshot().Error()
 	switch {
 	case err == nil:
-		w.log.Info("snapshot taken", "newest_snapshot", w.newest.Load(), "took", time.Since(start).Round(time.Millisecond))
+		w.took = time.Since(start)
+		w.log.Info("snapshot taken", "newest_snapshot", w.newest.Load(), "took", w.took.Round(time.Millisecond),
+			"next_after", snapshotGap(w.took, w.interval).Round(time.Millisecond))
 		return 0
 	case errors.Is(err, raft.ErrNothingNewToSnapshot):
 		return 0

@@ -124,9 +124,9 @@ type Config struct {
 	// SnapshotThreshold (default 8192 entries), SnapshotInterval (default
 	// 120s) and TrailingLogs (default 10240) tune Raft log compaction: the
 	// node snapshots once it has applied SnapshotThreshold entries past its
-	// newest snapshot, at start-up too, and no sooner than SnapshotInterval
-	// after the last snapshot it wrote since it started (autosnap.go);
-	// TrailingLogs entries are kept behind each snapshot.
+	// newest snapshot, at start-up too, and after each snapshot waits nine
+	// times as long as it took, at least 1s and at most SnapshotInterval
+	// (autosnap.go); TrailingLogs entries are kept behind each snapshot.
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
