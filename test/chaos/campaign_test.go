@@ -67,6 +67,13 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 	queues := []QueueSpec{
 		{Name: "work-a", DeadLetter: "work-a.dlq", MaxDeliveries: maxDeliveries},
 		{Name: "work-b", DeadLetter: "work-b.dlq", MaxDeliveries: maxDeliveries},
+		// The keyed queue (issue 23): concurrency keys with caps (a
+		// default of 4, three overrides, two keys capped at 1), each
+		// message's fairness key its concurrency key, so a paused key is
+		// a paused concurrency key.
+		{Name: "work-k", DeadLetter: "work-k.dlq", MaxDeliveries: maxDeliveries,
+			Keys: []string{"k4", "kp", "k2", "o1", "o2"}, ConcurrencyLimit: 4,
+			ConcurrencyLimits: map[string]int32{"kp": 3, "k2": 2, "o1": 1, "o2": 1}},
 	}
 	rec := NewRecorder(cc.Seed, cc.Nodes, queues)
 	c := startCluster(t, log, cc.Nodes, rec.Crash)
@@ -82,7 +89,8 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 	for _, q := range queues {
 		cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := cl.CreateQueue(cctx, q.Name, &raftqv1.QueueConfig{
-			VisibilityTimeoutMs: visibility.Milliseconds(), MaxDeliveries: q.MaxDeliveries, DeadLetterQueue: q.DeadLetter})
+			VisibilityTimeoutMs: visibility.Milliseconds(), MaxDeliveries: q.MaxDeliveries, DeadLetterQueue: q.DeadLetter,
+			ConcurrencyLimit: q.ConcurrencyLimit, ConcurrencyLimits: q.ConcurrencyLimits})
 		ccancel()
 		if err != nil {
 			t.Fatalf("create %s: %v", q.Name, err)
@@ -116,6 +124,8 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 			running.Go(func() { co.Run(work) })
 		}
 	}
+	running.Go(func() { w.Pauses(work, queues[2], rand.New(rand.NewPCG(uint64(cc.Seed), 200))) })
+	running.Go(func() { w.Lookups(work, queues, rand.New(rand.NewPCG(uint64(cc.Seed), 201))) })
 	if err := harness.WaitFor(ctx, 30*time.Second, 100*time.Millisecond, func(context.Context) error {
 		if n := w.Acked(); n < 20 {
 			return fmt.Errorf("only %d enqueues acknowledged", n)

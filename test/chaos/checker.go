@@ -83,6 +83,8 @@ type Report struct {
 	// stream end may explain (the rest are violations).
 	UnseenAttempts int `json:"unseen_attempts"`
 	UnseenExcused  int `json:"unseen_attempts_excused"`
+	// Flow are the flow-control figures (checker_flow.go).
+	Flow FlowFigures `json:"flow"`
 
 	UnknownEnqueues        int `json:"unknown_enqueues"` // payloads with no definite answer
 	UnknownResolvedPresent int `json:"unknown_resolved_present"`
@@ -275,6 +277,7 @@ func Check(h *History) *Report {
 
 	checkAttemptOrder(h, add)
 	r.UnseenAttempts, r.UnseenExcused = checkUnseenAttempts(h, msgs, ids, add)
+	r.Flow = checkFlow(h, drops, streams, add)
 
 	// Per payload: lost writes, duplicates, unknown outcomes.
 	plist := make([]string, 0, len(payloads))

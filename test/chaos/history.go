@@ -36,6 +36,11 @@ type History struct {
 	Reads []PauseReadOp `json:"reads,omitempty"`
 	// Rejoins are the nodes removed and started again (membership).
 	Rejoins []Rejoin `json:"rejoins,omitempty"`
+	// Pauses are the pauses of one fairness key of a keyed queue.
+	Pauses []PauseOp `json:"pauses,omitempty"`
+	// Lookups are GetMessage calls made after a change of leader, of
+	// messages the old leader had leased (their story must list the lease).
+	Lookups []LeaseLookup `json:"lookups,omitempty"`
 
 	Drain    DrainResult  `json:"drain"`
 	Recovery Recovery     `json:"recovery"`
@@ -51,6 +56,27 @@ type QueueSpec struct {
 	Name          string `json:"name"`
 	DeadLetter    string `json:"dead_letter"`
 	MaxDeliveries int32  `json:"max_deliveries"`
+	// Keys, when set, are the concurrency keys the producers give this
+	// queue's messages (each message's fairness key is its concurrency
+	// key; "" is a message without a key). ConcurrencyLimit is the
+	// queue's default cap per key and ConcurrencyLimits the per-key caps
+	// (0: uncapped); the checker holds every key to its cap and keys
+	// capped at 1 to enqueue order (checker_flow.go).
+	Keys              []string         `json:"keys,omitempty"`
+	ConcurrencyLimit  int32            `json:"concurrency_limit,omitempty"`
+	ConcurrencyLimits map[string]int32 `json:"concurrency_limits,omitempty"`
+}
+
+// capOf is the cap of key in q (0: uncapped); a message without a key is
+// never capped.
+func (q QueueSpec) capOf(key string) int32 {
+	if key == "" {
+		return 0
+	}
+	if c, ok := q.ConcurrencyLimits[key]; ok {
+		return c
+	}
+	return q.ConcurrencyLimit
 }
 
 // Outcome of a call as the caller knows it.
@@ -78,6 +104,56 @@ type EnqueueOp struct {
 	Outcome  Outcome   `json:"outcome"`
 	IDs      []string  `json:"ids,omitempty"`
 	Err      string    `json:"err,omitempty"`
+	// Keys are the payloads' concurrency (and fairness) keys, in a keyed
+	// queue.
+	Keys []string `json:"keys,omitempty"`
+}
+
+// PauseOp is one PauseQueue call of one fairness key, with a duration.
+type PauseOp struct {
+	Queue      string    `json:"queue"`
+	Key        string    `json:"key"`
+	DurationMs int64     `json:"duration_ms"`
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end"`
+	Outcome    Outcome   `json:"outcome"`
+	Code       string    `json:"code,omitempty"`
+	// UntilMs is the key's pause end the answer gave (the answering
+	// leader's clock).
+	UntilMs int64 `json:"until_ms,omitempty"`
+	// Node answered the call (whose clock UntilMs is on), when known.
+	Node string `json:"node,omitempty"`
+}
+
+// LeaseLookup is a GetMessage of a message whose lease (Token, Attempt,
+// Consumer) was granted by OldLeader, asked after NewLeader took over.
+type LeaseLookup struct {
+	Queue     string    `json:"queue"`
+	MessageID string    `json:"message_id"`
+	Token     string    `json:"token"`
+	Attempt   int32     `json:"attempt"`
+	Consumer  string    `json:"consumer"`
+	OldLeader string    `json:"old_leader"`
+	NewLeader string    `json:"new_leader"`
+	At        time.Time `json:"at"`
+	Outcome   Outcome   `json:"outcome"`
+	Code      string    `json:"code,omitempty"`
+	// AskedQueue is the queue the answer came from (the message's DLQ
+	// when its queue no longer knew it); State is the answer's state.
+	AskedQueue string `json:"asked_queue,omitempty"`
+	State      string `json:"state,omitempty"`
+	// Attempts are the answer's ended attempts, Leased the details of its
+	// leased events, Events how many events it listed.
+	Attempts []LookupAttempt `json:"attempts,omitempty"`
+	Leased   []string        `json:"leased,omitempty"`
+	Events   int             `json:"events"`
+}
+
+// LookupAttempt is one ended attempt a GetMessage listed.
+type LookupAttempt struct {
+	Attempt  int32  `json:"attempt"`
+	Consumer string `json:"consumer"`
+	Outcome  string `json:"outcome"`
 }
 
 // Delivery is one message pushed on a Lease stream.
@@ -308,6 +384,34 @@ func (r *Recorder) Read(o PauseReadOp) { r.with(func(h *History) { h.Reads = app
 // Rejoin records a membership step's removed node.
 func (r *Recorder) Rejoin(j Rejoin) { r.with(func(h *History) { h.Rejoins = append(h.Rejoins, j) }) }
 
+// Pause records a PauseQueue call.
+func (r *Recorder) Pause(p PauseOp) { r.with(func(h *History) { h.Pauses = append(h.Pauses, p) }) }
+
+// Lookup records a GetMessage of a lease after a change of leader.
+func (r *Recorder) Lookup(l LeaseLookup) {
+	r.with(func(h *History) { h.Lookups = append(h.Lookups, l) })
+}
+
+// RecentDeliveries returns up to n deliveries granted by node and
+// received at or after since, newest first, one per message.
+func (r *Recorder) RecentDeliveries(node string, since time.Time, n int) []Delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Delivery
+	seen := map[string]bool{}
+	for i := len(r.h.Deliveries) - 1; i >= 0 && len(out) < n; i-- {
+		d := r.h.Deliveries[i]
+		if d.Recv.Before(since) {
+			break
+		}
+		if d.Node == node && !seen[d.MessageID] {
+			seen[d.MessageID] = true
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 // Update changes the history's scalar parts (drain, recovery, ...).
 func (r *Recorder) Update(f func(h *History)) { r.with(f) }
 
@@ -328,6 +432,8 @@ func (r *Recorder) Snapshot() History {
 	h.Clocks = append([]ClockChange(nil), r.h.Clocks...)
 	h.Reads = append([]PauseReadOp(nil), r.h.Reads...)
 	h.Rejoins = append([]Rejoin(nil), r.h.Rejoins...)
+	h.Pauses = append([]PauseOp(nil), r.h.Pauses...)
+	h.Lookups = append([]LeaseLookup(nil), r.h.Lookups...)
 	return h
 }
 

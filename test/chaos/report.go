@@ -33,6 +33,12 @@ func (r *Report) Table() string {
 	row("unknown enqueue outcomes", fmt.Sprintf("%d (present %d, absent %d)", r.UnknownEnqueues, r.UnknownResolvedPresent, r.UnknownResolvedAbsent))
 	row("settled by an unanswered ack", r.SettledByUnknownAck)
 	row("attempts never seen", fmt.Sprintf("%d (%d explained by a fault or a stream end)", r.UnseenAttempts, r.UnseenExcused))
+	fl := r.Flow
+	row("concurrency caps", fmt.Sprintf("%d leases of capped keys; most in flight at once %s (caps %s); %d messages of cap-1 keys in order, %d times across a change of leader",
+		fl.CappedLeases, keyCounts(fl.MaxInFlight), keyCaps(fl.Caps), fl.OrderedMessages, fl.OrderedAcrossLeaders))
+	row("pauses", fmt.Sprintf("%d timed key pauses (%d across a change of leader), %d judged for their end; grant after the end p50 %v, max %v",
+		fl.Pauses, fl.PausesAcrossLeaders, fl.PausesJudgedEnd, pct(fl.PauseLatenessMs, 50), pct(fl.PauseLatenessMs, 100)))
+	row("message stories after failover", fmt.Sprintf("%d GetMessage answers, %d listing the old leader's lease", fl.Lookups, fl.LookupsFound))
 	row("longest write unavailability", fmt.Sprintf("%v (from +%v)", time.Duration(r.LongestUnavailabilityMs)*time.Millisecond,
 		time.Duration(r.UnavailableFromMs)*time.Millisecond))
 	row("recovery after healing", time.Duration(r.RecoveryMs)*time.Millisecond)
@@ -60,4 +66,31 @@ func (r *Report) Table() string {
 		b.WriteString(r.Soak.Table())
 	}
 	return b.String()
+}
+
+func keyCounts(m map[string]int) string {
+	parts := make([]string, 0, len(m))
+	for k, n := range m {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+func keyCaps(m map[string]int32) string {
+	parts := make([]string, 0, len(m))
+	for k, n := range m {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+// pct is the p-th percentile of sorted ms figures, as a duration ("-" for none).
+func pct(sorted []int64, p int) string {
+	if len(sorted) == 0 {
+		return "-"
+	}
+	i := (len(sorted) - 1) * p / 100
+	return (time.Duration(sorted[i]) * time.Millisecond).String()
 }

@@ -69,7 +69,8 @@ func classify(err error) (Outcome, string) {
 func (w *Workload) Produce(ctx context.Context, name string, queues []QueueSpec, rng *rand.Rand) {
 	defer w.c.guard()
 	for seq := 0; ctx.Err() == nil; {
-		q := queues[rng.IntN(len(queues))].Name
+		spec := queues[rng.IntN(len(queues))]
+		q := spec.Name
 		n := 1
 		if rng.IntN(5) == 0 {
 			n = 2 + rng.IntN(3)
@@ -80,6 +81,11 @@ func (w *Workload) Produce(ctx context.Context, name string, queues []QueueSpec,
 			seq++
 			p := fmt.Sprintf("%s/%s/%d", name, q, seq)
 			m := &raftqv1.EnqueueMessage{Payload: []byte(p), DedupId: client.NewDedupID()}
+			if len(spec.Keys) > 0 {
+				k := pickKey(spec.Keys, rng)
+				m.ConcurrencyKey, m.FairnessKey = k, k
+				op.Keys = append(op.Keys, k)
+			}
 			msgs = append(msgs, m)
 			op.Payloads = append(op.Payloads, p)
 			op.DedupIDs = append(op.DedupIDs, m.DedupId)
@@ -91,6 +97,24 @@ func (w *Workload) Produce(ctx context.Context, name string, queues []QueueSpec,
 		}
 		_ = harness.Sleep(ctx, time.Duration(5+rng.IntN(20))*time.Millisecond)
 	}
+}
+
+// pickKey draws a message's key in a keyed queue: no key four times in
+// ten, else keys[i] with weight 1/2, 1/4, ... along the list, the last
+// two sharing the rest equally. The keys capped at 1 go last, so each
+// gets a few hundredths of the messages: a cap-1 key serves one message
+// at a time, and the consumers' slow behaviours (holding past the lease,
+// abandoning) keep it for seconds.
+func pickKey(keys []string, rng *rand.Rand) string {
+	if rng.IntN(10) < 4 {
+		return ""
+	}
+	for _, k := range keys[:len(keys)-1] {
+		if rng.IntN(2) == 0 {
+			return k
+		}
+	}
+	return keys[len(keys)-1]
 }
 
 func (w *Workload) enqueue(ctx context.Context, op EnqueueOp, msgs []*raftqv1.EnqueueMessage) Outcome {
@@ -336,6 +360,96 @@ func (co *Consumer) settle(ctx context.Context, kind SettleKind, ref *raftqv1.Le
 		_ = harness.Sleep(base, 200*time.Millisecond)
 	}
 	return out
+}
+
+// Pauses pauses one key of the keyed queue q at a time until ctx ends:
+// a seeded key for a seeded 3–8 s, then waits out the pause and a few
+// seconds more (where the key must flow again) before the next. Each
+// call is one attempt and recorded as answered; a pause never overlaps
+// another of the workload's (an unanswered one may apply late, by an
+// election at most).
+func (w *Workload) Pauses(ctx context.Context, q QueueSpec, rng *rand.Rand) {
+	defer w.c.guard()
+	for ctx.Err() == nil {
+		if harness.Sleep(ctx, time.Duration(1000+rng.IntN(2000))*time.Millisecond) != nil {
+			return
+		}
+		key := q.Keys[rng.IntN(len(q.Keys))]
+		d := time.Duration(3000+rng.IntN(5000)) * time.Millisecond
+		p := PauseOp{Queue: q.Name, Key: key, DurationMs: d.Milliseconds(), Start: time.Now()}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 4*time.Second)
+		info, err := w.one.PauseQueue(cctx, q.Name, key, d)
+		cancel()
+		p.End = time.Now()
+		p.Outcome, p.Code = classify(err)
+		for _, pk := range info.GetPausedKeys() {
+			if pk.GetKey() == key {
+				p.UntilMs = pk.GetUntilMs()
+			}
+		}
+		w.rec.Pause(p)
+		if harness.Sleep(ctx, time.Until(p.Start.Add(d+3*time.Second))) != nil {
+			return
+		}
+	}
+}
+
+// Lookups watches who leads until ctx ends; after each change of leader
+// it asks GetMessage (through the client, so the new leader answers) of
+// a few messages the old leader leased in the last 20 s, and records what
+// the story lists (the checker wants the old leader's lease in it). A
+// message no longer in its queue may be in its dead-letter queue's
+// recent acks: then the DLQ is asked too.
+func (w *Workload) Lookups(ctx context.Context, queues []QueueSpec, rng *rand.Rand) {
+	defer w.c.guard()
+	dlq := map[string]string{}
+	for _, q := range queues {
+		dlq[q.Name] = q.DeadLetter
+	}
+	prev := ""
+	for harness.Sleep(ctx, 2*time.Second) == nil {
+		l, err := w.c.Leader(ctx)
+		if err != nil {
+			continue
+		}
+		if prev != "" && l.ID != prev {
+			ds := w.rec.RecentDeliveries(prev, time.Now().Add(-20*time.Second), 16)
+			rng.Shuffle(len(ds), func(i, j int) { ds[i], ds[j] = ds[j], ds[i] })
+			for _, d := range ds[:min(4, len(ds))] {
+				w.lookup(ctx, d, prev, l.ID, dlq[d.Queue])
+			}
+		}
+		prev = l.ID
+	}
+}
+
+func (w *Workload) lookup(ctx context.Context, d Delivery, oldLeader, newLeader, dlq string) {
+	lk := LeaseLookup{Queue: d.Queue, MessageID: d.MessageID, Token: d.Token, Attempt: d.Attempt, Consumer: d.Consumer,
+		OldLeader: oldLeader, NewLeader: newLeader, At: time.Now(), AskedQueue: d.Queue}
+	ask := func(q string) (*raftqv1.GetMessageResponse, error) {
+		cctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+		defer cancel()
+		return w.one.GetMessage(cctx, q, d.MessageID)
+	}
+	resp, err := ask(d.Queue)
+	if status.Code(err) == codes.NotFound && dlq != "" {
+		lk.AskedQueue = dlq
+		resp, err = ask(dlq)
+	}
+	lk.Outcome, lk.Code = classify(err)
+	if err == nil {
+		lk.State = resp.GetState()
+		for _, a := range resp.GetMessage().GetHistory() {
+			lk.Attempts = append(lk.Attempts, LookupAttempt{Attempt: a.GetAttempt(), Consumer: a.GetConsumer(), Outcome: a.GetOutcome()})
+		}
+		for _, e := range resp.GetEvents() {
+			if e.GetKind() == "leased" {
+				lk.Leased = append(lk.Leased, e.GetDetail())
+			}
+		}
+		lk.Events = len(resp.GetEvents())
+	}
+	w.rec.Lookup(lk)
 }
 
 // Wait waits for every handler to finish settling.
