@@ -105,13 +105,18 @@ class Message:
     delay: float = 0.0
     ttl: float = 0.0
     dedup_id: Optional[str] = None
+    #: Messages of one concurrency key are in flight at most the queue's
+    #: cap for that key at once (``concurrency_limit``/``concurrency_limits``;
+    #: a cap of 1 delivers them in order). Log version 19.
+    concurrency_key: str = ""
 
     def to_proto(self) -> pb.EnqueueMessage:
         payload = self.payload.encode() if isinstance(self.payload, str) else bytes(self.payload)
         return pb.EnqueueMessage(
             payload=payload, headers=dict(self.headers or {}), priority=self.priority,
             fairness_key=self.fairness_key, weight=self.weight, throttle_keys=list(self.throttle_keys),
-            delay_ms=_ms(self.delay), ttl_ms=_ms(self.ttl), dedup_id=self.dedup_id or new_dedup_id())
+            delay_ms=_ms(self.delay), ttl_ms=_ms(self.ttl), dedup_id=self.dedup_id or new_dedup_id(),
+            concurrency_key=self.concurrency_key)
 
 
 def _ms(seconds: Optional[float]) -> int:
@@ -416,11 +421,32 @@ class Client:
         req = pb.PurgeQueueRequest(name=name, idempotency_key=new_dedup_id())
         return self._invoke("PurgeQueue", "broker", req, queue=name, timeout=timeout).purged
 
+    def pause_queue(self, name: str, fairness_key: str = "", duration: float = 0.0, *,
+                    timeout: Optional[float] = None) -> pb.QueueInfo:
+        """Stop new deliveries of a queue (``fairness_key`` empty) or of one
+        fairness key of it, for ``duration`` seconds (0: until
+        :meth:`resume_queue`), and return the queue as it then stands
+        (``paused``, ``paused_until_ms``, ``paused_keys``). Enqueues are
+        accepted and leases already out run to completion; other keys keep
+        flowing. A new pause replaces the old one's end, so a retry after a
+        lost answer only moves the end by the retry's delay. A key the queue
+        has not seen may be paused. Needs log version 17 on every voter
+        (else :class:`~raftq.errors.FailedPrecondition`)."""
+        req = pb.PauseQueueRequest(name=name, fairness_key=fairness_key, duration_ms=_ms(duration))
+        return self._invoke("PauseQueue", "broker", req, queue=name, timeout=timeout).queue
+
+    def resume_queue(self, name: str, fairness_key: str = "", *, timeout: Optional[float] = None) -> pb.QueueInfo:
+        """End the pause of a queue (``fairness_key`` empty: the whole-queue
+        pause; keys paused on their own stay paused) or of one fairness key.
+        Resuming what is not paused is OK."""
+        req = pb.ResumeQueueRequest(name=name, fairness_key=fairness_key)
+        return self._invoke("ResumeQueue", "broker", req, queue=name, timeout=timeout).queue
+
     # -- messages ---------------------------------------------------------
 
     def enqueue(self, queue: str, payload: Union[bytes, str, Message], *, headers: Optional[Mapping[str, str]] = None,
                 priority: int = 0, fairness_key: str = "", weight: int = 0, throttle_keys: Sequence[str] = (),
-                delay: float = 0.0, ttl: float = 0.0, dedup_id: Optional[str] = None,
+                delay: float = 0.0, ttl: float = 0.0, dedup_id: Optional[str] = None, concurrency_key: str = "",
                 timeout: Optional[float] = None) -> str:
         """Enqueue one message and return its id once the cluster committed
         it. ``delay`` and ``ttl`` are seconds. ``dedup_id``: a retry (or a
@@ -428,7 +454,7 @@ class Client:
         nothing and answers the first id; without one a random id is sent."""
         msg = payload if isinstance(payload, Message) else Message(
             payload=payload, headers=headers, priority=priority, fairness_key=fairness_key, weight=weight,
-            throttle_keys=throttle_keys, delay=delay, ttl=ttl, dedup_id=dedup_id)
+            throttle_keys=throttle_keys, delay=delay, ttl=ttl, dedup_id=dedup_id, concurrency_key=concurrency_key)
         return self.enqueue_batch(queue, [msg], timeout=timeout)[0]
 
     def enqueue_batch(self, queue: str, messages: Iterable[Union[Message, bytes, str]], *,
@@ -444,12 +470,28 @@ class Client:
                 f"{MAX_REQUEST_BYTES} a node reads in one request; send fewer messages per call")
         return list(self._invoke("Enqueue", "broker", req, queue=queue, timeout=timeout).message_ids)
 
-    def peek(self, queue: str, limit: int = 10, *, dead_letter: bool = False,
+    def peek(self, queue: str, limit: int = 10, *, dead_letter: bool = False, fairness_key: str = "",
+             reason_contains: str = "", older_than: float = 0.0, after_id: str = "",
              timeout: Optional[float] = None) -> list[pb.Delivery]:
         """The next ready messages in delivery order, without leasing them
-        (``dead_letter``: those in the queue's dead-letter queue)."""
-        req = pb.PeekRequest(queue=queue, limit=limit, dead_letter=dead_letter)
+        (``dead_letter``: those in the queue's dead-letter queue). With any
+        filter (``fairness_key``, ``reason_contains``, which matches
+        ``last_error`` or ``dead_letter_reason``, ``older_than`` seconds
+        since dead-lettering) or ``after_id``, in id order, so pass the last
+        id you got as the next ``after_id`` to page."""
+        req = pb.PeekRequest(queue=queue, limit=limit, dead_letter=dead_letter, fairness_key=fairness_key,
+                             reason_contains=reason_contains, older_than_ms=_ms(older_than), after_id=after_id)
         return list(self._invoke("Peek", "broker", req, queue=queue, timeout=timeout).messages)
+
+    def get_message(self, queue: str, message_id: str, *, timeout: Optional[float] = None) -> pb.GetMessageResponse:
+        """One message's life story: ``state`` (``ready``, ``delayed``,
+        ``in_flight``, ``dead_lettered``, or ``acked`` while its ack is
+        remembered, without its payload), its last attempts and
+        ``last_error`` (in ``message``) and its ``events``, oldest first.
+        A message of the queue that was dead-lettered is found through it.
+        Raises :class:`~raftq.errors.NotFound`."""
+        req = pb.GetMessageRequest(queue=queue, message_id=message_id)
+        return self._invoke("GetMessage", "broker", req, queue=queue, timeout=timeout)
 
     def ack(self, queue: str, *leases: LeaseRefLike, timeout: Optional[float] = None) -> list[pb.ItemResult]:
         """Ack leased messages (deliveries, or ``(id, token)`` pairs); one
@@ -481,9 +523,35 @@ class Client:
         req = pb.ExtendLeaseRequest(queue=queue, leases=[lease_ref(x) for x in leases], extend_by_ms=_ms(extend_by))
         return self._invoke("ExtendLease", "broker", req, queue=queue, timeout=timeout, retry=retry)
 
-    def redrive(self, queue: str, limit: int = 0, *, timeout: Optional[float] = None) -> int:
-        """Move up to ``limit`` (0 = all) messages from the queue's DLQ back."""
-        req = pb.RedriveRequest(queue=queue, limit=limit, idempotency_key=new_dedup_id())
+    def redrive(self, queue: str, limit: int = 0, *, fairness_key: str = "", reason_contains: str = "",
+                older_than: float = 0.0, message_ids: Sequence[str] = (), dry_run: bool = False,
+                rate_per_sec: float = 0.0, timeout: Optional[float] = None) -> int:
+        """Move up to ``limit`` (0 = all) messages from the queue's DLQ back;
+        returns how many moved. Filters as :meth:`peek`'s; ``message_ids``:
+        exactly these (ids not in the DLQ are skipped); ``dry_run``: count
+        only, nothing moves; ``rate_per_sec``: a job the leader runs at that
+        rate (it survives failover; ``get_queue(...).redrives`` shows it, and
+        the count is what it will move). Safe to retry (an idempotency key
+        is sent)."""
+        return self.redrive_job(queue, limit, fairness_key=fairness_key, reason_contains=reason_contains,
+                                older_than=older_than, message_ids=message_ids, dry_run=dry_run,
+                                rate_per_sec=rate_per_sec, timeout=timeout).moved
+
+    def redrive_job(self, queue: str, limit: int = 0, *, fairness_key: str = "", reason_contains: str = "",
+                    older_than: float = 0.0, message_ids: Sequence[str] = (), dry_run: bool = False,
+                    rate_per_sec: float = 0.0, timeout: Optional[float] = None) -> pb.RedriveResponse:
+        """:meth:`redrive` answering the whole ``RedriveResponse`` (a
+        rate-limited redrive names its ``job_id``)."""
+        req = pb.RedriveRequest(queue=queue, limit=limit, idempotency_key=new_dedup_id(), fairness_key=fairness_key,
+                                reason_contains=reason_contains, older_than_ms=_ms(older_than),
+                                message_ids=list(message_ids), dry_run=dry_run, rate_per_sec=rate_per_sec)
+        return self._invoke("Redrive", "broker", req, queue=queue, timeout=timeout)
+
+    def cancel_redrive(self, queue: str, job_id: str, *, timeout: Optional[float] = None) -> int:
+        """End a rate-limited redrive job of the queue; what it moved stays
+        moved, and that count is returned. Raises
+        :class:`~raftq.errors.NotFound` once the job is done."""
+        req = pb.RedriveRequest(queue=queue, cancel_job=job_id, idempotency_key=new_dedup_id())
         return self._invoke("Redrive", "broker", req, queue=queue, timeout=timeout).moved
 
     def list_consumers(self, queue: str, *, timeout: Optional[float] = None) -> list[pb.ConsumerInfo]:
