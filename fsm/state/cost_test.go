@@ -34,6 +34,10 @@ func BenchmarkMessageCost(b *testing.B) {
 			return &fsmv1.EnqueueMessage{Payload: make([]byte, 1024), Headers: map[string]string{"trace": "0123456789abcdef", "kind": "job"},
 				FairnessKey: fmt.Sprint("tenant-", i%100), ThrottleKeys: []string{"api"}, DedupId: fmt.Sprintf("%016x", i)}
 		}},
+		{"1KiB+2headers+dedup", func(i int) *fsmv1.EnqueueMessage { // issue 24's shape
+			return &fsmv1.EnqueueMessage{Payload: make([]byte, 1024), Headers: map[string]string{"trace-id": fmt.Sprintf("%016x", i), "content-type1": "application/json"},
+				DedupId: fmt.Sprintf("%026d", i)}
+		}},
 		{"16KiB-headers", func(int) *fsmv1.EnqueueMessage {
 			h := map[string]string{}
 			for j := range 16 {

@@ -55,7 +55,7 @@ type message struct {
 // key's record of its last one, keyQueue.body), so a backlog of one
 // tenant's messages holds its keys once.
 type body struct {
-	headers        map[string]string
+	headers        packedHeaders // headers.go
 	fairnessKey    string
 	throttleKeys   []string
 	concurrencyKey string // concurrency.go
@@ -82,9 +82,12 @@ type deadLetter struct {
 	story   *story // nil: nothing recorded
 }
 
-func (m *message) headers() map[string]string {
+// headers are m's headers as a new map (nil for none).
+func (m *message) headers() map[string]string { return m.packedHeaders().into(nil) }
+
+func (m *message) packedHeaders() packedHeaders {
 	if m.body == nil {
-		return nil
+		return ""
 	}
 	return m.body.headers
 }
@@ -190,13 +193,13 @@ func newBody(headers map[string]string, fairnessKey string, throttleKeys []strin
 	if headers == nil && fairnessKey == "" && throttleKeys == nil && concurrencyKey == "" {
 		return nil
 	}
-	return &body{headers: headers, fairnessKey: fairnessKey, throttleKeys: throttleKeys, concurrencyKey: concurrencyKey}
+	return &body{headers: packHeaders(headers), fairnessKey: fairnessKey, throttleKeys: throttleKeys, concurrencyKey: concurrencyKey}
 }
 
 // sameKeys reports whether b is the body of a message with these keys and
 // no headers (nil and empty told apart, as callers may see them).
 func (b *body) sameKeys(headers map[string]string, fairnessKey string, throttleKeys []string, concurrencyKey string) bool {
-	return b != nil && b.headers == nil && headers == nil && b.fairnessKey == fairnessKey && b.concurrencyKey == concurrencyKey &&
+	return b != nil && b.headers == "" && headers == nil && b.fairnessKey == fairnessKey && b.concurrencyKey == concurrencyKey &&
 		(b.throttleKeys == nil) == (throttleKeys == nil) && slices.Equal(b.throttleKeys, throttleKeys)
 }
 

@@ -248,7 +248,7 @@ func (e recentEntry) record(r *fsmv1.RecentEntry) {
 	*r = fsmv1.RecentEntry{Kind: e.kind, MessageId: e.messageID, LeaseToken: e.token, IdempotencyKey: e.key, Count: e.count, AtMs: e.atMs}
 	if e.acked != nil {
 		r.Acked = &fsmv1.MessageRecord{}
-		fillMessageRecord(r.Acked, e.acked)
+		fillMessageRecord(r.Acked, e.acked, nil)
 	}
 }
 

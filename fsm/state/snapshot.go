@@ -193,6 +193,7 @@ func (fr *Frozen) Stream(w io.Writer) error {
 		return err
 	}
 	rec := &fsmv1.MessageRecord{}
+	headers := map[string]string{}
 	dedup := &fsmv1.DedupEntry{}
 	recent := &fsmv1.RecentEntry{}
 	for _, fq := range fr.queues {
@@ -201,7 +202,7 @@ func (fr *Frozen) Stream(w io.Writer) error {
 		}
 		var err error
 		fq.msgs.Ascend(func(it msgItem) bool {
-			fillMessageRecord(rec, it.m)
+			fillMessageRecord(rec, it.m, headers)
 			if fr.clusterVersion >= RedriveVersion && it.m.dead != nil {
 				rec.DeadLetteredMs, rec.DeadLetteredIndex = it.m.dead.atMs, it.m.dead.atIndex
 			}
@@ -265,10 +266,12 @@ func putUvarint(buf []byte, x uint64) int {
 	return i + 1
 }
 
-// fillMessageRecord overwrites every field of r with m's.
-func fillMessageRecord(r *fsmv1.MessageRecord, m *message) {
+// fillMessageRecord overwrites every field of r with m's. Its headers
+// map is headers, cleared and refilled, when that is not nil (Stream
+// reuses one for every message), else a new one.
+func fillMessageRecord(r *fsmv1.MessageRecord, m *message, headers map[string]string) {
 	*r = fsmv1.MessageRecord{
-		Id: m.id, Payload: m.payload, Headers: m.headers(), Priority: m.priority,
+		Id: m.id, Payload: m.payload, Headers: m.packedHeaders().into(headers), Priority: m.priority,
 		FairnessKey: m.fairnessKey(), Weight: m.weight, ThrottleKeys: m.throttleKeys(),
 		EnqueuedMs: m.enqueuedMs, VisibleMs: m.visibleMs, ExpiresMs: m.expiresMs,
 		Attempts: m.attempts, LeaseToken: m.leaseToken(), ConsumerId: m.consumerID(),

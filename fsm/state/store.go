@@ -210,7 +210,7 @@ func (s *Store) index(q *queue, m *message) {
 		if m.id >= kq.newest {
 			kq.newest, kq.weight = m.id, m.weight
 		}
-		if m.body != nil && m.body.headers == nil {
+		if m.body != nil && m.body.headers == "" {
 			kq.body = m.body
 		}
 		kq.ids.ReplaceOrInsert(m.id)

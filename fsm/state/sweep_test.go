@@ -111,7 +111,7 @@ func fates(s *Store) string {
 			q.enqueuedTotal, q.ackedTotal, q.nackedTotal, q.expiredTotal)
 		rec := &fsmv1.MessageRecord{}
 		q.msgs.Ascend(func(it msgItem) bool {
-			fillMessageRecord(rec, it.m)
+			fillMessageRecord(rec, it.m, nil)
 			fmt.Fprintf(&b, "  msg {%v}\n", rec)
 			return true
 		})

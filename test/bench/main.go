@@ -102,6 +102,8 @@ func main() {
 	fs.IntVar(&m.PayloadSize, "memory-payload", m.PayloadSize, "memory mode: payload bytes")
 	fs.IntVar(&m.Batch, "memory-batch", m.Batch, "memory mode: messages per Enqueue call")
 	fs.IntVar(&m.Concurrency, "memory-concurrency", m.Concurrency, "memory mode: outstanding Enqueue calls")
+	fs.IntVar(&m.Headers, "memory-headers", m.Headers, "memory mode: headers per message (beside the dedup id the SDK sets)")
+	fs.DurationVar(&m.Settle, "memory-settle", m.Settle, "memory mode: idle time after the last enqueue before VmRSS is read")
 	fs.Float64Var(&m.TrickleRate, "trickle-rate", m.TrickleRate, "memory mode: enqueues per second during the snapshot")
 	fs.DurationVar(&m.Baseline, "trickle-baseline", m.Baseline, "memory mode: trickle time before the snapshot")
 	th := &o.throttle

@@ -27,11 +27,17 @@ type MemoryOptions struct {
 	// before the snapshot, during it, and one second after.
 	TrickleRate float64
 	Baseline    time.Duration
+	// Headers per message (issue 24's shape: two, beside the dedup id the
+	// SDK gives every message), and how long the node idles after the
+	// last enqueue before its VmRSS is read (issue 24: 30 s).
+	Headers int
+	Settle  time.Duration
 }
 
 // DefaultMemoryOptions: a million 1 KiB messages in batches of 100.
 func DefaultMemoryOptions() MemoryOptions {
-	return MemoryOptions{Messages: 1_000_000, PayloadSize: 1024, Batch: 100, Concurrency: 16, TrickleRate: 200, Baseline: 3 * time.Second}
+	return MemoryOptions{Messages: 1_000_000, PayloadSize: 1024, Batch: 100, Concurrency: 16, TrickleRate: 200, Baseline: 3 * time.Second,
+		Headers: 2, Settle: 30 * time.Second}
 }
 
 const memoryQueue = "memory"
@@ -40,7 +46,8 @@ const memoryQueue = "memory"
 // reports its resident memory, the enqueue latency seen while a snapshot
 // is taken, and how long it takes to come back after kill -9.
 func RunMemory(ctx context.Context, log *slog.Logger, bin string, o MemoryOptions) workload.MemoryResult {
-	res := workload.MemoryResult{Messages: o.Messages, PayloadSize: o.PayloadSize, PayloadBytes: o.Messages * int64(o.PayloadSize), TrickleRate: o.TrickleRate}
+	res := workload.MemoryResult{Messages: o.Messages, PayloadSize: o.PayloadSize, PayloadBytes: o.Messages * int64(o.PayloadSize), TrickleRate: o.TrickleRate,
+		Headers: o.Headers, SettleSecs: o.Settle.Seconds()}
 	if err := runMemory(ctx, log, bin, o, &res); err != nil {
 		res.Error = err.Error()
 		log.Error("memory mode", "err", err)
@@ -49,8 +56,8 @@ func RunMemory(ctx context.Context, log *slog.Logger, bin string, o MemoryOption
 }
 
 func runMemory(ctx context.Context, log *slog.Logger, bin string, o MemoryOptions, res *workload.MemoryResult) error {
-	if o.Messages <= 0 || o.Batch <= 0 || o.Concurrency <= 0 || o.PayloadSize < workload.HeaderSize || o.TrickleRate <= 0 {
-		return errors.New("memory options: messages, batch, concurrency and trickle rate must be positive, payload at least 16 bytes")
+	if o.Messages <= 0 || o.Batch <= 0 || o.Concurrency <= 0 || o.PayloadSize < workload.HeaderSize || o.TrickleRate <= 0 || o.Headers < 0 || o.Settle < 0 {
+		return errors.New("memory options: messages, batch, concurrency and trickle rate must be positive, headers and settle not negative, payload at least 16 bytes")
 	}
 	c, err := StartRaftq(ctx, log, bin, 1)
 	if err != nil {
@@ -84,7 +91,8 @@ func runMemory(ctx context.Context, log *slog.Logger, bin string, o MemoryOption
 				msgs := make([]*raftqv1.EnqueueMessage, n)
 				now := time.Now()
 				for i := range msgs {
-					msgs[i] = &raftqv1.EnqueueMessage{Payload: payloads.Make(workload.MakeKey(1, 0, uint64(first)+uint64(i)), now)}
+					seq := uint64(first) + uint64(i)
+					msgs[i] = &raftqv1.EnqueueMessage{Payload: payloads.Make(workload.MakeKey(1, 0, seq), now), Headers: memoryHeaders(o.Headers, seq)}
 				}
 				cctx, cancel := context.WithTimeout(ctx, time.Minute)
 				_, err := cl.Enqueue(cctx, memoryQueue, msgs...)
@@ -107,10 +115,17 @@ func runMemory(ctx context.Context, log *slog.Logger, bin string, o MemoryOption
 	if err != nil {
 		return err
 	}
+	if res.RSSAtFillBytes, err = workload.RSS(pid); err != nil {
+		return err
+	}
+	log.Info("memory: filled", "messages", o.Messages, "seconds", res.EnqueueSecs, "rss_mib", res.RSSAtFillBytes>>20, "settle", o.Settle)
+	if err := harness.Sleep(ctx, o.Settle); err != nil {
+		return err
+	}
 	if res.RSSBytes, err = workload.RSS(pid); err != nil {
 		return err
 	}
-	log.Info("memory: filled", "messages", o.Messages, "seconds", res.EnqueueSecs, "rss_mib", res.RSSBytes>>20)
+	log.Info("memory: settled", "rss_mib", res.RSSBytes>>20)
 
 	// Snapshot under a trickle.
 	tr := newTrickle(cl, payloads, o.TrickleRate)
@@ -184,6 +199,21 @@ func runMemory(ctx context.Context, log *slog.Logger, bin string, o MemoryOption
 		res.RSSAfterRestart, _ = workload.RSS(pid)
 	}
 	return nil
+}
+
+// memoryHeaders are n headers of the kind a producer sets: a per-message
+// trace id and a content type shared by all (so n = 2 is issue 24's
+// shape).
+func memoryHeaders(n int, seq uint64) map[string]string {
+	if n == 0 {
+		return nil
+	}
+	h := make(map[string]string, n)
+	h["trace-id"] = fmt.Sprintf("%016x", seq*0x9e3779b97f4a7c15)
+	for i := 1; i < n; i++ {
+		h[fmt.Sprint("content-type", i)] = "application/json"
+	}
+	return h
 }
 
 // trickle is an open-loop stream of single-message enqueues.

@@ -116,7 +116,7 @@ func TestRaftqMemorySmoke(t *testing.T) {
 	bin := raftqBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o := MemoryOptions{Messages: 500, PayloadSize: 256, Batch: 50, Concurrency: 2, TrickleRate: 50, Baseline: 200 * time.Millisecond}
+	o := MemoryOptions{Messages: 500, PayloadSize: 256, Batch: 50, Concurrency: 2, TrickleRate: 50, Baseline: 200 * time.Millisecond, Headers: 2, Settle: 100 * time.Millisecond}
 	m := RunMemory(ctx, testLog(t), bin, o)
 	if m.Error != "" {
 		t.Fatal(m.Error)

@@ -25,12 +25,17 @@ type Machine struct {
 // MemoryResult is the issue-2 figures of one raftq node: memory held by a
 // large backlog, the Apply stall a snapshot causes, and restart time.
 type MemoryResult struct {
-	Messages     int64   `json:"messages"`
-	PayloadSize  int     `json:"payload_size"`
-	EnqueueSecs  float64 `json:"enqueue_seconds"`
-	EnqueueRate  float64 `json:"enqueue_msgs_per_sec"`
-	RSSBytes     int64   `json:"rss_bytes"`
-	PayloadBytes int64   `json:"payload_bytes"`
+	Messages    int64   `json:"messages"`
+	PayloadSize int     `json:"payload_size"`
+	EnqueueSecs float64 `json:"enqueue_seconds"`
+	EnqueueRate float64 `json:"enqueue_msgs_per_sec"`
+	// RSSBytes is VmRSS SettleSecs after the last enqueue (issue 24's
+	// figure); RSSAtFillBytes right after it. Headers per message.
+	RSSBytes       int64   `json:"rss_bytes"`
+	RSSAtFillBytes int64   `json:"rss_at_fill_bytes"`
+	SettleSecs     float64 `json:"settle_seconds"`
+	Headers        int     `json:"headers"`
+	PayloadBytes   int64   `json:"payload_bytes"`
 	// Snapshot: how long the Snapshot RPC took, and the latency of a
 	// steady trickle of enqueues before and while it ran.
 	SnapshotSecs    float64        `json:"snapshot_seconds"`
@@ -331,7 +336,8 @@ func WriteComparison(w io.Writer, systems []SystemResult, base string) error {
 func WriteMemory(w io.Writer, m *MemoryResult) {
 	mib := func(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 	fmt.Fprintf(w, "memory: %d messages of %d B enqueued in %.1fs (%.0f msgs/s)\n", m.Messages, m.PayloadSize, m.EnqueueSecs, m.EnqueueRate)
-	fmt.Fprintf(w, "memory: VmRSS %s for %s of payload (%.2fx)\n", mib(m.RSSBytes), mib(m.PayloadBytes), float64(m.RSSBytes)/float64(max(m.PayloadBytes, 1)))
+	fmt.Fprintf(w, "memory: VmRSS %s for %s of payload (%.2fx) %.0fs after the last enqueue (%s right after it); %d headers and a dedup id per message\n",
+		mib(m.RSSBytes), mib(m.PayloadBytes), float64(m.RSSBytes)/float64(max(m.PayloadBytes, 1)), m.SettleSecs, mib(m.RSSAtFillBytes), m.Headers)
 	other := "unknown"
 	if m.SnapshotOtherCores >= 0 {
 		other = fmt.Sprintf("%.2f cores", m.SnapshotOtherCores)

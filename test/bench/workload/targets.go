@@ -162,7 +162,8 @@ func Targets(systems []SystemResult, base string, mem *MemoryResult, memNotRun s
 		shape := fmt.Sprintf("%d × %d B, 1 plain node", mem.Messages, mem.PayloadSize)
 		if mem.RSSBytes > 0 && mem.PayloadBytes > 0 {
 			rss.Now = float64(mem.RSSBytes) / float64(mem.PayloadBytes)
-			rss.Detail = fmt.Sprintf("%.0f MiB / %.0f MiB (%s)", float64(mem.RSSBytes)/(1<<20), float64(mem.PayloadBytes)/(1<<20), shape)
+			rss.Detail = fmt.Sprintf("%.0f MiB / %.0f MiB (%s; %d headers + dedup id each, read %.0f s after the last enqueue)",
+				float64(mem.RSSBytes)/(1<<20), float64(mem.PayloadBytes)/(1<<20), shape, mem.Headers, mem.SettleSecs)
 		} else {
 			rss.NotRun = "no RSS reading"
 		}

@@ -1,0 +1,113 @@
+package state
+
+import (
+	"encoding/binary"
+	"slices"
+	"strings"
+)
+
+// packedHeaders is a message's headers as one immutable string (issue
+// 24: memory near the payload): for each header in key order, the
+// key's length (uvarint), the key, the value's length and the value. ""
+// is no headers. A map of two headers held ~400 bytes per message (the
+// map's table and a string per key and value, as the entry's decode
+// made them); packed they take their bytes plus four length bytes, in
+// one allocation.
+//
+// Only the representation changed: what a message costs
+// (contentCost), what snapshots and digests carry (a map in
+// MessageRecord, marshalled in key order) and what readers see (a map)
+// are as before, so no log version is involved. An empty map is kept
+// apart from none, as the map was (emptyHeaders).
+type packedHeaders string
+
+// emptyHeaders is an empty, not nil, map of headers: a byte no packing
+// makes (a header takes at least two).
+const emptyHeaders packedHeaders = "\x00"
+
+// packHeaders packs h.
+func packHeaders(h map[string]string) packedHeaders {
+	switch {
+	case h == nil:
+		return ""
+	case len(h) == 0:
+		return emptyHeaders
+	}
+	keys := make([]string, 0, len(h))
+	n := 0
+	for k, v := range h {
+		keys = append(keys, k)
+		n += len(k) + len(v) + 2*binary.MaxVarintLen32
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	b.Grow(n)
+	var lb [binary.MaxVarintLen64]byte
+	for _, k := range keys {
+		v := h[k]
+		b.Write(lb[:binary.PutUvarint(lb[:], uint64(len(k)))])
+		b.WriteString(k)
+		b.Write(lb[:binary.PutUvarint(lb[:], uint64(len(v)))])
+		b.WriteString(v)
+	}
+	// One right-sized copy: the builder's buffer was sized for the
+	// longest lengths.
+	return packedHeaders(strings.Clone(b.String()))
+}
+
+// each calls f with every header in key order until it returns false.
+func (p packedHeaders) each(f func(k, v string) bool) {
+	if p == emptyHeaders {
+		return
+	}
+	s := string(p)
+	next := func() string {
+		var n, shift uint
+		i := 0
+		for ; s[i] >= 0x80; i++ {
+			n |= uint(s[i]&0x7f) << shift
+			shift += 7
+		}
+		n |= uint(s[i]) << shift
+		v := s[i+1 : i+1+int(n)]
+		s = s[i+1+int(n):]
+		return v
+	}
+	for len(s) > 0 {
+		k := next()
+		if !f(k, next()) {
+			return
+		}
+	}
+}
+
+// count is the number of headers.
+func (p packedHeaders) count() int {
+	n := 0
+	p.each(func(string, string) bool { n++; return true })
+	return n
+}
+
+// into returns the headers as a map: m, cleared and filled, when it is
+// not nil (a caller that marshals one message after another reuses one
+// map), else a new one; nil for none.
+func (p packedHeaders) into(m map[string]string) map[string]string {
+	if p == "" {
+		return nil
+	}
+	if m == nil {
+		m = make(map[string]string, p.count())
+	} else {
+		clear(m)
+	}
+	p.each(func(k, v string) bool { m[k] = v; return true })
+	return m
+}
+
+// cost is what the headers count in contentCost: the per-header
+// overhead and the bytes of each key and value.
+func (p packedHeaders) cost() int64 {
+	var n int64
+	p.each(func(k, v string) bool { n += int64(HeaderOverheadBytes + len(k) + len(v)); return true })
+	return n
+}
