@@ -137,13 +137,18 @@ type Config struct {
 
 	// PromoteAfter and PromoteMaxLag: a server the leader adds to the
 	// configuration joins as a nonvoter, and is promoted to voter once its
-	// applied index (as Node.SetPeerProgress reports it) has stayed within
+	// applied index (as PeerProgress reports it) has stayed within
 	// PromoteMaxLag entries of the leader's commit index for PromoteAfter
 	// (defaults 3s and 1024 entries). Until then it takes the log and
 	// counts toward no quorum. Servers a bootstrap names are voters from
 	// the start.
 	PromoteAfter  time.Duration
 	PromoteMaxLag uint64
+	// PeerProgress asks a node for its applied index, which
+	// hashicorp/raft does not expose (the host asks the node's API,
+	// peers.Pool.Progress). nil: a server the leader adds stays a
+	// nonvoter.
+	PeerProgress PeerProgress
 
 	// Raft timing. Defaults (1s, 1s, 500ms) suit a small machine whose
 	// nodes share cores and a disk; tests use shorter ones.

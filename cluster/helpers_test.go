@@ -185,6 +185,9 @@ func startNode(t *testing.T, cfg Config) *testNode {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if cfg.PeerProgress == nil {
+		cfg.PeerProgress = dialProgress
+	}
 	tn := &testNode{cfg: cfg, fsm: &testFSM{}, svc: &testLeader{}}
 	n, err := New(ctx, cfg, tn.fsm, tn.svc)
 	if err != nil {
@@ -192,7 +195,6 @@ func startNode(t *testing.T, cfg Config) *testNode {
 	}
 	tn.Node = n
 	serveProgress(t, tn)
-	n.SetPeerProgress(dialProgress)
 	return tn
 }
 

@@ -387,20 +387,6 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	return n, nil
 }
 
-// SetPeerProgress gives the leader a way to ask a node for its applied
-// index, which hashicorp/raft does not expose: a server added to the
-// configuration is a nonvoter until it has caught up (Config.PromoteAfter),
-// and stays one while p is nil. The serving layer sets it once it can
-// reach its peers.
-func (n *Node) SetPeerProgress(p PeerProgress) {
-	if p == nil {
-		n.rec.progress.Store(nil)
-		return
-	}
-	n.rec.progress.Store(&p)
-	notify(n.rec.wake)
-}
-
 // SetGossipKeys replaces the gossip keyring of a node started with
 // Config.GossipKeys: keys[0] encrypts, every key is accepted, others are
 // dropped. Rotating a key takes three rounds over every node: add the new

@@ -29,21 +29,11 @@ func TestNonvoterPromotedOnceCaughtUp(t *testing.T) {
 	acfg := testConfig(t, "a", dir, 1)
 	acfg.PromoteAfter = 500 * time.Millisecond
 	acfg.PromoteMaxLag = 8
-	a := startNode(t, acfg)
-	defer shutdown(t, a)
-	if _, err := a.WaitLeader(ctxTimeout(t, 10*time.Second)); err != nil {
-		t.Fatalf("no leader: %v", err)
-	}
-	for i := range 50 {
-		if _, err := a.Apply(ctxTimeout(t, 5*time.Second), fmt.Appendf(nil, "e%d", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// b's progress as the leader learns it: held far behind at first (a
 	// slow node), or not answering.
 	var mode atomic.Int32 // 0 behind, 1 unknown, 2 the real answer
 	probes := map[int32]*atomic.Int64{0: {}, 1: {}, 2: {}}
-	a.SetPeerProgress(func(ctx context.Context, id, addr string) (uint64, error) {
+	acfg.PeerProgress = func(ctx context.Context, id, addr string) (uint64, error) {
 		m := mode.Load()
 		if id == "b" {
 			probes[m].Add(1)
@@ -55,7 +45,17 @@ func TestNonvoterPromotedOnceCaughtUp(t *testing.T) {
 			return 0, fmt.Errorf("no answer from %s", id)
 		}
 		return dialProgress(ctx, id, addr)
-	})
+	}
+	a := startNode(t, acfg)
+	defer shutdown(t, a)
+	if _, err := a.WaitLeader(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatalf("no leader: %v", err)
+	}
+	for i := range 50 {
+		if _, err := a.Apply(ctxTimeout(t, 5*time.Second), fmt.Appendf(nil, "e%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	seen, stopWatch := watchSuffrage(a, "b")
 	defer stopWatch()

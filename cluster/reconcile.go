@@ -29,9 +29,6 @@ type reconciler struct {
 	// address with its own node certificate; a member that cannot is
 	// never added (gossip alone does not make a voter).
 	checkNode func(ctx context.Context, id, addr string) error
-	// progress asks a node for its applied index (Node.SetPeerProgress);
-	// while nil, nonvoters wait.
-	progress atomic.Pointer[PeerProgress]
 }
 
 // PeerProgress asks node id, whose API gossip advertises at grpcAddr, for
@@ -318,14 +315,13 @@ func (rc *reconciler) recheck() time.Duration {
 // removal in between, a repair's, is not undone). It returns when to
 // check again and whether it promoted.
 func (rc *reconciler) promote(ctx context.Context, st *reconcileState, cfgIndex uint64, id string, m member) (time.Duration, bool, error) {
-	p := rc.progress.Load()
+	p := rc.cfg.PeerProgress
 	if p == nil {
 		// Nothing can tell whether it caught up: it waits, a nonvoter.
-		// SetPeerProgress wakes the reconciler.
 		return 0, false, nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, progressTimeout)
-	applied, err := (*p)(pctx, id, m.meta.GRPC)
+	applied, err := p(pctx, id, m.meta.GRPC)
 	cancel()
 	commit := rc.r.CommitIndex()
 	lag := uint64(0)

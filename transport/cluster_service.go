@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -80,7 +79,7 @@ func (c *clusterService) peerApplied(ctx context.Context, nodes []*raftqv1.Node)
 		if n.Id == c.s.b.ID() || n.PeerGrpcAddr == "" || n.State == "unreachable" {
 			continue
 		}
-		conn, err := c.s.peers.get(n.Id, n.PeerGrpcAddr)
+		conn, err := c.s.peers.Get(n.Id, n.PeerGrpcAddr)
 		if err != nil {
 			continue
 		}
@@ -98,23 +97,6 @@ func (c *clusterService) peerApplied(ctx context.Context, nodes []*raftqv1.Node)
 		})
 	}
 	wg.Wait()
-}
-
-// peerProgress is the leader's cluster.PeerProgress: node id's applied
-// index, from its own Status (local_only).
-func (s *Server) peerProgress(ctx context.Context, id, grpcAddr string) (uint64, error) {
-	if grpcAddr == "" {
-		return 0, fmt.Errorf("node %s advertises no gRPC address", id)
-	}
-	conn, err := s.peers.get(id, grpcAddr)
-	if err != nil {
-		return 0, err
-	}
-	st, err := raftqv1.NewClusterClient(conn).Status(ctx, &raftqv1.StatusRequest{LocalOnly: true})
-	if err != nil {
-		return 0, err
-	}
-	return st.GetAppliedIndex(), nil
 }
 
 func (c *clusterService) RemoveNode(ctx context.Context, req *raftqv1.RemoveNodeRequest) (*raftqv1.RemoveNodeResponse, error) {
@@ -221,7 +203,7 @@ func (c *clusterService) Verify(ctx context.Context, _ *raftqv1.VerifyRequest) (
 		}
 		idx = cp.Index
 	} else {
-		conn, err := c.s.peers.get(route.LeaderID, route.LeaderAddr)
+		conn, err := c.s.peers.Get(route.LeaderID, route.LeaderAddr)
 		if err != nil {
 			return nil, toStatus(err)
 		}
@@ -243,7 +225,7 @@ func (c *clusterService) Verify(ctx context.Context, _ *raftqv1.VerifyRequest) (
 			nd, err = c.LocalDigest(ctx, &raftqv1.LocalDigestRequest{Index: idx})
 		} else if n.GRPCAddr == "" {
 			err = errors.New("address unknown")
-		} else if conn, cerr := c.s.peers.get(n.ID, n.GRPCAddr); cerr != nil {
+		} else if conn, cerr := c.s.peers.Get(n.ID, n.GRPCAddr); cerr != nil {
 			err = cerr
 		} else {
 			nctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -71,7 +71,7 @@ func (s *Server) askRepair(ctx context.Context, c *cluster.Corruption) (removed 
 		if m.ID == s.b.ID() || !m.Alive || m.GRPCAddr == "" {
 			continue
 		}
-		conn, err := s.peers.get(m.ID, m.GRPCAddr)
+		conn, err := s.peers.Get(m.ID, m.GRPCAddr)
 		if err != nil {
 			continue
 		}

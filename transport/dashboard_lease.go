@@ -150,7 +150,7 @@ func (d dashBackend) Get(ctx context.Context, req *raftqv1.LeaseRequest, wait ti
 // that the leader honours from a node certificate), and passes on what
 // it delivers until ctx ends.
 func (d dashBackend) remoteLease(ctx context.Context, leaderID, leaderAddr string, req *raftqv1.LeaseRequest, out chan<- *raftqv1.Delivery) error {
-	conn, err := d.s.peers.get(leaderID, leaderAddr)
+	conn, err := d.s.peers.Get(leaderID, leaderAddr)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "cannot reach the leader %s: %v", leaderID, err)
 	}

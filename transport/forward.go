@@ -4,19 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/raftq/raftq/cluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
-	"github.com/raftq/raftq/transport/auth"
 	"github.com/raftq/raftq/transport/broker"
-	"github.com/raftq/raftq/transport/tlsconfig"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -220,7 +215,7 @@ func (s *Server) forward(ctx context.Context, route broker.Route, method string,
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	conn, err := s.peers.get(route.LeaderID, route.LeaderAddr)
+	conn, err := s.peers.Get(route.LeaderID, route.LeaderAddr)
 	if err != nil {
 		return nil, redirectError(route.LeaderID, route.LeaderClientAddr)
 	}
@@ -254,62 +249,4 @@ func (s *Server) route(ctx context.Context) (broker.Route, error) {
 
 func isNotLeader(err error) bool {
 	return errors.Is(err, cluster.ErrNotLeader) || errors.Is(err, scheduler.ErrNotLeader)
-}
-
-// peerPool keeps one client connection per peer (node id and address).
-// With TLS, a connection presents this node's certificate and accepts
-// only the node certificate of the id it was made for, so a call is never
-// forwarded to, nor a digest taken from, anything but that node.
-type peerPool struct {
-	tls    *tlsconfig.Source   // nil: plaintext
-	auth   *auth.Authenticator // carries the caller's identity on every call
-	mu     sync.Mutex
-	conns  map[peerKey]*grpc.ClientConn
-	closed bool // no connection is made after close (none would be closed)
-}
-
-type peerKey struct{ id, addr string }
-
-func newPeerPool(src *tlsconfig.Source, a *auth.Authenticator) *peerPool {
-	return &peerPool{tls: src, auth: a, conns: map[peerKey]*grpc.ClientConn{}}
-}
-
-func (p *peerPool) get(id, addr string) (*grpc.ClientConn, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil, fmt.Errorf("peer %s: %w", id, errPeersClosed)
-	}
-	k := peerKey{id, addr}
-	if c, ok := p.conns[k]; ok {
-		return c, nil
-	}
-	creds := insecure.NewCredentials()
-	if p.tls != nil {
-		if id == "" {
-			return nil, fmt.Errorf("peer %s: node id unknown, cannot check its certificate", addr)
-		}
-		creds = credentials.NewTLS(p.tls.NodeClientConfig(id))
-	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
-		grpc.WithChainUnaryInterceptor(p.auth.ClientUnary),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRequestBytes), grpc.MaxCallSendMsgSize(MaxRequestBytes)))
-	if err != nil {
-		return nil, err
-	}
-	p.conns[k] = c
-	return c, nil
-}
-
-// errPeersClosed: the node's server stopped.
-var errPeersClosed = errors.New("the node's server is stopping")
-
-func (p *peerPool) close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	for addr, c := range p.conns {
-		_ = c.Close()
-		delete(p.conns, addr)
-	}
 }

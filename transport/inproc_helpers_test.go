@@ -25,6 +25,7 @@ import (
 
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/peers"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
 	"github.com/raftq/raftq/transport/auth"
@@ -85,6 +86,7 @@ type inprocNode struct {
 	sched  *scheduler.Scheduler // b.Scheduler()
 	node   *cluster.Node        // b.Node()
 	srv    *Server
+	peers  *peers.Pool // closed after b
 	conn   *grpc.ClientConn
 	broker raftqv1.BrokerClient
 	admin  raftqv1.ClusterClient
@@ -209,22 +211,28 @@ func (c *inprocCluster) startNodeAt(id string, join []string, at nodeAddrs) *inp
 	if o.nodeConfig != nil {
 		o.nodeConfig(id, &cc)
 	}
+	acfg := auth.Config{Mode: o.auth, BootstrapToken: o.bootstrapToken, Logger: l.With("component", "audit"), NodeTLS: nodeTLS != nil}
+	n.peers = peers.New(nodeTLS, auth.NewForwarder(acfg).ClientUnary)
+	cc.PeerProgress = n.peers.Progress
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	n.b, err = broker.New(ctx, broker.Config{
 		Cluster:        cc,
 		MaxQueuedBytes: o.maxQueuedBytes,
 		Audit:          o.audit,
 		CarryGrants:    o.carryGrants,
+		Peers:          n.peers,
 		Logger:         l,
 	})
 	cancel()
 	if err != nil {
 		lis.Close()
+		n.peers.Close()
 		c.t.Fatalf("start %s: %v", id, err)
 	}
 	n.state, n.sched, n.node = n.b.State(), n.b.Scheduler(), n.b.Node()
-	authn := auth.New(auth.Config{Mode: o.auth, BootstrapToken: o.bootstrapToken, State: n.b.State().Auth, Logger: l.With("component", "audit"), NodeTLS: nodeTLS != nil})
-	n.srv = New(Config{Logger: l.With("component", "transport"), LeaderWait: o.leaderWait, TLS: nodeTLS, Auth: authn, ReplicaCheckInterval: o.replicaCheck}, n.b)
+	acfg.State = n.b.State().Auth
+	authn := auth.New(acfg)
+	n.srv = New(Config{Logger: l.With("component", "transport"), LeaderWait: o.leaderWait, TLS: nodeTLS, Auth: authn, ReplicaCheckInterval: o.replicaCheck, Peers: n.peers}, n.b)
 	go func() { n.served <- n.srv.Serve(lis) }()
 	creds := insecure.NewCredentials()
 	if o.tls != nil {
@@ -255,6 +263,7 @@ func (c *inprocCluster) restart(n *inprocNode) *inprocNode {
 	if err := n.b.Close(ctx); err != nil {
 		c.t.Errorf("%s: shutdown: %v", n.id, err)
 	}
+	n.peers.Close()
 	var join []string
 	for _, o := range c.nodes {
 		if o != n {
@@ -428,6 +437,7 @@ func (c *inprocCluster) stop() {
 		if err := n.b.Close(ctx); err != nil {
 			t.Errorf("%s: shutdown: %v", n.id, err)
 		}
+		n.peers.Close()
 	}
 	checkNoLeaks(t, c.base)
 }

@@ -119,7 +119,7 @@ func (s *Server) checkReplicas(ctx context.Context) error {
 		if n.ID == self || n.GRPCAddr == "" {
 			continue
 		}
-		conn, err := s.peers.get(n.ID, n.GRPCAddr)
+		conn, err := s.peers.Get(n.ID, n.GRPCAddr)
 		if err != nil {
 			continue
 		}
@@ -152,7 +152,7 @@ func (s *Server) checkReplicas(ctx context.Context) error {
 		s.divergences.WithLabelValues(a.id).Inc()
 		s.log.Error("replica check: a replica's state differs from the leader's at a checkpoint; it stops serving reads until repaired",
 			"node", a.id, "voter", a.voter, "checkpoint", idx, "digest", a.digest, "leader_digest", ref)
-		conn, err := s.peers.get(a.id, a.addr)
+		conn, err := s.peers.Get(a.id, a.addr)
 		if err != nil {
 			continue
 		}
@@ -316,7 +316,7 @@ func (c *clusterService) ReportDivergence(ctx context.Context, req *raftqv1.Repo
 	if route.Local {
 		return nil, status.Error(codes.FailedPrecondition, "this node leads: it compares its own digest with the replicas' itself")
 	}
-	conn, err := c.s.peers.get(route.LeaderID, route.LeaderAddr)
+	conn, err := c.s.peers.Get(route.LeaderID, route.LeaderAddr)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -367,24 +367,4 @@ func (c *clusterService) RecountQueues(ctx context.Context, req *raftqv1.Recount
 	}
 	c.s.log.Info("counter audit: recount committed", "queues", req.GetQueues(), "repaired_here", len(res.Repairs), "byte_total_repaired_here", res.TotalBytesRepaired)
 	return &raftqv1.RecountQueuesResponse{}, nil
-}
-
-// reportDrift is this node's broker.DriftReporter: it asks the leader for
-// a recount, at the leader's peer address.
-func (s *Server) reportDrift(ctx context.Context, queues []string) error {
-	route, err := s.route(ctx)
-	if err != nil {
-		return err
-	}
-	req := &raftqv1.RecountQueuesRequest{Queues: queues, ReportedBy: s.b.ID()}
-	if route.Local {
-		_, err := (&clusterService{s: s}).RecountQueues(ctx, req)
-		return err
-	}
-	conn, err := s.peers.get(route.LeaderID, route.LeaderAddr)
-	if err != nil {
-		return err
-	}
-	_, err = raftqv1.NewClusterClient(conn).RecountQueues(ctx, req)
-	return err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/peers"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/transport/auth"
 	"github.com/raftq/raftq/transport/broker"
@@ -26,7 +27,7 @@ import (
 
 // MaxRequestBytes is the largest request a node reads; clients check it
 // before sending (client.MaxRequestBytes).
-const MaxRequestBytes = 64 << 20
+const MaxRequestBytes = peers.MaxMessageBytes
 
 // Config tunes the server.
 type Config struct {
@@ -59,6 +60,11 @@ type Config struct {
 	// ReplicaCheckInterval is how often the leader checks that every
 	// replica's state digest agrees (replica.go); 0 = 1m, negative = never.
 	ReplicaCheckInterval time.Duration
+	// Peers is the node's connections to the other nodes (forwarding,
+	// status, digests, hand-backs), owned by the host, which closes it
+	// after Stop; nil = a pool of the server's own (over TLS and Auth),
+	// closed by Stop.
+	Peers *peers.Pool
 }
 
 // Server serves the Broker and Cluster services of one node.
@@ -68,7 +74,9 @@ type Server struct {
 	b     *broker.Broker
 	node  *cluster.Node // b's, for status and admin operations
 	state *fsm.FSM      // b's, for digests and metrics
-	peers *peerPool
+	peers *peers.Pool
+	// ownPeers: peers is the server's own, closed by Stop.
+	ownPeers bool
 	// settles tracks the acks and nacks in progress, for Lease streams
 	// that end (settle.go).
 	settles *settleGate
@@ -142,7 +150,7 @@ func New(cfg Config, b *broker.Broker) *Server {
 		b:            b,
 		node:         b.Node(),
 		state:        b.State(),
-		peers:        newPeerPool(cfg.TLS, cfg.Auth),
+		peers:        cfg.Peers,
 		settles:      newSettleGate(),
 		health:       health.NewServer(),
 		stopping:     make(chan struct{}),
@@ -163,6 +171,9 @@ func New(cfg Config, b *broker.Broker) *Server {
 			Name: "raftq_replica_divergence_total",
 			Help: "Replica checks led by this node that found a node's state digest differing from the replicas' (node is the one that differed). Every one is a bug report.",
 		}, []string{"node"}),
+	}
+	if s.peers == nil {
+		s.peers, s.ownPeers = peers.New(cfg.TLS, cfg.Auth.ClientUnary), true
 	}
 	if cfg.ReplicaCheckInterval == 0 {
 		cfg.ReplicaCheckInterval = defaultReplicaCheckInterval
@@ -196,11 +207,6 @@ func New(cfg Config, b *broker.Broker) *Server {
 	s.stopHandBack = cancel
 	go s.handBackLoop(hctx)
 	s.startDashboard()
-	// A server the leader adds is a nonvoter until its applied index,
-	// asked here as cluster status asks it, has caught up.
-	s.node.SetPeerProgress(s.peerProgress)
-	// A follower's counter audit has the leader commit its recounts.
-	b.SetDriftReporter(s.reportDrift)
 	rctx, rcancel := context.WithCancel(context.Background())
 	s.stopReplica = rcancel
 	go s.replicaLoop(rctx, cfg.ReplicaCheckInterval)
@@ -283,8 +289,8 @@ func (s *Server) Stop(ctx context.Context) {
 		s.stopReplica()
 		<-s.replicaDone
 		<-s.corruptDone
-		s.node.SetPeerProgress(nil) // the peers' connections close now
-		s.b.SetDriftReporter(nil)
-		s.peers.close()
+		if s.ownPeers {
+			s.peers.Close()
+		}
 	})
 }

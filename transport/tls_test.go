@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/peers"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/transport/auth"
 	"github.com/raftq/raftq/transport/tlsconfig/pki"
@@ -129,9 +130,9 @@ func TestForwardDialChecksTheLeader(t *testing.T) {
 			go func() { defer close(done); _ = srv.Serve(lis) }()
 			defer func() { srv.Stop(); <-done }()
 
-			pool := newPeerPool(self, auth.New(auth.Config{}))
-			defer pool.close()
-			conn, err := pool.get("n1", lis.Addr().String())
+			pool := peers.New(self, auth.New(auth.Config{}).ClientUnary)
+			defer pool.Close()
+			conn, err := pool.Get("n1", lis.Addr().String())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,7 +150,7 @@ func TestForwardDialChecksTheLeader(t *testing.T) {
 			}
 		})
 	}
-	if _, err := newPeerPool(self, auth.New(auth.Config{})).get("", "127.0.0.1:1"); err == nil {
+	if _, err := peers.New(self, nil).Get("", "127.0.0.1:1"); err == nil {
 		t.Fatal("a peer with no id was dialled with TLS")
 	}
 }

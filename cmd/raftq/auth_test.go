@@ -194,13 +194,13 @@ func TestServeAuthFlags(t *testing.T) {
 		{authOptions{adminCN: "ops"}, false, "", "--admin-cn needs"},
 		{authOptions{mode: "mtls", adminCN: "o p"}, false, "", "--admin-cn"},
 	} {
-		a, err := tc.o.authenticator(tc.tlsOn, nil, log)
+		a, err := tc.o.config(tc.tlsOn, log)
 		switch {
 		case tc.wantErr != "":
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("%+v: %v, want an error with %q", tc.o, err, tc.wantErr)
 			}
-		case err != nil || string(a.Mode()) != tc.want:
+		case err != nil || string(a.Mode) != tc.want:
 			t.Errorf("%+v: %v, %v; want mode %s", tc.o, a, err, tc.want)
 		}
 	}

@@ -1,23 +1,19 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"runtime/debug"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/diskguard"
-	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/host"
 	"github.com/raftq/raftq/transport"
 	"github.com/raftq/raftq/transport/broker"
 	"github.com/raftq/raftq/transport/tlsconfig"
@@ -101,11 +97,11 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 			}
 			return errors.Join(errs...)
 		},
-		// main's context ends on SIGINT/SIGTERM: a graceful stop (see stopNode).
+		// main's context ends on SIGINT/SIGTERM: a graceful stop (host.Host.Run).
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for {
 				err := runServe(cmd.Context(), o, mem)
-				if !errors.Is(err, errRepairRestart) {
+				if !errors.Is(err, host.ErrRepairRestart) {
 					return err
 				}
 				// A diverged replica was removed for repair: start again
@@ -180,48 +176,6 @@ func newLogger(level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
-// stopNode stops the node within timeout (a container runtime kills it
-// after its stop timeout, 10 s by default). By default the node stays in
-// the cluster, a voter if it was one, so restarts never shrink it; leave
-// (--leave-on-terminate) takes it out first. The steps, each with a
-// share of the time so a slow one cannot starve the next:
-//  1. leave, or hand leadership over: the scheduler stops, Lease streams
-//     end with a redirect to the new leader, and writes flow there;
-//  2. drain the API: calls in flight finish, streams end;
-//  3. stop the node (Raft, gossip, stores).
-func stopNode(log *slog.Logger, b *broker.Broker, srv *transport.Server, httpSrv *http.Server, leave bool, timeout time.Duration) {
-	stopBy := time.Now().Add(timeout)
-	// before leaves reserve for the steps after this one.
-	before := func(reserve time.Duration) (context.Context, context.CancelFunc) {
-		return context.WithDeadline(context.Background(), stopBy.Add(-reserve))
-	}
-	ctx, cancel := before(timeout / 4)
-	if leave {
-		// Forced: the flag is the operator's standing decision, even
-		// below --bootstrap-expect (the reconciler removes a left member
-		// at once regardless).
-		if err := b.Leave(ctx, true); err != nil {
-			log.Warn("leaving the cluster", "err", err)
-		}
-	} else if id, err := b.HandOff(ctx); err != nil {
-		log.Info("no leadership hand-over before stopping", "err", err)
-	} else if id != "" {
-		log.Info("handed leadership over", "new_leader", id)
-	}
-	cancel()
-	ctx, cancel = before(timeout / 8)
-	srv.Stop(ctx)
-	if httpSrv != nil {
-		_ = httpSrv.Shutdown(ctx)
-	}
-	cancel()
-	ctx, cancel = before(0)
-	defer cancel()
-	if err := b.Close(ctx); err != nil {
-		log.Warn("node shutdown", "err", err)
-	}
-}
-
 // resolveNodeID settles the node's id: the one given, which must match the
 // one recorded in the data dir if there is one; else the recorded one; else
 // the host name (recorded at the first start, so a container's random
@@ -254,41 +208,30 @@ func resolveNodeID(o *serveOptions) error {
 	return nil
 }
 
-// startingHandler serves the operator port while the node starts: the
-// process is alive (/healthz 200) but not ready (everything else 503),
-// until ready installs the node's own handler.
-type startingHandler struct {
-	node atomic.Pointer[http.Handler]
-}
-
-func (h *startingHandler) ready(node http.Handler) { h.node.Store(&node) }
-
-func (h *startingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if node := h.node.Load(); node != nil {
-		(*node).ServeHTTP(w, r)
-		return
-	}
-	if r.URL.Path == "/healthz" {
-		_, _ = w.Write([]byte("starting\n"))
-		return
-	}
-	http.Error(w, "starting: restoring state from the data dir", http.StatusServiceUnavailable)
-}
-
-// errRepairRestart ends runServe when the node must start again (replica
-// repair, transport/replica.go).
-var errRepairRestart = errors.New("restart for replica repair")
-
 func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
-	log, err := newLogger(o.logLevel)
+	cfg, err := hostConfig(o, mem)
 	if err != nil {
 		return err
 	}
+	h, err := host.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return h.Run(ctx)
+}
+
+// hostConfig checks the flags and turns them into the node's
+// configuration; nothing is bound or opened yet.
+func hostConfig(o *serveOptions, mem memoryBudget) (host.Config, error) {
+	log, err := newLogger(o.logLevel)
+	if err != nil {
+		return host.Config{}, err
+	}
 	if o.stallAfter <= 0 {
-		return fmt.Errorf("--dashboard-stall-after %s: want a duration above 0", o.stallAfter)
+		return host.Config{}, fmt.Errorf("--dashboard-stall-after %s: want a duration above 0", o.stallAfter)
 	}
 	if err := resolveNodeID(o); err != nil {
-		return err
+		return host.Config{}, err
 	}
 	if limit := mem.goMemoryLimit(); limit > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(limit)
@@ -296,32 +239,8 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 			"max_queued_bytes", o.maxQueuedBytes, "max_pending_bytes", o.maxPending)
 	}
 	if err := checkBinds(o); err != nil {
-		return err
+		return host.Config{}, err
 	}
-	var tlsSrc *tlsconfig.Source
-	if o.tls.Enabled() {
-		if tlsSrc, err = tlsconfig.Load(o.tls, log.With("component", "tls")); err != nil {
-			return err
-		}
-		if name := tlsSrc.NodeName(); name != o.nodeID {
-			return fmt.Errorf("--tls-cert is node %q's certificate, but --node-id is %q: other nodes would refuse this one", name, o.nodeID)
-		}
-	}
-	var gossipKeys [][]byte
-	if o.gossipKeyFile != "" {
-		if gossipKeys, err = readGossipKeys(o.gossipKeyFile, log); err != nil {
-			return err
-		}
-	}
-	// SIGHUP (and, for certificates, a change of the files, checked
-	// every few seconds) reloads the TLS material and the gossip keyring:
-	// rotation without a restart.
-	rl := &reloader{log: log, tls: tlsSrc}
-	rctx, stopReload := context.WithCancel(ctx)
-	defer stopReload()
-	reloadDone := rl.start(rctx)
-	defer func() { stopReload(); <-reloadDone }()
-
 	adv := map[string]string{}
 	for name, bind := range map[string]string{"grpc": o.grpcAddr, "raft": o.raftAddr, "gossip": o.gossipAddr, "http": o.httpAddr} {
 		if bind == "" {
@@ -329,154 +248,75 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 		}
 		a, err := advertise(bind, o.advertiseHost, net.InterfaceAddrs)
 		if err != nil {
-			return fmt.Errorf("--%s-addr: %w", name, err)
+			return host.Config{}, fmt.Errorf("--%s-addr: %w", name, err)
 		}
 		adv[name] = a
 	}
 	if o.advertiseGRPC != "" {
 		if err := checkHostPort(o.advertiseGRPC); err != nil {
-			return fmt.Errorf("--advertise-grpc-addr: %w", err)
+			return host.Config{}, fmt.Errorf("--advertise-grpc-addr: %w", err)
 		}
 	}
 	if o.advertiseHTTP != "" {
 		if err := checkHostPort(o.advertiseHTTP); err != nil {
-			return fmt.Errorf("--advertise-http-addr: %w", err)
+			return host.Config{}, fmt.Errorf("--advertise-http-addr: %w", err)
 		}
 		if adv["http"] != "" { // no HTTP port, nothing to advertise
 			adv["http"] = o.advertiseHTTP
 		}
 	}
-	// Checked before anything starts; it reads the node's state (b) only
-	// once calls arrive.
-	var b *broker.Broker
-	authn, err := o.auth.authenticator(tlsSrc != nil, func() *fsm.Auth { return b.State().Auth() }, log)
+	// Checked before anything starts.
+	acfg, err := o.auth.config(o.tls.Enabled(), log)
 	if err != nil {
-		return err
+		return host.Config{}, err
 	}
-	grpcLis, err := net.Listen("tcp", o.grpcAddr)
-	if err != nil {
-		return fmt.Errorf("--grpc-addr: %w", err)
-	}
-	defer grpcLis.Close()
-	errc := make(chan error, 2)
-	// The operator port answers from the start: restoring a large state
-	// takes seconds (13 s for a million messages), during which a liveness
-	// probe must see the process alive and a readiness probe must not see
-	// it ready.
-	httpHandler := &startingHandler{}
-	var httpSrv *http.Server
-	if o.httpAddr != "" {
-		httpLis, err := net.Listen("tcp", o.httpAddr)
-		if err != nil {
-			return fmt.Errorf("--http-addr: %w", err)
-		}
-		if tlsSrc != nil {
-			httpLis = tls.NewListener(httpLis, tlsSrc.ServerConfig("http"))
-		}
-		httpSrv = &http.Server{Handler: httpHandler, ReadHeaderTimeout: 10 * time.Second,
-			// A refused handshake is logged by tlsconfig, once a second at most.
-			ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelDebug)}
-		go func() {
-			if err := httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
-				errc <- err
-			}
-		}()
-		defer httpSrv.Close() // on an early return; the normal path shuts down first
-	}
-
-	// A test-only wall clock offset (testclock.go); nil leaves the
-	// broker on its own wall clock.
-	var clock broker.Clock
-	if o.testClockFile != "" {
-		tc, err := newTestClock(o.testClockFile, log)
-		if err != nil {
-			return err
-		}
-		wctx, stopWatch := context.WithCancel(ctx)
-		defer stopWatch()
-		go tc.watch(wctx)
-		clock = tc
-	}
-	log.Info("starting node: restoring state from the data dir", "node_id", o.nodeID, "data_dir", o.dataDir)
-	started := time.Now()
-	b, err = broker.New(ctx, broker.Config{
-		Cluster: cluster.Config{
-			NodeID:              o.nodeID,
-			DataDir:             o.dataDir,
-			RaftBind:            o.raftAddr,
-			RaftAdvertise:       adv["raft"],
-			GossipBind:          o.gossipAddr,
-			GossipAdvertise:     adv["gossip"],
-			GRPCAdvertise:       adv["grpc"],
-			ClientGRPCAdvertise: o.advertiseGRPC,
-			HTTPAdvertise:       adv["http"],
-			Join:                o.join,
-			BootstrapExpect:     o.bootstrapExpect,
-			DeadNodeTimeout:     o.deadNodeTimeout,
-			SnapshotThreshold:   o.snapThreshold,
-			TrailingLogs:        o.trailingLogs,
-			LogStore:            cluster.LogStore(o.logStore),
-			Version:             readBuildInfo().describe(),
-			TLS:                 clusterTLS(tlsSrc),
-			GossipKeys:          gossipKeys,
+	cfg := host.Config{
+		Node: broker.Config{
+			Cluster: cluster.Config{
+				NodeID:              o.nodeID,
+				DataDir:             o.dataDir,
+				RaftBind:            o.raftAddr,
+				RaftAdvertise:       adv["raft"],
+				GossipBind:          o.gossipAddr,
+				GossipAdvertise:     adv["gossip"],
+				GRPCAdvertise:       adv["grpc"],
+				ClientGRPCAdvertise: o.advertiseGRPC,
+				HTTPAdvertise:       adv["http"],
+				Join:                o.join,
+				BootstrapExpect:     o.bootstrapExpect,
+				DeadNodeTimeout:     o.deadNodeTimeout,
+				SnapshotThreshold:   o.snapThreshold,
+				TrailingLogs:        o.trailingLogs,
+				LogStore:            cluster.LogStore(o.logStore),
+				Version:             readBuildInfo().describe(),
+			},
+			LeaseGrace:      o.leaseGrace,
+			MaxQueuedBytes:  o.maxQueuedBytes,
+			MaxPendingBytes: o.maxPending,
+			MinFreeDisk:     o.minFreeDisk,
+			Audit:           o.audit,
+			CarryGrants:     o.carryGrants,
 		},
-		LeaseGrace:      o.leaseGrace,
-		MaxQueuedBytes:  o.maxQueuedBytes,
-		MaxPendingBytes: o.maxPending,
-		MinFreeDisk:     o.minFreeDisk,
-		Audit:           o.audit,
-		CarryGrants:     o.carryGrants,
-		Clock:           clock,
-		Logger:          log,
-	})
-	if err != nil {
-		return fmt.Errorf("start node: %w", err)
+		GRPCAddr: o.grpcAddr,
+		HTTPAddr: o.httpAddr,
+		API: transport.Config{
+			MetricsTopKeys:       o.metricsTopKeys,
+			Pprof:                o.auth.pprof,
+			DashboardStallAfter:  o.stallAfter,
+			ReplicaCheckInterval: o.replicaCheck,
+		},
+		Auth:                acfg,
+		TLSFiles:            o.tls,
+		ReloadOnSIGHUP:      true,
+		TestClockOffsetFile: o.testClockFile,
+		ShutdownTimeout:     o.shutdownTimeout,
+		LeaveOnStop:         o.leaveOnTerminate,
+		Logger:              log,
 	}
-	if o.gossipKeyFile != "" {
-		node := b.Node()
-		rl.setGossip(func() error {
-			keys, err := readGossipKeys(o.gossipKeyFile, log)
-			if err != nil {
-				return err
-			}
-			return node.SetGossipKeys(keys)
-		})
+	if path := o.gossipKeyFile; path != "" {
+		cfg.GossipKeys = func() ([][]byte, error) { return readGossipKeys(path, log) }
 	}
-	srv := transport.New(transport.Config{Logger: log.With("component", "transport"), TLS: tlsSrc, MetricsTopKeys: o.metricsTopKeys, Auth: authn, Pprof: o.auth.pprof, HTTPSecure: tlsSrc != nil, DashboardStallAfter: o.stallAfter, ReplicaCheckInterval: o.replicaCheck}, b)
-	go func() { errc <- srv.Serve(grpcLis) }()
-	httpHandler.ready(srv.HTTPHandler())
-	log.Info("raftq node started", "node_id", o.nodeID, "grpc", adv["grpc"], "grpc_clients", cmp.Or(o.advertiseGRPC, adv["grpc"]), "raft", adv["raft"], "gossip", adv["gossip"], "http", adv["http"], "data_dir", o.dataDir,
-		"applied_index", b.State().AppliedIndex(), "startup", time.Since(started).Round(time.Millisecond))
-
-	var serveErr error
-	leave := o.leaveOnTerminate
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", "leave_cluster", leave, "within", o.shutdownTimeout)
-	case <-srv.Left():
-		log.Info("left the cluster on request; shutting down", "within", o.shutdownTimeout)
-		leave = false // done
-	case <-srv.RepairRestart():
-		// Removed for repair (its state diverged or is corrupt), or it
-		// found its Raft state corrupt while running: the next start
-		// sets the state aside, or stays out of Raft until it is removed.
-		log.Warn("restarting for repair: this node's Raft state diverged or is corrupt (the lines before say which)")
-		leave = false // already out of the configuration
-		serveErr = errRepairRestart
-	case serveErr = <-errc:
-		log.Error("server failed", "err", serveErr)
-	}
-	stopNode(log, b, srv, httpSrv, leave, o.shutdownTimeout)
-	log.Info("stopped")
-	return serveErr
-}
-
-// clusterTLS is what Raft needs of the node's TLS material (nil: none).
-func clusterTLS(src *tlsconfig.Source) *cluster.TLS {
-	if src == nil {
-		return nil
-	}
-	return &cluster.TLS{Server: src.NodeServerConfig("raft"), Dial: src.NodeClientConfig, PeerName: tlsconfig.PeerNodeName}
+	return cfg, nil
 }
 
 // logStoreFlag is --log-store: checked as it is set, so a bad value in the

@@ -30,9 +30,10 @@ func addAuthFlags(fl *pflag.FlagSet, o *authOptions) {
 // admin credential on every node that reads it.
 const minBootstrapTokenLen = 16
 
-// authenticator builds the node's Authenticator from the flags. tlsOn is
-// whether the node serves TLS, which makes token auth the default.
-func (o authOptions) authenticator(tlsOn bool, state func() *fsm.Auth, log *slog.Logger) (*auth.Authenticator, error) {
+// config is the node's auth configuration from the flags (the host adds
+// the replicated state it reads). tlsOn is whether the node serves TLS,
+// which makes token auth the default.
+func (o authOptions) config(tlsOn bool, log *slog.Logger) (auth.Config, error) {
 	mode := auth.ModeNone
 	if tlsOn {
 		mode = auth.ModeToken
@@ -40,34 +41,34 @@ func (o authOptions) authenticator(tlsOn bool, state func() *fsm.Auth, log *slog
 	if o.mode != "" {
 		m, err := auth.ParseMode(o.mode)
 		if err != nil {
-			return nil, err
+			return auth.Config{}, err
 		}
 		mode = m
 	}
-	cfg := auth.Config{Mode: mode, AdminCN: o.adminCN, State: state, Logger: log.With("component", "audit"), NodeTLS: tlsOn}
+	cfg := auth.Config{Mode: mode, AdminCN: o.adminCN, Logger: log.With("component", "audit")}
 	if o.bootstrapFile != "" {
 		if mode != auth.ModeToken {
-			return nil, fmt.Errorf("--bootstrap-token-file needs --auth token (it is %s)", mode)
+			return auth.Config{}, fmt.Errorf("--bootstrap-token-file needs --auth token (it is %s)", mode)
 		}
 		tok, err := readTokenFile(o.bootstrapFile)
 		if err != nil {
-			return nil, fmt.Errorf("--bootstrap-token-file: %w", err)
+			return auth.Config{}, fmt.Errorf("--bootstrap-token-file: %w", err)
 		}
 		if len(tok) < minBootstrapTokenLen {
-			return nil, fmt.Errorf("--bootstrap-token-file: the token is shorter than %d characters", minBootstrapTokenLen)
+			return auth.Config{}, fmt.Errorf("--bootstrap-token-file: the token is shorter than %d characters", minBootstrapTokenLen)
 		}
 		warnReadable(log, "bootstrap token file", o.bootstrapFile)
 		cfg.BootstrapToken = tok
 	}
 	if o.adminCN != "" {
 		if mode == auth.ModeNone {
-			return nil, fmt.Errorf("--admin-cn needs --auth token or mtls")
+			return auth.Config{}, fmt.Errorf("--admin-cn needs --auth token or mtls")
 		}
 		if err := fsm.ValidateIdentity(o.adminCN); err != nil {
-			return nil, fmt.Errorf("--admin-cn: %w", err)
+			return auth.Config{}, fmt.Errorf("--admin-cn: %w", err)
 		}
 	}
-	return auth.New(cfg), nil
+	return cfg, nil
 }
 
 // readTokenFile reads a token file: the token on its first line, blanks

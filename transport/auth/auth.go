@@ -122,9 +122,9 @@ type Authenticator struct {
 	// the per-call path (an Ack per message for a unary client) does
 	// not allocate it each time.
 	anonymous *Principal
-	// selfBearer is what this node sends on its own calls to peers (a
-	// hand-back, a digest request) when it has no certificate to show.
-	selfBearer string
+	// Forwarder is what this node sends with its calls to peers
+	// (Outgoing, ClientUnary).
+	*Forwarder
 }
 
 // New returns an Authenticator. With ModeNone every call is allowed.
@@ -143,14 +143,9 @@ func New(cfg Config) *Authenticator {
 		cfg.State = func() *fsm.Auth { return empty }
 	}
 	a := &Authenticator{mode: cfg.Mode, adminCN: cfg.AdminCN, state: cfg.State, now: cfg.Now, log: cfg.Logger,
-		anonymous: &Principal{Name: "anonymous", Kind: KindAnonymous, admin: true}}
+		anonymous: &Principal{Name: "anonymous", Kind: KindAnonymous, admin: true}, Forwarder: NewForwarder(cfg)}
 	if cfg.BootstrapToken != "" {
 		a.bootstrap, a.hasBoot = sha256.Sum256([]byte(cfg.BootstrapToken)), true
-		if !cfg.NodeTLS {
-			// A peer that reads another bootstrap file would refuse it;
-			// over TLS the node certificate is the node's credential.
-			a.selfBearer = cfg.BootstrapToken
-		}
 	}
 	return a
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/raftq/raftq/fsm"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
 // Counter audit defaults: a rotation over 1,000 queues takes 16 ticks.
@@ -46,7 +47,7 @@ func (c AuditConfig) withDefaults() AuditConfig {
 // counter disagrees with the structures, RecountQueues is committed,
 // which every replica applies by recounting its own structures (the
 // command carries names, not numbers): the leader proposes it; a
-// follower asks the leader to (SetDriftReporter). Every node audits its
+// follower asks the leader to (Broker.reportDrift). Every node audits its
 // own counters because no other check sees a follower's: counters derive
 // from the messages and are not in the state digest the replica check
 // compares.
@@ -120,14 +121,13 @@ func (w *leaderWork) repair(ctx context.Context, queues []string) {
 		w.log.Info("counter audit: recount committed", "queues", queues, "repaired_here", len(res.Repairs), "byte_total_repaired_here", res.TotalBytesRepaired)
 		return
 	}
-	report := w.reporter.Load()
-	if report == nil {
+	if w.report == nil {
 		w.log.Warn("counter audit: this follower cannot reach the leader to have its counters recounted; the next rotation tries again", "queues", queues)
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, reportTimeout)
 	defer cancel()
-	if err := (*report)(rctx, queues); err != nil {
+	if err := w.report(rctx, queues); err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("counter audit: the leader did not commit the recount this follower asked for; the next rotation finds the drift again", "queues", queues, "err", err)
 		}
@@ -145,15 +145,30 @@ const reportTimeout = 10 * time.Second
 // empty list: the byte total alone) and returns once it is committed.
 type DriftReporter func(ctx context.Context, queues []string) error
 
-// SetDriftReporter gives this node's counter audit, while the node does
-// not lead, a way to have its drifted counters recounted (the serving
-// layer's call to the leader); nil takes it away.
-func (b *Broker) SetDriftReporter(r DriftReporter) {
-	if r == nil {
-		b.leader.reporter.Store(nil)
-		return
+// reportLeaderWait bounds how long a follower's recount request waits
+// for a leader to be elected (as an API call waits, transport.Config's
+// LeaderWait).
+const reportLeaderWait = 3 * time.Second
+
+// reportDrift is the follower's DriftReporter: it asks the leader, at its
+// peer address (Config.Peers), to commit RecountQueues for queues, as any
+// node would through the Cluster API. On the established leader it
+// commits the recount itself.
+func (b *Broker) reportDrift(ctx context.Context, queues []string) error {
+	route, err := b.Route(ctx, reportLeaderWait)
+	if err != nil {
+		return err
 	}
-	b.leader.reporter.Store(&r)
+	if route.Local {
+		_, err := b.RecountQueues(ctx, queues)
+		return err
+	}
+	conn, err := b.cfg.Peers.Get(route.LeaderID, route.LeaderAddr)
+	if err != nil {
+		return err
+	}
+	_, err = raftqv1.NewClusterClient(conn).RecountQueues(ctx, &raftqv1.RecountQueuesRequest{Queues: queues, ReportedBy: b.id})
+	return err
 }
 
 // RecountQueues commits RecountQueues for queues on the leader: every

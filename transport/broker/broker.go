@@ -11,6 +11,7 @@ import (
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/diskguard"
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/peers"
 	"github.com/raftq/raftq/scheduler"
 	"github.com/raftq/raftq/transport/metrics"
 )
@@ -50,6 +51,10 @@ type Config struct {
 	// Clock stamps every command and drives the scheduler; nil = the wall
 	// clock. Tests replace it.
 	Clock Clock
+	// Peers reaches the other nodes: a follower's counter audit asks the
+	// leader through it to commit its recounts (audit.go). nil: a
+	// follower reports drift in its log only. The host owns and closes it.
+	Peers *peers.Pool
 	// Logger receives every component's logs (each with its component
 	// attribute added once, here); nil = slog.Default().
 	Logger *slog.Logger
@@ -188,6 +193,10 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 
 	// 5. Leader-only work follows leadership from now on.
 	b.leader = &leaderWork{log: b.log, node: b.node, state: b.state, sched: b.sched, feed: b.feed, propose: b.Propose, audit: cfg.Audit}
+	if cfg.Peers != nil {
+		// A follower's counter audit has the leader commit its recounts.
+		b.leader.report = b.reportDrift
+	}
 	b.leader.start()
 
 	// 6. Drain-time estimates, sampled from this node's own state.

@@ -32,8 +32,9 @@ type leaderWork struct {
 	changes atomic.Uint64
 	// audited counts the queues the counter audit recounted (for metrics).
 	audited atomic.Uint64
-	// reporter asks the leader for a recount (SetDriftReporter).
-	reporter atomic.Pointer[DriftReporter]
+	// report asks the leader for a recount (Broker.reportDrift); nil: a
+	// follower cannot (Config.Peers is nil).
+	report DriftReporter
 
 	cancel context.CancelFunc
 	done   chan struct{}
