@@ -132,6 +132,8 @@ bench: build
 	$(GO) test -run '^$$' -bench BenchmarkSelect -benchtime 2s ./scheduler
 	@echo "== concurrency caps at 10,000 keys x 100 messages, every key at its cap of 1: grant rate against the same workload uncapped, same run (ratio; target >= 0.8) =="
 	$(GO) test -run '^$$' -bench BenchmarkConcurrencyCaps -benchtime 1000x ./scheduler
+	@echo "== how late a timed pause ends: its until_ms to its key's first grant, 3 nodes (p50/p99/max ms) =="
+	RAFTQ_TEST_NORACE=1 $(GO) test -run '^$$' -bench BenchmarkPauseLateness -benchtime 60x ./test
 	@echo "== FSM apply cost and the 1,000,000-message snapshot (heap, lock hold, persist, restore) =="
 	$(GO) test -run '^$$' -bench 'BenchmarkApplyEnqueue' -benchtime 2000x ./fsm
 	$(GO) test -run '^$$' -bench 'BenchmarkMillionMessages' -benchtime 1x ./fsm
