@@ -15,7 +15,15 @@ import (
 
 // writeBehindChunk is how many snapshot bytes may be written before their
 // writeback to disk is started; at most two chunks are dirty at a time.
-const writeBehindChunk = 4 << 20
+//
+// Small, because every Raft log fsync made while a chunk is on its way to
+// disk waits behind it (same disk, and ext4's ordered mode makes the
+// journal commit of the log's fsync wait for the snapshot blocks just
+// allocated). Measured on this machine (a 4 KiB append + fsync every 5 ms
+// while 512 MiB were written, three runs each, issue 24): with 4 MiB chunks
+// the log's fsync took p50 7-9 ms, p90 25-35 ms; with 256 KiB, p50 1.8-3
+// ms, p90 4-14 ms, and the file was written as fast (0.5-0.8 s).
+const writeBehindChunk = 256 << 10
 
 // writeBehindStore is raft's FileSnapshotStore with write-behind: the state
 // file's pages are sent to disk as the snapshot is written, a few MiB at a
@@ -101,6 +109,33 @@ type writeBehindSink struct {
 }
 
 func (s *writeBehindSink) Write(p []byte) (int, error) {
+	total := 0
+	for len(p) > 0 {
+		piece := p
+		if s.f != nil {
+			// A write larger than what is left of the chunk goes in pieces,
+			// so that no write puts more than two chunks in flight (the FSM
+			// writes 1 MiB at a time).
+			if room := s.chunk - (s.written - s.started); int64(len(piece)) > room {
+				piece = piece[:max(room, 1)]
+			}
+		}
+		n, err := s.writePiece(piece)
+		total += n
+		if err == nil && n < len(piece) {
+			err = io.ErrShortWrite
+		}
+		if err != nil {
+			return total, err
+		}
+		p = p[n:]
+	}
+	return total, nil
+}
+
+// writePiece writes p through and starts (and waits for) writeback when a
+// chunk is full.
+func (s *writeBehindSink) writePiece(p []byte) (int, error) {
 	n, err := s.SnapshotSink.Write(p)
 	s.written += int64(n)
 	if errors.Is(err, syscall.ENOSPC) {

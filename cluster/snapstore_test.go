@@ -59,10 +59,15 @@ func TestWriteBehindSink(t *testing.T) {
 			}
 			for rest := want; len(rest) > 0; {
 				n := min(len(rest), tc.writeSize)
-				if _, err := sink.Write(rest[:n]); err != nil {
-					t.Fatal(err)
+				if got, err := sink.Write(rest[:n]); err != nil || got != n {
+					t.Fatalf("Write of %d bytes = %d, %v", n, got, err)
 				}
 				rest = rest[n:]
+				// However large the writes, no more than two chunks wait
+				// for the disk (a log fsync waits behind them).
+				if dirty := sink.written - sink.waited; dirty > 2*chunk {
+					t.Fatalf("%d bytes written and not waited for after a write of %d, more than two chunks of %d", dirty, n, chunk)
+				}
 			}
 			if got := sink.f != nil; !got {
 				t.Fatal("write-behind was switched off while writing")
