@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,15 +15,15 @@ import (
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm/state"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/host"
+	"github.com/raftq/raftq/internal/testcluster"
 	"github.com/raftq/raftq/transport"
-	"github.com/raftq/raftq/transport/auth"
-	"github.com/raftq/raftq/transport/broker"
 )
 
 // The examples run, and their output is checked, against a real
-// single-node broker started in this process: the same composition root
-// (broker.New) and gRPC server (transport.New) as `raftq serve`, on
-// loopback ports and a temporary data dir.
+// single-node broker started in this process: built by the same
+// composition root as `raftq serve` (host.New), on loopback ports and a
+// temporary data dir (internal/testcluster).
 
 // startBroker starts a single-node broker and returns its gRPC address and
 // a function that stops it and removes its data. In real use the address
@@ -36,44 +34,28 @@ func startBroker() (addr string, stop func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	at, err := testcluster.FreeAddrs()
 	if err != nil {
 		log.Fatal(err)
 	}
-	quiet := slog.New(slog.DiscardHandler)
+	quiet := slog.New(slog.DiscardHandler) // audit lines and all
+	cfg := testcluster.Config("example", dir, at, 1, nil, quiet)
+	cfg.API.ReplicaCheckInterval = -1
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := broker.New(ctx, broker.Config{
-		Cluster: cluster.Config{
-			NodeID:          "example",
-			DataDir:         filepath.Join(dir, "data"),
-			RaftBind:        "127.0.0.1:0",
-			GossipBind:      "127.0.0.1:0",
-			GRPCAdvertise:   lis.Addr().String(),
-			BootstrapExpect: 1,
-		},
-		Logger: quiet,
-	})
+	h, err := host.New(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
 	// Ready when this node leads a term it has established (what
 	// /readyz waits for).
-	if _, err := b.Node().WaitLeadership(ctx, func(l cluster.Leadership) bool { return l.Established }); err != nil {
+	if _, err := h.Broker().Node().WaitLeadership(ctx, func(l cluster.Leadership) bool { return l.Established }); err != nil {
 		log.Fatal(err)
 	}
-	authn := auth.New(auth.Config{State: b.State().Auth, Logger: quiet}) // auth off, audit lines discarded
-	srv := transport.New(transport.Config{Logger: quiet, Auth: authn, ReplicaCheckInterval: -1}, b)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	return lis.Addr().String(), func() {
+	return h.GRPCAddr(), func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		srv.Stop(ctx)
-		if err := <-served; err != nil {
-			log.Fatal(err)
-		}
-		if err := b.Close(ctx); err != nil {
+		if err := h.Close(ctx); err != nil {
 			log.Fatal(err)
 		}
 		if err := os.RemoveAll(dir); err != nil {

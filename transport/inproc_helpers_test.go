@@ -17,8 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +26,7 @@ import (
 	"github.com/raftq/raftq/peers"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
+	"github.com/raftq/raftq/test/harness"
 	"github.com/raftq/raftq/transport/auth"
 	"github.com/raftq/raftq/transport/broker"
 	"github.com/raftq/raftq/transport/tlsconfig"
@@ -169,9 +168,16 @@ func startInproc(t *testing.T, o inprocOpts) *inprocCluster {
 }
 
 // startNode starts one node on its data dir under c.dir, joining join.
+// Its ports come from harness.FreePorts (never handed out twice on the
+// machine while this process runs), so a restart binds them again.
 func (c *inprocCluster) startNode(id string, join []string) *inprocNode {
 	c.t.Helper()
-	return c.startNodeAt(id, join, nodeAddrs{grpc: "127.0.0.1:0", raft: "127.0.0.1:0", gossip: "127.0.0.1:0"})
+	p, err := harness.FreePorts(3)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	at := func(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
+	return c.startNodeAt(id, join, nodeAddrs{grpc: at(p[0]), raft: at(p[1]), gossip: at(p[2])})
 }
 
 // nodeAddrs are the addresses a node binds.
@@ -439,38 +445,15 @@ func (c *inprocCluster) stop() {
 		}
 		n.peers.Close()
 	}
-	checkNoLeaks(t, c.base)
-}
-
-// checkNoLeaks waits (bounded) for the goroutine count to fall back to base.
-func checkNoLeaks(t *testing.T, base int) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			var b strings.Builder
-			_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
-			t.Errorf("goroutines left behind: %d now, %d before\n%s", runtime.NumGoroutine(), base, b.String())
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	harness.CheckNoLeaks(t, c.base)
 }
 
 // waitUntil polls cond until it returns nil, failing the test with its last
-// error when timeout passes.
+// error when timeout passes (harness.WaitFor, the one wait of every test).
 func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := harness.WaitFor(context.Background(), timeout, 10*time.Millisecond, func(context.Context) error { return cond() }); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
 
