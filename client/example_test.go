@@ -14,9 +14,9 @@ import (
 	"github.com/raftq/raftq/client"
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm/state"
-	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/host"
 	"github.com/raftq/raftq/internal/testcluster"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/transport"
 )
 
