@@ -217,6 +217,10 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 	if err != nil {
 		return err
 	}
+	idleCtx, stopIdle := context.WithCancel(ctx)
+	idleDone := make(chan struct{})
+	go func() { defer close(idleDone); releaseWhenIdle(idleCtx, cfg.Logger.With("component", "memory")) }()
+	defer func() { stopIdle(); <-idleDone }()
 	return h.Run(ctx)
 }
 
