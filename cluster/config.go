@@ -43,6 +43,14 @@ const (
 	defaultReconcileInterval = 5 * time.Second
 	// defaultJoinRetry is the pause between attempts to reach the seeds.
 	defaultJoinRetry = time.Second
+	// defaultReconnectInterval is the first wait before re-joining a
+	// failed gossip member, and the wait after a join that reached it;
+	// the wait doubles up to defaultReconnectMax while it does not
+	// answer. Members failed for defaultReconnectTimeout are no longer
+	// tried (serf's default).
+	defaultReconnectInterval = time.Second
+	defaultReconnectMax      = 15 * time.Second
+	defaultReconnectTimeout  = 24 * time.Hour
 	// bootstrapSettle is how long the founder set must stay unchanged
 	// before a multi-server bootstrap.
 	bootstrapSettle = 500 * time.Millisecond
@@ -170,6 +178,11 @@ type Config struct {
 	// Test hooks (unexported: the package's own tests set them).
 	reconcileInterval time.Duration
 	joinRetry         time.Duration
+	// reconnectInterval, reconnectMax and reconnectTimeout pace the
+	// re-joins of failed gossip members (membership.reconnectLoop).
+	reconnectInterval time.Duration
+	reconnectMax      time.Duration
+	reconnectTimeout  time.Duration
 	tuneGossip        func(*memberlist.Config)
 	onLeadership      func(Leadership) // sees every published value, in order
 }
@@ -264,6 +277,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.joinRetry <= 0 {
 		c.joinRetry = defaultJoinRetry
+	}
+	if c.reconnectInterval <= 0 {
+		c.reconnectInterval = defaultReconnectInterval
+	}
+	if c.reconnectMax <= 0 {
+		c.reconnectMax = defaultReconnectMax
+	}
+	if c.reconnectTimeout <= 0 {
+		c.reconnectTimeout = defaultReconnectTimeout
 	}
 	if c.ClientGRPCAdvertise == "" {
 		c.ClientGRPCAdvertise = c.GRPCAdvertise

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -392,6 +393,75 @@ func (m *membership) joinLoop(ctx context.Context, wg *sync.WaitGroup, joined ch
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// reconnectTry is when the reconnect loop tries a failed member next.
+type reconnectTry struct {
+	at    time.Time
+	delay time.Duration
+}
+
+// reconnectLoop re-joins the members gossip declared failed (not those
+// that left) until they are alive again or have been failed for
+// reconnectTimeout, like serf's reconnect (DESIGN.md, "Gossip after a
+// partition"). memberlist alone never does: it probes and push-pulls
+// only live members and gossips to dead ones only while it has
+// broadcasts queued, so after a partition longer than the suspicion
+// timeout both sides keep each other dead for good. Each member is
+// tried reconnectInterval after it failed, then with a doubling delay up
+// to reconnectMax while nothing answers; a join that reached it but left
+// it failed (memberlist ignores an alive at the incarnation it declared
+// dead; the member refutes with a higher one during that join) is tried
+// again after reconnectInterval.
+func (m *membership) reconnectLoop(ctx context.Context, wg *sync.WaitGroup) {
+	defer wg.Done()
+	t := time.NewTicker(m.cfg.reconnectInterval)
+	defer t.Stop()
+	tries := map[string]reconnectTry{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m.reconnect(ctx, tries, time.Now())
+	}
+}
+
+// reconnect makes one pass of reconnectLoop.
+func (m *membership) reconnect(ctx context.Context, tries map[string]reconnectTry, now time.Time) {
+	snap := m.snapshot()
+	for id := range tries {
+		if rec, ok := snap[id]; !ok || rec.state != memberFailed {
+			delete(tries, id)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(snap)) {
+		rec := snap[id]
+		if id == m.cfg.NodeID || rec.state != memberFailed || rec.leaving || rec.gossipAddr == "" ||
+			now.Sub(rec.since) > m.cfg.reconnectTimeout || m.leaving.Load() || ctx.Err() != nil {
+			continue
+		}
+		try, ok := tries[id]
+		if !ok {
+			try = reconnectTry{at: rec.since.Add(m.cfg.reconnectInterval), delay: m.cfg.reconnectInterval}
+		}
+		if now.Before(try.at) {
+			tries[id] = try
+			continue
+		}
+		n, err := m.ml.Join([]string{rec.gossipAddr})
+		if n > 0 {
+			m.log.Info("reconnected to failed gossip member", "member", id, "addr", rec.gossipAddr,
+				"failed_for", now.Sub(rec.since).Round(time.Millisecond))
+			try.delay = m.cfg.reconnectInterval
+		} else {
+			m.log.Debug("reconnecting to failed gossip member", "member", id, "addr", rec.gossipAddr, "err", err)
+			try.delay = min(2*try.delay, m.cfg.reconnectMax)
+		}
+		try.at = time.Now().Add(try.delay)
+		tries[id] = try
 	}
 }
 

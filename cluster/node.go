@@ -364,6 +364,8 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	joined := make(chan struct{})
 	n.wg.Add(1)
 	go n.ms.joinLoop(n.ctx, &n.wg, joined)
+	n.wg.Add(1)
+	go n.ms.reconnectLoop(n.ctx, &n.wg)
 	if !hasState {
 		n.wg.Add(1)
 		go n.boot.run(n.ctx, &n.wg, joined)
