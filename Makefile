@@ -171,6 +171,7 @@ bench-peer-tools:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCommand -fuzztime 60s ./fsm
 	$(GO) test -run '^$$' -fuzz FuzzRestore -fuzztime 60s ./fsm
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./raftmux
 
 clean:
 	rm -rf $(BIN) raftq-data

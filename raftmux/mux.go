@@ -1,0 +1,440 @@
+package raftmux
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// acceptTimeout bounds an accepted connection's TLS handshake and its
+// opening bytes. Raft writes an RPC as soon as it has dialled, so only a
+// silent or refused peer meets it.
+const acceptTimeout = 10 * time.Second
+
+// TLS is what the port needs to speak mutual TLS. The configs carry the
+// verification; this package only asks for a node's name.
+type TLS struct {
+	// Server must require a node certificate of the cluster's CA.
+	Server *tls.Config
+	// Dial returns the config for dialling node id: it presents this
+	// node's certificate and must accept only id's node certificate.
+	Dial func(id string) *tls.Config
+	// PeerName names the node of a connection Server accepted.
+	PeerName func(tls.ConnectionState) (string, bool)
+}
+
+// Config configures a Mux.
+type Config struct {
+	// TLS nil: plain TCP.
+	TLS *TLS
+	Log *slog.Logger
+	// Legacy is the group that connections without a preamble belong to
+	// (the one group of builds before the multiplexer).
+	Legacy string
+	// Preambles reports whether the node at addr understands preambles
+	// (its gossip says so). Until it does, only the legacy group can
+	// reach it, without a preamble. nil: no node does.
+	Preambles func(addr raft.ServerAddress) bool
+}
+
+// ErrCut: the Raft network of this node is cut off (a test's fault).
+var ErrCut = errors.New("raft: the network of this node is cut off (test fault)")
+
+// Mux serves the groups registered with it on one listener. It tracks
+// every connection it accepts or dials and closes them all on Close
+// (raft's own TCPStreamLayer leaves inbound handlers blocked in Read until
+// the peer hangs up).
+type Mux struct {
+	ln        net.Listener
+	advertise net.Addr
+	cfg       Config
+	log       *slog.Logger
+
+	onLeave atomic.Pointer[func(id string)]
+	cut     atomic.Bool
+
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[*trackedConn]struct{}
+	groups map[string]*Layer
+}
+
+// New serves ln (advertised as advertise, nil = ln's address) until
+// Close. The Mux owns ln.
+func New(ln net.Listener, advertise net.Addr, cfg Config) (*Mux, error) {
+	if err := ValidGroupID(cfg.Legacy); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("raftmux: legacy group: %w", err)
+	}
+	if advertise == nil {
+		advertise = ln.Addr()
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	m := &Mux{ln: ln, advertise: advertise, cfg: cfg, log: cfg.Log, done: make(chan struct{}),
+		conns: map[*trackedConn]struct{}{}, groups: map[string]*Layer{}}
+	m.wg.Add(1)
+	go m.acceptLoop()
+	return m, nil
+}
+
+// Addr is the advertised address.
+func (m *Mux) Addr() net.Addr { return m.advertise }
+
+// Register returns group's stream layer. idOf names the one server at an
+// address in the group's Raft configuration: with TLS a dial accepts only
+// that node's certificate (raft's Dial is given only the address).
+func (m *Mux) Register(group string, idOf func(raft.ServerAddress) (string, bool)) (*Layer, error) {
+	if err := ValidGroupID(group); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, net.ErrClosed
+	}
+	if _, ok := m.groups[group]; ok {
+		return nil, fmt.Errorf("raftmux: group %q is registered already", group)
+	}
+	l := &Layer{m: m, group: group, idOf: idOf, accepted: make(chan net.Conn), done: make(chan struct{})}
+	m.groups[group] = l
+	return l, nil
+}
+
+// OnLeave sets who hears an authenticated leave (until set, and without
+// TLS, a leave is refused).
+func (m *Mux) OnLeave(f func(id string)) { m.onLeave.Store(&f) }
+
+// Cut cuts every group's Raft network off (true) or mends it: while cut
+// no dial succeeds and every accepted connection is closed at once; a cut
+// closes every connection there is.
+func (m *Mux) Cut(cut bool) {
+	m.cut.Store(cut)
+	if !cut {
+		return
+	}
+	m.mu.Lock()
+	conns := make([]*trackedConn, 0, len(m.conns))
+	for c := range m.conns {
+		conns = append(conns, c)
+	}
+	m.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// Close stops accepting, closes every connection and waits for the
+// goroutines it started.
+func (m *Mux) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	close(m.done)
+	conns := m.conns
+	m.conns = map[*trackedConn]struct{}{}
+	m.mu.Unlock()
+	err := m.ln.Close()
+	for c := range conns {
+		c.Conn.Close()
+	}
+	m.wg.Wait()
+	return err
+}
+
+func (m *Mux) track(c net.Conn) (*trackedConn, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	tc := &trackedConn{Conn: c, m: m}
+	m.conns[tc] = struct{}{}
+	return tc, nil
+}
+
+func (m *Mux) untrack(c *trackedConn) {
+	m.mu.Lock()
+	delete(m.conns, c)
+	m.mu.Unlock()
+}
+
+// acceptLoop hands each connection to its own goroutine, so a slow or
+// hostile peer cannot hold up the others.
+func (m *Mux) acceptLoop() {
+	defer m.wg.Done()
+	for {
+		c, err := m.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			select {
+			case <-m.done:
+				return
+			case <-time.After(50 * time.Millisecond): // e.g. out of file descriptors
+			}
+			continue
+		}
+		if m.cfg.TLS != nil {
+			c = tls.Server(c, m.cfg.TLS.Server)
+		}
+		tc, err := m.track(c)
+		if err != nil {
+			return
+		}
+		m.wg.Add(1)
+		go m.serveConn(tc)
+	}
+}
+
+// serveConn completes the handshake (which refuses anything but a node
+// certificate of the CA), reads the opening, and takes a leave or hands
+// the connection to its group.
+func (m *Mux) serveConn(c *trackedConn) {
+	defer m.wg.Done()
+	if m.cut.Load() {
+		c.Close()
+		return
+	}
+	_ = c.SetDeadline(time.Now().Add(acceptTimeout))
+	if tc, ok := c.Conn.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			// The config's verifier logged why a certificate was refused.
+			m.log.Debug("raft: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+			c.Close()
+			return
+		}
+	}
+	p, err := Decode(c)
+	if err != nil {
+		if errors.Is(err, ErrBadPreamble) {
+			m.log.Debug("raft: bad preamble", "remote", c.RemoteAddr().String(), "err", err)
+		}
+		c.Close() // a probe (voter admission), a peer that hung up, or garbage
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	var conn net.Conn = c
+	group := m.cfg.Legacy
+	switch p.Kind {
+	case KindLeave:
+		m.leave(c)
+		return
+	case KindGroup:
+		group = p.Group
+	case KindLegacy:
+		conn = &prefixConn{trackedConn: c, first: p.First, pending: true}
+	}
+	m.mu.Lock()
+	l := m.groups[group]
+	m.mu.Unlock()
+	if l == nil {
+		m.log.Debug("raft: connection for an unknown group", "remote", c.RemoteAddr().String(), "group", group)
+		c.Close()
+		return
+	}
+	select {
+	case l.accepted <- conn:
+	case <-l.done:
+		c.Close()
+	case <-m.done:
+		c.Close()
+	}
+}
+
+func (m *Mux) leave(c *trackedConn) {
+	defer c.Close()
+	tc, ok := c.Conn.(*tls.Conn)
+	onLeave := m.onLeave.Load()
+	if !ok || onLeave == nil {
+		return
+	}
+	name, ok := m.cfg.TLS.PeerName(tc.ConnectionState())
+	if !ok {
+		return
+	}
+	m.log.Info("node announced its leave over mutual TLS", "id", name)
+	(*onLeave)(name)
+	_ = c.SetDeadline(time.Now().Add(acceptTimeout))
+	_, _ = c.Write([]byte{1})
+}
+
+// dial dials addr, with TLS expecting node id's certificate.
+func (m *Mux) dial(ctx context.Context, id, addr string) (net.Conn, error) {
+	if m.cut.Load() {
+		return nil, ErrCut
+	}
+	if m.cfg.TLS == nil {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	d := tls.Dialer{Config: m.cfg.TLS.Dial(id)}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("raft: dial node %s at %s: %w", id, addr, err)
+	}
+	return c, nil
+}
+
+// CheckNode proves that node id answers at addr with its node certificate
+// (TLS): the leader's check before making a gossip member a voter.
+func (m *Mux) CheckNode(ctx context.Context, id, addr string) error {
+	c, err := m.dial(ctx, id, addr)
+	if err != nil {
+		return err
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return fmt.Errorf("raft: dial node %s at %s: %w", id, addr, err)
+		}
+	}
+	return c.Close()
+}
+
+// SendLeave tells node id at addr, over mutual TLS, that this node is
+// leaving; it returns once id acknowledged.
+func (m *Mux) SendLeave(ctx context.Context, id, addr string) error {
+	c, err := m.dial(ctx, id, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if d, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(d)
+	}
+	if _, err := c.Write([]byte{LeaveByte}); err != nil {
+		return fmt.Errorf("raft: leave to %s: %w", id, err)
+	}
+	var ack [1]byte
+	if _, err := io.ReadFull(c, ack[:]); err != nil {
+		return fmt.Errorf("raft: leave to %s: no acknowledgement: %w", id, err)
+	}
+	return nil
+}
+
+// Layer is one group's raft.StreamLayer on the Mux's port.
+type Layer struct {
+	m        *Mux
+	group    string
+	idOf     func(raft.ServerAddress) (string, bool)
+	accepted chan net.Conn
+	done     chan struct{}
+	once     sync.Once
+}
+
+var _ raft.StreamLayer = (*Layer)(nil)
+
+// Accept returns the group's next connection.
+func (l *Layer) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.accepted:
+		return c, nil
+	case <-l.done:
+	case <-l.m.done:
+	}
+	return nil, net.ErrClosed
+}
+
+// Dial dials the group at addr: with a preamble if the node there
+// understands them, else (the legacy group only) without.
+func (l *Layer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	preamble := l.m.cfg.Preambles != nil && l.m.cfg.Preambles(addr)
+	if !preamble && l.group != l.m.cfg.Legacy {
+		return nil, fmt.Errorf("raft: the node at %s does not yet serve group %q (it understands no preamble)", addr, l.group)
+	}
+	id := ""
+	if l.m.cfg.TLS != nil {
+		var ok bool
+		if l.idOf != nil {
+			id, ok = l.idOf(addr)
+		}
+		if !ok {
+			return nil, fmt.Errorf("raft: no single server at %s in the configuration: cannot tell which node certificate to expect", addr)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := l.m.dial(ctx, id, string(addr))
+	if err != nil {
+		return nil, err
+	}
+	tc, err := l.m.track(c)
+	if err != nil {
+		return nil, err
+	}
+	if preamble {
+		b, _ := Encode(l.group) // valid: Register checked it
+		if d, ok := ctx.Deadline(); ok {
+			_ = tc.SetWriteDeadline(d)
+		}
+		if _, err := tc.Write(b); err != nil {
+			tc.Close()
+			return nil, fmt.Errorf("raft: preamble to %s: %w", addr, err)
+		}
+		_ = tc.SetWriteDeadline(time.Time{})
+	}
+	return tc, nil
+}
+
+// Addr is the port's advertised address.
+func (l *Layer) Addr() net.Addr { return l.m.advertise }
+
+// Close unregisters the group: its connections waiting for Accept are
+// closed, later ones are refused as unknown. The Mux and the group's
+// established connections stay (raft closes those it holds).
+func (l *Layer) Close() error {
+	l.once.Do(func() {
+		l.m.mu.Lock()
+		if l.m.groups[l.group] == l {
+			delete(l.m.groups, l.group)
+		}
+		l.m.mu.Unlock()
+		close(l.done)
+	})
+	return nil
+}
+
+type trackedConn struct {
+	net.Conn
+	m *Mux
+}
+
+func (c *trackedConn) Close() error {
+	c.m.untrack(c)
+	return c.Conn.Close()
+}
+
+// prefixConn returns first before the rest of the connection.
+type prefixConn struct {
+	*trackedConn
+	first   byte
+	pending bool
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if c.pending && len(p) > 0 {
+		c.pending = false
+		p[0] = c.first
+		return 1, nil
+	}
+	return c.trackedConn.Read(p)
+}
