@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // wipeMarker in a data dir asks the next start to set this node's Raft
@@ -31,10 +33,18 @@ func RequestWipe(dataDir, reason string) error {
 	return syncDir(dataDir)
 }
 
-// wipeIfRequested moves the Raft state into dataDir/diverged-N (kept for a
-// post-mortem, never read again) when RequestWipe marked the dir, then
-// removes the mark. A crash half way leaves the mark, so the next start
-// finishes the job.
+// divergedKept is how many set-aside states (diverged-N) a data dir keeps:
+// the newest, and the one before it to compare a repeat with. Each holds
+// a whole log (a 64 MiB wal segment at least) and the snapshots, and a
+// node repaired again and again (the soak: a dozen corrupt faults) filled
+// its data dir with them, 65 to 364 MiB in 45 minutes.
+const divergedKept = 2
+
+// wipeIfRequested moves the Raft state into dataDir/diverged-N (N one past
+// the highest there; kept for a post-mortem, never read again) when
+// RequestWipe marked the dir, then removes the mark, and removes all but
+// the newest divergedKept of them. A crash half way leaves the mark, so
+// the next start finishes the job.
 func wipeIfRequested(dataDir string, log *slog.Logger) error {
 	reason, err := os.ReadFile(filepath.Join(dataDir, wipeMarker))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -43,13 +53,15 @@ func wipeIfRequested(dataDir string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	dest := ""
-	for i := 1; ; i++ {
-		dest = filepath.Join(dataDir, "diverged-"+strconv.Itoa(i))
-		if _, err := os.Stat(dest); errors.Is(err, fs.ErrNotExist) {
-			break
-		}
+	aside, err := divergedDirs(dataDir)
+	if err != nil {
+		return err
 	}
+	next := 1
+	if len(aside) > 0 {
+		next = aside[len(aside)-1] + 1
+	}
+	dest := filepath.Join(dataDir, "diverged-"+strconv.Itoa(next))
 	if err := os.Mkdir(dest, 0o750); err != nil {
 		return err
 	}
@@ -67,5 +79,31 @@ func wipeIfRequested(dataDir string, log *slog.Logger) error {
 	}
 	log.Warn("set this node's Raft state aside as requested; joining as a new member to take the leader's state",
 		"reason", string(reason), "kept_in", dest)
+	aside = append(aside, next)
+	for _, i := range aside[:max(0, len(aside)-divergedKept)] {
+		old := filepath.Join(dataDir, "diverged-"+strconv.Itoa(i))
+		if err := os.RemoveAll(old); err != nil {
+			log.Warn("removing an older set-aside Raft state", "dir", old, "err", err)
+			continue
+		}
+		log.Info("removed an older set-aside Raft state", "dir", old, "kept", divergedKept)
+	}
 	return syncDir(dataDir)
+}
+
+// divergedDirs returns the N of dataDir's diverged-N directories, sorted.
+func divergedDirs(dataDir string) ([]int, error) {
+	entries, err := os.ReadDir(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	var ns []int
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), "diverged-")
+		if n, err := strconv.Atoi(rest); ok && err == nil && n > 0 && e.IsDir() {
+			ns = append(ns, n)
+		}
+	}
+	slices.Sort(ns)
+	return ns, nil
 }

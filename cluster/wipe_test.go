@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -42,6 +44,40 @@ func TestWipeIfRequested(t *testing.T) {
 		filepath.Join("diverged-1", "snapshots", "1-2-3", "state.bin")} {
 		if _, err := os.Stat(filepath.Join(dir, kept)); err != nil {
 			t.Errorf("%s: %v", kept, err)
+		}
+	}
+}
+
+// TestWipeKeepsTheNewestTwo: each wipe sets the state aside one past the
+// highest diverged-N there, and only the newest two are kept (a node
+// repaired again and again filled its data dir with them in the soak).
+func TestWipeKeepsTheNewestTwo(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	for round := 1; round <= 4; round++ {
+		if err := os.WriteFile(filepath.Join(dir, "raft.db"), []byte(fmt.Sprint(round)), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		if err := RequestWipe(dir, "round"); err != nil {
+			t.Fatal(err)
+		}
+		if err := wipeIfRequested(dir, log); err != nil {
+			t.Fatal(err)
+		}
+		got, err := divergedDirs(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []int{round}
+		if round > 1 {
+			want = []int{round - 1, round}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("after wipe %d: diverged-%v, want %v", round, got, want)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("diverged-%d", round), "raft.db"))
+		if err != nil || string(b) != fmt.Sprint(round) {
+			t.Fatalf("diverged-%d/raft.db = %q, %v; want this round's state", round, b, err)
 		}
 	}
 }
