@@ -2,7 +2,10 @@
 
 package cluster
 
-import "net"
+import (
+	"net"
+	"sync/atomic"
+)
 
 // Test builds only (-tags raftqfault): faults a test throws at a node.
 
@@ -28,3 +31,64 @@ func (n *Node) CutRaftNetwork(cut bool) {
 		c.Close()
 	}
 }
+
+// HoldRaftNetwork holds this node's Raft network (hold true) or releases
+// it (false), as a stopped process's is held: every read waits with the
+// bytes it read, every write waits, until release, when all of it goes
+// on at once. Unlike CutRaftNetwork nothing is closed, so answers to
+// requests sent before the hold are processed after it, as a process
+// resumed after SIGSTOP finds them in its sockets.
+func (n *Node) HoldRaftNetwork(hold bool) {
+	holdConns(&n.stream.heldIn, hold)
+	holdConns(&n.stream.heldOut, hold)
+	holdConns(&n.stream.heldW, hold)
+}
+
+// HoldRaftReads holds only what the node reads: its requests still go
+// out, their answers wait.
+func (n *Node) HoldRaftReads() {
+	holdConns(&n.stream.heldIn, true)
+	holdConns(&n.stream.heldOut, true)
+}
+
+// ReleaseDialledRaft releases, of a held network, the writes and what
+// this node reads on connections it dialled (its requests and their
+// answers): the requests peers send it stay unread, as if delayed on the
+// way.
+func (n *Node) ReleaseDialledRaft() {
+	holdConns(&n.stream.heldOut, false)
+	holdConns(&n.stream.heldW, false)
+}
+
+func holdConns(p *atomic.Pointer[chan struct{}], hold bool) {
+	if hold {
+		ch := make(chan struct{})
+		p.CompareAndSwap(nil, &ch) // already held: stays as it is
+		return
+	}
+	if h := p.Swap(nil); h != nil {
+		close(*h)
+	}
+}
+
+// HeldRaftReads is how many of the node's Raft reads wait, data in hand,
+// for the hold to end.
+func (n *Node) HeldRaftReads() int64 { return n.stream.heldData.Load() }
+
+// ReadConfirmations counts VerifyLeader calls that went on to confirm
+// leadership (a leader that knew it did not lead answers at once).
+func (n *Node) ReadConfirmations() int64 { return n.verifies.Load() }
+
+// SettleRaftLoop makes Raft's main loop go round many times, so a request
+// handed to it before (a leadership verification) has been taken up: the
+// loop picks among ready requests at random, and each round trip here is
+// one pick.
+func (n *Node) SettleRaftLoop() {
+	for range 64 {
+		_ = n.raft.GetConfiguration().Error()
+	}
+}
+
+// ForceHeartbeats makes this leader send every follower a heartbeat now
+// (raft's VerifyLeader), without waiting for the answers.
+func (n *Node) ForceHeartbeats() { _ = n.raft.VerifyLeader() }

@@ -78,6 +78,11 @@ type Node struct {
 	wg     sync.WaitGroup
 	// raftDone is closed once Raft has shut down.
 	raftDone chan struct{}
+	// reads coalesces linearizable reads' leadership confirmations
+	// (readconfirm.go).
+	reads readConfirms
+	// verifies counts VerifyLeader calls that went on to confirm.
+	verifies atomic.Int64
 	// unlock releases the data dir's lock (closeAll, last).
 	unlock func()
 
@@ -504,6 +509,7 @@ func (n *Node) closeAll() error {
 			errs = append(errs, fmt.Errorf("raft: %w", err))
 		}
 		close(n.raftDone)
+		n.closeReads()
 		n.lead.stopObserving()
 	} else if n.trans.NetworkTransport != nil {
 		if err := n.trans.Close(); err != nil {

@@ -23,9 +23,10 @@ func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 func (n *Node) LeaderReady() bool { return n.Leadership().Established && n.IsLeader() }
 
 // VerifyLeader confirms that this node still leads in the term it
-// established: a quorum of voters answered a heartbeat of that term sent
-// after the call began (raft's VerifyLeader), and the term has not moved
-// on. Local state read after it returns nil holds every write
+// established: a barrier of that term proposed after the call began was
+// committed by a quorum and applied here (readconfirm.go says why not
+// raft's VerifyLeader, which an old leader can pass on answers given
+// before it was deposed), and the term has not moved on. Local state read after it returns nil holds every write
 // acknowledged before the call, also on a leader that was paused past the
 // election timeout and has not yet heard that another was elected (its
 // published Leadership still says it leads). It changes nothing, so a
@@ -38,7 +39,8 @@ func (n *Node) VerifyLeader(ctx context.Context) error {
 	if l.Role != RoleLeader || !l.Established {
 		return ErrNotLeader
 	}
-	err := n.await(ctx, "verify leader", n.raft.VerifyLeader())
+	n.verifies.Add(1)
+	err := n.confirmRead(ctx)
 	switch {
 	case err == nil && n.raft.CurrentTerm() == l.Term:
 		return nil

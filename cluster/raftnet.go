@@ -61,6 +61,14 @@ type streamLayer struct {
 	// Node.CutRaftNetwork): no dial succeeds and every accepted
 	// connection is closed at once.
 	cut atomic.Bool
+	// held: the Raft network of this node is held (test builds only,
+	// Node.HoldRaftNetwork): reads and writes wait until it is released
+	// (the channel closed), as a stopped process's do; heldData counts
+	// the reads held with their data already in hand.
+	// heldIn holds reads on the connections peers dialled, heldOut on
+	// the ones this node dialled, heldW every write.
+	heldIn, heldOut, heldW atomic.Pointer[chan struct{}]
+	heldData               atomic.Int64
 }
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
@@ -102,14 +110,14 @@ func (a namedAddr) String() string  { return string(a) }
 func isNamedAddr(a net.Addr) bool { _, ok := a.(namedAddr); return ok }
 
 // track records c so Close closes it; it fails once closed.
-func (s *streamLayer) track(c net.Conn) (net.Conn, error) {
+func (s *streamLayer) track(c net.Conn, inbound bool) (net.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		c.Close()
 		return nil, net.ErrClosed
 	}
-	tc := &trackedConn{Conn: c, s: s}
+	tc := &trackedConn{Conn: c, s: s, inbound: inbound}
 	s.conns[tc] = struct{}{}
 	return tc, nil
 }
@@ -142,7 +150,7 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 		if s.tls != nil {
 			return c, nil // tracked by acceptLoop
 		}
-		return s.track(c)
+		return s.track(c, true)
 	}
 }
 
@@ -163,7 +171,7 @@ func (s *streamLayer) acceptLoop() {
 			}
 			continue
 		}
-		tc, err := s.track(tls.Server(c, s.tls.Server))
+		tc, err := s.track(tls.Server(c, s.tls.Server), true)
 		if err != nil {
 			return
 		}
@@ -222,7 +230,7 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 		if err != nil {
 			return nil, err
 		}
-		return s.track(c)
+		return s.track(c, false)
 	}
 	id, ok := s.idOf(addr)
 	if !ok {
@@ -234,7 +242,7 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 	if err != nil {
 		return nil, err
 	}
-	return s.track(c)
+	return s.track(c, false)
 }
 
 // idOf names the one server at addr in the latest Raft configuration.
@@ -320,7 +328,45 @@ func (s *streamLayer) Close() error {
 
 type trackedConn struct {
 	net.Conn
-	s *streamLayer
+	s       *streamLayer
+	inbound bool // accepted, not dialled
+}
+
+// Read holds what it read while the network is held, so a peer's
+// answer waits as it would in a stopped process's socket.
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.s.waitHeld(c.inbound, true)
+	}
+	return n, err
+}
+
+func (c *trackedConn) Write(p []byte) (int, error) {
+	c.s.waitHeld(c.inbound, false)
+	return c.Conn.Write(p)
+}
+
+// waitHeld returns at once unless the network is held (a test's fault).
+func (s *streamLayer) waitHeld(inbound, data bool) {
+	h := s.heldW.Load()
+	switch {
+	case data && inbound:
+		h = s.heldIn.Load()
+	case data:
+		h = s.heldOut.Load()
+	}
+	if h == nil {
+		return
+	}
+	if data {
+		s.heldData.Add(1)
+		defer s.heldData.Add(-1)
+	}
+	select {
+	case <-*h:
+	case <-s.done:
+	}
 }
 
 func (c *trackedConn) Close() error {
