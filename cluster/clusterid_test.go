@@ -227,6 +227,10 @@ func TestRepairedNodeKeepsClusterID(t *testing.T) {
 	bcfg.Join = []string{a.GossipAddr()}
 	b := startNode(t, bcfg)
 	waitFor(t, 20*time.Second, "b promoted", func() bool { return suffrage(a, "b") == "Voter" })
+	// b records the id it learned from gossip on its own time: a loaded
+	// fresh-clone run promoted it before it had, and the repair below
+	// is of a node that knew its cluster.
+	waitFor(t, 20*time.Second, "b to know the cluster id", func() bool { return b.ClusterID() == cid })
 	// Removed first (as a repair does): with b stopped, a alone would be
 	// no quorum of two voters.
 	if err := a.RemoveNode(ctxTimeout(t, 10*time.Second), "b", true); err != nil {
