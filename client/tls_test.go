@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftq/raftq/transport/tlsconfig/pki"
+	"github.com/raftq/raftq/tlsconfig/pki"
 )
 
 // TestWithTLSReloadsRotatedFiles handshakes, step by step, against a

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftq/raftq/transport/tlsconfig"
-	"github.com/raftq/raftq/transport/tlsconfig/pki"
+	"github.com/raftq/raftq/tlsconfig"
+	"github.com/raftq/raftq/tlsconfig/pki"
 )
 
 // TestRotationUnderLoad: on a running three-node cluster taking writes,

@@ -19,8 +19,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/raftq/raftq/transport/tlsconfig"
-	"github.com/raftq/raftq/transport/tlsconfig/pki"
+	"github.com/raftq/raftq/tlsconfig"
+	"github.com/raftq/raftq/tlsconfig/pki"
 )
 
 // testCA issues node certificates into a temp dir and builds the TLS

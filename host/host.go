@@ -25,12 +25,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/raftq/raftq/auth"
+	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/peers"
+	"github.com/raftq/raftq/tlsconfig"
 	"github.com/raftq/raftq/transport"
-	"github.com/raftq/raftq/transport/auth"
-	"github.com/raftq/raftq/transport/broker"
-	"github.com/raftq/raftq/transport/tlsconfig"
 )
 
 // DefaultShutdownTimeout is Run's budget for a graceful stop (raftq serve

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/raftq/raftq/transport/tlsconfig"
+	"github.com/raftq/raftq/tlsconfig"
 )
 
 // tlsWatchInterval is how often a node looks for changed certificate

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/raftq/raftq/transport/broker"
+	"github.com/raftq/raftq/broker"
 )
 
 // testClock is the wall clock shifted by an offset read from a file, for

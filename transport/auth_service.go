@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/raftq/raftq/auth"
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"github.com/raftq/raftq/transport/auth"
 )
 
 // authService serves identities, tokens and grants. The interceptor has

@@ -6,10 +6,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/fsm/state"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/genproto/googleapis/rpc/code"
 )
 

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/auth"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"github.com/raftq/raftq/transport/auth"
-	"github.com/raftq/raftq/transport/tlsconfig"
-	"github.com/raftq/raftq/transport/tlsconfig/pki"
+	"github.com/raftq/raftq/tlsconfig"
+	"github.com/raftq/raftq/tlsconfig/pki"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"

@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/raftq/raftq/dashboard"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"github.com/raftq/raftq/transport/dashboard"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/auth"
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"github.com/raftq/raftq/transport/auth"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )

@@ -6,8 +6,8 @@ import (
 	"io"
 	"sync"
 
+	"github.com/raftq/raftq/auth"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"github.com/raftq/raftq/transport/auth"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )

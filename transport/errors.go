@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/diskguard"
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/scheduler"
-	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

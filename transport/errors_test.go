@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/scheduler"
-	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/grpc/codes"
 )
 

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/raftq/raftq/broker"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )

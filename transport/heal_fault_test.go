@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/test/harness"
-	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )

@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/raftq/raftq/auth"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"github.com/raftq/raftq/transport/auth"
-	"github.com/raftq/raftq/transport/tlsconfig"
+	"github.com/raftq/raftq/tlsconfig"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -161,7 +161,7 @@ const GRPCAddrHeader = "Raftq-Grpc-Addr"
 // /status (cluster status as JSON), with
 // Config.Pprof /debug/pprof and, at every other path, the dashboard
 // (Dashboard). With auth on every path but /healthz and /readyz needs an
-// identity (transport/auth's Middleware states the contract, login and
+// identity (auth's Middleware states the contract, login and
 // CSRF included, that handlers added here rely on).
 func (s *Server) HTTPHandler() http.Handler {
 	operator := s.httpRoutes().handler(s.cfg.Auth, auth.HTTPOptions{SecureCookies: s.cfg.HTTPSecure})

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/auth"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"github.com/raftq/raftq/transport/auth"
 )
 
 // TestHTTPRoutesFailClosed walks every route of the HTTP port of a node

@@ -6,10 +6,10 @@ import (
 	"math"
 	"time"
 
+	"github.com/raftq/raftq/auth"
 	"github.com/raftq/raftq/fsm/state"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
-	"github.com/raftq/raftq/transport/auth"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"

@@ -6,8 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/raftq/raftq/cluster"
+	qmetrics "github.com/raftq/raftq/metrics"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	qmetrics "github.com/raftq/raftq/transport/metrics"
 )
 
 // registerNodeMetrics adds the per-queue collector (every node, from its

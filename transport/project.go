@@ -5,12 +5,12 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/fsm/logconv"
 	"github.com/raftq/raftq/fsm/state"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
-	"github.com/raftq/raftq/transport/broker"
 )
 
 // The API edge: the server keeps message ids and lease tokens as numbers

@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/fsm/state"
+	qmetrics "github.com/raftq/raftq/metrics"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	"github.com/raftq/raftq/transport/broker"
-	qmetrics "github.com/raftq/raftq/transport/metrics"
 )
 
 func TestIDFormatRoundTrip(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/cluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )

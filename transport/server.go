@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/raftq/raftq/auth"
+	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/dashboard"
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/peers"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"github.com/raftq/raftq/transport/auth"
-	"github.com/raftq/raftq/transport/broker"
-	"github.com/raftq/raftq/transport/dashboard"
-	"github.com/raftq/raftq/transport/tlsconfig"
+	"github.com/raftq/raftq/tlsconfig"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -46,7 +46,7 @@ type Config struct {
 	// key series: the top N keys of each queue, the rest summed under
 	// key="_other" (raftq serve --metrics-top-keys).
 	MetricsTopKeys int
-	// Auth authenticates and authorises every call (transport/auth); nil
+	// Auth authenticates and authorises every call (auth); nil
 	// = auth off (every caller may do everything).
 	Auth *auth.Authenticator
 	// Pprof serves /debug/pprof on the HTTP port (to admins when auth is

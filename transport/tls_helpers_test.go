@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/cluster"
-	"github.com/raftq/raftq/transport/tlsconfig"
-	"github.com/raftq/raftq/transport/tlsconfig/pki"
+	"github.com/raftq/raftq/tlsconfig"
+	"github.com/raftq/raftq/tlsconfig/pki"
 	"google.golang.org/grpc/credentials"
 )
 

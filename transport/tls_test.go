@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/auth"
 	"github.com/raftq/raftq/peers"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"github.com/raftq/raftq/transport/auth"
-	"github.com/raftq/raftq/transport/tlsconfig/pki"
+	"github.com/raftq/raftq/tlsconfig/pki"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"

@@ -18,11 +18,11 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protodelim"
 
+	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/client"
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/transport"
-	"github.com/raftq/raftq/transport/broker"
 )
 
 // A backup file is the Cluster.Backup stream as it arrived: this magic

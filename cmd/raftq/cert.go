@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/raftq/raftq/transport/tlsconfig/pki"
+	"github.com/raftq/raftq/tlsconfig/pki"
 )
 
 // newCertCmd makes the certificates a TLS cluster needs (docs/security.md):

@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/raftq/raftq/transport/tlsconfig/pki"
+	"github.com/raftq/raftq/tlsconfig/pki"
 )
 
 // newCertClusterCmd makes, in one run, what a TLS cluster's nodes need, and

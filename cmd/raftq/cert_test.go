@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftq/raftq/transport/tlsconfig"
+	"github.com/raftq/raftq/tlsconfig"
 )
 
 // runArgs runs a command line without a broker.

@@ -8,8 +8,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/raftq/raftq/auth"
 	"github.com/raftq/raftq/fsm"
-	"github.com/raftq/raftq/transport/auth"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"

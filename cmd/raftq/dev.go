@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/raftq/raftq/client"
-	"github.com/raftq/raftq/transport/tlsconfig/pki"
+	"github.com/raftq/raftq/tlsconfig/pki"
 )
 
 // newDevCmd runs a local cluster of `raftq serve` processes on loopback,

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/raftq/raftq/transport/broker"
+	"github.com/raftq/raftq/broker"
 )
 
 // memoryBudget is the memory this process may use: the machine's RAM, or

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/cluster"
-	"github.com/raftq/raftq/transport/broker"
 )
 
 // newRecoverCmd is `raftq cluster recover`: offline, on a stopped node,

@@ -21,8 +21,8 @@ import (
 
 	"github.com/raftq/raftq/client"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/tlsconfig"
 	"github.com/raftq/raftq/transport"
-	"github.com/raftq/raftq/transport/tlsconfig"
 )
 
 // TestNonLoopbackWithoutTLSRefused: secure by default. A node binding any

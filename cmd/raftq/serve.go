@@ -11,12 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/diskguard"
 	"github.com/raftq/raftq/host"
+	"github.com/raftq/raftq/tlsconfig"
 	"github.com/raftq/raftq/transport"
-	"github.com/raftq/raftq/transport/broker"
-	"github.com/raftq/raftq/transport/tlsconfig"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )

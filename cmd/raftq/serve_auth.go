@@ -6,8 +6,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/raftq/raftq/auth"
 	"github.com/raftq/raftq/fsm"
-	"github.com/raftq/raftq/transport/auth"
 	"github.com/spf13/pflag"
 )
 

@@ -9,7 +9,7 @@ import (
 
 // Retry backoff (log version RetryVersion, fsm/DESIGN.md). A queue's
 // QueueConfig.retry is data the state keeps and validates; it never
-// computes a delay from it. The leader does (transport/broker/retry.go):
+// computes a delay from it. The leader does (broker/retry.go):
 // it reads the message's attempts and the policy, draws the jitter, rounds
 // to whole milliseconds and writes the result into the entry
 // (NackOne.retry_delay_ms, LeaseExpire.retry_delays_ms). Apply only reads

@@ -18,11 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/host"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/test/harness"
-	"github.com/raftq/raftq/transport/broker"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )

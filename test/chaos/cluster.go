@@ -22,7 +22,7 @@ import (
 	"github.com/raftq/raftq/client"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/test/harness"
-	"github.com/raftq/raftq/transport/tlsconfig"
+	"github.com/raftq/raftq/tlsconfig"
 )
 
 // Cluster is N nodes of the binary, each on its own host of a Network,

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/raftq/raftq/transport/tlsconfig"
+	"github.com/raftq/raftq/tlsconfig"
 )
 
 // Metrics scrapes one node's /metrics as an operator would: over HTTPS

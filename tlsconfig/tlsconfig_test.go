@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftq/raftq/transport/tlsconfig/pki"
+	"github.com/raftq/raftq/tlsconfig/pki"
 )
 
 // pkiDir is a CA with certificates issued into a temp dir.

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/fsm"
-	"github.com/raftq/raftq/transport/tlsconfig"
+	"github.com/raftq/raftq/tlsconfig"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"

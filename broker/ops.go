@@ -7,10 +7,10 @@ import (
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/fsm/logconv"
 	"github.com/raftq/raftq/fsm/state"
+	"github.com/raftq/raftq/metrics"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
-	"github.com/raftq/raftq/transport/metrics"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/raftq/raftq/fsm"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
-	"github.com/raftq/raftq/transport/tlsconfig/pki"
+	"github.com/raftq/raftq/tlsconfig/pki"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/metrics"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
-	"github.com/raftq/raftq/transport/metrics"
 )
 
 // TestQueueCarriesDrainEstimate: the node samples its queues on its own,

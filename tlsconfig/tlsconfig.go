@@ -23,7 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/raftq/raftq/transport/tlsconfig/pki"
+	"github.com/raftq/raftq/tlsconfig/pki"
 )
 
 // NodeName returns NAME when cert carries exactly one URI SAN

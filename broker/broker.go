@@ -11,9 +11,9 @@ import (
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/diskguard"
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/metrics"
 	"github.com/raftq/raftq/peers"
 	"github.com/raftq/raftq/scheduler"
-	"github.com/raftq/raftq/transport/metrics"
 )
 
 // Config builds one node.

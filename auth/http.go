@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/raftq/raftq/fsm"
-	"github.com/raftq/raftq/transport/tlsconfig"
+	"github.com/raftq/raftq/tlsconfig"
 )
 
 // The HTTP side (the operator port: metrics, status, pprof, the
