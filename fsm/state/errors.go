@@ -1,12 +1,16 @@
 package state
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/raftq/raftq/acl"
+)
 
 // Sentinel errors carried in results. The transport maps them to gRPC codes
 // with errors.Is; details are added by wrapping.
 var (
 	// ErrInvalid marks bad input (names, sizes, ranges).
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = acl.ErrInvalid // errors.New("invalid argument"), shared with package acl
 	// ErrQueueNotFound: the named queue does not exist.
 	ErrQueueNotFound = errors.New("queue not found")
 	// ErrQueueExists: CreateQueue of a queue that is already there.
@@ -23,7 +27,7 @@ var (
 	// messages.
 	ErrNotEmpty = errors.New("queue not empty")
 	// ErrLimit: a count limit of the state (tokens, grants) is reached.
-	ErrLimit = errors.New("limit reached")
+	ErrLimit = acl.ErrLimit // errors.New("limit reached"), shared with package acl
 	// ErrPaused: a grant of a message of a paused queue or fairness key
 	// (PauseVersion).
 	ErrPaused = errors.New("queue or fairness key paused")

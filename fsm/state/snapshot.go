@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/google/btree"
+	"github.com/raftq/raftq/acl"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
@@ -232,7 +233,7 @@ func (fr *Frozen) Stream(w io.Writer) error {
 		}
 	}
 	if fr.clusterVersion >= AuthVersion {
-		if err := put(fr.auth.record()); err != nil {
+		if err := put(fr.auth.Record()); err != nil {
 			return err
 		}
 	}
@@ -525,7 +526,7 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 		if err := opts.UnmarshalFrom(r, rec); err != nil {
 			return fmt.Errorf("%w: auth record: %v", ErrInvalid, err)
 		}
-		a, err := loadAuth(rec)
+		a, err := acl.Load(rec)
 		if err != nil {
 			return err
 		}

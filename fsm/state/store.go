@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/google/btree"
+	"github.com/raftq/raftq/acl"
 )
 
 // Store is the replicated data: queues, their messages and dedup entries,
@@ -64,7 +65,7 @@ func New() *Store {
 		pauseExp:       newPauseTree(),
 		consumers:      map[string]map[queueMsg]struct{}{},
 		clusterVersion: 1,
-		auth:           newAuth(),
+		auth:           acl.New(),
 		redriving:      map[string]struct{}{},
 		maxRecent:      MaxRecent,
 		sweepBudget:    SweepBudget,
