@@ -103,7 +103,7 @@ proto: protoc-installed $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc python-pr
 	protoc -I proto -I /usr/include \
 	  --go_out=proto --go_opt=paths=source_relative \
 	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative \
-	  proto/raftq/v1/raftq.proto proto/raftq/fsm/v1/command.proto
+	  proto/raftq/v1/raftq.proto proto/raftq/fsm/v1/command.proto proto/raftq/meta/v1/meta.proto
 
 $(BIN)/staticcheck:
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
