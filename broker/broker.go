@@ -187,9 +187,10 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	// An enqueue's payloads count against the pending gate until its
 	// entry has committed or failed.
 	b.enqueues.release = func(r enqueueReq) { b.gate.release(r.held) }
-	// Ack entries go through the scheduler, which lets them carry the
-	// grants of the credit they free (one entry per delivery cycle).
-	b.acks = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.sched.ProposeAck, buildAck, sizeAck)
+	// Ack entries are proposed here like any command; the scheduler only
+	// fills them with the grants of the credit they free (one entry per
+	// delivery cycle, proposeAck).
+	b.acks = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.proposeAck, buildAck, sizeAck)
 
 	// 5. Leader-only work follows leadership from now on.
 	b.leader = &leaderWork{log: b.log, node: b.node, state: b.state, sched: b.sched, feed: b.feed, propose: b.Propose, audit: cfg.Audit}

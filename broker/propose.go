@@ -50,6 +50,17 @@ func (b *Broker) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, e
 	return res, nil
 }
 
+// proposeAck is the ack coalescer's proposer: the entry goes to the log
+// through Propose, like every command; with Config.CarryGrants (from log
+// version 10) the scheduler first fills it with the grants of the credit
+// its acks free (scheduler.CarryAck) and is told the entry's outcome
+// (Ride.Settle), which answers the acks' own result.
+func (b *Broker) proposeAck(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
+	ride := b.sched.CarryAck(cmd)
+	res, err := b.Propose(ctx, cmd)
+	return ride.Settle(res, err)
+}
+
 // apply proposes cmd and returns its typed result, with a whole-command
 // failure (nothing changed) as the error.
 func apply[T fsm.Result](ctx context.Context, b *Broker, cmd *fsmv1.Command) (T, error) {

@@ -10,28 +10,39 @@ import (
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 )
 
-// ProposeAck proposes an Ack command (the composition root's ack
-// coalescer proposes every ack entry through it). With Config.CarryGrants,
-// when the cluster version allows (fsm.AckGrantVersion), the entry also
-// carries the grants
-// a pass picks at this moment, with the credit of every ack settling
-// (Settling) counted as free: the ack's entry grants the consumer's next
+// CarryAck lets an Ack entry carry grants. With Config.CarryGrants, when
+// the cluster version allows (fsm.AckGrantVersion), it runs a pass with
+// the credit of every ack settling (Settling) counted as free and puts
+// its picks in cmd's Ack: the ack's entry grants the consumer's next
 // messages, so a busy consumer costs one entry per delivery instead of a
-// LeaseGrant entry and an Ack entry. The answer is the ack's own result
-// (*fsm.ItemsResult), whatever the entry carried; the grants' outcome is
-// handled as any grant batch's (pushed in pick order, rolled back if it
-// cannot be pushed).
-func (s *Scheduler) ProposeAck(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
+// LeaseGrant entry and an Ack entry. The caller (the data group's ack
+// coalescer) proposes cmd itself, through the group's proposer like any
+// command, and hands the outcome to the ride's Settle exactly once, which
+// answers the ack's own result (*fsm.ItemsResult), whatever the entry
+// carried; the grants' outcome is handled as any grant batch's (pushed in
+// pick order, rolled back if it cannot be pushed). It returns nil when
+// cmd carries nothing (not an ack, already carrying, carrying off, no
+// term, nothing picked); a nil ride's Settle passes the outcome through.
+func (s *Scheduler) CarryAck(cmd *fsmv1.Command) *Ride {
 	ack := cmd.GetAck()
 	if ack == nil || len(ack.Grants) > 0 || !s.carrying() {
-		return s.propose(ctx, cmd)
+		return nil
 	}
 	r := s.carry()
 	if r == nil {
-		return s.propose(ctx, cmd)
+		return nil
 	}
 	ack.Grants = r.grants
-	res, err := s.propose(ctx, cmd)
+	return r
+}
+
+// Settle hands the outcome of the ack entry that carries r's grants to
+// r's handler and returns the ack's own part of it. Call it once, after
+// the entry's proposal returned; on a nil ride it returns res, err.
+func (r *Ride) Settle(res fsm.Result, err error) (fsm.Result, error) {
+	if r == nil {
+		return res, err
+	}
 	ackRes, granted, gerr := grantsOf(res, err)
 	r.done(granted, gerr, err != nil)
 	return ackRes, err
@@ -45,10 +56,10 @@ func (s *Scheduler) carrying() bool {
 	return s.cfg.CarryGrants && s.state.ClusterVersion() >= fsm.AckGrantVersion
 }
 
-// ride is the grants of one carry pass, proposed in an ack's entry, and
-// that entry's outcome. done is called exactly once by ProposeAck; the
+// Ride is the grants of one carry pass, proposed in an ack's entry, and
+// that entry's outcome. done is called exactly once, by Settle; the
 // handler goroutine launched with it waits for it or for the term's end.
-type ride struct {
+type Ride struct {
 	s      *Scheduler
 	grants []*fsmv1.Grant
 	to     []*Consumer
@@ -67,7 +78,7 @@ type ride struct {
 // otherwise. If the term ended before it came, no consumer will take them:
 // whatever was (or may have been) granted was never sent, and goes to
 // Config.HandBack.
-func (r *ride) done(res *fsm.GrantResult, err error, unknown bool) {
+func (r *Ride) done(res *fsm.GrantResult, err error, unknown bool) {
 	r.mu.Lock()
 	if r.abandoned {
 		r.mu.Unlock()
@@ -94,7 +105,7 @@ func (r *ride) done(res *fsm.GrantResult, err error, unknown bool) {
 // wait is the ride's outcome, or, if the term ends first, the term's
 // error (the outcome is then unknown to this term: what the entry
 // grants is handed back when it comes, by done).
-func (r *ride) wait(ctx context.Context) (res *fsm.GrantResult, err error, unknown bool) {
+func (r *Ride) wait(ctx context.Context) (res *fsm.GrantResult, err error, unknown bool) {
 	select {
 	case <-r.ready:
 	case <-ctx.Done():
@@ -114,7 +125,7 @@ func (r *ride) wait(ctx context.Context) (res *fsm.GrantResult, err error, unkno
 // grant batch, not counted among the MaxInFlightGrants standalone
 // proposals (the ack coalescer bounds its own entries). It returns nil
 // when nothing was picked or no term runs.
-func (s *Scheduler) carry() *ride {
+func (s *Scheduler) carry() *Ride {
 	t := s.current()
 	if t == nil {
 		return nil
@@ -131,7 +142,7 @@ func (s *Scheduler) carry() *ride {
 	if _, until := t.pipe.budget(now); !until.IsZero() {
 		return nil // proposals are failing: back off, as the loop does
 	}
-	r := &ride{s: s, ready: make(chan struct{})}
+	r := &Ride{s: s, ready: make(chan struct{})}
 	s.state.Read(func(v fsm.View) {
 		t.pipe.startRide(r)
 		defer t.pipe.endRide()
@@ -159,7 +170,7 @@ func (t *term) peekDirty() map[string]struct{} {
 }
 
 // startRide makes the pipeline's picks go to r until endRide.
-func (pl *pipeline) startRide(r *ride) {
+func (pl *pipeline) startRide(r *Ride) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	pl.ride = r
@@ -174,7 +185,7 @@ func (pl *pipeline) endRide() {
 // launchRide takes r's place in the launch order and starts its handler,
 // which waits for the ack entry's outcome (policy.mu held, the term not
 // over).
-func (pl *pipeline) launchRide(r *ride) {
+func (pl *pipeline) launchRide(r *Ride) {
 	pl.mu.Lock()
 	prev, mine := pl.last, make(chan struct{})
 	pl.last = mine

@@ -23,8 +23,18 @@ func (e *env) raise(v uint32) {
 // carryGrants turns on acks carrying grants.
 func carryGrants(c *Config) { c.CarryGrants = true }
 
+// proposeAck proposes an ack entry as the data group's ack coalescer
+// does (broker.Broker.proposeAck): the grants CarryAck puts in it, the
+// entry through the proposer, its outcome to the ride's Settle.
+func (e *env) proposeAck(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
+	r := e.s.CarryAck(cmd)
+	res, err := e.s.propose(ctx, cmd)
+	return r.Settle(res, err)
+}
+
 // settle acks ds as the broker's Ack does: Settling first, then the ack
-// entry proposed through ProposeAck, done once it has applied.
+// entry proposed as the ack coalescer proposes it (proposeAck), done once
+// it has applied.
 func (e *env) settle(ds ...*state.Delivery) {
 	e.t.Helper()
 	refs := make([]*fsmv1.Ref, len(ds))
@@ -33,7 +43,7 @@ func (e *env) settle(ds ...*state.Delivery) {
 	}
 	done := e.s.Settling(refs)
 	defer done()
-	res, err := fsm.As[*fsm.ItemsResult](e.s.ProposeAck(context.Background(), &fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: refs}}}))
+	res, err := fsm.As[*fsm.ItemsResult](e.proposeAck(context.Background(), &fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: refs}}}))
 	if err != nil {
 		e.t.Fatalf("ack: %v", err)
 	}
@@ -188,7 +198,7 @@ func TestFailedAckEntryFreesCarriedGrants(t *testing.T) {
 		})
 		refs := []*fsmv1.Ref{ref(t, d)}
 		done := e.s.Settling(refs)
-		if _, err := e.s.ProposeAck(context.Background(), &fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: refs}}}); err == nil {
+		if _, err := e.proposeAck(context.Background(), &fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: refs}}}); err == nil {
 			t.Fatal("refused ack entry answered no error")
 		}
 		done()

@@ -5,9 +5,9 @@
 //
 // It never changes replicated state itself: it reads the state machine
 // (fsm.FSM.Read) and changes it only by proposing commands (LeaseGrant,
-// LeaseRollback, LeaseExpire, ReleaseConsumer, Tick) through a Proposer,
-// and proposes the composition root's Ack entries (ProposeAck), which
-// from log version 10 carry the grants of the credit they free.
+// LeaseRollback, LeaseExpire, ReleaseConsumer, Tick) through a Proposer;
+// from log version 10 it fills the data group's Ack entries with the
+// grants of the credit they free (CarryAck), which the group proposes.
 // One loop goroutine runs while the node leads (RunLeader); it wakes on
 // applied changes (QueuesChanged), consumer churn, grant completions and a
 // single timer for the next delayed message, throttle token or lease

@@ -30,7 +30,7 @@ type pipeline struct {
 	backoff  backoff
 	// ride, while a carry pass runs (carry.go), collects its picks
 	// instead of batch: they go in an ack's entry, not a LeaseGrant.
-	ride *ride
+	ride *Ride
 }
 
 func newPipeline(s *Scheduler, t *term) *pipeline {

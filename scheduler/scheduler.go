@@ -58,7 +58,7 @@ type Proposer interface {
 type State interface {
 	Read(fn func(v fsm.View))
 	// ClusterVersion is the log version entries are proposed under: acks
-	// carry grants only from fsm.AckGrantVersion on (ProposeAck).
+	// carry grants only from fsm.AckGrantVersion on (CarryAck).
 	ClusterVersion() uint32
 }
 
@@ -91,7 +91,7 @@ type Config struct {
 	// itself).
 	HandBack func(refs []*fsmv1.Ref)
 	// CarryGrants lets ack entries carry the grants of the credit they
-	// free (ProposeAck; from cluster version 10): one entry per delivery
+	// free (CarryAck; from cluster version 10): one entry per delivery
 	// cycle instead of two. Off by default: on this project's loaded
 	// machine it cut entries per delivery but no speed-up could be shown
 	// (docs/benchmarks.md); on until measured on a quiet one.

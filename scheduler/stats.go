@@ -13,7 +13,7 @@ import (
 // Settling is told, before acks are proposed, which leases they settle. A
 // consumer that acked a message is done with it, so from now until the ack
 // applies that lease stops counting against its credit: the next grant is
-// carried in the ack's own entry (ProposeAck, log version 10) or, below
+// carried in the ack's own entry (CarryAck, log version 10) or, below
 // that version, proposed alongside the ack instead of after its commit,
 // which takes one of the two commits out of every delivery cycle. Only leases the view
 // shows held under the ref's token count; done forgets them and must be
@@ -32,7 +32,7 @@ func (s *Scheduler) Settling(refs []*fsmv1.Ref) (done func()) {
 	}
 	if !s.carrying() {
 		// The loop grants the freed credit now; otherwise the ack's own
-		// entry will (ProposeAck).
+		// entry will (CarryAck).
 		s.kick()
 	}
 	return func() { t.reg.unsettle(marks) }

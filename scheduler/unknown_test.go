@@ -152,7 +152,7 @@ func TestLostCarriedGrantIsHandedBack(t *testing.T) {
 		e.p.loseOnce(isOp("ack+grant"))
 		refs := []*fsmv1.Ref{ref(t, d)}
 		done := e.s.Settling(refs)
-		if _, err := e.s.ProposeAck(t.Context(), &fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: refs}}}); err == nil {
+		if _, err := e.proposeAck(t.Context(), &fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: refs}}}); err == nil {
 			t.Fatal("lost ack entry answered no error")
 		}
 		done()
