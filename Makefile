@@ -172,6 +172,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCommand -fuzztime 60s ./fsm
 	$(GO) test -run '^$$' -fuzz FuzzRestore -fuzztime 60s ./fsm
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./raftmux
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./meta
 
 clean:
 	rm -rf $(BIN) raftq-data

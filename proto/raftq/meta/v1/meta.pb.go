@@ -1028,10 +1028,12 @@ func (x *SetClusterVersion) GetVersion() uint32 {
 type State struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Snapshot format (1).
-	Format           uint32         `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
-	AppliedIndex     uint64         `protobuf:"varint,2,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	Seeded           bool           `protobuf:"varint,3,opt,name=seeded,proto3" json:"seeded,omitempty"`
-	SeededIndex      uint64         `protobuf:"varint,4,opt,name=seeded_index,json=seededIndex,proto3" json:"seeded_index,omitempty"`
+	Format       uint32 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,2,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Seeded       bool   `protobuf:"varint,3,opt,name=seeded,proto3" json:"seeded,omitempty"`
+	SeededIndex  uint64 `protobuf:"varint,4,opt,name=seeded_index,json=seededIndex,proto3" json:"seeded_index,omitempty"`
+	// Never written: the seed's hash (seed_sha256) is kept instead, its
+	// queues being in placements and its auth in auth.
 	Seed             *Seed          `protobuf:"bytes,5,opt,name=seed,proto3" json:"seed,omitempty"`
 	ClusterVersion   uint32         `protobuf:"varint,6,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
 	Settings         *Settings      `protobuf:"bytes,7,opt,name=settings,proto3" json:"settings,omitempty"`
@@ -1042,8 +1044,11 @@ type State struct {
 	Auth             *v1.AuthRecord `protobuf:"bytes,12,opt,name=auth,proto3" json:"auth,omitempty"`
 	WriteKeys        []*WriteKey    `protobuf:"bytes,13,rep,name=write_keys,json=writeKeys,proto3" json:"write_keys,omitempty"`
 	LegacyGroup      string         `protobuf:"bytes,14,opt,name=legacy_group,json=legacyGroup,proto3" json:"legacy_group,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// SHA-256 of the applied Seed's deterministic encoding: a seed retried
+	// is compared by it.
+	SeedSha256    []byte `protobuf:"bytes,15,opt,name=seed_sha256,json=seedSha256,proto3" json:"seed_sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *State) Reset() {
@@ -1172,6 +1177,13 @@ func (x *State) GetLegacyGroup() string {
 		return x.LegacyGroup
 	}
 	return ""
+}
+
+func (x *State) GetSeedSha256() []byte {
+	if x != nil {
+		return x.SeedSha256
+	}
+	return nil
 }
 
 type Settings struct {
@@ -1599,7 +1611,7 @@ const file_raftq_meta_v1_meta_proto_rawDesc = "" +
 	"\a_groupsB\v\n" +
 	"\t_replicas\"-\n" +
 	"\x11SetClusterVersion\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\rR\aversion\"\xd5\x04\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\"\xf6\x04\n" +
 	"\x05State\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12\x16\n" +
@@ -1618,7 +1630,9 @@ const file_raftq_meta_v1_meta_proto_rawDesc = "" +
 	"\x04auth\x18\f \x01(\v2\x18.raftq.fsm.v1.AuthRecordR\x04auth\x126\n" +
 	"\n" +
 	"write_keys\x18\r \x03(\v2\x17.raftq.meta.v1.WriteKeyR\twriteKeys\x12!\n" +
-	"\flegacy_group\x18\x0e \x01(\tR\vlegacyGroup\"\xa8\x01\n" +
+	"\flegacy_group\x18\x0e \x01(\tR\vlegacyGroup\x12\x1f\n" +
+	"\vseed_sha256\x18\x0f \x01(\fR\n" +
+	"seedSha256\"\xa8\x01\n" +
 	"\bSettings\x12\x1f\n" +
 	"\vmeta_voters\x18\x01 \x01(\rR\n" +
 	"metaVoters\x12(\n" +
