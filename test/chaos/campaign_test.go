@@ -25,9 +25,10 @@ type campaign struct {
 	Kinds    []FaultKind
 	Duration time.Duration // the fault phase (the plan's estimate)
 	Short    bool          // briefer holds
-	// Soak samples every node's resources after WarmUp (the workload
-	// without faults), half way through the faults and at the end of the
-	// quiet phase, and fails the run if one grew past its bound (soak.go).
+	// Soak samples every node's resources once the workload without
+	// faults is steady (at most WarmUp), half way through the faults and
+	// at the end of the quiet phase, and every soakEvery in between, and
+	// fails the run if one grew past its bound (soak.go).
 	Soak   bool
 	WarmUp time.Duration
 }
@@ -41,7 +42,9 @@ const (
 	// visibility timeouts and faultAfterExtraMs) and their margins around
 	// a gap (before it, and after it for the drops that stop the
 	// workload) by 6 s: the stretch where attempts are held to deliveries.
-	quietPhase = 2*visibility + (faultAfterExtraMs+windowSlackMs+endSlackMs)*time.Millisecond + 6*time.Second
+	// soakMinWarmUp is the least warm-up of a soak before its baseline.
+	soakMinWarmUp = time.Minute
+	quietPhase    = 2*visibility + (faultAfterExtraMs+windowSlackMs+endSlackMs)*time.Millisecond + 6*time.Second
 )
 
 // runCampaign starts a cluster, runs the workload under the plan's faults,
@@ -142,11 +145,14 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 	}
 
 	var sampler *Sampler
+	var baseline string
 	if cc.Soak {
 		sampler = NewSampler(c)
-		log.Info("soak: warming up without faults", "for", cc.WarmUp)
-		_ = harness.Sleep(ctx, cc.WarmUp)
+		log.Info("soak: warming up without faults until steady", "at most", cc.WarmUp)
+		baseline = sampler.WaitSteady(ctx, soakMinWarmUp, cc.WarmUp)
+		log.Info("soak: baseline", "how", baseline)
 		sampler.Sample(ctx, soakPhaseStart)
+		running.Go(func() { sampler.Run(work) })
 		running.Go(func() {
 			if harness.Sleep(work, cc.Duration/2) == nil {
 				sampler.Sample(work, soakPhaseMiddle)
@@ -177,6 +183,11 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 	_ = harness.Sleep(ctx, quietPhase)
 	if sampler != nil {
 		sampler.Sample(ctx, soakPhaseEnd) // under the same load as the start
+		if out := os.Getenv("RAFTQ_CHAOS_OUT"); out != "" {
+			for _, note := range sampler.SaveHeapProfiles(ctx, out) {
+				log.Warn("soak", "note", note)
+			}
+		}
 	}
 	stopWork()
 	running.Wait()
@@ -193,7 +204,8 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 	h := rec.Snapshot()
 	r := Check(&h)
 	if sampler != nil {
-		r.Soak = JudgeSoak(sampler.Samples())
+		r.Soak = JudgeSoak(sampler.Samples(), sampler.Series())
+		r.Soak.Baseline = baseline
 		for _, v := range r.Soak.Violations() {
 			r.Violations = append(r.Violations, v)
 			r.ViolationsByInvariant[v.Invariant]++

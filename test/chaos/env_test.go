@@ -156,7 +156,8 @@ func startCluster(t *testing.T, log *slog.Logger, n int, onCrash func(NodeCrash)
 	defer cancel()
 	c, err := StartCluster(ctx, log, ClusterConfig{
 		Bin: binary(t), Dir: t.TempDir(), Nodes: n, OnCrash: onCrash, OnPanic: teardownAll,
-		Extra: []string{"--lease-grace", "2s", "--snapshot-threshold", "1024", "--trailing-logs", "512"},
+		// --pprof: a soak saves every node's heap profile at its end.
+		Extra: []string{"--lease-grace", "2s", "--snapshot-threshold", "1024", "--trailing-logs", "512", "--pprof"},
 	})
 	if c != nil {
 		track(c)

@@ -1,9 +1,13 @@
 package chaos
 
 import (
+	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // The soak (make soak): the chaos campaign's mixed workload and faults for
@@ -35,16 +39,78 @@ func (v *SoakVerdict) Violations() []Violation {
 
 // Resources is one node's figures at one moment.
 type Resources struct {
-	Node       string `json:"node"`
-	Phase      string `json:"phase"`
-	OK         bool   `json:"ok"` // sampled (a paused or stopped node is not)
-	Err        string `json:"err,omitempty"`
-	Pid        int    `json:"pid"`
-	RSSBytes   int64  `json:"rss_bytes"`  // /proc/PID/status VmRSS
-	OpenFiles  int    `json:"open_files"` // entries of /proc/PID/fd
-	Goroutines int    `json:"goroutines"` // go_goroutines in /metrics
-	LogBytes   int64  `json:"log_bytes"`  // the Raft log: data dir's wal/ and raft.db
-	DataBytes  int64  `json:"data_bytes"` // the whole data dir (log, snapshots, ...)
+	Node       string    `json:"node"`
+	Phase      string    `json:"phase"`
+	At         time.Time `json:"at"`
+	OK         bool      `json:"ok"` // sampled (a paused or stopped node is not)
+	Err        string    `json:"err,omitempty"`
+	Pid        int       `json:"pid"`
+	RSSBytes   int64     `json:"rss_bytes"`  // /proc/PID/status VmRSS
+	OpenFiles  int       `json:"open_files"` // entries of /proc/PID/fd
+	Goroutines int       `json:"goroutines"` // go_goroutines in /metrics
+	LogBytes   int64     `json:"log_bytes"`  // the Raft log: data dir's wal/ and raft.db
+	DataBytes  int64     `json:"data_bytes"` // the whole data dir (log, snapshots, ...)
+	// What the RSS is made of, from /metrics: the Go heap in use
+	// (go_memstats_heap_inuse_bytes), all the Go runtime holds from the
+	// OS (go_memstats_sys_bytes; RSS above it is the race detector's
+	// shadow and metadata and C allocations), and the replicated state
+	// (the sum of raftq_queue_bytes and of raftq_queue_messages).
+	HeapInuse  int64 `json:"heap_inuse_bytes"`
+	GoSys      int64 `json:"go_sys_bytes"`
+	StateBytes int64 `json:"state_bytes"`
+	StateMsgs  int64 `json:"state_messages"`
+}
+
+// parseMetrics reads r's /metrics figures from a Prometheus text page.
+func parseMetrics(page string, r *Resources) error {
+	var haveG bool
+	r.StateBytes, r.StateMsgs = 0, 0
+	for _, line := range strings.Split(page, "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		name, val := line[:i], line[i+1:]
+		if j := strings.IndexByte(name, '{'); j >= 0 {
+			name = name[:j]
+		}
+		var dst *int64
+		switch name {
+		case "go_goroutines":
+			f, err := strconv.ParseFloat(val, 64)
+			if err != nil {
+				return fmt.Errorf("go_goroutines %q: %w", val, err)
+			}
+			r.Goroutines, haveG = int(f), true
+			continue
+		case "go_memstats_heap_inuse_bytes":
+			dst = &r.HeapInuse
+		case "go_memstats_sys_bytes":
+			dst = &r.GoSys
+		case "raftq_queue_bytes":
+			dst = &r.StateBytes
+		case "raftq_queue_messages":
+			dst = &r.StateMsgs
+		default:
+			continue
+		}
+		f, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", name, val, err)
+		}
+		if name == "raftq_queue_bytes" || name == "raftq_queue_messages" {
+			*dst += int64(f)
+		} else {
+			*dst = int64(f)
+		}
+	}
+	if !haveG {
+		return errors.New("no go_goroutines in /metrics")
+	}
+	return nil
 }
 
 // The bounds of "flat". The factor is the issue's 1.5× the value after
@@ -67,9 +133,208 @@ const (
 	soakPhaseEnd    = "end"
 )
 
+// The RSS is judged on its own series, not start against end. A node's
+// RSS (race-built, as every campaign node is) climbs for minutes after
+// start while its Go heap, the race detector's shadow of it and the
+// state's backlog reach their working size, and a node a fault restarts
+// comes back small and climbs again; an end within 1.5× of a baseline
+// taken a minute in says nothing either way. So the sampler records every
+// node every soakEvery for the whole run, the baseline is taken once the
+// backlog and every node's RSS hold steady (steadyWindow samples in a row
+// within steadyFrac of their maximum plus a slack, detected, bounded by
+// RAFTQ_SOAK_WARMUP), and each process's RSS counts from its own steady
+// point (or from steadyMaxAge, so a process that never settles is judged
+// too). Flat RSS is then two bounds over the counted samples, both of
+// which a leak fails (TestJudgeSoakRSS): the second half's maximum is at
+// most rssPlateauFactor × the first half's plus rssSlackBytes (the level
+// the node returns to, across restarts, does not climb), and the
+// least-squares slope over the second half, within each process, times
+// the judged span, is at most rssTrendFrac of the second half's mean plus
+// rssSlackBytes (no process grows steadily once it has settled).
+const (
+	soakEvery        = 15 * time.Second
+	steadyWindow     = 4
+	steadyFrac       = 0.10
+	steadyRSSSlack   = 16 << 20
+	steadyStateSlack = 1 << 20
+	steadyMaxAge     = 3 * time.Minute
+	rssPlateauFactor = 1.25
+	rssTrendFrac     = 0.10
+	soakPhaseRun     = "run"
+)
+
+// steady reports whether xs lie within frac of their maximum plus slack.
+func steady(xs []int64, frac float64, slack int64) bool {
+	if len(xs) == 0 {
+		return false
+	}
+	lo, hi := xs[0], xs[0]
+	for _, x := range xs {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	return hi-lo <= int64(frac*float64(hi))+slack
+}
+
+// BaselineSteady reports whether the series (in time order) ends, for
+// every node, in steadyWindow samples of one process whose RSS and whose
+// replicated state's bytes (the backlog) are steady; else it says why not.
+func BaselineSteady(series []Resources, nodes []string) (bool, string) {
+	for _, n := range nodes {
+		var last []Resources
+		for _, s := range series {
+			if s.Node == n && s.OK {
+				last = append(last, s)
+			}
+		}
+		if len(last) < steadyWindow {
+			return false, fmt.Sprintf("%s: %d samples", n, len(last))
+		}
+		last = last[len(last)-steadyWindow:]
+		var rss, st []int64
+		for _, s := range last {
+			if s.Pid != last[0].Pid {
+				return false, fmt.Sprintf("%s: restarted", n)
+			}
+			rss, st = append(rss, s.RSSBytes), append(st, s.StateBytes)
+		}
+		if !steady(rss, steadyFrac, steadyRSSSlack) {
+			return false, fmt.Sprintf("%s: RSS %s..%s", n, mibs(slices.Min(rss)), mibs(slices.Max(rss)))
+		}
+		if !steady(st, steadyFrac, steadyStateSlack) {
+			return false, fmt.Sprintf("%s: backlog %s..%s", n, mibs(slices.Min(st)), mibs(slices.Max(st)))
+		}
+	}
+	return true, ""
+}
+
+// RSSJudgement is one node's RSS series, judged.
+type RSSJudgement struct {
+	Node      string `json:"node"`
+	Counted   int    `json:"counted"`   // samples past their process's warm-up
+	Processes int    `json:"processes"` // processes seen since the baseline
+	FirstMax  int64  `json:"first_max"` // max counted RSS, first half
+	SecondMax int64  `json:"second_max"`
+	// SlopePerMin is the within-process least-squares slope of the
+	// second half's counted RSS, bytes per minute; TrendJudged is false
+	// when no process has three counted samples two minutes apart there.
+	SlopePerMin float64 `json:"slope_per_min"`
+	TrendJudged bool    `json:"trend_judged"`
+	TrendBound  int64   `json:"trend_bound"` // the growth the slope may project over the span
+	Span        time.Duration
+}
+
+// judgeRSS judges one node's series (time order) from the baseline at
+// base (the start sample) to end (the end sample's time).
+func judgeRSS(node string, series []Resources, base Resources, end time.Time) (j RSSJudgement, growth, missing string) {
+	j.Node = node
+	var procs [][]Resources
+	for _, s := range series {
+		if s.Node != node || !s.OK || s.At.Before(base.At) {
+			continue
+		}
+		if len(procs) == 0 || procs[len(procs)-1][0].Pid != s.Pid {
+			procs = append(procs, nil)
+		}
+		procs[len(procs)-1] = append(procs[len(procs)-1], s)
+	}
+	j.Processes = len(procs)
+	if len(procs) == 0 {
+		return j, "", fmt.Sprintf("%s: no RSS sample after the baseline", node)
+	}
+	var counted [][]Resources
+	for _, p := range procs {
+		from := len(p)
+		if p[0].Pid == base.Pid {
+			from = 0 // the baseline's process: steady at the baseline
+		}
+		for i := range p {
+			if from < len(p) {
+				break
+			}
+			if p[i].At.Sub(p[0].At) >= steadyMaxAge {
+				from = i
+				break
+			}
+			if i+1 >= steadyWindow {
+				var w []int64
+				for _, s := range p[i+1-steadyWindow : i+1] {
+					w = append(w, s.RSSBytes)
+				}
+				if steady(w, steadyFrac, steadyRSSSlack) {
+					from = i
+				}
+			}
+		}
+		if from < len(p) {
+			counted = append(counted, p[from:])
+		}
+	}
+	j.Span = end.Sub(base.At)
+	mid := base.At.Add(j.Span / 2)
+	var second [][]Resources
+	var sum, n float64
+	for _, p := range counted {
+		var sp []Resources
+		for _, s := range p {
+			j.Counted++
+			if s.At.Before(mid) {
+				j.FirstMax = max(j.FirstMax, s.RSSBytes)
+			} else {
+				j.SecondMax = max(j.SecondMax, s.RSSBytes)
+				sp = append(sp, s)
+				sum, n = sum+float64(s.RSSBytes), n+1
+			}
+		}
+		if len(sp) > 0 {
+			second = append(second, sp)
+		}
+	}
+	if j.FirstMax == 0 || j.SecondMax == 0 {
+		return j, "", fmt.Sprintf("%s: RSS not judged: no settled sample in the run's %s half", node,
+			map[bool]string{true: "first", false: "second"}[j.FirstMax == 0])
+	}
+	if bound := int64(rssPlateauFactor*float64(j.FirstMax)) + rssSlackBytes; j.SecondMax > bound {
+		growth = fmt.Sprintf("%s: RSS climbed from a first-half maximum of %s to %s in the second half, past the bound %s (%.2f× + %s)",
+			node, mibs(j.FirstMax), mibs(j.SecondMax), mibs(bound), rssPlateauFactor, mibs(rssSlackBytes))
+	}
+	// Within-process slope: each process about its own means.
+	var sxy, sxx float64
+	for _, p := range second {
+		if len(p) < 3 || p[len(p)-1].At.Sub(p[0].At) < 2*time.Minute {
+			continue
+		}
+		var mt, my float64
+		for _, s := range p {
+			mt += s.At.Sub(base.At).Minutes()
+			my += float64(s.RSSBytes)
+		}
+		mt, my = mt/float64(len(p)), my/float64(len(p))
+		for _, s := range p {
+			dt := s.At.Sub(base.At).Minutes() - mt
+			sxy += dt * (float64(s.RSSBytes) - my)
+			sxx += dt * dt
+		}
+	}
+	j.TrendBound = int64(rssTrendFrac*sum/n) + rssSlackBytes
+	if sxx > 0 {
+		j.TrendJudged = true
+		j.SlopePerMin = sxy / sxx
+		if proj := j.SlopePerMin * j.Span.Minutes(); proj > float64(j.TrendBound) && growth == "" {
+			growth = fmt.Sprintf("%s: RSS grows by %s a minute within a settled process in the second half (%s over the run's %v), past %s (%.0f%% of its mean + %s)",
+				node, mibs(int64(j.SlopePerMin)), mibs(int64(proj)), j.Span.Round(time.Minute), mibs(j.TrendBound), 100*rssTrendFrac, mibs(rssSlackBytes))
+		}
+	}
+	return j, growth, ""
+}
+
 // SoakVerdict judges samples (any order) and renders them.
 type SoakVerdict struct {
 	Samples []Resources `json:"samples"`
+	// Series are the periodic samples (soakEvery) from the warm-up on.
+	Series []Resources    `json:"series,omitempty"`
+	RSS    []RSSJudgement `json:"rss,omitempty"`
+	// Baseline says whether the baseline was taken once steady, or why not.
+	Baseline string `json:"baseline,omitempty"`
 	// Growths are the resources that grew past their bound, one line each.
 	Growths []string `json:"growths,omitempty"`
 	// Missing are the nodes with no start or end sample.
@@ -80,9 +345,12 @@ type SoakVerdict struct {
 // grew past its bound.
 func (v *SoakVerdict) OK() bool { return len(v.Growths) == 0 && len(v.Missing) == 0 }
 
-// JudgeSoak compares each node's end sample with its start sample.
-func JudgeSoak(samples []Resources) *SoakVerdict {
-	v := &SoakVerdict{Samples: samples}
+// JudgeSoak compares each node's end sample with its start sample for
+// goroutines, files, the Raft log and the data dir, and judges its RSS on
+// the series (judgeRSS). series may be nil only in tests of the rest.
+func JudgeSoak(samples, series []Resources) *SoakVerdict {
+	v := &SoakVerdict{Samples: samples, Series: series}
+	slices.SortStableFunc(v.Series, func(a, b Resources) int { return a.At.Compare(b.At) })
 	at := map[string]map[string]Resources{}
 	var nodes []string
 	for _, s := range samples {
@@ -108,7 +376,16 @@ func JudgeSoak(samples []Resources) *SoakVerdict {
 			}
 		}
 		count := func(x int64) string { return fmt.Sprint(x) }
-		check("RSS", start.RSSBytes, end.RSSBytes, rssSlackBytes, mibs)
+		if series != nil {
+			j, g, m := judgeRSS(n, v.Series, start, end.At)
+			v.RSS = append(v.RSS, j)
+			if g != "" {
+				v.Growths = append(v.Growths, g)
+			}
+			if m != "" {
+				v.Missing = append(v.Missing, m)
+			}
+		}
 		check("goroutines", int64(start.Goroutines), int64(end.Goroutines), goroutineSlack, count)
 		check("open files", int64(start.OpenFiles), int64(end.OpenFiles), openFileSlack, count)
 		check("Raft log", start.LogBytes, end.LogBytes, logSlackBytes, mibs)
@@ -119,11 +396,12 @@ func JudgeSoak(samples []Resources) *SoakVerdict {
 
 func mibs(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
-// Table renders the samples per node and phase, and the verdict.
+// Table renders the samples per node and phase, how each node's RSS was
+// judged, and the verdict.
 func (v *SoakVerdict) Table() string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "node\tphase\tpid\tRSS\tgoroutines\topen files\tRaft log\tdata dir\t")
+	fmt.Fprintln(tw, "node\tphase\tpid\tRSS\tGo heap\tGo sys\tbacklog\tmessages\tgoroutines\topen files\tRaft log\tdata dir\t")
 	startPid := map[string]int{}
 	for _, s := range v.Samples {
 		if s.OK && s.Phase == soakPhaseStart {
@@ -136,16 +414,34 @@ func (v *SoakVerdict) Table() string {
 			restarted = "(restarted since start)"
 		}
 		if !s.OK {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t(%s)\n", s.Node, s.Phase, s.Err)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t(%s)\n", s.Node, s.Phase, s.Err)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", s.Node, s.Phase, s.Pid, mibs(s.RSSBytes), s.Goroutines, s.OpenFiles, mibs(s.LogBytes), mibs(s.DataBytes), restarted)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", s.Node, s.Phase, s.Pid, mibs(s.RSSBytes),
+			mibs(s.HeapInuse), mibs(s.GoSys), mibs(s.StateBytes), s.StateMsgs, s.Goroutines, s.OpenFiles, mibs(s.LogBytes), mibs(s.DataBytes), restarted)
 	}
 	tw.Flush()
+	if v.Baseline != "" {
+		fmt.Fprintf(&b, "baseline: %s\n", v.Baseline)
+	}
+	if len(v.RSS) > 0 {
+		fmt.Fprintf(&b, "RSS series (every %v, each process counted from its own steady point):\n", soakEvery)
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "node\tprocesses\tcounted\tfirst-half max\tsecond-half max\tplateau bound\tslope/min\tprojected\ttrend bound\t")
+		for _, j := range v.RSS {
+			slope, proj := "-", "(not judged)"
+			if j.TrendJudged {
+				slope, proj = mibs(int64(j.SlopePerMin)), mibs(int64(j.SlopePerMin*j.Span.Minutes()))
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", j.Node, j.Processes, j.Counted, mibs(j.FirstMax), mibs(j.SecondMax),
+				mibs(int64(rssPlateauFactor*float64(j.FirstMax))+rssSlackBytes), slope, proj, mibs(j.TrendBound))
+		}
+		tw.Flush()
+	}
 	switch {
 	case v.OK():
-		fmt.Fprintf(&b, "flat: every node's end is within %.1f× its start plus slack (RSS %s, goroutines %d, files %d, log %s, data %s)\n",
-			growthFactor, mibs(rssSlackBytes), goroutineSlack, openFileSlack, mibs(logSlackBytes), mibs(dataSlackBytes))
+		fmt.Fprintf(&b, "flat: every node's RSS within %.2f× its first-half level + %s and without a trend past %.0f%% + %s; goroutines, files, log and data within %.1f× start + slack (goroutines %d, files %d, log %s, data %s)\n",
+			rssPlateauFactor, mibs(rssSlackBytes), 100*rssTrendFrac, mibs(rssSlackBytes), growthFactor, goroutineSlack, openFileSlack, mibs(logSlackBytes), mibs(dataSlackBytes))
 	default:
 		for _, g := range append(v.Growths, v.Missing...) {
 			fmt.Fprintf(&b, "NOT FLAT: %s\n", g)

@@ -55,16 +55,112 @@ func (s *Sampler) Sample(ctx context.Context, phase string) {
 	wg.Wait()
 }
 
-// Samples are the samples so far, by phase then node.
+// Samples are the phase samples so far (start, middle, end), by phase
+// then node.
 func (s *Sampler) Samples() []Resources {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	order := map[string]int{soakPhaseStart: 0, soakPhaseMiddle: 1, soakPhaseEnd: 2}
-	out := append([]Resources(nil), s.s...)
+	var out []Resources
+	for _, r := range s.s {
+		if r.Phase != soakPhaseRun {
+			out = append(out, r)
+		}
+	}
 	slices.SortStableFunc(out, func(a, b Resources) int {
 		return cmp.Or(cmp.Compare(order[a.Phase], order[b.Phase]), cmp.Compare(a.Node, b.Node))
 	})
 	return out
+}
+
+// Series are the periodic samples so far, in time order.
+func (s *Sampler) Series() []Resources {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Resources
+	for _, r := range s.s {
+		if r.Phase == soakPhaseRun {
+			out = append(out, r)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Resources) int { return a.At.Compare(b.At) })
+	return out
+}
+
+// tick records one periodic sample of every node; a node that cannot be
+// read now (paused, down) is recorded as missing, not waited for.
+func (s *Sampler) tick(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, n := range s.c.Nodes {
+		wg.Go(func() {
+			r, err := sampleNode(ctx, s.c, n)
+			r.Node, r.Phase, r.OK = n.ID, soakPhaseRun, err == nil
+			if err != nil {
+				r.At, r.Err = time.Now(), err.Error()
+			}
+			s.mu.Lock()
+			s.s = append(s.s, r)
+			s.mu.Unlock()
+		})
+	}
+	wg.Wait()
+}
+
+// WaitSteady samples every soakEvery until the backlog and every node's
+// RSS are steady (BaselineSteady), at least least and at most most; it
+// says how the wait ended.
+func (s *Sampler) WaitSteady(ctx context.Context, least, most time.Duration) string {
+	t0 := time.Now()
+	var nodes []string
+	for _, n := range s.c.Nodes {
+		nodes = append(nodes, n.ID)
+	}
+	why := "no sample"
+	for ctx.Err() == nil {
+		s.tick(ctx)
+		var ok bool
+		if ok, why = BaselineSteady(s.Series(), nodes); ok && time.Since(t0) >= least {
+			return fmt.Sprintf("steady after %v (backlog and RSS of every node within %.0f%% over %d samples %v apart)",
+				time.Since(t0).Round(time.Second), 100*steadyFrac, steadyWindow, soakEvery)
+		}
+		if time.Since(t0) >= most {
+			break
+		}
+		if harness.Sleep(ctx, soakEvery) != nil {
+			break
+		}
+	}
+	return fmt.Sprintf("NOT steady after %v (%s); taken anyway", time.Since(t0).Round(time.Second), why)
+}
+
+// SaveHeapProfiles writes every node's heap profile into dir as
+// PREFIX-NODE-heap.pb.gz (read it with go tool pprof); a node that does
+// not answer is skipped with a warning in the returned list.
+func (s *Sampler) SaveHeapProfiles(ctx context.Context, dir string) []string {
+	var notes []string
+	for _, n := range s.c.Nodes {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		b, err := s.c.HeapProfile(cctx, n)
+		cancel()
+		if err == nil {
+			prefix := "soak"
+			if s.c.Net != nil {
+				prefix = s.c.Net.Prefix
+			}
+			err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s-heap.pb.gz", prefix, n.ID)), b, 0o644)
+		}
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("%s: heap profile: %v", n.ID, err))
+		}
+	}
+	return notes
+}
+
+// Run samples every soakEvery until ctx ends.
+func (s *Sampler) Run(ctx context.Context) {
+	for harness.Sleep(ctx, soakEvery) == nil {
+		s.tick(ctx)
+	}
 }
 
 // sampleNode reads one running, unpaused node's figures.
@@ -77,7 +173,7 @@ func sampleNode(ctx context.Context, c *Cluster, n *Node) (Resources, error) {
 	if err != nil {
 		return r, err
 	}
-	r.Pid = pid
+	r.Pid, r.At = pid, time.Now()
 	if r.RSSBytes, err = procRSS(pid); err != nil {
 		return r, err
 	}
@@ -86,7 +182,7 @@ func sampleNode(ctx context.Context, c *Cluster, n *Node) (Resources, error) {
 		return r, err
 	}
 	r.OpenFiles = len(fds)
-	if r.Goroutines, err = goroutines(ctx, c, n); err != nil {
+	if err := readMetrics(ctx, c, n, &r); err != nil {
 		return r, err
 	}
 	r.DataBytes, err = dirBytes(n.DataDir)
@@ -125,21 +221,16 @@ func procRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("/proc/%d/status has no VmRSS", pid)
 }
 
-// goroutines is go_goroutines from the node's /metrics.
-func goroutines(ctx context.Context, c *Cluster, n *Node) (int, error) {
+// readMetrics fills r's figures from the node's /metrics: goroutines,
+// the Go runtime's memory and the size of the replicated state.
+func readMetrics(ctx context.Context, c *Cluster, n *Node, r *Resources) error {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	m, err := c.Metrics(cctx, n)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	for _, line := range strings.Split(m, "\n") {
-		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return int(f), err
-		}
-	}
-	return 0, fmt.Errorf("%s: no go_goroutines in /metrics", n.ID)
+	return parseMetrics(m, r)
 }
 
 // dirBytes is the total size of the regular files under dir.
