@@ -198,10 +198,11 @@ chaos: chaos-prereqs
 	RAFTQ_CHAOS=1 $(GO) test -race -count=1 -v -run 'TestChaosCampaign' -timeout 60m ./test/chaos
 
 # The soak (not part of `make test`): the chaos workload and faults on 3
-# nodes for RAFTQ_SOAK_DURATION (default 30m) after RAFTQ_SOAK_WARMUP (1m),
-# every node's RSS, goroutines, open files and log size sampled at start,
-# middle and end; fails if anything is lost or a resource is not flat
-# (test/chaos/soak.go). RAFTQ_CHAOS_SEED replays, RAFTQ_CHAOS_OUT keeps the
+# nodes for RAFTQ_SOAK_DURATION (default 30m) after a warm-up that lasts
+# until the backlog and RSS are steady (at most RAFTQ_SOAK_WARMUP, 5m),
+# every node's RSS, goroutines, open files and log size sampled every 15 s;
+# fails if anything is lost or a resource is not flat (test/chaos/soak.go,
+# DESIGN.md). RAFTQ_CHAOS_SEED replays, RAFTQ_CHAOS_OUT keeps the
 # report, RAFTQ_CHAOS_FAULTS picks the fault kinds (all by default). SOAK_TIMEOUT must cover warm-up + 1.5 x duration + 10m.
 SOAK_TIMEOUT ?= 80m
 .PHONY: soak

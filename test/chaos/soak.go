@@ -11,18 +11,20 @@ import (
 )
 
 // The soak (make soak): the chaos campaign's mixed workload and faults for
-// a long time on one cluster, with every node's resources sampled three
-// times: after a warm-up without faults (the baseline), half way through
-// the faults, and at the end of the quiet phase (the cluster healed, the
-// workload still running, so the end is measured under the same load as
-// the baseline). Flat means: at the end, each node's resource is at most
-// growthFactor times its baseline plus a slack (below). A node that was
-// restarted by a fault starts afresh (the table marks it), so for it the
-// check says that it comes back to the level it had, not that one
-// process leaks nothing; with every fault kind (rolling restarts
-// included) every node restarts, so a within-process leak check runs the
-// soak with RAFTQ_CHAOS_FAULTS naming kinds that restart nothing (e.g.
-// pause,partition-leader,partition-split,partition-bridge,packet-loss,latency).
+// a long time on one cluster, with every node's resources sampled every
+// soakEvery from a baseline taken once the workload without faults is
+// steady; three samples are kept as phases (start, half way through the
+// faults, and the end of the quiet phase: the cluster healed, the workload
+// still running, so the end is under the same load as the baseline).
+// Goroutines, open files, the Raft log and the data dir are flat when the
+// end is at most growthFactor times the baseline plus a slack (below);
+// RSS is judged on the series (judgeRSS, and test/chaos/DESIGN.md says
+// why). A node that was restarted by a fault starts afresh (the table
+// marks it), so for it the check says that it comes back to the level it
+// had, not that one process leaks nothing; with every fault kind (rolling
+// restarts included) every node restarts, so a within-process leak check
+// runs the soak with RAFTQ_CHAOS_FAULTS naming kinds that restart nothing
+// (e.g. pause,partition-leader,partition-split,partition-bridge,packet-loss,latency).
 
 // InvResourceGrowth: a node's resource grew past its bound during a soak,
 // or could not be sampled at its start or end.
@@ -116,7 +118,7 @@ func parseMetrics(page string, r *Resources) error {
 // The bounds of "flat". The factor is the 1.5× the value after
 // warm-up; the slacks keep small baselines from failing on noise that is
 // no leak: the Go heap's GC target and the scheduler's buffers move RSS by
-// tens of MiB, goroutines and files follow the number of streams and
+// tens of MiB (rssSlackBytes, for the series' bounds), goroutines and files follow the number of streams and
 // connections the faults leave open at the moment of a sample, and the
 // Raft log holds up to a snapshot interval plus the trailing logs
 // (hashicorp/raft's SnapshotThreshold 8192 and TrailingLogs 10240
