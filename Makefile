@@ -199,7 +199,7 @@ chaos: chaos-prereqs
 
 # The soak (not part of `make test`): the chaos workload and faults on 3
 # nodes for RAFTQ_SOAK_DURATION (default 30m) after a warm-up that lasts
-# until the backlog and RSS are steady (at most RAFTQ_SOAK_WARMUP, 5m),
+# until the backlog and RSS are steady (at most RAFTQ_SOAK_WARMUP, 8m),
 # every node's RSS, goroutines, open files and log size sampled every 15 s;
 # fails if anything is lost or a resource is not flat (test/chaos/soak.go,
 # DESIGN.md). RAFTQ_CHAOS_SEED replays, RAFTQ_CHAOS_OUT keeps the

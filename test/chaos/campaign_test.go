@@ -60,10 +60,18 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 	// The whole campaign ends well before the test binary's own timeout
 	// (which would kill it without cleanup).
 	ctx, cancel := context.WithCancel(context.Background())
-	stopFaultsBy := time.Now().Add(cc.Duration + cc.Duration/2)
+	// The fault phase may overrun its plan by half; it starts after a
+	// soak's warm-up, so the bound is taken again then.
+	faultsBy := func() time.Time {
+		by := time.Now().Add(cc.Duration + cc.Duration/2)
+		if d, ok := t.Deadline(); ok {
+			by = minTime(by, d.Add(-4*time.Minute))
+		}
+		return by
+	}
+	stopFaultsBy := faultsBy()
 	if d, ok := t.Deadline(); ok {
 		ctx, cancel = context.WithDeadline(context.Background(), d.Add(-30*time.Second))
-		stopFaultsBy = minTime(stopFaultsBy, d.Add(-4*time.Minute))
 	}
 	defer cancel()
 
@@ -151,6 +159,7 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 		log.Info("soak: warming up without faults until steady", "at most", cc.WarmUp)
 		baseline = sampler.WaitSteady(ctx, soakMinWarmUp, cc.WarmUp)
 		log.Info("soak: baseline", "how", baseline)
+		stopFaultsBy = faultsBy()
 		sampler.Sample(ctx, soakPhaseStart)
 		running.Go(func() { sampler.Run(work) })
 		running.Go(func() {

@@ -48,6 +48,8 @@ type Resources struct {
 	Err        string    `json:"err,omitempty"`
 	Pid        int       `json:"pid"`
 	RSSBytes   int64     `json:"rss_bytes"`  // /proc/PID/status VmRSS
+	RSSAnon    int64     `json:"rss_anon"`   // its RssAnon (heap, race shadow, stacks)
+	RSSFile    int64     `json:"rss_file"`   // its RssFile (the binary's pages, mapped files)
 	OpenFiles  int       `json:"open_files"` // entries of /proc/PID/fd
 	Goroutines int       `json:"goroutines"` // go_goroutines in /metrics
 	LogBytes   int64     `json:"log_bytes"`  // the Raft log: data dir's wal/ and raft.db
@@ -61,6 +63,10 @@ type Resources struct {
 	GoSys      int64 `json:"go_sys_bytes"`
 	StateBytes int64 `json:"state_bytes"`
 	StateMsgs  int64 `json:"state_messages"`
+	// SnapshotBytes is raftq_snapshot_last_bytes: the whole replicated
+	// state as last snapshotted (messages, dedup ids, recent outcomes),
+	// which the queue figures leave out.
+	SnapshotBytes int64 `json:"snapshot_bytes"`
 }
 
 // parseMetrics reads r's /metrics figures from a Prometheus text page.
@@ -92,6 +98,8 @@ func parseMetrics(page string, r *Resources) error {
 			dst = &r.HeapInuse
 		case "go_memstats_sys_bytes":
 			dst = &r.GoSys
+		case "raftq_snapshot_last_bytes":
+			dst = &r.SnapshotBytes
 		case "raftq_queue_bytes":
 			dst = &r.StateBytes
 		case "raftq_queue_messages":
@@ -137,22 +145,23 @@ const (
 
 // The RSS is judged on its own series, not start against end. A node's
 // RSS (race-built, as every campaign node is) climbs for minutes after
-// start while its Go heap, the race detector's shadow of it and the
-// state's backlog reach their working size, and a node a fault restarts
-// comes back small and climbs again; an end within 1.5× of a baseline
-// taken a minute in says nothing either way. So the sampler records every
-// node every soakEvery for the whole run, the baseline is taken once the
-// backlog and every node's RSS hold steady (steadyWindow samples in a row
-// within steadyFrac of their maximum plus a slack, detected, bounded by
-// RAFTQ_SOAK_WARMUP), and each process's RSS counts from its own steady
-// point (or from steadyMaxAge, so a process that never settles is judged
-// too). Flat RSS is then two bounds over the counted samples, both of
-// which a leak fails (TestJudgeSoakRSS): the second half's maximum is at
-// most rssPlateauFactor × the first half's plus rssSlackBytes (the level
-// the node returns to, across restarts, does not climb), and the
-// least-squares slope over the second half, within each process, times
-// the judged span, is at most rssTrendFrac of the second half's mean plus
-// rssSlackBytes (no process grows steadily once it has settled).
+// start while its Go heap (recent outcomes are kept 5 minutes, dedup ids
+// 2) and the race detector's shadow of it reach their working size, and a
+// node a fault restarts comes back small and climbs again; an end within
+// 1.5× of a baseline taken a minute in says nothing either way. So the
+// sampler records every node every soakEvery for the whole run, and the
+// baseline is taken once the backlog and every node's RSS hold steady
+// (steadyWindow samples in a row within steadyFrac of their maximum plus
+// a slack, detected, bounded by RAFTQ_SOAK_WARMUP). Flat RSS is then two
+// bounds, both of which a leak fails (TestJudgeSoakRSS): the plateau (the
+// second half's 90th percentile at most rssPlateauFactor × the first
+// half's plus rssSlackBytes: the level a node returns to, across
+// restarts, does not climb; a restarted process warming up is below the
+// level and moves no percentile, a rare spike is above it and moves none
+// either), and the trend (the least-squares slope of the second half,
+// within each process settled for trendMinSpan there, from its own steady
+// point or steadyMaxAge, times the judged span, at most rssTrendFrac of
+// its mean plus rssSlackBytes: no settled process grows steadily).
 const (
 	soakEvery        = 15 * time.Second
 	steadyWindow     = 4
@@ -160,6 +169,7 @@ const (
 	steadyRSSSlack   = 16 << 20
 	steadyStateSlack = 1 << 20
 	steadyMaxAge     = 3 * time.Minute
+	trendMinSpan     = 8 * time.Minute
 	rssPlateauFactor = 1.25
 	rssTrendFrac     = 0.10
 	soakPhaseRun     = "run"
@@ -212,27 +222,47 @@ func BaselineSteady(series []Resources, nodes []string) (bool, string) {
 // RSSJudgement is one node's RSS series, judged.
 type RSSJudgement struct {
 	Node      string `json:"node"`
-	Counted   int    `json:"counted"`   // samples past their process's warm-up
+	Samples   int    `json:"samples"`   // since the baseline
 	Processes int    `json:"processes"` // processes seen since the baseline
-	FirstMax  int64  `json:"first_max"` // max counted RSS, first half
-	SecondMax int64  `json:"second_max"`
+	// FirstP90 and SecondP90 are the 90th percentiles of the RSS in the
+	// first and second half of the run (every sample: a process warming
+	// up after a restart is below its plateau and does not move them).
+	FirstP90  int64 `json:"first_p90"`
+	SecondP90 int64 `json:"second_p90"`
 	// SlopePerMin is the within-process least-squares slope of the
-	// second half's counted RSS, bytes per minute; TrendJudged is false
-	// when no process has three counted samples two minutes apart there.
-	SlopePerMin float64 `json:"slope_per_min"`
-	TrendJudged bool    `json:"trend_judged"`
-	TrendBound  int64   `json:"trend_bound"` // the growth the slope may project over the span
-	Span        time.Duration
+	// second half's settled RSS, bytes per minute, over the processes
+	// settled for trendMinSpan there; TrendJudged is false when none is.
+	SlopePerMin float64       `json:"slope_per_min"`
+	TrendJudged bool          `json:"trend_judged"`
+	TrendBound  int64         `json:"trend_bound"` // the growth the slope may project over the span
+	Trended     int           `json:"trended"`     // processes the slope is fitted over
+	Span        time.Duration `json:"span"`
+}
+
+// p90 is the 90th percentile (nearest rank) of xs.
+func p90(xs []int64) int64 {
+	ys := slices.Clone(xs)
+	slices.Sort(ys)
+	return ys[(len(ys)*9+9)/10-1]
 }
 
 // judgeRSS judges one node's series (time order) from the baseline at
 // base (the start sample) to end (the end sample's time).
 func judgeRSS(node string, series []Resources, base Resources, end time.Time) (j RSSJudgement, growth, missing string) {
 	j.Node = node
+	j.Span = end.Sub(base.At)
+	mid := base.At.Add(j.Span / 2)
 	var procs [][]Resources
+	var first, second []int64
 	for _, s := range series {
-		if s.Node != node || !s.OK || s.At.Before(base.At) {
+		if s.Node != node || !s.OK || s.At.Before(base.At) || s.At.After(end) {
 			continue
+		}
+		j.Samples++
+		if s.At.Before(mid) {
+			first = append(first, s.RSSBytes)
+		} else {
+			second = append(second, s.RSSBytes)
 		}
 		if len(procs) == 0 || procs[len(procs)-1][0].Pid != s.Pid {
 			procs = append(procs, nil)
@@ -240,14 +270,22 @@ func judgeRSS(node string, series []Resources, base Resources, end time.Time) (j
 		procs[len(procs)-1] = append(procs[len(procs)-1], s)
 	}
 	j.Processes = len(procs)
-	if len(procs) == 0 {
-		return j, "", fmt.Sprintf("%s: no RSS sample after the baseline", node)
+	if len(first) < steadyWindow || len(second) < steadyWindow {
+		return j, "", fmt.Sprintf("%s: RSS not judged: %d samples in the run's first half, %d in its second", node, len(first), len(second))
 	}
-	var counted [][]Resources
+	j.FirstP90, j.SecondP90 = p90(first), p90(second)
+	if bound := int64(rssPlateauFactor*float64(j.FirstP90)) + rssSlackBytes; j.SecondP90 > bound {
+		growth = fmt.Sprintf("%s: RSS climbed from %s (90th percentile, first half) to %s in the second half, past the bound %s (%.2f× + %s)",
+			node, mibs(j.FirstP90), mibs(j.SecondP90), mibs(bound), rssPlateauFactor, mibs(rssSlackBytes))
+	}
+	// The trend: each process from its settling point (the baseline's
+	// process from the baseline), second half only, fitted about its own
+	// means.
+	var sxy, sxx, sum, n float64
 	for _, p := range procs {
 		from := len(p)
 		if p[0].Pid == base.Pid {
-			from = 0 // the baseline's process: steady at the baseline
+			from = 0
 		}
 		for i := range p {
 			if from < len(p) {
@@ -267,60 +305,33 @@ func judgeRSS(node string, series []Resources, base Resources, end time.Time) (j
 				}
 			}
 		}
-		if from < len(p) {
-			counted = append(counted, p[from:])
-		}
-	}
-	j.Span = end.Sub(base.At)
-	mid := base.At.Add(j.Span / 2)
-	var second [][]Resources
-	var sum, n float64
-	for _, p := range counted {
 		var sp []Resources
-		for _, s := range p {
-			j.Counted++
-			if s.At.Before(mid) {
-				j.FirstMax = max(j.FirstMax, s.RSSBytes)
-			} else {
-				j.SecondMax = max(j.SecondMax, s.RSSBytes)
+		for _, s := range p[from:] {
+			if !s.At.Before(mid) {
 				sp = append(sp, s)
-				sum, n = sum+float64(s.RSSBytes), n+1
 			}
 		}
-		if len(sp) > 0 {
-			second = append(second, sp)
-		}
-	}
-	if j.FirstMax == 0 || j.SecondMax == 0 {
-		return j, "", fmt.Sprintf("%s: RSS not judged: no settled sample in the run's %s half", node,
-			map[bool]string{true: "first", false: "second"}[j.FirstMax == 0])
-	}
-	if bound := int64(rssPlateauFactor*float64(j.FirstMax)) + rssSlackBytes; j.SecondMax > bound {
-		growth = fmt.Sprintf("%s: RSS climbed from a first-half maximum of %s to %s in the second half, past the bound %s (%.2f× + %s)",
-			node, mibs(j.FirstMax), mibs(j.SecondMax), mibs(bound), rssPlateauFactor, mibs(rssSlackBytes))
-	}
-	// Within-process slope: each process about its own means.
-	var sxy, sxx float64
-	for _, p := range second {
-		if len(p) < 3 || p[len(p)-1].At.Sub(p[0].At) < 2*time.Minute {
+		if len(sp) < 3 || sp[len(sp)-1].At.Sub(sp[0].At) < trendMinSpan {
 			continue
 		}
+		j.Trended++
 		var mt, my float64
-		for _, s := range p {
+		for _, s := range sp {
 			mt += s.At.Sub(base.At).Minutes()
 			my += float64(s.RSSBytes)
 		}
-		mt, my = mt/float64(len(p)), my/float64(len(p))
-		for _, s := range p {
+		mt, my = mt/float64(len(sp)), my/float64(len(sp))
+		for _, s := range sp {
 			dt := s.At.Sub(base.At).Minutes() - mt
 			sxy += dt * (float64(s.RSSBytes) - my)
 			sxx += dt * dt
+			sum, n = sum+float64(s.RSSBytes), n+1
 		}
 	}
-	j.TrendBound = int64(rssTrendFrac*sum/n) + rssSlackBytes
 	if sxx > 0 {
 		j.TrendJudged = true
 		j.SlopePerMin = sxy / sxx
+		j.TrendBound = int64(rssTrendFrac*sum/n) + rssSlackBytes
 		if proj := j.SlopePerMin * j.Span.Minutes(); proj > float64(j.TrendBound) && growth == "" {
 			growth = fmt.Sprintf("%s: RSS grows by %s a minute within a settled process in the second half (%s over the run's %v), past %s (%.0f%% of its mean + %s)",
 				node, mibs(int64(j.SlopePerMin)), mibs(int64(proj)), j.Span.Round(time.Minute), mibs(j.TrendBound), 100*rssTrendFrac, mibs(rssSlackBytes))
@@ -403,7 +414,7 @@ func mibs(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 func (v *SoakVerdict) Table() string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "node\tphase\tpid\tRSS\tGo heap\tGo sys\tbacklog\tmessages\tgoroutines\topen files\tRaft log\tdata dir\t")
+	fmt.Fprintln(tw, "node\tphase\tpid\tRSS\tanon\tfile\tGo heap\tGo sys\tbacklog\tmessages\tsnapshot\tgoroutines\topen files\tRaft log\tdata dir\t")
 	startPid := map[string]int{}
 	for _, s := range v.Samples {
 		if s.OK && s.Phase == soakPhaseStart {
@@ -416,33 +427,34 @@ func (v *SoakVerdict) Table() string {
 			restarted = "(restarted since start)"
 		}
 		if !s.OK {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t(%s)\n", s.Node, s.Phase, s.Err)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t(%s)\n", s.Node, s.Phase, s.Err)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", s.Node, s.Phase, s.Pid, mibs(s.RSSBytes),
-			mibs(s.HeapInuse), mibs(s.GoSys), mibs(s.StateBytes), s.StateMsgs, s.Goroutines, s.OpenFiles, mibs(s.LogBytes), mibs(s.DataBytes), restarted)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", s.Node, s.Phase, s.Pid, mibs(s.RSSBytes),
+			mibs(s.RSSAnon), mibs(s.RSSFile), mibs(s.HeapInuse), mibs(s.GoSys), mibs(s.StateBytes), s.StateMsgs, mibs(s.SnapshotBytes),
+			s.Goroutines, s.OpenFiles, mibs(s.LogBytes), mibs(s.DataBytes), restarted)
 	}
 	tw.Flush()
 	if v.Baseline != "" {
 		fmt.Fprintf(&b, "baseline: %s\n", v.Baseline)
 	}
 	if len(v.RSS) > 0 {
-		fmt.Fprintf(&b, "RSS series (every %v, each process counted from its own steady point):\n", soakEvery)
+		fmt.Fprintf(&b, "RSS series (every %v from the baseline; trend over processes settled for %v in the second half):\n", soakEvery, trendMinSpan)
 		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "node\tprocesses\tcounted\tfirst-half max\tsecond-half max\tplateau bound\tslope/min\tprojected\ttrend bound\t")
+		fmt.Fprintln(tw, "node\tsamples\tprocesses\tfirst-half p90\tsecond-half p90\tplateau bound\ttrended\tslope/min\tprojected\ttrend bound\t")
 		for _, j := range v.RSS {
-			slope, proj := "-", "(not judged)"
+			slope, proj, tb := "-", "(not judged)", "-"
 			if j.TrendJudged {
-				slope, proj = mibs(int64(j.SlopePerMin)), mibs(int64(j.SlopePerMin*j.Span.Minutes()))
+				slope, proj, tb = mibs(int64(j.SlopePerMin)), mibs(int64(j.SlopePerMin*j.Span.Minutes())), mibs(j.TrendBound)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", j.Node, j.Processes, j.Counted, mibs(j.FirstMax), mibs(j.SecondMax),
-				mibs(int64(rssPlateauFactor*float64(j.FirstMax))+rssSlackBytes), slope, proj, mibs(j.TrendBound))
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", j.Node, j.Samples, j.Processes, mibs(j.FirstP90), mibs(j.SecondP90),
+				mibs(int64(rssPlateauFactor*float64(j.FirstP90))+rssSlackBytes), j.Trended, slope, proj, tb)
 		}
 		tw.Flush()
 	}
 	switch {
 	case v.OK():
-		fmt.Fprintf(&b, "flat: every node's RSS within %.2f× its first-half level + %s and without a trend past %.0f%% + %s; goroutines, files, log and data within %.1f× start + slack (goroutines %d, files %d, log %s, data %s)\n",
+		fmt.Fprintf(&b, "flat: every node's RSS (p90) within %.2f× its first-half level + %s and without a trend past %.0f%% + %s; goroutines, files, log and data within %.1f× start + slack (goroutines %d, files %d, log %s, data %s)\n",
 			rssPlateauFactor, mibs(rssSlackBytes), 100*rssTrendFrac, mibs(rssSlackBytes), growthFactor, goroutineSlack, openFileSlack, mibs(logSlackBytes), mibs(dataSlackBytes))
 	default:
 		for _, g := range append(v.Growths, v.Missing...) {

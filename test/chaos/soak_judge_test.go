@@ -96,7 +96,16 @@ func TestJudgeSoakRSS(t *testing.T) {
 			return warm(420, age)
 		}, ""},
 		{"leak in one process", nil, func(t, _ float64) float64 { return 300 + 4*t }, "grows by"},
-		{"leak in settled processes between restarts", []float64{8, 16, 24}, func(t, age float64) float64 {
+		{"spikes (a snapshot, a catch-up) in the second half", nil, func(t, _ float64) float64 {
+			if t > 16 && int(t*4)%17 == 0 {
+				return 800
+			}
+			return 420
+		}, ""},
+		{"short-lived processes on a plateau (trend not judged)", []float64{2, 3.5, 5, 7, 8.5, 10, 12, 13.5, 15, 17, 18.5, 20, 22, 23.5, 25, 27, 28.5, 30}, func(_, age float64) float64 {
+			return warm(420, age)
+		}, ""},
+		{"leak in a settled restarted process", []float64{14}, func(t, age float64) float64 {
 			return warm(300, age) + 6*max(age-2, 0)
 		}, "grows by"},
 		{"level climbs from process to process", restarts, func(t, age float64) float64 { return warm(200+15*t, age) }, "climbed"},
@@ -107,6 +116,9 @@ func TestJudgeSoakRSS(t *testing.T) {
 			j, growth, missing := judgeRSS("n1", series, start, series[len(series)-1].At)
 			if missing != "" {
 				t.Fatalf("not judged: %s (%+v)", missing, j)
+			}
+			if strings.Contains(tc.name, "trend not judged") && j.TrendJudged {
+				t.Errorf("trend judged %v (%+v)", j.TrendJudged, j)
 			}
 			switch {
 			case tc.want == "" && growth != "":
@@ -126,7 +138,7 @@ func TestJudgeSoakRSS(t *testing.T) {
 	}
 	start, series = rssSeries(base, span, nil, func(float64, float64) float64 { return 400 })
 	v := JudgeSoak([]Resources{start, {Node: "n1", Phase: soakPhaseEnd, OK: true, Pid: 100, At: series[len(series)-1].At}}, series)
-	if !v.OK() || len(v.RSS) != 1 || !strings.Contains(v.Table(), "second-half max") {
+	if !v.OK() || len(v.RSS) != 1 || !strings.Contains(v.Table(), "second-half p90") {
 		t.Errorf("a flat soak: %v %v\n%s", v.Growths, v.Missing, v.Table())
 	}
 }

@@ -174,7 +174,7 @@ func sampleNode(ctx context.Context, c *Cluster, n *Node) (Resources, error) {
 		return r, err
 	}
 	r.Pid, r.At = pid, time.Now()
-	if r.RSSBytes, err = procRSS(pid); err != nil {
+	if r.RSSBytes, r.RSSAnon, r.RSSFile, err = procRSS(pid); err != nil {
 		return r, err
 	}
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
@@ -201,24 +201,35 @@ func sampleNode(ctx context.Context, c *Cluster, n *Node) (Resources, error) {
 	return r, nil
 }
 
-// procRSS is VmRSS of /proc/PID/status, in bytes.
-func procRSS(pid int) (int64, error) {
+// procRSS is VmRSS of /proc/PID/status and its anonymous and file-backed
+// parts (RssAnon, RssFile), in bytes.
+func procRSS(pid int) (rss, anon, file int64, err error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, 0, err
 	}
 	defer f.Close()
+	var found bool
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("VmRSS %q: %w", rest, err)
+		for _, field := range []struct {
+			name string
+			dst  *int64
+		}{{"VmRSS:", &rss}, {"RssAnon:", &anon}, {"RssFile:", &file}} {
+			if rest, ok := strings.CutPrefix(sc.Text(), field.name); ok {
+				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+				if err != nil {
+					return 0, 0, 0, fmt.Errorf("%s %q: %w", field.name, rest, err)
+				}
+				*field.dst = kb << 10
+				found = found || field.name == "VmRSS:"
 			}
-			return kb << 10, nil
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status has no VmRSS", pid)
+	if !found {
+		return 0, 0, 0, fmt.Errorf("/proc/%d/status has no VmRSS", pid)
+	}
+	return rss, anon, file, nil
 }
 
 // readMetrics fills r's figures from the node's /metrics: goroutines,

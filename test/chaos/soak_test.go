@@ -11,7 +11,7 @@ import (
 // TestSoak is `make soak`: the campaign's mixed workload and every fault
 // on one 3-node cluster for RAFTQ_SOAK_DURATION (default 30m) after a
 // warm-up without faults that lasts until the backlog and every node's
-// RSS are steady (at least 1m, at most RAFTQ_SOAK_WARMUP, default 5m),
+// RSS are steady (at least 1m, at most RAFTQ_SOAK_WARMUP, default 8m),
 // every node's RSS, goroutines, open files and log size sampled at the
 // start, the middle and the end, and every 15 s in between. It fails if anything was lost (every invariant of
 // the campaign) or a resource is not flat (soak.go says how that is
@@ -23,7 +23,7 @@ func TestSoak(t *testing.T) {
 	}
 	requireNetAdmin(t)
 	d := envDuration(t, "RAFTQ_SOAK_DURATION", 30*time.Minute)
-	warm := envDuration(t, "RAFTQ_SOAK_WARMUP", 5*time.Minute)
+	warm := envDuration(t, "RAFTQ_SOAK_WARMUP", 8*time.Minute)
 	// The fault phase may overrun its plan by half (runCampaign), then
 	// heal, the quiet phase and the drain follow.
 	if dl, ok := t.Deadline(); ok && time.Until(dl) < warm+d*3/2+10*time.Minute {
