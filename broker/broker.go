@@ -60,6 +60,11 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// GroupID names the one data group a node runs (issue 21): the group
+// the operator calls' group field may name, the group a backup says it
+// holds, and the group the Raft port's legacy connections belong to.
+const GroupID = "data"
+
 // Coalescing limits: entries in flight before requests start to merge, and
 // the most messages/bytes merged into one entry (one request always fits).
 const (

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"hash"
 
+	"github.com/raftq/raftq/broker"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -20,7 +21,10 @@ const BackupChunkBytes = 1 << 20
 // Lease; the client follows. Data goes out as it is serialised, so the
 // node holds at most one chunk of it besides the frozen state itself;
 // gRPC flow control paces it to the client.
-func (c *clusterService) Backup(_ *raftqv1.BackupRequest, stream raftqv1.Cluster_BackupServer) error {
+func (c *clusterService) Backup(req *raftqv1.BackupRequest, stream raftqv1.Cluster_BackupServer) error {
+	if err := checkGroup(req); err != nil {
+		return err
+	}
 	ctx := stream.Context()
 	route, err := c.s.route(ctx)
 	if err != nil {
@@ -38,7 +42,7 @@ func (c *clusterService) Backup(_ *raftqv1.BackupRequest, stream raftqv1.Cluster
 	}
 	info := &raftqv1.BackupInfo{
 		Index: bk.Index, Term: bk.Term, ClusterVersion: bk.ClusterVersion,
-		NodeId: bk.NodeID, CreatedMs: bk.Created.UnixMilli(),
+		NodeId: bk.NodeID, CreatedMs: bk.Created.UnixMilli(), Group: broker.GroupID,
 	}
 	if err := stream.Send(&raftqv1.BackupChunk{Info: info}); err != nil {
 		return err

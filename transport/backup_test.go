@@ -44,7 +44,7 @@ func TestBackupStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	info := first.GetInfo()
-	if info == nil || len(first.Data) > 0 || first.Sha256 != "" || info.Index == 0 || info.NodeId != l.id || info.ClusterVersion != fsm.MaxLogVersion || info.Term == 0 {
+	if info == nil || len(first.Data) > 0 || first.Sha256 != "" || info.Index == 0 || info.NodeId != l.id || info.ClusterVersion != fsm.MaxLogVersion || info.Term == 0 || info.Group != "data" {
 		t.Fatalf("first message %v", first)
 	}
 	var data []byte

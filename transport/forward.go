@@ -122,6 +122,9 @@ func responseType(fullMethod string) (protoreflect.MessageType, error) {
 // established leader, and otherwise sends them one hop to the leader with
 // the caller's deadline. The route is decided once per call.
 func (s *Server) forwardUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := checkGroup(req); err != nil {
+		return nil, err
+	}
 	if !leaderMethods[info.FullMethod] {
 		resp, err := handler(ctx, req)
 		return resp, toStatus(err)

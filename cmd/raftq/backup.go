@@ -258,6 +258,12 @@ func openBackup(path string) (*backupReader, error) {
 		f.Close()
 		return nil, br.bad("its first record is not the backup's info")
 	}
+	// A backup names the group its state is of; before groups were named
+	// it named none, which is the same (the only) data group.
+	if g := first.Info.GetGroup(); g != "" && g != broker.GroupID {
+		f.Close()
+		return nil, br.bad("it holds group %q, and this build restores only group %q", g, broker.GroupID)
+	}
 	br.info = first.Info
 	return br, nil
 }

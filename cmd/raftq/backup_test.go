@@ -59,6 +59,9 @@ func TestRestoreRefusesANewerBackup(t *testing.T) {
 		{"newer snapshot format", &raftqv1.BackupInfo{Index: 9, Term: 2, ClusterVersion: fsm.MaxLogVersion},
 			header(&fsmv1.SnapshotHeader{Version: 99, ClusterVersion: fsm.MaxLogVersion}),
 			[]string{"format version 99", "upgrade"}},
+		{"another group", &raftqv1.BackupInfo{Index: 9, Term: 2, ClusterVersion: fsm.MaxLogVersion, Group: "g7"},
+			header(&fsmv1.SnapshotHeader{Version: 2, ClusterVersion: fsm.MaxLogVersion}),
+			[]string{`group "g7"`, `only group "data"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := writeBackupFile(t, tc.info, tc.data)

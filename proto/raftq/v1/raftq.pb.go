@@ -3825,7 +3825,11 @@ type StatusRequest struct {
 	// Answer from this node alone. Without it, the node asks the others for
 	// their applied index (which only each node knows of itself); nodes set
 	// it when they ask each other.
-	LocalOnly     bool `protobuf:"varint,1,opt,name=local_only,json=localOnly,proto3" json:"local_only,omitempty"`
+	LocalOnly bool `protobuf:"varint,1,opt,name=local_only,json=localOnly,proto3" json:"local_only,omitempty"`
+	// The Raft group this call is about (issue 21): "" or "data" (the one
+	// data group a cluster runs today) describe what the call describes
+	// without it; any other value is NOT_FOUND.
+	Group         string `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3865,6 +3869,13 @@ func (x *StatusRequest) GetLocalOnly() bool {
 		return x.LocalOnly
 	}
 	return false
+}
+
+func (x *StatusRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 type StatusResponse struct {
@@ -4432,8 +4443,12 @@ func (x *LeaveResponse) GetId() string {
 }
 
 type TransferLeadershipRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ToId          string                 `protobuf:"bytes,1,opt,name=to_id,json=toId,proto3" json:"to_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	ToId  string                 `protobuf:"bytes,1,opt,name=to_id,json=toId,proto3" json:"to_id,omitempty"`
+	// The Raft group this call is about (issue 21): "" or "data" (the one
+	// data group a cluster runs today) describe what the call describes
+	// without it; any other value is NOT_FOUND.
+	Group         string `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4471,6 +4486,13 @@ func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
 func (x *TransferLeadershipRequest) GetToId() string {
 	if x != nil {
 		return x.ToId
+	}
+	return ""
+}
+
+func (x *TransferLeadershipRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
 	}
 	return ""
 }
@@ -4520,7 +4542,11 @@ func (x *TransferLeadershipResponse) GetNewLeaderId() string {
 }
 
 type SnapshotRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Raft group this call is about (issue 21): "" or "data" (the one
+	// data group a cluster runs today) describe what the call describes
+	// without it; any other value is NOT_FOUND.
+	Group         string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4553,6 +4579,13 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
 	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *SnapshotRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 type SnapshotResponse struct {
@@ -4685,7 +4718,11 @@ type ReportDivergenceRequest struct {
 	// The leader has removed this node from the Raft configuration to repair
 	// it: a diverged node sets its Raft state aside and starts again with
 	// none, so it joins as a new member and takes the leader's state.
-	Removed       bool `protobuf:"varint,4,opt,name=removed,proto3" json:"removed,omitempty"`
+	Removed bool `protobuf:"varint,4,opt,name=removed,proto3" json:"removed,omitempty"`
+	// The Raft group this call is about (issue 21): "" or "data" (the one
+	// data group a cluster runs today) describe what the call describes
+	// without it; any other value is NOT_FOUND.
+	Group         string `protobuf:"bytes,5,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4746,6 +4783,13 @@ func (x *ReportDivergenceRequest) GetRemoved() bool {
 		return x.Removed
 	}
 	return false
+}
+
+func (x *ReportDivergenceRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 type ReportDivergenceResponse struct {
@@ -5005,7 +5049,11 @@ func (*RecountQueuesResponse) Descriptor() ([]byte, []int) {
 }
 
 type VerifyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Raft group this call is about (issue 21): "" or "data" (the one
+	// data group a cluster runs today) describe what the call describes
+	// without it; any other value is NOT_FOUND.
+	Group         string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5038,6 +5086,13 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
 	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *VerifyRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 type VerifyResponse struct {
@@ -5106,7 +5161,11 @@ func (x *VerifyResponse) GetInconsistentIds() []string {
 }
 
 type CheckpointRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Raft group this call is about (issue 21): "" or "data" (the one
+	// data group a cluster runs today) describe what the call describes
+	// without it; any other value is NOT_FOUND.
+	Group         string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5139,6 +5198,13 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
 	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *CheckpointRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 type CheckpointResponse struct {
@@ -5186,8 +5252,12 @@ func (x *CheckpointResponse) GetIndex() uint64 {
 }
 
 type LocalDigestRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The Raft group this call is about (issue 21): "" or "data" (the one
+	// data group a cluster runs today) describe what the call describes
+	// without it; any other value is NOT_FOUND.
+	Group         string `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5227,6 +5297,13 @@ func (x *LocalDigestRequest) GetIndex() uint64 {
 		return x.Index
 	}
 	return 0
+}
+
+func (x *LocalDigestRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 type ListConsumersRequest struct {
@@ -6273,7 +6350,11 @@ func (x *WhoAmIResponse) GetGrants() []*PermissionGrant {
 }
 
 type BackupRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Raft group this call is about (issue 21): "" or "data" (the one
+	// data group a cluster runs today) describe what the call describes
+	// without it; any other value is NOT_FOUND.
+	Group         string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6306,6 +6387,13 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
 	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{97}
+}
+
+func (x *BackupRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 // BackupChunk is one message of a Backup stream: first info (alone), then
@@ -6395,7 +6483,10 @@ type BackupInfo struct {
 	// The node (leader) that served it.
 	NodeId string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// When it was taken, ms since the Unix epoch (the leader's clock).
-	CreatedMs     int64 `protobuf:"varint,5,opt,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
+	CreatedMs int64 `protobuf:"varint,5,opt,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
+	// The Raft group the state is of ("data"; "" in a backup taken before
+	// groups were named, which is the same group).
+	Group         string `protobuf:"bytes,6,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6463,6 +6554,13 @@ func (x *BackupInfo) GetCreatedMs() int64 {
 		return x.CreatedMs
 	}
 	return 0
+}
+
+func (x *BackupInfo) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 var File_raftq_v1_raftq_proto protoreflect.FileDescriptor
@@ -6789,10 +6887,11 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x06commit\x18\x02 \x01(\tR\x06commit\x12\x1a\n" +
 	"\bmodified\x18\x03 \x01(\bR\bmodified\x12\x1d\n" +
 	"\n" +
-	"go_version\x18\x04 \x01(\tR\tgoVersion\".\n" +
+	"go_version\x18\x04 \x01(\tR\tgoVersion\"D\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"local_only\x18\x01 \x01(\bR\tlocalOnly\"\xcc\x03\n" +
+	"local_only\x18\x01 \x01(\bR\tlocalOnly\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\"\xcc\x03\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
@@ -6837,12 +6936,14 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\fLeaveRequest\x12\x14\n" +
 	"\x05force\x18\x01 \x01(\bR\x05force\"\x1f\n" +
 	"\rLeaveResponse\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"0\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"F\n" +
 	"\x19TransferLeadershipRequest\x12\x13\n" +
-	"\x05to_id\x18\x01 \x01(\tR\x04toId\"@\n" +
+	"\x05to_id\x18\x01 \x01(\tR\x04toId\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\"@\n" +
 	"\x1aTransferLeadershipResponse\x12\"\n" +
-	"\rnew_leader_id\x18\x01 \x01(\tR\vnewLeaderId\"\x11\n" +
-	"\x0fSnapshotRequest\"(\n" +
+	"\rnew_leader_id\x18\x01 \x01(\tR\vnewLeaderId\"'\n" +
+	"\x0fSnapshotRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\"(\n" +
 	"\x10SnapshotResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x90\x01\n" +
 	"\n" +
@@ -6852,12 +6953,13 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x06digest\x18\x03 \x01(\tR\x06digest\x12\x1f\n" +
 	"\vcounters_ok\x18\x04 \x01(\bR\n" +
 	"countersOk\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"~\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\x94\x01\n" +
 	"\x17ReportDivergenceRequest\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x1b\n" +
 	"\tleader_id\x18\x03 \x01(\tR\bleaderId\x12\x18\n" +
-	"\aremoved\x18\x04 \x01(\bR\aremoved\"N\n" +
+	"\aremoved\x18\x04 \x01(\bR\aremoved\x12\x14\n" +
+	"\x05group\x18\x05 \x01(\tR\x05group\"N\n" +
 	"\x18ReportDivergenceResponse\x12\x1a\n" +
 	"\bdiverged\x18\x01 \x01(\bR\bdiverged\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\"G\n" +
@@ -6871,19 +6973,22 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x06queues\x18\x01 \x03(\tR\x06queues\x12\x1f\n" +
 	"\vreported_by\x18\x02 \x01(\tR\n" +
 	"reportedBy\"\x17\n" +
-	"\x15RecountQueuesResponse\"\x0f\n" +
-	"\rVerifyRequest\"\x87\x01\n" +
+	"\x15RecountQueuesResponse\"%\n" +
+	"\rVerifyRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\"\x87\x01\n" +
 	"\x0eVerifyResponse\x12*\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x14.raftq.v1.NodeDigestR\x05nodes\x12\x1e\n" +
 	"\n" +
 	"consistent\x18\x02 \x01(\bR\n" +
 	"consistent\x12)\n" +
-	"\x10inconsistent_ids\x18\x03 \x03(\tR\x0finconsistentIds\"\x13\n" +
-	"\x11CheckpointRequest\"*\n" +
+	"\x10inconsistent_ids\x18\x03 \x03(\tR\x0finconsistentIds\")\n" +
+	"\x11CheckpointRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\"*\n" +
 	"\x12CheckpointResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\"*\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"@\n" +
 	"\x12LocalDigestRequest\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\",\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\",\n" +
 	"\x14ListConsumersRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"M\n" +
 	"\x15ListConsumersResponse\x124\n" +
@@ -6949,13 +7054,14 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05admin\x18\x03 \x01(\bR\x05admin\x121\n" +
-	"\x06grants\x18\x04 \x03(\v2\x19.raftq.v1.PermissionGrantR\x06grants\"\x0f\n" +
-	"\rBackupRequest\"w\n" +
+	"\x06grants\x18\x04 \x03(\v2\x19.raftq.v1.PermissionGrantR\x06grants\"%\n" +
+	"\rBackupRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\"w\n" +
 	"\vBackupChunk\x12(\n" +
 	"\x04info\x18\x01 \x01(\v2\x14.raftq.v1.BackupInfoR\x04info\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x16\n" +
 	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x03R\x04size\"\x97\x01\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\"\xad\x01\n" +
 	"\n" +
 	"BackupInfo\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
@@ -6963,7 +7069,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x0fcluster_version\x18\x03 \x01(\rR\x0eclusterVersion\x12\x17\n" +
 	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
-	"created_ms\x18\x05 \x01(\x03R\tcreatedMs2\xf1\t\n" +
+	"created_ms\x18\x05 \x01(\x03R\tcreatedMs\x12\x14\n" +
+	"\x05group\x18\x06 \x01(\tR\x05group2\xf1\t\n" +
 	"\x06Broker\x12J\n" +
 	"\vCreateQueue\x12\x1c.raftq.v1.CreateQueueRequest\x1a\x1d.raftq.v1.CreateQueueResponse\x12J\n" +
 	"\vUpdateQueue\x12\x1c.raftq.v1.UpdateQueueRequest\x1a\x1d.raftq.v1.UpdateQueueResponse\x12J\n" +

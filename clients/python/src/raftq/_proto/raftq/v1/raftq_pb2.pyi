@@ -50,22 +50,26 @@ class BackupChunk(_message.Message):
     def __init__(self, info: _Optional[_Union[BackupInfo, _Mapping]] = ..., data: _Optional[bytes] = ..., sha256: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
 
 class BackupInfo(_message.Message):
-    __slots__ = ["cluster_version", "created_ms", "index", "node_id", "term"]
+    __slots__ = ["cluster_version", "created_ms", "group", "index", "node_id", "term"]
     CLUSTER_VERSION_FIELD_NUMBER: _ClassVar[int]
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     cluster_version: int
     created_ms: int
+    group: str
     index: int
     node_id: str
     term: int
-    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., cluster_version: _Optional[int] = ..., node_id: _Optional[str] = ..., created_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., cluster_version: _Optional[int] = ..., node_id: _Optional[str] = ..., created_ms: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
 
 class BackupRequest(_message.Message):
-    __slots__ = []
-    def __init__(self) -> None: ...
+    __slots__ = ["group"]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
 
 class BuildInfo(_message.Message):
     __slots__ = ["commit", "go_version", "modified", "version"]
@@ -80,8 +84,10 @@ class BuildInfo(_message.Message):
     def __init__(self, version: _Optional[str] = ..., commit: _Optional[str] = ..., modified: bool = ..., go_version: _Optional[str] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
-    __slots__ = []
-    def __init__(self) -> None: ...
+    __slots__ = ["group"]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
 
 class CheckpointResponse(_message.Message):
     __slots__ = ["index"]
@@ -478,10 +484,12 @@ class ListQueuesResponse(_message.Message):
     def __init__(self, queues: _Optional[_Iterable[_Union[QueueInfo, _Mapping]]] = ...) -> None: ...
 
 class LocalDigestRequest(_message.Message):
-    __slots__ = ["index"]
+    __slots__ = ["group", "index"]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
+    group: str
     index: int
-    def __init__(self, index: _Optional[int] = ...) -> None: ...
+    def __init__(self, index: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
 
 class MessageEvent(_message.Message):
     __slots__ = ["at_ms", "detail", "kind"]
@@ -854,16 +862,18 @@ class RepairCorruptResponse(_message.Message):
     def __init__(self, removed: bool = ..., deferred: _Optional[str] = ...) -> None: ...
 
 class ReportDivergenceRequest(_message.Message):
-    __slots__ = ["digest", "index", "leader_id", "removed"]
+    __slots__ = ["digest", "group", "index", "leader_id", "removed"]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     REMOVED_FIELD_NUMBER: _ClassVar[int]
     digest: str
+    group: str
     index: int
     leader_id: str
     removed: bool
-    def __init__(self, index: _Optional[int] = ..., digest: _Optional[str] = ..., leader_id: _Optional[str] = ..., removed: bool = ...) -> None: ...
+    def __init__(self, index: _Optional[int] = ..., digest: _Optional[str] = ..., leader_id: _Optional[str] = ..., removed: bool = ..., group: _Optional[str] = ...) -> None: ...
 
 class ReportDivergenceResponse(_message.Message):
     __slots__ = ["digest", "diverged"]
@@ -928,8 +938,10 @@ class SetClusterSettingsResponse(_message.Message):
     def __init__(self, settings: _Optional[_Union[ClusterSettings, _Mapping]] = ...) -> None: ...
 
 class SnapshotRequest(_message.Message):
-    __slots__ = []
-    def __init__(self) -> None: ...
+    __slots__ = ["group"]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
 
 class SnapshotResponse(_message.Message):
     __slots__ = ["index"]
@@ -938,10 +950,12 @@ class SnapshotResponse(_message.Message):
     def __init__(self, index: _Optional[int] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
-    __slots__ = ["local_only"]
+    __slots__ = ["group", "local_only"]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ONLY_FIELD_NUMBER: _ClassVar[int]
+    group: str
     local_only: bool
-    def __init__(self, local_only: bool = ...) -> None: ...
+    def __init__(self, local_only: bool = ..., group: _Optional[str] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
     __slots__ = ["applied_index", "cluster_id", "cluster_version", "commit_index", "held_bytes", "leader_addr", "leader_id", "nodes", "refused_members", "settings", "term", "withheld"]
@@ -1002,10 +1016,12 @@ class TokenInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., created_unix_ms: _Optional[int] = ..., expires_unix_ms: _Optional[int] = ...) -> None: ...
 
 class TransferLeadershipRequest(_message.Message):
-    __slots__ = ["to_id"]
+    __slots__ = ["group", "to_id"]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     TO_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
     to_id: str
-    def __init__(self, to_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, to_id: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
 
 class TransferLeadershipResponse(_message.Message):
     __slots__ = ["new_leader_id"]
@@ -1048,8 +1064,10 @@ class UpdateQueueResponse(_message.Message):
     def __init__(self, queue: _Optional[_Union[QueueInfo, _Mapping]] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
-    __slots__ = []
-    def __init__(self) -> None: ...
+    __slots__ = ["group"]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
 
 class VerifyResponse(_message.Message):
     __slots__ = ["consistent", "inconsistent_ids", "nodes"]
