@@ -254,6 +254,11 @@ func (s *state) apply(c *metav1.Command, index uint64) *Result {
 		}, lost)
 	case *metav1.Command_RevokeToken:
 		rt := op.RevokeToken
+		// As the queue log from WriteKeyVersion: a keyed write names a
+		// valid target (an unkeyed one is simply not found).
+		if err := acl.ValidateIdentity(rt.GetName()); err != nil && rt.GetIdempotencyKey() != "" {
+			return failed(err)
+		}
 		return s.keyed(metav1.WriteKind_WRITE_KIND_REVOKE_TOKEN, rt.GetName(), rt.GetIdempotencyKey(), index,
 			func() *Result { return s.setAuth(s.auth.RemoveToken(rt.GetName())) }, nil)
 	case *metav1.Command_AuthGrant:
@@ -266,6 +271,9 @@ func (s *state) apply(c *metav1.Command, index uint64) *Result {
 		}, nil)
 	case *metav1.Command_AuthUngrant:
 		u := op.AuthUngrant
+		if err := acl.ValidateIdentity(u.GetIdentity()); err != nil && u.GetIdempotencyKey() != "" {
+			return failed(err)
+		}
 		return s.keyed(metav1.WriteKind_WRITE_KIND_UNGRANT, u.GetIdentity(), u.GetIdempotencyKey(), index,
 			func() *Result { return s.setAuth(s.auth.Ungrant(u.GetIdentity(), u.GetPattern(), u.GetAdmin())) }, nil)
 	}
@@ -285,7 +293,7 @@ func (s *state) setAuth(a *acl.Auth, err error) *Result {
 // first's index) and changes nothing; only a success is remembered.
 func (s *state) keyed(kind metav1.WriteKind, target, key string, index uint64, do func() *Result, repeatErr error) *Result {
 	if len(key) > MaxKeyLen {
-		return failed(fmt.Errorf("%w: idempotency key of %d bytes, the limit is %d", ErrInvalid, len(key), MaxKeyLen))
+		return failed(fmt.Errorf("%w: idempotency_key is longer than %d bytes", ErrInvalid, MaxKeyLen))
 	}
 	k := writeKey{kind, target, key}
 	if key != "" {
