@@ -57,6 +57,7 @@ type serveOptions struct {
 	stallAfter       time.Duration
 	auth             authOptions
 	testClockFile    string // hidden, tests only: testclock.go
+	startupProfile   string // hidden: startprof.go
 }
 
 func newServeCmd() *cobra.Command {
@@ -147,6 +148,8 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	_ = fl.MarkHidden("ack-carries-grants")
 	fl.StringVar(&o.testClockFile, "test-clock-offset-file", "", "TESTS ONLY: offset the node's wall clock by the duration in this file, re-read while the node runs (the chaos campaign's clock jumps)")
 	_ = fl.MarkHidden("test-clock-offset-file")
+	fl.StringVar(&o.startupProfile, "startup-profile", "", "write a CPU profile (PREFIX.cpu.pprof) and an execution trace (PREFIX.trace) of the start, until the node leads with its log applied (for measuring a restart)")
+	_ = fl.MarkHidden("startup-profile")
 	addAuthFlags(fl, &o.auth)
 	return cmd, o
 }
@@ -209,13 +212,30 @@ func resolveNodeID(o *serveOptions) error {
 }
 
 func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
+	var prof *startupProfile
+	if o.startupProfile != "" {
+		var err error
+		if prof, err = startStartupProfile(o.startupProfile); err != nil {
+			return err
+		}
+	}
 	cfg, err := hostConfig(o, mem)
 	if err != nil {
+		if prof != nil {
+			prof.stop(slog.Default())
+		}
 		return err
 	}
 	h, err := host.New(ctx, cfg)
 	if err != nil {
+		if prof != nil {
+			prof.stop(cfg.Logger)
+		}
 		return err
+	}
+	if prof != nil {
+		node := h.Broker().Node()
+		go prof.stopWhen(ctx, cfg.Logger, node.LeaderReady)
 	}
 	idleCtx, stopIdle := context.WithCancel(ctx)
 	idleDone := make(chan struct{})

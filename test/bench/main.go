@@ -50,15 +50,19 @@ type options struct {
 	logLevel    string
 	noFsync     bool
 	memory      systems.MemoryOptions
-	throttle    systems.ThrottleOptions
-	compareBin  string
-	cfg         workload.Config
-	setupTimout time.Duration
-	waitIdle    time.Duration
+	restart     systems.RestartOptions
+	// restartCompare is a second binary the restart mode starts on the
+	// same data dir ("compare"), alternating with -raftq-bin ("this").
+	restartCompare string
+	throttle       systems.ThrottleOptions
+	compareBin     string
+	cfg            workload.Config
+	setupTimout    time.Duration
+	waitIdle       time.Duration
 }
 
 func main() {
-	o := options{cfg: workload.DefaultConfig(), memory: systems.DefaultMemoryOptions(), throttle: systems.DefaultThrottleOptions()}
+	o := options{cfg: workload.DefaultConfig(), memory: systems.DefaultMemoryOptions(), restart: systems.DefaultRestartOptions(), throttle: systems.DefaultThrottleOptions()}
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
 	fs.StringVar(&o.mode, "mode", "throughput", "comma-separated: throughput (the workload against -systems), memory (issue 2 figures, one raftq node; feeds the memory rows of the issue 15 target table), throttle (issue 11 item 3: Apply behind a throttled backlog, one node), or all")
 	clients := fs.String("clients", strings.Join(workload.ClientKinds, ","), "comma-separated client kinds to run: unary (one message per call, plain gRPC for raftq, one ack per message), batch (-batch messages per call), sdk (raftq's Go SDK; the peers' is their unary client)")
@@ -106,6 +110,13 @@ func main() {
 	fs.DurationVar(&m.Settle, "memory-settle", m.Settle, "memory mode: idle time after the last enqueue before VmRSS is read")
 	fs.Float64Var(&m.TrickleRate, "trickle-rate", m.TrickleRate, "memory mode: enqueues per second during the snapshot")
 	fs.DurationVar(&m.Baseline, "trickle-baseline", m.Baseline, "memory mode: trickle time before the snapshot")
+	rs := &o.restart
+	fs.IntVar(&rs.Tail, "restart-tail", rs.Tail, "restart mode: one-message enqueues after the snapshot (the log tail the restart replays)")
+	fs.IntVar(&rs.Rounds, "restart-rounds", rs.Rounds, "restart mode: restarts per binary")
+	fs.StringVar(&rs.ProfileDir, "restart-profile-dir", "", "restart mode: write a CPU profile and an execution trace of each restart here (raftq serve --startup-profile)")
+	fs.StringVar(&rs.Keep, "restart-keep", "", "restart mode: copy the filled data dir here (for -restart-from)")
+	fs.StringVar(&rs.From, "restart-from", "", "restart mode: restart a data dir kept by -restart-keep instead of filling one (its ports must be free)")
+	fs.StringVar(&o.restartCompare, "restart-compare", "", "restart mode: also restart the same data dir with this raftq binary (e.g. one built before a change), labelled \"compare\", alternating")
 	th := &o.throttle
 	fs.IntVar(&th.Keys, "throttle-keys", th.Keys, "throttle mode: fairness keys, each with its own throttle key")
 	fs.IntVar(&th.PerKey, "throttle-per-key", th.PerKey, "throttle mode: messages per key")
@@ -113,6 +124,8 @@ func main() {
 	fs.DurationVar(&th.Probe, "throttle-probe", th.Probe, "throttle mode: how long to probe")
 	fs.StringVar(&o.compareBin, "throttle-compare", "", "throttle mode: also run this raftq binary (e.g. one built before a change), labelled \"compare\", in the same run")
 	_ = fs.Parse(os.Args[1:])
+	// The restart mode fills as the memory mode does (its -memory-* flags).
+	o.restart.Fill = o.memory
 	var err error
 	if o.cfg.Clients, err = workload.ParseClients(*clients); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -clients:", err)
@@ -142,12 +155,12 @@ func run(ctx context.Context, log *slog.Logger, o *options) error {
 	for _, m := range strings.Split(o.mode, ",") {
 		m = strings.TrimSpace(m)
 		switch m {
-		case "throughput", "memory", "throttle":
+		case "throughput", "memory", "throttle", "restart":
 			modes[m] = true
 		case "all":
 			modes["throughput"], modes["memory"], modes["throttle"] = true, true, true
 		default:
-			return fmt.Errorf("-mode %q: want throughput, memory, throttle or all, or a comma-separated list", m)
+			return fmt.Errorf("-mode %q: want throughput, memory, throttle, restart or all, or a comma-separated list", m)
 		}
 	}
 	rep := &workload.Report{
@@ -200,6 +213,17 @@ func run(ctx context.Context, log *slog.Logger, o *options) error {
 		rep.Memory = &mr
 		fmt.Println()
 		workload.WriteMemory(os.Stdout, &mr)
+	}
+	if modes["restart"] {
+		bins := []workload.Binary{{Label: "this", Path: o.raftqBin}}
+		if o.restartCompare != "" {
+			bins = append(bins, workload.Binary{Label: "compare", Path: o.restartCompare})
+		}
+		log.Info("restart mode: one raftq node, restarted from one data dir", "messages", o.restart.Fill.Messages, "rounds", o.restart.Rounds)
+		rr := systems.RunRestart(ctx, log, bins, o.restart)
+		rep.Restart = &rr
+		fmt.Println()
+		workload.WriteRestart(os.Stdout, &rr)
 	}
 	if modes["throughput"] && hasPeer(rep.Systems) {
 		memNotRun := ""

@@ -81,36 +81,7 @@ func runMemory(ctx context.Context, log *slog.Logger, bin string, o MemoryOption
 
 	// Fill.
 	start := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errc := make(chan error, o.Concurrency)
-	for range o.Concurrency {
-		wg.Go(func() {
-			for {
-				first := next.Add(int64(o.Batch)) - int64(o.Batch)
-				if first >= o.Messages || ctx.Err() != nil {
-					return
-				}
-				n := min(int64(o.Batch), o.Messages-first)
-				msgs := make([]*raftqv1.EnqueueMessage, n)
-				now := time.Now()
-				for i := range msgs {
-					seq := uint64(first) + uint64(i)
-					msgs[i] = &raftqv1.EnqueueMessage{Payload: payloads.Make(workload.MakeKey(1, 0, seq), now), Headers: memoryHeaders(o.Headers, seq)}
-				}
-				cctx, cancel := context.WithTimeout(ctx, time.Minute)
-				_, err := cl.Enqueue(cctx, memoryQueue, msgs...)
-				cancel()
-				if err != nil {
-					errc <- fmt.Errorf("fill: %w", err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errc)
-	if err := <-errc; err != nil {
+	if err := fillMemory(ctx, cl, o, payloads); err != nil {
 		return err
 	}
 	el := time.Since(start)
@@ -203,6 +174,41 @@ func runMemory(ctx context.Context, log *slog.Logger, bin string, o MemoryOption
 		res.RSSAfterRestart, _ = workload.RSS(pid)
 	}
 	return nil
+}
+
+// fillMemory enqueues o.Messages messages of the memory mode's shape into
+// memoryQueue, o.Batch per call with o.Concurrency calls outstanding.
+func fillMemory(ctx context.Context, cl *client.Client, o MemoryOptions, payloads *workload.Payloads) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, o.Concurrency)
+	for range o.Concurrency {
+		wg.Go(func() {
+			for {
+				first := next.Add(int64(o.Batch)) - int64(o.Batch)
+				if first >= o.Messages || ctx.Err() != nil {
+					return
+				}
+				n := min(int64(o.Batch), o.Messages-first)
+				msgs := make([]*raftqv1.EnqueueMessage, n)
+				now := time.Now()
+				for i := range msgs {
+					seq := uint64(first) + uint64(i)
+					msgs[i] = &raftqv1.EnqueueMessage{Payload: payloads.Make(workload.MakeKey(1, 0, seq), now), Headers: memoryHeaders(o.Headers, seq)}
+				}
+				cctx, cancel := context.WithTimeout(ctx, time.Minute)
+				_, err := cl.Enqueue(cctx, memoryQueue, msgs...)
+				cancel()
+				if err != nil {
+					errc <- fmt.Errorf("fill: %w", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
 }
 
 // memoryHeaders are n headers of the kind a producer sets: a per-message

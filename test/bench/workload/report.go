@@ -94,6 +94,7 @@ type Report struct {
 	Systems  []SystemResult  `json:"systems,omitempty"`
 	Memory   *MemoryResult   `json:"memory,omitempty"`
 	Throttle *ThrottleResult `json:"throttle,omitempty"`
+	Restart  *RestartResult  `json:"restart,omitempty"`
 	Profiles []Profile       `json:"profiles,omitempty"`
 	// Targets is issue 15's target table, computed from this run.
 	Targets []TargetRow `json:"targets,omitempty"`
