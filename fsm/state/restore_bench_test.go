@@ -1,0 +1,93 @@
+package state
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+)
+
+// restoreBenchStore is a store of n messages of issue 24's shape (1 KiB,
+// two headers, a dedup id each) at cluster version MaxLogVersion, enqueued
+// 100 per entry as the memory mode's fill does.
+func restoreBenchStore(tb testing.TB, n int) *Store {
+	tb.Helper()
+	s := New()
+	if r := s.Begin(1, 1, MaxLogVersion, 1, NewTouched()).SetClusterVersion(&fsmv1.SetClusterVersion{Version: MaxLogVersion}); r.Err != nil {
+		tb.Fatal(r.Err)
+	}
+	s.Begin(2, 1, MaxLogVersion, 2, NewTouched()).CreateQueue(&fsmv1.CreateQueue{Name: "memory"})
+	const batch = 100
+	for first := 0; first < n; first += batch {
+		msgs := make([]*fsmv1.EnqueueMessage, 0, batch)
+		payload := make([]byte, 1024*batch)
+		for i := first; i < min(first+batch, n); i++ {
+			j := i - first
+			msgs = append(msgs, &fsmv1.EnqueueMessage{Payload: payload[j*1024 : (j+1)*1024 : (j+1)*1024],
+				Headers: map[string]string{"trace-id": fmt.Sprintf("%016x", uint64(i)*0x9e3779b97f4a7c15), "content-type1": "application/json"},
+				DedupId: fmt.Sprintf("%026d", i)})
+		}
+		idx := uint64(first/batch + 3)
+		res := s.Begin(idx, 1, MaxLogVersion, int64(idx), NewTouched()).Enqueue(&fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "memory", Messages: msgs}}})
+		if err := res.Batches[0].Err; err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return s
+}
+
+// BenchmarkRestore is the restore of a snapshot of N messages of issue
+// 24's shape (RAFTQ_RESTORE_BENCH_N, default 100,000): decoding, every
+// index rebuilt, and the check Load ends with. It reports ns and
+// allocations per message, and the heap the restored state holds.
+// Run: go test -run '^$' -bench Restore -benchtime 3x ./fsm/state
+func BenchmarkRestore(b *testing.B) {
+	n := 100_000
+	if v := os.Getenv("RAFTQ_RESTORE_BENCH_N"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var snap bytes.Buffer
+	src := restoreBenchStore(b, n)
+	if err := src.Freeze(src.AppliedIndex()).Stream(&snap); err != nil {
+		b.Fatal(err)
+	}
+	src = nil
+	runtime.GC()
+	b.ResetTimer()
+	b.ReportAllocs()
+	var before, after runtime.MemStats
+	var heap uint64
+	var took time.Duration
+	for range b.N {
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		st, err := Load(bufio.NewReaderSize(bytes.NewReader(snap.Bytes()), 1<<20))
+		took += time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		b.StopTimer()
+		runtime.GC()
+		var live runtime.MemStats
+		runtime.ReadMemStats(&live)
+		heap = live.HeapAlloc
+		runtime.KeepAlive(st)
+		st = nil
+		runtime.GC()
+		b.StartTimer()
+		b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(n), "allocs/msg")
+	}
+	b.ReportMetric(float64(took.Nanoseconds())/float64(b.N)/float64(n), "ns/msg")
+	b.ReportMetric(float64(heap)/float64(n), "heap-B/msg")
+	b.ReportMetric(float64(snap.Len())/float64(n), "snapshot-B/msg")
+}
