@@ -190,16 +190,22 @@ func (m *message) setStory(st *story) {
 
 // newBody is the body of a message with this content, nil for none.
 func newBody(headers map[string]string, fairnessKey string, throttleKeys []string, concurrencyKey string) *body {
-	if headers == nil && fairnessKey == "" && throttleKeys == nil && concurrencyKey == "" {
+	return newPackedBody(packHeaders(headers), fairnessKey, throttleKeys, concurrencyKey)
+}
+
+// newPackedBody is newBody of headers already packed ("" for none).
+func newPackedBody(headers packedHeaders, fairnessKey string, throttleKeys []string, concurrencyKey string) *body {
+	if headers == "" && fairnessKey == "" && throttleKeys == nil && concurrencyKey == "" {
 		return nil
 	}
-	return &body{headers: packHeaders(headers), fairnessKey: fairnessKey, throttleKeys: throttleKeys, concurrencyKey: concurrencyKey}
+	return &body{headers: headers, fairnessKey: fairnessKey, throttleKeys: throttleKeys, concurrencyKey: concurrencyKey}
 }
 
 // sameKeys reports whether b is the body of a message with these keys and
-// no headers (nil and empty told apart, as callers may see them).
-func (b *body) sameKeys(headers map[string]string, fairnessKey string, throttleKeys []string, concurrencyKey string) bool {
-	return b != nil && b.headers == "" && headers == nil && b.fairnessKey == fairnessKey && b.concurrencyKey == concurrencyKey &&
+// no headers (packed "": none, told apart from empty, as callers may see
+// them).
+func (b *body) sameKeys(headers packedHeaders, fairnessKey string, throttleKeys []string, concurrencyKey string) bool {
+	return b != nil && b.headers == "" && headers == "" && b.fairnessKey == fairnessKey && b.concurrencyKey == concurrencyKey &&
 		(b.throttleKeys == nil) == (throttleKeys == nil) && slices.Equal(b.throttleKeys, throttleKeys)
 }
 
@@ -431,14 +437,19 @@ func (q *queue) get(id uint64) *message {
 // the body of the fairness key's last ready message there when it has the
 // same keys and neither has headers, else a new one (nil for none).
 func (q *queue) bodyFor(prio int32, headers map[string]string, fairnessKey string, throttleKeys []string, concurrencyKey string) *body {
-	if headers == nil {
+	return q.packedBodyFor(prio, packHeaders(headers), fairnessKey, throttleKeys, concurrencyKey)
+}
+
+// packedBodyFor is bodyFor of headers already packed ("" for none).
+func (q *queue) packedBodyFor(prio int32, headers packedHeaders, fairnessKey string, throttleKeys []string, concurrencyKey string) *body {
+	if headers == "" {
 		if l := q.level(prio, false); l != nil {
 			if kq := l.keys[fairnessKey]; kq != nil && kq.body.sameKeys(headers, fairnessKey, throttleKeys, concurrencyKey) {
 				return kq.body
 			}
 		}
 	}
-	return newBody(headers, fairnessKey, throttleKeys, concurrencyKey)
+	return newPackedBody(headers, fairnessKey, throttleKeys, concurrencyKey)
 }
 
 func (q *queue) level(prio int32, create bool) *level {

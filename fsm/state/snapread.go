@@ -24,8 +24,9 @@ const (
 
 // recordBatch is a run of consecutive length-delimited records, copied
 // out of the reader so that a worker can decode them while the reader
-// moves on.
-type recordBatch[T proto.Message] struct {
+// moves on. The records are decoded into values held by the batch, which
+// circulates: a restore of a million messages allocates no record.
+type recordBatch[T any] struct {
 	raw  []byte
 	ends []int // end offset in raw of each record
 	recs []T
@@ -39,27 +40,38 @@ type recordBatch[T proto.Message] struct {
 // records in file order. Decoding is a pure function of the bytes, so the
 // records, and the state the caller builds from them in that order, are
 // exactly what decoding one by one gives.
-type recordDecoder[T proto.Message] struct {
+type recordDecoder[T any] struct {
 	workers, batchRecords, batchBytes int
-	newRecord                         func() T
+	// decode decodes one record's bytes into *rec, overwriting all of it.
+	decode func(b []byte, rec *T) error
 }
 
-func newRecordDecoder[T proto.Message](newRecord func() T) recordDecoder[T] {
+func newRecordDecoder[T any](decode func(b []byte, rec *T) error) recordDecoder[T] {
 	return recordDecoder[T]{
 		// The caller indexes what the workers decode: leave it a core.
 		workers:      min(max(runtime.GOMAXPROCS(0)-1, 1), 4),
 		batchRecords: decodeBatchRecords,
 		batchBytes:   decodeBatchBytes,
-		newRecord:    newRecord,
+		decode:       decode,
 	}
+}
+
+// protoRecord decodes a record of message type M with proto.Unmarshal
+// (the records no fast decoder is written for).
+func protoRecord[M any, P interface {
+	*M
+	proto.Message
+}](b []byte, rec *M) error {
+	return proto.Unmarshal(b, P(rec))
 }
 
 // records reads exactly n records from r and yields them in order, or
 // yields an error (framing or decoding; the records before it were good)
-// and stops. Every goroutine it started has ended when the loop over it
-// ends, early or not.
-func (d recordDecoder[T]) records(r *bufio.Reader, n uint64) iter.Seq2[T, error] {
-	return func(yield func(T, error) bool) {
+// and stops. A record yielded is valid until the loop body returns: the
+// caller copies what it keeps. Every goroutine it started has ended when
+// the loop over it ends, early or not.
+func (d recordDecoder[T]) records(r *bufio.Reader, n uint64) iter.Seq2[*T, error] {
+	return func(yield func(*T, error) bool) {
 		if n == 0 {
 			return
 		}
@@ -93,14 +105,13 @@ func (d recordDecoder[T]) records(r *bufio.Reader, n uint64) iter.Seq2[T, error]
 		}
 		for b := range order {
 			<-b.done
-			for _, rec := range b.recs {
-				if !yield(rec, nil) {
+			for i := range b.recs {
+				if !yield(&b.recs[i], nil) {
 					return
 				}
 			}
 			if b.err != nil {
-				var zero T
-				yield(zero, b.err)
+				yield(nil, b.err)
 				return
 			}
 			clear(b.recs) // let the caller's records go
@@ -139,14 +150,14 @@ func (d recordDecoder[T]) frame(r *bufio.Reader, n uint64, free <-chan *recordBa
 // after them.
 func (d recordDecoder[T]) decodeBatch(b *recordBatch[T]) {
 	defer close(b.done)
+	b.recs = slices.Grow(b.recs[:0], len(b.ends))[:len(b.ends)]
 	start := 0
-	for _, end := range b.ends {
-		rec := d.newRecord()
-		if err := proto.Unmarshal(b.raw[start:end], rec); err != nil {
+	for i, end := range b.ends {
+		if err := d.decode(b.raw[start:end], &b.recs[i]); err != nil {
+			b.recs = b.recs[:i]
 			b.err = err
 			return
 		}
-		b.recs = append(b.recs, rec)
 		start = end
 	}
 }

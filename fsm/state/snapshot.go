@@ -394,8 +394,8 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 	var dlqMsgs []pendingDLQ // indexed after every queue exists, so origin counters land
 	// Messages and dedup entries, nearly all of a large snapshot, are
 	// decoded ahead on other cores while this goroutine indexes.
-	msgRecords := newRecordDecoder(func() *fsmv1.MessageRecord { return &fsmv1.MessageRecord{} })
-	dedupRecords := newRecordDecoder(func() *fsmv1.DedupEntry { return &fsmv1.DedupEntry{} })
+	msgRecords := newRecordDecoder(decodeMessageRecord)
+	dedupRecords := newRecordDecoder(decodeDedupEntry)
 	keyOrders := map[*queue][]*fsmv1.KeyOrder{}
 	for i := uint64(0); i < hdr.QueueCount; i++ {
 		rec := &fsmv1.QueueRecord{}
@@ -442,10 +442,11 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 			s.redriving[q.name] = struct{}{}
 		}
 		var last uint64
-		for mr, err := range msgRecords.records(r, rec.MessageCount) {
+		for lm, err := range msgRecords.records(r, rec.MessageCount) {
 			if err != nil {
 				return fmt.Errorf("%w: message record: %v", ErrInvalid, err)
 			}
+			mr := &lm.rec
 			if messages != nil {
 				messages.Add(1)
 			}
@@ -453,7 +454,7 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 				return fmt.Errorf("%w: message ids out of order in %s", ErrInvalid, q.name)
 			}
 			last = mr.Id
-			m, err := messageFromRecord(mr, q.bodyFor(mr.Priority, mr.Headers, mr.FairnessKey, mr.ThrottleKeys, mr.ConcurrencyKey), s.clusterVersion)
+			m, err := messageFromRecord(mr, q.packedBodyFor(mr.Priority, lm.headers, mr.FairnessKey, mr.ThrottleKeys, mr.ConcurrencyKey), s.clusterVersion)
 			if err != nil {
 				return err
 			}
@@ -473,21 +474,22 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 		// random order for the expiry index: inserted one by one, each
 		// insert shifted half a node of refs (with strings), about a third of a
 		// million-message restore. Collected and sorted, they go in
-		// ascending. (Capacity from the record, bounded: it is not trusted.)
-		dedupRefs := make([]dedupRef, 0, min(rec.DedupCount, 1<<16))
+		// ascending. They are collected in chunks: one slice grown to a
+		// million refs copied each of them (with its pointers) again at
+		// every doubling, and the count in the record is not trusted to
+		// size it.
+		var dedupRefs dedupRefChunks
 		for de, err := range dedupRecords.records(r, rec.DedupCount) {
 			if err != nil {
 				return fmt.Errorf("%w: dedup record: %v", ErrInvalid, err)
 			}
-			key := dedupKey(de.DedupId)
-			entry := key
-			entry.messageID, entry.expiresMs = de.MessageId, de.ExpiresMs
+			entry := de.entry
 			if _, dup := q.dedup.ReplaceOrInsert(entry); !dup {
-				s.addDedup(q, de.DedupId)
+				s.addDedup(q, entry.dedupID)
 			}
-			dedupRefs = append(dedupRefs, dedupRef{at: de.ExpiresMs, messageID: de.MessageId, queue: q.name, key: key.name()})
+			dedupRefs.add(dedupRef{at: entry.expiresMs, messageID: entry.messageID, queue: q.name, key: entry.name()})
 		}
-		s.insertDedupRefs(dedupRefs)
+		s.insertDedupRefs(&dedupRefs)
 		if rec.RecentCount > 0 && hdr.Version < snapshotV6 {
 			return fmt.Errorf("%w: recent entries in a format-%d snapshot", ErrInvalid, hdr.Version)
 		}
@@ -551,19 +553,41 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 	return nil
 }
 
+// dedupRefChunk is how many refs one chunk of dedupRefChunks holds.
+const dedupRefChunk = 1 << 14
+
+// dedupRefChunks is a list of refs in chunks of dedupRefChunk: appending
+// never copies the refs already held.
+type dedupRefChunks struct {
+	chunks [][]dedupRef
+	n      int
+}
+
+func (c *dedupRefChunks) add(r dedupRef) {
+	if c.n%dedupRefChunk == 0 {
+		c.chunks = append(c.chunks, make([]dedupRef, 0, dedupRefChunk))
+	}
+	last := &c.chunks[len(c.chunks)-1]
+	*last = append(*last, r)
+	c.n++
+}
+
+func (c *dedupRefChunks) at(i int) dedupRef { return c.chunks[i/dedupRefChunk][i%dedupRefChunk] }
+
 // insertDedupRefs adds refs to the expiry index in its order. What is
 // sorted is a small pointer-free key per ref (moving the refs themselves,
 // with their strings, cost more than the random inserts saved); its
 // position breaks ties, so of two refs that compare equal the later one
 // still replaces the earlier, exactly as inserting in snapshot order did.
-func (s *Store) insertDedupRefs(refs []dedupRef) {
+func (s *Store) insertDedupRefs(refs *dedupRefChunks) {
 	type sortKey struct {
 		at        int64
 		messageID uint64
 		pos       int
 	}
-	keys := make([]sortKey, len(refs))
-	for i, r := range refs {
+	keys := make([]sortKey, refs.n)
+	for i := range keys {
+		r := refs.at(i)
 		keys[i] = sortKey{r.at, r.messageID, i}
 	}
 	slices.SortFunc(keys, func(a, b sortKey) int {
@@ -576,7 +600,7 @@ func (s *Store) insertDedupRefs(refs []dedupRef) {
 		return cmp.Compare(a.pos, b.pos)
 	})
 	for _, k := range keys {
-		s.dedupExp.ReplaceOrInsert(refs[k.pos])
+		s.dedupExp.ReplaceOrInsert(refs.at(k.pos))
 	}
 }
 
