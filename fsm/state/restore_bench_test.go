@@ -91,3 +91,47 @@ func BenchmarkRestore(b *testing.B) {
 	b.ReportMetric(float64(heap)/float64(n), "heap-B/msg")
 	b.ReportMetric(float64(snap.Len())/float64(n), "snapshot-B/msg")
 }
+
+// TestRestoreIssue24Shape: a snapshot of messages of issue 24's shape (two
+// headers and a dedup id each, at the newest cluster version, more than
+// one batch of the decoder) loads into the state it was streamed from:
+// the same digest, the same dedup expiry index, and a stream of the
+// loaded state byte for byte the same.
+func TestRestoreIssue24Shape(t *testing.T) {
+	src := restoreBenchStore(t, 5*decodeBatchRecords+3)
+	fr := src.Freeze(src.AppliedIndex())
+	want, err := fr.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap bytes.Buffer
+	if err := fr.Stream(&snap); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := Load(bufio.NewReader(bytes.NewReader(snap.Bytes())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lfr := loaded.Freeze(loaded.AppliedIndex())
+	if got, _ := lfr.Digest(); got != want {
+		t.Fatalf("loaded digest %s, streamed %s", got, want)
+	}
+	var again bytes.Buffer
+	if err := lfr.Stream(&again); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(again.Bytes(), snap.Bytes()) {
+		t.Fatal("the loaded state streams other bytes than it was loaded from")
+	}
+	var a, b []dedupRef
+	src.dedupExp.Ascend(func(r dedupRef) bool { a = append(a, r); return true })
+	loaded.dedupExp.Ascend(func(r dedupRef) bool { b = append(b, r); return true })
+	if len(a) != len(b) || len(a) != src.queues["memory"].dedup.Len() {
+		t.Fatalf("dedup expiry index holds %d, want %d", len(b), len(a))
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("dedup expiry index differs at %d: %+v, want %+v", i, b[i], a[i])
+		}
+	}
+}

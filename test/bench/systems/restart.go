@@ -219,11 +219,16 @@ func restartOnce(ctx context.Context, log *slog.Logger, node *harness.Node, port
 		return run, fmt.Errorf("%w (log: %s)", err, n.LogTail(2000))
 	}
 	run.ReadySecs = time.Since(start).Seconds()
+	if pid, err := n.Pid(); err == nil {
+		// CPU is what the restart costs whatever the machine's load;
+		// the wall time is that and the wait for a core.
+		if cpu, err := workload.CPU(pid); err == nil {
+			run.CPUSecs = cpu.Seconds()
+		}
+		run.RSSBytes, _ = workload.RSS(pid)
+	}
 	if la, err := workload.LoadAverage(); err == nil {
 		run.LoadAvgEnd = la
-	}
-	if pid, err := n.Pid(); err == nil {
-		run.RSSBytes, _ = workload.RSS(pid)
 	}
 	if o.ProfileDir != "" {
 		// The profile ends once the node leads with its log applied.
