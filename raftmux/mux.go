@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/bits"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,10 @@ type Mux struct {
 
 	onLeave atomic.Pointer[func(id string)]
 	cut     atomic.Bool
+	// held[i]: the part 1<<i of the traffic is held until the channel
+	// closes (Hold); heldReads counts the reads waiting, data in hand.
+	held      [trafficParts]atomic.Pointer[chan struct{}]
+	heldReads atomic.Int64
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -119,8 +124,10 @@ func (m *Mux) Register(group string, idOf func(raft.ServerAddress) (string, bool
 func (m *Mux) OnLeave(f func(id string)) { m.onLeave.Store(&f) }
 
 // Cut cuts every group's Raft network off (true) or mends it: while cut
-// no dial succeeds and every accepted connection is closed at once; a cut
-// closes every connection there is.
+// no group dials and every connection accepted for a group is closed at
+// once; a cut closes every connection there is. A leave and the node
+// check (CheckNode) still go through: a cut node (a quarantined one, or
+// a test's fault) still proves itself and announces or hears a leave.
 func (m *Mux) Cut(cut bool) {
 	m.cut.Store(cut)
 	if !cut {
@@ -158,14 +165,14 @@ func (m *Mux) Close() error {
 	return err
 }
 
-func (m *Mux) track(c net.Conn) (*trackedConn, error) {
+func (m *Mux) track(c net.Conn, inbound bool) (*trackedConn, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		c.Close()
 		return nil, net.ErrClosed
 	}
-	tc := &trackedConn{Conn: c, m: m}
+	tc := &trackedConn{Conn: c, m: m, inbound: inbound}
 	m.conns[tc] = struct{}{}
 	return tc, nil
 }
@@ -196,7 +203,7 @@ func (m *Mux) acceptLoop() {
 		if m.cfg.TLS != nil {
 			c = tls.Server(c, m.cfg.TLS.Server)
 		}
-		tc, err := m.track(c)
+		tc, err := m.track(c, true)
 		if err != nil {
 			return
 		}
@@ -210,10 +217,6 @@ func (m *Mux) acceptLoop() {
 // the connection to its group.
 func (m *Mux) serveConn(c *trackedConn) {
 	defer m.wg.Done()
-	if m.cut.Load() {
-		c.Close()
-		return
-	}
 	_ = c.SetDeadline(time.Now().Add(acceptTimeout))
 	if tc, ok := c.Conn.(*tls.Conn); ok {
 		if err := tc.Handshake(); err != nil {
@@ -242,6 +245,10 @@ func (m *Mux) serveConn(c *trackedConn) {
 		group = p.Group
 	case KindLegacy:
 		conn = &prefixConn{trackedConn: c, first: p.First, pending: true}
+	}
+	if m.cut.Load() {
+		c.Close()
+		return
 	}
 	m.mu.Lock()
 	l := m.groups[group]
@@ -279,9 +286,6 @@ func (m *Mux) leave(c *trackedConn) {
 
 // dial dials addr, with TLS expecting node id's certificate.
 func (m *Mux) dial(ctx context.Context, id, addr string) (net.Conn, error) {
-	if m.cut.Load() {
-		return nil, ErrCut
-	}
 	if m.cfg.TLS == nil {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", addr)
@@ -357,6 +361,9 @@ func (l *Layer) Accept() (net.Conn, error) {
 // Dial dials the group at addr: with a preamble if the node there
 // understands them, else (the legacy group only) without.
 func (l *Layer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	if l.m.cut.Load() {
+		return nil, ErrCut
+	}
 	preamble := l.m.cfg.Preambles != nil && l.m.cfg.Preambles(addr)
 	if !preamble && l.group != l.m.cfg.Legacy {
 		return nil, fmt.Errorf("raft: the node at %s does not yet serve group %q (it understands no preamble)", addr, l.group)
@@ -377,7 +384,7 @@ func (l *Layer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, 
 	if err != nil {
 		return nil, err
 	}
-	tc, err := l.m.track(c)
+	tc, err := l.m.track(c, false)
 	if err != nil {
 		return nil, err
 	}
@@ -415,7 +422,27 @@ func (l *Layer) Close() error {
 
 type trackedConn struct {
 	net.Conn
-	m *Mux
+	m       *Mux
+	inbound bool // accepted, not dialled
+}
+
+// Read holds what it read while the reads are held, so a peer's answer
+// waits as it would in a stopped process's socket.
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		part := DialledReads
+		if c.inbound {
+			part = AcceptedReads
+		}
+		c.m.waitHeld(part)
+	}
+	return n, err
+}
+
+func (c *trackedConn) Write(p []byte) (int, error) {
+	c.m.waitHeld(Writes)
+	return c.Conn.Write(p)
 }
 
 func (c *trackedConn) Close() error {
@@ -437,4 +464,68 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 		return 1, nil
 	}
 	return c.trackedConn.Read(p)
+}
+
+// Traffic names parts of the port's traffic, for Hold.
+type Traffic uint8
+
+const (
+	// AcceptedReads: what is read on the connections peers dialled.
+	AcceptedReads Traffic = 1 << iota
+	// DialledReads: what is read on the connections this node dialled.
+	DialledReads
+	// Writes: every write.
+	Writes
+
+	// AllTraffic: every read and write.
+	AllTraffic = AcceptedReads | DialledReads | Writes
+
+	trafficParts = 3
+)
+
+// Hold holds the parts of every group's traffic named (a test's fault),
+// as a stopped process's is held: a read waits with the bytes it read, a
+// write waits before it writes, until Release of that part (or Close).
+// Unlike Cut nothing is closed, so answers to requests sent before the
+// hold are processed after it, as a process resumed after SIGSTOP finds
+// them in its sockets. A part already held stays as it is. The
+// connections of CheckNode and SendLeave are not held.
+func (m *Mux) Hold(parts Traffic) {
+	for i := range m.held {
+		if parts&(1<<i) != 0 {
+			ch := make(chan struct{})
+			m.held[i].CompareAndSwap(nil, &ch)
+		}
+	}
+}
+
+// Release releases the parts named of a hold: what waited goes on at
+// once.
+func (m *Mux) Release(parts Traffic) {
+	for i := range m.held {
+		if parts&(1<<i) != 0 {
+			if h := m.held[i].Swap(nil); h != nil {
+				close(*h)
+			}
+		}
+	}
+}
+
+// HeldReads is how many reads wait, data in hand, for their hold to end.
+func (m *Mux) HeldReads() int64 { return m.heldReads.Load() }
+
+// waitHeld returns at once unless part is held.
+func (m *Mux) waitHeld(part Traffic) {
+	h := m.held[bits.TrailingZeros8(uint8(part))].Load()
+	if h == nil {
+		return
+	}
+	if part != Writes {
+		m.heldReads.Add(1)
+		defer m.heldReads.Add(-1)
+	}
+	select {
+	case <-*h:
+	case <-m.done:
+	}
 }

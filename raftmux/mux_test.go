@@ -410,3 +410,123 @@ func TestCut(t *testing.T) {
 	_, _ = c2.Write([]byte{0})
 	expectConn(t, ch, []byte{0}).Close()
 }
+
+// readAsync reads one byte of c on another goroutine.
+func readAsync(c net.Conn) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		_ = c.SetReadDeadline(time.Now().Add(waitLimit))
+		_, err := io.ReadFull(c, make([]byte, 1))
+		ch <- err
+	}()
+	return ch
+}
+
+// waitHeldReads waits until n reads of m wait, data in hand.
+func waitHeldReads(t *testing.T, m *Mux, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for m.HeldReads() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reads held, want %d", m.HeldReads(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestHold(t *testing.T) {
+	m := newMux(t, Config{Preambles: func(raft.ServerAddress) bool { return true }})
+	data := register(t, m, "data")
+	addr := raft.ServerAddress(m.Addr().String())
+	ch := acceptOne(data)
+	out, err := data.Dial(addr, waitLimit) // dialled: m's DialledReads
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if _, err := out.Write([]byte{0}); err != nil {
+		t.Fatal(err)
+	}
+	in := expectConn(t, ch, []byte{0}) // accepted: m's AcceptedReads
+	defer in.Close()
+
+	// Reads held: each read waits with its byte, on both ends.
+	m.Hold(AcceptedReads | DialledReads)
+	inRead, outRead := readAsync(in), readAsync(out)
+	if _, err := out.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Write([]byte{2}); err != nil {
+		t.Fatal(err)
+	}
+	waitHeldReads(t, m, 2)
+	// Only the dialled side's reads released: the accepted side waits.
+	m.Release(DialledReads | Writes)
+	if err := <-outRead; err != nil {
+		t.Fatal(err)
+	}
+	waitHeldReads(t, m, 1)
+	select {
+	case err := <-inRead:
+		t.Fatalf("a held read returned (%v)", err)
+	default:
+	}
+
+	// Writes held: nothing written goes out until released.
+	m.Hold(Writes)
+	wrote := make(chan error, 1)
+	go func() { _, err := out.Write([]byte{3}); wrote <- err }()
+	m.Release(AllTraffic)
+	if err := <-inRead; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-readAsync(in); err != nil {
+		t.Fatal(err)
+	}
+	waitHeldReads(t, m, 0)
+
+	// Close ends a hold.
+	m.Hold(AcceptedReads)
+	inRead = readAsync(in)
+	if _, err := out.Write([]byte{4}); err != nil {
+		t.Fatal(err)
+	}
+	waitHeldReads(t, m, 1)
+	m.Close()
+	<-inRead
+}
+
+// A cut node still proves itself and takes a leave (a quarantined node
+// is cut and must be removable).
+func TestCutKeepsLeaveAndCheck(t *testing.T) {
+	p := newPKI(t)
+	m := newMux(t, Config{TLS: p.tls(p.node)})
+	data := register(t, m, "data")
+	addr := raft.ServerAddress(m.Addr().String())
+	left := make(chan string, 1)
+	m.OnLeave(func(id string) { left <- id })
+	m.Cut(true)
+	if _, err := data.Dial(addr, waitLimit); !errors.Is(err, ErrCut) {
+		t.Errorf("dial while cut: %v", err)
+	}
+	if err := m.CheckNode(t.Context(), "n1", string(addr)); err != nil {
+		t.Errorf("CheckNode while cut: %v", err)
+	}
+	if err := m.SendLeave(t.Context(), "n1", string(addr)); err != nil {
+		t.Fatal(err)
+	}
+	if id := <-left; id != "n1" {
+		t.Errorf("leave of %q", id)
+	}
+	// A Raft connection accepted while cut is closed.
+	c, err := tls.Dial("tcp", string(addr), p.tls(p.node).Dial("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = c.Write([]byte{0})
+	expectClosed(t, c)
+}
