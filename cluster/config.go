@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/raftq/raftq/raftmux"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -185,20 +186,23 @@ type Config struct {
 	reconnectTimeout  time.Duration
 	tuneGossip        func(*memberlist.Config)
 	onLeadership      func(Leadership) // sees every published value, in order
+	// noMux makes the node's Raft port behave as a build's before the
+	// multiplexer in what others see: it advertises no preambles
+	// (nodeMeta.Mux) and sends none. wrapRaftListener wraps the Raft
+	// port's listener (a test refuses preambles in it, as an old build's
+	// raft does).
+	noMux            bool
+	wrapRaftListener func(net.Listener) net.Listener
 }
 
-// TLS is what the Raft transport needs to speak mutual TLS. The configs
-// carry the verification; this package only asks for a node's name.
-type TLS struct {
-	// Server is the Raft listener's config: it must require a node
-	// certificate of the cluster's CA (and refuse client certificates).
-	Server *tls.Config
-	// Dial returns the config for dialling node id: it presents this
-	// node's certificate and must accept only id's node certificate.
-	Dial func(id string) *tls.Config
-	// PeerName names the node of a connection Server accepted.
-	PeerName func(tls.ConnectionState) (string, bool)
-}
+// TLS is what the Raft port needs to speak mutual TLS (raftmux.TLS). The
+// configs carry the verification; this package only asks for a node's
+// name. Server is the Raft listener's config: it must require a node
+// certificate of the cluster's CA (and refuse client certificates); Dial
+// returns the config for dialling node id: it presents this node's
+// certificate and must accept only id's node certificate; PeerName names
+// the node of a connection Server accepted.
+type TLS = raftmux.TLS
 
 // withDefaults returns a copy of c with defaults filled in, or an error
 // naming the first invalid field.

@@ -2,10 +2,7 @@
 
 package cluster
 
-import (
-	"net"
-	"sync/atomic"
-)
+import "github.com/raftq/raftq/raftmux"
 
 // Test builds only (-tags raftqfault): faults a test throws at a node.
 
@@ -15,22 +12,7 @@ import (
 // reaches a peer over Raft; gossip and gRPC are untouched. A leader so
 // cut keeps believing it leads until its LeaderLeaseTimeout passes
 // without contact, as a paused process does until it runs again.
-func (n *Node) CutRaftNetwork(cut bool) {
-	s := n.stream
-	s.cut.Store(cut)
-	if !cut {
-		return
-	}
-	s.mu.Lock()
-	conns := make([]net.Conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
-	}
-}
+func (n *Node) CutRaftNetwork(cut bool) { n.mux.Cut(cut) }
 
 // HoldRaftNetwork holds this node's Raft network (hold true) or releases
 // it (false), as a stopped process's is held: every read waits with the
@@ -39,41 +21,26 @@ func (n *Node) CutRaftNetwork(cut bool) {
 // requests sent before the hold are processed after it, as a process
 // resumed after SIGSTOP finds them in its sockets.
 func (n *Node) HoldRaftNetwork(hold bool) {
-	holdConns(&n.stream.heldIn, hold)
-	holdConns(&n.stream.heldOut, hold)
-	holdConns(&n.stream.heldW, hold)
+	if hold {
+		n.mux.Hold(raftmux.AllTraffic)
+	} else {
+		n.mux.Release(raftmux.AllTraffic)
+	}
 }
 
 // HoldRaftReads holds only what the node reads: its requests still go
 // out, their answers wait.
-func (n *Node) HoldRaftReads() {
-	holdConns(&n.stream.heldIn, true)
-	holdConns(&n.stream.heldOut, true)
-}
+func (n *Node) HoldRaftReads() { n.mux.Hold(raftmux.AcceptedReads | raftmux.DialledReads) }
 
 // ReleaseDialledRaft releases, of a held network, the writes and what
 // this node reads on connections it dialled (its requests and their
 // answers): the requests peers send it stay unread, as if delayed on the
 // way.
-func (n *Node) ReleaseDialledRaft() {
-	holdConns(&n.stream.heldOut, false)
-	holdConns(&n.stream.heldW, false)
-}
-
-func holdConns(p *atomic.Pointer[chan struct{}], hold bool) {
-	if hold {
-		ch := make(chan struct{})
-		p.CompareAndSwap(nil, &ch) // already held: stays as it is
-		return
-	}
-	if h := p.Swap(nil); h != nil {
-		close(*h)
-	}
-}
+func (n *Node) ReleaseDialledRaft() { n.mux.Release(raftmux.DialledReads | raftmux.Writes) }
 
 // HeldRaftReads is how many of the node's Raft reads wait, data in hand,
 // for the hold to end.
-func (n *Node) HeldRaftReads() int64 { return n.stream.heldData.Load() }
+func (n *Node) HeldRaftReads() int64 { return n.mux.HeldReads() }
 
 // ReadConfirmations counts VerifyLeader calls that went on to confirm
 // leadership (a leader that knew it did not lead answers at once).

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
 )
 
 // leaveNotice is the prefix of the user message a leaving node sends to
@@ -172,6 +173,7 @@ func (m *membership) localMeta() nodeMeta {
 		ClusterID:  m.id.get(),
 		IDs:        true,
 		Run:        m.run,
+		Mux:        !m.cfg.noMux,
 
 		MaxQueuedBytes: m.cfg.MaxQueuedBytes,
 	}
@@ -328,6 +330,27 @@ func (m *membership) meta(id string) (nodeMeta, bool) {
 		return nodeMeta{}, false
 	}
 	return rec.meta, true
+}
+
+// preamblesAt reports whether the node at Raft address addr understands
+// Raft port preambles: gossip knows a member there, and every member it
+// knows there says so (an old record, of a build before the multiplexer
+// at the same address, keeps the legacy opening, which every build
+// takes).
+func (m *membership) preamblesAt(addr raft.ServerAddress) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	found := false
+	for _, rec := range m.members {
+		if !rec.metaOK || rec.meta.Raft != string(addr) {
+			continue
+		}
+		if !rec.meta.Mux {
+			return false
+		}
+		found = true
+	}
+	return found
 }
 
 // snapshot returns a copy of the member table.

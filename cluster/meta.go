@@ -54,6 +54,11 @@ type nodeMeta struct {
 	// Run tells the others it is a new process (membership.update).
 	// Builds before it omit it.
 	Run string `json:"run,omitempty"`
+	// Mux: the node's Raft port is a multiplexer (raftmux) that takes a
+	// preamble naming the group; a connection without one still reaches
+	// its data group. Builds before it omit it, and drop a connection
+	// that opens with a preamble, so none is sent to them.
+	Mux bool `json:"mux,omitempty"`
 }
 
 // clientGRPC is where clients reach the node: Client, else GRPC.

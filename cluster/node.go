@@ -17,6 +17,8 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
 	"go.etcd.io/bbolt"
+
+	"github.com/raftq/raftq/raftmux"
 )
 
 // LeaderService runs only while this node is leader: it is started after a
@@ -61,8 +63,12 @@ type Node struct {
 	// spaceLogs notices appends that fail for lack of disk space.
 	spaceLogs *spaceLogStore
 	trans     drainedTransport
-	stream    *streamLayer // under trans
-	raftAddr  string       // advertised Raft address
+	// mux is the Raft port (raftmux); trans runs on its data group's
+	// layer. raftIDs names the servers of the Raft configuration by
+	// address for the layer's dials.
+	mux      *raftmux.Mux
+	raftIDs  serverIDs
+	raftAddr string // advertised Raft address
 
 	ms    *membership
 	id    *identity
@@ -256,33 +262,50 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 			advertise = namedAddr(net.JoinHostPort(host, strconv.Itoa(port)))
 		}
 	}
-	stream, err := newStreamLayer(ctx, cfg.RaftBind, advertise, cfg.TLS, n.log)
+	ln, advertise, err := listenRaft(ctx, cfg.RaftBind, advertise)
 	if err != nil {
 		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftBind, err)
 	}
-	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  stream,
-		MaxPool: 3,
-		Timeout: 10 * time.Second,
-		Logger:  hcl.Named("raft-net"),
-	})
-	n.trans = drainedTransport{NetworkTransport: nt, votes: newVoteGuard(nt.Consumer(), n.log)}
-	n.stream, n.raftAddr = stream, string(n.trans.LocalAddr())
+	if cfg.wrapRaftListener != nil {
+		ln = cfg.wrapRaftListener(ln)
+	}
+	n.raftAddr = advertise.String()
 
 	hasState := true // a quarantined node has state, corrupt: nobody bootstraps from it
 	if !n.quarantined {
 		if hasState, err = raft.HasExistingState(logs, stable, n.snaps); err != nil {
+			ln.Close()
 			return nil, fmt.Errorf("check raft state: %w", err)
 		}
 	}
 	// Checks the metadata fits before memberlist would refuse it.
 	n.ms, err = newMembership(cfg, n.log, n.raftAddr, hasState)
 	if err != nil {
+		ln.Close()
 		return nil, err
 	}
 	n.ms.id = n.id
 	n.ms.corrupt.Store(n.corrupt.Load() != nil)
 	n.id.published = n.ms.publishMeta
+
+	// The Raft port (raftmux) carries the data group; peers whose gossip
+	// says they understand preambles are dialled with one.
+	preambles := n.ms.preamblesAt
+	if cfg.noMux {
+		preambles = nil
+	}
+	mux, layer, err := openRaftPort(ln, advertise, cfg.TLS, n.log, preambles, &n.raftIDs)
+	if err != nil {
+		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftBind, err)
+	}
+	n.mux = mux
+	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  layer,
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  hcl.Named("raft-net"),
+	})
+	n.trans = drainedTransport{NetworkTransport: nt, votes: newVoteGuard(nt.Consumer(), n.log)}
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -310,7 +333,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		// so it never stands for election, votes or applies, and every
 		// call on it answers as a follower without a leader would.
 		snaps = raft.NewInmemSnapshotStore()
-		stream.cut.Store(true)
+		n.mux.Cut(true)
 		rc.NoSnapshotRestoreOnStart = true
 	} else {
 		rc.NoSnapshotRestoreOnStart = restored
@@ -325,7 +348,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if !n.quarantined {
 		campaignAlone(n.raft, rc.LocalID, n.log)
 	}
-	stream.raft.Store(n.raft)
+	n.raftIDs.raft.Store(n.raft)
 	n.lead = newLeadership(cfg.NodeID, cfg.GRPCAdvertise, cfg.ClientGRPCAdvertise, n.raft, n.log, n.ms.meta, cfg.onLeadership)
 	n.boot = newBootstrapper(cfg, n.log, n.raft, n.ms, n.id)
 	// Until this runs, RPCs wait in the transport as they would for Raft.
@@ -340,10 +363,9 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if cfg.TLS != nil {
 		// The leader adds a member only once it has shown its node
 		// certificate; a leave counts only when announced over mTLS.
-		n.rec.checkNode = stream.checkNode
-		n.leave.announce = stream.sendLeave
-		onLeave := n.ms.authenticatedLeave
-		stream.onLeave.Store(&onLeave)
+		n.rec.checkNode = n.mux.CheckNode
+		n.leave.announce = n.mux.SendLeave
+		n.mux.OnLeave(n.ms.authenticatedLeave)
 	}
 	if leader != nil {
 		n.lead.services = append(n.lead.services, func(ctx context.Context) {
@@ -514,6 +536,13 @@ func (n *Node) closeAll() error {
 	} else if n.trans.NetworkTransport != nil {
 		if err := n.trans.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("raft transport: %w", err))
+		}
+	}
+	if n.mux != nil {
+		// Raft's transport closed the data group's layer; the port, and
+		// every connection still on it, close here.
+		if err := n.mux.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, fmt.Errorf("raft port: %w", err))
 		}
 	}
 	n.wg.Wait()
