@@ -150,9 +150,9 @@ const (
 // node a fault restarts comes back small and climbs again; an end within
 // 1.5× of a baseline taken a minute in says nothing either way. So the
 // sampler records every node every soakEvery for the whole run, and the
-// baseline is taken once the backlog and every node's RSS hold steady
-// (steadyWindow samples in a row within steadyFrac of their maximum plus
-// a slack, detected, bounded by RAFTQ_SOAK_WARMUP). Flat RSS is then two
+// baseline is taken once every node's RSS, state and backlog have settled
+// (steadyWindow samples in a row set no new high, settled; detected,
+// bounded by RAFTQ_SOAK_WARMUP). Flat RSS is then two
 // bounds, both of which a leak fails (TestJudgeSoakRSS): the plateau (the
 // second half's 90th percentile at most rssPlateauFactor × the first
 // half's plus rssSlackBytes: the level a node returns to, across
@@ -164,10 +164,11 @@ const (
 // its mean plus rssSlackBytes: no settled process grows steadily).
 const (
 	soakEvery        = 15 * time.Second
-	steadyWindow     = 4
-	steadyFrac       = 0.10
-	steadyRSSSlack   = 16 << 20
+	steadyWindow     = 6
+	steadyFrac       = 0.05
+	steadyRSSSlack   = 8 << 20
 	steadyStateSlack = 1 << 20
+	steadySnapSlack  = 256 << 10
 	steadyMaxAge     = 3 * time.Minute
 	trendMinSpan     = 8 * time.Minute
 	rssPlateauFactor = 1.25
@@ -175,45 +176,57 @@ const (
 	soakPhaseRun     = "run"
 )
 
-// steady reports whether xs lie within frac of their maximum plus slack.
-func steady(xs []int64, frac float64, slack int64) bool {
-	if len(xs) == 0 {
+// settled reports whether one process's samples (time order) end in
+// steadyWindow samples that set no new high: their maximum of f is at
+// most steadyFrac above the maximum of every earlier sample, plus slack.
+// A climb sets a new high in every window, a plateau's noise does not;
+// a window alone (its spread) would take a slow climb for steady.
+func settled(p []Resources, f func(Resources) int64, slack int64) bool {
+	if len(p) <= steadyWindow {
 		return false
 	}
-	lo, hi := xs[0], xs[0]
-	for _, x := range xs {
-		lo, hi = min(lo, x), max(hi, x)
+	var prev, last int64
+	for i, s := range p {
+		if i < len(p)-steadyWindow {
+			prev = max(prev, f(s))
+		} else {
+			last = max(last, f(s))
+		}
 	}
-	return hi-lo <= int64(frac*float64(hi))+slack
+	return last <= prev+int64(steadyFrac*float64(prev))+slack
 }
 
+func rssOf(r Resources) int64      { return r.RSSBytes }
+func backlogOf(r Resources) int64  { return r.StateBytes }
+func snapshotOf(r Resources) int64 { return r.SnapshotBytes }
+
 // BaselineSteady reports whether the series (in time order) ends, for
-// every node, in steadyWindow samples of one process whose RSS and whose
-// replicated state's bytes (the backlog) are steady; else it says why not.
+// every node, with its current process settled (settled): in RSS, in the
+// replicated state's size (the last snapshot: messages, dedup ids and
+// recent outcomes) and in the backlog (queue bytes); else it says why not.
 func BaselineSteady(series []Resources, nodes []string) (bool, string) {
 	for _, n := range nodes {
-		var last []Resources
+		var p []Resources
 		for _, s := range series {
-			if s.Node == n && s.OK {
-				last = append(last, s)
+			if s.Node != n || !s.OK {
+				continue
 			}
-		}
-		if len(last) < steadyWindow {
-			return false, fmt.Sprintf("%s: %d samples", n, len(last))
-		}
-		last = last[len(last)-steadyWindow:]
-		var rss, st []int64
-		for _, s := range last {
-			if s.Pid != last[0].Pid {
-				return false, fmt.Sprintf("%s: restarted", n)
+			if len(p) > 0 && p[0].Pid != s.Pid {
+				p = p[:0] // restarted: its own samples only
 			}
-			rss, st = append(rss, s.RSSBytes), append(st, s.StateBytes)
+			p = append(p, s)
 		}
-		if !steady(rss, steadyFrac, steadyRSSSlack) {
-			return false, fmt.Sprintf("%s: RSS %s..%s", n, mibs(slices.Min(rss)), mibs(slices.Max(rss)))
+		if len(p) <= steadyWindow {
+			return false, fmt.Sprintf("%s: %d samples of its process", n, len(p))
 		}
-		if !steady(st, steadyFrac, steadyStateSlack) {
-			return false, fmt.Sprintf("%s: backlog %s..%s", n, mibs(slices.Min(st)), mibs(slices.Max(st)))
+		for _, c := range []struct {
+			what  string
+			f     func(Resources) int64
+			slack int64
+		}{{"RSS", rssOf, steadyRSSSlack}, {"state", snapshotOf, steadySnapSlack}, {"backlog", backlogOf, steadyStateSlack}} {
+			if !settled(p, c.f, c.slack) {
+				return false, fmt.Sprintf("%s: %s still climbing (%s over the last %d samples)", n, c.what, mibs(c.f(p[len(p)-1])), steadyWindow)
+			}
 		}
 	}
 	return true, ""
@@ -291,18 +304,8 @@ func judgeRSS(node string, series []Resources, base Resources, end time.Time) (j
 			if from < len(p) {
 				break
 			}
-			if p[i].At.Sub(p[0].At) >= steadyMaxAge {
+			if p[i].At.Sub(p[0].At) >= steadyMaxAge || settled(p[:i+1], rssOf, steadyRSSSlack) {
 				from = i
-				break
-			}
-			if i+1 >= steadyWindow {
-				var w []int64
-				for _, s := range p[i+1-steadyWindow : i+1] {
-					w = append(w, s.RSSBytes)
-				}
-				if steady(w, steadyFrac, steadyRSSSlack) {
-					from = i
-				}
 			}
 		}
 		var sp []Resources

@@ -120,7 +120,7 @@ func (s *Sampler) WaitSteady(ctx context.Context, least, most time.Duration) str
 		s.tick(ctx)
 		var ok bool
 		if ok, why = BaselineSteady(s.Series(), nodes); ok && time.Since(t0) >= least {
-			return fmt.Sprintf("steady after %v (backlog and RSS of every node within %.0f%% over %d samples %v apart)",
+			return fmt.Sprintf("steady after %v (every node's RSS, state and backlog set no new high past %.0f%% over its last %d samples, %v apart)",
 				time.Since(t0).Round(time.Second), 100*steadyFrac, steadyWindow, soakEvery)
 		}
 		if time.Since(t0) >= most {
