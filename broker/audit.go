@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/raftq/raftq/cluster"
-
 	"github.com/raftq/raftq/fsm"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
@@ -39,20 +37,20 @@ func (c AuditConfig) withDefaults() AuditConfig {
 	return c
 }
 
-// auditCounters runs on every node, for its lifetime. Counters are kept
-// by one chokepoint (fsm/state put), so they should never drift; this
-// finds it if they do. Each tick it recounts at most Budget of this
-// node's queues, continuing from a cursor over the sorted queue names,
-// and at the end of each rotation checks the node's byte total. Where a
-// counter disagrees with the structures, RecountQueues is committed,
-// which every replica applies by recounting its own structures (the
-// command carries names, not numbers): the leader proposes it; a
-// follower asks the leader to (Broker.reportDrift). Every node audits its
-// own counters because no other check sees a follower's: counters derive
-// from the messages and are not in the state digest the replica check
-// compares.
-func (w *leaderWork) auditCounters(ctx context.Context) {
-	cfg := w.audit.withDefaults()
+// auditCounters runs on every node, for its lifetime (a node duty,
+// leader.go). Counters are kept by one chokepoint (fsm/state put), so
+// they should never drift; this finds it if they do. Each tick it
+// recounts at most Budget of this node's queues, continuing from a cursor
+// over the sorted queue names, and at the end of each rotation checks the
+// node's byte total. Where a counter disagrees with the structures,
+// RecountQueues is committed, which every replica applies by recounting
+// its own structures (the command carries names, not numbers): the
+// leader proposes it; a follower asks the leader to, through the routing
+// any call takes (requestRecount). Every node audits its own counters
+// because no other check sees a follower's: counters derive from the
+// messages and are not in the state digest the replica check compares.
+func (b *Broker) auditCounters(ctx context.Context, _ uint64) {
+	cfg := b.cfg.Audit.withDefaults()
 	if cfg.Interval < 0 {
 		return
 	}
@@ -65,20 +63,20 @@ func (w *leaderWork) auditCounters(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		cursor = w.auditTick(ctx, cursor, cfg.Budget)
+		cursor = b.auditTick(ctx, cursor, cfg.Budget)
 	}
 }
 
 // auditTick audits the next budget queues after cursor and returns the
 // cursor for the next tick ("" once the rotation is complete).
-func (w *leaderWork) auditTick(ctx context.Context, cursor string, budget int) string {
-	copies := w.state.AuditCopies(cursor, budget)
-	w.audited.Add(uint64(len(copies)))
+func (b *Broker) auditTick(ctx context.Context, cursor string, budget int) string {
+	copies := b.state.AuditCopies(cursor, budget)
+	b.audited.Add(uint64(len(copies)))
 	var drifted []string
 	for _, c := range copies {
 		have, want := c.Recount() // off the state lock: the trees are copies
 		if !have.Equal(want) {
-			w.log.Warn("counter audit: a queue's counters disagree with its messages",
+			b.log.Warn("counter audit: a queue's counters disagree with its messages",
 				"queue", c.Queue, "counters", have.String(), "messages", want.String())
 			drifted = append(drifted, c.Queue)
 		}
@@ -89,86 +87,88 @@ func (w *leaderWork) auditTick(ctx context.Context, cursor string, budget int) s
 	}
 	total := false
 	if next == "" {
-		if have, want := w.state.BytesDrift(); have != want {
-			w.log.Warn("counter audit: the node's byte total disagrees with the queues' byte counters", "total", have, "queues_sum", want)
+		if have, want := b.state.BytesDrift(); have != want {
+			b.log.Warn("counter audit: the node's byte total disagrees with the queues' byte counters", "total", have, "queues_sum", want)
 			total = true
 		}
 	}
 	if len(drifted) > 0 || total {
-		w.repair(ctx, drifted)
+		b.repairCounters(ctx, drifted)
 	}
 	return next
 }
 
-// repair has queues (and the byte total) recounted on every replica,
-// once the cluster version has the command: the established leader
-// proposes RecountQueues; any other node asks the leader to.
-func (w *leaderWork) repair(ctx context.Context, queues []string) {
-	if cv := w.state.ClusterVersion(); cv < fsm.RecountVersion {
-		w.log.Warn("counter audit: not repairing until every voter runs a build that can (cluster version too old)",
+// repairCounters has queues (and the byte total) recounted on every
+// replica, once the cluster version has the command: the established
+// leader proposes RecountQueues; any other node asks the leader to.
+func (b *Broker) repairCounters(ctx context.Context, queues []string) {
+	if cv := b.state.ClusterVersion(); cv < fsm.RecountVersion {
+		b.log.Warn("counter audit: not repairing until every voter runs a build that can (cluster version too old)",
 			"queues", queues, "cluster_version", cv, "needs", fsm.RecountVersion)
-		return
-	}
-	if l := w.node.Leadership(); l.Role == cluster.RoleLeader && l.Established {
-		res, err := w.recount(ctx, queues)
-		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Warn("counter audit: recount not committed; the next rotation finds the drift again", "queues", queues, "err", err)
-			}
-			return
-		}
-		// This node's FSM logged each repair it made, with before and after.
-		w.log.Info("counter audit: recount committed", "queues", queues, "repaired_here", len(res.Repairs), "byte_total_repaired_here", res.TotalBytesRepaired)
-		return
-	}
-	if w.report == nil {
-		w.log.Warn("counter audit: this follower cannot reach the leader to have its counters recounted; the next rotation tries again", "queues", queues)
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, reportTimeout)
 	defer cancel()
-	if err := w.report(rctx, queues); err != nil {
+	local, err := b.requestRecount(rctx, queues)
+	switch {
+	case errors.Is(err, errNoPeers):
+		b.log.Warn("counter audit: this follower cannot reach the leader to have its counters recounted; the next rotation tries again", "queues", queues)
+	case err != nil && local:
 		if ctx.Err() == nil {
-			w.log.Warn("counter audit: the leader did not commit the recount this follower asked for; the next rotation finds the drift again", "queues", queues, "err", err)
+			b.log.Warn("counter audit: recount not committed; the next rotation finds the drift again", "queues", queues, "err", err)
 		}
-		return
+	case err != nil:
+		if ctx.Err() == nil {
+			b.log.Warn("counter audit: the leader did not commit the recount this follower asked for; the next rotation finds the drift again", "queues", queues, "err", err)
+		}
+	case local:
+		// This node's FSM logged each repair it made, with before and
+		// after (RecountQueues logs the summary).
+	default:
+		// The recount applied here (or will, once this node catches up)
+		// and this node's FSM logs the repair it made.
+		b.log.Info("counter audit: the leader committed the recount this follower asked for", "queues", queues)
 	}
-	// The recount applied here (or will, once this node catches up) and
-	// this node's FSM logs the repair it made.
-	w.log.Info("counter audit: the leader committed the recount this follower asked for", "queues", queues)
 }
 
-// reportTimeout bounds a follower's request to the leader for a recount.
+// reportTimeout bounds a recount request, to the leader or here.
 const reportTimeout = 10 * time.Second
-
-// DriftReporter asks the leader to commit RecountQueues for queues (an
-// empty list: the byte total alone) and returns once it is committed.
-type DriftReporter func(ctx context.Context, queues []string) error
 
 // reportLeaderWait bounds how long a follower's recount request waits
 // for a leader to be elected (as an API call waits, transport.Config's
 // LeaderWait).
 const reportLeaderWait = 3 * time.Second
 
-// reportDrift is the follower's DriftReporter: it asks the leader, at its
-// peer address (Config.Peers), to commit RecountQueues for queues, as any
-// node would through the Cluster API. On the established leader it
-// commits the recount itself.
-func (b *Broker) reportDrift(ctx context.Context, queues []string) error {
+// errNoPeers: this follower has no peer connections (Config.Peers is
+// nil), so it cannot reach the leader.
+var errNoPeers = errors.New("no peer connections to reach the leader")
+
+// requestRecount has the leader commit RecountQueues for queues, routed
+// as any leader-only call is (Route): on the established leader it
+// commits the recount itself (local), elsewhere it asks the leader at its
+// peer address (Config.Peers), as any node would through the Cluster
+// API.
+func (b *Broker) requestRecount(ctx context.Context, queues []string) (local bool, err error) {
 	route, err := b.Route(ctx, reportLeaderWait)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if route.Local {
-		_, err := b.RecountQueues(ctx, queues)
-		return err
+		res, err := b.RecountQueues(ctx, queues)
+		if err == nil {
+			b.log.Info("counter audit: recount committed", "queues", queues, "repaired_here", len(res.Repairs), "byte_total_repaired_here", res.TotalBytesRepaired)
+		}
+		return true, err
+	}
+	if b.cfg.Peers == nil {
+		return false, errNoPeers
 	}
 	conn, err := b.cfg.Peers.Get(route.LeaderID, route.LeaderAddr)
 	if err != nil {
-		return err
+		return false, err
 	}
 	_, err = raftqv1.NewClusterClient(conn).RecountQueues(ctx, &raftqv1.RecountQueuesRequest{Queues: queues, ReportedBy: b.id})
-	return err
+	return false, err
 }
 
 // RecountQueues commits RecountQueues for queues on the leader: every
@@ -180,13 +180,9 @@ func (b *Broker) RecountQueues(ctx context.Context, queues []string) (*fsm.Recou
 	if cv := b.state.ClusterVersion(); cv < fsm.RecountVersion {
 		return nil, fmt.Errorf("%w: cluster version %d, needs %d", ErrRecountUnsupported, cv, fsm.RecountVersion)
 	}
-	return b.leader.recount(ctx, queues)
+	cmd := &fsmv1.Command{Op: &fsmv1.Command_RecountQueues{RecountQueues: &fsmv1.RecountQueues{Queues: queues}}}
+	return fsm.As[*fsm.RecountResult](b.Propose(ctx, cmd))
 }
 
 // ErrRecountUnsupported: some voter runs a build without RecountQueues.
 var ErrRecountUnsupported = errors.New("not every voter runs a build that can recount counters")
-
-func (w *leaderWork) recount(ctx context.Context, queues []string) (*fsm.RecountResult, error) {
-	cmd := &fsmv1.Command{Op: &fsmv1.Command_RecountQueues{RecountQueues: &fsmv1.RecountQueues{Queues: queues}}}
-	return fsm.As[*fsm.RecountResult](w.propose(ctx, cmd))
-}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/raftq/raftq/cluster"
@@ -43,8 +44,12 @@ type Config struct {
 	// DrainInterval is how often each queue's depth is sampled for its
 	// drain-time estimate (0 = 5s).
 	DrainInterval time.Duration
-	// Audit tunes the leader's counter audit (audit.go).
+	// Audit tunes every node's counter audit (audit.go).
 	Audit AuditConfig
+	// ReplicaCheckInterval is how often the leader checks that every
+	// replica's state digest agrees (replica.go); 0 =
+	// DefaultReplicaCheckInterval, negative = never.
+	ReplicaCheckInterval time.Duration
 	// CarryGrants lets ack entries carry the grants of the credit they
 	// free (scheduler.Config.CarryGrants); off by default.
 	CarryGrants bool
@@ -52,8 +57,10 @@ type Config struct {
 	// clock. Tests replace it.
 	Clock Clock
 	// Peers reaches the other nodes: a follower's counter audit asks the
-	// leader through it to commit its recounts (audit.go). nil: a
-	// follower reports drift in its log only. The host owns and closes it.
+	// leader through it to commit its recounts (audit.go), and the
+	// leader's replica check asks every node for its digest (replica.go).
+	// nil: a follower reports drift in its log only, and the leader
+	// checks no replicas. The host owns and closes it.
 	Peers *peers.Pool
 	// Logger receives every component's logs (each with its component
 	// attribute added once, here); nil = slog.Default().
@@ -101,7 +108,14 @@ type Broker struct {
 	stopDisk context.CancelFunc
 	diskDone chan struct{}
 
-	leader    *leaderWork
+	leader *leaderWork
+	// audited counts the queues the counter audit recounted (metrics).
+	audited atomic.Uint64
+	// diverged is set once this node learns its state differs from the
+	// replicas' (replica.go); repairs is what the leader knows of the
+	// nodes it repairs.
+	diverged  atomic.Pointer[Divergence]
+	repairs   *repairs
 	leases    *metrics.Leases // the leader's delivery histograms
 	drain     *metrics.Drain  // per-queue drain-time estimates
 	stopDrain context.CancelFunc
@@ -129,6 +143,9 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.MaxPendingBytes <= 0 {
 		cfg.MaxPendingBytes = DefaultMaxPendingBytes
 	}
+	if cfg.ReplicaCheckInterval == 0 {
+		cfg.ReplicaCheckInterval = DefaultReplicaCheckInterval
+	}
 	b := &Broker{
 		id:    cfg.Cluster.NodeID,
 		log:   cfg.Logger,
@@ -140,6 +157,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		proposals: &fsm.Proposals{},
 		leases:    metrics.NewLeases(leaseForgetAfter),
 		handBacks: make(chan HandBack, handBackQueue),
+		repairs:   newRepairs(),
 	}
 	// 1. The state machine. It tells the feed which queues each applied
 	//    batch touched; the feed passes that on to the scheduler only while
@@ -197,12 +215,10 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	// delivery cycle, proposeAck).
 	b.acks = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.proposeAck, buildAck, sizeAck)
 
-	// 5. Leader-only work follows leadership from now on.
-	b.leader = &leaderWork{log: b.log, node: b.node, state: b.state, sched: b.sched, feed: b.feed, propose: b.Propose, audit: cfg.Audit}
-	if cfg.Peers != nil {
-		// A follower's counter audit has the leader commit its recounts.
-		b.leader.report = b.reportDrift
-	}
+	// 5. From now on one owner follows leadership and runs the leader's
+	//    duties for each established term, and the node duties until
+	//    Close (leader.go).
+	b.leader = &leaderWork{log: b.log, node: b.node, duties: b.leaderDuties(), nodeDuties: b.nodeDuties()}
 	b.leader.start()
 
 	// 6. Drain-time estimates, sampled from this node's own state.
@@ -260,7 +276,7 @@ func (b *Broker) LeaderChanges() uint64 { return b.leader.changes.Load() }
 
 // AuditedQueues counts the queues the leader's counter audit recounted
 // on this node since it started (audit.go).
-func (b *Broker) AuditedQueues() uint64 { return b.leader.audited.Load() }
+func (b *Broker) AuditedQueues() uint64 { return b.audited.Load() }
 
 // DataDir is the node's data directory.
 func (b *Broker) DataDir() string { return b.cfg.Cluster.DataDir }

@@ -9,25 +9,26 @@ import (
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 )
 
-// raiseClusterVersion runs on the leader for its term. The cluster version
+// raiseClusterVersion is a leader duty (leader.go): it runs for each
+// established term. The cluster version
 // (the log version entries are proposed under) rises to the newest version
 // every voter advertises, and never past what this build applies: a
 // command or apply rule added in version N is not used until every voter
 // runs a build that applies N, so during a rolling upgrade old and new
 // nodes apply every entry alike. It waits on membership changes, not a
 // timer; a failed proposal is retried after a back-off.
-func (w *leaderWork) raiseClusterVersion(ctx context.Context) {
+func (b *Broker) raiseClusterVersion(ctx context.Context, _ uint64) {
 	backoff := 100 * time.Millisecond
 	for {
-		vv := w.node.VoterVersions()
+		vv := b.node.VoterVersions()
 		wait := vv.Changed
-		if target, ok := nextClusterVersion(vv, w.state.ClusterVersion()); ok {
-			err := w.proposeClusterVersion(ctx, target, vv.MinMaxQueuedBytes)
+		if target, ok := nextClusterVersion(vv, b.state.ClusterVersion()); ok {
+			err := b.proposeClusterVersion(ctx, target, vv.MinMaxQueuedBytes)
 			if ctx.Err() != nil {
 				return
 			}
 			if err != nil {
-				w.log.Warn("could not raise the cluster version; retrying", "to", target, "err", err, "retry_in", backoff)
+				b.log.Warn("could not raise the cluster version; retrying", "to", target, "err", err, "retry_in", backoff)
 				t := time.NewTimer(backoff)
 				select {
 				case <-ctx.Done():
@@ -38,7 +39,7 @@ func (w *leaderWork) raiseClusterVersion(ctx context.Context) {
 				backoff = min(2*backoff, 5*time.Second)
 				continue
 			}
-			w.log.Info("cluster version raised: every voter applies it", "cluster_version", target, "voters", vv.Voters)
+			b.log.Info("cluster version raised: every voter applies it", "cluster_version", target, "voters", vv.Voters)
 			backoff = 100 * time.Millisecond
 			continue
 		}
@@ -56,16 +57,16 @@ func (w *leaderWork) raiseClusterVersion(ctx context.Context) {
 // (fsm.AdmitVersion) starts it at maxQueued, the smallest voter's
 // proposal (each node's --max-queued-bytes, by default a quarter of its
 // memory limit), so no voter is asked to hold more than its own share.
-func (w *leaderWork) proposeClusterVersion(ctx context.Context, v uint32, maxQueued int64) error {
+func (b *Broker) proposeClusterVersion(ctx context.Context, v uint32, maxQueued int64) error {
 	set := &fsmv1.SetClusterVersion{Version: v}
-	if v >= fsm.AdmitVersion && w.state.ClusterVersion() < fsm.AdmitVersion {
+	if v >= fsm.AdmitVersion && b.state.ClusterVersion() < fsm.AdmitVersion {
 		set.MaxQueuedBytes = max(maxQueued, 0)
 	}
 	cmd := &fsmv1.Command{
 		Version: v,
 		Op:      &fsmv1.Command_SetClusterVersion{SetClusterVersion: set},
 	}
-	_, err := fsm.As[*fsm.Done](w.propose(ctx, cmd))
+	_, err := fsm.As[*fsm.Done](b.Propose(ctx, cmd))
 	return err
 }
 

@@ -40,7 +40,7 @@ func startBroker() (addr string, stop func()) {
 	}
 	quiet := slog.New(slog.DiscardHandler) // audit lines and all
 	cfg := testcluster.Config("example", dir, at, 1, nil, quiet)
-	cfg.API.ReplicaCheckInterval = -1
+	cfg.Node.ReplicaCheckInterval = -1
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	h, err := host.New(ctx, cfg)

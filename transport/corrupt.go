@@ -2,10 +2,11 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
 	"time"
 
+	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/cluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
@@ -92,66 +93,24 @@ func (s *Server) askRepair(ctx context.Context, c *cluster.Corruption) (removed 
 
 // RepairCorrupt is a node whose Raft state is corrupt asking this leader
 // (the interceptor forwards it here) to remove it, so that it can be
-// rebuilt. Removal follows the replica repair's quorum rule
-// (repairAllowed): the voters left that are healthy must be a majority
-// of the voters left, and one voter at a time. With a majority corrupt
-// nothing is removed, and the cluster, without a quorum, serves nothing.
+// rebuilt: the data group decides under the replica repair's quorum rule
+// (broker.Broker.RemoveCorrupt).
 func (c *clusterService) RepairCorrupt(ctx context.Context, req *raftqv1.RepairCorruptRequest) (*raftqv1.RepairCorruptResponse, error) {
 	id := req.GetNodeId()
 	if id == "" {
 		return nil, invalid("node_id is required")
 	}
 	s := c.s
-	if id == s.b.ID() {
-		return nil, status.Error(codes.FailedPrecondition, "a leader does not remove itself: a node with corrupt state takes no part in Raft, so it cannot lead")
+	deferred, err := s.b.RemoveCorrupt(ctx, id, req.GetReason())
+	if errors.Is(err, broker.ErrSelfCorrupt) {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
-	nodes := s.node.Status().Nodes
-	var bad *cluster.NodeStatus
-	voters, healthy := 0, 0
-	var back []string
-	for i, n := range nodes {
-		switch n.Suffrage {
-		case "voter":
-			voters++
-		case "nonvoter":
-			if n.ID != id {
-				back = append(back, n.ID+" (catching up as a nonvoter)")
-			}
-		}
-		if n.ID == id {
-			bad = &nodes[i]
-		} else if n.Suffrage == "voter" && n.Healthy {
-			healthy++
-		}
-	}
-	if bad == nil {
-		return &raftqv1.RepairCorruptResponse{Removed: true}, nil
-	}
-	s.repairsMu.Lock()
-	defer s.repairsMu.Unlock()
-	for rid, since := range s.repairs {
-		switch {
-		case slices.ContainsFunc(nodes, func(n cluster.NodeStatus) bool { return n.ID == rid }):
-			delete(s.repairs, rid) // back in the configuration
-		case time.Since(since) > repairRejoinWait:
-			delete(s.repairs, rid)
-		default:
-			back = append(back, rid+" (removed for repair, not rejoined yet)")
-		}
-	}
-	slices.Sort(back)
-	if ok, why := repairAllowed(voters, healthy, bad.Suffrage == "voter", back); !ok {
-		s.log.Warn("corrupt node repair deferred: "+why, "node", id, "voters", voters, "healthy_voters", healthy, "not_back", back, "corruption", req.GetReason())
-		return &raftqv1.RepairCorruptResponse{Deferred: why}, nil
-	}
-	s.log.Warn("corrupt node repair: removing the node so that it rejoins with the leader's state", "node", id, "voters", voters, "healthy_voters", healthy, "corruption", req.GetReason())
-	// force: the node is coming back, so the --bootstrap-expect floor
-	// does not apply; quorum was checked.
-	if err := s.node.RemoveNode(ctx, id, true); err != nil {
+	if err != nil {
 		return nil, toStatus(err)
 	}
-	s.repairs[id] = time.Now()
-	s.corruptRepairs.Inc()
+	if deferred != "" {
+		return &raftqv1.RepairCorruptResponse{Deferred: deferred}, nil
+	}
 	return &raftqv1.RepairCorruptResponse{Removed: true}, nil
 }
 

@@ -56,7 +56,7 @@ type inprocOpts struct {
 	leaderWait     time.Duration // transport.Config.LeaderWait (0 = default)
 	noWait         bool          // do not wait for a leader
 	audit          broker.AuditConfig
-	// replicaCheck is Config.ReplicaCheckInterval; 0 = off here, because
+	// replicaCheck is broker.Config.ReplicaCheckInterval; 0 = off here, because
 	// tests compare replicas at quiet moments and a background
 	// Checkpoint entry lets time pass (delays, TTLs) on some first.
 	replicaCheck time.Duration
@@ -228,6 +228,8 @@ func (c *inprocCluster) startNodeAt(id string, join []string, at nodeAddrs) *inp
 		CarryGrants:    o.carryGrants,
 		Peers:          n.peers,
 		Logger:         l,
+
+		ReplicaCheckInterval: o.replicaCheck,
 	})
 	cancel()
 	if err != nil {
@@ -238,7 +240,7 @@ func (c *inprocCluster) startNodeAt(id string, join []string, at nodeAddrs) *inp
 	n.state, n.sched, n.node = n.b.State(), n.b.Scheduler(), n.b.Node()
 	acfg.State = n.b.State().Auth
 	authn := auth.New(acfg)
-	n.srv = New(Config{Logger: l.With("component", "transport"), LeaderWait: o.leaderWait, TLS: nodeTLS, Auth: authn, ReplicaCheckInterval: o.replicaCheck, Peers: n.peers}, n.b)
+	n.srv = New(Config{Logger: l.With("component", "transport"), LeaderWait: o.leaderWait, TLS: nodeTLS, Auth: authn, Peers: n.peers}, n.b)
 	go func() { n.served <- n.srv.Serve(lis) }()
 	creds := insecure.NewCredentials()
 	if o.tls != nil {

@@ -13,7 +13,7 @@ import (
 type healCollector struct {
 	s *Server
 
-	repairs, audited, diverged, corrupt *prometheus.Desc
+	repairs, audited, diverged, corrupt, divergences, corruptRepairs *prometheus.Desc
 }
 
 func newHealCollector(s *Server) *healCollector {
@@ -28,6 +28,11 @@ func newHealCollector(s *Server) *healCollector {
 			"1 once this node learnt that its state digest differs from the replicas' (it then serves no reads from its state until repaired), else 0.", nil, nil),
 		corrupt: prometheus.NewDesc("raftq_raft_state_corrupt",
 			"1 while this node's own Raft state (a log entry, wal segment or snapshot) is known corrupt: it takes no part in Raft and serves nothing until it is removed and rebuilt from its peers, else 0.", nil, nil),
+		divergences: prometheus.NewDesc("raftq_replica_divergence_total",
+			"Replica checks led by this node that found a node's state digest differing from the replicas' (node is the one that differed). Every one is a bug report.",
+			[]string{"node"}, nil),
+		corruptRepairs: prometheus.NewDesc("raftq_corrupt_repairs_total",
+			"Nodes this leader removed from the configuration because they found their own Raft state corrupt, so that they rejoin with the leader's state.", nil, nil),
 	}
 }
 
@@ -36,8 +41,8 @@ func (c *healCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.audited
 	ch <- c.diverged
 	ch <- c.corrupt
-	c.s.divergences.Describe(ch)
-	c.s.corruptRepairs.Describe(ch)
+	ch <- c.divergences
+	ch <- c.corruptRepairs
 }
 
 func (c *healCollector) Collect(ch chan<- prometheus.Metric) {
@@ -56,8 +61,13 @@ func (c *healCollector) Collect(ch chan<- prometheus.Metric) {
 		corrupt = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.corrupt, prometheus.GaugeValue, corrupt)
-	c.s.divergences.Collect(ch)
-	c.s.corruptRepairs.Collect(ch)
+	// Counted by the data group, whose replica check (a leader duty) and
+	// repairs find them (broker/replica.go).
+	div := c.s.b.Divergences()
+	for _, n := range slices.Sorted(maps.Keys(div)) {
+		ch <- prometheus.MustNewConstMetric(c.divergences, prometheus.CounterValue, float64(div[n]), n)
+	}
+	ch <- prometheus.MustNewConstMetric(c.corruptRepairs, prometheus.CounterValue, float64(c.s.b.CorruptRepairs()))
 }
 
 // unlessDiverged collects c only while this node's state is not known to

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,9 +56,6 @@ type Config struct {
 	// DashboardStallAfter is how long a consumer holding leases with no
 	// credit may go without an ack before the dashboard flags it (0: 2m).
 	DashboardStallAfter time.Duration
-	// ReplicaCheckInterval is how often the leader checks that every
-	// replica's state digest agrees (replica.go); 0 = 1m, negative = never.
-	ReplicaCheckInterval time.Duration
 	// Peers is the node's connections to the other nodes (forwarding,
 	// status, digests, hand-backs), owned by the host, which closes it
 	// after Stop; nil = a pool of the server's own (over TLS and Auth),
@@ -107,21 +103,10 @@ type Server struct {
 	stopDash     context.CancelFunc
 	dashDone     chan struct{}
 
-	// diverged is set once this node learns its state differs from the
-	// replicas' (replica.go); replicaDone is closed when the replica loop
-	// has returned, stopReplica ends it.
-	diverged    atomic.Pointer[divergence]
-	divergences *prometheus.CounterVec
-	// repairs: nodes this leader removed for repair, since when, until
-	// they are back in the configuration (only the replica loop uses it).
-	repairs     map[string]time.Time
-	repairsMu   sync.Mutex // repairs: the replica loop and RepairCorrupt
-	replicaDone chan struct{}
-	// corruptRepairs counts the nodes this leader removed for corrupt
-	// Raft state; corruptDone is closed when corruptLoop has returned.
-	corruptRepairs prometheus.Counter
-	corruptDone    chan struct{}
-	stopReplica    context.CancelFunc
+	// corruptDone is closed when corruptLoop has returned; stopCorrupt
+	// ends it.
+	corruptDone chan struct{}
+	stopCorrupt context.CancelFunc
 	// restart is closed when this diverged node has been removed and has
 	// asked for its Raft state to be set aside: the process should start
 	// the node again (replica.go).
@@ -159,25 +144,11 @@ func New(cfg Config, b *broker.Broker) *Server {
 		left:         make(chan struct{}),
 
 		handBackDone: make(chan struct{}),
-		replicaDone:  make(chan struct{}),
 		corruptDone:  make(chan struct{}),
-		repairs:      map[string]time.Time{},
-		corruptRepairs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "raftq_corrupt_repairs_total",
-			Help: "Nodes this leader removed from the configuration because they found their own Raft state corrupt, so that they rejoin with the leader's state.",
-		}),
-		restart: make(chan struct{}),
-		divergences: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "raftq_replica_divergence_total",
-			Help: "Replica checks led by this node that found a node's state digest differing from the replicas' (node is the one that differed). Every one is a bug report.",
-		}, []string{"node"}),
+		restart:      make(chan struct{}),
 	}
 	if s.peers == nil {
 		s.peers, s.ownPeers = peers.New(cfg.TLS, cfg.Auth.ClientUnary), true
-	}
-	if cfg.ReplicaCheckInterval == 0 {
-		cfg.ReplicaCheckInterval = defaultReplicaCheckInterval
-		s.cfg.ReplicaCheckInterval = cfg.ReplicaCheckInterval
 	}
 	s.metrics = newMetrics(cfg.Registry, s)
 	var creds []grpc.ServerOption
@@ -207,10 +178,9 @@ func New(cfg Config, b *broker.Broker) *Server {
 	s.stopHandBack = cancel
 	go s.handBackLoop(hctx)
 	s.startDashboard()
-	rctx, rcancel := context.WithCancel(context.Background())
-	s.stopReplica = rcancel
-	go s.replicaLoop(rctx, cfg.ReplicaCheckInterval)
-	go s.corruptLoop(rctx)
+	cctx, ccancel := context.WithCancel(context.Background())
+	s.stopCorrupt = ccancel
+	go s.corruptLoop(cctx)
 	return s
 }
 
@@ -286,8 +256,7 @@ func (s *Server) Stop(ctx context.Context) {
 		s.stopDash()
 		<-s.dashDone
 		s.dashHolds.wait() // stopping ended them; their streams close before the peers do
-		s.stopReplica()
-		<-s.replicaDone
+		s.stopCorrupt()
 		<-s.corruptDone
 		if s.ownPeers {
 			s.peers.Close()

@@ -17,7 +17,7 @@ import (
 // data dir as a voter, and the cleanup's stop leaves no goroutine behind.
 func TestClusterThroughHost(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Nodes: 3, Adjust: func(_ string, cfg *host.Config) {
-		cfg.API.ReplicaCheckInterval = -1
+		cfg.Node.ReplicaCheckInterval = -1
 	}})
 	l := c.Leader()
 	var f *testcluster.Node

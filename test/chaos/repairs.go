@@ -20,7 +20,7 @@ type Repair struct {
 
 // repairLogMarks are parts of the log lines every repair writes: the
 // leader's counter audit finding drift, the recount on each replica it
-// changed, the leader's replica check, and the diverged node itself (fsm/recount.go, transport/replica.go).
+// changed, the leader's replica check, and the diverged node itself (fsm/recount.go, broker/replica.go).
 var repairLogMarks = []string{
 	"(a repair is a bug report)",
 	"counter audit: a queue's counters disagree",
