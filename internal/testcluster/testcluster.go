@@ -1,8 +1,9 @@
 // Package testcluster builds in-process raftq nodes and clusters for
 // tests, through host.New as raftq serve builds a node: loopback ports
 // reserved with test/harness.FreePorts (so a restarted node gets its own
-// back), a data dir per node, and one stop that checks no goroutine is
-// left behind (harness.CheckNoLeaks). Waiting uses harness.WaitFor and
+// back), a data dir per node (kept across a Restart), TLS from a test CA
+// (PKI) when asked, and one stop that checks no goroutine is left behind
+// (harness.CheckNoLeaks). Waiting uses harness.WaitFor and
 // harness.Eventually: one wait, one port picker and one leak check for
 // every in-process test.
 package testcluster
@@ -20,9 +21,11 @@ import (
 
 	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/host"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/test/harness"
+	"github.com/raftq/raftq/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -101,17 +104,32 @@ type Options struct {
 	Adjust func(id string, c *host.Config)
 	// NoWait: do not wait for a stable leader.
 	NoWait bool
+	// TLS, if set, runs every node's ports over TLS with a node
+	// certificate of this CA (host.Config.TLS); the clients in Node trust
+	// it and present no certificate.
+	TLS *PKI
 }
 
-// Node is one in-process node and a plaintext client connection to it.
+// Node is one in-process node and a client connection to it (plaintext,
+// or trusting Options.TLS).
 type Node struct {
-	ID     string
-	Addrs  Addrs
-	Host   *host.Host
-	Conn   *grpc.ClientConn
-	Broker raftqv1.BrokerClient
-	Admin  raftqv1.ClusterClient
+	ID      string
+	Addrs   Addrs
+	DataDir string
+	Host    *host.Host
+	Conn    *grpc.ClientConn
+	Broker  raftqv1.BrokerClient
+	Admin   raftqv1.ClusterClient
 }
+
+// State is the node's replicated state machine.
+func (n *Node) State() *fsm.FSM { return n.Host.Broker().State() }
+
+// ClusterNode is the node's Raft and membership node.
+func (n *Node) ClusterNode() *cluster.Node { return n.Host.Broker().Node() }
+
+// API is the node's gRPC server (and the HTTP port's handler).
+func (n *Node) API() *transport.Server { return n.Host.API() }
 
 // Cluster is a set of nodes started by Start and stopped when the test
 // ends.
@@ -160,6 +178,11 @@ func Start(t testing.TB, o Options) *Cluster {
 func (c *Cluster) start(id string, at Addrs, join []string) *Node {
 	c.t.Helper()
 	cfg := Config(id, c.dir, at, c.o.Expect, join, c.o.Logger)
+	creds := insecure.NewCredentials()
+	if c.o.TLS != nil {
+		cfg.TLS = c.o.TLS.Source(c.t, id)
+		creds = c.o.TLS.ClientCreds(c.t, "")
+	}
 	if c.o.Adjust != nil {
 		c.o.Adjust(id, &cfg)
 	}
@@ -169,8 +192,8 @@ func (c *Cluster) start(id string, at Addrs, join []string) *Node {
 	if err != nil {
 		c.t.Fatalf("start %s: %v", id, err)
 	}
-	n := &Node{ID: id, Addrs: at, Host: h}
-	if n.Conn, err = grpc.NewClient(h.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+	n := &Node{ID: id, Addrs: at, DataDir: cfg.Node.Cluster.DataDir, Host: h}
+	if n.Conn, err = grpc.NewClient(h.GRPCAddr(), grpc.WithTransportCredentials(creds)); err != nil {
 		c.t.Fatal(err)
 	}
 	n.Broker, n.Admin = raftqv1.NewBrokerClient(n.Conn), raftqv1.NewClusterClient(n.Conn)
@@ -252,6 +275,75 @@ func (c *Cluster) Leader() *Node {
 		return errors.New("no node leads")
 	})
 	return l
+}
+
+// Followers are the nodes other than the leader (Leader).
+func (c *Cluster) Followers() []*Node {
+	c.t.Helper()
+	l := c.Leader()
+	var out []*Node
+	for _, n := range c.Nodes {
+		if n != l {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// ByID is the node with id; it fails the test if there is none.
+func (c *Cluster) ByID(id string) *Node {
+	c.t.Helper()
+	for _, n := range c.Nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	c.t.Fatalf("no node %q", id)
+	return nil
+}
+
+// Synced waits until every node has applied what the leader has applied.
+func (c *Cluster) Synced() {
+	c.t.Helper()
+	idx := c.Leader().State().AppliedIndex()
+	harness.Eventually(c.t, 10*time.Second, func() error {
+		for _, n := range c.Nodes {
+			if got := n.State().AppliedIndex(); got < idx {
+				return fmt.Errorf("replicas to catch up: %s applied %d of %d", n.ID, got, idx)
+			}
+		}
+		return nil
+	})
+}
+
+// Digests returns every node's state digest (StateDigest) once the
+// replicas caught up (Synced); it fails the test if they differ.
+func (c *Cluster) Digests() string {
+	c.t.Helper()
+	c.Synced()
+	first := ""
+	for _, n := range c.Nodes {
+		d := StateDigest(c.t, n.State())
+		if first == "" {
+			first = d
+		} else if d != first {
+			c.t.Fatalf("replica %s digest %s differs from %s's %s", n.ID, d, c.Nodes[0].ID, first)
+		}
+	}
+	return first
+}
+
+// WaitClusterVersion waits until every node applies at least version v.
+func (c *Cluster) WaitClusterVersion(v uint32) {
+	c.t.Helper()
+	harness.Eventually(c.t, 20*time.Second, func() error {
+		for _, n := range c.Nodes {
+			if got := n.State().ClusterVersion(); got < v {
+				return fmt.Errorf("%s at cluster version %d, want %d", n.ID, got, v)
+			}
+		}
+		return nil
+	})
 }
 
 // Stop closes the clients and stops every node, followers first (so the
