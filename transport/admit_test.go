@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"fmt"
@@ -21,9 +21,9 @@ import (
 // against committed state overran max_depth together.
 func TestAdmissionCannotBeBypassed(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	l := c.leader()
+	l := c.Leader()
 	waitUntil(t, 10*time.Second, "cluster version", func() error {
-		if v := l.state.ClusterVersion(); v != fsm.MaxLogVersion {
+		if v := l.State().ClusterVersion(); v != fsm.MaxLogVersion {
 			return fmt.Errorf("cluster version %d", v)
 		}
 		return nil
@@ -31,13 +31,13 @@ func TestAdmissionCannotBeBypassed(t *testing.T) {
 	ctx := tctx(t, time.Minute)
 	create := func(name string, cfg *raftqv1.QueueConfig) {
 		t.Helper()
-		if _, err := l.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: name, Config: cfg}); err != nil {
+		if _, err := l.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: name, Config: cfg}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	stats := func(name string) *raftqv1.QueueStats {
 		t.Helper()
-		r, err := l.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: name})
+		r, err := l.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +56,7 @@ func TestAdmissionCannotBeBypassed(t *testing.T) {
 			for i := range msgs {
 				msgs[i] = &raftqv1.EnqueueMessage{Headers: headers}
 			}
-			_, err := l.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "hdr", Messages: msgs})
+			_, err := l.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "hdr", Messages: msgs})
 			if status.Code(err) == codes.ResourceExhausted {
 				refused++
 			} else if err != nil {
@@ -67,7 +67,7 @@ func TestAdmissionCannotBeBypassed(t *testing.T) {
 			t.Fatalf("%d of 4 batches of 50 messages with 16 KiB of headers refused; queue holds %d messages, %d bytes (max_bytes 10)", refused, st.Ready, st.Bytes)
 		}
 		create("hdr-big", nil)
-		if _, err := l.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "hdr-big", Messages: []*raftqv1.EnqueueMessage{{Headers: headers}}}); err != nil {
+		if _, err := l.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "hdr-big", Messages: []*raftqv1.EnqueueMessage{{Headers: headers}}}); err != nil {
 			t.Fatal(err)
 		}
 		if st := stats("hdr-big"); st.Bytes < 16<<10 {
@@ -82,7 +82,7 @@ func TestAdmissionCannotBeBypassed(t *testing.T) {
 		errs := make([]error, callers)
 		for i := range callers {
 			wg.Go(func() {
-				_, errs[i] = l.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "depth", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}})
+				_, errs[i] = l.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "depth", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}})
 			})
 		}
 		wg.Wait()
@@ -106,7 +106,7 @@ func TestAdmissionCannotBeBypassed(t *testing.T) {
 
 	t.Run("the cluster setting, changed at runtime", func(t *testing.T) {
 		create("cap", nil)
-		st, err := l.admin.Status(ctx, &raftqv1.StatusRequest{LocalOnly: true})
+		st, err := l.Admin.Status(ctx, &raftqv1.StatusRequest{LocalOnly: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,33 +115,33 @@ func TestAdmissionCannotBeBypassed(t *testing.T) {
 			t.Fatalf("status: held %d, settings %v", held, st.GetSettings())
 		}
 		limit := held + 1000
-		resp, err := l.admin.SetClusterSettings(ctx, &raftqv1.SetClusterSettingsRequest{MaxQueuedBytes: &limit})
+		resp, err := l.Admin.SetClusterSettings(ctx, &raftqv1.SetClusterSettingsRequest{MaxQueuedBytes: &limit})
 		if err != nil || resp.GetSettings().GetMaxQueuedBytes() != limit {
 			t.Fatalf("SetClusterSettings: %v, %v", resp, err)
 		}
-		_, err = l.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "cap", Messages: []*raftqv1.EnqueueMessage{{Payload: make([]byte, 2000)}}})
+		_, err = l.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "cap", Messages: []*raftqv1.EnqueueMessage{{Payload: make([]byte, 2000)}}})
 		if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "max_queued_bytes") {
 			t.Fatalf("past the cluster's max_queued_bytes: %v", err)
 		}
 		neg := int64(-1)
-		if _, err := l.admin.SetClusterSettings(ctx, &raftqv1.SetClusterSettingsRequest{MaxQueuedBytes: &neg}); status.Code(err) != codes.InvalidArgument {
+		if _, err := l.Admin.SetClusterSettings(ctx, &raftqv1.SetClusterSettingsRequest{MaxQueuedBytes: &neg}); status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("negative setting: %v", err)
 		}
 		zero := int64(0)
-		if _, err := l.admin.SetClusterSettings(ctx, &raftqv1.SetClusterSettingsRequest{MaxQueuedBytes: &zero}); err != nil {
+		if _, err := l.Admin.SetClusterSettings(ctx, &raftqv1.SetClusterSettingsRequest{MaxQueuedBytes: &zero}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := l.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "cap", Messages: []*raftqv1.EnqueueMessage{{Payload: make([]byte, 2000)}}}); err != nil {
+		if _, err := l.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "cap", Messages: []*raftqv1.EnqueueMessage{{Payload: make([]byte, 2000)}}}); err != nil {
 			t.Fatalf("with the setting at 0 (unlimited): %v", err)
 		}
 	})
 
 	t.Run("dedup window bound", func(t *testing.T) {
-		_, err := l.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "long", Config: &raftqv1.QueueConfig{DedupWindowMs: fsm.MaxDedupWindowMs + 1}})
+		_, err := l.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "long", Config: &raftqv1.QueueConfig{DedupWindowMs: fsm.MaxDedupWindowMs + 1}})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "dedup_window_ms") {
 			t.Fatalf("dedup window past the bound: %v", err)
 		}
-		_, err = l.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: strings.Repeat("n", 252)})
+		_, err = l.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: strings.Repeat("n", 252)})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "251") {
 			t.Fatalf("a 252-character name with a default DLQ: %v", err)
 		}

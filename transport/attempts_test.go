@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 // Issue 11 item 1: an attempt counts only for a delivery that was, or may
 // have been, handed to a consumer. These in-process tests cover the races
@@ -48,9 +48,9 @@ func (h *sentCounter) HandleConn(context.Context, stats.ConnStats)              
 // attempt counted.
 func TestAcksRacingStreamCloseApplyFirst(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	l := c.leader()
+	l := c.Leader()
 	sent := &sentCounter{method: raftqv1.Broker_Ack_FullMethodName}
-	conn, err := grpc.NewClient(l.addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(sent))
+	conn, err := grpc.NewClient(l.Addrs.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(sent))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,11 +129,11 @@ func TestAcksRacingStreamCloseApplyFirst(t *testing.T) {
 // dead-lettered without ever reaching a worker).
 func TestFailoverHandsBackUnsentDeliveries(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 3})
-	old := c.leader()
+	old := c.Leader()
 	ctx := tctx(t, time.Minute)
 	const n = 5
 	mustCreate(t, old, "fo", &raftqv1.QueueConfig{VisibilityTimeoutMs: 1000, MaxDeliveries: 1})
-	cons, err := old.b.Lease(ctx, scheduler.ConsumerRequest{Queue: "fo", Name: "buffered", MaxInFlight: n})
+	cons, err := old.Host.Broker().Lease(ctx, scheduler.ConsumerRequest{Queue: "fo", Name: "buffered", MaxInFlight: n})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestFailoverHandsBackUnsentDeliveries(t *testing.T) {
 		return nil
 	})
 
-	if _, err := old.admin.TransferLeadership(ctx, &raftqv1.TransferLeadershipRequest{}); err != nil {
+	if _, err := old.Admin.TransferLeadership(ctx, &raftqv1.TransferLeadershipRequest{}); err != nil {
 		t.Fatalf("TransferLeadership: %v", err)
 	}
 	select {
@@ -158,9 +158,9 @@ func TestFailoverHandsBackUnsentDeliveries(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the consumer did not end when leadership moved")
 	}
-	nl := c.waitStable(20 * time.Second)
+	nl := c.WaitStable(20 * time.Second)
 	if nl == old {
-		t.Fatalf("%s still leads", old.id)
+		t.Fatalf("%s still leads", old.ID)
 	}
 	waitUntil(t, 20*time.Second, "the unsent deliveries to be ready again", func() error {
 		st := queueInfo(t, nl, "fo").Stats
@@ -172,7 +172,7 @@ func TestFailoverHandsBackUnsentDeliveries(t *testing.T) {
 		}
 		return nil
 	})
-	pk, err := nl.broker.Peek(ctx, &raftqv1.PeekRequest{Queue: "fo", Limit: n})
+	pk, err := nl.Broker.Peek(ctx, &raftqv1.PeekRequest{Queue: "fo", Limit: n})
 	if err != nil || len(pk.Messages) != n {
 		t.Fatalf("Peek = %v, %v", pk, err)
 	}

@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"bytes"
@@ -15,7 +15,9 @@ import (
 
 	"github.com/raftq/raftq/auth"
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/internal/testcluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -34,21 +36,21 @@ func bearer(ctx context.Context, token string) context.Context {
 
 // waitAuthVersion waits until the cluster runs log version 5, from which
 // auth commands are proposed.
-func waitAuthVersion(t *testing.T, c *inprocCluster) {
+func waitAuthVersion(t *testing.T, c *testcluster.Cluster) {
 	t.Helper()
 	waitUntil(t, 20*time.Second, "cluster version 5", func() error {
-		for _, n := range c.nodes {
-			if v := n.state.ClusterVersion(); v < fsm.AuthVersion {
-				return fmt.Errorf("%s at cluster version %d", n.id, v)
+		for _, n := range c.Nodes {
+			if v := n.State().ClusterVersion(); v < fsm.AuthVersion {
+				return fmt.Errorf("%s at cluster version %d", n.ID, v)
 			}
 		}
 		return nil
 	})
 }
 
-func mustToken(t *testing.T, ctx context.Context, n *inprocNode, name string, ttl time.Duration) string {
+func mustToken(t *testing.T, ctx context.Context, n *testcluster.Node, name string, ttl time.Duration) string {
 	t.Helper()
-	resp, err := raftqv1.NewAuthClient(n.conn).CreateToken(bearer(ctx, testBootstrap), &raftqv1.CreateTokenRequest{Name: name, ExpiresInMs: ttl.Milliseconds()})
+	resp, err := raftqv1.NewAuthClient(n.Conn).CreateToken(bearer(ctx, testBootstrap), &raftqv1.CreateTokenRequest{Name: name, ExpiresInMs: ttl.Milliseconds()})
 	if err != nil {
 		t.Fatalf("create token %s: %v", name, err)
 	}
@@ -58,9 +60,9 @@ func mustToken(t *testing.T, ctx context.Context, n *inprocNode, name string, tt
 	return resp.Token
 }
 
-func mustGrant(t *testing.T, ctx context.Context, n *inprocNode, req *raftqv1.GrantRequest) {
+func mustGrant(t *testing.T, ctx context.Context, n *testcluster.Node, req *raftqv1.GrantRequest) {
 	t.Helper()
-	if _, err := raftqv1.NewAuthClient(n.conn).Grant(bearer(ctx, testBootstrap), req); err != nil {
+	if _, err := raftqv1.NewAuthClient(n.Conn).Grant(bearer(ctx, testBootstrap), req); err != nil {
 		t.Fatalf("grant %v: %v", req, err)
 	}
 }
@@ -70,60 +72,60 @@ type authCall struct {
 	method string
 	perm   string // what a PERMISSION_DENIED names
 	queue  string // "" for admin methods
-	call   func(ctx context.Context, n *inprocNode) error
+	call   func(ctx context.Context, n *testcluster.Node) error
 }
 
 func authCalls() []authCall {
 	const q = "jobs.a"
-	unary := func(method, perm, queue string, f func(ctx context.Context, n *inprocNode) error) authCall {
+	unary := func(method, perm, queue string, f func(ctx context.Context, n *testcluster.Node) error) authCall {
 		return authCall{method, perm, queue, f}
 	}
 	fakeRef := []*raftqv1.LeaseRef{{MessageId: "0000000000100000", LeaseToken: "0000000000100000"}}
 	return []authCall{
-		unary("CreateQueue", "manage", "new.q", func(ctx context.Context, n *inprocNode) error {
-			_, err := n.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "new.q"})
+		unary("CreateQueue", "manage", "new.q", func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "new.q"})
 			return err
 		}),
-		unary("UpdateQueue", "manage", q, func(ctx context.Context, n *inprocNode) error {
-			_, err := n.broker.UpdateQueue(ctx, &raftqv1.UpdateQueueRequest{Name: q, Config: &raftqv1.QueueConfig{MaxDeliveries: 9}})
+		unary("UpdateQueue", "manage", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.UpdateQueue(ctx, &raftqv1.UpdateQueueRequest{Name: q, Config: &raftqv1.QueueConfig{MaxDeliveries: 9}})
 			return err
 		}),
-		unary("DeleteQueue", "manage", q, func(ctx context.Context, n *inprocNode) error {
-			_, err := n.broker.DeleteQueue(ctx, &raftqv1.DeleteQueueRequest{Name: q})
+		unary("DeleteQueue", "manage", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.DeleteQueue(ctx, &raftqv1.DeleteQueueRequest{Name: q})
 			return err
 		}),
-		unary("PurgeQueue", "manage", q, func(ctx context.Context, n *inprocNode) error {
-			_, err := n.broker.PurgeQueue(ctx, &raftqv1.PurgeQueueRequest{Name: q})
+		unary("PurgeQueue", "manage", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.PurgeQueue(ctx, &raftqv1.PurgeQueueRequest{Name: q})
 			return err
 		}),
-		unary("Redrive", "manage", q, func(ctx context.Context, n *inprocNode) error {
-			_, err := n.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: q})
+		unary("Redrive", "manage", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: q})
 			return err
 		}),
-		unary("GetQueue", "browse", q, func(ctx context.Context, n *inprocNode) error {
-			_, err := n.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: q})
+		unary("GetQueue", "browse", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: q})
 			return err
 		}),
-		unary("Peek", "browse", q, func(ctx context.Context, n *inprocNode) error {
-			_, err := n.broker.Peek(ctx, &raftqv1.PeekRequest{Queue: q, Limit: 10})
+		unary("Peek", "browse", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.Peek(ctx, &raftqv1.PeekRequest{Queue: q, Limit: 10})
 			return err
 		}),
-		unary("Peek DLQ", "browse", q, func(ctx context.Context, n *inprocNode) error {
-			_, err := n.broker.Peek(ctx, &raftqv1.PeekRequest{Queue: q, Limit: 10, DeadLetter: true})
+		unary("Peek DLQ", "browse", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.Peek(ctx, &raftqv1.PeekRequest{Queue: q, Limit: 10, DeadLetter: true})
 			return err
 		}),
-		unary("ListConsumers", "browse", q, func(ctx context.Context, n *inprocNode) error {
-			_, err := n.broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: q})
+		unary("ListConsumers", "browse", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: q})
 			return err
 		}),
-		unary("Enqueue", "produce", q, func(ctx context.Context, n *inprocNode) error {
-			_, err := n.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: q, Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("x")}}})
+		unary("Enqueue", "produce", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: q, Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("x")}}})
 			return err
 		}),
-		unary("EnqueueStream", "produce", q, func(ctx context.Context, n *inprocNode) error {
+		unary("EnqueueStream", "produce", q, func(ctx context.Context, n *testcluster.Node) error {
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			s, err := n.broker.EnqueueStream(ctx)
+			s, err := n.Broker.EnqueueStream(ctx)
 			if err != nil {
 				return err
 			}
@@ -136,78 +138,78 @@ func authCalls() []authCall {
 			}
 			return err
 		}),
-		unary("Lease", "consume", q, func(ctx context.Context, n *inprocNode) error {
+		unary("Lease", "consume", q, func(ctx context.Context, n *testcluster.Node) error {
 			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
-			return leaseErr(ctx, n.broker, &raftqv1.LeaseRequest{Queue: q, MaxInFlight: 1})
+			return leaseErr(ctx, n.Broker, &raftqv1.LeaseRequest{Queue: q, MaxInFlight: 1})
 		}),
-		unary("Ack", "consume", q, func(ctx context.Context, n *inprocNode) error {
-			_, err := n.broker.Ack(ctx, &raftqv1.AckRequest{Queue: q, Acks: fakeRef})
+		unary("Ack", "consume", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.Ack(ctx, &raftqv1.AckRequest{Queue: q, Acks: fakeRef})
 			return err
 		}),
-		unary("Nack", "consume", q, func(ctx context.Context, n *inprocNode) error {
-			_, err := n.broker.Nack(ctx, &raftqv1.NackRequest{Queue: q, Nacks: []*raftqv1.NackItem{{MessageId: fakeRef[0].MessageId, LeaseToken: fakeRef[0].LeaseToken}}})
+		unary("Nack", "consume", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.Nack(ctx, &raftqv1.NackRequest{Queue: q, Nacks: []*raftqv1.NackItem{{MessageId: fakeRef[0].MessageId, LeaseToken: fakeRef[0].LeaseToken}}})
 			return err
 		}),
-		unary("ExtendLease", "consume", q, func(ctx context.Context, n *inprocNode) error {
-			_, err := n.broker.ExtendLease(ctx, &raftqv1.ExtendLeaseRequest{Queue: q, Leases: fakeRef})
+		unary("ExtendLease", "consume", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.ExtendLease(ctx, &raftqv1.ExtendLeaseRequest{Queue: q, Leases: fakeRef})
 			return err
 		}),
-		unary("RemoveNode", "admin", "", func(ctx context.Context, n *inprocNode) error {
-			_, err := n.admin.RemoveNode(ctx, &raftqv1.RemoveNodeRequest{Id: n.id, Force: true})
+		unary("RemoveNode", "admin", "", func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Admin.RemoveNode(ctx, &raftqv1.RemoveNodeRequest{Id: n.ID, Force: true})
 			return err
 		}),
-		unary("TransferLeadership", "admin", "", func(ctx context.Context, n *inprocNode) error {
-			_, err := n.admin.TransferLeadership(ctx, &raftqv1.TransferLeadershipRequest{})
+		unary("TransferLeadership", "admin", "", func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Admin.TransferLeadership(ctx, &raftqv1.TransferLeadershipRequest{})
 			return err
 		}),
-		unary("Snapshot", "admin", "", func(ctx context.Context, n *inprocNode) error {
-			_, err := n.admin.Snapshot(ctx, &raftqv1.SnapshotRequest{})
+		unary("Snapshot", "admin", "", func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Admin.Snapshot(ctx, &raftqv1.SnapshotRequest{})
 			return err
 		}),
-		unary("Verify", "admin", "", func(ctx context.Context, n *inprocNode) error {
-			_, err := n.admin.Verify(ctx, &raftqv1.VerifyRequest{})
+		unary("Verify", "admin", "", func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Admin.Verify(ctx, &raftqv1.VerifyRequest{})
 			return err
 		}),
-		unary("Checkpoint", "admin", "", func(ctx context.Context, n *inprocNode) error {
-			_, err := n.admin.Checkpoint(ctx, &raftqv1.CheckpointRequest{})
+		unary("Checkpoint", "admin", "", func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Admin.Checkpoint(ctx, &raftqv1.CheckpointRequest{})
 			return err
 		}),
-		unary("LocalDigest", "admin", "", func(ctx context.Context, n *inprocNode) error {
-			_, err := n.admin.LocalDigest(ctx, &raftqv1.LocalDigestRequest{Index: 1})
+		unary("LocalDigest", "admin", "", func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Admin.LocalDigest(ctx, &raftqv1.LocalDigestRequest{Index: 1})
 			return err
 		}),
-		unary("Leave", "admin", "", func(ctx context.Context, n *inprocNode) error {
-			_, err := n.admin.Leave(ctx, &raftqv1.LeaveRequest{Force: true})
+		unary("Leave", "admin", "", func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Admin.Leave(ctx, &raftqv1.LeaveRequest{Force: true})
 			return err
 		}),
-		unary("Backup", "admin", "", func(ctx context.Context, n *inprocNode) error {
+		unary("Backup", "admin", "", func(ctx context.Context, n *testcluster.Node) error {
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			s, err := n.admin.Backup(ctx, &raftqv1.BackupRequest{})
+			s, err := n.Admin.Backup(ctx, &raftqv1.BackupRequest{})
 			if err == nil {
 				_, err = s.Recv() // a stream's status comes with its first message
 			}
 			return err
 		}),
-		unary("CreateToken", "admin", "", func(ctx context.Context, n *inprocNode) error {
-			_, err := raftqv1.NewAuthClient(n.conn).CreateToken(ctx, &raftqv1.CreateTokenRequest{Name: "sneaky"})
+		unary("CreateToken", "admin", "", func(ctx context.Context, n *testcluster.Node) error {
+			_, err := raftqv1.NewAuthClient(n.Conn).CreateToken(ctx, &raftqv1.CreateTokenRequest{Name: "sneaky"})
 			return err
 		}),
-		unary("RevokeToken", "admin", "", func(ctx context.Context, n *inprocNode) error {
-			_, err := raftqv1.NewAuthClient(n.conn).RevokeToken(ctx, &raftqv1.RevokeTokenRequest{Name: "weak"})
+		unary("RevokeToken", "admin", "", func(ctx context.Context, n *testcluster.Node) error {
+			_, err := raftqv1.NewAuthClient(n.Conn).RevokeToken(ctx, &raftqv1.RevokeTokenRequest{Name: "weak"})
 			return err
 		}),
-		unary("Grant", "admin", "", func(ctx context.Context, n *inprocNode) error {
-			_, err := raftqv1.NewAuthClient(n.conn).Grant(ctx, &raftqv1.GrantRequest{Identity: "weak", Admin: true})
+		unary("Grant", "admin", "", func(ctx context.Context, n *testcluster.Node) error {
+			_, err := raftqv1.NewAuthClient(n.Conn).Grant(ctx, &raftqv1.GrantRequest{Identity: "weak", Admin: true})
 			return err
 		}),
-		unary("Ungrant", "admin", "", func(ctx context.Context, n *inprocNode) error {
-			_, err := raftqv1.NewAuthClient(n.conn).Ungrant(ctx, &raftqv1.UngrantRequest{Identity: "weak", Pattern: "unrelated.*"})
+		unary("Ungrant", "admin", "", func(ctx context.Context, n *testcluster.Node) error {
+			_, err := raftqv1.NewAuthClient(n.Conn).Ungrant(ctx, &raftqv1.UngrantRequest{Identity: "weak", Pattern: "unrelated.*"})
 			return err
 		}),
-		unary("ListAuth", "admin", "", func(ctx context.Context, n *inprocNode) error {
-			_, err := raftqv1.NewAuthClient(n.conn).ListAuth(ctx, &raftqv1.ListAuthRequest{})
+		unary("ListAuth", "admin", "", func(ctx context.Context, n *testcluster.Node) error {
+			_, err := raftqv1.NewAuthClient(n.Conn).ListAuth(ctx, &raftqv1.ListAuthRequest{})
 			return err
 		}),
 	}
@@ -223,16 +225,16 @@ type observed struct {
 	voters  int
 }
 
-func observe(t *testing.T, ctx context.Context, c *inprocCluster) observed {
+func observe(t *testing.T, ctx context.Context, c *testcluster.Cluster) observed {
 	t.Helper()
 	var o observed
-	c.synced()
-	for _, n := range c.nodes {
-		o.digests = append(o.digests, stateDigest(t, n.state))
-		o.applied = append(o.applied, n.state.AppliedIndex())
+	c.Synced()
+	for _, n := range c.Nodes {
+		o.digests = append(o.digests, testcluster.StateDigest(t, n.State()))
+		o.applied = append(o.applied, n.State().AppliedIndex())
 	}
-	l := c.leader()
-	qs, err := l.broker.ListQueues(bearer(ctx, testBootstrap), &raftqv1.ListQueuesRequest{})
+	l := c.Leader()
+	qs, err := l.Broker.ListQueues(bearer(ctx, testBootstrap), &raftqv1.ListQueuesRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,12 +243,12 @@ func observe(t *testing.T, ctx context.Context, c *inprocCluster) observed {
 		// moves with time alone.
 		o.queues += fmt.Sprint(q.GetName(), q.GetConfig(), q.GetStats(), ";")
 	}
-	as, err := raftqv1.NewAuthClient(l.conn).ListAuth(bearer(ctx, testBootstrap), &raftqv1.ListAuthRequest{})
+	as, err := raftqv1.NewAuthClient(l.Conn).ListAuth(bearer(ctx, testBootstrap), &raftqv1.ListAuthRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	o.auth = fmt.Sprint(as.Identities)
-	for _, ns := range l.node.Status().Nodes {
+	for _, ns := range l.ClusterNode().Status().Nodes {
 		if ns.Suffrage == "voter" {
 			o.voters++
 		}
@@ -264,13 +266,13 @@ func TestEveryRPCRefusesWithoutPermission(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 2, expect: 2, auth: auth.ModeToken, bootstrapToken: testBootstrap})
 	waitAuthVersion(t, c)
 	ctx := tctx(t, 3*time.Minute)
-	l := c.leader()
+	l := c.Leader()
 	admin := bearer(ctx, testBootstrap)
 	for _, q := range []string{"jobs.a", "other"} {
-		if _, err := l.broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: q}); err != nil {
+		if _, err := l.Broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: q}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := l.broker.Enqueue(admin, &raftqv1.EnqueueRequest{Queue: q, Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}}); err != nil {
+		if _, err := l.Broker.Enqueue(admin, &raftqv1.EnqueueRequest{Queue: q, Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -278,14 +280,14 @@ func TestEveryRPCRefusesWithoutPermission(t *testing.T) {
 	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "weak", Pattern: "unrelated.*", Allow: []string{"produce", "consume", "browse", "manage"}})
 	revoked := mustToken(t, ctx, l, "revoked", 0)
 	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "revoked", Admin: true})
-	if _, err := raftqv1.NewAuthClient(l.conn).RevokeToken(admin, &raftqv1.RevokeTokenRequest{Name: "revoked"}); err != nil {
+	if _, err := raftqv1.NewAuthClient(l.Conn).RevokeToken(admin, &raftqv1.RevokeTokenRequest{Name: "revoked"}); err != nil {
 		t.Fatal(err)
 	}
 	expired := mustToken(t, ctx, l, "expired", 50*time.Millisecond)
 	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "expired", Admin: true})
-	for _, n := range c.nodes {
-		waitUntil(t, 10*time.Second, "the token to expire on "+n.id, func() error {
-			_, err := raftqv1.NewAuthClient(n.conn).WhoAmI(bearer(ctx, expired), &raftqv1.WhoAmIRequest{})
+	for _, n := range c.Nodes {
+		waitUntil(t, 10*time.Second, "the token to expire on "+n.ID, func() error {
+			_, err := raftqv1.NewAuthClient(n.Conn).WhoAmI(bearer(ctx, expired), &raftqv1.WhoAmIRequest{})
 			if status.Code(err) != codes.Unauthenticated {
 				return fmt.Errorf("WhoAmI: %v", err)
 			}
@@ -306,10 +308,10 @@ func TestEveryRPCRefusesWithoutPermission(t *testing.T) {
 	}
 	for _, call := range authCalls() {
 		for _, cr := range creds {
-			for _, n := range c.nodes {
+			for _, n := range c.Nodes {
 				err := call.call(bearer(ctx, cr.token), n)
 				if status.Code(err) != cr.want {
-					t.Errorf("%s with %s on %s: %v, want %v", call.method, cr.name, n.id, err, cr.want)
+					t.Errorf("%s with %s on %s: %v, want %v", call.method, cr.name, n.ID, err, cr.want)
 					continue
 				}
 				if cr.want == codes.PermissionDenied {
@@ -329,12 +331,12 @@ func TestEveryRPCRefusesWithoutPermission(t *testing.T) {
 	// A forged identity header from a client (not a node certificate) is
 	// ignored: it neither authenticates nor adds to a token's rights.
 	forged := metadata.AppendToOutgoingContext(ctx, "raftq-identity", "bootstrap", "raftq-identity-kind", "bootstrap", "raftq-identity-admin", "true", "raftq-forwarded-by", "n1")
-	for _, n := range c.nodes {
-		if _, err := n.admin.Snapshot(forged, &raftqv1.SnapshotRequest{}); status.Code(err) != codes.Unauthenticated {
-			t.Errorf("forged identity alone on %s: %v", n.id, err)
+	for _, n := range c.Nodes {
+		if _, err := n.Admin.Snapshot(forged, &raftqv1.SnapshotRequest{}); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("forged identity alone on %s: %v", n.ID, err)
 		}
-		if _, err := n.broker.DeleteQueue(bearer(forged, weak), &raftqv1.DeleteQueueRequest{Name: "jobs.a"}); status.Code(err) != codes.PermissionDenied {
-			t.Errorf("forged identity with a weak token on %s: %v", n.id, err)
+		if _, err := n.Broker.DeleteQueue(bearer(forged, weak), &raftqv1.DeleteQueueRequest{Name: "jobs.a"}); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("forged identity with a weak token on %s: %v", n.ID, err)
 		}
 	}
 	if after := observe(t, ctx, c); fmt.Sprint(after) != fmt.Sprint(before) {
@@ -351,29 +353,29 @@ func TestPermissionsAllowAndFilter(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 2, expect: 2, auth: auth.ModeToken, bootstrapToken: testBootstrap})
 	waitAuthVersion(t, c)
 	ctx := tctx(t, time.Minute)
-	l := c.leader()
-	f := c.followers()[0]
+	l := c.Leader()
+	f := c.Followers()[0]
 	admin := bearer(ctx, testBootstrap)
 	for _, q := range []string{"jobs.a", "jobs.b.c", "other"} {
-		if _, err := l.broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: q}); err != nil {
+		if _, err := l.Broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: q}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	tok := mustToken(t, ctx, l, "worker", 0)
 	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "worker", Pattern: "jobs.*", Allow: []string{"produce", "browse"}})
-	c.synced()
+	c.Synced()
 	as := bearer(ctx, tok)
-	for _, n := range []*inprocNode{l, f} {
-		if _, err := n.broker.Enqueue(as, &raftqv1.EnqueueRequest{Queue: "jobs.b.c", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("ok")}}}); err != nil {
-			t.Fatalf("enqueue with produce on jobs.* via %s: %v", n.id, err)
+	for _, n := range []*testcluster.Node{l, f} {
+		if _, err := n.Broker.Enqueue(as, &raftqv1.EnqueueRequest{Queue: "jobs.b.c", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("ok")}}}); err != nil {
+			t.Fatalf("enqueue with produce on jobs.* via %s: %v", n.ID, err)
 		}
-		if _, err := n.broker.Enqueue(as, &raftqv1.EnqueueRequest{Queue: "other", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("no")}}}); status.Code(err) != codes.PermissionDenied {
-			t.Fatalf("enqueue on other via %s: %v", n.id, err)
+		if _, err := n.Broker.Enqueue(as, &raftqv1.EnqueueRequest{Queue: "other", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("no")}}}); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("enqueue on other via %s: %v", n.ID, err)
 		}
-		if _, err := n.broker.PurgeQueue(as, &raftqv1.PurgeQueueRequest{Name: "jobs.a"}); status.Code(err) != codes.PermissionDenied {
-			t.Fatalf("purge without manage via %s: %v", n.id, err)
+		if _, err := n.Broker.PurgeQueue(as, &raftqv1.PurgeQueueRequest{Name: "jobs.a"}); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("purge without manage via %s: %v", n.ID, err)
 		}
-		qs, err := n.broker.ListQueues(as, &raftqv1.ListQueuesRequest{})
+		qs, err := n.Broker.ListQueues(as, &raftqv1.ListQueuesRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -382,38 +384,38 @@ func TestPermissionsAllowAndFilter(t *testing.T) {
 			names = append(names, q.GetName())
 		}
 		if fmt.Sprint(names) != "[jobs.a jobs.a.dlq jobs.b.c jobs.b.c.dlq]" {
-			t.Fatalf("ListQueues for worker via %s: %v", n.id, names)
+			t.Fatalf("ListQueues for worker via %s: %v", n.ID, names)
 		}
-		st, err := n.admin.Status(as, &raftqv1.StatusRequest{})
+		st, err := n.Admin.Status(as, &raftqv1.StatusRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.LeaderAddr != l.addr || len(st.Nodes) != 2 || st.AppliedIndex != 0 || st.Nodes[0].RaftAddr != "" || !st.Withheld {
+		if st.LeaderAddr != l.Addrs.GRPC || len(st.Nodes) != 2 || st.AppliedIndex != 0 || st.Nodes[0].RaftAddr != "" || !st.Withheld {
 			t.Fatalf("Status for a non-admin: %v", st)
 		}
-		who, err := raftqv1.NewAuthClient(n.conn).WhoAmI(as, &raftqv1.WhoAmIRequest{})
+		who, err := raftqv1.NewAuthClient(n.Conn).WhoAmI(as, &raftqv1.WhoAmIRequest{})
 		if err != nil || who.Identity != "worker" || who.Kind != "token" || who.Admin || len(who.Grants) != 1 {
-			t.Fatalf("WhoAmI via %s: %v %v", n.id, who, err)
+			t.Fatalf("WhoAmI via %s: %v %v", n.ID, who, err)
 		}
 	}
-	st, err := f.admin.Status(admin, &raftqv1.StatusRequest{})
+	st, err := f.Admin.Status(admin, &raftqv1.StatusRequest{})
 	if err != nil || st.AppliedIndex == 0 || st.Nodes[0].RaftAddr == "" || st.Withheld {
 		t.Fatalf("Status for an admin: %v %v", st, err)
 	}
-	info, err := l.broker.GetQueue(as, &raftqv1.GetQueueRequest{Name: "jobs.b.c"})
+	info, err := l.Broker.GetQueue(as, &raftqv1.GetQueueRequest{Name: "jobs.b.c"})
 	if err != nil || info.Queue.Stats.GetReady() != 2 {
 		t.Fatalf("the two enqueues (one forwarded) did not both land: %v %v", info, err)
 	}
 	// A Lease stream is listed with its caller's identity.
 	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "worker", Pattern: "jobs.b.c", Allow: []string{"consume"}})
-	c.synced()
+	c.Synced()
 	lctx, cancel := context.WithCancel(as)
 	defer cancel()
-	if _, err := l.broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "jobs.b.c", MaxInFlight: 1}); err != nil {
+	if _, err := l.Broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "jobs.b.c", MaxInFlight: 1}); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, 10*time.Second, "the consumer listed with its identity", func() error {
-		cs, err := l.broker.ListConsumers(as, &raftqv1.ListConsumersRequest{Queue: "jobs.b.c"})
+		cs, err := l.Broker.ListConsumers(as, &raftqv1.ListConsumersRequest{Queue: "jobs.b.c"})
 		if err != nil {
 			return err
 		}
@@ -424,13 +426,13 @@ func TestPermissionsAllowAndFilter(t *testing.T) {
 	})
 	cancel()
 	// Taking the grant away takes the permission away at once.
-	if _, err := raftqv1.NewAuthClient(f.conn).Ungrant(admin, &raftqv1.UngrantRequest{Identity: "worker", Pattern: "jobs.*"}); err != nil {
+	if _, err := raftqv1.NewAuthClient(f.Conn).Ungrant(admin, &raftqv1.UngrantRequest{Identity: "worker", Pattern: "jobs.*"}); err != nil {
 		t.Fatal(err)
 	}
-	c.synced()
-	for _, n := range []*inprocNode{l, f} {
-		if _, err := n.broker.GetQueue(as, &raftqv1.GetQueueRequest{Name: "jobs.a"}); status.Code(err) != codes.PermissionDenied {
-			t.Fatalf("browse after ungrant via %s: %v", n.id, err)
+	c.Synced()
+	for _, n := range []*testcluster.Node{l, f} {
+		if _, err := n.Broker.GetQueue(as, &raftqv1.GetQueueRequest{Name: "jobs.a"}); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("browse after ungrant via %s: %v", n.ID, err)
 		}
 	}
 }
@@ -442,39 +444,39 @@ func TestLeaseTokenForgeryRefused(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
 	waitAuthVersion(t, c)
 	ctx := tctx(t, time.Minute)
-	n := c.nodes[0]
-	if _, err := n.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "q"}); err != nil {
+	n := c.Nodes[0]
+	if _, err := n.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "q"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "q", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}}); err != nil {
+	if _, err := n.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "q", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}}); err != nil {
 		t.Fatal(err)
 	}
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s, err := n.broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "q", MaxInFlight: 1})
+	s, err := n.Broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "q", MaxInFlight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := recvN(t, s, 1)[0]
-	applied := n.state.AppliedIndex()
-	before := stateDigest(t, n.state)
+	applied := n.State().AppliedIndex()
+	before := testcluster.StateDigest(t, n.State())
 	for idx := applied; idx+64 > applied && idx > 0; idx-- {
 		for _, pos := range []uint64{0, 1} {
-			forged := FormatID(idx<<20 | pos)
+			forged := transport.FormatID(idx<<20 | pos)
 			if forged == d.LeaseToken {
 				t.Fatalf("the delivered token %s is the index token of entry %d", forged, idx)
 			}
 			for _, op := range []func() (*raftqv1.ItemResult, error){
 				func() (*raftqv1.ItemResult, error) {
-					r, err := n.broker.Ack(ctx, &raftqv1.AckRequest{Queue: "q", Acks: []*raftqv1.LeaseRef{{MessageId: d.Id, LeaseToken: forged}}})
+					r, err := n.Broker.Ack(ctx, &raftqv1.AckRequest{Queue: "q", Acks: []*raftqv1.LeaseRef{{MessageId: d.Id, LeaseToken: forged}}})
 					return r.GetResults()[0], err
 				},
 				func() (*raftqv1.ItemResult, error) {
-					r, err := n.broker.Nack(ctx, &raftqv1.NackRequest{Queue: "q", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: forged}}})
+					r, err := n.Broker.Nack(ctx, &raftqv1.NackRequest{Queue: "q", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: forged}}})
 					return r.GetResults()[0], err
 				},
 				func() (*raftqv1.ItemResult, error) {
-					r, err := n.broker.ExtendLease(ctx, &raftqv1.ExtendLeaseRequest{Queue: "q", Leases: []*raftqv1.LeaseRef{{MessageId: d.Id, LeaseToken: forged}}})
+					r, err := n.Broker.ExtendLease(ctx, &raftqv1.ExtendLeaseRequest{Queue: "q", Leases: []*raftqv1.LeaseRef{{MessageId: d.Id, LeaseToken: forged}}})
 					return r.GetResults()[0], err
 				},
 			} {
@@ -485,10 +487,10 @@ func TestLeaseTokenForgeryRefused(t *testing.T) {
 			}
 		}
 	}
-	if stateDigest(t, n.state) != before {
+	if testcluster.StateDigest(t, n.State()) != before {
 		t.Fatal("forged settlements changed the state")
 	}
-	r, err := n.broker.Ack(ctx, &raftqv1.AckRequest{Queue: "q", Acks: []*raftqv1.LeaseRef{refOf(d)}})
+	r, err := n.Broker.Ack(ctx, &raftqv1.AckRequest{Queue: "q", Acks: []*raftqv1.LeaseRef{refOf(d)}})
 	if err != nil || !r.Results[0].Ok {
 		t.Fatalf("ack with the delivered token: %v %v", r, err)
 	}
@@ -522,9 +524,9 @@ func TestAuditLinesCarryNoSecret(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 2, expect: 2, auth: auth.ModeToken, bootstrapToken: testBootstrap, logger: logger})
 	waitAuthVersion(t, c)
 	ctx := tctx(t, time.Minute)
-	l, f := c.leader(), c.followers()[0]
+	l, f := c.Leader(), c.Followers()[0]
 	admin := bearer(ctx, testBootstrap)
-	ac := raftqv1.NewAuthClient(f.conn) // through the follower: forwarded
+	ac := raftqv1.NewAuthClient(f.Conn) // through the follower: forwarded
 	tok, err := ac.CreateToken(admin, &raftqv1.CreateTokenRequest{Name: "alice-1", Identity: "alice"})
 	if err != nil {
 		t.Fatal(err)
@@ -533,18 +535,18 @@ func TestAuditLinesCarryNoSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	as := bearer(ctx, tok.Token)
-	c.synced() // the follower knows the token once it applied its entry
-	if _, err := f.broker.CreateQueue(as, &raftqv1.CreateQueueRequest{Name: "a.q"}); err != nil {
+	c.Synced() // the follower knows the token once it applied its entry
+	if _, err := f.Broker.CreateQueue(as, &raftqv1.CreateQueueRequest{Name: "a.q"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.admin.Snapshot(as, &raftqv1.SnapshotRequest{}); status.Code(err) != codes.PermissionDenied {
+	if _, err := l.Admin.Snapshot(as, &raftqv1.SnapshotRequest{}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("snapshot as alice: %v", err)
 	}
 	if _, err := ac.RevokeToken(admin, &raftqv1.RevokeTokenRequest{Name: "alice-1"}); err != nil {
 		t.Fatal(err)
 	}
-	c.synced()
-	if _, err := f.broker.DeleteQueue(as, &raftqv1.DeleteQueueRequest{Name: "a.q"}); status.Code(err) != codes.Unauthenticated {
+	c.Synced()
+	if _, err := f.Broker.DeleteQueue(as, &raftqv1.DeleteQueueRequest{Name: "a.q"}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("delete with a revoked token: %v", err)
 	}
 	out := logs.String()
@@ -567,7 +569,7 @@ func TestAuditLinesCarryNoSecret(t *testing.T) {
 	}
 	// The forwarded CreateToken is audited on the leader as the caller,
 	// naming the follower it came through.
-	if !strings.Contains(out, `"action":"CreateToken","service":"Auth","target":"alice-1 for alice","result":"OK","forwarded_by":"`+f.id+`"`) {
+	if !strings.Contains(out, `"action":"CreateToken","service":"Auth","target":"alice-1 for alice","result":"OK","forwarded_by":"`+f.ID+`"`) {
 		t.Error("the leader's audit line of a forwarded call does not name the follower")
 	}
 }
@@ -577,7 +579,7 @@ func TestAuditLinesCarryNoSecret(t *testing.T) {
 // an admin, and has no pprof unless asked for.
 func TestHTTPPortNeedsATokenWithAuthOn(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1, auth: auth.ModeToken, bootstrapToken: testBootstrap})
-	h := c.nodes[0].srv.HTTPHandler()
+	h := c.Nodes[0].API().HTTPHandler()
 	get := func(path, token string) int {
 		r := httptest.NewRequest("GET", path, nil)
 		if token != "" {
@@ -608,8 +610,8 @@ func TestHTTPPortNeedsATokenWithAuthOn(t *testing.T) {
 	// that it is raftq's HTTP port and where the node's gRPC API is.
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest("GET", "/healthz", nil))
-	if got := w.Header().Get(GRPCAddrHeader); got != c.nodes[0].addr {
-		t.Errorf("/healthz %s = %q, want the node's gRPC address %q", GRPCAddrHeader, got, c.nodes[0].addr)
+	if got := w.Header().Get(transport.GRPCAddrHeader); got != c.Nodes[0].Addrs.GRPC {
+		t.Errorf("/healthz %s = %q, want the node's gRPC address %q", transport.GRPCAddrHeader, got, c.Nodes[0].Addrs.GRPC)
 	}
 }
 
@@ -619,18 +621,18 @@ func TestHTTPPortNeedsATokenWithAuthOn(t *testing.T) {
 // client sends are ignored; a node's own calls (its node certificate)
 // work without any token.
 func TestCertificateIdentitiesOverTLS(t *testing.T) {
-	p := newTestPKI(t)
+	p := testcluster.NewPKI(t)
 	c := startInproc(t, inprocOpts{nodes: 2, expect: 2, tls: p, auth: auth.ModeToken, bootstrapToken: testBootstrap})
 	waitAuthVersion(t, c)
 	ctx := tctx(t, time.Minute)
-	l, f := c.leader(), c.followers()[0]
+	l, f := c.Leader(), c.Followers()[0]
 	admin := bearer(ctx, testBootstrap)
-	if _, err := l.broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: "jobs.a"}); err != nil {
+	if _, err := l.Broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: "jobs.a"}); err != nil {
 		t.Fatal(err)
 	}
 	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "carol", Pattern: "jobs.*", Allow: []string{"produce"}})
-	c.synced()
-	carol := dialTLS(t, f.addr, p.clientCreds(t, "carol"))
+	c.Synced()
+	carol := dialTLS(t, f.Addrs.GRPC, p.ClientCreds(t, "carol"))
 	if _, err := raftqv1.NewBrokerClient(carol).Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "jobs.a", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("x")}}}); err != nil {
 		t.Fatalf("carol's forwarded enqueue: %v", err)
 	}
@@ -639,19 +641,19 @@ func TestCertificateIdentitiesOverTLS(t *testing.T) {
 		t.Fatalf("WhoAmI: %v %v", who, err)
 	}
 	forged := metadata.AppendToOutgoingContext(ctx, "raftq-identity", "n1", "raftq-identity-kind", "node", "raftq-identity-admin", "true")
-	for _, n := range []*inprocNode{l, f} {
-		conn := dialTLS(t, n.addr, p.clientCreds(t, "carol"))
+	for _, n := range []*testcluster.Node{l, f} {
+		conn := dialTLS(t, n.Addrs.GRPC, p.ClientCreds(t, "carol"))
 		if _, err := raftqv1.NewBrokerClient(conn).PurgeQueue(forged, &raftqv1.PurgeQueueRequest{Name: "jobs.a"}); status.Code(err) != codes.PermissionDenied {
-			t.Fatalf("carol with forged node identity headers on %s: %v", n.id, err)
+			t.Fatalf("carol with forged node identity headers on %s: %v", n.ID, err)
 		}
 	}
 	// Verify asks every node for its digest with the caller's identity;
 	// an admin certificate is not needed for the nodes' own calls.
-	v, err := f.admin.Verify(admin, &raftqv1.VerifyRequest{})
+	v, err := f.Admin.Verify(admin, &raftqv1.VerifyRequest{})
 	if err != nil || !v.Consistent {
 		t.Fatalf("verify: %v %v", v, err)
 	}
-	if info, err := l.broker.GetQueue(admin, &raftqv1.GetQueueRequest{Name: "jobs.a"}); err != nil || info.Queue.Stats.Ready != 1 {
+	if info, err := l.Broker.GetQueue(admin, &raftqv1.GetQueueRequest{Name: "jobs.a"}); err != nil || info.Queue.Stats.Ready != 1 {
 		t.Fatalf("after the forged purges: %v %v", info, err)
 	}
 }
@@ -675,15 +677,15 @@ func TestDashboardChecksPermissions(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1, auth: auth.ModeToken, bootstrapToken: testBootstrap})
 	waitAuthVersion(t, c)
 	ctx := tctx(t, time.Minute)
-	n := c.nodes[0]
+	n := c.Nodes[0]
 	for _, q := range []string{"jobs.a", "secret"} {
-		if _, err := n.broker.CreateQueue(bearer(ctx, testBootstrap), &raftqv1.CreateQueueRequest{Name: q}); err != nil {
+		if _, err := n.Broker.CreateQueue(bearer(ctx, testBootstrap), &raftqv1.CreateQueueRequest{Name: q}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	tok := mustToken(t, ctx, n, "viewer", 0)
 	mustGrant(t, ctx, n, &raftqv1.GrantRequest{Identity: "viewer", Pattern: "jobs.*", Allow: []string{"browse"}})
-	h := n.srv.HTTPHandler()
+	h := n.API().HTTPHandler()
 	do := func(method, path, token string) (int, string) {
 		r := httptest.NewRequest(method, path, strings.NewReader(""))
 		r.Header.Set("Authorization", "Bearer "+token)
@@ -701,7 +703,7 @@ func TestDashboardChecksPermissions(t *testing.T) {
 	if code, _ := do("GET", "/queues/secret", tok); code != 403 {
 		t.Fatalf("GET /queues/secret as viewer: %d", code)
 	}
-	before := stateDigest(t, n.state)
+	before := testcluster.StateDigest(t, n.State())
 	if code, _ := do("POST", "/queues/jobs.a/redrive", tok); code != 403 {
 		t.Fatalf("redrive without manage: %d", code)
 	}
@@ -727,7 +729,7 @@ func TestDashboardChecksPermissions(t *testing.T) {
 			t.Errorf("POST %s as viewer: %d\n%s", path, w.Code, w.Body.String())
 		}
 	}
-	if stateDigest(t, n.state) != before {
+	if testcluster.StateDigest(t, n.State()) != before {
 		t.Fatal("a refused change changed the state")
 	}
 	if code, body := do("GET", "/queues", testBootstrap); code != 200 || !strings.Contains(body, "secret") {
@@ -745,22 +747,22 @@ func TestEnqueueStreamDeniesOneRequestNotTheStream(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 2, expect: 2, auth: auth.ModeToken, bootstrapToken: testBootstrap})
 	waitAuthVersion(t, c)
 	ctx := tctx(t, time.Minute)
-	l := c.leader()
+	l := c.Leader()
 	admin := bearer(ctx, testBootstrap)
 	for _, q := range []string{"jobs.a", "other"} {
-		if _, err := l.broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: q}); err != nil {
+		if _, err := l.Broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: q}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	tok := mustToken(t, ctx, l, "producer", 0)
 	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "producer", Pattern: "jobs.*", Allow: []string{"produce"}})
-	c.synced()
+	c.Synced()
 
-	for _, n := range []*inprocNode{l, c.followers()[0]} {
-		t.Run("via "+n.id, func(t *testing.T) {
+	for _, n := range []*testcluster.Node{l, c.Followers()[0]} {
+		t.Run("via "+n.ID, func(t *testing.T) {
 			sctx, cancel := context.WithCancel(bearer(ctx, tok))
 			defer cancel()
-			s, err := n.broker.EnqueueStream(sctx)
+			s, err := n.Broker.EnqueueStream(sctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -805,9 +807,9 @@ func TestEnqueueStreamDeniesOneRequestNotTheStream(t *testing.T) {
 			}
 		})
 	}
-	c.synced()
+	c.Synced()
 	for q, want := range map[string]int64{"jobs.a": 6, "other": 0} {
-		info, err := l.broker.GetQueue(admin, &raftqv1.GetQueueRequest{Name: q})
+		info, err := l.Broker.GetQueue(admin, &raftqv1.GetQueueRequest{Name: q})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"context"
@@ -37,28 +37,28 @@ func lowerBound(p *raftqv1.RetryPolicy, n int) time.Duration {
 // GetQueue, and a bad one is INVALID_ARGUMENT.
 func TestRetryPolicyDelaysRedeliveries(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1, expect: 1})
-	l := c.leader()
-	waitClusterVersion(t, c, fsm.RetryVersion)
+	l := c.Leader()
+	c.WaitClusterVersion(fsm.RetryVersion)
 	ctx := tctx(t, 2*time.Minute)
 	policy := &raftqv1.RetryPolicy{InitialDelayMs: 400, MaxDelayMs: 1500, Multiplier: 2, Jitter: 0.2}
-	_, err := l.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "bad", Config: &raftqv1.QueueConfig{
+	_, err := l.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "bad", Config: &raftqv1.QueueConfig{
 		Retry: &raftqv1.RetryPolicy{InitialDelayMs: 10, MaxDelayMs: 10, Multiplier: 0.5}}})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "multiplier") {
 		t.Fatalf("a multiplier below 1: %v, want INVALID_ARGUMENT naming it", err)
 	}
-	if _, err := l.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "jobs", Config: &raftqv1.QueueConfig{
+	if _, err := l.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "jobs", Config: &raftqv1.QueueConfig{
 		VisibilityTimeoutMs: 300, MaxDeliveries: 10, Retry: policy}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := queueInfo(t, l, "jobs").GetConfig().GetRetry(); !proto.Equal(got, policy) {
 		t.Fatalf("GetQueue retry %v, want %v", got, policy)
 	}
-	if _, err := l.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "jobs", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}}); err != nil {
+	if _, err := l.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "jobs", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}}); err != nil {
 		t.Fatal(err)
 	}
 	lctx, stop := context.WithCancel(ctx)
 	defer stop()
-	s, err := l.broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "jobs", MaxInFlight: 1, VisibilityTimeoutMs: 60_000})
+	s, err := l.Broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "jobs", MaxInFlight: 1, VisibilityTimeoutMs: 60_000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestRetryPolicyDelaysRedeliveries(t *testing.T) {
 			t.Fatalf("delivery %d has attempt %d", n, d.Attempt)
 		}
 		sent := time.Now()
-		resp, err := l.broker.Nack(ctx, &raftqv1.NackRequest{Queue: "jobs", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Reason: "try later"}}})
+		resp, err := l.Broker.Nack(ctx, &raftqv1.NackRequest{Queue: "jobs", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Reason: "try later"}}})
 		if err != nil || !resp.Results[0].GetOk() {
 			t.Fatalf("nack: %v %v", resp, err)
 		}
@@ -84,7 +84,7 @@ func TestRetryPolicyDelaysRedeliveries(t *testing.T) {
 		t.Logf("attempt %d: redelivered %v after the nack (policy's least %v)", n+1, waited, lowerBound(policy, n))
 	}
 	// Unprocessed: ready at once, not counted.
-	resp, err := l.broker.Nack(ctx, &raftqv1.NackRequest{Queue: "jobs", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Unprocessed: true}}})
+	resp, err := l.Broker.Nack(ctx, &raftqv1.NackRequest{Queue: "jobs", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Unprocessed: true}}})
 	if err != nil || !resp.Results[0].GetOk() {
 		t.Fatalf("unprocessed nack: %v %v", resp, err)
 	}
@@ -94,16 +94,16 @@ func TestRetryPolicyDelaysRedeliveries(t *testing.T) {
 	stop()
 
 	// An expired lease: visibility 300 ms, and the policy's delay after it.
-	if _, err := l.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "exp", Config: &raftqv1.QueueConfig{VisibilityTimeoutMs: 300, Retry: policy}}); err != nil {
+	if _, err := l.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "exp", Config: &raftqv1.QueueConfig{VisibilityTimeoutMs: 300, Retry: policy}}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := l.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "exp", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}}); err != nil {
+	if _, err := l.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "exp", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}}); err != nil {
 		t.Fatal(err)
 	}
 	lctx, stop = context.WithCancel(ctx)
 	defer stop()
-	s, err = l.broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "exp", MaxInFlight: 2})
+	s, err = l.Broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "exp", MaxInFlight: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,10 +122,10 @@ func TestRetryPolicyDelaysRedeliveries(t *testing.T) {
 // policy, replaces it with the update-mask path "retry" and removes it.
 func TestRetryPolicyThroughTheSDK(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1, expect: 1})
-	l := c.leader()
-	waitClusterVersion(t, c, fsm.RetryVersion)
+	l := c.Leader()
+	c.WaitClusterVersion(fsm.RetryVersion)
 	ctx := tctx(t, time.Minute)
-	cl, err := client.Dial(ctx, []string{l.addr})
+	cl, err := client.Dial(ctx, []string{l.Addrs.GRPC})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,12 +156,12 @@ func TestRetryPolicyThroughTheSDK(t *testing.T) {
 // nothing (an older replica would keep a policy nobody applies).
 func TestRetryPolicyNeedsItsVersion(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1, logVersion: fsm.RetryVersion - 1})
-	l := c.leader()
-	waitClusterVersion(t, c, fsm.RetryVersion-1)
+	l := c.Leader()
+	c.WaitClusterVersion(fsm.RetryVersion - 1)
 	ctx := tctx(t, 30*time.Second)
 	want := fmt.Sprint("log version ", fsm.RetryVersion)
 	p := &raftqv1.RetryPolicy{InitialDelayMs: 10, MaxDelayMs: 100, Multiplier: 2}
-	_, err := l.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "jobs", Config: &raftqv1.QueueConfig{Retry: p}})
+	_, err := l.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "jobs", Config: &raftqv1.QueueConfig{Retry: p}})
 	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), want) || !strings.Contains(st.Message(), "config.retry") {
 		t.Fatalf("create with retry: %v, want FAILED_PRECONDITION naming config.retry and %s", err, want)
 	}
@@ -170,7 +170,7 @@ func TestRetryPolicyNeedsItsVersion(t *testing.T) {
 		{Name: "jobs", Config: &raftqv1.QueueConfig{Retry: p}},
 		{Name: "jobs", Config: &raftqv1.QueueConfig{}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"retry"}}},
 	} {
-		_, err := l.broker.UpdateQueue(ctx, req)
+		_, err := l.Broker.UpdateQueue(ctx, req)
 		if st := status.Convert(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), want) {
 			t.Fatalf("update %v: %v, want FAILED_PRECONDITION naming %s", req, err, want)
 		}

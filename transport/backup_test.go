@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport"
 )
 
 // TestBackupStream: a follower redirects Backup to the leader; the leader
@@ -20,7 +21,7 @@ import (
 // the same state.
 func TestBackupStream(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 3})
-	l := c.leader()
+	l := c.Leader()
 	mustCreate(t, l, "q", nil)
 	// Two entries of 600 KiB (one each: smaller entries keep a loaded
 	// machine's heartbeats on time) make the state span two chunks.
@@ -29,13 +30,13 @@ func TestBackupStream(t *testing.T) {
 	mustEnqueue(t, l, "q", big, []byte("small"))
 
 	// A stream's status arrives with its first Recv.
-	fs, err := c.followers()[0].admin.Backup(tctx(t, 10*time.Second), &raftqv1.BackupRequest{})
+	fs, err := c.Followers()[0].Admin.Backup(tctx(t, 10*time.Second), &raftqv1.BackupRequest{})
 	if err == nil {
 		_, err = fs.Recv()
 	}
 	checkRedirect(t, err, "NOT_LEADER", l)
 
-	s, err := l.admin.Backup(tctx(t, 30*time.Second), &raftqv1.BackupRequest{})
+	s, err := l.Admin.Backup(tctx(t, 30*time.Second), &raftqv1.BackupRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func TestBackupStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	info := first.GetInfo()
-	if info == nil || len(first.Data) > 0 || first.Sha256 != "" || info.Index == 0 || info.NodeId != l.id || info.ClusterVersion != fsm.MaxLogVersion || info.Term == 0 || info.Group != "data" {
+	if info == nil || len(first.Data) > 0 || first.Sha256 != "" || info.Index == 0 || info.NodeId != l.ID || info.ClusterVersion != fsm.MaxLogVersion || info.Term == 0 || info.Group != "data" {
 		t.Fatalf("first message %v", first)
 	}
 	var data []byte
@@ -67,7 +68,7 @@ func TestBackupStream(t *testing.T) {
 				t.Fatalf("the checksum message carries more: %v", m.Info)
 			}
 			last = m
-		case len(m.Data) > BackupChunkBytes || len(m.Data) == 0 || m.Info != nil:
+		case len(m.Data) > transport.BackupChunkBytes || len(m.Data) == 0 || m.Info != nil:
 			t.Fatalf("data message of %d bytes, info %v", len(m.Data), m.Info)
 		default:
 			data = append(data, m.Data...)
@@ -78,10 +79,10 @@ func TestBackupStream(t *testing.T) {
 	if last == nil || last.Sha256 != hex.EncodeToString(sum[:]) || last.Size != int64(len(data)) || chunks < 2 {
 		t.Fatalf("%d bytes in %d chunks hash to %x; the stream ended with %v", len(data), chunks, sum, last)
 	}
-	for _, n := range c.nodes {
-		nd, err := n.admin.LocalDigest(tctx(t, 10*time.Second), &raftqv1.LocalDigestRequest{Index: info.Index})
+	for _, n := range c.Nodes {
+		nd, err := n.Admin.LocalDigest(tctx(t, 10*time.Second), &raftqv1.LocalDigestRequest{Index: info.Index})
 		if err != nil || nd.Digest != last.Sha256 {
-			t.Fatalf("%s at index %d: %v %v; the backup's SHA-256 is %s", n.id, info.Index, nd, err, last.Sha256)
+			t.Fatalf("%s at index %d: %v %v; the backup's SHA-256 is %s", n.ID, info.Index, nd, err, last.Sha256)
 		}
 	}
 	f := fsm.New(fsm.Options{})

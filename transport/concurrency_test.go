@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"context"
@@ -24,9 +24,9 @@ import (
 // the previous is acked, and UpdateQueue raising a cap lets more through.
 func TestConcurrencyCapsOverPlainGRPC(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	l := c.leader()
-	waitClusterVersion(t, c, fsm.MaxLogVersion)
-	conn, err := grpc.NewClient(l.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	l := c.Leader()
+	c.WaitClusterVersion(fsm.MaxLogVersion)
+	conn, err := grpc.NewClient(l.Addrs.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,8 +90,8 @@ func TestConcurrencyCapsOverPlainGRPC(t *testing.T) {
 // naming the version, and nothing is created or enqueued.
 func TestConcurrencyNeedsVersion(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1, logVersion: fsm.ConcurrencyVersion - 1})
-	l := c.leader()
-	waitClusterVersion(t, c, fsm.ConcurrencyVersion-1)
+	l := c.Leader()
+	c.WaitClusterVersion(fsm.ConcurrencyVersion - 1)
 	mustCreate(t, l, "jobs", nil)
 	ctx := tctx(t, 10*time.Second)
 	check := func(what string, err error) {
@@ -101,18 +101,18 @@ func TestConcurrencyNeedsVersion(t *testing.T) {
 			t.Fatalf("%s below the version: %v, want FAILED_PRECONDITION naming log version %d", what, err, fsm.ConcurrencyVersion)
 		}
 	}
-	_, err := l.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "capped", Config: &raftqv1.QueueConfig{ConcurrencyLimit: 2}})
+	_, err := l.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "capped", Config: &raftqv1.QueueConfig{ConcurrencyLimit: 2}})
 	check("create with concurrency_limit", err)
-	_, err = l.broker.UpdateQueue(ctx, &raftqv1.UpdateQueueRequest{Name: "jobs", Config: &raftqv1.QueueConfig{ConcurrencyLimits: map[string]int32{"a": 1}}})
+	_, err = l.Broker.UpdateQueue(ctx, &raftqv1.UpdateQueueRequest{Name: "jobs", Config: &raftqv1.QueueConfig{ConcurrencyLimits: map[string]int32{"a": 1}}})
 	check("update with concurrency_limits", err)
-	_, err = l.broker.UpdateQueue(ctx, &raftqv1.UpdateQueueRequest{Name: "jobs", Config: &raftqv1.QueueConfig{}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"concurrency_limit"}}})
+	_, err = l.Broker.UpdateQueue(ctx, &raftqv1.UpdateQueueRequest{Name: "jobs", Config: &raftqv1.QueueConfig{}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"concurrency_limit"}}})
 	check("update mask concurrency_limit", err)
-	_, err = l.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "jobs", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("x"), ConcurrencyKey: "a"}}})
+	_, err = l.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "jobs", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("x"), ConcurrencyKey: "a"}}})
 	check("enqueue with concurrency_key", err)
 	if qi := queueInfo(t, l, "jobs"); qi.GetStats().GetReady() != 0 {
 		t.Fatalf("refused enqueue stored %d", qi.GetStats().GetReady())
 	}
-	if _, err := l.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "capped"}); status.Code(err) != codes.NotFound {
+	if _, err := l.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "capped"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("refused create: %v", err)
 	}
 }
@@ -124,10 +124,10 @@ func TestConcurrencyNeedsVersion(t *testing.T) {
 // enqueue order.
 func TestConcurrencyCapsThroughSDK(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	l := c.leader()
-	waitClusterVersion(t, c, fsm.MaxLogVersion)
+	l := c.Leader()
+	c.WaitClusterVersion(fsm.MaxLogVersion)
 	ctx := tctx(t, time.Minute)
-	cl, err := client.Dial(ctx, []string{l.addr})
+	cl, err := client.Dial(ctx, []string{l.Addrs.GRPC})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"bufio"
@@ -16,9 +16,11 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/auth"
+	"github.com/raftq/raftq/internal/testcluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/tlsconfig"
 	"github.com/raftq/raftq/tlsconfig/pki"
+	"github.com/raftq/raftq/transport"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -31,18 +33,18 @@ type httpAPI struct {
 	client *http.Client
 }
 
-func serveHTTPPort(t *testing.T, n *inprocNode, clientTLS *tls.Config) *httpAPI {
+func serveHTTPPort(t *testing.T, n *testcluster.Node, clientTLS *tls.Config) *httpAPI {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	scheme := "http"
-	if n.srv.cfg.TLS != nil {
-		lis = tls.NewListener(lis, n.srv.cfg.TLS.ServerConfig("http"))
+	if n.Host.TLS() != nil {
+		lis = tls.NewListener(lis, n.Host.TLS().ServerConfig("http"))
 		scheme = "https"
 	}
-	hs := &http.Server{Handler: n.srv.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: n.API().HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = hs.Serve(lis) }()
 	tr := &http.Transport{TLSClientConfig: clientTLS}
@@ -137,7 +139,7 @@ func errorInfoOf(t *testing.T, e wireError) *errdetails.ErrorInfo {
 // with the gRPC code and the matching HTTP status, and change nothing.
 func TestConnectUnary(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 2, expect: 2})
-	l, f := c.leader(), c.followers()[0]
+	l, f := c.Leader(), c.Followers()[0]
 	fh, lh := serveHTTPPort(t, f, nil), serveHTTPPort(t, l, nil)
 
 	var created raftqv1.CreateQueueResponse
@@ -162,7 +164,7 @@ func TestConnectUnary(t *testing.T) {
 	}
 	var st raftqv1.StatusResponse
 	fh.ok(t, "Cluster/Status", `{}`, &st)
-	if st.LeaderId != l.id || len(st.Nodes) != 2 {
+	if st.LeaderId != l.ID || len(st.Nodes) != 2 {
 		t.Fatalf("status %v", &st)
 	}
 	var st2 raftqv1.StatusResponse
@@ -272,7 +274,7 @@ func (s *leaseStream) delivery(t *testing.T) *raftqv1.LeaseResponse {
 func (s *leaseStream) end(t *testing.T) wireError {
 	t.Helper()
 	flags, b, err := s.next()
-	if err != nil || flags != envelopeEndStream {
+	if err != nil || flags != transport.EnvelopeEndStream {
 		t.Fatalf("want the end of stream: flags %x %s %v", flags, b, err)
 	}
 	var end struct {
@@ -294,7 +296,7 @@ func (s *leaseStream) end(t *testing.T) wireError {
 // end-of-stream error.
 func TestConnectLeaseStream(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 2, expect: 2})
-	l, f := c.leader(), c.followers()[0]
+	l, f := c.Leader(), c.Followers()[0]
 	lh, fh := serveHTTPPort(t, l, nil), serveHTTPPort(t, f, nil)
 	lh.ok(t, "Broker/CreateQueue", `{"name":"jobs"}`, &raftqv1.CreateQueueResponse{})
 	lh.ok(t, "Broker/Enqueue", `{"queue":"jobs","messages":[{"payload":"b25l"},{"payload":"dHdv"}]}`, &raftqv1.EnqueueResponse{})
@@ -329,8 +331,8 @@ func TestConnectLeaseStream(t *testing.T) {
 	if e.Code != "unavailable" {
 		t.Fatalf("lease on a follower ended with %+v", e)
 	}
-	if info := errorInfoOf(t, e); info.Reason != ReasonNotLeader || info.Metadata["leader_id"] != l.id || info.Metadata["leader_addr"] != l.addr {
-		t.Fatalf("redirect detail %v, want NOT_LEADER naming %s at %s", info, l.id, l.addr)
+	if info := errorInfoOf(t, e); info.Reason != transport.ReasonNotLeader || info.Metadata["leader_id"] != l.ID || info.Metadata["leader_addr"] != l.Addrs.GRPC {
+		t.Fatalf("redirect detail %v, want NOT_LEADER naming %s at %s", info, l.ID, l.Addrs.GRPC)
 	}
 	if e := lh.lease(t, `{"queue":"nope"}`).end(t); e.Code != "not_found" {
 		t.Fatalf("lease of an unknown queue ended with %+v", e)
@@ -341,28 +343,28 @@ func TestConnectLeaseStream(t *testing.T) {
 // (a bearer header, a client certificate over TLS) with the same
 // permissions and answers, and never the dashboard's session cookie.
 func TestConnectAuth(t *testing.T) {
-	p := newTestPKI(t)
+	p := testcluster.NewPKI(t)
 	c := startInproc(t, inprocOpts{nodes: 2, expect: 2, tls: p, auth: auth.ModeToken, bootstrapToken: testBootstrap})
 	waitAuthVersion(t, c)
 	ctx := tctx(t, time.Minute)
-	l, f := c.leader(), c.followers()[0]
+	l, f := c.Leader(), c.Followers()[0]
 	admin := bearer(ctx, testBootstrap)
-	if _, err := l.broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: "jobs"}); err != nil {
+	if _, err := l.Broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: "jobs"}); err != nil {
 		t.Fatal(err)
 	}
 	alice := mustToken(t, ctx, l, "alice", time.Hour)
 	bob := mustToken(t, ctx, l, "bob", time.Hour)
 	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "alice", Pattern: "jobs", Allow: []string{"produce", "browse"}})
 	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "carol", Pattern: "jobs", Allow: []string{"produce"}})
-	c.synced()
+	c.Synced()
 
 	clientTLS := func(cert string) *tls.Config {
 		certFile, keyFile := "", ""
 		if cert != "" {
-			fl := p.issue(t, pki.Request{Name: cert})
+			fl := p.Issue(t, pki.Request{Name: cert})
 			certFile, keyFile = fl.Cert, fl.Key
 		}
-		cfg, err := tlsconfig.ClientConfig(p.caFile(), certFile, keyFile)
+		cfg, err := tlsconfig.ClientConfig(p.CAFile(), certFile, keyFile)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -408,7 +410,7 @@ func TestConnectAuth(t *testing.T) {
 			}
 			if tc.method == "Cluster/Status" {
 				var st raftqv1.StatusResponse
-				if err := protojson.Unmarshal(b, &st); err != nil || st.LeaderId != l.id || st.CommitIndex != 0 {
+				if err := protojson.Unmarshal(b, &st); err != nil || st.LeaderId != l.ID || st.CommitIndex != 0 {
 					t.Fatalf("a non-admin's status is trimmed as over gRPC: %s %v", b, err)
 				}
 			}
@@ -419,7 +421,7 @@ func TestConnectAuth(t *testing.T) {
 	if e := anon.lease(t, `{"queue":"jobs"}`, "Authorization: Bearer "+alice).end(t); e.Code != "permission_denied" || !strings.Contains(e.Message, "consume") {
 		t.Fatalf("alice's lease ended with %+v", e)
 	}
-	info, err := l.broker.GetQueue(admin, &raftqv1.GetQueueRequest{Name: "jobs"})
+	info, err := l.Broker.GetQueue(admin, &raftqv1.GetQueueRequest{Name: "jobs"})
 	if err != nil || info.Queue.Stats.Ready != 3 {
 		t.Fatalf("want exactly the 3 allowed enqueues: %v %v", info, err)
 	}

@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"fmt"
@@ -16,23 +16,23 @@ import (
 // flow counters; an unknown queue is NotFound.
 func TestListConsumers(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 3})
-	l, f := c.leader(), c.followers()[0]
+	l, f := c.Leader(), c.Followers()[0]
 	mustCreate(t, l, "lc", nil)
 	mustEnqueue(t, l, "lc", []byte("1"), []byte("2"), []byte("3"))
 	ctx := tctx(t, 30*time.Second)
 	start := time.Now()
-	stream, err := l.broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "lc", ConsumerName: "worker-a", MaxInFlight: 4})
+	stream, err := l.Broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "lc", ConsumerName: "worker-a", MaxInFlight: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ds := recvN(t, stream, 3)
-	if _, err := l.broker.Ack(ctx, &raftqv1.AckRequest{Queue: "lc", Acks: refsOf(ds[:1])}); err != nil {
+	if _, err := l.Broker.Ack(ctx, &raftqv1.AckRequest{Queue: "lc", Acks: refsOf(ds[:1])}); err != nil {
 		t.Fatal(err)
 	}
 
 	var got *raftqv1.ConsumerInfo
 	waitUntil(t, 10*time.Second, "the ack to show in ListConsumers", func() error {
-		r, err := f.broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "lc"})
+		r, err := f.Broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "lc"})
 		if err != nil {
 			return err
 		}
@@ -58,11 +58,11 @@ func TestListConsumers(t *testing.T) {
 		t.Errorf("connected since %v, want during the test (from %v)", since, start)
 	}
 
-	_, err = f.broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "nope"})
+	_, err = f.Broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "nope"})
 	if status.Code(err) != codes.NotFound {
 		t.Errorf("unknown queue: %v, want NotFound", err)
 	}
-	_, err = l.broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "bad name!"})
+	_, err = l.Broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "bad name!"})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("bad name: %v, want InvalidArgument", err)
 	}

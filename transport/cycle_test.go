@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"fmt"
@@ -27,26 +27,26 @@ func TestDeliveryCycleEntries(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := startInproc(t, inprocOpts{nodes: 1, carryGrants: !tc.separate})
-			l := c.leader()
+			l := c.Leader()
 			waitUntil(t, 20*time.Second, "cluster version", func() error {
-				if v := l.state.ClusterVersion(); v != fsm.MaxLogVersion {
+				if v := l.State().ClusterVersion(); v != fsm.MaxLogVersion {
 					return fmt.Errorf("cluster version %d, want %d", v, fsm.MaxLogVersion)
 				}
 				return nil
 			})
 			ctx := tctx(t, 60*time.Second)
-			if _, err := l.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "cycle"}); err != nil {
+			if _, err := l.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "cycle"}); err != nil {
 				t.Fatal(err)
 			}
 			batch := make([]*raftqv1.EnqueueMessage, msgs)
 			for i := range batch {
 				batch[i] = &raftqv1.EnqueueMessage{Payload: []byte(fmt.Sprint(i))}
 			}
-			if _, err := l.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "cycle", Messages: batch}); err != nil {
+			if _, err := l.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "cycle", Messages: batch}); err != nil {
 				t.Fatal(err)
 			}
-			before := l.state.AppliedIndex()
-			s, err := l.broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "cycle", MaxInFlight: 8})
+			before := l.State().AppliedIndex()
+			s, err := l.Broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "cycle", MaxInFlight: 8})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,14 +61,14 @@ func TestDeliveryCycleEntries(t *testing.T) {
 						t.Fatalf("delivery %s (attempt %d) after %s", d.Id, d.Attempt, last)
 					}
 					last = d.Id
-					ar, err := l.broker.Ack(ctx, &raftqv1.AckRequest{Queue: "cycle", Acks: []*raftqv1.LeaseRef{refOf(d)}})
+					ar, err := l.Broker.Ack(ctx, &raftqv1.AckRequest{Queue: "cycle", Acks: []*raftqv1.LeaseRef{refOf(d)}})
 					if err != nil || !ar.Results[0].Ok {
 						t.Fatalf("ack %s: %v %v", d.Id, ar, err)
 					}
 					n++
 				}
 			}
-			entries := l.state.AppliedIndex() - before
+			entries := l.State().AppliedIndex() - before
 			t.Logf("%d deliveries: %d entries (%.2f per delivery)", msgs, entries, float64(entries)/msgs)
 			if tc.separate {
 				if entries < msgs*8/5 {

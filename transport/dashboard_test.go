@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"fmt"
@@ -21,22 +21,22 @@ import (
 // dead letters, and a redrive posted to it moves the leader's messages.
 func TestDashboardOnAFollower(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 3})
-	l, f := c.leader(), c.followers()[0]
+	l, f := c.Leader(), c.Followers()[0]
 	mustCreate(t, l, "dash", &raftqv1.QueueConfig{MaxDeliveries: 1})
 	mustEnqueue(t, l, "dash", []byte("one"), []byte("two"), []byte("three"))
 	ctx := tctx(t, 30*time.Second)
-	stream, err := l.broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "dash", ConsumerName: "dash-worker", MaxInFlight: 1})
+	stream, err := l.Broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "dash", ConsumerName: "dash-worker", MaxInFlight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ds := recvN(t, stream, 1)
 	// Straight to the DLQ: one dead letter to redrive.
-	if _, err := l.broker.Nack(ctx, &raftqv1.NackRequest{Queue: "dash", Nacks: []*raftqv1.NackItem{{MessageId: ds[0].Id, LeaseToken: ds[0].LeaseToken, DeadLetter: true}}}); err != nil {
+	if _, err := l.Broker.Nack(ctx, &raftqv1.NackRequest{Queue: "dash", Nacks: []*raftqv1.NackItem{{MessageId: ds[0].Id, LeaseToken: ds[0].LeaseToken, DeadLetter: true}}}); err != nil {
 		t.Fatal(err)
 	}
-	c.synced()
+	c.Synced()
 
-	srv := httptest.NewServer(f.srv.HTTPHandler())
+	srv := httptest.NewServer(f.API().HTTPHandler())
 	defer srv.Close()
 	get := func(path string) string {
 		t.Helper()
@@ -53,20 +53,20 @@ func TestDashboardOnAFollower(t *testing.T) {
 	}
 	waitUntil(t, 10*time.Second, "the follower's queue page to show the leader's consumer", func() error {
 		body := get("/queues/dash")
-		for _, want := range []string{`<span id="queue-name">dash</span>`, `node <b id="node-id">` + f.id, `data-consumer="dash-worker"`, `<dd class="dead_lettered">1`, `one`} {
+		for _, want := range []string{`<span id="queue-name">dash</span>`, `node <b id="node-id">` + f.ID, `data-consumer="dash-worker"`, `<dd class="dead_lettered">1`, `one`} {
 			if !strings.Contains(body, want) {
 				return fmt.Errorf("lacks %s", want)
 			}
 		}
 		return nil
 	})
-	if body := get("/"); !strings.Contains(body, `<dd id="leader">`+l.id+`</dd>`) || !strings.Contains(body, "consistent") {
-		t.Errorf("cluster page lacks the leader %s or the replica comparison", l.id)
+	if body := get("/"); !strings.Contains(body, `<dd id="leader">`+l.ID+`</dd>`) || !strings.Contains(body, "consistent") {
+		t.Errorf("cluster page lacks the leader %s or the replica comparison", l.ID)
 	}
 	// Every node's memory, disk and start time, each asked of the node
 	// itself (Status local_only), in Status and on the cluster page.
 	waitUntil(t, 10*time.Second, "every node's resources in the follower's Status", func() error {
-		st, err := f.admin.Status(ctx, &raftqv1.StatusRequest{})
+		st, err := f.Admin.Status(ctx, &raftqv1.StatusRequest{})
 		if err != nil {
 			return err
 		}
@@ -96,7 +96,7 @@ func TestDashboardOnAFollower(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/queues/dash?done=redriven&n=1&queue=dash" {
 		t.Fatalf("redrive: %d %q, want 303 to ?done=redriven&n=1", resp.StatusCode, resp.Header.Get("Location"))
 	}
-	q, err := l.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "dash"})
+	q, err := l.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "dash"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,9 +114,9 @@ func TestDashboardOnAFollower(t *testing.T) {
 // released when its lease ends, and delivered again.
 func TestDashboardActionsOnAFollower(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 3})
-	l, f := c.leader(), c.followers()[0]
+	l, f := c.Leader(), c.Followers()[0]
 	ctx := tctx(t, time.Minute)
-	srv := httptest.NewServer(f.srv.HTTPHandler())
+	srv := httptest.NewServer(f.API().HTTPHandler())
 	defer srv.Close()
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	postForm := func(path string, form url.Values) (int, string, string) {
@@ -131,7 +131,7 @@ func TestDashboardActionsOnAFollower(t *testing.T) {
 	}
 	stats := func() *raftqv1.QueueStats {
 		t.Helper()
-		q, err := l.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "web"})
+		q, err := l.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "web"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func TestDashboardActionsOnAFollower(t *testing.T) {
 	if code, loc, body := postForm("/queues", url.Values{"name": {"web"}, "visibility_timeout_ms": {"10m"}}); code != 303 || loc != "/queues/web?done=created&queue=web" {
 		t.Fatalf("create: %d %q\n%s", code, loc, body)
 	}
-	q, err := l.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "web"})
+	q, err := l.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "web"})
 	if err != nil || q.GetQueue().GetConfig().GetVisibilityTimeoutMs() != 600000 {
 		t.Fatalf("after create the leader has %v, %v", q, err)
 	}
@@ -173,7 +173,7 @@ func TestDashboardActionsOnAFollower(t *testing.T) {
 	}
 	// The follower's hold of the stream ends with the ack.
 	waitUntil(t, 10*time.Second, "the dashboard's consumer to go", func() error {
-		cs, err := l.broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "web"})
+		cs, err := l.Broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "web"})
 		if err != nil || len(cs.GetConsumers()) != 0 {
 			return fmt.Errorf("consumers %v, %v", cs.GetConsumers(), err)
 		}
@@ -196,7 +196,7 @@ func TestDashboardActionsOnAFollower(t *testing.T) {
 		if st := stats(); st.GetReady() != 1 || st.GetInFlight() != 0 {
 			return fmt.Errorf("%v", st)
 		}
-		cs, err := l.broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "web"})
+		cs, err := l.Broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "web"})
 		if err != nil || len(cs.GetConsumers()) != 0 {
 			return fmt.Errorf("consumers %v, %v", cs.GetConsumers(), err)
 		}
@@ -228,7 +228,7 @@ func TestDashboardActionsOnAFollower(t *testing.T) {
 	if code, loc, body := postForm("/queues/web/delete", url.Values{"if_empty": {"off"}, "confirm": {"web"}}); code != 303 || loc != "/queues?done=deleted&queue=web" {
 		t.Fatalf("delete: %d %q\n%s", code, loc, body)
 	}
-	if _, err := l.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "web"}); status.Code(err) != codes.NotFound {
+	if _, err := l.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "web"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("after delete: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"context"
@@ -22,46 +22,46 @@ func TestDLQNeedsManageOnIt(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1, expect: 1, auth: auth.ModeToken, bootstrapToken: testBootstrap})
 	waitAuthVersion(t, c)
 	ctx := tctx(t, time.Minute)
-	l := c.leader()
+	l := c.Leader()
 	admin := bearer(ctx, testBootstrap)
-	if _, err := l.broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: "b.jobs"}); err != nil {
+	if _, err := l.Broker.CreateQueue(admin, &raftqv1.CreateQueueRequest{Name: "b.jobs"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.broker.Enqueue(admin, &raftqv1.EnqueueRequest{Queue: "b.jobs", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("b's work")}}}); err != nil {
+	if _, err := l.Broker.Enqueue(admin, &raftqv1.EnqueueRequest{Queue: "b.jobs", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("b's work")}}}); err != nil {
 		t.Fatal(err)
 	}
 	tok := mustToken(t, ctx, l, "tenant-a", 0)
 	mustGrant(t, ctx, l, &raftqv1.GrantRequest{Identity: "tenant-a", Pattern: "a.*", Allow: []string{"manage", "produce", "consume"}})
 	as := bearer(ctx, tok)
 
-	_, err := l.broker.CreateQueue(as, &raftqv1.CreateQueueRequest{Name: "a.x", Config: &raftqv1.QueueConfig{DeadLetterQueue: "b.jobs"}})
+	_, err := l.Broker.CreateQueue(as, &raftqv1.CreateQueueRequest{Name: "a.x", Config: &raftqv1.QueueConfig{DeadLetterQueue: "b.jobs"}})
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "b.jobs") || !strings.Contains(err.Error(), "manage") {
 		t.Fatalf("create a.x with dead_letter_queue b.jobs: %v, want PERMISSION_DENIED naming manage on b.jobs", err)
 	}
-	info, err := l.broker.GetQueue(admin, &raftqv1.GetQueueRequest{Name: "b.jobs"})
+	info, err := l.Broker.GetQueue(admin, &raftqv1.GetQueueRequest{Name: "b.jobs"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info.Queue.IsDeadLetterQueue || info.Queue.Stats.GetReady() != 1 || info.Queue.Config.GetDeadLetterQueue() != "b.jobs.dlq" {
 		t.Fatalf("b.jobs changed: %v", info.Queue)
 	}
-	if _, err := l.broker.GetQueue(admin, &raftqv1.GetQueueRequest{Name: "a.x"}); status.Code(err) != codes.NotFound {
+	if _, err := l.Broker.GetQueue(admin, &raftqv1.GetQueueRequest{Name: "a.x"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("a.x exists after the refusal: %v", err)
 	}
 	// Naming it in an update is refused the same way, before the update
 	// itself is judged.
-	if _, err := l.broker.CreateQueue(as, &raftqv1.CreateQueueRequest{Name: "a.x", Config: &raftqv1.QueueConfig{DeadLetterQueue: "a.dlq"}}); err != nil {
+	if _, err := l.Broker.CreateQueue(as, &raftqv1.CreateQueueRequest{Name: "a.x", Config: &raftqv1.QueueConfig{DeadLetterQueue: "a.dlq"}}); err != nil {
 		t.Fatalf("a dead-letter queue in its own namespace: %v", err)
 	}
-	_, err = l.broker.UpdateQueue(as, &raftqv1.UpdateQueueRequest{Name: "a.x", Config: &raftqv1.QueueConfig{DeadLetterQueue: "b.jobs"}})
+	_, err = l.Broker.UpdateQueue(as, &raftqv1.UpdateQueueRequest{Name: "a.x", Config: &raftqv1.QueueConfig{DeadLetterQueue: "b.jobs"}})
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "b.jobs") {
 		t.Fatalf("update a.x naming b.jobs: %v, want PERMISSION_DENIED naming b.jobs", err)
 	}
 	// Sharing a dead-letter queue in one's own namespace keeps working.
-	if _, err := l.broker.CreateQueue(as, &raftqv1.CreateQueueRequest{Name: "a.y", Config: &raftqv1.QueueConfig{DeadLetterQueue: "a.dlq"}}); err != nil {
+	if _, err := l.Broker.CreateQueue(as, &raftqv1.CreateQueueRequest{Name: "a.y", Config: &raftqv1.QueueConfig{DeadLetterQueue: "a.dlq"}}); err != nil {
 		t.Fatalf("sharing a.dlq: %v", err)
 	}
-	dlq, err := l.broker.GetQueue(admin, &raftqv1.GetQueueRequest{Name: "a.dlq"})
+	dlq, err := l.Broker.GetQueue(admin, &raftqv1.GetQueueRequest{Name: "a.dlq"})
 	if err != nil || !dlq.Queue.IsDeadLetterQueue {
 		t.Fatalf("a.dlq: %v %v", dlq, err)
 	}
@@ -76,15 +76,15 @@ func TestDLQNeedsManageOnIt(t *testing.T) {
 func TestVersion12ThroughTheAPI(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1, expect: 1})
 	ctx := tctx(t, time.Minute)
-	l := c.leader()
+	l := c.Leader()
 	waitUntil(t, 10*time.Second, "cluster version 12", func() error {
-		if v := l.state.ClusterVersion(); v < fsm.GuardVersion {
+		if v := l.State().ClusterVersion(); v < fsm.GuardVersion {
 			return fmt.Errorf("cluster version %d", v)
 		}
 		return nil
 	})
 	create := func(name, dlq string) error {
-		_, err := l.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: name, Config: &raftqv1.QueueConfig{DeadLetterQueue: dlq}})
+		_, err := l.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: name, Config: &raftqv1.QueueConfig{DeadLetterQueue: dlq}})
 		return err
 	}
 	for _, q := range []string{"b.jobs", "b.idle", "n"} {
@@ -92,19 +92,19 @@ func TestVersion12ThroughTheAPI(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := l.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "b.jobs", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("work")}}}); err != nil {
+	if _, err := l.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "b.jobs", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("work")}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := create("a.x", "b.jobs"); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "b.jobs") {
 		t.Fatalf("a queue holding a message as dead-letter queue: %v, want FAILED_PRECONDITION naming it", err)
 	}
 	lctx, stop := context.WithCancel(ctx)
-	if _, err := l.broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "b.idle", MaxInFlight: 1}); err != nil {
+	if _, err := l.Broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "b.idle", MaxInFlight: 1}); err != nil {
 		t.Fatal(err)
 	}
 	consumers := func(want int) func() error {
 		return func() error {
-			cs, err := l.broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "b.idle"})
+			cs, err := l.Broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "b.idle"})
 			if err != nil || len(cs.Consumers) != want {
 				return fmt.Errorf("consumers %v %v, want %d", cs, err, want)
 			}
@@ -121,16 +121,16 @@ func TestVersion12ThroughTheAPI(t *testing.T) {
 		t.Fatalf("an empty queue without consumers as dead-letter queue: %v", err)
 	}
 
-	st, err := l.admin.Status(ctx, &raftqv1.StatusRequest{})
+	st, err := l.Admin.Status(ctx, &raftqv1.StatusRequest{})
 	if err != nil || st.GetSettings().GetMaxQueues() != fsm.DefaultMaxQueues {
 		t.Fatalf("Status settings %v (%v), want max_queues %d", st.GetSettings(), err, fsm.DefaultMaxQueues)
 	}
-	qs, err := l.broker.ListQueues(ctx, &raftqv1.ListQueuesRequest{})
+	qs, err := l.Broker.ListQueues(ctx, &raftqv1.ListQueuesRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	limit := int64(len(qs.Queues) + 1)
-	if resp, err := l.admin.SetClusterSettings(ctx, &raftqv1.SetClusterSettingsRequest{MaxQueues: &limit}); err != nil || resp.GetSettings().GetMaxQueues() != limit {
+	if resp, err := l.Admin.SetClusterSettings(ctx, &raftqv1.SetClusterSettingsRequest{MaxQueues: &limit}); err != nil || resp.GetSettings().GetMaxQueues() != limit {
 		t.Fatalf("SetClusterSettings max_queues: %v %v", resp, err)
 	}
 	if err := create("c", ""); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "max_queues") {
@@ -140,21 +140,21 @@ func TestVersion12ThroughTheAPI(t *testing.T) {
 		t.Fatalf("one more queue, sharing a dead-letter queue: %v", err)
 	}
 
-	if _, err := l.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "n", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}}); err != nil {
+	if _, err := l.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "n", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("m")}}}); err != nil {
 		t.Fatal(err)
 	}
 	lctx, stop = context.WithCancel(ctx)
 	defer stop()
-	s, err := l.broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "n", MaxInFlight: 1, Limit: 1})
+	s, err := l.Broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "n", MaxInFlight: 1, Limit: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := recvN(t, s, 1)[0]
-	resp, err := l.broker.Nack(ctx, &raftqv1.NackRequest{Queue: "n", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Unprocessed: true, DelayMs: 60_000}}})
+	resp, err := l.Broker.Nack(ctx, &raftqv1.NackRequest{Queue: "n", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Unprocessed: true, DelayMs: 60_000}}})
 	if err != nil || !resp.Results[0].GetOk() {
 		t.Fatalf("nack: %v %v", resp, err)
 	}
-	info, err := l.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "n"})
+	info, err := l.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "n"})
 	if err != nil || info.Queue.Stats.GetDelayed() != 1 || info.Queue.Stats.GetReady() != 0 {
 		t.Fatalf("after an unprocessed nack with a delay: %v %v, want the message delayed", info.GetQueue().GetStats(), err)
 	}

@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/internal/testcluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,8 +17,8 @@ import (
 // testEnqueueStream checks that each streamed request is answered once,
 // under its own seq, exactly as a unary Enqueue would answer it, on the
 // leader and (forwarded) on a follower.
-func testEnqueueStream(t *testing.T, c *inprocCluster) {
-	mustCreate(t, c.leader(), "es", &raftqv1.QueueConfig{MaxMessageBytes: 16})
+func testEnqueueStream(t *testing.T, c *testcluster.Cluster) {
+	mustCreate(t, c.Leader(), "es", &raftqv1.QueueConfig{MaxMessageBytes: 16})
 	msg := func(p string) *raftqv1.EnqueueRequest {
 		return &raftqv1.EnqueueRequest{Queue: "es", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte(p)}}}
 	}
@@ -33,11 +34,11 @@ func testEnqueueStream(t *testing.T, c *inprocCluster) {
 	}
 	const requests = 40
 	total := 0
-	for _, n := range []*inprocNode{c.leader(), c.followers()[0]} {
-		t.Run("via "+n.id, func(t *testing.T) {
+	for _, n := range []*testcluster.Node{c.Leader(), c.Followers()[0]} {
+		t.Run("via "+n.ID, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			st, err := n.broker.EnqueueStream(ctx)
+			st, err := n.Broker.EnqueueStream(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -83,7 +84,7 @@ func testEnqueueStream(t *testing.T, c *inprocCluster) {
 		})
 	}
 	// Bad requests changed nothing; good ones each enqueued one message.
-	if got := queueInfo(t, c.leader(), "es").Stats.Ready; got != int64(total) {
+	if got := queueInfo(t, c.Leader(), "es").Stats.Ready; got != int64(total) {
 		t.Fatalf("ready = %d, want %d", got, total)
 	}
 }
@@ -93,11 +94,11 @@ func testEnqueueStream(t *testing.T, c *inprocCluster) {
 // it retries elsewhere.
 func TestEnqueueStreamEndsOnStop(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	n := c.leader()
+	n := c.Leader()
 	mustCreate(t, n, "stop", nil)
 	sctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := n.broker.EnqueueStream(sctx)
+	st, err := n.Broker.EnqueueStream(sctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestEnqueueStreamEndsOnStop(t *testing.T) {
 	}
 	stopCtx, stopCancel := context.WithTimeout(context.Background(), time.Minute)
 	defer stopCancel()
-	n.srv.Stop(stopCtx)
+	n.API().Stop(stopCtx)
 	if stopCtx.Err() != nil {
 		t.Fatal("Stop ran into its deadline: the open EnqueueStream held GracefulStop")
 	}

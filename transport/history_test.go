@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"context"
@@ -53,20 +53,20 @@ func leaseOne(t *testing.T, ctx context.Context, b raftqv1.BrokerClient, queue, 
 // says.
 func TestGetMessageOverGRPC(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 3})
-	l := c.leader()
+	l := c.Leader()
 	ctx := tctx(t, time.Minute)
 	mustCreate(t, l, "h", &raftqv1.QueueConfig{VisibilityTimeoutMs: 10_000})
 	trace := map[string]string{
 		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		"tracestate":  "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE",
 	}
-	er, err := l.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "h", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("p"), Headers: trace}}})
+	er, err := l.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "h", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("p"), Headers: trace}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := er.MessageIds[0]
 
-	d, stop := leaseOne(t, ctx, l.broker, "h", "worker-a")
+	d, stop := leaseOne(t, ctx, l.Broker, "h", "worker-a")
 	for k, v := range trace {
 		if d.Headers[k] != v {
 			t.Fatalf("delivery header %s = %q, want %q untouched", k, d.Headers[k], v)
@@ -76,16 +76,16 @@ func TestGetMessageOverGRPC(t *testing.T) {
 		t.Fatalf("first delivery has a history: %v %q", d.History, d.LastError)
 	}
 	long := strings.Repeat("x", fsm.MaxNackReasonBytes+1)
-	if _, err := l.broker.Nack(ctx, &raftqv1.NackRequest{Queue: "h", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Reason: long}}}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "reason") {
+	if _, err := l.Broker.Nack(ctx, &raftqv1.NackRequest{Queue: "h", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Reason: long}}}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "reason") {
 		t.Fatalf("a 1025-byte reason: %v, want INVALID_ARGUMENT naming reason", err)
 	}
-	nr, err := l.broker.Nack(ctx, &raftqv1.NackRequest{Queue: "h", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Reason: "db timeout"}}})
+	nr, err := l.Broker.Nack(ctx, &raftqv1.NackRequest{Queue: "h", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Reason: "db timeout"}}})
 	if err != nil || !nr.Results[0].Ok {
 		t.Fatalf("nack: %v %v", nr, err)
 	}
 	stop()
 
-	d, stop = leaseOne(t, ctx, l.broker, "h", "worker-b")
+	d, stop = leaseOne(t, ctx, l.Broker, "h", "worker-b")
 	defer stop()
 	if got := attemptsOf(d); got != "1:worker-a:nacked:db timeout" || d.LastError != "db timeout" || d.Attempt != 2 {
 		t.Fatalf("second delivery: attempt %d history %q last_error %q", d.Attempt, got, d.LastError)
@@ -95,34 +95,34 @@ func TestGetMessageOverGRPC(t *testing.T) {
 			t.Fatalf("redelivery header %s = %q, want %q untouched", k, d.Headers[k], v)
 		}
 	}
-	gm, err := l.broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "h", MessageId: id})
+	gm, err := l.Broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "h", MessageId: id})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if gm.State != "in_flight" || strings.Join(eventKinds(gm), ",") != "enqueued,leased,nacked,leased" || !strings.Contains(gm.Events[2].Detail, "db timeout") {
 		t.Fatalf("GetMessage in flight: %s %v %v", gm.State, eventKinds(gm), gm.Events)
 	}
-	if _, err := l.broker.Ack(ctx, &raftqv1.AckRequest{Queue: "h", Acks: []*raftqv1.LeaseRef{refOf(d)}}); err != nil {
+	if _, err := l.Broker.Ack(ctx, &raftqv1.AckRequest{Queue: "h", Acks: []*raftqv1.LeaseRef{refOf(d)}}); err != nil {
 		t.Fatal(err)
 	}
-	c.synced()
-	for _, n := range c.nodes { // the leader, and followers forwarding
-		gm, err := n.broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "h", MessageId: id})
+	c.Synced()
+	for _, n := range c.Nodes { // the leader, and followers forwarding
+		gm, err := n.Broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "h", MessageId: id})
 		if err != nil {
-			t.Fatalf("%s: %v", n.id, err)
+			t.Fatalf("%s: %v", n.ID, err)
 		}
 		if gm.State != "acked" || gm.Message.Payload != nil || gm.Message.Headers["traceparent"] != trace["traceparent"] ||
 			attemptsOf(gm.Message) != "1:worker-a:nacked:db timeout 2:worker-b:acked:" || gm.Events[len(gm.Events)-1].Detail != "by worker-b" {
-			t.Fatalf("%s: GetMessage acked: %v", n.id, gm)
+			t.Fatalf("%s: GetMessage acked: %v", n.ID, gm)
 		}
 	}
-	if _, err := l.broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "h", MessageId: "nonsense"}); status.Code(err) != codes.InvalidArgument {
+	if _, err := l.Broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "h", MessageId: "nonsense"}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a bad id: %v, want INVALID_ARGUMENT", err)
 	}
-	if _, err := l.broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "h", MessageId: "00000000000000ff"}); status.Code(err) != codes.NotFound {
+	if _, err := l.Broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "h", MessageId: "00000000000000ff"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("an unknown id: %v, want NOT_FOUND", err)
 	}
-	if _, err := l.broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "nope", MessageId: id}); status.Code(err) != codes.NotFound {
+	if _, err := l.Broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "nope", MessageId: id}); status.Code(err) != codes.NotFound {
 		t.Fatalf("an unknown queue: %v, want NOT_FOUND", err)
 	}
 }
@@ -134,28 +134,28 @@ func TestGetMessageOverGRPC(t *testing.T) {
 // follows it.
 func TestHistorySurvivesFailover(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 3})
-	old := c.leader()
+	old := c.Leader()
 	ctx := tctx(t, time.Minute)
 	mustCreate(t, old, "fo", &raftqv1.QueueConfig{VisibilityTimeoutMs: 2000})
 	id := mustEnqueue(t, old, "fo", []byte("p"))[0]
 	before := time.Now().UnixMilli()
-	d, stop := leaseOne(t, ctx, old.broker, "fo", "worker-on-a")
+	d, stop := leaseOne(t, ctx, old.Broker, "fo", "worker-on-a")
 	defer stop()
 	if d.Id != id {
 		t.Fatalf("leased %s, want %s", d.Id, id)
 	}
 
-	if _, err := old.admin.TransferLeadership(ctx, &raftqv1.TransferLeadershipRequest{}); err != nil {
+	if _, err := old.Admin.TransferLeadership(ctx, &raftqv1.TransferLeadershipRequest{}); err != nil {
 		t.Fatalf("TransferLeadership: %v", err)
 	}
-	nl := c.waitStable(20 * time.Second)
+	nl := c.WaitStable(20 * time.Second)
 	if nl == old {
-		t.Fatalf("%s still leads", old.id)
+		t.Fatalf("%s still leads", old.ID)
 	}
 	var gm *raftqv1.GetMessageResponse
 	waitUntil(t, 20*time.Second, "the old leader's lease to end on the new leader", func() error {
 		var err error
-		gm, err = nl.broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "fo", MessageId: id})
+		gm, err = nl.Broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "fo", MessageId: id})
 		if err != nil {
 			return err
 		}
@@ -172,19 +172,19 @@ func TestHistorySurvivesFailover(t *testing.T) {
 		t.Fatalf("events after failover: %v", gm.Events)
 	}
 
-	d, stop2 := leaseOne(t, ctx, nl.broker, "fo", "worker-on-b")
+	d, stop2 := leaseOne(t, ctx, nl.Broker, "fo", "worker-on-b")
 	defer stop2()
-	if _, err := nl.broker.Nack(ctx, &raftqv1.NackRequest{Queue: "fo", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Reason: "after failover"}}}); err != nil {
+	if _, err := nl.Broker.Nack(ctx, &raftqv1.NackRequest{Queue: "fo", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Reason: "after failover"}}}); err != nil {
 		t.Fatal(err)
 	}
-	gm, err := nl.broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "fo", MessageId: id})
+	gm, err := nl.Broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "fo", MessageId: id})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := attemptsOf(gm.Message); !strings.HasPrefix(got, "1:worker-on-a:") || !strings.HasSuffix(got, "2:worker-on-b:nacked:after failover") || gm.Message.LastError != "after failover" {
 		t.Fatalf("history after the new leader's nack: %q, last_error %q", got, gm.Message.LastError)
 	}
-	c.digests() // fails the test if replicas differ
+	c.Digests() // fails the test if replicas differ
 }
 
 // TestGetMessageNeedsVersion: until every voter applies HistoryVersion
@@ -192,21 +192,21 @@ func TestHistorySurvivesFailover(t *testing.T) {
 // FAILED_PRECONDITION naming it, and deliveries carry no history.
 func TestGetMessageNeedsVersion(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1, logVersion: fsm.HistoryVersion - 1})
-	l := c.leader()
-	waitClusterVersion(t, c, fsm.HistoryVersion-1)
+	l := c.Leader()
+	c.WaitClusterVersion(fsm.HistoryVersion - 1)
 	ctx := tctx(t, 20*time.Second)
 	mustCreate(t, l, "v", nil)
 	id := mustEnqueue(t, l, "v", []byte("p"))[0]
-	_, err := l.broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "v", MessageId: id})
+	_, err := l.Broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: "v", MessageId: id})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), fmt.Sprint("log version ", fsm.HistoryVersion)) || !strings.Contains(err.Error(), "GetMessage") {
 		t.Fatalf("GetMessage at cluster version %d: %v, want FAILED_PRECONDITION naming GetMessage and log version %d", fsm.HistoryVersion-1, err, fsm.HistoryVersion)
 	}
-	d, stop := leaseOne(t, ctx, l.broker, "v", "w")
-	if _, err := l.broker.Nack(ctx, &raftqv1.NackRequest{Queue: "v", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Reason: "r"}}}); err != nil {
+	d, stop := leaseOne(t, ctx, l.Broker, "v", "w")
+	if _, err := l.Broker.Nack(ctx, &raftqv1.NackRequest{Queue: "v", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Reason: "r"}}}); err != nil {
 		t.Fatal(err)
 	}
 	stop()
-	d, stop = leaseOne(t, ctx, l.broker, "v", "w")
+	d, stop = leaseOne(t, ctx, l.Broker, "v", "w")
 	defer stop()
 	if d.History != nil || d.LastError != "" {
 		t.Fatalf("a delivery at cluster version %d has a history: %v %q", fsm.HistoryVersion-1, d.History, d.LastError)
@@ -219,10 +219,10 @@ func TestGetMessageNeedsVersion(t *testing.T) {
 // story.
 func TestSDKHistory(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	l := c.leader()
+	l := c.Leader()
 	ctx := tctx(t, time.Minute)
 	mustCreate(t, l, "sdk", nil)
-	cl, err := client.Dial(ctx, []string{l.addr})
+	cl, err := client.Dial(ctx, []string{l.Addrs.GRPC})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"net/http"
@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/auth"
+	"github.com/raftq/raftq/host"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport"
 )
 
 // TestHTTPRoutesFailClosed walks every route of the HTTP port of a node
@@ -22,14 +24,14 @@ import (
 // middleware, it served every page to anyone. With the bootstrap token
 // the same paths are not refused, so a refusal above is the guard's.
 func TestHTTPRoutesFailClosed(t *testing.T) {
-	c := startInproc(t, inprocOpts{nodes: 1, auth: auth.ModeToken, bootstrapToken: testBootstrap})
-	n := c.nodes[0]
-	if _, err := n.broker.CreateQueue(bearer(tctx(t, 10*time.Second), testBootstrap), &raftqv1.CreateQueueRequest{Name: "q"}); err != nil {
+	c := startInproc(t, inprocOpts{nodes: 1, auth: auth.ModeToken, bootstrapToken: testBootstrap,
+		adjust: func(_ string, c *host.Config) { c.API.Pprof = true }}) // mount every route there is
+	n := c.Nodes[0]
+	if _, err := n.Broker.CreateQueue(bearer(tctx(t, 10*time.Second), testBootstrap), &raftqv1.CreateQueueRequest{Name: "q"}); err != nil {
 		t.Fatal(err)
 	}
-	n.srv.cfg.Pprof = true // mount every route there is
-	routes := n.srv.httpRoutes()
-	port := routes.handler(n.srv.cfg.Auth, auth.HTTPOptions{})
+	routes := n.API().HTTPRoutes()
+	port := routes.Port
 
 	// Requests per pattern: the pattern itself, and for the dashboard's
 	// "/" each of its pages, a POST, an asset and a path nobody serves.
@@ -38,7 +40,7 @@ func TestHTTPRoutesFailClosed(t *testing.T) {
 	type probe struct{ method, path string }
 	var probes []probe
 	var patterns []string
-	for p := range routes.patterns {
+	for p := range routes.Patterns {
 		patterns = append(patterns, p)
 	}
 	slices.Sort(patterns)
@@ -73,7 +75,7 @@ func TestHTTPRoutesFailClosed(t *testing.T) {
 		t.Run(pr.method+" "+pr.path, func(t *testing.T) {
 			pattern, _, _ := strings.Cut(pr.path, "?")
 			if open(pr.path) {
-				if !routes.patterns[pr.path] {
+				if !routes.Patterns[pr.path] {
 					t.Fatalf("%s is mounted guarded, but the middleware lets it through unauthenticated", pr.path)
 				}
 				if w := do(port, pr, "", ""); w.Code != http.StatusOK {
@@ -81,7 +83,7 @@ func TestHTTPRoutesFailClosed(t *testing.T) {
 				}
 				return
 			}
-			if routes.patterns[pattern] {
+			if routes.Patterns[pattern] {
 				t.Fatalf("%s is mounted open", pattern)
 			}
 			if w := do(port, pr, "", ""); w.Code != http.StatusUnauthorized {
@@ -93,7 +95,7 @@ func TestHTTPRoutesFailClosed(t *testing.T) {
 					t.Errorf("port, browser without credentials: %d to %q, want 303 to /login", w.Code, w.Header().Get("Location"))
 				}
 			}
-			if w := do(routes.mux, pr, "", ""); w.Code != http.StatusUnauthorized {
+			if w := do(routes.Mux, pr, "", ""); w.Code != http.StatusUnauthorized {
 				t.Errorf("routes without the middleware: %d, want 401", w.Code)
 			}
 			if w := do(port, pr, "Authorization", "Bearer "+testBootstrap); w.Code == http.StatusUnauthorized || w.Code == http.StatusForbidden {
@@ -103,10 +105,10 @@ func TestHTTPRoutesFailClosed(t *testing.T) {
 	}
 
 	// The JSON API beside the operator routes authenticates as gRPC does.
-	req := httptest.NewRequest(http.MethodPost, ConnectPrefix+"Broker/ListQueues", strings.NewReader("{}"))
+	req := httptest.NewRequest(http.MethodPost, transport.ConnectPrefix+"Broker/ListQueues", strings.NewReader("{}"))
 	req.Header.Set("Content-Type", "application/json")
 	w := httptest.NewRecorder()
-	n.srv.HTTPHandler().ServeHTTP(w, req)
+	n.API().HTTPHandler().ServeHTTP(w, req)
 	if w.Code != http.StatusUnauthorized {
 		t.Errorf("JSON API without credentials: %d %s, want 401", w.Code, w.Body)
 	}
@@ -114,14 +116,14 @@ func TestHTTPRoutesFailClosed(t *testing.T) {
 	// The Dashboard handler on a mux of a caller's own, without the
 	// middleware: refused; with it: served.
 	own := http.NewServeMux()
-	own.Handle("/", n.srv.Dashboard())
+	own.Handle("/", n.API().Dashboard())
 	for _, d := range dashboard {
 		m, path, _ := strings.Cut(d, " ")
 		if w := do(own, probe{m, path}, "", ""); w.Code != http.StatusUnauthorized {
 			t.Errorf("Dashboard() without the middleware: %s %s answered %d, want 401", m, path, w.Code)
 		}
 	}
-	guarded := n.srv.cfg.Auth.Middleware(own, auth.HTTPOptions{})
+	guarded := n.API().Authenticator().Middleware(own, auth.HTTPOptions{})
 	if w := do(guarded, probe{http.MethodGet, "/queues"}, "Authorization", "Bearer "+testBootstrap); w.Code != http.StatusOK {
 		t.Errorf("Dashboard() behind the middleware with the token: %d %s", w.Code, w.Body)
 	}

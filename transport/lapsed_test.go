@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
+	"github.com/raftq/raftq/transport"
 	"google.golang.org/grpc"
 )
 
@@ -37,8 +38,8 @@ func (s *blockingLeaseStream) Context() context.Context { return s.ctx }
 func (s *blockingLeaseStream) Send(r *raftqv1.LeaseResponse) error {
 	s.mu.Lock()
 	for _, d := range r.GetMessages() {
-		id, _ := ParseID(d.GetId())
-		tok, _ := ParseID(d.GetLeaseToken())
+		id, _ := transport.ParseID(d.GetId())
+		tok, _ := transport.ParseID(d.GetLeaseToken())
 		var holder string
 		var token uint64
 		var ok bool
@@ -76,20 +77,20 @@ func (s *blockingLeaseStream) snapshot() (sent []*raftqv1.Delivery, stale []stri
 // it is sent at last, under a new lease, it is its first attempt.
 func TestSlowStreamSendsNoLapsedDelivery(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	l := c.leader()
+	l := c.Leader()
 	ctx := tctx(t, time.Minute)
 	mustCreate(t, l, "slow", &raftqv1.QueueConfig{VisibilityTimeoutMs: 600_000})
-	cons, err := l.b.Lease(ctx, scheduler.ConsumerRequest{Queue: "slow", Name: "slow", MaxInFlight: 2, VisibilityTimeout: time.Second})
+	cons, err := l.Host.Broker().Lease(ctx, scheduler.ConsumerRequest{Queue: "slow", Name: "slow", MaxInFlight: 2, VisibilityTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cons.Close()
 	ids := mustEnqueue(t, l, "slow", []byte("first"), []byte("second"))
-	second, _ := ParseID(ids[1])
+	second, _ := transport.ParseID(ids[1])
 	var token0 uint64
 	waitUntil(t, 10*time.Second, "both messages to be granted", func() error {
 		var ok bool
-		l.state.Read(func(v fsm.View) { _, token0, ok = v.Lease("slow", second) })
+		l.State().Read(func(v fsm.View) { _, token0, ok = v.Lease("slow", second) })
 		if st := queueInfo(t, l, "slow").Stats; st.InFlight != 2 || !ok {
 			return fmt.Errorf("stats %v", st)
 		}
@@ -98,13 +99,13 @@ func TestSlowStreamSendsNoLapsedDelivery(t *testing.T) {
 
 	sctx, stop := context.WithCancel(ctx)
 	stream := &blockingLeaseStream{
-		ctx: sctx, state: l.state, holder: cons.ID, queue: "slow",
+		ctx: sctx, state: l.State(), holder: cons.ID, queue: "slow",
 		blocked: make(chan struct{}), release: make(chan struct{}),
 	}
 	pushed := make(chan error, 1)
 	// max_batch_bytes 1: one delivery per response, so the second waits
 	// while the first one's Send blocks.
-	go func() { pushed <- brokerService{Server: l.srv}.push(sctx, stream, cons, 1) }()
+	go func() { pushed <- transport.Push(sctx, l.API(), stream, cons, 1) }()
 	defer func() {
 		stop()
 		<-pushed
@@ -113,7 +114,7 @@ func TestSlowStreamSendsNoLapsedDelivery(t *testing.T) {
 	waitUntil(t, 20*time.Second, "the second message's lease to lapse and end", func() error {
 		var token uint64
 		var ok bool
-		l.state.Read(func(v fsm.View) { _, token, ok = v.Lease("slow", second) })
+		l.State().Read(func(v fsm.View) { _, token, ok = v.Lease("slow", second) })
 		if ok && token == token0 {
 			return fmt.Errorf("still leased under %d", token0)
 		}
@@ -145,12 +146,12 @@ func TestSlowStreamSendsNoLapsedDelivery(t *testing.T) {
 // leader's deadline with a clock that may be skewed.
 func TestLeaseRemainingReported(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	l := c.leader()
+	l := c.Leader()
 	ctx := tctx(t, time.Minute)
 	const vis = 60_000
 	mustCreate(t, l, "remain", &raftqv1.QueueConfig{VisibilityTimeoutMs: vis})
 	mustEnqueue(t, l, "remain", []byte("x"))
-	s, err := l.broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "remain", Limit: 1})
+	s, err := l.Broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "remain", Limit: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,14 +160,14 @@ func TestLeaseRemainingReported(t *testing.T) {
 		t.Fatalf("delivery lease_remaining_ms = %d, want in (0, %d]", r, vis)
 	}
 	const by = 120_000
-	resp, err := l.broker.ExtendLease(ctx, &raftqv1.ExtendLeaseRequest{Queue: "remain", Leases: []*raftqv1.LeaseRef{refOf(d)}, ExtendByMs: by})
+	resp, err := l.Broker.ExtendLease(ctx, &raftqv1.ExtendLeaseRequest{Queue: "remain", Leases: []*raftqv1.LeaseRef{refOf(d)}, ExtendByMs: by})
 	if err != nil || !resp.GetResults()[0].GetOk() {
 		t.Fatalf("extend: %v %v", resp, err)
 	}
 	if rs := resp.GetRemainingMs(); len(rs) != 1 || rs[0] <= vis || rs[0] > by {
 		t.Fatalf("extension remaining_ms = %v, want one value in (%d, %d]", rs, vis, by)
 	}
-	if _, err := l.broker.Ack(ctx, &raftqv1.AckRequest{Queue: "remain", Acks: []*raftqv1.LeaseRef{refOf(d)}}); err != nil {
+	if _, err := l.Broker.Ack(ctx, &raftqv1.AckRequest{Queue: "remain", Acks: []*raftqv1.LeaseRef{refOf(d)}}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/raftq/raftq/client"
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/internal/testcluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -24,7 +25,7 @@ const defaultRecvLimit = 4 << 20
 // item 1, "Large messages").
 func TestLargeMessages(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	l := c.leader()
+	l := c.Leader()
 	step := func(name string, f func(t *testing.T)) {
 		if !t.Run(name, f) {
 			t.FailNow()
@@ -36,7 +37,7 @@ func TestLargeMessages(t *testing.T) {
 	step("six 1 MB messages through the SDK", func(t *testing.T) {
 		mustCreate(t, l, "mid", nil)
 		mustEnqueue(t, l, "mid", six...)
-		got := consumeSDK(t, l.addr, "mid", len(six))
+		got := consumeSDK(t, l.Addrs.GRPC, "mid", len(six))
 		checkFirstAttempts(t, got, len(six))
 		checkNoneDeadLettered(t, l, "mid")
 	})
@@ -45,7 +46,7 @@ func TestLargeMessages(t *testing.T) {
 		mustCreate(t, l, "mid-plain", nil)
 		mustEnqueue(t, l, "mid-plain", six...)
 		ctx := tctx(t, 30*time.Second)
-		s, err := l.broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "mid-plain", Limit: int64(len(six))})
+		s, err := l.Broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "mid-plain", Limit: int64(len(six))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +60,7 @@ func TestLargeMessages(t *testing.T) {
 		mustCreate(t, l, "capped", nil)
 		for _, max := range []int64{1_500_000, 100} {
 			mustEnqueue(t, l, "capped", six...)
-			s, err := l.broker.Lease(tctx(t, 30*time.Second), &raftqv1.LeaseRequest{Queue: "capped", Limit: int64(len(six)), MaxBatchBytes: max})
+			s, err := l.Broker.Lease(tctx(t, 30*time.Second), &raftqv1.LeaseRequest{Queue: "capped", Limit: int64(len(six)), MaxBatchBytes: max})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,7 +85,7 @@ func TestLargeMessages(t *testing.T) {
 		mustCreate(t, l, "big", &raftqv1.QueueConfig{MaxMessageBytes: 4 << 20})
 		mustEnqueue(t, l, "big", big, big, []byte("small"))
 		// Peek: at least one message, never more than a default client takes.
-		p, err := l.broker.Peek(tctx(t, 10*time.Second), &raftqv1.PeekRequest{Queue: "big"})
+		p, err := l.Broker.Peek(tctx(t, 10*time.Second), &raftqv1.PeekRequest{Queue: "big"})
 		if err != nil {
 			t.Fatalf("Peek: %v", err)
 		}
@@ -94,7 +95,7 @@ func TestLargeMessages(t *testing.T) {
 		if n := proto.Size(p); n > defaultRecvLimit {
 			t.Fatalf("PeekResponse is %d bytes", n)
 		}
-		s, err := l.broker.Lease(tctx(t, 30*time.Second), &raftqv1.LeaseRequest{Queue: "big", Limit: 3})
+		s, err := l.Broker.Lease(tctx(t, 30*time.Second), &raftqv1.LeaseRequest{Queue: "big", Limit: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,10 +107,10 @@ func TestLargeMessages(t *testing.T) {
 	step("the largest message a queue holds through the SDK", func(t *testing.T) {
 		mustCreate(t, l, "huge", &raftqv1.QueueConfig{MaxMessageBytes: fsm.MaxMessageBytesCap})
 		m := largestMessage()
-		if _, err := l.broker.Enqueue(tctx(t, 30*time.Second), &raftqv1.EnqueueRequest{Queue: "huge", Messages: []*raftqv1.EnqueueMessage{m}}); err != nil {
+		if _, err := l.Broker.Enqueue(tctx(t, 30*time.Second), &raftqv1.EnqueueRequest{Queue: "huge", Messages: []*raftqv1.EnqueueMessage{m}}); err != nil {
 			t.Fatalf("enqueue: %v", err)
 		}
-		cl, err := client.Dial(tctx(t, 10*time.Second), []string{l.addr})
+		cl, err := client.Dial(tctx(t, 10*time.Second), []string{l.Addrs.GRPC})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +119,7 @@ func TestLargeMessages(t *testing.T) {
 		if err != nil || len(p) != 1 || !bytes.Equal(p[0].Payload, m.Payload) {
 			t.Fatalf("SDK Peek: %d messages, %v", len(p), err)
 		}
-		got := consumeSDK(t, l.addr, "huge", 1)
+		got := consumeSDK(t, l.Addrs.GRPC, "huge", 1)
 		checkFirstAttempts(t, got, 1)
 		if !bytes.Equal(got[0].Payload, m.Payload) || len(got[0].Headers) != len(m.Headers) {
 			t.Fatal("the delivery differs from the message enqueued")
@@ -204,9 +205,9 @@ func checkFirstAttempts(t *testing.T, ds []*raftqv1.Delivery, n int) {
 	}
 }
 
-func ackAll(t *testing.T, n *inprocNode, queue string, ds []*raftqv1.Delivery) {
+func ackAll(t *testing.T, n *testcluster.Node, queue string, ds []*raftqv1.Delivery) {
 	t.Helper()
-	r, err := n.broker.Ack(tctx(t, 10*time.Second), &raftqv1.AckRequest{Queue: queue, Acks: refsOf(ds)})
+	r, err := n.Broker.Ack(tctx(t, 10*time.Second), &raftqv1.AckRequest{Queue: queue, Acks: refsOf(ds)})
 	if err != nil {
 		t.Fatalf("Ack: %v", err)
 	}
@@ -219,7 +220,7 @@ func ackAll(t *testing.T, n *inprocNode, queue string, ds []*raftqv1.Delivery) {
 
 // checkNoneDeadLettered waits for queue to drain (the consumer's acks
 // settle asynchronously) and checks its dead-letter queue stayed empty.
-func checkNoneDeadLettered(t *testing.T, n *inprocNode, queue string) {
+func checkNoneDeadLettered(t *testing.T, n *testcluster.Node, queue string) {
 	t.Helper()
 	waitUntil(t, 20*time.Second, queue+" to drain", func() error {
 		st := queueInfo(t, n, queue).Stats

@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"context"
@@ -17,9 +17,9 @@ import (
 // beyond the limit is granted.
 func TestLeaseLimitEndsStreamOnceSettled(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	l := c.leader()
+	l := c.Leader()
 	ack := func(ctx context.Context, q string, d *raftqv1.Delivery) error {
-		r, err := l.broker.Ack(ctx, &raftqv1.AckRequest{Queue: q, Acks: []*raftqv1.LeaseRef{refOf(d)}})
+		r, err := l.Broker.Ack(ctx, &raftqv1.AckRequest{Queue: q, Acks: []*raftqv1.LeaseRef{refOf(d)}})
 		if err == nil && !r.Results[0].Ok {
 			err = errors.New(r.Results[0].Error)
 		}
@@ -27,7 +27,7 @@ func TestLeaseLimitEndsStreamOnceSettled(t *testing.T) {
 	}
 	nack := func(unprocessed bool) func(ctx context.Context, q string, d *raftqv1.Delivery) error {
 		return func(ctx context.Context, q string, d *raftqv1.Delivery) error {
-			r, err := l.broker.Nack(ctx, &raftqv1.NackRequest{Queue: q, Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Unprocessed: unprocessed}}})
+			r, err := l.Broker.Nack(ctx, &raftqv1.NackRequest{Queue: q, Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, Unprocessed: unprocessed}}})
 			if err == nil && !r.Results[0].Ok {
 				err = errors.New(r.Results[0].Error)
 			}
@@ -48,7 +48,7 @@ func TestLeaseLimitEndsStreamOnceSettled(t *testing.T) {
 			ctx := tctx(t, 20*time.Second)
 			mustCreate(t, l, q, &raftqv1.QueueConfig{VisibilityTimeoutMs: 600_000})
 			mustEnqueue(t, l, q, []byte("1"), []byte("2"), []byte("3"))
-			s, err := l.broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: q, MaxInFlight: 3, Limit: 2})
+			s, err := l.Broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: q, MaxInFlight: 3, Limit: 2})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"bytes"
@@ -15,24 +15,25 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/internal/testcluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
 )
 
 // scrape GETs /metrics from n's HTTP handler and returns the text and the
 // parsed families.
-func scrape(t *testing.T, n *inprocNode) (string, map[string]*dto.MetricFamily) {
+func scrape(t *testing.T, n *testcluster.Node) (string, map[string]*dto.MetricFamily) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	n.srv.HTTPHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	n.API().HTTPHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	if rec.Code != http.StatusOK {
-		t.Fatalf("%s /metrics: %d %s", n.id, rec.Code, rec.Body)
+		t.Fatalf("%s /metrics: %d %s", n.ID, rec.Code, rec.Body)
 	}
 	text := rec.Body.String()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(strings.NewReader(text))
 	if err != nil {
-		t.Fatalf("%s /metrics does not parse: %v", n.id, err)
+		t.Fatalf("%s /metrics does not parse: %v", n.ID, err)
 	}
 	return text, fams
 }
@@ -79,17 +80,17 @@ next:
 // the client cancels counts as OK.
 func TestQueueMetricsMatchGetQueue(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 3})
-	l := c.leader()
+	l := c.Leader()
 	queues := []string{"mq-orders", "mq-mail"}
 	for _, q := range queues {
 		mustCreate(t, l, q, &raftqv1.QueueConfig{DeadLetterQueue: q + "-dlq"})
 	}
 	ctx := tctx(t, 30*time.Second)
-	f := c.followers()[0]
+	f := c.Followers()[0]
 	// Enqueue through a follower too: it forwards.
 	mustEnqueue(t, f, "mq-orders", []byte("a"), []byte("bb"), []byte("ccc"), []byte("dddd"), []byte("eeeee"))
 	mustEnqueue(t, l, "mq-mail", []byte("x"), []byte("yy"))
-	if _, err := l.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "mq-orders", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("later"), DelayMs: time.Hour.Milliseconds()}}}); err != nil {
+	if _, err := l.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "mq-orders", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("later"), DelayMs: time.Hour.Milliseconds()}}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -100,15 +101,15 @@ func TestQueueMetricsMatchGetQueue(t *testing.T) {
 	okBefore, canceledBefore := leaseCount(codes.OK), leaseCount(codes.Canceled)
 
 	sctx, cancelStream := context.WithCancel(ctx)
-	stream, err := l.broker.Lease(sctx, &raftqv1.LeaseRequest{Queue: "mq-orders", ConsumerName: "metrics-test", MaxInFlight: 4})
+	stream, err := l.Broker.Lease(sctx, &raftqv1.LeaseRequest{Queue: "mq-orders", ConsumerName: "metrics-test", MaxInFlight: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ds := recvN(t, stream, 4)
-	if _, err := l.broker.Ack(ctx, &raftqv1.AckRequest{Queue: "mq-orders", Acks: refsOf(ds[:2])}); err != nil {
+	if _, err := l.Broker.Ack(ctx, &raftqv1.AckRequest{Queue: "mq-orders", Acks: refsOf(ds[:2])}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.broker.Nack(ctx, &raftqv1.NackRequest{Queue: "mq-orders", Nacks: []*raftqv1.NackItem{
+	if _, err := l.Broker.Nack(ctx, &raftqv1.NackRequest{Queue: "mq-orders", Nacks: []*raftqv1.NackItem{
 		{MessageId: ds[2].Id, LeaseToken: ds[2].LeaseToken, DelayMs: time.Hour.Milliseconds()},
 		{MessageId: ds[3].Id, LeaseToken: ds[3].LeaseToken, DeadLetter: true, Reason: "bad"},
 	}}); err != nil {
@@ -119,8 +120,8 @@ func TestQueueMetricsMatchGetQueue(t *testing.T) {
 	recvN(t, stream, 1)
 
 	// Every node, compared with what GetQueue says (through the leader).
-	c.synced()
-	for _, n := range c.nodes {
+	c.Synced()
+	for _, n := range c.Nodes {
 		_, fams := scrape(t, n)
 		for _, q := range append(queues, "mq-orders-dlq") {
 			st := queueInfo(t, l, q).GetStats()
@@ -130,11 +131,11 @@ func TestQueueMetricsMatchGetQueue(t *testing.T) {
 			}
 			for state, w := range want {
 				if got, ok := sample(fams, "raftq_queue_messages", "queue", q, "state", state); !ok || got != w {
-					t.Errorf("%s: raftq_queue_messages{queue=%q,state=%q} = %v (present %v), GetQueue says %v", n.id, q, state, got, ok, w)
+					t.Errorf("%s: raftq_queue_messages{queue=%q,state=%q} = %v (present %v), GetQueue says %v", n.ID, q, state, got, ok, w)
 				}
 			}
 			if got, _ := sample(fams, "raftq_queue_bytes", "queue", q); got != float64(st.Bytes) {
-				t.Errorf("%s: raftq_queue_bytes{%s} = %v, GetQueue says %d", n.id, q, got, st.Bytes)
+				t.Errorf("%s: raftq_queue_bytes{%s} = %v, GetQueue says %d", n.ID, q, got, st.Bytes)
 			}
 			events := map[string]float64{
 				"enqueued": float64(st.EnqueuedTotal), "acked": float64(st.AckedTotal),
@@ -142,7 +143,7 @@ func TestQueueMetricsMatchGetQueue(t *testing.T) {
 			}
 			for ev, w := range events {
 				if got, ok := sample(fams, "raftq_queue_events_total", "queue", q, "event", ev); !ok || got != w {
-					t.Errorf("%s: raftq_queue_events_total{queue=%q,event=%q} = %v (present %v), GetQueue says %v", n.id, q, ev, got, ok, w)
+					t.Errorf("%s: raftq_queue_events_total{queue=%q,event=%q} = %v (present %v), GetQueue says %v", n.ID, q, ev, got, ok, w)
 				}
 			}
 			consumers, hasConsumers := sample(fams, "raftq_queue_consumers", "queue", q)
@@ -150,44 +151,44 @@ func TestQueueMetricsMatchGetQueue(t *testing.T) {
 				t.Errorf("leader: raftq_queue_consumers{%s} = %v (present %v), GetQueue says %d", q, consumers, hasConsumers, st.Consumers)
 			}
 			if n != l && hasConsumers {
-				t.Errorf("follower %s exports raftq_queue_consumers{%s}: only the leader knows consumers", n.id, q)
+				t.Errorf("follower %s exports raftq_queue_consumers{%s}: only the leader knows consumers", n.ID, q)
 			}
 		}
 		// Replica-local event counters: five grants, one dead-lettering.
 		if got, _ := sample(fams, "raftq_queue_events_total", "queue", "mq-orders", "event", "delivered"); got != 5 {
-			t.Errorf("%s: delivered = %v, want 5", n.id, got)
+			t.Errorf("%s: delivered = %v, want 5", n.ID, got)
 		}
 		if got, _ := sample(fams, "raftq_queue_events_total", "queue", "mq-orders", "event", "dead_lettered"); got != 1 {
-			t.Errorf("%s: dead_lettered = %v, want 1", n.id, got)
+			t.Errorf("%s: dead_lettered = %v, want 1", n.ID, got)
 		}
 		// mq-mail's two messages are ready; the oldest is younger than the test.
 		if age, ok := sample(fams, "raftq_queue_oldest_ready_age_seconds", "queue", "mq-mail"); !ok || age < 0 || age > 60 {
-			t.Errorf("%s: oldest ready age of mq-mail = %v (present %v)", n.id, age, ok)
+			t.Errorf("%s: oldest ready age of mq-mail = %v (present %v)", n.ID, age, ok)
 		}
 		if age, _ := sample(fams, "raftq_queue_oldest_ready_age_seconds", "queue", "mq-orders"); age != 0 {
-			t.Errorf("%s: mq-orders has nothing ready, oldest ready age = %v", n.id, age)
+			t.Errorf("%s: mq-orders has nothing ready, oldest ready age = %v", n.ID, age)
 		}
 		if got, _ := sample(fams, "raftq_raft_applied_index"); got == 0 {
-			t.Errorf("%s: raftq_raft_applied_index is 0", n.id)
+			t.Errorf("%s: raftq_raft_applied_index is 0", n.ID)
 		}
 		if got, _ := sample(fams, "raftq_gossip_members", "state", "alive"); got != 3 {
-			t.Errorf("%s: %v alive gossip members, want 3", n.id, got)
+			t.Errorf("%s: %v alive gossip members, want 3", n.ID, got)
 		}
 		leader, _ := sample(fams, "raftq_raft_leader")
 		if (leader == 1) != (n == l) {
-			t.Errorf("%s: raftq_raft_leader = %v", n.id, leader)
+			t.Errorf("%s: raftq_raft_leader = %v", n.ID, leader)
 		}
 		if got, _ := sample(fams, "raftq_raft_leader_changes_total"); got < 1 {
-			t.Errorf("%s: raftq_raft_leader_changes_total = %v, want >= 1", n.id, got)
+			t.Errorf("%s: raftq_raft_leader_changes_total = %v, want >= 1", n.ID, got)
 		}
 		if _, ok := sample(fams, "raftq_data_dir_free_bytes"); !ok {
-			t.Errorf("%s: no raftq_data_dir_free_bytes", n.id)
+			t.Errorf("%s: no raftq_data_dir_free_bytes", n.ID)
 		}
 		// Every node appended the workload's entries to its own log.
 		appends, _ := sample(fams, "raftq_raft_log_append_seconds")
 		fsyncs, _ := sample(fams, "raftq_raft_log_fsync_seconds")
 		if appends == 0 || fsyncs != appends {
-			t.Errorf("%s: %v log appends timed, %v fsyncs; want some, one per append", n.id, appends, fsyncs)
+			t.Errorf("%s: %v log appends timed, %v fsyncs; want some, one per append", n.ID, appends, fsyncs)
 		}
 	}
 
@@ -198,30 +199,30 @@ func TestQueueMetricsMatchGetQueue(t *testing.T) {
 	if got, _ := sample(fams, "raftq_lease_duration_seconds", "queue", "mq-orders"); got != 4 {
 		t.Errorf("raftq_lease_duration_seconds{mq-orders} counts %v settled leases, want 4 (2 acks, 2 nacks)", got)
 	}
-	for _, fol := range c.followers() {
-		if lag, ok := sample(fams, "raftq_raft_follower_lag_entries", "follower", fol.id); !ok || lag < 0 {
-			t.Errorf("no follower lag for %s (%v)", fol.id, lag)
+	for _, fol := range c.Followers() {
+		if lag, ok := sample(fams, "raftq_raft_follower_lag_entries", "follower", fol.ID); !ok || lag < 0 {
+			t.Errorf("no follower lag for %s (%v)", fol.ID, lag)
 		}
 	}
 	t.Run("promtool", func(t *testing.T) { promtoolCheck(t, text) })
 
 	// A snapshot on a follower is counted there, with its size.
 	before, _ := sample(scrapeFams(t, f), "raftq_snapshots_total")
-	if _, err := f.node.Snapshot(ctx); err != nil {
+	if _, err := f.ClusterNode().Snapshot(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_, ffams := scrape(t, f)
 	if n, _ := sample(ffams, "raftq_snapshots_total"); n != before+1 {
-		t.Errorf("%s: raftq_snapshots_total = %v after one more snapshot than %v", f.id, n, before)
+		t.Errorf("%s: raftq_snapshots_total = %v after one more snapshot than %v", f.ID, n, before)
 	}
 	if size, _ := sample(ffams, "raftq_snapshot_last_bytes"); size <= 0 {
-		t.Errorf("%s: raftq_snapshot_last_bytes = %v", f.id, size)
+		t.Errorf("%s: raftq_snapshot_last_bytes = %v", f.ID, size)
 	}
 	if n, ok := sample(ffams, "raftq_raft_entries_since_snapshot"); !ok || n >= cluster.DefaultSnapshotThreshold {
-		t.Errorf("%s: raftq_raft_entries_since_snapshot = %v (present %v) just after a snapshot", f.id, n, ok)
+		t.Errorf("%s: raftq_raft_entries_since_snapshot = %v (present %v) just after a snapshot", f.ID, n, ok)
 	}
 	if n, ok := sample(ffams, "raftq_snapshot_failures_total"); !ok || n != 0 {
-		t.Errorf("%s: raftq_snapshot_failures_total = %v (present %v), want 0", f.id, n, ok)
+		t.Errorf("%s: raftq_snapshot_failures_total = %v (present %v), want 0", f.ID, n, ok)
 	}
 
 	// The client cancels its stream: a normal end, counted OK.
@@ -237,7 +238,7 @@ func TestQueueMetricsMatchGetQueue(t *testing.T) {
 	}
 }
 
-func scrapeFams(t *testing.T, n *inprocNode) map[string]*dto.MetricFamily {
+func scrapeFams(t *testing.T, n *testcluster.Node) map[string]*dto.MetricFamily {
 	t.Helper()
 	_, f := scrape(t, n)
 	return f

@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/internal/testcluster"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,13 +17,13 @@ import (
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
-func enqueueKeyed(t *testing.T, n *inprocNode, queue, key string, count int) {
+func enqueueKeyed(t *testing.T, n *testcluster.Node, queue, key string, count int) {
 	t.Helper()
 	req := &raftqv1.EnqueueRequest{Queue: queue}
 	for i := range count {
 		req.Messages = append(req.Messages, &raftqv1.EnqueueMessage{Payload: []byte(fmt.Sprint(key, i)), FairnessKey: key})
 	}
-	if _, err := n.broker.Enqueue(tctx(t, 10*time.Second), req); err != nil {
+	if _, err := n.Broker.Enqueue(tctx(t, 10*time.Second), req); err != nil {
 		t.Fatalf("enqueue: %v", err)
 	}
 }
@@ -35,14 +36,14 @@ func enqueueKeyed(t *testing.T, n *inprocNode, queue, key string, count int) {
 // pause. The pause goes through a follower (forwarded, as every write).
 func TestPausedKeyAcrossFailover(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 3})
-	waitClusterVersion(t, c, fsm.PauseVersion)
-	old := c.leader()
-	via := c.followers()[0]
+	c.WaitClusterVersion(fsm.PauseVersion)
+	old := c.Leader()
+	via := c.Followers()[0]
 	mustCreate(t, old, "pk", &raftqv1.QueueConfig{VisibilityTimeoutMs: 60_000})
 	const pause = 8 * time.Second
 	ctx := tctx(t, time.Minute)
 	started := time.Now()
-	pr, err := via.broker.PauseQueue(ctx, &raftqv1.PauseQueueRequest{Name: "pk", FairnessKey: "a", DurationMs: pause.Milliseconds()})
+	pr, err := via.Broker.PauseQueue(ctx, &raftqv1.PauseQueueRequest{Name: "pk", FairnessKey: "a", DurationMs: pause.Milliseconds()})
 	if err != nil {
 		t.Fatalf("PauseQueue via a follower: %v", err)
 	}
@@ -53,7 +54,7 @@ func TestPausedKeyAcrossFailover(t *testing.T) {
 	enqueueKeyed(t, old, "pk", "b", 5)
 
 	sctx, cancel := context.WithCancel(ctx)
-	s, err := old.broker.Lease(sctx, &raftqv1.LeaseRequest{Queue: "pk", MaxInFlight: 20})
+	s, err := old.Broker.Lease(sctx, &raftqv1.LeaseRequest{Queue: "pk", MaxInFlight: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestPausedKeyAcrossFailover(t *testing.T) {
 			t.Fatalf("delivered %q of key %q while a is paused", d.GetPayload(), d.GetFairnessKey())
 		}
 	}
-	if _, err := old.broker.Ack(ctx, &raftqv1.AckRequest{Queue: "pk", Acks: refsOf(bs)}); err != nil {
+	if _, err := old.Broker.Ack(ctx, &raftqv1.AckRequest{Queue: "pk", Acks: refsOf(bs)}); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
@@ -71,15 +72,15 @@ func TestPausedKeyAcrossFailover(t *testing.T) {
 	// Failover while the pause holds: the state clock stands still from
 	// the old leader's last entry to the new one's first, so the end is
 	// still ahead whatever the election takes.
-	c.restart(old)
-	nl := c.waitStable(30 * time.Second)
+	c.Restart(old)
+	nl := c.WaitStable(30 * time.Second)
 	if since := time.Since(started); since >= pause {
 		t.Logf("the failover took %s", since)
 	}
 	if q := queueInfo(t, nl, "pk"); len(q.GetPausedKeys()) != 1 {
 		t.Fatalf("after the failover: paused keys %v, want a still paused", q.GetPausedKeys())
 	}
-	s, err = nl.broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "pk", MaxInFlight: 20})
+	s, err = nl.Broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "pk", MaxInFlight: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,10 +106,10 @@ func TestPausedKeyAcrossFailover(t *testing.T) {
 // nothing; resuming what is not paused is OK.
 func TestPauseQueueSDK(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	l := c.leader()
-	waitClusterVersion(t, c, fsm.PauseVersion)
+	l := c.Leader()
+	c.WaitClusterVersion(fsm.PauseVersion)
 	ctx := tctx(t, 30*time.Second)
-	cl, err := client.Dial(ctx, []string{l.addr})
+	cl, err := client.Dial(ctx, []string{l.Addrs.GRPC})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestPauseQueueSDK(t *testing.T) {
 		t.Fatalf("PauseQueue = %v, %v", q, err)
 	}
 	mustEnqueue(t, l, "pq", []byte("x"), []byte("y"))
-	if err := leaseErr(tctx(t, 2*time.Second), l.broker, &raftqv1.LeaseRequest{Queue: "pq", MaxInFlight: 5}); status.Code(err) != codes.DeadlineExceeded {
+	if err := leaseErr(tctx(t, 2*time.Second), l.Broker, &raftqv1.LeaseRequest{Queue: "pq", MaxInFlight: 5}); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("a Lease on a paused queue: %v, want no delivery until the deadline", err)
 	}
 	for _, tc := range []struct {
@@ -149,7 +150,7 @@ func TestPauseQueueSDK(t *testing.T) {
 	if err != nil || q.GetPaused() {
 		t.Fatalf("ResumeQueue = %v, %v", q, err)
 	}
-	s, err := l.broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "pq", MaxInFlight: 5})
+	s, err := l.Broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "pq", MaxInFlight: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,17 +163,17 @@ func TestPauseQueueSDK(t *testing.T) {
 // SDK reads, and pause nothing.
 func TestPauseNeedsItsVersion(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1, logVersion: fsm.PauseVersion - 1})
-	l := c.leader()
-	waitClusterVersion(t, c, fsm.PauseVersion-1)
+	l := c.Leader()
+	c.WaitClusterVersion(fsm.PauseVersion - 1)
 	mustCreate(t, l, "old", nil)
 	ctx := tctx(t, 10*time.Second)
 	for name, call := range map[string]func() error{
 		"PauseQueue": func() error {
-			_, err := l.broker.PauseQueue(ctx, &raftqv1.PauseQueueRequest{Name: "old"})
+			_, err := l.Broker.PauseQueue(ctx, &raftqv1.PauseQueueRequest{Name: "old"})
 			return err
 		},
 		"ResumeQueue": func() error {
-			_, err := l.broker.ResumeQueue(ctx, &raftqv1.ResumeQueueRequest{Name: "old"})
+			_, err := l.Broker.ResumeQueue(ctx, &raftqv1.ResumeQueueRequest{Name: "old"})
 			return err
 		},
 	} {
@@ -193,7 +194,7 @@ func TestPauseNeedsItsVersion(t *testing.T) {
 		}
 	}
 	mustEnqueue(t, l, "old", []byte("x"))
-	s, err := l.broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "old", MaxInFlight: 1})
+	s, err := l.Broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "old", MaxInFlight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

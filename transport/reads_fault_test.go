@@ -1,6 +1,6 @@
 //go:build raftqfault
 
-package transport
+package transport_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/internal/testcluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -37,26 +38,26 @@ func TestReadsThroughADeposedLeader(t *testing.T) {
 			cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout = long, long, long
 		}
 	}})
-	old := c.byID("n1")
-	if l := c.leader(); l != old {
+	old := c.ByID("n1")
+	if l := c.Leader(); l != old {
 		ctx := tctx(t, 20*time.Second)
-		if _, err := l.admin.TransferLeadership(ctx, &raftqv1.TransferLeadershipRequest{ToId: old.id}); err != nil {
+		if _, err := l.Admin.TransferLeadership(ctx, &raftqv1.TransferLeadershipRequest{ToId: old.ID}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if l := c.waitStable(20 * time.Second); l != old {
-		t.Fatalf("%s leads, want %s", l.id, old.id)
+	if l := c.WaitStable(20 * time.Second); l != old {
+		t.Fatalf("%s leads, want %s", l.ID, old.ID)
 	}
 	mustCreate(t, old, "q", nil)
 	mustCreate(t, old, "c", nil)
-	c.synced()
+	c.Synced()
 
-	old.node.CutRaftNetwork(true)
-	t.Cleanup(func() { old.node.CutRaftNetwork(false) })
-	var nl *inprocNode
+	old.ClusterNode().CutRaftNetwork(true)
+	t.Cleanup(func() { old.ClusterNode().CutRaftNetwork(false) })
+	var nl *testcluster.Node
 	waitUntil(t, 30*time.Second, "a new leader among the others", func() error {
-		for _, n := range c.nodes {
-			if n != old && n.node.LeaderReady() {
+		for _, n := range c.Nodes {
+			if n != old && n.ClusterNode().LeaderReady() {
 				nl = n
 				return nil
 			}
@@ -68,18 +69,18 @@ func TestReadsThroughADeposedLeader(t *testing.T) {
 	mustCreate(t, nl, "fresh", nil)
 	lctx, stopLease := context.WithCancel(context.Background())
 	defer stopLease()
-	if _, err := nl.broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "c", ConsumerName: "new-term"}); err != nil {
+	if _, err := nl.Broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "c", ConsumerName: "new-term"}); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, 10*time.Second, "the consumer to register on the new leader", func() error {
-		r, err := nl.broker.ListConsumers(tctx(t, 5*time.Second), &raftqv1.ListConsumersRequest{Queue: "c"})
+		r, err := nl.Broker.ListConsumers(tctx(t, 5*time.Second), &raftqv1.ListConsumersRequest{Queue: "c"})
 		if err != nil || len(r.GetConsumers()) != 1 {
 			return fmt.Errorf("%v %v", r, err)
 		}
 		return nil
 	})
-	if l := old.node.Leadership(); !old.node.IsLeader() || !l.Established {
-		t.Fatalf("%s no longer believes it leads (%+v): the reads below would not test a deposed leader", old.id, l)
+	if l := old.ClusterNode().Leadership(); !old.ClusterNode().IsLeader() || !l.Established {
+		t.Fatalf("%s no longer believes it leads (%+v): the reads below would not test a deposed leader", old.ID, l)
 	}
 
 	reads := []struct {
@@ -89,19 +90,19 @@ func TestReadsThroughADeposedLeader(t *testing.T) {
 		read func(ctx context.Context) (sees bool, answer any, err error)
 	}{
 		{"GetQueue", func(ctx context.Context) (bool, any, error) {
-			r, err := old.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "q"})
+			r, err := old.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "q"})
 			return r.GetQueue().GetStats().GetReady() == 1, r, err
 		}},
 		{"ListQueues", func(ctx context.Context) (bool, any, error) {
-			r, err := old.broker.ListQueues(ctx, &raftqv1.ListQueuesRequest{})
+			r, err := old.Broker.ListQueues(ctx, &raftqv1.ListQueuesRequest{})
 			return slices.ContainsFunc(r.GetQueues(), func(q *raftqv1.QueueInfo) bool { return q.GetName() == "fresh" }), r, err
 		}},
 		{"Peek", func(ctx context.Context) (bool, any, error) {
-			r, err := old.broker.Peek(ctx, &raftqv1.PeekRequest{Queue: "q"})
+			r, err := old.Broker.Peek(ctx, &raftqv1.PeekRequest{Queue: "q"})
 			return len(r.GetMessages()) == 1, r, err
 		}},
 		{"ListConsumers", func(ctx context.Context) (bool, any, error) {
-			r, err := old.broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "c"})
+			r, err := old.Broker.ListConsumers(ctx, &raftqv1.ListConsumersRequest{Queue: "c"})
 			return len(r.GetConsumers()) == 1, r, err
 		}},
 	}
@@ -125,14 +126,14 @@ func TestReadsThroughADeposedLeader(t *testing.T) {
 
 	// Asked for a stale read, it answers from its own state.
 	sctx := metadata.AppendToOutgoingContext(tctx(t, 5*time.Second), "raftq-read-consistency", "stale")
-	r, err := old.broker.GetQueue(sctx, &raftqv1.GetQueueRequest{Name: "q"})
+	r, err := old.Broker.GetQueue(sctx, &raftqv1.GetQueueRequest{Name: "q"})
 	if err != nil || r.GetQueue().GetStats().GetReady() != 0 {
 		t.Fatalf("stale GetQueue on the cut-off node: %v %v, want its own state (nothing ready)", r, err)
 	}
 
-	old.node.CutRaftNetwork(false)
+	old.ClusterNode().CutRaftNetwork(false)
 	waitUntil(t, 30*time.Second, "the mended node to read the write", func() error {
-		r, err := old.broker.GetQueue(tctx(t, 5*time.Second), &raftqv1.GetQueueRequest{Name: "q"})
+		r, err := old.Broker.GetQueue(tctx(t, 5*time.Second), &raftqv1.GetQueueRequest{Name: "q"})
 		if err != nil {
 			return err
 		}
@@ -161,35 +162,35 @@ func TestReadThroughAResumedLeader(t *testing.T) {
 			cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout = long, long, long
 		}
 	}})
-	old := c.byID("n1")
-	if l := c.leader(); l != old {
+	old := c.ByID("n1")
+	if l := c.Leader(); l != old {
 		ctx := tctx(t, 20*time.Second)
-		if _, err := l.admin.TransferLeadership(ctx, &raftqv1.TransferLeadershipRequest{ToId: old.id}); err != nil {
+		if _, err := l.Admin.TransferLeadership(ctx, &raftqv1.TransferLeadershipRequest{ToId: old.ID}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if l := c.waitStable(20 * time.Second); l != old {
-		t.Fatalf("%s leads, want %s", l.id, old.id)
+	if l := c.WaitStable(20 * time.Second); l != old {
+		t.Fatalf("%s leads, want %s", l.ID, old.ID)
 	}
 	mustCreate(t, old, "q", nil)
-	c.synced()
+	c.Synced()
 
 	// Stop it just after its followers answered a heartbeat: the hold
 	// keeps their answers unread.
-	old.node.HoldRaftReads()
-	t.Cleanup(func() { old.node.HoldRaftNetwork(false) })
-	old.node.ForceHeartbeats()
+	old.ClusterNode().HoldRaftReads()
+	t.Cleanup(func() { old.ClusterNode().HoldRaftNetwork(false) })
+	old.ClusterNode().ForceHeartbeats()
 	waitUntil(t, 10*time.Second, "the followers' answers held on the stopped leader", func() error {
-		if n := old.node.HeldRaftReads(); n < 2 {
+		if n := old.ClusterNode().HeldRaftReads(); n < 2 {
 			return fmt.Errorf("%d answers held", n)
 		}
 		return nil
 	})
-	old.node.HoldRaftNetwork(true) // and now nothing it sends leaves
-	var nl *inprocNode
+	old.ClusterNode().HoldRaftNetwork(true) // and now nothing it sends leaves
+	var nl *testcluster.Node
 	waitUntil(t, 30*time.Second, "a new leader among the others", func() error {
-		for _, n := range c.nodes {
-			if n != old && n.node.LeaderReady() {
+		for _, n := range c.Nodes {
+			if n != old && n.ClusterNode().LeaderReady() {
 				nl = n
 				return nil
 			}
@@ -197,13 +198,13 @@ func TestReadThroughAResumedLeader(t *testing.T) {
 		return errors.New("none of n2, n3 leads yet")
 	})
 	mustEnqueue(t, nl, "q", []byte("while the old leader was stopped"))
-	if l := old.node.Leadership(); !old.node.IsLeader() || !l.Established {
-		t.Fatalf("%s no longer believes it leads (%+v): the read below would not test a deposed leader", old.id, l)
+	if l := old.ClusterNode().Leadership(); !old.ClusterNode().IsLeader() || !l.Established {
+		t.Fatalf("%s no longer believes it leads (%+v): the read below would not test a deposed leader", old.ID, l)
 	}
 
 	// The read arrives as the process resumes: it asks for confirmation
 	// before the held answers are read.
-	before := old.node.ReadConfirmations()
+	before := old.ClusterNode().ReadConfirmations()
 	type answer struct {
 		r   *raftqv1.GetQueueResponse
 		err error
@@ -212,22 +213,22 @@ func TestReadThroughAResumedLeader(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		r, err := old.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "q"})
+		r, err := old.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "q"})
 		got <- answer{r, err}
 	}()
 	waitUntil(t, 10*time.Second, "the read to ask for confirmation", func() error {
-		if old.node.ReadConfirmations() == before {
+		if old.ClusterNode().ReadConfirmations() == before {
 			return errors.New("not yet")
 		}
 		return nil
 	})
-	old.node.SettleRaftLoop()
+	old.ClusterNode().SettleRaftLoop()
 	// It reads its followers' answers first: what the new leader sends
 	// it stays held until the read is answered.
-	old.node.ReleaseDialledRaft()
+	old.ClusterNode().ReleaseDialledRaft()
 
 	a := <-got
-	old.node.HoldRaftNetwork(false)
+	old.ClusterNode().HoldRaftNetwork(false)
 	switch code := status.Code(a.err); {
 	case a.err == nil && a.r.GetQueue().GetStats().GetReady() != 1:
 		t.Fatalf("GetQueue through the resumed, deposed leader answered from its old state: %v", a.r)

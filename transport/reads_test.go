@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"context"
@@ -21,24 +21,24 @@ import (
 // writes ignore the header.
 func TestReadConsistencyHeader(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 3})
-	l := c.leader()
-	f := c.followers()[0]
+	l := c.Leader()
+	f := c.Followers()[0]
 	mustCreate(t, l, "q", nil)
 	mustCreate(t, l, "w", nil)
 	mustEnqueue(t, l, "q", []byte("m"))
 	lctx, stopLease := context.WithCancel(context.Background())
 	defer stopLease()
-	if _, err := l.broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "q", ConsumerName: "held", MaxInFlight: 1}); err != nil {
+	if _, err := l.Broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: "q", ConsumerName: "held", MaxInFlight: 1}); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, 10*time.Second, "the consumer to register and hold the message", func() error {
-		r, err := l.broker.GetQueue(tctx(t, 5*time.Second), &raftqv1.GetQueueRequest{Name: "q"})
+		r, err := l.Broker.GetQueue(tctx(t, 5*time.Second), &raftqv1.GetQueueRequest{Name: "q"})
 		if st := r.GetQueue().GetStats(); err != nil || st.GetConsumers() != 1 || st.GetInFlight() != 1 {
 			return fmt.Errorf("%v %v", st, err)
 		}
 		return nil
 	})
-	c.synced()
+	c.Synced()
 
 	with := func(vals ...string) context.Context {
 		ctx := tctx(t, 10*time.Second)
@@ -61,7 +61,7 @@ func TestReadConsistencyHeader(t *testing.T) {
 		{"two values", []string{"stale", "stale"}, codes.InvalidArgument, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			gq, err := f.broker.GetQueue(with(tc.header...), &raftqv1.GetQueueRequest{Name: "q"})
+			gq, err := f.Broker.GetQueue(with(tc.header...), &raftqv1.GetQueueRequest{Name: "q"})
 			if status.Code(err) != tc.code {
 				t.Fatalf("GetQueue: %v, want %v", err, tc.code)
 			}
@@ -71,20 +71,20 @@ func TestReadConsistencyHeader(t *testing.T) {
 			if err == nil && gq.GetQueue().GetStats().GetInFlight() != 1 {
 				t.Errorf("GetQueue: in flight %d, want 1", gq.GetQueue().GetStats().GetInFlight())
 			}
-			lq, err := f.broker.ListQueues(with(tc.header...), &raftqv1.ListQueuesRequest{Prefix: "q"})
+			lq, err := f.Broker.ListQueues(with(tc.header...), &raftqv1.ListQueuesRequest{Prefix: "q"})
 			if status.Code(err) != tc.code || err == nil && len(lq.GetQueues()) != 2 {
 				t.Errorf("ListQueues: %v %v, want %v and q, q.dlq", lq, err, tc.code)
 			}
-			pk, err := f.broker.Peek(with(tc.header...), &raftqv1.PeekRequest{Queue: "q"})
+			pk, err := f.Broker.Peek(with(tc.header...), &raftqv1.PeekRequest{Queue: "q"})
 			if status.Code(err) != tc.code || err == nil && len(pk.GetMessages()) != 0 {
 				t.Errorf("Peek: %v %v, want %v and nothing ready", pk, err, tc.code)
 			}
-			lc, err := f.broker.ListConsumers(with(tc.header...), &raftqv1.ListConsumersRequest{Queue: "q"})
+			lc, err := f.Broker.ListConsumers(with(tc.header...), &raftqv1.ListConsumersRequest{Queue: "q"})
 			if status.Code(err) != tc.code || err == nil && len(lc.GetConsumers()) != 1 {
 				t.Errorf("ListConsumers: %v %v, want %v and the leader's consumer", lc, err, tc.code)
 			}
 			// A write ignores the header.
-			if _, err := f.broker.Enqueue(with(tc.header...), &raftqv1.EnqueueRequest{Queue: "w", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("w")}}}); err != nil {
+			if _, err := f.Broker.Enqueue(with(tc.header...), &raftqv1.EnqueueRequest{Queue: "w", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("w")}}}); err != nil {
 				t.Errorf("Enqueue with the header: %v", err)
 			}
 		})

@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 
 	"github.com/raftq/raftq/client"
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/internal/testcluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -17,20 +19,20 @@ import (
 // deadLetterVia fills queue's DLQ through plain gRPC: each payload is
 // enqueued with its fairness key, leased and nacked to the DLQ with
 // reason. It returns the ids in order.
-func deadLetterVia(t *testing.T, n *inprocNode, queue string, key, reason string, count int) []string {
+func deadLetterVia(t *testing.T, n *testcluster.Node, queue string, key, reason string, count int) []string {
 	t.Helper()
 	ctx := tctx(t, 30*time.Second)
 	var msgs []*raftqv1.EnqueueMessage
 	for i := 0; i < count; i++ {
 		msgs = append(msgs, &raftqv1.EnqueueMessage{Payload: []byte(fmt.Sprintf("%s-%d", key, i)), FairnessKey: key})
 	}
-	resp, err := n.broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: queue, Messages: msgs})
+	resp, err := n.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: queue, Messages: msgs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s, err := n.broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: queue, MaxInFlight: int32(count), Limit: int64(count)})
+	s, err := n.Broker.Lease(lctx, &raftqv1.LeaseRequest{Queue: queue, MaxInFlight: int32(count), Limit: int64(count)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ func deadLetterVia(t *testing.T, n *inprocNode, queue string, key, reason string
 	for _, d := range ds {
 		items = append(items, &raftqv1.NackItem{MessageId: d.Id, LeaseToken: d.LeaseToken, DeadLetter: true, Reason: reason})
 	}
-	if _, err := n.broker.Nack(ctx, &raftqv1.NackRequest{Queue: queue, Nacks: items}); err != nil {
+	if _, err := n.Broker.Nack(ctx, &raftqv1.NackRequest{Queue: queue, Nacks: items}); err != nil {
 		t.Fatal(err)
 	}
 	return resp.MessageIds
@@ -58,7 +60,7 @@ func payloads(ds []*raftqv1.Delivery) []string {
 // INVALID_ARGUMENT and change nothing.
 func TestDLQWorkbenchOverGRPC(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	l := c.leader()
+	l := c.Leader()
 	ctx := tctx(t, 60*time.Second)
 	mustCreate(t, l, "jobs", nil)
 	a := deadLetterVia(t, l, "jobs", "tenant-a", "timeout talking to db", 3)
@@ -67,7 +69,7 @@ func TestDLQWorkbenchOverGRPC(t *testing.T) {
 	peek := func(req *raftqv1.PeekRequest) []string {
 		t.Helper()
 		req.Queue, req.DeadLetter = "jobs", true
-		resp, err := l.broker.Peek(ctx, req)
+		resp, err := l.Broker.Peek(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +85,7 @@ func TestDLQWorkbenchOverGRPC(t *testing.T) {
 	var all []string
 	after := ""
 	for page := 0; page < 10; page++ {
-		resp, err := l.broker.Peek(ctx, &raftqv1.PeekRequest{Queue: "jobs", DeadLetter: true, Limit: 2, AfterId: after})
+		resp, err := l.Broker.Peek(ctx, &raftqv1.PeekRequest{Queue: "jobs", DeadLetter: true, Limit: 2, AfterId: after})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +108,7 @@ func TestDLQWorkbenchOverGRPC(t *testing.T) {
 		{Queue: "jobs", DeadLetter: true, AfterId: "zz"},
 		{Queue: "jobs", OlderThanMs: 1000},
 	} {
-		if _, err := l.broker.Peek(ctx, bad); status.Code(err) != codes.InvalidArgument {
+		if _, err := l.Broker.Peek(ctx, bad); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("peek %v: %v, want INVALID_ARGUMENT", bad, err)
 		}
 	}
@@ -117,7 +119,7 @@ func TestDLQWorkbenchOverGRPC(t *testing.T) {
 		{Queue: "jobs", RatePerSec: -1},
 		{Queue: "jobs", RatePerSec: 0.0001},
 	} {
-		if _, err := l.broker.Redrive(ctx, bad); status.Code(err) != codes.InvalidArgument {
+		if _, err := l.Broker.Redrive(ctx, bad); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("redrive %v: %v, want INVALID_ARGUMENT", bad, err)
 		}
 	}
@@ -126,7 +128,7 @@ func TestDLQWorkbenchOverGRPC(t *testing.T) {
 	}
 
 	// A dry run counts and moves nothing.
-	resp, err := l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", FairnessKey: "tenant-a", DryRun: true, IdempotencyKey: "k1"})
+	resp, err := l.Broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", FairnessKey: "tenant-a", DryRun: true, IdempotencyKey: "k1"})
 	if err != nil || resp.Moved != 3 {
 		t.Fatalf("dry run: %v, %v; want 3", resp, err)
 	}
@@ -134,7 +136,7 @@ func TestDLQWorkbenchOverGRPC(t *testing.T) {
 		t.Fatalf("a dry run moved messages: %+v", qi.Stats)
 	}
 	// Exactly these ids; one not in the DLQ is skipped and not counted.
-	resp, err = l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", MessageIds: []string{b[1], FormatID(12345)}, IdempotencyKey: "k1"})
+	resp, err = l.Broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", MessageIds: []string{b[1], transport.FormatID(12345)}, IdempotencyKey: "k1"})
 	if err != nil || resp.Moved != 1 {
 		t.Fatalf("redrive by ids: %v, %v; want 1 (the dry run recorded no key)", resp, err)
 	}
@@ -146,7 +148,7 @@ func TestDLQWorkbenchOverGRPC(t *testing.T) {
 	// before it answered, so timing from the answer measured 972 ms for a
 	// second's worth of moves under load.
 	start := time.Now()
-	resp, err = l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", RatePerSec: 2, IdempotencyKey: "k2"})
+	resp, err = l.Broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", RatePerSec: 2, IdempotencyKey: "k2"})
 	if err != nil || resp.Moved != 4 || resp.JobId == "" {
 		t.Fatalf("rate-limited redrive: %v, %v; want 4 and a job", resp, err)
 	}
@@ -167,14 +169,14 @@ func TestDLQWorkbenchOverGRPC(t *testing.T) {
 	if qi := queueInfo(t, l, "jobs"); qi.Stats.DeadLettered != 0 || qi.Stats.Ready != 5 {
 		t.Fatalf("after the job: %+v", qi.Stats)
 	}
-	again, err := l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", RatePerSec: 2, IdempotencyKey: "k2"})
+	again, err := l.Broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", RatePerSec: 2, IdempotencyKey: "k2"})
 	if err != nil || again.Moved != 4 {
 		t.Fatalf("retry of the job's redrive: %v, %v; want 4 as the first", again, err)
 	}
 
 	// Cancelling a job: what it moved stays, nothing more moves.
 	deadLetterVia(t, l, "jobs", "tenant-c", "slow", 5)
-	slow, err := l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", RatePerSec: 0.01})
+	slow, err := l.Broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", RatePerSec: 0.01})
 	if err != nil || slow.Moved != 5 {
 		t.Fatalf("slow job: %v, %v", slow, err)
 	}
@@ -184,17 +186,17 @@ func TestDLQWorkbenchOverGRPC(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", CancelJob: slow.JobId, RatePerSec: 3}); status.Code(err) != codes.InvalidArgument {
+	if _, err := l.Broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", CancelJob: slow.JobId, RatePerSec: 3}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("cancel with a rate: %v, want INVALID_ARGUMENT", err)
 	}
-	c1, err := l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", CancelJob: slow.JobId})
+	c1, err := l.Broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", CancelJob: slow.JobId})
 	if err != nil || c1.Moved != 1 {
 		t.Fatalf("cancel: %v, %v; want 1 moved", c1, err)
 	}
 	if qi := queueInfo(t, l, "jobs"); len(qi.Redrives) != 0 || qi.Stats.DeadLettered != 4 {
 		t.Fatalf("after the cancel: %v %v", qi.Redrives, qi.Stats)
 	}
-	if _, err := l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", CancelJob: slow.JobId}); status.Code(err) != codes.NotFound {
+	if _, err := l.Broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", CancelJob: slow.JobId}); status.Code(err) != codes.NotFound {
 		t.Fatalf("cancel of a job that is gone: %v, want NOT_FOUND", err)
 	}
 }
@@ -204,8 +206,8 @@ func TestDLQWorkbenchOverGRPC(t *testing.T) {
 // naming it (an older entry would ignore them and move everything).
 func TestDLQFiltersNeedTheirVersion(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1, logVersion: fsm.RedriveVersion - 1})
-	l := c.leader()
-	waitClusterVersion(t, c, fsm.RedriveVersion-1)
+	l := c.Leader()
+	c.WaitClusterVersion(fsm.RedriveVersion - 1)
 	ctx := tctx(t, 30*time.Second)
 	mustCreate(t, l, "jobs", nil)
 	deadLetterVia(t, l, "jobs", "k", "timeout", 2)
@@ -216,12 +218,12 @@ func TestDLQFiltersNeedTheirVersion(t *testing.T) {
 		{Queue: "jobs", RatePerSec: 10},
 		{Queue: "jobs", OlderThanMs: 1000},
 	} {
-		_, err := l.broker.Redrive(ctx, req)
+		_, err := l.Broker.Redrive(ctx, req)
 		if st := status.Convert(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), want) {
 			t.Errorf("redrive %v at version %d: %v, want FAILED_PRECONDITION naming %s", req, fsm.RedriveVersion-1, err, want)
 		}
 	}
-	_, err := l.broker.Peek(ctx, &raftqv1.PeekRequest{Queue: "jobs", DeadLetter: true, ReasonContains: "timeout"})
+	_, err := l.Broker.Peek(ctx, &raftqv1.PeekRequest{Queue: "jobs", DeadLetter: true, ReasonContains: "timeout"})
 	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), want) {
 		t.Errorf("filtered peek: %v, want FAILED_PRECONDITION naming %s", err, want)
 	}
@@ -229,7 +231,7 @@ func TestDLQFiltersNeedTheirVersion(t *testing.T) {
 		t.Fatalf("refused redrives moved messages: %+v", qi.Stats)
 	}
 	// A plain redrive works as ever.
-	if resp, err := l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs"}); err != nil || resp.Moved != 2 {
+	if resp, err := l.Broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs"}); err != nil || resp.Moved != 2 {
 		t.Fatalf("plain redrive: %v, %v", resp, err)
 	}
 }
@@ -239,12 +241,12 @@ func TestDLQFiltersNeedTheirVersion(t *testing.T) {
 // at once and finishes by itself.
 func TestDLQWorkbenchThroughTheSDK(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	l := c.leader()
+	l := c.Leader()
 	ctx := tctx(t, 60*time.Second)
 	mustCreate(t, l, "jobs", nil)
 	deadLetterVia(t, l, "jobs", "tenant-a", "timeout", 6)
 	deadLetterVia(t, l, "jobs", "tenant-b", "timeout", 2)
-	cl, err := client.Dial(ctx, []string{l.addr})
+	cl, err := client.Dial(ctx, []string{l.Addrs.GRPC})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,12 +294,12 @@ func TestDLQWorkbenchThroughTheSDK(t *testing.T) {
 // it FAILED_PRECONDITION naming the version, and nothing moves.
 func TestCancelJobNeedsItsVersion(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1, logVersion: fsm.RedriveCancelVersion - 1})
-	l := c.leader()
-	waitClusterVersion(t, c, fsm.RedriveCancelVersion-1)
+	l := c.Leader()
+	c.WaitClusterVersion(fsm.RedriveCancelVersion - 1)
 	ctx := tctx(t, 30*time.Second)
 	mustCreate(t, l, "jobs", nil)
 	deadLetterVia(t, l, "jobs", "k", "timeout", 3)
-	job, err := l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", RatePerSec: 0.001})
+	job, err := l.Broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", RatePerSec: 0.001})
 	if err != nil || job.JobId == "" {
 		t.Fatalf("job: %v, %v", job, err)
 	}
@@ -307,7 +309,7 @@ func TestCancelJobNeedsItsVersion(t *testing.T) {
 		}
 		return nil
 	})
-	_, err = l.broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", CancelJob: job.JobId})
+	_, err = l.Broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: "jobs", CancelJob: job.JobId})
 	want := fmt.Sprint("log version ", fsm.RedriveCancelVersion)
 	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), want) {
 		t.Fatalf("cancel at version %d: %v, want FAILED_PRECONDITION naming %s", fsm.RedriveCancelVersion-1, err, want)

@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"context"
@@ -51,7 +51,7 @@ func (a *answerLoser) intercept(ctx context.Context, method string, req, reply a
 // without purging or redriving what arrived in between.
 func TestRetriesAfterALostAnswer(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	l := c.leader()
+	l := c.Leader()
 	mustCreate(t, l, "r", &raftqv1.QueueConfig{MaxDeliveries: 5})
 
 	loser := &answerLoser{lose: map[string]bool{
@@ -60,7 +60,7 @@ func TestRetriesAfterALostAnswer(t *testing.T) {
 		raftqv1.Broker_PurgeQueue_FullMethodName: true,
 		raftqv1.Broker_Redrive_FullMethodName:    true,
 	}}
-	cl, err := client.Dial(tctx(t, 10*time.Second), []string{l.addr},
+	cl, err := client.Dial(tctx(t, 10*time.Second), []string{l.Addrs.GRPC},
 		client.WithDialOptions(grpc.WithUnaryInterceptor(loser.intercept)),
 		client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond}))
 	if err != nil {
@@ -72,7 +72,7 @@ func TestRetriesAfterALostAnswer(t *testing.T) {
 	mustEnqueue(t, l, "r", []byte("acked"), []byte("nacked"))
 	sctx, closeStream := context.WithCancel(ctx)
 	defer closeStream()
-	s, err := l.broker.Lease(sctx, &raftqv1.LeaseRequest{Queue: "r", Limit: 2})
+	s, err := l.Broker.Lease(sctx, &raftqv1.LeaseRequest{Queue: "r", Limit: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,13 +100,13 @@ func TestRetriesAfterALostAnswer(t *testing.T) {
 			mustEnqueue(t, l, "r", []byte("to the DLQ"))
 			sctx, closeStream := context.WithCancel(ctx)
 			defer closeStream()
-			s, err := l.broker.Lease(sctx, &raftqv1.LeaseRequest{Queue: "r", Limit: 1, MaxInFlight: 1})
+			s, err := l.Broker.Lease(sctx, &raftqv1.LeaseRequest{Queue: "r", Limit: 1, MaxInFlight: 1})
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			d := recvN(t, s, 1)[0]
-			if _, err := l.broker.Nack(ctx, &raftqv1.NackRequest{Queue: "r", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, DeadLetter: true}}}); err != nil {
+			if _, err := l.Broker.Nack(ctx, &raftqv1.NackRequest{Queue: "r", Nacks: []*raftqv1.NackItem{{MessageId: d.Id, LeaseToken: d.LeaseToken, DeadLetter: true}}}); err != nil {
 				t.Error(err)
 			}
 		}
@@ -118,7 +118,7 @@ func TestRetriesAfterALostAnswer(t *testing.T) {
 	if st := queueInfo(t, l, "r").Stats; st.Ready != 1 {
 		t.Fatalf("ready after a retried purge: %d, want the 1 enqueued after it", st.Ready)
 	}
-	if _, err := l.broker.PurgeQueue(ctx, &raftqv1.PurgeQueueRequest{Name: "r"}); err != nil {
+	if _, err := l.Broker.PurgeQueue(ctx, &raftqv1.PurgeQueueRequest{Name: "r"}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := cl.Redrive(ctx, "r", 0); err != nil || n != 1 {
@@ -140,8 +140,8 @@ func TestRetriesAfterALostAnswer(t *testing.T) {
 // message alone.
 func TestRetriedDeleteAfterALostAnswer(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	l := c.leader()
-	waitClusterVersion(t, c, fsm.DeleteKeyVersion)
+	l := c.Leader()
+	c.WaitClusterVersion(fsm.DeleteKeyVersion)
 	mustCreate(t, l, "d", nil)
 	mustEnqueue(t, l, "d", []byte("old"))
 	loser := &answerLoser{lose: map[string]bool{raftqv1.Broker_DeleteQueue_FullMethodName: true}}
@@ -149,7 +149,7 @@ func TestRetriedDeleteAfterALostAnswer(t *testing.T) {
 		mustCreate(t, l, "d", nil)
 		mustEnqueue(t, l, "d", []byte("acknowledged"))
 	}
-	cl, err := client.Dial(tctx(t, 10*time.Second), []string{l.addr},
+	cl, err := client.Dial(tctx(t, 10*time.Second), []string{l.Addrs.GRPC},
 		client.WithDialOptions(grpc.WithUnaryInterceptor(loser.intercept)),
 		client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond}))
 	if err != nil {
@@ -174,11 +174,11 @@ func TestRetriedDeleteAfterALostAnswer(t *testing.T) {
 // then deletes without a key, as before.
 func TestDeleteKeyNeedsVersion11(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1, logVersion: fsm.DeleteKeyVersion - 1})
-	l := c.leader()
-	waitClusterVersion(t, c, fsm.DeleteKeyVersion-1)
+	l := c.Leader()
+	c.WaitClusterVersion(fsm.DeleteKeyVersion - 1)
 	mustCreate(t, l, "d", nil)
 	ctx := tctx(t, 10*time.Second)
-	_, err := l.broker.DeleteQueue(ctx, &raftqv1.DeleteQueueRequest{Name: "d", IdempotencyKey: "k1"})
+	_, err := l.Broker.DeleteQueue(ctx, &raftqv1.DeleteQueueRequest{Name: "d", IdempotencyKey: "k1"})
 	st := status.Convert(err)
 	if st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "log version 11") || !strings.Contains(st.Message(), "idempotency_key") {
 		t.Fatalf("keyed delete at cluster version 10: %v, want FAILED_PRECONDITION naming idempotency_key and log version 11", err)
@@ -193,11 +193,11 @@ func TestDeleteKeyNeedsVersion11(t *testing.T) {
 		t.Fatalf("error details: %q, want reason CLUSTER_VERSION needing 11", reason)
 	}
 	queueInfo(t, l, "d") // still there
-	if v := l.state.ClusterVersion(); v != fsm.DeleteKeyVersion-1 {
+	if v := l.State().ClusterVersion(); v != fsm.DeleteKeyVersion-1 {
 		t.Fatalf("cluster version %d", v)
 	}
 
-	cl, err := client.Dial(ctx, []string{l.addr})
+	cl, err := client.Dial(ctx, []string{l.Addrs.GRPC})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestDeleteKeyNeedsVersion11(t *testing.T) {
 	if err := cl.DeleteQueue(ctx, "d"); err != nil {
 		t.Fatalf("SDK delete on a version-10 cluster: %v", err)
 	}
-	if _, err := l.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "d"}); status.Code(err) != codes.NotFound {
+	if _, err := l.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "d"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("after the SDK's delete: %v, want NOT_FOUND", err)
 	}
 }
@@ -218,10 +218,10 @@ func TestDeleteKeyNeedsVersion11(t *testing.T) {
 // was only in the lost answer) and changes nothing more.
 func TestRetriedKeyedWritesAfterALostAnswer(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
-	l := c.leader()
-	waitClusterVersion(t, c, fsm.WriteKeyVersion)
+	l := c.Leader()
+	c.WaitClusterVersion(fsm.WriteKeyVersion)
 	ctx := tctx(t, 60*time.Second)
-	ac, cc := raftqv1.NewAuthClient(l.conn), raftqv1.NewClusterClient(l.conn)
+	ac, cc := raftqv1.NewAuthClient(l.Conn), raftqv1.NewClusterClient(l.Conn)
 	must := func(_ any, err error) {
 		t.Helper()
 		if err != nil {
@@ -229,7 +229,7 @@ func TestRetriedKeyedWritesAfterALostAnswer(t *testing.T) {
 		}
 	}
 	loser := &answerLoser{lose: map[string]bool{}}
-	cl, err := client.Dial(tctx(t, 10*time.Second), []string{l.addr},
+	cl, err := client.Dial(tctx(t, 10*time.Second), []string{l.Addrs.GRPC},
 		client.WithDialOptions(grpc.WithUnaryInterceptor(loser.intercept)),
 		client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond}))
 	if err != nil {
@@ -265,7 +265,7 @@ func TestRetriedKeyedWritesAfterALostAnswer(t *testing.T) {
 
 	mustCreate(t, l, "u", nil)
 	lose(raftqv1.Broker_UpdateQueue_FullMethodName, func() {
-		must(l.broker.UpdateQueue(ctx, &raftqv1.UpdateQueueRequest{Name: "u", Config: &raftqv1.QueueConfig{MaxDepth: 20}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_depth"}}}))
+		must(l.Broker.UpdateQueue(ctx, &raftqv1.UpdateQueueRequest{Name: "u", Config: &raftqv1.QueueConfig{MaxDepth: 20}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_depth"}}}))
 	})
 	if _, err := cl.UpdateQueue(ctx, "u", &raftqv1.QueueConfig{MaxDepth: 10}, "max_depth"); err != nil {
 		t.Fatalf("retried UpdateQueue: %v, want OK", err)
@@ -276,13 +276,13 @@ func TestRetriedKeyedWritesAfterALostAnswer(t *testing.T) {
 	}
 
 	lose(raftqv1.Broker_CreateQueue_FullMethodName, func() {
-		must(l.broker.DeleteQueue(ctx, &raftqv1.DeleteQueueRequest{Name: "c"}))
+		must(l.Broker.DeleteQueue(ctx, &raftqv1.DeleteQueueRequest{Name: "c"}))
 	})
 	if qi, err := cl.CreateQueue(ctx, "c", nil); err != nil || qi.GetName() != "c" {
 		t.Fatalf("retried CreateQueue: %v %v, want OK naming c", qi, err)
 	}
 	lost()
-	if _, err := l.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "c"}); status.Code(err) != codes.NotFound {
+	if _, err := l.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "c"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("after the retried create: %v; the queue deleted in between was created again", err)
 	}
 
@@ -352,11 +352,11 @@ func TestRetriedKeyedWritesAfterALostAnswer(t *testing.T) {
 // changes nothing; the SDK then sends the write without a key, as before.
 func TestWriteKeysNeedTheirVersion(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1, logVersion: fsm.WriteKeyVersion - 1})
-	l := c.leader()
-	waitClusterVersion(t, c, fsm.WriteKeyVersion-1)
+	l := c.Leader()
+	c.WaitClusterVersion(fsm.WriteKeyVersion - 1)
 	ctx := tctx(t, 20*time.Second)
 	mustCreate(t, l, "u", nil)
-	_, err := l.broker.UpdateQueue(ctx, &raftqv1.UpdateQueueRequest{Name: "u", Config: &raftqv1.QueueConfig{MaxDepth: 10},
+	_, err := l.Broker.UpdateQueue(ctx, &raftqv1.UpdateQueueRequest{Name: "u", Config: &raftqv1.QueueConfig{MaxDepth: 10},
 		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_depth"}}, IdempotencyKey: "k1"})
 	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "UpdateQueue.idempotency_key") ||
 		!strings.Contains(st.Message(), fmt.Sprintf("log version %d", fsm.WriteKeyVersion)) {
@@ -365,11 +365,11 @@ func TestWriteKeysNeedTheirVersion(t *testing.T) {
 	if got := queueInfo(t, l, "u").GetConfig().GetMaxDepth(); got != 0 {
 		t.Fatalf("a refused update set max_depth %d", got)
 	}
-	_, err = raftqv1.NewAuthClient(l.conn).Grant(ctx, &raftqv1.GrantRequest{Identity: "alice", Pattern: "a.*", Allow: []string{"produce"}, IdempotencyKey: "k2"})
+	_, err = raftqv1.NewAuthClient(l.Conn).Grant(ctx, &raftqv1.GrantRequest{Identity: "alice", Pattern: "a.*", Allow: []string{"produce"}, IdempotencyKey: "k2"})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "Grant.idempotency_key") {
 		t.Fatalf("keyed grant below the version: %v", err)
 	}
-	cl, err := client.Dial(ctx, []string{l.addr})
+	cl, err := client.Dial(ctx, []string{l.Addrs.GRPC})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/auth"
+	"github.com/raftq/raftq/internal/testcluster"
 	"github.com/raftq/raftq/peers"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/tlsconfig/pki"
@@ -26,18 +27,18 @@ import (
 // client, a client that does not trust the node's CA, and client
 // certificates from another CA or expired, without changing anything.
 func TestTLSClientPort(t *testing.T) {
-	p := newTestPKI(t)
-	other := newTestPKI(t)
+	p := testcluster.NewPKI(t)
+	other := testcluster.NewPKI(t)
 	c := startInproc(t, inprocOpts{nodes: 1, tls: p})
-	n := c.nodes[0]
+	n := c.Nodes[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := n.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "q"}); err != nil {
+	if _, err := n.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "q"}); err != nil {
 		t.Fatal(err)
 	}
 
-	withCert := func(cert tls.Certificate, roots *testPKI) credentials.TransportCredentials {
-		cfg, err := tlsClientConfig(roots.caFile())
+	withCert := func(cert tls.Certificate, roots *testcluster.PKI) credentials.TransportCredentials {
+		cfg, err := tlsClientConfig(roots.CAFile())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,17 +55,17 @@ func TestTLSClientPort(t *testing.T) {
 		// first), so those cases only say "refused".
 		want string
 	}{
-		{"CA only", p.clientCreds(t, ""), ""},
-		{"client certificate", p.clientCreds(t, "alice"), ""},
+		{"CA only", p.ClientCreds(t, ""), ""},
+		{"client certificate", p.ClientCreds(t, "alice"), ""},
 		// The server drops a plaintext preface: the client sees EOF or a
 		// reset, depending on timing, always while reading the preface.
 		{"plaintext", insecure.NewCredentials(), "server preface"},
-		{"trusts another CA", other.clientCreds(t, ""), "certificate signed by unknown authority"},
-		{"client certificate from another CA", withCert(other.pair(t, pki.Request{Name: "mallory"}), p), "refused"},
-		{"expired client certificate", withCert(p.pair(t, expired("bob", false)), p), "refused"},
+		{"trusts another CA", other.ClientCreds(t, ""), "certificate signed by unknown authority"},
+		{"client certificate from another CA", withCert(other.Pair(t, pki.Request{Name: "mallory"}), p), "refused"},
+		{"expired client certificate", withCert(p.Pair(t, expired("bob", false)), p), "refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			conn, err := grpc.NewClient(n.addr, grpc.WithTransportCredentials(tc.creds))
+			conn, err := grpc.NewClient(n.Addrs.GRPC, grpc.WithTransportCredentials(tc.creds))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,7 +85,7 @@ func TestTLSClientPort(t *testing.T) {
 		})
 	}
 	// Only the two served calls enqueued.
-	q, err := n.broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "q"})
+	q, err := n.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "q"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,9 +103,9 @@ func tlsClientConfig(caFile string) (*tls.Config, error) {
 // the CA: another CA's, an expired one, or another node's is refused with
 // an error that says which.
 func TestForwardDialChecksTheLeader(t *testing.T) {
-	p := newTestPKI(t)
-	other := newTestPKI(t)
-	self := p.source(t, "n2")
+	p := testcluster.NewPKI(t)
+	other := testcluster.NewPKI(t)
+	self := p.Source(t, "n2")
 	static := func(c tls.Certificate) credentials.TransportCredentials {
 		return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{c}})
 	}
@@ -113,11 +114,11 @@ func TestForwardDialChecksTheLeader(t *testing.T) {
 		server credentials.TransportCredentials
 		want   string
 	}{
-		{"the leader", credentials.NewTLS(p.source(t, "n1").ServerConfig("grpc")), ""},
-		{"another CA", static(other.pair(t, pki.Request{Name: "n1", Node: true})), "wrong CA"},
-		{"expired", static(p.pair(t, expired("n1", true))), "expired at"},
-		{"another node", credentials.NewTLS(p.source(t, "n3").ServerConfig("grpc")), "but the certificate is node"},
-		{"a client certificate", static(p.pair(t, pki.Request{Name: "n1"})), "not for server use"},
+		{"the leader", credentials.NewTLS(p.Source(t, "n1").ServerConfig("grpc")), ""},
+		{"another CA", static(other.Pair(t, pki.Request{Name: "n1", Node: true})), "wrong CA"},
+		{"expired", static(p.Pair(t, expired("n1", true))), "expired at"},
+		{"another node", credentials.NewTLS(p.Source(t, "n3").ServerConfig("grpc")), "but the certificate is node"},
+		{"a client certificate", static(p.Pair(t, pki.Request{Name: "n1"})), "not for server use"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -158,17 +159,17 @@ func TestForwardDialChecksTheLeader(t *testing.T) {
 // TestTLSForwarding: a three-node TLS cluster takes writes at a follower
 // (forwarded to the leader over mutual TLS).
 func TestTLSForwarding(t *testing.T) {
-	c := startInproc(t, inprocOpts{nodes: 3, tls: newTestPKI(t)})
-	f := c.followers()[0]
+	c := startInproc(t, inprocOpts{nodes: 3, tls: testcluster.NewPKI(t)})
+	f := c.Followers()[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := f.broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "fwd"}); err != nil {
+	if _, err := f.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "fwd"}); err != nil {
 		t.Fatal(err)
 	}
 	if ids := mustEnqueue(t, f, "fwd", []byte("a"), []byte("b")); len(ids) != 2 {
 		t.Fatalf("ids %v", ids)
 	}
-	st, err := f.admin.Status(ctx, &raftqv1.StatusRequest{})
+	st, err := f.Admin.Status(ctx, &raftqv1.StatusRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

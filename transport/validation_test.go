@@ -1,4 +1,4 @@
-package transport
+package transport_test
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/internal/testcluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/transport"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -18,8 +20,8 @@ import (
 // Bad input on every RPC of the in-process cluster (TestInprocCluster):
 // the right code, and nothing changed.
 
-func testValidation(t *testing.T, c *inprocCluster) {
-	l := c.leader()
+func testValidation(t *testing.T, c *testcluster.Cluster) {
+	l := c.Leader()
 	ctx := tctx(t, time.Minute)
 
 	// Fixtures: "v" (max_message_bytes 100) with one leased and one ready
@@ -35,7 +37,7 @@ func testValidation(t *testing.T, c *inprocCluster) {
 	mustEnqueue(t, l, "fill", make([]byte, 60<<10))
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s, err := l.broker.Lease(sctx, &raftqv1.LeaseRequest{Queue: "v", MaxInFlight: 1})
+	s, err := l.Broker.Lease(sctx, &raftqv1.LeaseRequest{Queue: "v", MaxInFlight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +46,8 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		t.Fatalf("leased %s, want %s", held.Id, ids[0])
 	}
 	readyID := ids[1]
-	unknownID := FormatID(999_999 << 20)
-	wrongToken := FormatID(1)
+	unknownID := transport.FormatID(999_999 << 20)
+	wrongToken := transport.FormatID(1)
 	if held.LeaseToken == wrongToken {
 		t.Fatal("test assumption broken: the lease token is 1")
 	}
@@ -220,7 +222,7 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		{name: "enqueue: unknown queue", code: nf, call: enqueue(&raftqv1.EnqueueRequest{Queue: "nope", Messages: nMsgs(1)})},
 		{name: "enqueue: bad queue name", code: inv, call: enqueue(&raftqv1.EnqueueRequest{Queue: "a b", Messages: nMsgs(1)})},
 		{name: "enqueue: zero messages", code: inv, call: enqueue(msgs())},
-		{name: "enqueue: 1001 messages", code: inv, call: enqueue(msgs(nMsgs(MaxBatch + 1)...))},
+		{name: "enqueue: 1001 messages", code: inv, call: enqueue(msgs(nMsgs(transport.MaxBatch + 1)...))},
 		{name: "enqueue: payload over the queue's limit", code: inv, msg: "messages[0].payload is 101 bytes, the queue's limit (max_message_bytes) is 100 bytes", call: enqueue(msgs(&raftqv1.EnqueueMessage{Payload: make([]byte, 101)}))},
 		{name: "enqueue: one bad message fails the batch", code: inv, call: enqueue(msgs(&raftqv1.EnqueueMessage{Payload: []byte("ok")}, &raftqv1.EnqueueMessage{DelayMs: -1}))},
 		{name: "enqueue: negative delay_ms", code: inv, call: enqueue(msgs(&raftqv1.EnqueueMessage{DelayMs: -1}))},
@@ -239,7 +241,7 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		{name: "enqueue: node-wide max queued bytes reached", code: codes.ResourceExhausted, call: enqueue(&raftqv1.EnqueueRequest{Queue: "fill", Messages: []*raftqv1.EnqueueMessage{{Payload: make([]byte, 5000)}}})},
 		// Ack.
 		{name: "ack: zero items", code: inv, call: ack("v")},
-		{name: "ack: 1001 items", code: inv, call: ack("v", nRefs(MaxBatch+1)...)},
+		{name: "ack: 1001 items", code: inv, call: ack("v", nRefs(transport.MaxBatch+1)...)},
 		{name: "ack: malformed message id", code: inv, msg: `acks[0].message_id: invalid argument: message id "zz"`, call: ack("v", ref("zz", wrongToken))},
 		{name: "ack: malformed lease token", code: inv, msg: `acks[0].lease_token: invalid argument: lease token "not-a-token" is not 16 hex digits`, call: ack("v", ref(held.Id, "not-a-token"))},
 		{name: "ack: empty lease token", code: inv, call: ack("v", ref(held.Id, ""))},
@@ -251,7 +253,7 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		{name: "ack: lease of another queue", item: nf, msg: "of queue lim", call: ack("lim", refOf(held))},
 		// Nack.
 		{name: "nack: zero items", code: inv, call: nack("v")},
-		{name: "nack: 1001 items", code: inv, call: nack("v", nNacks(MaxBatch+1)...)},
+		{name: "nack: 1001 items", code: inv, call: nack("v", nNacks(transport.MaxBatch+1)...)},
 		{name: "nack: negative delay_ms", code: inv, call: nack("v", &raftqv1.NackItem{MessageId: held.Id, LeaseToken: held.LeaseToken, DelayMs: -1})},
 		{name: "nack: overlong reason", code: inv, call: nack("v", &raftqv1.NackItem{MessageId: held.Id, LeaseToken: held.LeaseToken, Reason: strings.Repeat("r", 1025)})},
 		{name: "nack: malformed id", code: inv, call: nack("v", &raftqv1.NackItem{MessageId: "12", LeaseToken: held.LeaseToken})},
@@ -269,7 +271,7 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		// Lease stream requests.
 		{name: "lease: bad queue name", code: inv, call: lease(&raftqv1.LeaseRequest{Queue: "a b"})},
 		{name: "lease: negative max_in_flight", code: inv, call: lease(&raftqv1.LeaseRequest{Queue: "v", MaxInFlight: -1})},
-		{name: "lease: max_in_flight over the limit", code: inv, call: lease(&raftqv1.LeaseRequest{Queue: "v", MaxInFlight: MaxInFlight + 1})},
+		{name: "lease: max_in_flight over the limit", code: inv, call: lease(&raftqv1.LeaseRequest{Queue: "v", MaxInFlight: transport.MaxInFlight + 1})},
 		{name: "lease: negative visibility_timeout_ms", code: inv, call: lease(&raftqv1.LeaseRequest{Queue: "v", VisibilityTimeoutMs: -1})},
 		{name: "lease: overlong consumer_name", code: inv, call: lease(&raftqv1.LeaseRequest{Queue: "v", ConsumerName: long})},
 		{name: "lease: negative limit", code: inv, call: lease(&raftqv1.LeaseRequest{Queue: "v", Limit: -1})},
@@ -277,9 +279,9 @@ func testValidation(t *testing.T, c *inprocCluster) {
 		{name: "lease: unknown queue", code: nf, leaderOnly: true, call: lease(&raftqv1.LeaseRequest{Queue: "nope"})},
 	}
 
-	f := c.followers()[0]
+	f := c.Followers()[0]
 	for _, tc := range cases {
-		for _, target := range []*inprocNode{l, f} {
+		for _, target := range []*testcluster.Node{l, f} {
 			if tc.leaderOnly && target != l {
 				continue
 			}
@@ -288,8 +290,8 @@ func testValidation(t *testing.T, c *inprocCluster) {
 				role = "follower"
 			}
 			t.Run(tc.name+" on "+role, func(t *testing.T) {
-				before := c.digests()
-				res, err := tc.call(tctx(t, 10*time.Second), target.broker)
+				before := c.Digests()
+				res, err := tc.call(tctx(t, 10*time.Second), target.Broker)
 				if tc.item == codes.OK {
 					if status.Code(err) != tc.code {
 						t.Fatalf("code %v (%v), want %v", status.Code(err), err, tc.code)
@@ -313,24 +315,24 @@ func testValidation(t *testing.T, c *inprocCluster) {
 						t.Fatalf("item error %q does not name its item, message and queue (want %q in it)", res[0].Error, tc.msg)
 					}
 				}
-				if after := c.digests(); after != before {
+				if after := c.Digests(); after != before {
 					t.Fatal("bad input changed the state")
 				}
 			})
 		}
 	}
-	for _, n := range c.nodes {
-		if err := n.state.Verify(); err != nil {
-			t.Fatalf("%s: counters: %v", n.id, err)
+	for _, n := range c.Nodes {
+		if err := n.State().Verify(); err != nil {
+			t.Fatalf("%s: counters: %v", n.ID, err)
 		}
 	}
 
 	// The lease refused with stale tokens is intact: the real token works.
-	if r, err := f.broker.Ack(ctx, &raftqv1.AckRequest{Queue: "v", Acks: []*raftqv1.LeaseRef{refOf(held)}}); err != nil || !r.Results[0].Ok {
+	if r, err := f.Broker.Ack(ctx, &raftqv1.AckRequest{Queue: "v", Acks: []*raftqv1.LeaseRef{refOf(held)}}); err != nil || !r.Results[0].Ok {
 		t.Fatalf("ack with the real token = %v, %v", r, err)
 	}
 	for _, q := range []string{"v", "lim", "limb", "fill"} {
-		if _, err := l.broker.DeleteQueue(ctx, &raftqv1.DeleteQueueRequest{Name: q}); err != nil {
+		if _, err := l.Broker.DeleteQueue(ctx, &raftqv1.DeleteQueueRequest{Name: q}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -338,8 +340,8 @@ func testValidation(t *testing.T, c *inprocCluster) {
 
 // testAdminValidation: operator calls with bad ids get specific codes (not
 // Internal) on the leader and through a follower, and change nothing.
-func testAdminValidation(t *testing.T, c *inprocCluster) {
-	l := c.leader()
+func testAdminValidation(t *testing.T, c *testcluster.Cluster) {
+	l := c.Leader()
 	cases := []struct {
 		name string
 		code codes.Code
@@ -354,7 +356,7 @@ func testAdminValidation(t *testing.T, c *inprocCluster) {
 			return err
 		}},
 		{"remove: the leader", codes.FailedPrecondition, func(ctx context.Context, a raftqv1.ClusterClient) error {
-			_, err := a.RemoveNode(ctx, &raftqv1.RemoveNodeRequest{Id: l.id})
+			_, err := a.RemoveNode(ctx, &raftqv1.RemoveNodeRequest{Id: l.ID})
 			return err
 		}},
 		{"transfer: unknown node", codes.NotFound, func(ctx context.Context, a raftqv1.ClusterClient) error {
@@ -363,19 +365,19 @@ func testAdminValidation(t *testing.T, c *inprocCluster) {
 		}},
 	}
 	for _, tc := range cases {
-		for _, n := range []*inprocNode{l, c.followers()[0]} {
-			t.Run(tc.name+" via "+n.id, func(t *testing.T) {
-				before := c.digests()
-				if err := tc.call(tctx(t, 10*time.Second), n.admin); status.Code(err) != tc.code {
+		for _, n := range []*testcluster.Node{l, c.Followers()[0]} {
+			t.Run(tc.name+" via "+n.ID, func(t *testing.T) {
+				before := c.Digests()
+				if err := tc.call(tctx(t, 10*time.Second), n.Admin); status.Code(err) != tc.code {
 					t.Errorf("code %v (%v), want %v", status.Code(err), err, tc.code)
 				}
-				if c.digests() != before {
+				if c.Digests() != before {
 					t.Fatal("state changed")
 				}
 			})
 		}
 	}
-	if nl := c.waitStable(10 * time.Second); nl != l {
-		t.Fatalf("leader moved from %s to %s", l.id, nl.id)
+	if nl := c.WaitStable(10 * time.Second); nl != l {
+		t.Fatalf("leader moved from %s to %s", l.ID, nl.ID)
 	}
 }
