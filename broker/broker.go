@@ -200,7 +200,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		NodeID:     b.id,
 		LeaseGrace: cfg.LeaseGrace,
 		// What a lost term granted and never sent goes back to the
-		// leader uncounted, through the serving layer (HandBacks).
+		// leader uncounted, through the hand-back sender (handback.go).
 		HandBack:    b.handBack,
 		CarryGrants: cfg.CarryGrants,
 	}, b.state, b)

@@ -1,18 +1,25 @@
 package broker
 
 import (
+	"context"
+	"errors"
+	"strconv"
 	"time"
 
+	"github.com/raftq/raftq/cluster"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // HandBack is a batch of leases this node granted while it led, on one
 // queue, whose deliveries no consumer ever took: its term ended (leadership
 // moved) before it could roll them back itself. They were never sent, so
-// they must not count as attempts; the serving layer hands them to the
-// leader as unprocessed nacks (transport does it through its ordinary
-// forwarding path) and gives up at Deadline, after which they expire on
-// the leader, counted, as if this node had died without saying.
+// they must not count as attempts: the hand-back sender (a node duty)
+// hands them to the leader as unprocessed nacks, routed as any call, and
+// gives up at Deadline, after which they expire on the leader, counted,
+// as if this node had died without saying.
 type HandBack struct {
 	Queue    string
 	Refs     []LeaseRef
@@ -27,18 +34,17 @@ const (
 	handBackTimeout = 15 * time.Second
 	// handBackBatch is the most leases in one HandBack (one Nack call).
 	handBackBatch = 256
-	// handBackQueue is how many batches wait for the serving layer; more
-	// are dropped (and expire, counted), so a node with nobody taking them
+	// handBackQueue is how many batches wait for the sender; more are
+	// dropped (and expire, counted), so a node with nobody taking them
 	// holds a bounded amount.
 	handBackQueue = 64
+	// handBackFlush bounds the one last try of what is queued when the
+	// group closes.
+	handBackFlush = 2 * time.Second
 )
 
-// HandBacks delivers the batches to hand back, for the serving layer to
-// forward to the leader.
-func (b *Broker) HandBacks() <-chan HandBack { return b.handBacks }
-
 // handBack is the scheduler's Config.HandBack: it batches refs by queue
-// and queues them for the serving layer without blocking.
+// and queues them for the hand-back sender without blocking.
 func (b *Broker) handBack(refs []*fsmv1.Ref) {
 	deadline := time.Now().Add(handBackTimeout)
 	var order []string
@@ -64,4 +70,136 @@ func (b *Broker) handBack(refs []*fsmv1.Ref) {
 		}
 	}
 	b.log.Info("handing back deliveries granted but never sent", "leases", len(refs))
+}
+
+// sendHandBacks is the hand-back sender, a node duty (leader.go): it
+// hands each batch to the leader until ctx ends. Then it still tries
+// what is queued once, without retrying, for at most handBackFlush: a
+// node that hands leadership over just before it stops has just queued
+// its own. Close stops the node duties before the coalescers and the Raft
+// node, and the host closes the peer connections after Close, so both
+// paths are still there.
+func (b *Broker) sendHandBacks(ctx context.Context, _ uint64) {
+	for {
+		select {
+		case hb := <-b.handBacks:
+			b.sendHandBack(ctx, hb, true)
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), handBackFlush)
+			defer cancel()
+			for {
+				select {
+				case hb := <-b.handBacks:
+					b.sendHandBack(fctx, hb, false)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// handBackLeaderWait bounds one wait for a leader to be elected; the
+// batch's deadline bounds the retries.
+const handBackLeaderWait = 3 * time.Second
+
+// sendHandBack hands one batch to the leader as an unprocessed Nack, which
+// returns each lease still held under its token to the queue without
+// counting the attempt. It goes where any leader-only call goes (Route):
+// served here if this node leads again, otherwise sent to the leader at
+// its peer address (Config.Peers), retried with back-off while no leader
+// can take it (retry), until hb.Deadline or ctx's end.
+func (b *Broker) sendHandBack(ctx context.Context, hb HandBack, retry bool) {
+	ctx, cancel := context.WithDeadline(ctx, hb.Deadline)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		returned, err := b.nackAtLeader(ctx, hb)
+		if err == nil {
+			// A lease that is not returned was settled or expired meanwhile.
+			b.log.Info("handed back deliveries never sent", "queue", hb.Queue, "leases", len(hb.Refs), "returned", returned)
+			return
+		}
+		if !retryableAtLeader(err) || ctx.Err() != nil {
+			b.log.Warn("hand-back failed: the deliveries will expire on the leader as counted attempts", "queue", hb.Queue, "leases", len(hb.Refs), "err", err)
+			return
+		}
+		if !retry {
+			b.log.Warn("hand-back not retried: the node is stopping; the deliveries will expire on the leader as counted attempts", "queue", hb.Queue, "leases", len(hb.Refs), "err", err)
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		wait = min(wait*2, time.Second)
+	}
+}
+
+// nackAtLeader nacks hb's leases, unprocessed, on the leader: here when
+// this node is the established leader, else through the peer connection
+// to the leader, as any call is forwarded. It returns how many leases
+// were returned.
+func (b *Broker) nackAtLeader(ctx context.Context, hb HandBack) (int, error) {
+	route, err := b.Route(ctx, handBackLeaderWait)
+	if err != nil {
+		return 0, err
+	}
+	if route.Local {
+		items := make([]NackItem, len(hb.Refs))
+		for i, r := range hb.Refs {
+			items[i] = NackItem{Ref: r, Unprocessed: true}
+		}
+		results, err := b.Nack(ctx, items)
+		if err != nil {
+			return 0, err
+		}
+		returned := 0
+		for _, e := range results {
+			if e == nil {
+				returned++
+			}
+		}
+		return returned, nil
+	}
+	if b.cfg.Peers == nil {
+		return 0, errNoPeers
+	}
+	conn, err := b.cfg.Peers.Get(route.LeaderID, route.LeaderAddr)
+	if err != nil {
+		return 0, err
+	}
+	req := &raftqv1.NackRequest{Queue: hb.Queue, Nacks: make([]*raftqv1.NackItem, len(hb.Refs))}
+	for i, r := range hb.Refs {
+		req.Nacks[i] = &raftqv1.NackItem{MessageId: formatID(r.MessageID), LeaseToken: formatID(r.Token), Unprocessed: true}
+	}
+	resp, err := raftqv1.NewBrokerClient(conn).Nack(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	returned := 0
+	for _, r := range resp.GetResults() {
+		if r.GetOk() {
+			returned++
+		}
+	}
+	return returned, nil
+}
+
+// retryableAtLeader: the call changed nothing because no leader could
+// take it just then (none elected, leadership moving, the leader out of
+// reach), so a later try may succeed.
+func retryableAtLeader(err error) bool {
+	return errors.Is(err, ErrNoLeader) || errors.Is(err, cluster.ErrNotLeader) || errors.Is(err, cluster.ErrLeadershipLost) ||
+		status.Code(err) == codes.Unavailable
+}
+
+// formatID is the API's form of a message id or lease token: 16 hex
+// digits (transport.FormatID, which this package cannot import).
+func formatID(v uint64) string {
+	s := strconv.FormatUint(v, 16)
+	const zeros = "0000000000000000"
+	return zeros[:16-len(s)] + s
 }

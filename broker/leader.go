@@ -84,9 +84,13 @@ func (w *leaderWork) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
 	w.done = make(chan struct{})
+	// The node duties stop only after the last term's duties have: the
+	// scheduler hands back what it never sent as it stops, and the
+	// hand-back sender must still be there to take it.
+	nctx, ncancel := context.WithCancel(context.Background())
 	var waits []func()
 	for _, d := range w.nodeDuties {
-		wait, err := d.start(ctx, 0)
+		wait, err := d.start(nctx, 0)
 		if err != nil {
 			w.log.Error("a node duty did not start", "duty", d.name, "err", err)
 			continue
@@ -96,6 +100,7 @@ func (w *leaderWork) start() {
 	go func() {
 		defer close(w.done)
 		w.follow(ctx)
+		ncancel()
 		for i := len(waits) - 1; i >= 0; i-- {
 			waits[i]()
 		}
@@ -224,10 +229,13 @@ func (b *Broker) leaderDuties() []duty {
 }
 
 // nodeDuties is the group's work on every node, leader or not, from New
-// to Close.
+// to Close: the counter audit, and the sender of what a lost term granted
+// and never sent (handback.go), which goes on after the term that
+// produced it.
 func (b *Broker) nodeDuties() []duty {
 	return []duty{
 		goDuty("counter audit", b.auditCounters),
+		goDuty("hand-back sender", b.sendHandBacks),
 	}
 }
 

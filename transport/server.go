@@ -57,7 +57,7 @@ type Config struct {
 	// credit may go without an ack before the dashboard flags it (0: 2m).
 	DashboardStallAfter time.Duration
 	// Peers is the node's connections to the other nodes (forwarding,
-	// status, digests, hand-backs), owned by the host, which closes it
+	// status, verify digests), owned by the host, which closes it
 	// after Stop; nil = a pool of the server's own (over TLS and Auth),
 	// closed by Stop.
 	Peers *peers.Pool
@@ -84,10 +84,6 @@ type Server struct {
 	// stopping is closed when Stop begins, ending EnqueueStreams that
 	// would otherwise hold GracefulStop until its deadline.
 	stopping chan struct{}
-	// handBackDone is closed when handBackLoop has returned;
-	// stopHandBack cuts a hand-back in progress short.
-	handBackDone chan struct{}
-	stopHandBack context.CancelFunc
 	// left is closed once this node has left the cluster (a Leave call):
 	// the process should stop.
 	left     chan struct{}
@@ -143,9 +139,8 @@ func New(cfg Config, b *broker.Broker) *Server {
 		processStart: sync.OnceValue(processStartTime),
 		left:         make(chan struct{}),
 
-		handBackDone: make(chan struct{}),
-		corruptDone:  make(chan struct{}),
-		restart:      make(chan struct{}),
+		corruptDone: make(chan struct{}),
+		restart:     make(chan struct{}),
 	}
 	if s.peers == nil {
 		s.peers, s.ownPeers = peers.New(cfg.TLS, cfg.Auth.ClientUnary), true
@@ -174,9 +169,6 @@ func New(cfg Config, b *broker.Broker) *Server {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hctx, cancel := context.WithCancel(context.Background())
-	s.stopHandBack = cancel
-	go s.handBackLoop(hctx)
 	s.startDashboard()
 	cctx, ccancel := context.WithCancel(context.Background())
 	s.stopCorrupt = ccancel
@@ -246,13 +238,6 @@ func (s *Server) Stop(ctx context.Context) {
 			s.grpc.Stop()
 			<-done
 		}
-		select {
-		case <-s.handBackDone:
-		case <-ctx.Done():
-			s.stopHandBack()
-			<-s.handBackDone
-		}
-		s.stopHandBack()
 		s.stopDash()
 		<-s.dashDone
 		s.dashHolds.wait() // stopping ended them; their streams close before the peers do
