@@ -172,6 +172,9 @@ func runMemory(ctx context.Context, log *slog.Logger, bin string, o MemoryOption
 	res.RestartReadySecs = time.Since(restart).Seconds()
 	if pid, err = node.Pid(); err == nil {
 		res.RSSAfterRestart, _ = workload.RSS(pid)
+		if cpu, err := workload.CPU(pid); err == nil {
+			res.RestartCPUSecs = cpu.Seconds()
+		}
 	}
 	return nil
 }
