@@ -1,8 +1,10 @@
 package state
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
@@ -157,6 +159,56 @@ func TestFastRecordDecoders(t *testing.T) {
 			}
 			if w := dedupKey(want.DedupId); got.entry != (dedupEntry{hash: w.hash, dedupID: want.DedupId, messageID: want.MessageId, expiresMs: want.ExpiresMs}) {
 				t.Fatalf("dedup %x: fast decoder gave %+v, proto.Unmarshal %v", c, got.entry, want)
+			}
+		}
+	}
+}
+
+// TestRadixSortStable: the dedup expiry order's sort agrees with a stable
+// sort, over keys that need every pass, some, or none.
+func TestRadixSortStable(t *testing.T) {
+	rng := rand.New(rand.NewPCG(24, 2))
+	type item struct {
+		key uint64
+		pos int
+	}
+	for _, mask := range []uint64{0, 0xff, 0xffff0000, 1<<40 | 7, ^uint64(0)} {
+		for _, n := range []int{0, 1, 2, 100, 5000} {
+			items := make([]item, n)
+			for i := range items {
+				items[i] = item{key: rng.Uint64() & mask, pos: i}
+				if i > 0 && rng.IntN(4) == 0 {
+					items[i].key = items[i-1].key // ties, kept in order
+				}
+			}
+			want := slices.Clone(items)
+			slices.SortStableFunc(want, func(a, b item) int { return cmp.Compare(a.key, b.key) })
+			radixSortStable(items, func(it item) uint64 { return it.key })
+			if !slices.Equal(items, want) {
+				t.Fatalf("mask %x, %d items: radix sort differs from a stable sort", mask, n)
+			}
+		}
+	}
+}
+
+// TestDedupExpiryOrder: entries whose expiries or ids span more than the
+// radix key holds are ordered as those that fit: by expiry, then id, in
+// snapshot order among equals.
+func TestDedupExpiryOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(24, 3))
+	for _, span := range []int64{10, 1 << 20, 1 << 40} {
+		var es dedupChunks
+		for i := range 3*dedupChunk + 5 {
+			es.add(dedupEntry{dedupID: fmt.Sprint(i), expiresMs: 1_700_000_000_000 + rng.Int64N(span), messageID: uint64(rng.Int64N(span))})
+		}
+		order := dedupExpiryOrder(&es)
+		if len(order) != es.n {
+			t.Fatalf("span %d: %d positions for %d entries", span, len(order), es.n)
+		}
+		for i := 1; i < len(order); i++ {
+			a, b := es.at(int(order[i-1])), es.at(int(order[i]))
+			if c := cmp.Or(cmp.Compare(a.expiresMs, b.expiresMs), cmp.Compare(a.messageID, b.messageID)); c > 0 || c == 0 && order[i-1] > order[i] {
+				t.Fatalf("span %d: out of order at %d", span, i)
 			}
 		}
 	}

@@ -2,13 +2,11 @@ package state
 
 import (
 	"bufio"
-	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sync/atomic"
 
 	"github.com/google/btree"
@@ -470,26 +468,15 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 			}
 			s.put(q, nil, m)
 		}
-		// A queue's dedup entries arrive in their tree's (hash) order, a
-		// random order for the expiry index: inserted one by one, each
-		// insert shifted half a node of refs (with strings), about a third of a
-		// million-message restore. Collected and sorted, they go in
-		// ascending. They are collected in chunks: one slice grown to a
-		// million refs copied each of them (with its pointers) again at
-		// every doubling, and the count in the record is not trusted to
-		// size it.
-		var dedupRefs dedupRefChunks
+		// Collected, then both indexes built at once (dedupload.go).
+		var dedups dedupChunks
 		for de, err := range dedupRecords.records(r, rec.DedupCount) {
 			if err != nil {
 				return fmt.Errorf("%w: dedup record: %v", ErrInvalid, err)
 			}
-			entry := de.entry
-			if _, dup := q.dedup.ReplaceOrInsert(entry); !dup {
-				s.addDedup(q, entry.dedupID)
-			}
-			dedupRefs.add(dedupRef{at: entry.expiresMs, messageID: entry.messageID, queue: q.name, key: entry.name()})
+			dedups.add(de.entry)
 		}
-		s.insertDedupRefs(&dedupRefs)
+		s.loadDedups(q, &dedups)
 		if rec.RecentCount > 0 && hdr.Version < snapshotV6 {
 			return fmt.Errorf("%w: recent entries in a format-%d snapshot", ErrInvalid, hdr.Version)
 		}
@@ -551,57 +538,6 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 		return fmt.Errorf("%w: after the last record: %w", ErrInvalid, err)
 	}
 	return nil
-}
-
-// dedupRefChunk is how many refs one chunk of dedupRefChunks holds.
-const dedupRefChunk = 1 << 14
-
-// dedupRefChunks is a list of refs in chunks of dedupRefChunk: appending
-// never copies the refs already held.
-type dedupRefChunks struct {
-	chunks [][]dedupRef
-	n      int
-}
-
-func (c *dedupRefChunks) add(r dedupRef) {
-	if c.n%dedupRefChunk == 0 {
-		c.chunks = append(c.chunks, make([]dedupRef, 0, dedupRefChunk))
-	}
-	last := &c.chunks[len(c.chunks)-1]
-	*last = append(*last, r)
-	c.n++
-}
-
-func (c *dedupRefChunks) at(i int) dedupRef { return c.chunks[i/dedupRefChunk][i%dedupRefChunk] }
-
-// insertDedupRefs adds refs to the expiry index in its order. What is
-// sorted is a small pointer-free key per ref (moving the refs themselves,
-// with their strings, cost more than the random inserts saved); its
-// position breaks ties, so of two refs that compare equal the later one
-// still replaces the earlier, exactly as inserting in snapshot order did.
-func (s *Store) insertDedupRefs(refs *dedupRefChunks) {
-	type sortKey struct {
-		at        int64
-		messageID uint64
-		pos       int
-	}
-	keys := make([]sortKey, refs.n)
-	for i := range keys {
-		r := refs.at(i)
-		keys[i] = sortKey{r.at, r.messageID, i}
-	}
-	slices.SortFunc(keys, func(a, b sortKey) int {
-		if c := cmp.Compare(a.at, b.at); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.messageID, b.messageID); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.pos, b.pos)
-	})
-	for _, k := range keys {
-		s.dedupExp.ReplaceOrInsert(refs.at(k.pos))
-	}
 }
 
 // ClusterVersion is the cluster version of the frozen state (what decides
