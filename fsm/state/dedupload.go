@@ -1,10 +1,6 @@
 package state
 
-import (
-	"cmp"
-	"slices"
-	"sync"
-)
+import "sync"
 
 // A snapshot's dedup entries (one per message of the last dedup window:
 // a million in issue 24's restart) arrive in their queue tree's order, by
@@ -13,10 +9,10 @@ import (
 // goroutine: the queue's tree in arrival order (ascending for it), the
 // expiry index in its own order, sorted first. Inserted one by one in
 // arrival order the expiry index shifted half a node of refs per insert,
-// about a third of a restore; and the sort is a radix sort of a small
-// pointer-free key per entry, stable, so that of two refs the index holds
-// as equal the later in the snapshot still replaces the earlier, as
-// inserting in snapshot order did.
+// about a third of a restore; and the sort is a radix sort of small
+// pointer-free keys, stable, so that of two refs the index holds as equal
+// the later in the snapshot still replaces the earlier, as inserting in
+// snapshot order did.
 
 // dedupChunk is how many entries one chunk of dedupChunks holds.
 const dedupChunk = 1 << 14
@@ -68,46 +64,28 @@ func (s *Store) loadDedups(q *queue, es *dedupChunks) {
 }
 
 // dedupExpiryOrder is the positions of es's entries sorted by expiry and
-// then message id (the expiry index's order), stably.
+// then message id (the expiry index's order), stably: a stable radix sort
+// by message id, then one by expiry.
 func dedupExpiryOrder(es *dedupChunks) []uint32 {
-	n := es.n
-	minAt, maxAt := es.at(0).expiresMs, es.at(0).expiresMs
-	minID, maxID := es.at(0).messageID, es.at(0).messageID
-	for _, c := range es.chunks {
-		for _, e := range c {
-			minAt, maxAt = min(minAt, e.expiresMs), max(maxAt, e.expiresMs)
-			minID, maxID = min(minID, e.messageID), max(maxID, e.messageID)
-		}
-	}
-	order := make([]uint32, n)
-	if uint64(n) > 1<<32-1 || uint64(maxAt)-uint64(minAt) >= 1<<32 || maxID-minID >= 1<<32 {
-		// Spans too wide for one 64-bit key (never seen: a window's
-		// expiries span minutes, and its messages' ids a few million).
-		for i := range order {
-			order[i] = uint32(i)
-		}
-		slices.SortStableFunc(order, func(a, b uint32) int {
-			x, y := es.at(int(a)), es.at(int(b))
-			if c := cmp.Compare(x.expiresMs, y.expiresMs); c != 0 {
-				return c
-			}
-			return cmp.Compare(x.messageID, y.messageID)
-		})
-		return order
-	}
 	type item struct {
-		key uint64 // expiry above message id, both less their minimum
+		key uint64
 		pos uint32
 	}
-	items := make([]item, n)
+	items := make([]item, es.n)
 	i := 0
 	for _, c := range es.chunks {
 		for _, e := range c {
-			items[i] = item{key: (uint64(e.expiresMs)-uint64(minAt))<<32 | (e.messageID - minID), pos: uint32(i)}
+			items[i] = item{key: e.messageID, pos: uint32(i)}
 			i++
 		}
 	}
 	radixSortStable(items, func(it item) uint64 { return it.key })
+	for i := range items {
+		// Offset so that expiries order as unsigned numbers do.
+		items[i].key = uint64(es.at(int(items[i].pos)).expiresMs) ^ 1<<63
+	}
+	radixSortStable(items, func(it item) uint64 { return it.key })
+	order := make([]uint32, es.n)
 	for i, it := range items {
 		order[i] = it.pos
 	}
@@ -115,18 +93,24 @@ func dedupExpiryOrder(es *dedupChunks) []uint32 {
 }
 
 // radixSortStable sorts items by key, stably: least significant digit
-// first, 16 bits a pass, passes where every key has the same digit
-// skipped.
+// first, 16 bits a pass, skipping the digits every key has alike (the
+// high digits of expiries within days of each other, of ids within a
+// few million).
 func radixSortStable[T any](items []T, key func(T) uint64) {
-	var all uint64 // the bits any key has set
-	for _, it := range items {
-		all |= key(it)
+	if len(items) < 2 {
+		return
 	}
+	or, and := uint64(0), ^uint64(0)
+	for _, it := range items {
+		k := key(it)
+		or, and = or|k, and&k
+	}
+	differ := or ^ and // the bits some keys have and others not
 	out := items
 	tmp := make([]T, len(items))
 	var counts [1 << 16]int
 	for shift := uint(0); shift < 64; shift += 16 {
-		if (all>>shift)&0xffff == 0 {
+		if (differ>>shift)&0xffff == 0 {
 			continue
 		}
 		clear(counts[:])
@@ -144,7 +128,7 @@ func radixSortStable[T any](items []T, key func(T) uint64) {
 		}
 		items, tmp = tmp, items
 	}
-	if len(items) > 0 && &items[0] != &out[0] { // an odd number of passes
+	if &items[0] != &out[0] { // an odd number of passes
 		copy(out, items)
 	}
 }
