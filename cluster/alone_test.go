@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 // TestLoneVoterElectsItselfAtOnce: with heartbeat and election timeouts of
@@ -28,12 +30,12 @@ func TestLoneVoterElectsItselfAtOnce(t *testing.T) {
 	shutdown(t, n)
 
 	r := startNode(t, cfg)
-	defer checkGoroutines(t, base)
+	defer harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 	defer shutdown(t, r)
 	if _, err := r.WaitLeader(ctxTimeout(t, time.Minute)); err != nil {
 		t.Fatalf("no leader after restart: %v", err)
 	}
-	waitFor(t, time.Minute, "state recovered", func() bool { return slices.Equal(r.fsm.Entries(), []string{"a"}) })
+	harness.Eventually(t, time.Minute, harness.Holds("state recovered", func() bool { return slices.Equal(r.fsm.Entries(), []string{"a"}) }))
 	if rc := r.raft.ReloadableConfig(); rc.HeartbeatTimeout != time.Hour || rc.ElectionTimeout != time.Hour {
 		t.Fatalf("timeouts after the campaign: %v, %v; want the configured hour", rc.HeartbeatTimeout, rc.ElectionTimeout)
 	}

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 // TestRestartedNodeSnapshotsPastThreshold: a node that is restarted more
@@ -58,20 +60,20 @@ func TestRestartedNodeSnapshotsPastThreshold(t *testing.T) {
 		}
 		return metas[0].Index
 	}
-	waitFor(t, 60*time.Second, fmt.Sprintf("a snapshot covering index %d (the newest is at %d, taken before the restart)", written, first), func() bool {
+	harness.Eventually(t, 60*time.Second, harness.Holds(fmt.Sprintf("a snapshot covering index %d (the newest is at %d, taken before the restart)", written, first), func() bool {
 		return newest() >= written
-	})
+	}))
 	// And the log is compacted behind it (raft does that after the
 	// snapshot is listed), and the node says it is near its snapshot.
-	waitFor(t, 30*time.Second, fmt.Sprintf("the log compacted past the old snapshot at %d", first), func() bool {
+	harness.Eventually(t, 30*time.Second, harness.Holds(fmt.Sprintf("the log compacted past the old snapshot at %d", first), func() bool {
 		firstLog, err := r.logs.store.FirstIndex()
 		return err == nil && firstLog > first
-	})
-	waitFor(t, 30*time.Second, "SnapshotStats().EntriesSince below the threshold", func() bool {
+	}))
+	harness.Eventually(t, 30*time.Second, harness.Holds("SnapshotStats().EntriesSince below the threshold", func() bool {
 		return r.SnapshotStats().EntriesSince < cfg.SnapshotThreshold
-	})
+	}))
 	shutdown(t, r)
-	checkGoroutines(t, base)
+	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 }
 
 // TestSnapshotDecision: the policy of the automatic snapshots, case by
@@ -141,25 +143,25 @@ func TestSnapshotWatchLongLivedNode(t *testing.T) {
 		}
 	}
 	apply(int(cfg.SnapshotThreshold) + 8)
-	waitFor(t, 30*time.Second, "the first automatic snapshot", func() bool { return n.SnapshotStats().Count >= 1 })
+	harness.Eventually(t, 30*time.Second, harness.Holds("the first automatic snapshot", func() bool { return n.SnapshotStats().Count >= 1 }))
 	first := n.SnapshotStats().Count
 	apply(3 * int(cfg.SnapshotThreshold))
 	if err := n.Barrier(ctxTimeout(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "another automatic snapshot, the log past the threshold again", func() bool {
+	harness.Eventually(t, 30*time.Second, harness.Holds("another automatic snapshot, the log past the threshold again", func() bool {
 		return n.SnapshotStats().Count > first
-	})
-	waitFor(t, 30*time.Second, "the log compacted to below the threshold past the newest snapshot", func() bool {
+	}))
+	harness.Eventually(t, 30*time.Second, harness.Holds("the log compacted to below the threshold past the newest snapshot", func() bool {
 		return n.SnapshotStats().EntriesSince < cfg.SnapshotThreshold
-	})
-	waitFor(t, 30*time.Second, "the log compacted to the trailing entries behind the newest snapshot", func() bool {
+	}))
+	harness.Eventually(t, 30*time.Second, harness.Holds("the log compacted to the trailing entries behind the newest snapshot", func() bool {
 		firstLog, err := n.logs.store.FirstIndex()
 		return err == nil && n.AppliedIndex()-firstLog <= cfg.SnapshotThreshold+cfg.TrailingLogs
-	})
+	}))
 	if st := n.SnapshotStats(); st.Failed != 0 {
 		t.Errorf("%d failed snapshots", st.Failed)
 	}
 	shutdown(t, n)
-	checkGoroutines(t, base)
+	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 }

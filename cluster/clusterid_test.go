@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 // refusedIDs returns the ids n's Status lists as refused, and their
@@ -35,7 +37,7 @@ func servers(n *testNode) []string {
 // waitClusterID waits until n has a cluster id and returns it.
 func waitClusterID(t *testing.T, n *testNode) string {
 	t.Helper()
-	waitFor(t, 15*time.Second, n.ID()+" to have a cluster id", func() bool { return n.ClusterID() != "" })
+	harness.Eventually(t, 15*time.Second, harness.Holds(n.ID()+" to have a cluster id", func() bool { return n.ClusterID() != "" }))
 	return n.ClusterID()
 }
 
@@ -44,7 +46,7 @@ func waitClusterID(t *testing.T, n *testNode) string {
 // passes (a pass that had not yet seen a member cannot have added it).
 func waitDecided(t *testing.T, leader *testNode, ids ...string) {
 	t.Helper()
-	waitFor(t, 20*time.Second, "the leader to add or refuse "+strings.Join(ids, ", "), func() bool {
+	harness.Eventually(t, 20*time.Second, harness.Holds("the leader to add or refuse "+strings.Join(ids, ", "), func() bool {
 		inConf, refused := servers(leader), map[string]bool{}
 		ref, _ := refusedIDs(leader)
 		for _, id := range ref {
@@ -56,9 +58,9 @@ func waitDecided(t *testing.T, leader *testNode, ids ...string) {
 			}
 		}
 		return true
-	})
+	}))
 	from := leader.rec.passes.Load()
-	waitFor(t, 10*time.Second, "two reconciler passes", func() bool { return leader.rec.passes.Load() >= from+2 })
+	harness.Eventually(t, 10*time.Second, harness.Holds("two reconciler passes", func() bool { return leader.rec.passes.Load() >= from+2 }))
 }
 
 // TestLoneNodeRefusesAnotherBootstrap is the accidental merge of issue
@@ -114,7 +116,7 @@ func TestLoneNodeRefusesAnotherBootstrap(t *testing.T) {
 		shutdown(t, n)
 	}
 	shutdown(t, lone)
-	checkGoroutines(t, base)
+	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 }
 
 // TestClustersNeverAdmitEachOther: two running clusters whose gossip
@@ -147,9 +149,9 @@ func TestClustersNeverAdmitEachOther(t *testing.T) {
 		bLeader = b[1]
 	}
 	bid := waitClusterID(t, bLeader)
-	waitFor(t, 15*time.Second, "b's nodes to agree on b's cluster id", func() bool {
+	harness.Eventually(t, 15*time.Second, harness.Holds("b's nodes to agree on b's cluster id", func() bool {
 		return b[0].ClusterID() == bid && b[1].ClusterID() == bid
-	})
+	}))
 	if aid == bid {
 		t.Fatalf("both clusters have id %s", aid)
 	}
@@ -202,7 +204,7 @@ func TestJoinSingleNodeOnPurpose(t *testing.T) {
 		cfg.Join = []string{a.GossipAddr()}
 		n := startNode(t, cfg)
 		defer shutdown(t, n)
-		waitFor(t, 20*time.Second, id+" promoted to voter", func() bool { return suffrage(a, id) == "Voter" })
+		harness.Eventually(t, 20*time.Second, harness.Holds(id+" promoted to voter", func() bool { return suffrage(a, id) == "Voter" }))
 		if got, err := PersistedClusterID(cfg.DataDir); err != nil || got != cid {
 			t.Fatalf("%s's data dir records cluster id %q (%v), want %q", id, got, err, cid)
 		}
@@ -226,11 +228,11 @@ func TestRepairedNodeKeepsClusterID(t *testing.T) {
 	bcfg := testConfig(t, "b", dir, 1)
 	bcfg.Join = []string{a.GossipAddr()}
 	b := startNode(t, bcfg)
-	waitFor(t, 20*time.Second, "b promoted", func() bool { return suffrage(a, "b") == "Voter" })
+	harness.Eventually(t, 20*time.Second, harness.Holds("b promoted", func() bool { return suffrage(a, "b") == "Voter" }))
 	// b records the id it learned from gossip on its own time: a loaded
 	// fresh-clone run promoted it before it had, and the repair below
 	// is of a node that knew its cluster.
-	waitFor(t, 20*time.Second, "b to know the cluster id", func() bool { return b.ClusterID() == cid })
+	harness.Eventually(t, 20*time.Second, harness.Holds("b to know the cluster id", func() bool { return b.ClusterID() == cid }))
 	// Removed first (as a repair does): with b stopped, a alone would be
 	// no quorum of two voters.
 	if err := a.RemoveNode(ctxTimeout(t, 10*time.Second), "b", true); err != nil {
@@ -254,7 +256,7 @@ func TestRepairedNodeKeepsClusterID(t *testing.T) {
 	if _, err := b.ms.ml.Join([]string{a.GossipAddr()}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "b back as a voter", func() bool { return suffrage(a, "b") == "Voter" })
+	harness.Eventually(t, 20*time.Second, harness.Holds("b back as a voter", func() bool { return suffrage(a, "b") == "Voter" }))
 	if b.boot.done.Load() != 0 {
 		t.Fatal("the repaired node bootstrapped")
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 func TestEntryChecksum(t *testing.T) {
@@ -480,12 +482,12 @@ func TestRunningLeaderFindsCorruptLog(t *testing.T) {
 	}
 	start := time.Now()
 	c.start(cfgs[away.ID()])
-	waitFor(t, 20*time.Second, "the leader finding its damaged log", func() bool { return l.Corrupt() != nil })
+	harness.Eventually(t, 20*time.Second, harness.Holds("the leader finding its damaged log", func() bool { return l.Corrupt() != nil }))
 	t.Logf("found %v after %v", l.Corrupt(), time.Since(start))
 	if cr := l.Corrupt(); cr.File != filepath.Join(l.cfg.DataDir, walDir) || cr.Index == 0 {
 		t.Errorf("corruption = %+v; want the wal and an index", cr)
 	}
-	waitFor(t, 5*time.Second, "raft stopped on the damaged node", func() bool { return l.raft.State() == raft.Shutdown })
+	harness.Eventually(t, 5*time.Second, harness.Holds("raft stopped on the damaged node", func() bool { return l.raft.State() == raft.Shutdown }))
 	if m, err := readCorruptMarker(l.cfg.DataDir); err != nil || m == nil {
 		t.Errorf("marker: %v, %v; want the damage recorded for the next start", m, err)
 	}
@@ -493,14 +495,14 @@ func TestRunningLeaderFindsCorruptLog(t *testing.T) {
 	// Leadership may change hands once more while the node that was
 	// away catches up: an apply that lost it is tried on the next leader.
 	var nl *testNode
-	waitFor(t, 30*time.Second, "the other two committing", func() bool {
+	harness.Eventually(t, 30*time.Second, harness.Holds("the other two committing", func() bool {
 		nl = c.leader()
 		_, err := nl.Apply(ctxTimeout(t, 5*time.Second), []byte("after"))
 		return err == nil && nl != l
-	})
-	waitFor(t, 20*time.Second, "the follower that was away caught up from the new leader", func() bool {
+	}))
+	harness.Eventually(t, 20*time.Second, harness.Holds("the follower that was away caught up from the new leader", func() bool {
 		return c.nodes[away.ID()].AppliedIndex() >= nl.AppliedIndex()
-	})
+	}))
 	// Restarted, it stays out until repaired.
 	r := startNode(t, l.cfg)
 	defer shutdown(t, r)

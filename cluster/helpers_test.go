@@ -4,16 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/raftq/raftq/test/harness"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/pprof"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +17,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 // Test timing: short, but with slack for a 2-core machine under -race.
@@ -262,16 +260,6 @@ func crash(t *testing.T, n *testNode) {
 	}
 }
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := poll(ctx, 20*time.Millisecond, cond); err != nil {
-		t.Fatalf("timed out after %v waiting for %s", timeout, what)
-	}
-}
-
 func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
@@ -303,33 +291,4 @@ func voters(n *testNode) []string {
 	}
 	slices.Sort(ids)
 	return ids
-}
-
-// checkGoroutines fails the test if goroutines started since base remain.
-func checkGoroutines(t *testing.T, base int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := poll(ctx, 50*time.Millisecond, func() bool { return runtime.NumGoroutine() <= base }); err != nil {
-		var b strings.Builder
-		_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
-		t.Errorf("goroutines left behind: %d now, %d before\n%s", runtime.NumGoroutine(), base, b.String())
-	}
-}
-
-// poll calls cond every interval until it returns true or ctx ends (tests
-// only: the package itself waits on events).
-func poll(ctx context.Context, interval time.Duration, cond func() bool) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		if cond() {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
 }

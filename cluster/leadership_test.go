@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 // leadershipLog records every value a node publishes, in order (through
@@ -198,7 +200,7 @@ func TestLeadershipEventsAcrossElectionAndTransfer(t *testing.T) {
 			t.Errorf("%s: last value %+v, want the shutdown value", id, last)
 		}
 	}
-	checkGoroutines(t, base)
+	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 }
 
 // gatedFSM blocks every Apply until open is closed, and says when the
@@ -278,7 +280,7 @@ func TestLeadershipEstablishedOnlyAfterBarrier(t *testing.T) {
 	if !r.LeaderReady() {
 		t.Fatal("LeaderReady false while established")
 	}
-	waitFor(t, 5*time.Second, "leader service start", func() bool { return svc.running.Load() == 1 })
+	harness.Eventually(t, 5*time.Second, harness.Holds("leader service start", func() bool { return svc.running.Load() == 1 }))
 
 	// On shutdown the leader publishes "not established" (the service has
 	// stopped while Raft still runs) before the final value.
@@ -297,7 +299,7 @@ func TestLeadershipEstablishedOnlyAfterBarrier(t *testing.T) {
 	if !tail[0].Established || tail[1].Established || tail[1].Role != RoleLeader || tail[2].Role != RoleShutdown {
 		t.Fatalf("shutdown sequence %+v, want established, leader not established, shutdown", tail)
 	}
-	checkGoroutines(t, base)
+	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 }
 
 // A heartbeat goroutine of a term this node has lost may report a failure

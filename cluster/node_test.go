@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 func TestSingleNodeBootstrapAndRestart(t *testing.T) {
@@ -30,7 +32,7 @@ func TestSingleNodeBootstrapAndRestart(t *testing.T) {
 	if got := n.boot.done.Load(); got != 1 {
 		t.Fatalf("bootstraps = %d, want 1", got)
 	}
-	waitFor(t, 5*time.Second, "leader service start", func() bool { return n.svc.running.Load() == 1 })
+	harness.Eventually(t, 5*time.Second, harness.Holds("leader service start", func() bool { return n.svc.running.Load() == 1 }))
 
 	for i, cmd := range []string{"a", "b", "c"} {
 		resp, err := n.Apply(ctxTimeout(t, 5*time.Second), []byte(cmd))
@@ -86,9 +88,9 @@ func TestSingleNodeBootstrapAndRestart(t *testing.T) {
 	if _, err := r.WaitLeader(ctxTimeout(t, 5*time.Second)); err != nil {
 		t.Fatalf("no leader after restart: %v", err)
 	}
-	waitFor(t, 5*time.Second, "state recovered", func() bool {
+	harness.Eventually(t, 5*time.Second, harness.Holds("state recovered", func() bool {
 		return slices.Equal(r.fsm.Entries(), []string{"a", "b", "c", "d"})
-	})
+	}))
 	if got := r.boot.done.Load(); got != 0 {
 		t.Fatalf("bootstrapped again after restart (%d)", got)
 	}
@@ -100,7 +102,7 @@ func TestSingleNodeBootstrapAndRestart(t *testing.T) {
 		t.Fatalf("apply after restart: %v, %v", resp, err)
 	}
 	shutdown(t, r)
-	checkGoroutines(t, base)
+	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 }
 
 // testCluster is a set of in-process nodes joined over loopback gossip.
@@ -145,7 +147,7 @@ func cmpString(a, b string) int {
 func (c *testCluster) leader() *testNode {
 	c.t.Helper()
 	var id string
-	waitFor(c.t, 15*time.Second, "one leader known to all nodes", func() bool {
+	harness.Eventually(c.t, 15*time.Second, harness.Holds("one leader known to all nodes", func() bool {
 		id = ""
 		for _, n := range c.alive() {
 			li := n.Leader()
@@ -156,7 +158,7 @@ func (c *testCluster) leader() *testNode {
 		}
 		l, ok := c.nodes[id]
 		return ok && l.ctx.Err() == nil && l.IsLeader()
-	})
+	}))
 	return c.nodes[id]
 }
 
@@ -179,7 +181,7 @@ func (c *testCluster) follower() *testNode {
 func (c *testCluster) waitVoters(timeout time.Duration, want ...string) {
 	c.t.Helper()
 	slices.Sort(want)
-	waitFor(c.t, timeout, fmt.Sprintf("voters %v", want), func() bool {
+	harness.Eventually(c.t, timeout, harness.Holds(fmt.Sprintf("voters %v", want), func() bool {
 		led := false
 		for _, n := range c.alive() {
 			if !slices.Contains(want, n.ID()) && !n.IsLeader() {
@@ -191,7 +193,7 @@ func (c *testCluster) waitVoters(timeout time.Duration, want ...string) {
 			led = led || n.IsLeader()
 		}
 		return led
-	})
+	}))
 }
 
 func (c *testCluster) shutdownAll() {
@@ -231,7 +233,7 @@ func TestCluster(t *testing.T) {
 		if total == 0 {
 			t.Fatal("nobody bootstrapped")
 		}
-		waitFor(t, 5*time.Second, "leader service on the leader only", func() bool {
+		harness.Eventually(t, 5*time.Second, harness.Holds("leader service on the leader only", func() bool {
 			for _, n := range c.alive() {
 				if want := int32(0); n == l {
 					if n.svc.running.Load() != 1 {
@@ -242,7 +244,7 @@ func TestCluster(t *testing.T) {
 				}
 			}
 			return true
-		})
+		}))
 	})
 
 	step("apply on leader, ErrNotLeader on follower, leader addresses", func(t *testing.T) {
@@ -260,9 +262,9 @@ func TestCluster(t *testing.T) {
 			if li.ID != l.ID() || li.GRPCAddr != l.cfg.GRPCAdvertise || li.RaftAddr != l.RaftAddr() {
 				t.Fatalf("%s sees leader %+v, want %s at %s", n.ID(), li, l.ID(), l.cfg.GRPCAdvertise)
 			}
-			waitFor(t, 5*time.Second, "replication of x1 to "+n.ID(), func() bool {
+			harness.Eventually(t, 5*time.Second, harness.Holds("replication of x1 to "+n.ID(), func() bool {
 				return slices.Contains(n.fsm.Entries(), "x1")
-			})
+			}))
 			if err := n.Barrier(ctxTimeout(t, 5*time.Second)); (n == l) != (err == nil) {
 				t.Fatalf("barrier on %s (leader %v): %v", n.ID(), n == l, err)
 			}
@@ -300,9 +302,9 @@ func TestCluster(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("target never published itself established leader: %v", err)
 		}
-		waitFor(t, 5*time.Second, "leader service moved", func() bool {
+		harness.Eventually(t, 5*time.Second, harness.Holds("leader service moved", func() bool {
 			return target.svc.starts.Load() == startsBefore+1 && target.svc.running.Load() == 1 && old.svc.running.Load() == 0
-		})
+		}))
 		if _, err := old.TransferLeadership(ctxTimeout(t, time.Second), ""); !errors.Is(err, ErrNotLeader) {
 			t.Fatalf("transfer from follower: %v", err)
 		}
@@ -318,7 +320,7 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("apply after transfers: %v", err)
 		}
 		f := c.follower()
-		waitFor(t, 5*time.Second, "x2 on follower", func() bool { return slices.Contains(f.fsm.Entries(), "x2") })
+		harness.Eventually(t, 5*time.Second, harness.Holds("x2 on follower", func() bool { return slices.Contains(f.fsm.Entries(), "x2") }))
 		idx, err := f.Snapshot(ctxTimeout(t, 10*time.Second))
 		if err != nil || idx == 0 || idx > f.AppliedIndex() {
 			t.Fatalf("follower snapshot: %d, %v (applied %d)", idx, err, f.AppliedIndex())
@@ -331,14 +333,14 @@ func TestCluster(t *testing.T) {
 	step("fourth node joins as voter", func(t *testing.T) {
 		n4 := c.start(cfgs["n4"])
 		c.waitVoters(15*time.Second, "n1", "n2", "n3", "n4")
-		waitFor(t, 10*time.Second, "n4 catches up", func() bool { return slices.Contains(n4.fsm.Entries(), "x2") })
+		harness.Eventually(t, 10*time.Second, harness.Holds("n4 catches up", func() bool { return slices.Contains(n4.fsm.Entries(), "x2") }))
 		if n4.boot.done.Load() != 0 {
 			t.Fatal("late joiner bootstrapped")
 		}
-		waitFor(t, 5*time.Second, "n4 publishes has-state", func() bool {
+		harness.Eventually(t, 5*time.Second, harness.Holds("n4 publishes has-state", func() bool {
 			meta, ok := c.leader().ms.meta("n4")
 			return ok && meta.State
-		})
+		}))
 	})
 
 	step("failed follower removed after the grace period", func(t *testing.T) {
@@ -392,14 +394,14 @@ func TestCluster(t *testing.T) {
 		}
 		shutdown(t, f)
 		l := c.leader()
-		waitFor(t, 10*time.Second, "the leader to see "+f.ID()+" fail in gossip", func() bool {
+		harness.Eventually(t, 10*time.Second, harness.Holds("the leader to see "+f.ID()+" fail in gossip", func() bool {
 			for _, m := range l.Members() {
 				if m.ID == f.ID() {
 					return m.State == "failed"
 				}
 			}
 			return false
-		})
+		}))
 		if l.Leader().ID != l.ID() {
 			t.Fatal("leadership moved")
 		}
@@ -407,14 +409,14 @@ func TestCluster(t *testing.T) {
 		// (a left member goes at once, even at the bootstrap-expect floor
 		// this three-voter cluster is at).
 		p := l.rec.passes.Load()
-		waitFor(t, 10*time.Second, "two reconcile passes", func() bool { return l.rec.passes.Load() >= p+2 })
+		harness.Eventually(t, 10*time.Second, harness.Holds("two reconcile passes", func() bool { return l.rec.passes.Load() >= p+2 }))
 		if got := voters(l); !slices.Equal(got, all) {
 			t.Fatalf("voters after %s stopped: %v, want %v", f.ID(), got, all)
 		}
 		c.start(cfgs[f.ID()])
-		waitFor(t, 15*time.Second, f.ID()+" back as a follower", func() bool {
+		harness.Eventually(t, 15*time.Second, harness.Holds(f.ID()+" back as a follower", func() bool {
 			return c.nodes[f.ID()].Leader().ID == l.ID()
-		})
+		}))
 		c.waitVoters(15*time.Second, all...)
 	})
 
@@ -435,9 +437,9 @@ func TestCluster(t *testing.T) {
 		if l == old {
 			t.Fatal("old leader still leader")
 		}
-		waitFor(t, 5*time.Second, "leader service on the new leader", func() bool {
+		harness.Eventually(t, 5*time.Second, harness.Holds("leader service on the new leader", func() bool {
 			return l.svc.starts.Load() == starts[l.ID()]+1 && l.svc.running.Load() == 1
-		})
+		}))
 		for _, n := range c.alive() {
 			select {
 			case <-changedOn[n.ID()]:
@@ -456,14 +458,14 @@ func TestCluster(t *testing.T) {
 		// Wait well past the grace period: the failed voter must stay, as
 		// removing it would leave 2 < BootstrapExpect voters.
 		deadline := time.Now().Add(testDeadTimeout + 3*time.Second)
-		waitFor(t, testDeadTimeout+10*time.Second, "failed leader seen failed in gossip", func() bool {
+		harness.Eventually(t, testDeadTimeout+10*time.Second, harness.Holds("failed leader seen failed in gossip", func() bool {
 			for _, m := range l.Members() {
 				if m.ID == old.ID() {
 					return !m.Alive
 				}
 			}
 			return false
-		})
+		}))
 		for time.Now().Before(deadline) {
 			if got := voters(l); !slices.Equal(got, before) {
 				t.Fatalf("voters changed to %v, want %v kept", got, before)
@@ -505,7 +507,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	c.shutdownAll()
-	checkGoroutines(t, base)
+	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 }
 
 func TestBootstrapWaitsForExpect(t *testing.T) {
@@ -538,7 +540,7 @@ func TestBootstrapWaitsForExpect(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: no leader: %v", n.ID(), err)
 		}
-		waitFor(t, 5*time.Second, "two voters on "+n.ID(), func() bool { return slices.Equal(voters(n), []string{"a", "b"}) })
+		harness.Eventually(t, 5*time.Second, harness.Holds("two voters on "+n.ID(), func() bool { return slices.Equal(voters(n), []string{"a", "b"}) }))
 		t.Logf("%s sees leader %+v", n.ID(), li)
 	}
 	if a.boot.done.Load()+b.boot.done.Load() == 0 {
@@ -564,7 +566,7 @@ func TestBootstrapWaitsForExpect(t *testing.T) {
 	if !other.IsLeader() {
 		t.Fatalf("%s not leader after %s left gracefully", other.ID(), l.ID())
 	}
-	waitFor(t, 5*time.Second, "sole voter "+other.ID(), func() bool { return slices.Equal(voters(other), []string{other.ID()}) })
+	harness.Eventually(t, 5*time.Second, harness.Holds("sole voter "+other.ID(), func() bool { return slices.Equal(voters(other), []string{other.ID()}) }))
 	if other.svc.starts.Load() != starts+1 || other.svc.running.Load() != 1 {
 		t.Fatalf("leader service on %s: starts %d running %d", other.ID(), other.svc.starts.Load(), other.svc.running.Load())
 	}
@@ -572,5 +574,5 @@ func TestBootstrapWaitsForExpect(t *testing.T) {
 		t.Fatalf("apply on the remaining node: %v", err)
 	}
 	shutdown(t, other)
-	checkGoroutines(t, base)
+	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 // TestDataDirKeepsItsNodeID: the first start records the id in the data
@@ -71,7 +73,7 @@ func TestRaftAdvertisedByName(t *testing.T) {
 		seeds = append(seeds, n.GossipAddr())
 		nodes = append(nodes, n)
 	}
-	waitFor(t, 20*time.Second, "two voters by name", func() bool {
+	harness.Eventually(t, 20*time.Second, harness.Holds("two voters by name", func() bool {
 		for _, n := range nodes {
 			servers, err := latestServers(n.raft)
 			if err != nil || len(servers) != 2 {
@@ -84,7 +86,7 @@ func TestRaftAdvertisedByName(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}))
 	li, err := nodes[0].WaitLeader(ctxTimeout(t, 10*time.Second))
 	if err != nil {
 		t.Fatal(err)

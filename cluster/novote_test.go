@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 // A node with no Raft state refuses votes and pre-votes, without taking
@@ -125,7 +127,7 @@ func TestWipedVoterDoesNotElect(t *testing.T) {
 		start(id)
 	}
 	var leader *testNode
-	waitFor(t, 20*time.Second, "a leader and three voters", func() bool {
+	harness.Eventually(t, 20*time.Second, harness.Holds("a leader and three voters", func() bool {
 		for _, n := range nodes {
 			if n.IsLeader() && slices.Equal(voters(n), []string{"w1", "w2", "w3"}) {
 				leader = n
@@ -133,13 +135,13 @@ func TestWipedVoterDoesNotElect(t *testing.T) {
 			}
 		}
 		return false
-	})
+	}))
 	// A loaded machine can move leadership while these commit ("leadership
 	// lost, outcome unknown" failed a fresh-clone make test): each command
 	// goes to whoever leads until one answers, and the checks below count
 	// distinct commands, since an unknown outcome may have committed too.
 	for _, cmd := range []string{"c1", "c2", "c3"} {
-		waitFor(t, 20*time.Second, "apply "+cmd+" on a leader", func() bool {
+		harness.Eventually(t, 20*time.Second, harness.Holds("apply "+cmd+" on a leader", func() bool {
 			for _, n := range nodes {
 				if n.IsLeader() {
 					if _, err := n.Apply(ctxTimeout(t, 5*time.Second), []byte(cmd)); err == nil {
@@ -149,7 +151,7 @@ func TestWipedVoterDoesNotElect(t *testing.T) {
 				}
 			}
 			return false
-		})
+		}))
 	}
 	if !slices.Equal(voters(leader), []string{"w1", "w2", "w3"}) {
 		t.Fatalf("voters after the commands: %v", voters(leader))
@@ -162,7 +164,7 @@ func TestWipedVoterDoesNotElect(t *testing.T) {
 	}
 	slices.Sort(followers)
 	wiped, survivor := followers[0], followers[1]
-	waitFor(t, 10*time.Second, wiped+" has the commands", func() bool { return len(distinct(nodes[wiped].fsm.Entries())) == 3 })
+	harness.Eventually(t, 10*time.Second, harness.Holds(wiped+" has the commands", func() bool { return len(distinct(nodes[wiped].fsm.Entries())) == 3 }))
 
 	// The wiped follower loses its disk; then the leader goes down too.
 	stop(wiped)
@@ -179,7 +181,7 @@ func TestWipedVoterDoesNotElect(t *testing.T) {
 	// once it has given up on the old leader, many election timeouts pass
 	// without a new one (without the guard, one came within two).
 	s := nodes[survivor]
-	waitFor(t, 10*time.Second, survivor+" to lose the old leader", func() bool { return s.Leader().ID == "" })
+	harness.Eventually(t, 10*time.Second, harness.Holds(survivor+" to lose the old leader", func() bool { return s.Leader().ID == "" }))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*testHeartbeat)
 	_, err := s.WaitLeader(ctx)
 	cancel()
@@ -197,7 +199,7 @@ func TestWipedVoterDoesNotElect(t *testing.T) {
 	// The old leader, with its log, comes back: it and the survivor elect,
 	// the wiped node catches up and every command is there.
 	start(oldLeader)
-	waitFor(t, 20*time.Second, "a leader again", func() bool {
+	harness.Eventually(t, 20*time.Second, harness.Holds("a leader again", func() bool {
 		for _, n := range nodes {
 			if n.IsLeader() {
 				leader = n
@@ -205,13 +207,13 @@ func TestWipedVoterDoesNotElect(t *testing.T) {
 			}
 		}
 		return false
-	})
+	}))
 	if _, err := leader.Apply(ctxTimeout(t, 10*time.Second), []byte("c4")); err != nil {
 		t.Fatalf("apply after the wiped node came back: %v", err)
 	}
 	want := []string{"c1", "c2", "c3", "c4"}
 	for id, n := range nodes {
-		waitFor(t, 10*time.Second, id+" has every command", func() bool {
+		harness.Eventually(t, 10*time.Second, harness.Holds(id+" has every command", func() bool {
 			var got []string
 			for _, e := range distinct(n.fsm.Entries()) {
 				if len(e) == 2 && e[0] == 'c' {
@@ -219,7 +221,7 @@ func TestWipedVoterDoesNotElect(t *testing.T) {
 				}
 			}
 			return slices.Equal(got, want)
-		})
+		}))
 	}
 }
 

@@ -63,17 +63,17 @@ func TestNonvoterPromotedOnceCaughtUp(t *testing.T) {
 	bcfg.Join = []string{a.GossipAddr()}
 	b := startNode(t, bcfg)
 	defer shutdown(t, b)
-	waitFor(t, 15*time.Second, "b added as a nonvoter", func() bool { return suffrage(a, "b") == "Nonvoter" })
-	waitFor(t, 15*time.Second, "b to hold the log", func() bool { return len(b.fsm.Entries()) >= 50 })
+	harness.Eventually(t, 15*time.Second, harness.Holds("b added as a nonvoter", func() bool { return suffrage(a, "b") == "Nonvoter" }))
+	harness.Eventually(t, 15*time.Second, harness.Holds("b to hold the log", func() bool { return len(b.fsm.Entries()) >= 50 }))
 
 	for _, m := range []int32{0, 1} {
 		mode.Store(m)
 		// Several checks, over longer than PromoteAfter, find b behind:
 		// it stays a nonvoter.
 		start, from := time.Now(), probes[m].Load()
-		waitFor(t, 15*time.Second, "checks of b's progress", func() bool {
+		harness.Eventually(t, 15*time.Second, harness.Holds("checks of b's progress", func() bool {
 			return probes[m].Load() >= from+3 && time.Since(start) > 2*acfg.PromoteAfter
-		})
+		}))
 		if got := suffrage(a, "b"); got != "Nonvoter" {
 			t.Fatalf("mode %d: b is %q while behind, want Nonvoter", m, got)
 		}
@@ -81,7 +81,7 @@ func TestNonvoterPromotedOnceCaughtUp(t *testing.T) {
 
 	released := time.Now()
 	mode.Store(2)
-	waitFor(t, 15*time.Second, "b promoted to voter", func() bool { return slices.Equal(voters(a), []string{"a", "b"}) })
+	harness.Eventually(t, 15*time.Second, harness.Holds("b promoted to voter", func() bool { return slices.Equal(voters(a), []string{"a", "b"}) }))
 	if d := time.Since(released); d < acfg.PromoteAfter {
 		t.Errorf("b promoted %v after it caught up, before PromoteAfter (%v)", d, acfg.PromoteAfter)
 	}
@@ -94,5 +94,5 @@ func TestNonvoterPromotedOnceCaughtUp(t *testing.T) {
 	}
 	shutdown(t, b)
 	shutdown(t, a)
-	checkGoroutines(t, base)
+	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 }

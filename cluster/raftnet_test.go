@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftq/raftq/raftmux"
+	"github.com/raftq/raftq/test/harness"
 )
 
 // openings counts how the connections a node's Raft port accepted open.
@@ -91,7 +92,7 @@ func TestRaftPortMixedBuilds(t *testing.T) {
 	}
 	defer func() {
 		c.shutdownAll()
-		checkGoroutines(t, base)
+		harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 	}()
 	step := func(name string, f func(t *testing.T)) {
 		if !t.Run(name, f) {
@@ -102,21 +103,21 @@ func TestRaftPortMixedBuilds(t *testing.T) {
 		t.Helper()
 		applyRetry(t, c, entry)
 		for _, n := range c.alive() {
-			waitFor(t, 10*time.Second, entry+" on "+n.ID(), func() bool { return slices.Contains(n.fsm.Entries(), entry) })
+			harness.Eventually(t, 10*time.Second, harness.Holds(entry+" on "+n.ID(), func() bool { return slices.Contains(n.fsm.Entries(), entry) }))
 		}
 	}
 	// lead makes id the leader: a transfer can time out on a loaded
 	// machine, and leadership can move on its own; it is tried again.
 	lead := func(t *testing.T, id string) *testNode {
 		t.Helper()
-		waitFor(t, 60*time.Second, id+" to lead", func() bool {
+		harness.Eventually(t, 60*time.Second, harness.Holds(id+" to lead", func() bool {
 			l := c.leader()
 			if l.ID() == id {
 				return true
 			}
 			_, _ = l.TransferLeadership(ctxTimeout(t, 10*time.Second), id)
 			return false
-		})
+		}))
 		return c.nodes[id]
 	}
 	noPreambleToOld := func(t *testing.T) {
@@ -136,10 +137,10 @@ func TestRaftPortMixedBuilds(t *testing.T) {
 		replicated(t, "a")
 		noPreambleToOld(t)
 		n1 := c.nodes["n1"]
-		waitFor(t, 10*time.Second, "n1's gossip to know who takes preambles", func() bool {
+		harness.Eventually(t, 10*time.Second, harness.Holds("n1's gossip to know who takes preambles", func() bool {
 			return n1.ms.preamblesAt(raft.ServerAddress(c.nodes["n2"].RaftAddr())) &&
 				!n1.ms.preamblesAt(raft.ServerAddress(c.nodes["n3"].RaftAddr()))
-		})
+		}))
 		if m, ok := n1.ms.meta("n3"); !ok || m.Mux {
 			t.Errorf("n3's metadata %+v (known %v) advertises preambles", m, ok)
 		}
@@ -158,7 +159,7 @@ func TestRaftPortMixedBuilds(t *testing.T) {
 		replicated(t, "b")
 		// Any dial of a new node to n4 opens with a preamble; while a new
 		// node leads, one does.
-		waitFor(t, 60*time.Second, "n4 dialled with a preamble", func() bool {
+		harness.Eventually(t, 60*time.Second, harness.Holds("n4 dialled with a preamble", func() bool {
 			if seen["n4"].preambles.Load() > 0 {
 				return true
 			}
@@ -166,7 +167,7 @@ func TestRaftPortMixedBuilds(t *testing.T) {
 				_, _ = l.TransferLeadership(ctxTimeout(t, 10*time.Second), "n1")
 			}
 			return false
-		})
+		}))
 		if n := seen["n5"].legacies.Load(); n == 0 {
 			t.Error("n5 (old) was never dialled")
 		}
@@ -187,7 +188,7 @@ func TestRaftPortMixedBuilds(t *testing.T) {
 			}
 		}
 		for _, n := range c.alive() {
-			waitFor(t, 10*time.Second, entry+" on "+n.ID(), func() bool { return slices.Contains(n.fsm.Entries(), entry) })
+			harness.Eventually(t, 10*time.Second, harness.Holds(entry+" on "+n.ID(), func() bool { return slices.Contains(n.fsm.Entries(), entry) }))
 		}
 		noPreambleToOld(t)
 	})

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 // gossipNet cuts gossip between in-process nodes: every node's memberlist
@@ -104,7 +106,7 @@ func TestGossipRecoversAfterPartition(t *testing.T) {
 	}
 	defer func() {
 		c.shutdownAll()
-		checkGoroutines(t, base)
+		harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 	}()
 	for _, id := range ids {
 		c.start(cfgs[id])
@@ -134,7 +136,7 @@ func TestGossipRecoversAfterPartition(t *testing.T) {
 		}
 	}
 	deadFor := 2 * 5 * time.Second // twice fastGossip's GossipToTheDeadTime
-	waitFor(t, 30*time.Second, "every side to hold the other failed past GossipToTheDeadTime", func() bool {
+	harness.Eventually(t, 30*time.Second, harness.Holds("every side to hold the other failed past GossipToTheDeadTime", func() bool {
 		for _, n := range c.alive() {
 			for _, o := range c.alive() {
 				if (n == victim) == (o == victim) {
@@ -147,10 +149,10 @@ func TestGossipRecoversAfterPartition(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}))
 	g.heal()
 	healed := time.Now()
-	waitFor(t, 3*defaultReconnectMax, "every node alive in every node's gossip, and healthy in the leader's status", func() bool {
+	harness.Eventually(t, 3*defaultReconnectMax, harness.Holds("every node alive in every node's gossip, and healthy in the leader's status", func() bool {
 		for _, n := range c.alive() {
 			for _, o := range c.alive() {
 				if st, _ := state(n, o.ID()); n != o && st != memberAlive {
@@ -164,6 +166,6 @@ func TestGossipRecoversAfterPartition(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}))
 	t.Logf("gossip whole again %v after the heal", time.Since(healed).Round(time.Millisecond))
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 // TestRestoreSnapshotStartsANewCluster: a data dir made by RestoreSnapshot
@@ -68,12 +70,12 @@ func restoreStartsANewCluster(t *testing.T, ls LogStore) {
 	jcfg.Join = []string{r.GossipAddr()}
 	j := startNode(t, jcfg)
 	defer shutdown(t, j)
-	waitFor(t, 20*time.Second, "the joiner to be a voter with the state", func() bool {
+	harness.Eventually(t, 20*time.Second, harness.Holds("the joiner to be a voter with the state", func() bool {
 		return len(voters(r)) == 2 && slices.Equal(j.fsm.Entries(), []string{"x", "y", "z"})
-	})
+	}))
 	shutdown(t, j)
 	shutdown(t, r)
-	checkGoroutines(t, base)
+	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 }
 
 // TestRestoreSnapshotRefuses: a non-empty data dir is never touched, and a

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/test/harness"
 	"github.com/raftq/raftq/tlsconfig"
 	"github.com/raftq/raftq/tlsconfig/pki"
 )
@@ -72,7 +74,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	}
 	defer func() {
 		c.shutdownAll()
-		checkGoroutines(t, base)
+		harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 	}()
 	c.waitVoters(30*time.Second, "n1", "n2", "n3")
 
@@ -104,7 +106,12 @@ func TestRotationUnderLoad(t *testing.T) {
 				l := leaderNow()
 				if l == nil && attempt == 1 {
 					// The retry waits (bounded) for an election to end.
-					_ = poll(ctxTimeout(t, 10*time.Second), 20*time.Millisecond, func() bool { l = leaderNow(); return l != nil })
+					_ = harness.WaitFor(ctxTimeout(t, 10*time.Second), 0, 20*time.Millisecond, func(context.Context) error {
+						if l = leaderNow(); l == nil {
+							return errors.New("no leader")
+						}
+						return nil
+					})
 				}
 				if l == nil {
 					err = errors.New("no leader")
@@ -126,7 +133,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	waitWrites := func(what string) {
 		t.Helper()
 		from := written.Load()
-		waitFor(t, 20*time.Second, "writes after "+what, func() bool { return written.Load() >= from+20 })
+		harness.Eventually(t, 20*time.Second, harness.Holds("writes after "+what, func() bool { return written.Load() >= from+20 }))
 	}
 	waitWrites("start")
 
@@ -183,9 +190,9 @@ func TestRotationUnderLoad(t *testing.T) {
 	n4 := c.start(fresh)
 	c.waitVoters(30*time.Second, "n1", "n2", "n3", "n4")
 	l := leaderNow()
-	waitFor(t, 20*time.Second, "the log on n4", func() bool {
+	harness.Eventually(t, 20*time.Second, harness.Holds("the log on n4", func() bool {
 		return len(n4.fsm.Entries()) >= len(l.fsm.Entries())
-	})
+	}))
 	if _, ok := l.ms.snapshot()["n5"]; ok {
 		t.Fatal("a node with only the old gossip key joined the gossip")
 	}
@@ -202,5 +209,5 @@ func TestRotationUnderLoad(t *testing.T) {
 	if err := speakRaft(l.RaftAddr(), []tls.Certificate{oldNode}); err == nil {
 		t.Fatal("a certificate of the dropped CA spoke Raft")
 	}
-	waitFor(t, 5*time.Second, "the refusal logged", func() bool { return strings.Contains(logs.String(), "wrong CA") })
+	harness.Eventually(t, 5*time.Second, harness.Holds("the refusal logged", func() bool { return strings.Contains(logs.String(), "wrong CA") }))
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 // writeSnapshotFiles lays out a snapshot directory as Raft's file store
@@ -104,7 +106,7 @@ func TestOpenChecked(t *testing.T) {
 			t.Fatal("opened a snapshot whose metadata has no CRC")
 		}
 	})
-	checkGoroutines(t, base)
+	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 }
 
 // TestRestartRestoresNewestOnce: a restarted node restores the newest
@@ -145,7 +147,7 @@ func TestRestartRestoresNewestOnce(t *testing.T) {
 	if _, err := r.WaitLeader(ctxTimeout(t, 5*time.Second)); err != nil {
 		t.Fatalf("no leader after restart: %v", err)
 	}
-	waitFor(t, 5*time.Second, "state recovered", func() bool { return slices.Equal(r.fsm.Entries(), want) })
+	harness.Eventually(t, 5*time.Second, harness.Holds("state recovered", func() bool { return slices.Equal(r.fsm.Entries(), want) }))
 	if got := r.fsm.restores.Load(); got != 1 {
 		t.Fatalf("restored %d times, want once", got)
 	}
@@ -174,7 +176,7 @@ func TestRestartRestoresNewestOnce(t *testing.T) {
 	if _, err := r2.WaitLeader(ctxTimeout(t, 5*time.Second)); err != nil {
 		t.Fatalf("no leader after restart on a damaged snapshot: %v", err)
 	}
-	waitFor(t, 5*time.Second, "state recovered from the older snapshot", func() bool { return slices.Equal(r2.fsm.Entries(), want) })
+	harness.Eventually(t, 5*time.Second, harness.Holds("state recovered from the older snapshot", func() bool { return slices.Equal(r2.fsm.Entries(), want) }))
 	// The damaged one is out of the store (a leader would otherwise send
 	// it, and fail), kept for a post-mortem; nothing else is corrupt.
 	if _, err := os.Stat(filepath.Join(cfg.DataDir, "corrupt-snapshots", metas[0].ID, snapshotStateFile)); err != nil {
@@ -184,5 +186,5 @@ func TestRestartRestoresNewestOnce(t *testing.T) {
 		t.Errorf("quarantined although the older snapshot and the log cover the damaged one: %v", c)
 	}
 	shutdown(t, r2)
-	checkGoroutines(t, base)
+	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 }

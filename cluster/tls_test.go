@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/raftq/raftq/test/harness"
 	"github.com/raftq/raftq/tlsconfig"
 	"github.com/raftq/raftq/tlsconfig/pki"
 )
@@ -134,7 +135,7 @@ func TestTLSCluster(t *testing.T) {
 	}
 	defer func() {
 		c.shutdownAll()
-		checkGoroutines(t, base)
+		harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 	}()
 	step := func(name string, f func(t *testing.T)) {
 		if !t.Run(name, f) {
@@ -149,7 +150,7 @@ func TestTLSCluster(t *testing.T) {
 		c.waitVoters(30*time.Second, "n1", "n2", "n3", "n4")
 		applyRetry(t, c, "x1")
 		for _, n := range c.alive() {
-			waitFor(t, 10*time.Second, "x1 on "+n.ID(), func() bool { return slices.Contains(n.fsm.Entries(), "x1") })
+			harness.Eventually(t, 10*time.Second, harness.Holds("x1 on "+n.ID(), func() bool { return slices.Contains(n.fsm.Entries(), "x1") }))
 		}
 	})
 
@@ -174,9 +175,9 @@ func TestTLSCluster(t *testing.T) {
 					t.Fatal("the Raft port answered a Raft RPC")
 				}
 				if tc.want != "" {
-					waitFor(t, 5*time.Second, "the refusal logged", func() bool {
+					harness.Eventually(t, 5*time.Second, harness.Holds("the refusal logged", func() bool {
 						return strings.Contains(logs.String(), tc.want)
-					})
+					}))
 				}
 			})
 		}
@@ -194,14 +195,14 @@ func TestTLSCluster(t *testing.T) {
 		plain := testConfig(t, "n6", c.dir, 3)
 		plain.Logger = slog.New(slog.DiscardHandler)
 		f1, f2 := c.start(foreign), c.start(plain)
-		waitFor(t, 20*time.Second, "the leader to refuse both", func() bool {
+		harness.Eventually(t, 20*time.Second, harness.Holds("the leader to refuse both", func() bool {
 			s := logs.String()
 			return strings.Contains(s, "not adding gossip member as a voter") &&
 				strings.Contains(s, "id=n5") && strings.Contains(s, "id=n6")
-		})
+		}))
 		// c.leader would wait for the foreign nodes to know the leader.
 		var l *testNode
-		waitFor(t, 10*time.Second, "a leader", func() bool {
+		harness.Eventually(t, 10*time.Second, harness.Holds("a leader", func() bool {
 			for _, id := range []string{"n1", "n2", "n3", "n4"} {
 				if c.nodes[id].IsLeader() {
 					l = c.nodes[id]
@@ -209,7 +210,7 @@ func TestTLSCluster(t *testing.T) {
 				}
 			}
 			return false
-		})
+		}))
 		if got := voters(l); !slices.Equal(got, []string{"n1", "n2", "n3", "n4"}) {
 			t.Fatalf("voters %v", got)
 		}
@@ -250,10 +251,10 @@ func TestTLSCluster(t *testing.T) {
 		forgeLeave(t, c.seeds, victim.ID())
 		crash(t, victim)
 		l := c.leader()
-		waitFor(t, 20*time.Second, "the leader to see the victim gone", func() bool {
+		harness.Eventually(t, 20*time.Second, harness.Holds("the leader to see the victim gone", func() bool {
 			m, ok := l.ms.snapshot()[victim.ID()]
 			return ok && m.state != memberAlive
-		})
+		}))
 		if st := l.ms.snapshot()[victim.ID()].state; st != memberFailed {
 			t.Fatalf("victim is %v, want failed: the forged leave counted", st)
 		}

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/raftq/raftq/test/harness"
 )
 
 func TestMetaLogVersion(t *testing.T) {
@@ -56,7 +58,7 @@ func TestVoterVersions(t *testing.T) {
 	if _, err := a.WaitLeader(ctxTimeout(t, 10*time.Second)); err != nil {
 		t.Fatalf("no leader: %v", err)
 	}
-	waitFor(t, 5*time.Second, "a alone in its configuration", func() bool { return len(voters(a)) == 1 })
+	harness.Eventually(t, 5*time.Second, harness.Holds("a alone in its configuration", func() bool { return len(voters(a)) == 1 }))
 	v := a.VoterVersions()
 	if v.Min != 3 || !v.Complete || v.Voters != 1 {
 		t.Fatalf("one voter: %+v", v)
@@ -80,14 +82,14 @@ func TestVoterVersions(t *testing.T) {
 	}
 	for _, n := range []*testNode{a, b} {
 		want := map[string]uint32{"a": 3, "b": 2}
-		waitFor(t, 5*time.Second, "both members' versions on "+n.ID(), func() bool {
+		harness.Eventually(t, 5*time.Second, harness.Holds("both members' versions on "+n.ID(), func() bool {
 			got := map[string]uint32{}
 			for _, m := range n.Members() {
 				got[m.ID] = m.LogVersion
 			}
 			return got["a"] == want["a"] && got["b"] == want["b"]
-		})
-		waitFor(t, 5*time.Second, "both nodes' versions in the status of "+n.ID(), func() bool {
+		}))
+		harness.Eventually(t, 5*time.Second, harness.Holds("both nodes' versions in the status of "+n.ID(), func() bool {
 			st := n.Status()
 			if len(st.Nodes) != 2 {
 				return false
@@ -98,9 +100,9 @@ func TestVoterVersions(t *testing.T) {
 				}
 			}
 			return true
-		})
+		}))
 	}
 	shutdown(t, b)
 	shutdown(t, a)
-	checkGoroutines(t, base)
+	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 }

@@ -90,6 +90,18 @@ func TestWaitFor(t *testing.T) {
 	}
 }
 
+func TestHoldsSaysWhatIsAwaited(t *testing.T) {
+	ok := false
+	cond := Holds("the flag", func() bool { return ok })
+	if err := cond(); err == nil || !strings.Contains(err.Error(), "the flag") {
+		t.Fatalf("false condition: %v, want an error naming what is awaited", err)
+	}
+	ok = true
+	if err := cond(); err != nil {
+		t.Fatalf("true condition: %v", err)
+	}
+}
+
 func TestSleep(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()

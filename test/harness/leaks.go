@@ -19,7 +19,15 @@ const LeakWait = 15 * time.Second
 // stops), and fails t with every goroutine's stack if some are left.
 func CheckNoLeaks(t testing.TB, base int) {
 	t.Helper()
-	err := WaitFor(context.Background(), LeakWait, 20*time.Millisecond, func(context.Context) error {
+	CheckNoLeaksWithin(t, base, LeakWait)
+}
+
+// CheckNoLeaksWithin is CheckNoLeaks with its own bound on the wait, for
+// tests whose nodes are known to wind down sooner than LeakWait (the
+// in-process cluster tests allow 10 s).
+func CheckNoLeaksWithin(t testing.TB, base int, wait time.Duration) {
+	t.Helper()
+	err := WaitFor(context.Background(), wait, 20*time.Millisecond, func(context.Context) error {
 		if n := runtime.NumGoroutine(); n > base {
 			return fmt.Errorf("%d goroutines, %d before", n, base)
 		}

@@ -48,6 +48,17 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 	}
 }
 
+// Holds turns a yes/no condition into one Eventually or WaitFor can
+// report: cond's error, while ok is false, says what is still awaited.
+func Holds(what string, ok func() bool) func() error {
+	return func() error {
+		if ok() {
+			return nil
+		}
+		return errors.New("still waiting for " + what)
+	}
+}
+
 // Sleep waits d, or until ctx ends (then it returns ctx's error). It
 // paces work over time (a fault's hold, a consumer's think time, a
 // measuring window); it never stands in for waiting on a condition,
