@@ -233,25 +233,3 @@ func drain(ch chan struct{}) {
 	default:
 	}
 }
-
-// watchedLogStore tells the snapshot watch where the log ends after
-// every append.
-type watchedLogStore struct {
-	raft.LogStore
-	appended func(last uint64)
-}
-
-// IsMonotonic implements raft.MonotonicLogStore for the store under it.
-func (s *watchedLogStore) IsMonotonic() bool { return isMonotonic(s.LogStore) }
-
-// StoreLog implements raft.LogStore.
-func (s *watchedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
-
-// StoreLogs implements raft.LogStore.
-func (s *watchedLogStore) StoreLogs(logs []*raft.Log) error {
-	err := s.LogStore.StoreLogs(logs)
-	if err == nil && len(logs) > 0 {
-		s.appended(logs[len(logs)-1].Index)
-	}
-	return err
-}

@@ -66,7 +66,7 @@ func TestRestartedNodeSnapshotsPastThreshold(t *testing.T) {
 	// And the log is compacted behind it (raft does that after the
 	// snapshot is listed), and the node says it is near its snapshot.
 	harness.Eventually(t, 30*time.Second, harness.Holds(fmt.Sprintf("the log compacted past the old snapshot at %d", first), func() bool {
-		firstLog, err := r.logs.store.FirstIndex()
+		firstLog, err := r.logs.Store.FirstIndex()
 		return err == nil && firstLog > first
 	}))
 	harness.Eventually(t, 30*time.Second, harness.Holds("SnapshotStats().EntriesSince below the threshold", func() bool {
@@ -156,7 +156,7 @@ func TestSnapshotWatchLongLivedNode(t *testing.T) {
 		return n.SnapshotStats().EntriesSince < cfg.SnapshotThreshold
 	}))
 	harness.Eventually(t, 30*time.Second, harness.Holds("the log compacted to the trailing entries behind the newest snapshot", func() bool {
-		firstLog, err := n.logs.store.FirstIndex()
+		firstLog, err := n.logs.Store.FirstIndex()
 		return err == nil && n.AppliedIndex()-firstLog <= cfg.SnapshotThreshold+cfg.TrailingLogs
 	}))
 	if st := n.SnapshotStats(); st.Failed != 0 {

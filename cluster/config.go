@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftq/raftq/raftlog"
+
 	"github.com/hashicorp/memberlist"
 
 	"github.com/raftq/raftq/raftmux"
@@ -34,9 +36,6 @@ const (
 	logCacheSize = 512
 	// snapshotsRetained is how many file snapshots are kept on disk.
 	snapshotsRetained = 2
-	// raftDBFile is the Raft stable store, and the log store of data dirs
-	// with the bolt one (bolt), in the data dir.
-	raftDBFile = "raft.db"
 	// lockFile is the data dir's lock (lockDataDir).
 	lockFile = "lock"
 	// defaultReconcileInterval is the leader's periodic resync of gossip
@@ -70,14 +69,14 @@ type Config struct {
 	// memberlist node name). Required.
 	NodeID string
 	// DataDir holds the Raft stable store (raft.db, bolt, fsync on), the
-	// Raft log (wal/, or in raft.db: see LogStore) and the file snapshot
+	// Raft log (wal/, or in raft.db: see raftlog.LogStore) and the file snapshot
 	// store (snapshots/, 2 retained). Required.
 	DataDir string
-	// LogStore chooses the Raft log store of a data dir that holds no log
-	// yet; default (LogStoreAuto) DefaultLogStore. A data dir holding a
-	// log keeps its store, and a LogStore naming the other one is refused
-	// (ErrLogStoreMismatch).
-	LogStore LogStore
+	// raftlog.LogStore chooses the Raft log store of a data dir that holds no log
+	// yet; default (raftlog.LogStoreAuto) raftlog.DefaultLogStore. A data dir holding a
+	// log keeps its store, and a raftlog.LogStore naming the other one is refused
+	// (raftlog.ErrLogStoreMismatch).
+	LogStore raftlog.LogStore
 
 	// RaftBind is the host:port the Raft TCP transport listens on. Required.
 	RaftBind string
@@ -234,7 +233,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("cluster: config: %s %q: %w", name, addr, err)
 		}
 	}
-	if _, err := ParseLogStore(string(c.LogStore)); err != nil {
+	if _, err := raftlog.ParseLogStore(string(c.LogStore)); err != nil {
 		return c, fmt.Errorf("cluster: config: %w", err)
 	}
 	if c.BootstrapExpect < 0 {

@@ -13,48 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftq/raftq/raftlog"
+
 	"github.com/hashicorp/raft"
-	"github.com/hashicorp/raft-wal/metadb"
 )
-
-// Corruption is damage this node found in its own stored Raft state: a
-// log entry or segment, or a snapshot, that fails its checksum or cannot
-// be read. A node that finds one stops taking part in Raft (it neither
-// votes nor serves) and waits to be removed by the leader and rebuilt
-// from its peers (cluster/DESIGN.md, "Corrupt state").
-type Corruption struct {
-	// File is the damaged file (a wal segment, raft.db, a snapshot's
-	// state.bin or meta.json).
-	File string `json:"file"`
-	// Offset is the byte offset in File where the damage was found, -1
-	// when the check cannot tell (a whole-file CRC, a bolt page).
-	Offset int64 `json:"offset"`
-	// Index is the log index read, 0 when not an entry.
-	Index uint64 `json:"index,omitempty"`
-	// Reason says what failed.
-	Reason string `json:"reason"`
-	// At is when it was found.
-	At time.Time `json:"at"`
-
-	err error // what failed, for errors.Is (not persisted)
-}
-
-func (c *Corruption) Error() string {
-	var b strings.Builder
-	b.WriteString("corrupt Raft state in ")
-	b.WriteString(c.File)
-	if c.Offset >= 0 {
-		fmt.Fprintf(&b, " at offset %d", c.Offset)
-	}
-	if c.Index > 0 {
-		fmt.Fprintf(&b, " (log index %d)", c.Index)
-	}
-	b.WriteString(": ")
-	b.WriteString(c.Reason)
-	return b.String()
-}
-
-func (c *Corruption) Unwrap() error { return c.err }
 
 // corruptMarker in a data dir records that the node found its Raft state
 // corrupt: every later start stays out of Raft until the state is wiped
@@ -63,7 +25,7 @@ func (c *Corruption) Unwrap() error { return c.err }
 const corruptMarker = "raft-corrupt"
 
 // writeCorruptMarker records c in dataDir, durably.
-func writeCorruptMarker(dataDir string, c *Corruption) error {
+func writeCorruptMarker(dataDir string, c *raftlog.Corruption) error {
 	b, err := json.Marshal(c)
 	if err != nil {
 		return err
@@ -72,7 +34,7 @@ func writeCorruptMarker(dataDir string, c *Corruption) error {
 }
 
 // readCorruptMarker returns the corruption a data dir records, nil if none.
-func readCorruptMarker(dataDir string) (*Corruption, error) {
+func readCorruptMarker(dataDir string) (*raftlog.Corruption, error) {
 	b, err := os.ReadFile(filepath.Join(dataDir, corruptMarker))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -80,11 +42,11 @@ func readCorruptMarker(dataDir string) (*Corruption, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Corruption{Offset: -1}
+	c := &raftlog.Corruption{Offset: -1}
 	if err := json.Unmarshal(b, c); err != nil || c.Reason == "" {
 		// The marker itself is damaged: what it says is lost, not that
 		// the state is corrupt.
-		c = &Corruption{File: filepath.Join(dataDir, corruptMarker), Offset: -1, Reason: "recorded as corrupt (the record is unreadable)"}
+		c = &raftlog.Corruption{File: filepath.Join(dataDir, corruptMarker), Offset: -1, Reason: "recorded as corrupt (the record is unreadable)"}
 	}
 	return c, nil
 }
@@ -96,13 +58,13 @@ func readCorruptMarker(dataDir string) (*Corruption, error) {
 // otherwise start the node from an older snapshot, or none, silently.
 // With state, the newest snapshot's state file is checked too (the one a
 // start restores and a leader sends); without, only the metadata.
-func verifySnapshots(dir string, state bool) *Corruption {
+func verifySnapshots(dir string, state bool) *raftlog.Corruption {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return &Corruption{File: dir, Offset: -1, Reason: err.Error(), err: err, At: time.Now()}
+		return &raftlog.Corruption{File: dir, Offset: -1, Reason: err.Error(), Err: err, At: time.Now()}
 	}
 	type snap struct {
 		dir   string
@@ -131,7 +93,7 @@ func verifySnapshots(dir string, state bool) *Corruption {
 			err = errors.New("no CRC")
 		}
 		if err != nil {
-			return &Corruption{File: metaPath, Offset: -1, Reason: "snapshot metadata unreadable: " + err.Error(), err: err, At: time.Now()}
+			return &raftlog.Corruption{File: metaPath, Offset: -1, Reason: "snapshot metadata unreadable: " + err.Error(), Err: err, At: time.Now()}
 		}
 		snaps = append(snaps, snap{dir: d, index: meta.Index, term: meta.Term, size: meta.Size, crc: meta.CRC})
 	}
@@ -150,9 +112,9 @@ func verifySnapshots(dir string, state bool) *Corruption {
 
 // verifySnapshotState reads a snapshot's state file whole and compares
 // its size and CRC-64 with its metadata's.
-func verifySnapshotState(path string, size int64, want []byte) *Corruption {
-	bad := func(reason string, err error) *Corruption {
-		return &Corruption{File: path, Offset: -1, Reason: reason, err: err, At: time.Now()}
+func verifySnapshotState(path string, size int64, want []byte) *raftlog.Corruption {
+	bad := func(reason string, err error) *raftlog.Corruption {
+		return &raftlog.Corruption{File: path, Offset: -1, Reason: reason, Err: err, At: time.Now()}
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -165,7 +127,7 @@ func verifySnapshotState(path string, size int64, want []byte) *Corruption {
 		return bad("snapshot state file unreadable: "+err.Error(), err)
 	}
 	if n != size {
-		return &Corruption{File: path, Offset: n, Reason: fmt.Sprintf("snapshot state file is %d bytes, its metadata says %d", n, size), At: time.Now()}
+		return &raftlog.Corruption{File: path, Offset: n, Reason: fmt.Sprintf("snapshot state file is %d bytes, its metadata says %d", n, size), At: time.Now()}
 	}
 	if got := h.Sum(nil); !bytes.Equal(got, want) {
 		return bad(fmt.Sprintf("snapshot state file CRC-64 mismatch: stored %x, computed %x (the CRC covers the whole file, so the offset is unknown)", want, got), nil)
@@ -174,54 +136,25 @@ func verifySnapshotState(path string, size int64, want []byte) *Corruption {
 }
 
 // checkAtStart looks for corruption before the node opens its Raft
-// state: a marker an earlier run left, the wal's segments (verifyWAL,
+// state: a marker an earlier run left, the wal's segments (raftlog.VerifyWAL,
 // before raft-wal opens them and would trust them) and every snapshot's
 // metadata. The newest snapshot's state file is checked as it is
-// restored, and bolt's entries once the store is open (verifyEntries).
-func checkAtStart(dataDir, snapDir string) (*Corruption, error) {
+// restored, and bolt's entries once the store is open (raftlog.Checked.VerifyEntries).
+func checkAtStart(dataDir, snapDir string) (*raftlog.Corruption, error) {
 	c, err := readCorruptMarker(dataDir)
 	if err != nil || c != nil {
 		return c, err
 	}
-	dbExists, marked, err := readRaftDB(filepath.Join(dataDir, raftDBFile))
-	if err != nil {
-		return nil, fmt.Errorf("raft.db: %w", err)
-	}
-	dir := filepath.Join(dataDir, walDir)
-	if _, err := os.Stat(filepath.Join(dir, metadb.FileName)); err == nil && (marked || !dbExists) {
-		if c := verifyWAL(dir); c != nil {
-			return c, nil
-		}
+	if c, err := raftlog.VerifyLogFiles(dataDir); err != nil || c != nil {
+		return c, err
 	}
 	return verifySnapshots(snapDir, false), nil
-}
-
-// verifyEntries reads every entry of s through its checks.
-func verifyEntries(s *checkedLogStore) *Corruption {
-	first, err := s.FirstIndex()
-	if err == nil {
-		var last uint64
-		if last, err = s.LastIndex(); err == nil {
-			for i := first; i > 0 && i <= last; i++ {
-				var l raft.Log
-				if c := s.check(i, &l); c != nil {
-					if errors.Is(c.err, raft.ErrLogNotFound) {
-						c.Reason = "entry missing inside the log"
-					}
-					c.At = time.Now()
-					return c
-				}
-			}
-			return nil
-		}
-	}
-	return &Corruption{File: s.file, Offset: -1, Reason: err.Error(), err: err, At: time.Now()}
 }
 
 // Corrupt returns the damage this node found in its Raft state, nil if
 // none. A node with one takes no part in Raft: it is removed from the
 // configuration for repair and rebuilt from its peers.
-func (n *Node) Corrupt() *Corruption { return n.corrupt.Load() }
+func (n *Node) Corrupt() *raftlog.Corruption { return n.corrupt.Load() }
 
 // CorruptFound is closed when this node finds its Raft state corrupt
 // while it runs (already closed if it started with corrupt state).
@@ -233,7 +166,7 @@ func (n *Node) Quarantined() bool { return n.quarantined }
 
 // quarantine records the corruption found at start: the node runs Raft on
 // empty stores, cut off from its peers.
-func (n *Node) quarantine(c *Corruption) {
+func (n *Node) quarantine(c *raftlog.Corruption) {
 	n.quarantined = true
 	n.log.Error("this node's Raft state is corrupt: it takes no part in Raft (no vote, no reads, no writes) and waits to be removed and rebuilt from its peers",
 		"file", c.File, "offset", c.Offset, "index", c.Index, "reason", c.Reason, "found", c.At)
@@ -241,9 +174,9 @@ func (n *Node) quarantine(c *Corruption) {
 }
 
 // reportCorrupt is told of every corrupt read while the node runs; the
-// first stops Raft here (the reader does, see checkedLogStore) and asks
+// first stops Raft here (the reader does, see raftlog.Checked) and asks
 // for a restart into quarantine.
-func (n *Node) reportCorrupt(c *Corruption) {
+func (n *Node) reportCorrupt(c *raftlog.Corruption) {
 	if c.At.IsZero() {
 		c.At = time.Now()
 	}
@@ -257,7 +190,7 @@ func (n *Node) reportCorrupt(c *Corruption) {
 
 // setCorrupt records c (the first one only): in the data dir, so that
 // every later start quarantines, in gossip, and for CorruptFound.
-func (n *Node) setCorrupt(c *Corruption) {
+func (n *Node) setCorrupt(c *raftlog.Corruption) {
 	n.corruptOnce.Do(func() {
 		n.corrupt.Store(c)
 		if err := writeCorruptMarker(n.cfg.DataDir, c); err != nil {
@@ -276,7 +209,7 @@ func (n *Node) setCorrupt(c *Corruption) {
 // store (into corrupt-snapshots/, for a post-mortem) and raft restores the
 // older one and replays the log: the same state, from this node's own
 // checked data. Otherwise it reports false, and the node quarantines.
-func (n *Node) setSnapshotAside(c *Corruption, newest *raft.SnapshotMeta, log raft.LogStore) bool {
+func (n *Node) setSnapshotAside(c *raftlog.Corruption, newest *raft.SnapshotMeta, log raft.LogStore) bool {
 	metas, err := n.snaps.List()
 	if err != nil || len(metas) < 2 || metas[0].ID != newest.ID || log == nil {
 		return false
@@ -301,7 +234,7 @@ func (n *Node) setSnapshotAside(c *Corruption, newest *raft.SnapshotMeta, log ra
 	if err := os.Rename(filepath.Join(snapDir, newest.ID), filepath.Join(aside, newest.ID)); err != nil {
 		return false
 	}
-	if err := syncDir(snapDir); err != nil {
+	if err := raftlog.SyncDir(snapDir); err != nil {
 		n.log.Warn("could not sync the snapshot dir after moving a damaged snapshot out", "err", err)
 	}
 	n.log.Error("the newest snapshot is corrupt: moved it aside; restoring the one before it and replaying the log, which holds every entry since",

@@ -13,11 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	wal "github.com/hashicorp/raft-wal"
-	"go.etcd.io/bbolt"
+	"github.com/raftq/raftq/raftlog"
 
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
 	"github.com/raftq/raftq/raftmux"
 )
 
@@ -57,11 +56,11 @@ type Node struct {
 	// when the node started (0 if none).
 	startSnapBytes int64
 	// logs is the Raft log and stable store (the wal, or bolt's raft.db).
-	logs *openedLog
+	logs *raftlog.Opened
 	// timedLogs times appends to the log (for metrics).
-	timedLogs *timedLogStore
+	timedLogs *raftlog.Timed
 	// spaceLogs notices appends that fail for lack of disk space.
-	spaceLogs *spaceLogStore
+	spaceLogs *raftlog.Space
 	trans     drainedTransport
 	// mux is the Raft port (raftmux); trans runs on its data group's
 	// layer. raftIDs names the servers of the Raft configuration by
@@ -97,7 +96,7 @@ type Node struct {
 	// the node was started with it, so Raft runs on empty in-memory
 	// stores with its network cut: it neither votes nor serves, and waits
 	// to be removed and rebuilt (cluster/DESIGN.md, "Corrupt state").
-	corrupt     atomic.Pointer[Corruption]
+	corrupt     atomic.Pointer[raftlog.Corruption]
 	corruptCh   chan struct{}
 	corruptOnce sync.Once
 	quarantined bool
@@ -178,9 +177,9 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		}
 	}()
 	if corrupt == nil {
-		n.logs, err = openLogStore(cfg.DataDir, cfg.LogStore, hcl.Named("wal"))
+		n.logs, err = raftlog.Open(cfg.DataDir, cfg.LogStore, hcl.Named("wal"))
 		if errors.Is(err, wal.ErrCorrupt) {
-			corrupt = &Corruption{File: filepath.Join(cfg.DataDir, walDir), Offset: -1, Reason: err.Error(), err: err, At: time.Now()}
+			corrupt = &raftlog.Corruption{File: filepath.Join(cfg.DataDir, raftlog.WALDir), Offset: -1, Reason: err.Error(), Err: err, At: time.Now()}
 		} else if err != nil {
 			return nil, fmt.Errorf("raft log: %w", err)
 		}
@@ -188,15 +187,15 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	var stable raft.StableStore
 	var store raft.LogStore
 	if corrupt == nil {
-		n.log.Info("raft log store", "store", string(n.logs.kind), "asked", string(cfg.LogStore))
-		checked := &checkedLogStore{LogStore: n.logs.store, file: filepath.Join(cfg.DataDir, walDir), onCorrupt: n.reportCorrupt}
-		if n.logs.kind == LogStoreBolt {
-			checked.file = filepath.Join(cfg.DataDir, raftDBFile)
+		n.log.Info("raft log store", "store", string(n.logs.Kind), "asked", string(cfg.LogStore))
+		checked := &raftlog.Checked{LogStore: n.logs.Store, File: filepath.Join(cfg.DataDir, raftlog.WALDir), OnCorrupt: n.reportCorrupt}
+		if n.logs.Kind == raftlog.LogStoreBolt {
+			checked.File = filepath.Join(cfg.DataDir, raftlog.RaftDBFile)
 			// The wal's segments were checked before it opened; bolt's
 			// entries are checked one by one here.
-			corrupt = verifyEntries(checked)
+			corrupt = checked.VerifyEntries()
 		}
-		store, stable = checked, n.logs.stable
+		store, stable = checked, n.logs.Stable
 	}
 	restored := false
 	if corrupt == nil {
@@ -217,7 +216,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	}
 	var diskTime func() time.Duration
 	if n.logs != nil {
-		diskTime = n.logs.diskTime
+		diskTime = n.logs.DiskTime
 	}
 	// The cache sits above the chunking: LogCache.DeleteRange empties the
 	// whole cache, and should do so once per compaction, not once per chunk.
@@ -226,17 +225,17 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	// dropping whole segment files and one metadata commit, so chunking it
 	// would only add commits. The checksums sit under them all: what is
 	// checked is what the disk returned.
-	n.timedLogs = newTimedLogStore(store, diskTime)
+	n.timedLogs = raftlog.NewTimed(store, diskTime)
 	var under raft.LogStore = n.timedLogs
-	if n.logs != nil && n.logs.kind == LogStoreBolt {
-		under = newChunkedLogStore(n.timedLogs, compactChunk)
+	if n.logs != nil && n.logs.Kind == raftlog.LogStoreBolt {
+		under = raftlog.NewChunked(n.timedLogs, raftlog.CompactChunk)
 	}
-	n.spaceLogs = &spaceLogStore{LogStore: under, log: n.log, dir: cfg.DataDir}
+	n.spaceLogs = raftlog.NewSpace(under, n.log, cfg.DataDir)
 	n.snapWatch = newSnapshotWatch(cfg.SnapshotThreshold, cfg.SnapshotInterval, n.log)
 	if last, err := n.spaceLogs.LastIndex(); err == nil {
 		n.snapWatch.stored.Store(last)
 	}
-	logs, err := raft.NewLogCache(logCacheSize, &watchedLogStore{LogStore: n.spaceLogs, appended: n.snapWatch.appended})
+	logs, err := raft.NewLogCache(logCacheSize, &raftlog.Watched{LogStore: n.spaceLogs, Appended: n.snapWatch.appended})
 	if err != nil {
 		return nil, fmt.Errorf("log cache: %w", err)
 	}
@@ -342,8 +341,8 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if err != nil {
 		return nil, fmt.Errorf("raft: %w", err)
 	}
-	if checked, ok := store.(*checkedLogStore); ok {
-		checked.stopRaft = func() { n.shutdownRaft() }
+	if checked, ok := store.(*raftlog.Checked); ok {
+		checked.StopRaft = func() { n.shutdownRaft() }
 	}
 	if !n.quarantined {
 		campaignAlone(n.raft, rc.LocalID, n.log)
@@ -546,8 +545,8 @@ func (n *Node) closeAll() error {
 		}
 	}
 	n.wg.Wait()
-	if n.logs != nil && n.logs.close != nil {
-		if err := n.logs.close(); err != nil {
+	if n.logs != nil && n.logs.Close != nil {
+		if err := n.logs.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("raft log: %w", err))
 		}
 	}
@@ -568,27 +567,4 @@ func (n *Node) closeAll() error {
 func (n *Node) shutdownRaft() raft.Future {
 	n.raftStopOnce.Do(func() { n.raftStop = n.raft.Shutdown() })
 	return n.raftStop
-}
-
-// openBolt opens raft.db: the stable store, and the log of a data dir on
-// the bolt log store.
-func openBolt(path string) (*raftboltdb.BoltStore, error) {
-	return raftboltdb.New(raftboltdb.Options{
-		Path:   path,
-		NoSync: false, // every append is fsynced before Raft counts it
-		BoltOptions: &bbolt.Options{
-			// A second broker on the same data dir fails instead of hanging.
-			Timeout: 5 * time.Second,
-			// Log compaction leaves bolt with a large freelist. Written at
-			// every commit (the default) and kept as a sorted array, it
-			// came to dominate the leader's CPU after a 1 GiB backlog was
-			// compacted: drain fell to ~2,000 msgs/s with bbolt merging and
-			// copying the freelist on each transaction. Not syncing it
-			// (bolt rebuilds it by scanning at open) and keeping it as a
-			// map is what Consul does for the same reason. Durability of
-			// the log is unchanged: data pages and meta are still fsynced.
-			NoFreelistSync: true,
-			FreelistType:   bbolt.FreelistMapType,
-		},
-	})
 }

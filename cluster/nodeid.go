@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/raftq/raftq/raftlog"
 )
 
 // nodeIDFile holds, in the data dir, the id of the node the dir belongs
@@ -77,20 +79,10 @@ func writeRecord(dir, name, value string) error {
 		err = os.Rename(tmp.Name(), path)
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = raftlog.SyncDir(dir)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
-}
-
-// syncDir fsyncs a directory, so a rename in it is durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -57,7 +57,7 @@ func (n *Node) Apply(ctx context.Context, cmd []byte) (any, error) {
 	}
 	f := n.raft.Apply(cmd, enqueueTimeout(ctx))
 	if err := n.await(ctx, "apply", f); err != nil {
-		if n.spaceLogs.isNoSpace(err) {
+		if n.spaceLogs.IsNoSpace(err) {
 			// The leader could not append the entry: it reached no log
 			// and raft has stepped this node down.
 			return nil, fmt.Errorf("%w: %w", ErrNoSpace, err)

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/raftq/raftq/raftlog"
+
 	"github.com/hashicorp/raft"
 )
 
@@ -63,16 +65,16 @@ func RecoverCluster(cfg RecoverConfig, fsm raft.FSM) (RecoverReport, error) {
 	defer unlock()
 
 	hcl := newHCLogger(cfg.Logger, "")
-	logs, err := openLogStore(cfg.DataDir, LogStoreAuto, hcl.Named("wal"))
+	logs, err := raftlog.Open(cfg.DataDir, raftlog.LogStoreAuto, hcl.Named("wal"))
 	if err != nil {
 		return rep, fmt.Errorf("cluster: recover: raft log: %w", err)
 	}
-	defer logs.close()
+	defer logs.Close()
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, hcl.Named("snapshots"))
 	if err != nil {
 		return rep, fmt.Errorf("cluster: recover: snapshot store: %w", err)
 	}
-	old, last, lastTerm, err := storedConfiguration(logs.store, snaps)
+	old, last, lastTerm, err := storedConfiguration(logs.Store, snaps)
 	if err != nil {
 		return rep, err
 	}
@@ -105,7 +107,7 @@ func RecoverCluster(cfg RecoverConfig, fsm raft.FSM) (RecoverReport, error) {
 	// encodes an address as itself, as the TCP one does.
 	_, trans := raft.NewInmemTransport("")
 	defer trans.Close()
-	if err := raft.RecoverCluster(rc, fsm, logs.store, logs.stable, snaps, trans, conf); err != nil {
+	if err := raft.RecoverCluster(rc, fsm, logs.Store, logs.Stable, snaps, trans, conf); err != nil {
 		return rep, fmt.Errorf("cluster: recover: %w", err)
 	}
 	cfg.Logger.Warn("recovered the Raft configuration", "node", nodeID, "voters", describeServers(conf.Servers), "last_index", last)

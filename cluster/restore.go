@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+
+	"github.com/raftq/raftq/raftlog"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -29,15 +32,10 @@ type RestoreConfig struct {
 	// so the restored cluster's first leader starts a later term than any
 	// the state remembers (the state's clock tells leaders apart by term).
 	Index, Term uint64
-	// LogStore is the log store the restored data dir is laid out for
-	// ("" = DefaultLogStore).
-	LogStore LogStore
+	// raftlog.LogStore is the log store the restored data dir is laid out for
+	// ("" = raftlog.DefaultLogStore).
+	LogStore raftlog.LogStore
 }
-
-// keyCurrentTerm is where hashicorp/raft keeps its current term in the
-// stable store. It is part of raft's on-disk format (a raft.db written by
-// one raft version is read by the next), so it does not change under us.
-var keyCurrentTerm = []byte("CurrentTerm")
 
 // RestoreSnapshot makes cfg.DataDir the data dir of a node that starts as
 // the only voter of a new cluster holding the state read from data (an
@@ -73,7 +71,7 @@ func RestoreSnapshot(ctx context.Context, cfg RestoreConfig, data io.Reader, val
 		}
 	}()
 
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, raftDBFile)})
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, raftlog.RaftDBFile)})
 	if err != nil {
 		return fmt.Errorf("cluster: restore: raft store: %w", err)
 	}
@@ -104,21 +102,21 @@ func RestoreSnapshot(ctx context.Context, cfg RestoreConfig, data io.Reader, val
 	if err := sink.Close(); err != nil { // fsyncs the state, its meta and the directory
 		return fmt.Errorf("cluster: restore: write snapshot: %w", err)
 	}
-	if err := store.SetUint64(keyCurrentTerm, term); err != nil {
+	if err := store.SetUint64([]byte(raftlog.KeyCurrentTerm), term); err != nil {
 		return fmt.Errorf("cluster: restore: set term: %w", err)
 	}
-	if cmpOr(cfg.LogStore, DefaultLogStore) == LogStoreWAL {
+	if cmp.Or(cfg.LogStore, raftlog.DefaultLogStore) == raftlog.LogStoreWAL {
 		// The term moves into a new wal, and raft.db becomes its marker.
 		err := store.Close()
 		store = nil
 		if err != nil {
 			return fmt.Errorf("cluster: restore: raft store: %w", err)
 		}
-		l, err := openLogStore(cfg.DataDir, LogStoreWAL, hclog.NewNullLogger())
+		l, err := raftlog.Open(cfg.DataDir, raftlog.LogStoreWAL, hclog.NewNullLogger())
 		if err != nil {
 			return fmt.Errorf("cluster: restore: %w", err)
 		}
-		if err := l.close(); err != nil {
+		if err := l.Close(); err != nil {
 			return fmt.Errorf("cluster: restore: %w", err)
 		}
 	}

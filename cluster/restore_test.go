@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/raftlog"
 	"github.com/raftq/raftq/test/harness"
 )
 
@@ -22,12 +23,12 @@ import (
 // second node joins it like any cluster. The restored dir is laid out for
 // the log store asked for, which the node then runs on without being told.
 func TestRestoreSnapshotStartsANewCluster(t *testing.T) {
-	for _, ls := range []LogStore{LogStoreBolt, LogStoreWAL} {
+	for _, ls := range []raftlog.LogStore{raftlog.LogStoreBolt, raftlog.LogStoreWAL} {
 		t.Run(string(ls), func(t *testing.T) { restoreStartsANewCluster(t, ls) })
 	}
 }
 
-func restoreStartsANewCluster(t *testing.T, ls LogStore) {
+func restoreStartsANewCluster(t *testing.T, ls raftlog.LogStore) {
 	base := runtime.NumGoroutine()
 	dir := t.TempDir()
 	cfg := testConfig(t, "r", dir, 1)
@@ -47,8 +48,8 @@ func restoreStartsANewCluster(t *testing.T, ls LogStore) {
 	}
 	r := startNode(t, cfg)
 	defer shutdown(t, r)
-	if r.logs.kind != ls {
-		t.Fatalf("the restored node runs on the %s log store, want %s", r.logs.kind, ls)
+	if r.logs.Kind != ls {
+		t.Fatalf("the restored node runs on the %s log store, want %s", r.logs.Kind, ls)
 	}
 	if _, err := r.WaitLeader(ctxTimeout(t, 10*time.Second)); err != nil {
 		t.Fatalf("restored node never led: %v", err)

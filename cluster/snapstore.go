@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/raftq/raftq/raftlog"
+
 	"github.com/hashicorp/raft"
 )
 
@@ -51,7 +53,7 @@ type writeBehindStore struct {
 	stats *snapshotCounter // may be nil
 	// onCorrupt is told of a snapshot that fails its CRC when raft opens
 	// it (to send it to a follower); nil: not told.
-	onCorrupt func(*Corruption)
+	onCorrupt func(*raftlog.Corruption)
 	// onWritten is told the index of every snapshot written to the store
 	// (taken here or installed from a leader); nil: not told.
 	onWritten func(index uint64)
@@ -63,8 +65,8 @@ type writeBehindStore struct {
 func (s *writeBehindStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, err := s.FileSnapshotStore.Open(id)
 	if err != nil && s.onCorrupt != nil && strings.Contains(err.Error(), "CRC mismatch") {
-		s.onCorrupt(&Corruption{File: filepath.Join(s.dir, id, snapshotStateFile), Offset: -1,
-			Reason: "snapshot state file fails its CRC-64: " + err.Error(), err: err})
+		s.onCorrupt(&raftlog.Corruption{File: filepath.Join(s.dir, id, snapshotStateFile), Offset: -1,
+			Reason: "snapshot state file fails its CRC-64: " + err.Error(), Err: err})
 	}
 	return meta, rc, err
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/raftq/raftq/raftlog"
 )
 
 // wipeMarker in a data dir asks the next start to set this node's Raft
@@ -20,7 +22,7 @@ const wipeMarker = "raft-wipe-requested"
 
 // raftStateFiles are what a node's Raft state consists of in its data dir.
 // The node id file and anything else stay.
-var raftStateFiles = []string{raftDBFile, walDir, "snapshots", corruptMarker}
+var raftStateFiles = []string{raftlog.RaftDBFile, raftlog.WALDir, "snapshots", corruptMarker}
 
 // RequestWipe marks dataDir so that the next start of a node on it sets
 // its Raft state (log, stable store, snapshots) aside first. The node must
@@ -30,7 +32,7 @@ func RequestWipe(dataDir, reason string) error {
 	if err := os.WriteFile(filepath.Join(dataDir, wipeMarker), []byte(reason+"\n"), 0o640); err != nil {
 		return fmt.Errorf("cluster: request wipe: %w", err)
 	}
-	return syncDir(dataDir)
+	return raftlog.SyncDir(dataDir)
 }
 
 // divergedKept is how many set-aside states (diverged-N) a data dir keeps:
@@ -71,7 +73,7 @@ func wipeIfRequested(dataDir string, log *slog.Logger) error {
 			return err
 		}
 	}
-	if err := syncDir(dataDir); err != nil {
+	if err := raftlog.SyncDir(dataDir); err != nil {
 		return err
 	}
 	if err := os.Remove(filepath.Join(dataDir, wipeMarker)); err != nil {
@@ -88,7 +90,7 @@ func wipeIfRequested(dataDir string, log *slog.Logger) error {
 		}
 		log.Info("removed an older set-aside Raft state", "dir", old, "kept", divergedKept)
 	}
-	return syncDir(dataDir)
+	return raftlog.SyncDir(dataDir)
 }
 
 // divergedDirs returns the N of dataDir's diverged-N directories, sorted.

@@ -9,6 +9,7 @@ import (
 	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/cluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/raftlog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -65,7 +66,7 @@ func (s *Server) corruptLoop(ctx context.Context) {
 
 // askRepair asks the peers, in turn, for this node's removal (each
 // forwards it to the leader) until one answers.
-func (s *Server) askRepair(ctx context.Context, c *cluster.Corruption) (removed bool, why string) {
+func (s *Server) askRepair(ctx context.Context, c *raftlog.Corruption) (removed bool, why string) {
 	req := &raftqv1.RepairCorruptRequest{NodeId: s.b.ID(), Reason: c.Error()}
 	why = "no peer reachable"
 	for _, m := range s.node.Members() {

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/broker"
-	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/internal/testcluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/raftlog"
 	"github.com/raftq/raftq/test/harness"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -195,7 +195,7 @@ func TestReplicaDivergenceRepaired(t *testing.T) {
 		t.Fatal("the repaired node still counts itself diverged")
 	}
 	kept := []string{"raft.db"} // the node runs the default log store
-	if cluster.DefaultLogStore == cluster.LogStoreWAL {
+	if raftlog.DefaultLogStore == raftlog.LogStoreWAL {
 		kept = append(kept, "wal")
 	}
 	for _, f := range kept {

@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/raftq/raftq/cluster"
 	qmetrics "github.com/raftq/raftq/metrics"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/raftlog"
 )
 
 // registerNodeMetrics adds the per-queue collector (every node, from its
@@ -143,8 +143,8 @@ func (c *clusterCollector) followerLag(ch chan<- prometheus.Metric, leaderApplie
 }
 
 // constHistogram turns a cluster histogram snapshot into a metric.
-func constHistogram(d *prometheus.Desc, h cluster.Histogram) prometheus.Metric {
-	bounds := cluster.LogLatencyBuckets()
+func constHistogram(d *prometheus.Desc, h raftlog.Histogram) prometheus.Metric {
+	bounds := raftlog.LogLatencyBuckets()
 	buckets := make(map[float64]uint64, len(bounds))
 	for i, b := range bounds {
 		if i < len(h.Counts) {

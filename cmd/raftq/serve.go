@@ -15,6 +15,7 @@ import (
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/diskguard"
 	"github.com/raftq/raftq/host"
+	"github.com/raftq/raftq/raftlog"
 	"github.com/raftq/raftq/tlsconfig"
 	"github.com/raftq/raftq/transport"
 	"github.com/spf13/cobra"
@@ -136,7 +137,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.IntVar(&o.audit.Budget, "audit-budget", 64, "leader: the most queues whose counters one audit tick recounts")
 	fl.DurationVar(&o.replicaCheck, "replica-check-interval", time.Minute, "leader: time between checks that every replica's state digest agrees (negative = never)")
 	fl.Uint64Var(&o.trailingLogs, "trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot (followers further behind get the snapshot)")
-	fl.Var(&o.logStore, "log-store", "Raft log store of a new data dir: wal (segment files) or bolt (raft.db) (default: the data dir's own; for a new one, "+string(cluster.DefaultLogStore)+"); one naming the other store of a data dir that holds a log is refused")
+	fl.Var(&o.logStore, "log-store", "Raft log store of a new data dir: wal (segment files) or bolt (raft.db) (default: the data dir's own; for a new one, "+string(raftlog.DefaultLogStore)+"); one naming the other store of a data dir that holds a log is refused")
 	fl.StringVar(&o.tls.Cert, "tls-cert", "", "this node's certificate (PEM, made by raftq cert node): TLS on every port, mTLS between nodes")
 	fl.StringVar(&o.tls.Key, "tls-key", "", "the key of --tls-cert (PEM)")
 	fl.StringVar(&o.tls.CA, "tls-ca", "", "the CA (PEM bundle) that signs node and client certificates")
@@ -311,7 +312,7 @@ func hostConfig(o *serveOptions, mem memoryBudget) (host.Config, error) {
 				DeadNodeTimeout:     o.deadNodeTimeout,
 				SnapshotThreshold:   o.snapThreshold,
 				TrailingLogs:        o.trailingLogs,
-				LogStore:            cluster.LogStore(o.logStore),
+				LogStore:            raftlog.LogStore(o.logStore),
 				Version:             readBuildInfo().describe(),
 			},
 			LeaseGrace:           o.leaseGrace,
@@ -345,12 +346,12 @@ func hostConfig(o *serveOptions, mem memoryBudget) (host.Config, error) {
 
 // logStoreFlag is --log-store: checked as it is set, so a bad value in the
 // environment or a config file is refused by name before anything starts.
-type logStoreFlag cluster.LogStore
+type logStoreFlag raftlog.LogStore
 
 func (f *logStoreFlag) String() string { return string(*f) }
 func (f *logStoreFlag) Type() string   { return "wal|bolt" }
 func (f *logStoreFlag) Set(s string) error {
-	ls, err := cluster.ParseLogStore(s)
+	ls, err := raftlog.ParseLogStore(s)
 	if err != nil {
 		return err
 	}

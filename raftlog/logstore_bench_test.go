@@ -1,4 +1,4 @@
-package cluster
+package raftlog
 
 import (
 	"fmt"
@@ -28,12 +28,12 @@ func BenchmarkStoreLogs(b *testing.B) {
 
 func benchStoreLogs(b *testing.B, kind LogStore, batch, size int) {
 	dir := b.TempDir()
-	l, err := openLogStore(dir, kind, hclog.NewNullLogger())
+	l, err := Open(dir, kind, hclog.NewNullLogger())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.close()
-	timed := newTimedLogStore(l.store, l.diskTime)
+	defer l.Close()
+	timed := NewTimed(l.Store, l.DiskTime)
 	payload := make([]byte, size)
 	for i := range payload {
 		payload[i] = byte(i)
@@ -55,7 +55,7 @@ func benchStoreLogs(b *testing.B, kind LogStore, batch, size int) {
 		}
 	}
 	b.StopTimer()
-	st := timed.stats()
+	st := timed.Stats()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/entry")
 	if st.Append.Sum > 0 {
 		b.ReportMetric(st.Fsync.Sum/st.Append.Sum, "disk-share")

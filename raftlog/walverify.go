@@ -1,4 +1,4 @@
-package cluster
+package raftlog
 
 import (
 	"encoding/binary"
@@ -31,7 +31,7 @@ const (
 	walMaxEntrySize   = 64 << 20
 )
 
-// verifyWAL checks every segment of the wal in dir before it is opened.
+// VerifyWAL checks every segment of the wal in dir before it is opened.
 // raft-wal trusts what it committed: it checks the CRC of the tail's
 // last batch only, reads entries without any check, and stops reading the
 // tail at the first frame it cannot parse, taking what follows for a torn
@@ -43,11 +43,11 @@ const (
 // (its index frame where the metadata says), that the tail file has the
 // size it was allocated with, and that nothing committed follows the
 // point where the tail's readable part ends.
-func verifyWAL(dir string) *Corruption {
+func VerifyWAL(dir string) *Corruption {
 	meta := &metadb.BoltMetaDB{}
 	st, err := meta.Load(dir)
 	if err != nil {
-		return &Corruption{File: filepath.Join(dir, metadb.FileName), Offset: -1, Reason: "wal metadata unreadable: " + err.Error(), err: err, At: time.Now()}
+		return &Corruption{File: filepath.Join(dir, metadb.FileName), Offset: -1, Reason: "wal metadata unreadable: " + err.Error(), Err: err, At: time.Now()}
 	}
 	_ = meta.Close()
 	for i, si := range st.Segments {
@@ -61,7 +61,7 @@ func verifyWAL(dir string) *Corruption {
 	return nil
 }
 
-// verifySegment checks one segment file (see verifyWAL).
+// verifySegment checks one segment file (see VerifyWAL).
 func verifySegment(path string, si types.SegmentInfo, tail bool) *Corruption {
 	bad := func(off int64, format string, args ...any) *Corruption {
 		return &Corruption{File: path, Offset: off, Reason: fmt.Sprintf(format, args...)}
@@ -341,4 +341,24 @@ func (r *windowReader) ReadAt(p []byte, off int64) (int, error) {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// SegmentEnd is where the committed frames of the wal segment file at
+// path end: what VerifyWAL reads as the segment's data (the corruption
+// tests aim their damage inside it).
+func SegmentEnd(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	end, _, _, c := (&segWalker{f: newWindowReader(f), size: fi.Size()}).walk(path)
+	if c != nil {
+		return end, c
+	}
+	return end, nil
 }

@@ -1,4 +1,4 @@
-package cluster
+package raftlog
 
 import (
 	"bytes"
@@ -6,8 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
+
+	"github.com/hashicorp/raft-wal/metadb"
 
 	"github.com/hashicorp/raft"
 )
@@ -15,7 +20,7 @@ import (
 // castagnoli is CRC32C's table (what raft-wal's commit frames use).
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// logSumMagic opens the Extensions of every entry checkedLogStore
+// logSumMagic opens the Extensions of every entry Checked
 // writes: the 4 bytes, the entry's CRC32C (little endian), then the
 // entry's own Extensions. raft-wal checksums a batch only at its commit
 // frame, and only the last batch of the tail at open; its reads and
@@ -76,7 +81,7 @@ func openLog(l *raft.Log) (sealed bool, err error) {
 	return true, nil
 }
 
-// checkedLogStore checks every entry read from the log store under it
+// Checked checks every entry read from the log store under it
 // (sealLog's CRC32C, and that the entry is the one asked for) and seals
 // every entry written. A read that fails any check, or fails at all
 // other than with ErrLogNotFound, is corruption: it is reported
@@ -91,24 +96,24 @@ func openLog(l *raft.Log) (sealed bool, err error) {
 //   - any other reader (replication to a peer, the previous-entry check of
 //     an append, the start-up check) gets the error, which raft treats as
 //     a failed RPC.
-type checkedLogStore struct {
+type Checked struct {
 	raft.LogStore
-	// file names the store in reports ("wal", raft.db's path).
-	file string
-	// onCorrupt is told of every corrupt read (it reports the first).
-	onCorrupt func(*Corruption)
-	// stopRaft shuts raft down without waiting (nil before raft runs).
-	stopRaft func()
+	// File names the store in reports ("wal", raft.db's path).
+	File string
+	// OnCorrupt is told of every corrupt read (it reports the first).
+	OnCorrupt func(*Corruption)
+	// StopRaft shuts raft down without waiting (nil before raft runs).
+	StopRaft func()
 }
 
 // IsMonotonic implements raft.MonotonicLogStore for the store under it.
-func (s *checkedLogStore) IsMonotonic() bool { return isMonotonic(s.LogStore) }
+func (s *Checked) IsMonotonic() bool { return Monotonic(s.LogStore) }
 
 // StoreLog implements raft.LogStore.
-func (s *checkedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+func (s *Checked) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
 // StoreLogs implements raft.LogStore.
-func (s *checkedLogStore) StoreLogs(logs []*raft.Log) error {
+func (s *Checked) StoreLogs(logs []*raft.Log) error {
 	sealed := make([]*raft.Log, len(logs))
 	for i, l := range logs {
 		sealed[i] = sealLog(l)
@@ -117,17 +122,17 @@ func (s *checkedLogStore) StoreLogs(logs []*raft.Log) error {
 }
 
 // GetLog implements raft.LogStore.
-func (s *checkedLogStore) GetLog(index uint64, l *raft.Log) error {
+func (s *Checked) GetLog(index uint64, l *raft.Log) error {
 	c := s.check(index, l)
 	if c == nil {
 		return nil
 	}
-	if errors.Is(c.err, raft.ErrLogNotFound) {
-		return c.err
+	if errors.Is(c.Err, raft.ErrLogNotFound) {
+		return c.Err
 	}
-	s.onCorrupt(c)
-	if s.stopRaft != nil {
-		s.stopRaft()
+	s.OnCorrupt(c)
+	if s.StopRaft != nil {
+		s.StopRaft()
 		if inRaftApply() {
 			runtime.Goexit()
 		}
@@ -136,10 +141,10 @@ func (s *checkedLogStore) GetLog(index uint64, l *raft.Log) error {
 }
 
 // check reads index into l and checks it; nil when it is sound.
-func (s *checkedLogStore) check(index uint64, l *raft.Log) *Corruption {
+func (s *Checked) check(index uint64, l *raft.Log) *Corruption {
 	err := s.LogStore.GetLog(index, l)
 	if errors.Is(err, raft.ErrLogNotFound) {
-		return &Corruption{err: err}
+		return &Corruption{Err: err}
 	}
 	if err == nil && l.Index != index {
 		err = fmt.Errorf("asked for entry %d, read entry %d", index, l.Index)
@@ -150,7 +155,7 @@ func (s *checkedLogStore) check(index uint64, l *raft.Log) *Corruption {
 	if err == nil {
 		return nil
 	}
-	c := &Corruption{File: s.file, Offset: -1, Index: index, Reason: err.Error(), err: err}
+	c := &Corruption{File: s.File, Offset: -1, Index: index, Reason: err.Error(), Err: err}
 	var ce *Corruption
 	if errors.As(err, &ce) { // a store that knows the file and offset
 		c.File, c.Offset = ce.File, ce.Offset
@@ -175,4 +180,42 @@ func inRaftApply() bool {
 	}
 }
 
-var _ raft.MonotonicLogStore = (*checkedLogStore)(nil)
+var _ raft.MonotonicLogStore = (*Checked)(nil)
+
+// VerifyEntries reads every entry of s through its checks.
+func (s *Checked) VerifyEntries() *Corruption {
+	first, err := s.FirstIndex()
+	if err == nil {
+		var last uint64
+		if last, err = s.LastIndex(); err == nil {
+			for i := first; i > 0 && i <= last; i++ {
+				var l raft.Log
+				if c := s.check(i, &l); c != nil {
+					if errors.Is(c.Err, raft.ErrLogNotFound) {
+						c.Reason = "entry missing inside the log"
+					}
+					c.At = time.Now()
+					return c
+				}
+			}
+			return nil
+		}
+	}
+	return &Corruption{File: s.File, Offset: -1, Reason: err.Error(), Err: err, At: time.Now()}
+}
+
+// VerifyLogFiles checks the wal segments of dataDir's Raft log, when the
+// log is the wal (before raft-wal opens them and would trust them): the
+// damage found, nil if none. A bolt log is checked entry by entry once
+// open (VerifyEntries).
+func VerifyLogFiles(dataDir string) (*Corruption, error) {
+	dbExists, marked, err := readRaftDB(filepath.Join(dataDir, RaftDBFile))
+	if err != nil {
+		return nil, fmt.Errorf("raft.db: %w", err)
+	}
+	dir := filepath.Join(dataDir, WALDir)
+	if _, err := os.Stat(filepath.Join(dir, metadb.FileName)); err == nil && (marked || !dbExists) {
+		return VerifyWAL(dir), nil
+	}
+	return nil, nil
+}

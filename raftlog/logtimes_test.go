@@ -1,4 +1,4 @@
-package cluster
+package raftlog
 
 import (
 	"errors"
@@ -33,7 +33,7 @@ func (w *writeTimer) diskTime() time.Duration { return w.total }
 // is not observed; the stored entries are the store's.
 func TestTimedLogStore(t *testing.T) {
 	inner := &writeTimer{LogStore: raft.NewInmemStore(), next: []time.Duration{50 * time.Microsecond, 3 * time.Millisecond, 500 * time.Millisecond}}
-	s := newTimedLogStore(inner, inner.diskTime)
+	s := NewTimed(inner, inner.diskTime)
 	for i := range uint64(3) {
 		if err := s.StoreLogs([]*raft.Log{{Index: 2*i + 1}, {Index: 2*i + 2}}); err != nil {
 			t.Fatal(err)
@@ -46,7 +46,7 @@ func TestTimedLogStore(t *testing.T) {
 	if last, _ := s.LastIndex(); last != 6 {
 		t.Errorf("last index %d, want 6", last)
 	}
-	st := s.stats()
+	st := s.Stats()
 	if st.Append.Count != 3 || st.Fsync.Count != 3 {
 		t.Fatalf("observed %d appends, %d fsyncs; want 3 each", st.Append.Count, st.Fsync.Count)
 	}

@@ -1,4 +1,4 @@
-package cluster
+package raftlog
 
 import (
 	"errors"
@@ -41,8 +41,8 @@ const (
 	// "The log store", says why).
 	DefaultLogStore = LogStoreWAL
 
-	// walDir is the wal log store's directory in the data dir.
-	walDir = "wal"
+	// WALDir is the wal log store's directory in the data dir.
+	WALDir = "wal"
 )
 
 // ParseLogStore checks a log store name: "wal", "bolt" or "" (auto).
@@ -99,7 +99,7 @@ func readRaftDB(path string) (exists, marker bool, err error) {
 // that makes a data dir a wal one, taken last (after the wal holds the
 // term and vote), so that a crash before it leaves the dir as it was.
 func writeWALMarker(dataDir string) error {
-	path := filepath.Join(dataDir, raftDBFile)
+	path := filepath.Join(dataDir, RaftDBFile)
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
 	if err != nil {
@@ -119,13 +119,13 @@ func writeWALMarker(dataDir string) error {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("mark %s a wal data dir: %w", dataDir, err)
 	}
-	return syncDir(dataDir)
+	return SyncDir(dataDir)
 }
 
 // stableKeys are what hashicorp/raft keeps in its stable store (part of
 // its on-disk format): the current term, and the last vote.
 var (
-	stableUint64Keys = [][]byte{keyCurrentTerm, []byte("LastVoteTerm")}
+	stableUint64Keys = [][]byte{[]byte(KeyCurrentTerm), []byte("LastVoteTerm")}
 	stableBytesKeys  = [][]byte{[]byte("LastVoteCand")}
 )
 
@@ -159,27 +159,26 @@ func copyStable(from *raftboltdb.BoltStore, to raft.StableStore) error {
 	return nil
 }
 
-// openedLog is the log store and stable store a node runs on.
-type openedLog struct {
-	kind   LogStore
-	store  raft.LogStore
-	stable raft.StableStore
-	// diskTime is the store's running total of write and sync time.
-	diskTime func() time.Duration
-	// close releases both.
-	close func() error
+// Opened is the log store and stable store a node runs on.
+type Opened struct {
+	Kind   LogStore
+	Store  raft.LogStore
+	Stable raft.StableStore
+	// DiskTime is the store's running total of write and sync time.
+	DiskTime func() time.Duration
+	// Close releases both.
+	Close func() error
 }
 
-func boltOpened(b *raftboltdb.BoltStore) *openedLog {
-	return &openedLog{kind: LogStoreBolt, store: b, stable: b, close: b.Close,
-		diskTime: func() time.Duration { return b.Stats().TxStats.WriteTime }}
+func boltOpened(b *raftboltdb.BoltStore) *Opened {
+	return &Opened{Kind: LogStoreBolt, Store: b, Stable: b, Close: b.Close, DiskTime: func() time.Duration { return b.Stats().TxStats.WriteTime }}
 }
 
-func walOpened(w *walStore) *openedLog {
-	return &openedLog{kind: LogStoreWAL, store: w, stable: w, close: w.Close, diskTime: w.vfs.total}
+func walOpened(w *walStore) *Opened {
+	return &Opened{Kind: LogStoreWAL, Store: w, Stable: w, Close: w.Close, DiskTime: w.vfs.total}
 }
 
-// openLogStore opens the data dir's Raft log and stable store. The two
+// Open opens the data dir's Raft log and stable store. The two
 // layouts (cluster/DESIGN.md, "The log store"):
 //   - bolt: raft.db is a bolt file holding the log, term and vote;
 //   - wal: wal/ holds the log, and the term and vote in its metadata
@@ -193,9 +192,9 @@ func walOpened(w *walStore) *openedLog {
 // changed), and so is a wal dir with want bolt. A wal/ left by the
 // layout before the marker (raft.db bolt with the term, wal/ with the
 // log) is converted: its term and vote move into the wal.
-func openLogStore(dataDir string, want LogStore, log hclog.Logger) (_ *openedLog, err error) {
-	dbPath := filepath.Join(dataDir, raftDBFile)
-	dir := filepath.Join(dataDir, walDir)
+func Open(dataDir string, want LogStore, log hclog.Logger) (_ *Opened, err error) {
+	dbPath := filepath.Join(dataDir, RaftDBFile)
+	dir := filepath.Join(dataDir, WALDir)
 	mismatch := func(found LogStore) error {
 		return fmt.Errorf("%w: asked for the %s log store, but %s holds this node's Raft state in the %s store; "+
 			"drop the log store setting (the data dir's is used) or give the node a new data dir",
@@ -250,7 +249,7 @@ func openLogStore(dataDir string, want LogStore, log hclog.Logger) (_ *openedLog
 	}
 	var boltLast uint64
 	if dbExists {
-		if bolt, err = openBolt(dbPath); err != nil {
+		if bolt, err = OpenBolt(dbPath); err != nil {
 			return nil, fmt.Errorf("raft store: %w", err)
 		}
 		if boltLast, err = bolt.LastIndex(); err != nil {
@@ -284,12 +283,12 @@ func openLogStore(dataDir string, want LogStore, log hclog.Logger) (_ *openedLog
 			if err := os.RemoveAll(dir); err != nil {
 				return nil, fmt.Errorf("remove the empty wal log: %w", err)
 			}
-			if err := syncDir(dataDir); err != nil {
+			if err := SyncDir(dataDir); err != nil {
 				return nil, err
 			}
 		}
 		if bolt == nil {
-			if bolt, err = openBolt(dbPath); err != nil {
+			if bolt, err = OpenBolt(dbPath); err != nil {
 				return nil, fmt.Errorf("raft store: %w", err)
 			}
 		}
@@ -300,7 +299,7 @@ func openLogStore(dataDir string, want LogStore, log hclog.Logger) (_ *openedLog
 		if err := os.Mkdir(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("wal log: %w", err)
 		}
-		if err := syncDir(dataDir); err != nil {
+		if err := SyncDir(dataDir); err != nil {
 			return nil, err
 		}
 		if w, err = openWAL(dir, log); err != nil {
@@ -715,7 +714,7 @@ func ensureSegmentFile(dir string, info types.SegmentInfo, log hclog.Logger) err
 		return fmt.Errorf("allocate wal segment %s: %w", path, err)
 	}
 	log.Info("allocated a wal segment file a failed rotation left short or missing", "file", path)
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
 // timedVFS is the wal's file system, counting the time its segment
@@ -767,16 +766,3 @@ var (
 	_ raft.MonotonicLogStore = (*walStore)(nil)
 	_ io.Closer              = (*walStore)(nil)
 )
-
-// LogReserveBytes is the space the Raft log may take on the disk at once:
-// the wal allocates each segment file whole (64 MiB) when the one before
-// fills, whatever the entry that filled it; bolt grows a page at a time
-// (0). The disk guard keeps it free besides its margin, so that a node
-// refusing writes still has room for the next segment, which the acks
-// and settling it still takes may need.
-func (n *Node) LogReserveBytes() int64 {
-	if n.logs != nil && n.logs.kind == LogStoreWAL {
-		return int64(wal.DefaultSegmentSize)
-	}
-	return 0
-}

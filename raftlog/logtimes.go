@@ -1,4 +1,4 @@
-package cluster
+package raftlog
 
 import (
 	"sync"
@@ -72,13 +72,13 @@ func (h *hist) snapshot() Histogram {
 	return out
 }
 
-// timedLogStore times the appends of the log store under it. diskTime is
+// Timed times the appends of the log store under it. diskTime is
 // the store's own running total of time spent writing and syncing (bbolt's
 // statistics, or the wal's files as timedVFS counts them); appends are
 // serialized here so that the difference read around one append is that
 // append's (Raft has one log writer anyway; a compaction's deletes are
 // other writes, counted as they commit, outside).
-type timedLogStore struct {
+type Timed struct {
 	raft.LogStore
 	diskTime func() time.Duration
 
@@ -86,15 +86,15 @@ type timedLogStore struct {
 	append, fsyncs hist
 }
 
-func newTimedLogStore(s raft.LogStore, diskTime func() time.Duration) *timedLogStore {
-	return &timedLogStore{LogStore: s, diskTime: diskTime, append: newHist(), fsyncs: newHist()}
+func NewTimed(s raft.LogStore, diskTime func() time.Duration) *Timed {
+	return &Timed{LogStore: s, diskTime: diskTime, append: newHist(), fsyncs: newHist()}
 }
 
 // StoreLog implements raft.LogStore.
-func (s *timedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+func (s *Timed) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
 // StoreLogs implements raft.LogStore.
-func (s *timedLogStore) StoreLogs(logs []*raft.Log) error {
+func (s *Timed) StoreLogs(logs []*raft.Log) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	before := s.diskTime()
@@ -113,32 +113,23 @@ func (s *timedLogStore) StoreLogs(logs []*raft.Log) error {
 // raft.LogCache asks the store it wraps, and a store that allows no gap
 // (the wal) must be emptied, not left with a gap, after a snapshot is
 // installed.
-func (s *timedLogStore) IsMonotonic() bool { return isMonotonic(s.LogStore) }
+func (s *Timed) IsMonotonic() bool { return Monotonic(s.LogStore) }
 
-func isMonotonic(s raft.LogStore) bool {
+func Monotonic(s raft.LogStore) bool {
 	m, ok := s.(raft.MonotonicLogStore)
 	return ok && m.IsMonotonic()
 }
 
 // DeleteRange implements raft.LogStore, serialized with appends so that an
 // append's disk time does not take in a deletion's.
-func (s *timedLogStore) DeleteRange(lo, hi uint64) error {
+func (s *Timed) DeleteRange(lo, hi uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.LogStore.DeleteRange(lo, hi)
 }
 
-func (s *timedLogStore) stats() LogStoreStats {
+func (s *Timed) Stats() LogStoreStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return LogStoreStats{Append: s.append.snapshot(), Fsync: s.fsyncs.snapshot()}
-}
-
-// LogStoreStats reports the latency of this node's log appends since it
-// started.
-func (n *Node) LogStoreStats() LogStoreStats {
-	if n.timedLogs == nil {
-		return LogStoreStats{}
-	}
-	return n.timedLogs.stats()
 }

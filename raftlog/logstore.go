@@ -1,4 +1,4 @@
-package cluster
+package raftlog
 
 import (
 	"fmt"
@@ -7,34 +7,34 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// compactChunk is how many log entries one bolt transaction deletes when
+// CompactChunk is how many log entries one bolt transaction deletes when
 // the log is compacted after a snapshot. Bolt has a single writer, so while
 // a deletion commits, the leader's next StoreLogs (the fsync every client
 // write waits for) queues behind it; a compaction of thousands of 100 KiB
 // entries in one transaction held it for tens of milliseconds.
-const compactChunk = 128
+const CompactChunk = 128
 
-// chunkedLogStore deletes the head of the log in bounded transactions.
+// Chunked deletes the head of the log in bounded transactions.
 // Raft compacts with DeleteRange(FirstIndex, n) after a snapshot; deleting
 // that prefix in ascending chunks leaves, after each chunk and after a
 // crash between chunks, a contiguous suffix of the log, i.e. exactly the
 // state a smaller compaction would have left. Any other range (a follower
 // truncating a conflicting tail) is passed through in one call, because
 // deleting a tail from below would leave a hole if interrupted.
-type chunkedLogStore struct {
+type Chunked struct {
 	raft.LogStore
 	chunk uint64
 }
 
-func newChunkedLogStore(s raft.LogStore, chunk uint64) *chunkedLogStore {
-	return &chunkedLogStore{LogStore: s, chunk: max(chunk, 1)}
+func NewChunked(s raft.LogStore, chunk uint64) *Chunked {
+	return &Chunked{LogStore: s, chunk: max(chunk, 1)}
 }
 
 // IsMonotonic implements raft.MonotonicLogStore for the store under it.
-func (s *chunkedLogStore) IsMonotonic() bool { return isMonotonic(s.LogStore) }
+func (s *Chunked) IsMonotonic() bool { return Monotonic(s.LogStore) }
 
 // DeleteRange implements raft.LogStore.
-func (s *chunkedLogStore) DeleteRange(lo, hi uint64) error {
+func (s *Chunked) DeleteRange(lo, hi uint64) error {
 	first, err := s.FirstIndex()
 	if err != nil {
 		return fmt.Errorf("delete logs %d-%d: first index: %w", lo, hi, err)

@@ -1,4 +1,4 @@
-package cluster
+package raftlog
 
 import (
 	"errors"
@@ -89,7 +89,7 @@ func TestChunkedDeleteRange(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recordingStore{LogStore: boltLog(t, first, last)}
-			s := newChunkedLogStore(rec, tc.chunk)
+			s := NewChunked(rec, tc.chunk)
 			if err := s.DeleteRange(tc.lo, tc.hi); err != nil {
 				t.Fatal(err)
 			}
@@ -124,7 +124,7 @@ func TestChunkedDeleteRangeInterrupted(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recordingStore{LogStore: boltLog(t, first, last), failAt: tc.failAt}
-			s := newChunkedLogStore(rec, 10)
+			s := NewChunked(rec, 10)
 			if err := s.DeleteRange(1, 80); !errors.Is(err, errInjected) {
 				t.Fatalf("DeleteRange error = %v, want the injected one", err)
 			}

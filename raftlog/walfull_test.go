@@ -1,6 +1,6 @@
 //go:build linux
 
-package cluster
+package raftlog
 
 import (
 	"errors"
@@ -36,7 +36,7 @@ func TestWALRecoversFromFullDisk(t *testing.T) {
 // preallocated segment fails itself, part written.
 func walFullDisk(t *testing.T, free int64) {
 	disk := harness.SmallTmpfs(t, 8, nil)
-	dir := filepath.Join(disk, walDir)
+	dir := filepath.Join(disk, WALDir)
 	if err := os.Mkdir(dir, 0o750); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package cluster
+package raftlog
 
 import (
 	"crypto/sha256"
@@ -27,7 +27,7 @@ func testLogs(first, last uint64) []*raft.Log {
 
 func openStable(t *testing.T, dataDir string) *raftboltdb.BoltStore {
 	t.Helper()
-	s, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dataDir, raftDBFile)})
+	s, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dataDir, RaftDBFile)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func dataDirWith(t *testing.T, l layout) string {
 			}
 		}
 		if l.boltTerm > 0 {
-			if err := stable.SetUint64(keyCurrentTerm, l.boltTerm); err != nil {
+			if err := stable.SetUint64([]byte(KeyCurrentTerm), l.boltTerm); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -66,10 +66,10 @@ func dataDirWith(t *testing.T, l layout) string {
 		}
 	}
 	if l.withWAL {
-		if err := os.Mkdir(filepath.Join(dir, walDir), 0o750); err != nil {
+		if err := os.Mkdir(filepath.Join(dir, WALDir), 0o750); err != nil {
 			t.Fatal(err)
 		}
-		w, err := openWAL(filepath.Join(dir, walDir), hclog.NewNullLogger())
+		w, err := openWAL(filepath.Join(dir, WALDir), hclog.NewNullLogger())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func dataDirWith(t *testing.T, l layout) string {
 			}
 		}
 		if l.walTerm > 0 {
-			if err := w.SetUint64(keyCurrentTerm, l.walTerm); err != nil {
+			if err := w.SetUint64([]byte(KeyCurrentTerm), l.walTerm); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -139,7 +139,7 @@ func TestOpenLogStore(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := dataDirWith(t, tc.dir)
 			before := snapshotDir(t, dir)
-			l, err := openLogStore(dir, tc.want, hclog.NewNullLogger())
+			l, err := Open(dir, tc.want, hclog.NewNullLogger())
 			if tc.errWant != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.errWant) {
 					t.Fatalf("err %v, want one containing %q", err, tc.errWant)
@@ -155,7 +155,7 @@ func TestOpenLogStore(t *testing.T) {
 					stable := openStable(t, dir)
 					defer stable.Close()
 					last, _ := stable.LastIndex()
-					term, _ := stable.GetUint64(keyCurrentTerm)
+					term, _ := stable.GetUint64([]byte(KeyCurrentTerm))
 					if last != tc.dir.boltLast || term != tc.dir.boltTerm {
 						t.Errorf("raft.db now holds the log to %d and term %d, want %d and %d", last, term, tc.dir.boltLast, tc.dir.boltTerm)
 					}
@@ -165,43 +165,43 @@ func TestOpenLogStore(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if l.kind != tc.got {
-				t.Errorf("store %q, want %q", l.kind, tc.got)
+			if l.Kind != tc.got {
+				t.Errorf("store %q, want %q", l.Kind, tc.got)
 			}
-			last, err := l.store.LastIndex()
+			last, err := l.Store.LastIndex()
 			if err != nil || last != tc.lastIndex {
 				t.Errorf("last index %d (%v), want %d", last, err, tc.lastIndex)
 			}
 			if tc.lastIndex > 0 {
 				var e raft.Log
-				if err := l.store.GetLog(tc.lastIndex, &e); err != nil || string(e.Data) != fmt.Sprintf("entry %d", tc.lastIndex) {
+				if err := l.Store.GetLog(tc.lastIndex, &e); err != nil || string(e.Data) != fmt.Sprintf("entry %d", tc.lastIndex) {
 					t.Errorf("entry %d: %q (%v)", tc.lastIndex, e.Data, err)
 				}
 			}
-			if term, _ := l.stable.GetUint64(keyCurrentTerm); term != tc.term {
+			if term, _ := l.Stable.GetUint64([]byte(KeyCurrentTerm)); term != tc.term {
 				t.Errorf("current term %d, want %d", term, tc.term)
 			}
-			if err := l.close(); err != nil {
+			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
-			_, err = os.Stat(filepath.Join(dir, walDir))
-			if exists := err == nil; exists != (l.kind == LogStoreWAL) {
-				t.Errorf("wal dir exists: %v with the %s store", exists, l.kind)
+			_, err = os.Stat(filepath.Join(dir, WALDir))
+			if exists := err == nil; exists != (l.Kind == LogStoreWAL) {
+				t.Errorf("wal dir exists: %v with the %s store", exists, l.Kind)
 			}
-			_, marked, err := readRaftDB(filepath.Join(dir, raftDBFile))
-			if err != nil || marked != (l.kind == LogStoreWAL) {
-				t.Errorf("raft.db is the wal marker: %v (%v) with the %s store", marked, err, l.kind)
+			_, marked, err := readRaftDB(filepath.Join(dir, RaftDBFile))
+			if err != nil || marked != (l.Kind == LogStoreWAL) {
+				t.Errorf("raft.db is the wal marker: %v (%v) with the %s store", marked, err, l.Kind)
 			}
 			// The next start, asking nothing, finds the same.
-			l2, err := openLogStore(dir, LogStoreAuto, hclog.NewNullLogger())
+			l2, err := Open(dir, LogStoreAuto, hclog.NewNullLogger())
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer l2.close()
-			if l2.kind != l.kind {
-				t.Errorf("reopened as %q, first opened as %q", l2.kind, l.kind)
+			defer l2.Close()
+			if l2.Kind != l.Kind {
+				t.Errorf("reopened as %q, first opened as %q", l2.Kind, l.Kind)
 			}
-			if term, _ := l2.stable.GetUint64(keyCurrentTerm); term != tc.term {
+			if term, _ := l2.Stable.GetUint64([]byte(KeyCurrentTerm)); term != tc.term {
 				t.Errorf("after reopening, current term %d, want %d", term, tc.term)
 			}
 		})
@@ -227,7 +227,7 @@ func snapshotDir(t *testing.T, dir string) string {
 		if err != nil {
 			return err
 		}
-		if rel == raftDBFile && !strings.HasPrefix(string(data), walMarkerMagic) {
+		if rel == RaftDBFile && !strings.HasPrefix(string(data), walMarkerMagic) {
 			fmt.Fprintf(&b, "%s:bolt ", rel)
 			return nil
 		}
@@ -244,38 +244,38 @@ func snapshotDir(t *testing.T, dir string) string {
 // opened again (as auto), and the time its writes took was counted.
 func TestWALReopen(t *testing.T) {
 	dir := t.TempDir()
-	l, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
+	l, err := Open(dir, LogStoreWAL, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	timed := newTimedLogStore(l.store, l.diskTime)
+	timed := NewTimed(l.Store, l.DiskTime)
 	for i := uint64(0); i < 10; i++ {
 		if err := timed.StoreLogs(testLogs(10*i+1, 10*i+10)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if st := timed.stats(); st.Fsync.Count != 10 || st.Fsync.Sum <= 0 {
+	if st := timed.Stats(); st.Fsync.Count != 10 || st.Fsync.Sum <= 0 {
 		t.Errorf("fsync histogram: %d observations, %v s; want 10, > 0", st.Fsync.Count, st.Fsync.Sum)
 	}
-	if err := l.close(); err != nil {
+	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l, err = openLogStore(dir, LogStoreAuto, hclog.NewNullLogger())
+	l, err = Open(dir, LogStoreAuto, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.close()
-	if l.kind != LogStoreWAL {
-		t.Fatalf("reopened as %q", l.kind)
+	defer l.Close()
+	if l.Kind != LogStoreWAL {
+		t.Fatalf("reopened as %q", l.Kind)
 	}
-	first, _ := l.store.FirstIndex()
-	last, _ := l.store.LastIndex()
+	first, _ := l.Store.FirstIndex()
+	last, _ := l.Store.LastIndex()
 	if first != 1 || last != 100 {
 		t.Fatalf("log %d..%d, want 1..100", first, last)
 	}
 	for i := uint64(1); i <= 100; i++ {
 		var e raft.Log
-		if err := l.store.GetLog(i, &e); err != nil || string(e.Data) != fmt.Sprintf("entry %d", i) {
+		if err := l.Store.GetLog(i, &e); err != nil || string(e.Data) != fmt.Sprintf("entry %d", i) {
 			t.Fatalf("entry %d: %q (%v)", i, e.Data, err)
 		}
 	}
@@ -291,20 +291,20 @@ func TestLogStackMonotonic(t *testing.T) {
 		kind LogStore
 		want bool
 	}{{LogStoreWAL, true}, {LogStoreBolt, false}} {
-		l, err := openLogStore(t.TempDir(), tc.kind, hclog.NewNullLogger())
+		l, err := Open(t.TempDir(), tc.kind, hclog.NewNullLogger())
 		if err != nil {
 			t.Fatal(err)
 		}
-		timed := newTimedLogStore(l.store, l.diskTime)
-		chunked := newChunkedLogStore(timed, compactChunk)
+		timed := NewTimed(l.Store, l.DiskTime)
+		chunked := NewChunked(timed, CompactChunk)
 		for name, under := range map[string]raft.LogStore{
 			"timed":         timed,
 			"chunked":       chunked,
-			"space/timed":   &spaceLogStore{LogStore: timed},
-			"space/chunked": &spaceLogStore{LogStore: chunked},
-			"watched/space": &watchedLogStore{LogStore: &spaceLogStore{LogStore: timed}, appended: func(uint64) {}},
+			"space/timed":   &Space{LogStore: timed},
+			"space/chunked": &Space{LogStore: chunked},
+			"watched/space": &Watched{LogStore: &Space{LogStore: timed}, Appended: func(uint64) {}},
 		} {
-			cache, err := raft.NewLogCache(logCacheSize, under)
+			cache, err := raft.NewLogCache(512, under) // the node's log cache size
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -312,7 +312,7 @@ func TestLogStackMonotonic(t *testing.T) {
 				t.Errorf("%s: cache over %s store: IsMonotonic %v, want %v", tc.kind, name, got, tc.want)
 			}
 		}
-		if err := l.close(); err != nil {
+		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -327,33 +327,33 @@ func TestLogStackMonotonic(t *testing.T) {
 // (hashicorp/raft-wal#31, fixed in v0.4.1).
 func TestWALTailTruncationSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	l, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
+	l, err := Open(dir, LogStoreWAL, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.store.StoreLogs(testLogs(1, 10)); err != nil {
+	if err := l.Store.StoreLogs(testLogs(1, 10)); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.store.DeleteRange(9, 10); err != nil {
+	if err := l.Store.DeleteRange(9, 10); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.store.StoreLogs(testLogs(9, 12)); err != nil {
+	if err := l.Store.StoreLogs(testLogs(9, 12)); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.close(); err != nil {
+	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l, err = openLogStore(dir, LogStoreAuto, hclog.NewNullLogger())
+	l, err = Open(dir, LogStoreAuto, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.close()
-	if last, err := l.store.LastIndex(); err != nil || last != 12 {
+	defer l.Close()
+	if last, err := l.Store.LastIndex(); err != nil || last != 12 {
 		t.Fatalf("last index %d (%v), want 12", last, err)
 	}
 	for i := uint64(1); i <= 12; i++ {
 		var e raft.Log
-		if err := l.store.GetLog(i, &e); err != nil || string(e.Data) != fmt.Sprintf("entry %d", i) {
+		if err := l.Store.GetLog(i, &e); err != nil || string(e.Data) != fmt.Sprintf("entry %d", i) {
 			t.Fatalf("after a restart, entry %d: %q (%v)", i, e.Data, err)
 		}
 	}
