@@ -46,7 +46,7 @@ func NewestSnapshotState(dataDir string) string {
 // Damage changes path as a failing disk might, where a node's checks must
 // find it: inside the data the file holds (a wal segment is allocated
 // whole and zero past its data), and for a wal segment with committed
-// entries after the damage (see cluster/walverify.go: a cut at the very
+// entries after the damage (see raftlog/walverify.go: a cut at the very
 // end of the log reads exactly as a write a crash tore, which the node
 // rolls back by design). It returns what it did, for the test's log.
 func Damage(path, kind string, rng *rand.Rand) (string, error) {
