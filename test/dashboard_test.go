@@ -102,6 +102,18 @@ func text(t *testing.T, bctx context.Context, sel string) string {
 // -artifacts keeps them; make test does, under test-artifacts/).
 func screenshot(t *testing.T, bctx context.Context, name string) {
 	t.Helper()
+	// A full screenshot is the document's laid-out content size. Right
+	// after a form's answer replaced the page, the test can see the new
+	// document's text before it has loaded and been laid out, and
+	// Chromium then refuses: "Cannot take screenshot with 0 width" (a
+	// loaded fresh-clone run). Wait for the page to be loaded and laid out.
+	const laidOut = `document.readyState === "complete" && document.documentElement.scrollWidth > 0 && document.documentElement.scrollHeight > 0`
+	harness.Eventually(t, 30*time.Second, func() error {
+		if !get(t, bctx, chromedp.Evaluate[bool](laidOut)) {
+			return fmt.Errorf("%s: the page is not loaded and laid out yet", name)
+		}
+		return nil
+	})
 	png := get(t, bctx, chromedp.FullScreenshot(100))
 	path := filepath.Join(t.ArtifactDir(), name+".png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
