@@ -3,10 +3,10 @@ package broker
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/fsm/logconv"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
@@ -173,7 +173,7 @@ func (b *Broker) nackAtLeader(ctx context.Context, hb HandBack) (int, error) {
 	}
 	req := &raftqv1.NackRequest{Queue: hb.Queue, Nacks: make([]*raftqv1.NackItem, len(hb.Refs))}
 	for i, r := range hb.Refs {
-		req.Nacks[i] = &raftqv1.NackItem{MessageId: formatID(r.MessageID), LeaseToken: formatID(r.Token), Unprocessed: true}
+		req.Nacks[i] = &raftqv1.NackItem{MessageId: logconv.FormatID(r.MessageID), LeaseToken: logconv.FormatID(r.Token), Unprocessed: true}
 	}
 	resp, err := raftqv1.NewBrokerClient(conn).Nack(ctx, req)
 	if err != nil {
@@ -194,12 +194,4 @@ func (b *Broker) nackAtLeader(ctx context.Context, hb HandBack) (int, error) {
 func retryableAtLeader(err error) bool {
 	return errors.Is(err, ErrNoLeader) || errors.Is(err, cluster.ErrNotLeader) || errors.Is(err, cluster.ErrLeadershipLost) ||
 		status.Code(err) == codes.Unavailable
-}
-
-// formatID is the API's form of a message id or lease token: 16 hex
-// digits (transport.FormatID, which this package cannot import).
-func formatID(v uint64) string {
-	s := strconv.FormatUint(v, 16)
-	const zeros = "0000000000000000"
-	return zeros[:16-len(s)] + s
 }

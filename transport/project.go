@@ -18,16 +18,8 @@ import (
 // raftq.v1 messages. Every such projection is here.
 
 // FormatID renders a message id or lease token for the API: fixed-width
-// hex, so string order is numeric order.
-func FormatID(v uint64) string {
-	const digits = "0123456789abcdef"
-	var b [16]byte
-	for i := 15; i >= 0; i-- {
-		b[i] = digits[v&0xf]
-		v >>= 4
-	}
-	return string(b[:])
-}
+// hex, so string order is numeric order (logconv.FormatID).
+func FormatID(v uint64) string { return logconv.FormatID(v) }
 
 // ParseID parses FormatID's output; anything else is fsm.ErrInvalid.
 func ParseID(s string) (uint64, error) { return parseHex("id", s) }
