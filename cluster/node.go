@@ -46,6 +46,9 @@ type Node struct {
 	cfg Config
 	log *slog.Logger
 
+	// transferTries counts the transfers asked of raft (a test watches it).
+	transferTries atomic.Int64
+
 	raft  *raft.Raft
 	snaps *raft.FileSnapshotStore
 	// snapStats counts the snapshots written (for metrics).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -131,9 +132,27 @@ func (n *Node) RemoveNode(ctx context.Context, id string, force bool) error {
 	}
 }
 
+// transferAttempts bounds how often TransferLeadership asks raft for a
+// transfer that timed out: enough to ride out a slow election under
+// load, few enough that a target that is down answers within about ten
+// election timeouts.
+const transferAttempts = 5
+
+// transferRetryable is whether a transfer may still succeed if asked
+// again: hashicorp/raft's timeout (a plain fmt error, not exported), or
+// the previous attempt's clean-up still running (raft keeps "in
+// progress" set until its TimeoutNow RPC returns, even after it answered
+// the timeout).
+func transferRetryable(err error) bool {
+	return errors.Is(err, raft.ErrLeadershipTransferInProgress) ||
+		strings.Contains(err.Error(), "leadership transfer timeout")
+}
+
 // TransferLeadership hands leadership to toID ("" = the most up-to-date
 // voter) and returns the new leader's id once this node sees it (leader
-// only). Transferring to itself is a no-op.
+// only). Transferring to itself is a no-op. A transfer that times out
+// (the target slow to win its election) is asked for again, up to
+// transferAttempts times within ctx.
 func (n *Node) TransferLeadership(ctx context.Context, toID string) (string, error) {
 	if !n.IsLeader() {
 		return "", ErrNotLeader
@@ -141,15 +160,12 @@ func (n *Node) TransferLeadership(ctx context.Context, toID string) (string, err
 	if toID == n.cfg.NodeID {
 		return toID, nil
 	}
-	var f raft.Future
-	if toID == "" {
-		f = n.raft.LeadershipTransfer()
-	} else {
+	var target *raft.Server
+	if toID != "" {
 		servers, err := latestServers(n.raft)
 		if err != nil {
 			return "", err
 		}
-		var target *raft.Server
 		for i := range servers {
 			if string(servers[i].ID) == toID {
 				target = &servers[i]
@@ -158,10 +174,39 @@ func (n *Node) TransferLeadership(ctx context.Context, toID string) (string, err
 		if target == nil {
 			return "", fmt.Errorf("%w: %q", ErrUnknownNode, toID)
 		}
-		f = n.raft.LeadershipTransferToServer(target.ID, target.Address)
 	}
-	if err := n.await(ctx, "transfer leadership", f); err != nil {
-		return "", err
+	for attempt := 1; ; attempt++ {
+		n.transferTries.Add(1)
+		var f raft.Future
+		if target == nil {
+			f = n.raft.LeadershipTransfer()
+		} else {
+			f = n.raft.LeadershipTransferToServer(target.ID, target.Address)
+		}
+		err := n.await(ctx, "transfer leadership", f)
+		if err == nil {
+			break
+		}
+		if !transferRetryable(err) || attempt == transferAttempts {
+			return "", err
+		}
+		// hashicorp/raft gives a transfer one election timeout, from the
+		// catch-up to the target's win. On a loaded machine the target
+		// often got TimeoutNow and wins its election just after: give it
+		// one more election timeout to show up as leader before asking
+		// again (a second TimeoutNow to a candidate does no harm).
+		wctx, cancel := context.WithTimeout(ctx, n.cfg.ElectionTimeout)
+		l, werr := n.WaitLeadership(wctx, func(l Leadership) bool {
+			return l.LeaderID != "" && l.LeaderID != n.cfg.NodeID
+		})
+		cancel()
+		if werr == nil {
+			return l.LeaderID, nil
+		}
+		if ctx.Err() != nil || !n.IsLeader() {
+			return "", err
+		}
+		n.log.Warn("leadership transfer timed out; trying again", "attempt", attempt, "to", toID, "err", err)
 	}
 	// The transfer succeeded once the target started its election; wait
 	// until some other node is known as leader.

@@ -1,0 +1,73 @@
+//go:build raftqfault
+
+package cluster
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/raftq/raftq/raftmux"
+	"github.com/raftq/raftq/test/harness"
+)
+
+// A transfer whose target wins only after hashicorp/raft's one election
+// timeout (a loaded machine: a fresh-clone CI run failed TestCluster's
+// transfer step with "leadership transfer timeout") still moves
+// leadership to the target and answers with it. The target's writes are
+// held, as a process too slow to answer: it gets TimeoutNow but its
+// answer and its vote requests wait, so the first attempt times out; the
+// hold ends once the node has asked raft again.
+func TestTransferLeadershipOutlastsASlowTarget(t *testing.T) {
+	base := runtime.NumGoroutine()
+	c := &testCluster{t: t, dir: t.TempDir(), expect: 3, nodes: map[string]*testNode{}}
+	var cfgs []Config
+	for _, id := range []string{"n1", "n2", "n3"} {
+		cfg := testConfig(t, id, c.dir, 3)
+		cfgs = append(cfgs, cfg)
+		c.seeds = append(c.seeds, cfg.GossipBind)
+	}
+	for _, cfg := range cfgs {
+		c.start(cfg)
+	}
+	c.waitVoters(15*time.Second, "n1", "n2", "n3")
+	old := c.leader()
+	target := c.follower()
+	harness.Eventually(t, 10*time.Second, harness.Holds("the target caught up", func() bool {
+		return target.AppliedIndex() >= old.AppliedIndex()
+	}))
+
+	target.mux.Hold(raftmux.Writes)
+	type answer struct {
+		id  string
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		id, err := old.TransferLeadership(ctxTimeout(t, 20*time.Second), target.ID())
+		done <- answer{id, err}
+	}()
+	var got answer
+	returned := false
+	harness.Eventually(t, 20*time.Second, harness.Holds("the transfer asked raft a second time, or returned", func() bool {
+		select {
+		case got = <-done:
+			returned = true
+			return true
+		default:
+			return old.transferTries.Load() >= 2
+		}
+	}))
+	target.mux.Release(raftmux.Writes)
+	if !returned {
+		got = <-done
+	}
+	if got.err != nil || got.id != target.ID() {
+		t.Fatalf("transfer to a slow %s: %q, %v", target.ID(), got.id, got.err)
+	}
+	if l := c.leader(); l.ID() != target.ID() {
+		t.Fatalf("leader %s after the transfer, want %s", l.ID(), target.ID())
+	}
+	c.shutdownAll()
+	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
+}
