@@ -6,7 +6,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/google/btree"
+	"github.com/raftq/raftq/internal/btree"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 )
 

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"fmt"
 
-	"github.com/google/btree"
+	"github.com/raftq/raftq/internal/btree"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/google/btree"
+	"github.com/raftq/raftq/internal/btree"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 )
 

@@ -9,8 +9,8 @@ import (
 	"io"
 	"sync/atomic"
 
-	"github.com/google/btree"
 	"github.com/raftq/raftq/acl"
+	"github.com/raftq/raftq/internal/btree"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"

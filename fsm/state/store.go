@@ -3,8 +3,8 @@ package state
 import (
 	"slices"
 
-	"github.com/google/btree"
 	"github.com/raftq/raftq/acl"
+	"github.com/raftq/raftq/internal/btree"
 )
 
 // Store is the replicated data: queues, their messages and dedup entries,

@@ -3,7 +3,7 @@ package state
 import (
 	"slices"
 
-	"github.com/google/btree"
+	"github.com/raftq/raftq/internal/btree"
 )
 
 // The bounded sweep (log version 13). What the passage of time does
