@@ -97,7 +97,7 @@ type Config struct {
 	// AdminCN, if set, is a client certificate common name given the
 	// admin role.
 	AdminCN string
-	// State returns the replicated auth state (fsm.FSM.Auth).
+	// State returns the replicated auth state (fsm.Reader.Auth).
 	State func() *fsm.Auth
 	// Now is the clock token expiry is checked against (time.Now).
 	Now func() time.Time
@@ -139,7 +139,7 @@ func New(cfg Config) *Authenticator {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.State == nil {
-		empty := fsm.New(fsm.Options{}).Auth()
+		empty := fsm.New(fsm.Options{}).Reader().Auth()
 		cfg.State = func() *fsm.Auth { return empty }
 	}
 	a := &Authenticator{mode: cfg.Mode, adminCN: cfg.AdminCN, state: cfg.State, now: cfg.Now, log: cfg.Logger,

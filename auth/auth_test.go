@@ -57,7 +57,7 @@ func TestAuthenticate(t *testing.T) {
 	const boot = "boot-secret"
 	f := stateWith(t, 0)
 	newA := func(mode Mode) *Authenticator {
-		return New(Config{Mode: mode, BootstrapToken: boot, AdminCN: "ops", State: f.Auth})
+		return New(Config{Mode: mode, BootstrapToken: boot, AdminCN: "ops", State: f.Reader().Auth})
 	}
 	md := func(kv ...string) context.Context {
 		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
@@ -110,7 +110,7 @@ func TestAuthenticate(t *testing.T) {
 func TestTokenExpiresByTheNodesClock(t *testing.T) {
 	f := stateWith(t, 5000)
 	now := time.UnixMilli(4999)
-	a := New(Config{Mode: ModeToken, State: f.Auth, Now: func() time.Time { return now }})
+	a := New(Config{Mode: ModeToken, State: f.Reader().Auth, Now: func() time.Time { return now }})
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer alice-secret"))
 	if _, err := a.Authenticate(ctx); err != nil {
 		t.Fatalf("before expiry: %v", err)
@@ -125,7 +125,7 @@ func TestTokenExpiresByTheNodesClock(t *testing.T) {
 // authenticates as that caller there.
 func TestOutgoingCarriesTheCaller(t *testing.T) {
 	f := stateWith(t, 0)
-	a := New(Config{Mode: ModeToken, BootstrapToken: "boot", AdminCN: "ops", State: f.Auth})
+	a := New(Config{Mode: ModeToken, BootstrapToken: "boot", AdminCN: "ops", State: f.Reader().Auth})
 	for _, c := range []struct {
 		name   string
 		caller context.Context

@@ -19,7 +19,7 @@ import (
 func TestAuthorizeFailsClosed(t *testing.T) {
 	f := stateWith(t, 0)
 	for _, mode := range []Mode{ModeNone, ModeToken, ModeMTLS} {
-		a := New(Config{Mode: mode, State: f.Auth})
+		a := New(Config{Mode: mode, State: f.Reader().Auth})
 		for _, c := range []struct {
 			method string
 			req    any
@@ -34,7 +34,7 @@ func TestAuthorizeFailsClosed(t *testing.T) {
 			}
 		}
 	}
-	a := New(Config{Mode: ModeToken, State: f.Auth})
+	a := New(Config{Mode: ModeToken, State: f.Reader().Auth})
 	alice := WithPrincipal(context.Background(), &Principal{Name: "alice", Kind: KindToken})
 	if err := a.Authorize(alice, raftqv1.Broker_Enqueue_FullMethodName, &raftqv1.EnqueueRequest{Queue: "jobs.a"}); err != nil {
 		t.Errorf("alice may produce on jobs.a: %v", err)
@@ -55,10 +55,10 @@ func TestAuthorizeFailsClosed(t *testing.T) {
 func TestSecondQueueNeedsItsPermission(t *testing.T) {
 	f := stateWith(t, 0)
 	grant := &fsmv1.Command{Version: 5, NowMs: 1000, Op: &fsmv1.Command_AuthGrant{AuthGrant: &fsmv1.AuthGrant{Identity: "tenant-a", Pattern: "a.*", Perms: uint32(fsm.PermManage | fsm.PermProduce | fsm.PermConsume)}}}
-	if err := f.ApplyCommand(f.AppliedIndex()+1, grant).Failure(); err != nil {
+	if err := f.ApplyCommand(f.Reader().AppliedIndex()+1, grant).Failure(); err != nil {
 		t.Fatal(err)
 	}
-	a := New(Config{Mode: ModeToken, State: f.Auth})
+	a := New(Config{Mode: ModeToken, State: f.Reader().Auth})
 	p := &Principal{Name: "tenant-a", Kind: KindToken}
 	mask := func(paths ...string) *fieldmaskpb.FieldMask { return &fieldmaskpb.FieldMask{Paths: paths} }
 	for _, c := range []struct {

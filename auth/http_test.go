@@ -24,7 +24,7 @@ func httpFixture(t *testing.T) (http.Handler, *int) {
 			t.Fatal(err)
 		}
 	}
-	a := New(Config{Mode: ModeToken, BootstrapToken: "boot-secret-0123456789", State: f.Auth})
+	a := New(Config{Mode: ModeToken, BootstrapToken: "boot-secret-0123456789", State: f.Reader().Auth})
 	calls := 0
 	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls++

@@ -70,7 +70,7 @@ func (b *Broker) auditCounters(ctx context.Context, _ uint64) {
 // auditTick audits the next budget queues after cursor and returns the
 // cursor for the next tick ("" once the rotation is complete).
 func (b *Broker) auditTick(ctx context.Context, cursor string, budget int) string {
-	copies := b.state.AuditCopies(cursor, budget)
+	copies := b.state.Integrity().AuditCopies(cursor, budget)
 	b.audited.Add(uint64(len(copies)))
 	var drifted []string
 	for _, c := range copies {
@@ -87,7 +87,7 @@ func (b *Broker) auditTick(ctx context.Context, cursor string, budget int) strin
 	}
 	total := false
 	if next == "" {
-		if have, want := b.state.BytesDrift(); have != want {
+		if have, want := b.state.Integrity().BytesDrift(); have != want {
 			b.log.Warn("counter audit: the node's byte total disagrees with the queues' byte counters", "total", have, "queues_sum", want)
 			total = true
 		}
@@ -102,7 +102,7 @@ func (b *Broker) auditTick(ctx context.Context, cursor string, budget int) strin
 // replica, once the cluster version has the command: the established
 // leader proposes RecountQueues; any other node asks the leader to.
 func (b *Broker) repairCounters(ctx context.Context, queues []string) {
-	if cv := b.state.ClusterVersion(); cv < fsm.RecountVersion {
+	if cv := b.reads.ClusterVersion(); cv < fsm.RecountVersion {
 		b.log.Warn("counter audit: not repairing until every voter runs a build that can (cluster version too old)",
 			"queues", queues, "cluster_version", cv, "needs", fsm.RecountVersion)
 		return
@@ -177,7 +177,7 @@ func (b *Broker) requestRecount(ctx context.Context, queues []string) (local boo
 // ErrRecountUnsupported while the cluster version is older than the
 // command.
 func (b *Broker) RecountQueues(ctx context.Context, queues []string) (*fsm.RecountResult, error) {
-	if cv := b.state.ClusterVersion(); cv < fsm.RecountVersion {
+	if cv := b.reads.ClusterVersion(); cv < fsm.RecountVersion {
 		return nil, fmt.Errorf("%w: cluster version %d, needs %d", ErrRecountUnsupported, cv, fsm.RecountVersion)
 	}
 	cmd := &fsmv1.Command{Op: &fsmv1.Command_RecountQueues{RecountQueues: &fsmv1.RecountQueues{Queues: queues}}}

@@ -25,7 +25,7 @@ const TokenPrefix = "rqt_"
 var ErrAuthNotEnabled = errors.New("identities and grants need every voter at log version 5 (upgrade every node)")
 
 // Auth is the broker's identity and permission administration: a facet
-// of Broker (Broker.Auth). The checks themselves read fsm.FSM.Auth.
+// of Broker (Broker.Auth). The checks themselves read fsm.Reader.Auth.
 type Auth struct {
 	b   *Broker
 	key string // the idempotency key the next write carries (Keyed)
@@ -67,7 +67,7 @@ type CreatedToken struct {
 }
 
 func (a Auth) propose(ctx context.Context, cmd *fsmv1.Command) error {
-	if a.b.state.ClusterVersion() < fsm.AuthVersion {
+	if a.b.reads.ClusterVersion() < fsm.AuthVersion {
 		return ErrAuthNotEnabled
 	}
 	_, err := apply[*fsm.Done](ctx, a.b, cmd)

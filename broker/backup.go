@@ -112,9 +112,9 @@ func Restore(ctx context.Context, cfg RestoreConfig, data io.Reader) error {
 		if fatal != nil {
 			return fatal
 		}
-		if f.AppliedIndex() != cfg.Index || f.ClusterVersion() != cfg.ClusterVersion {
+		if f.Reader().AppliedIndex() != cfg.Index || f.Reader().ClusterVersion() != cfg.ClusterVersion {
 			return fmt.Errorf("%w: the state is at index %d, cluster version %d; the backup says index %d, cluster version %d",
-				ErrBackupMismatch, f.AppliedIndex(), f.ClusterVersion(), cfg.Index, cfg.ClusterVersion)
+				ErrBackupMismatch, f.Reader().AppliedIndex(), f.Reader().ClusterVersion(), cfg.Index, cfg.ClusterVersion)
 		}
 		return nil
 	}

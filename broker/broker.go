@@ -90,6 +90,7 @@ type Broker struct {
 	cfg   Config
 
 	state     *fsm.FSM
+	reads     fsm.Reader     // state's read side
 	proposals *fsm.Proposals // what this node proposes, so its FSM need not decode it
 	node      *cluster.Node
 	sched     *scheduler.Scheduler
@@ -174,6 +175,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 			panic(err)
 		},
 	})
+	b.reads = b.state.Reader()
 
 	// 2. The Raft node over that state machine. Leadership reaches the
 	//    rest of the node as events (leader.go), not as a callback.
@@ -203,7 +205,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		// leader uncounted, through the hand-back sender (handback.go).
 		HandBack:    b.handBack,
 		CarryGrants: cfg.CarryGrants,
-	}, b.state, b)
+	}, b.reads, b)
 
 	// 4. The coalescers merge concurrent client writes into one entry.
 	b.enqueues = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.Propose, buildEnqueue, sizeEnqueue)
@@ -245,7 +247,7 @@ func (b *Broker) startDrain() {
 	if interval <= 0 {
 		interval = 5 * time.Second
 	}
-	b.drain = metrics.NewDrain(b.state, drainTau)
+	b.drain = metrics.NewDrain(b.reads, drainTau)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.stopDrain, b.drainDone = cancel, make(chan struct{})
 	go func() {

@@ -45,7 +45,7 @@ func TestVersion12NeedsEveryVoter(t *testing.T) {
 	check("max_queues", err)
 	_, err = b.Queues().CreateQueue(ctx, "a.x", &raftqv1.QueueConfig{DeadLetterQueue: "b.jobs"})
 	check("an ordinary queue as dead_letter_queue", err)
-	if qi, err := f.GetQueue("b.jobs"); err != nil || qi.IsDeadLetterQueue {
+	if qi, err := f.Reader().GetQueue("b.jobs"); err != nil || qi.IsDeadLetterQueue {
 		t.Fatalf("b.jobs: %+v %v", qi, err)
 	}
 }

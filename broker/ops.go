@@ -66,7 +66,7 @@ func (b *Broker) Enqueue(ctx context.Context, queue string, msgs []*raftqv1.Enqu
 		return nil, err
 	}
 	lm := logconv.EnqueueMessages(msgs)
-	if err := b.state.CheckEnqueue(queue, lm, b.cfg.MaxQueuedBytes); err != nil {
+	if err := b.reads.CheckEnqueue(queue, lm, b.cfg.MaxQueuedBytes); err != nil {
 		return nil, err
 	}
 	req := newEnqueueReq(queue, lm)
@@ -89,7 +89,7 @@ func (b *Broker) Enqueue(ctx context.Context, queue string, msgs []*raftqv1.Enqu
 // Concurrent calls share entries, and the scheduler may grant the
 // consumer's next messages while the ack commits.
 func (b *Broker) Ack(ctx context.Context, refs []LeaseRef) ([]error, error) {
-	if err := b.state.HasQueue(refs[0].Queue); err != nil {
+	if err := b.reads.HasQueue(refs[0].Queue); err != nil {
 		return nil, err
 	}
 	lr := logRefs(refs)
@@ -135,7 +135,7 @@ func (b *Broker) Delivered(ds []*state.Delivery) {
 // Nack hands messages back (after a delay, or to the dead-letter queue);
 // one error per item.
 func (b *Broker) Nack(ctx context.Context, items []NackItem) ([]error, error) {
-	if err := b.state.HasQueue(items[0].Ref.Queue); err != nil {
+	if err := b.reads.HasQueue(items[0].Ref.Queue); err != nil {
 		return nil, err
 	}
 	cmd := &fsmv1.Nack{Items: make([]*fsmv1.NackOne, len(items))}
@@ -186,7 +186,7 @@ func (b *Broker) nackBackoff(items []*fsmv1.NackOne) {
 // ExtendLease moves lease deadlines by extendByMs (0: the queue's
 // visibility timeout); one error and one new deadline per ref.
 func (b *Broker) ExtendLease(ctx context.Context, refs []LeaseRef, extendByMs int64) ([]error, []int64, error) {
-	if err := b.state.HasQueue(refs[0].Queue); err != nil {
+	if err := b.reads.HasQueue(refs[0].Queue); err != nil {
 		return nil, nil, err
 	}
 	res, err := apply[*fsm.ExtendResult](ctx, b, &fsmv1.Command{Op: &fsmv1.Command_Extend{Extend: &fsmv1.Extend{Refs: logRefs(refs), ExtendByMs: extendByMs}}})
@@ -205,7 +205,7 @@ func (b *Broker) NowMs() int64 { return b.clock.Now().UnixMilli() }
 // arrive on the returned consumer until it is closed or leadership moves
 // (scheduler.ErrNotLeader).
 func (b *Broker) Lease(ctx context.Context, req scheduler.ConsumerRequest) (*scheduler.Consumer, error) {
-	if err := b.state.HasQueue(req.Queue); err != nil {
+	if err := b.reads.HasQueue(req.Queue); err != nil {
 		return nil, err
 	}
 	return b.sched.Register(ctx, req)

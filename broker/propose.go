@@ -23,7 +23,7 @@ import (
 // SetClusterVersion names its own (higher) version (version.go).
 func (b *Broker) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error) {
 	cmd.NowMs = b.clock.Now().UnixMilli()
-	if v := b.state.ClusterVersion(); v > 1 && cmd.Version == 0 {
+	if v := b.reads.ClusterVersion(); v > 1 && cmd.Version == 0 {
 		cmd.Version = v
 	}
 	if growsState(cmd) {

@@ -52,7 +52,7 @@ func (qs Queues) CreateQueue(ctx context.Context, name string, cfg *raftqv1.Queu
 		return nil, err
 	}
 	if d := cfg.GetDeadLetterQueue(); d != "" {
-		if qi, err := qs.b.state.GetQueue(d); err == nil && !qi.IsDeadLetterQueue {
+		if qi, err := qs.b.reads.GetQueue(d); err == nil && !qi.IsDeadLetterQueue {
 			if err := qs.b.needVersion(fsm.GuardVersion, "config.dead_letter_queue naming the ordinary queue "+d); err != nil {
 				return nil, err
 			}
@@ -148,7 +148,7 @@ func (e *NeedsVersionError) Unwrap() error { return ErrNeedsVersion }
 // cluster applies fsm.DeleteKeyVersion, since an older entry ignores it
 // and the retry it protects would delete again.
 func (qs Queues) DeleteQueue(ctx context.Context, name string, cond DeleteConditions, idempotencyKey string) error {
-	if cv := qs.b.state.ClusterVersion(); idempotencyKey != "" && cv < fsm.DeleteKeyVersion {
+	if cv := qs.b.reads.ClusterVersion(); idempotencyKey != "" && cv < fsm.DeleteKeyVersion {
 		return &NeedsVersionError{Field: "DeleteQueue.idempotency_key", Needs: fsm.DeleteKeyVersion, Cluster: cv}
 	}
 	del := &fsmv1.DeleteQueue{Name: name, IdempotencyKey: idempotencyKey}
@@ -163,9 +163,9 @@ func (qs Queues) DeleteQueue(ctx context.Context, name string, cond DeleteCondit
 		}
 	}
 	if cond.IfEmpty {
-		if qs.b.state.ClusterVersion() >= fsm.IfEmptyVersion {
+		if qs.b.reads.ClusterVersion() >= fsm.IfEmptyVersion {
 			del.IfEmpty = true
-		} else if err := qs.b.state.CheckEmpty(name); err != nil {
+		} else if err := qs.b.reads.CheckEmpty(name); err != nil {
 			return err
 		}
 	}
@@ -248,7 +248,7 @@ func (qs Queues) ResumeQueue(ctx context.Context, name, key string) (*Queue, err
 // ListConsumers describes the consumers registered on queue, as the
 // leader's scheduler sees them.
 func (qs Queues) ListConsumers(queue string) ([]scheduler.ConsumerInfo, error) {
-	if err := qs.b.state.HasQueue(queue); err != nil {
+	if err := qs.b.reads.HasQueue(queue); err != nil {
 		return nil, err
 	}
 	return qs.b.sched.ListConsumers(queue)
@@ -257,7 +257,7 @@ func (qs Queues) ListConsumers(queue string) ([]scheduler.ConsumerInfo, error) {
 // GetQueue describes a queue; withKeys adds its fairness and throttle keys
 // as the scheduler sees them.
 func (qs Queues) GetQueue(name string, withKeys bool) (*Queue, error) {
-	qi, err := qs.b.state.GetQueue(name)
+	qi, err := qs.b.reads.GetQueue(name)
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +271,7 @@ func (qs Queues) GetQueue(name string, withKeys bool) (*Queue, error) {
 // ListQueues describes every queue whose name starts with prefix.
 func (qs Queues) ListQueues(prefix string) []*Queue {
 	var out []*Queue
-	for _, qi := range qs.b.state.ListQueues(prefix) {
+	for _, qi := range qs.b.reads.ListQueues(prefix) {
 		out = append(out, qs.queue(qi))
 	}
 	return out
@@ -280,7 +280,7 @@ func (qs Queues) ListQueues(prefix string) []*Queue {
 // Peek lists up to limit ready messages in delivery order, or with
 // deadLetter the queue's dead-lettered ones.
 func (qs Queues) Peek(queue string, limit int, deadLetter bool) ([]*state.Delivery, error) {
-	return qs.b.state.Peek(queue, limit, deadLetter)
+	return qs.b.reads.Peek(queue, limit, deadLetter)
 }
 
 // PeekFiltered lists up to limit messages matching pf in id order; the
@@ -290,16 +290,16 @@ func (qs Queues) PeekFiltered(queue string, limit int, deadLetter bool, pf fsm.P
 	if err := qs.b.needVersion(fsm.RedriveVersion, "PeekRequest filters and after_id"); err != nil {
 		return nil, err
 	}
-	return qs.b.state.PeekFiltered(queue, limit, deadLetter, pf)
+	return qs.b.reads.PeekFiltered(queue, limit, deadLetter, pf)
 }
 
-// GetMessage tells one message's story (fsm.FSM.GetMessage); refused
+// GetMessage tells one message's story (fsm.Reader.GetMessage); refused
 // before the cluster records stories.
 func (qs Queues) GetMessage(queue string, id uint64) (*fsm.MessageInfo, error) {
 	if err := qs.b.needVersion(fsm.HistoryVersion, "GetMessage"); err != nil {
 		return nil, err
 	}
-	return qs.b.state.GetMessage(queue, id)
+	return qs.b.reads.GetMessage(queue, id)
 }
 
 func (qs Queues) queue(qi *state.QueueInfo) *Queue {

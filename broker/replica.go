@@ -100,7 +100,7 @@ func (b *Broker) checkReplicas(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	own, err := b.state.DigestAt(idx)
+	own, err := b.state.Integrity().DigestAt(idx)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ var ErrSettingsNotReplicated = errors.New("cluster settings need every voter at 
 // needVersion refuses what needs log version v on a cluster below it,
 // naming v and what needs it (what: the field or behaviour).
 func (b *Broker) needVersion(v uint32, what string) error {
-	if cv := b.state.ClusterVersion(); cv < v {
+	if cv := b.reads.ClusterVersion(); cv < v {
 		return &NeedsVersionError{Field: what, Needs: v, Cluster: cv}
 	}
 	return nil
@@ -36,7 +36,7 @@ type SettingsChange struct {
 // SetClusterSettings proposes new cluster settings (nil: unchanged) and
 // returns them as committed.
 func (b *Broker) SetClusterSettings(ctx context.Context, ch SettingsChange) (state.Settings, error) {
-	if v := b.state.ClusterVersion(); v < fsm.AdmitVersion {
+	if v := b.reads.ClusterVersion(); v < fsm.AdmitVersion {
 		return state.Settings{}, fmt.Errorf("%w: the cluster is at log version %d (upgrade every voter)", ErrSettingsNotReplicated, v)
 	}
 	if ch.MaxQueuedBytes != nil && *ch.MaxQueuedBytes < 0 {
@@ -60,6 +60,6 @@ func (b *Broker) SetClusterSettings(ctx context.Context, ch SettingsChange) (sta
 	if _, err := apply[*fsm.Done](ctx, b, cmd); err != nil {
 		return state.Settings{}, err
 	}
-	_, s := b.state.Held()
+	_, s := b.reads.Held()
 	return s, nil
 }

@@ -22,7 +22,7 @@ func (b *Broker) raiseClusterVersion(ctx context.Context, _ uint64) {
 	for {
 		vv := b.node.VoterVersions()
 		wait := vv.Changed
-		if target, ok := nextClusterVersion(vv, b.state.ClusterVersion()); ok {
+		if target, ok := nextClusterVersion(vv, b.reads.ClusterVersion()); ok {
 			err := b.proposeClusterVersion(ctx, target, vv.MinMaxQueuedBytes)
 			if ctx.Err() != nil {
 				return
@@ -59,7 +59,7 @@ func (b *Broker) raiseClusterVersion(ctx context.Context, _ uint64) {
 // memory limit), so no voter is asked to hold more than its own share.
 func (b *Broker) proposeClusterVersion(ctx context.Context, v uint32, maxQueued int64) error {
 	set := &fsmv1.SetClusterVersion{Version: v}
-	if v >= fsm.AdmitVersion && b.state.ClusterVersion() < fsm.AdmitVersion {
+	if v >= fsm.AdmitVersion && b.reads.ClusterVersion() < fsm.AdmitVersion {
 		set.MaxQueuedBytes = max(maxQueued, 0)
 	}
 	cmd := &fsmv1.Command{

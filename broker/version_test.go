@@ -38,9 +38,9 @@ func TestNextClusterVersion(t *testing.T) {
 func TestSingleNodeRaisesClusterVersion(t *testing.T) {
 	b := startOne(t, nil)
 	deadline := time.Now().Add(10 * time.Second)
-	for b.State().ClusterVersion() != fsm.MaxLogVersion {
+	for b.State().Reader().ClusterVersion() != fsm.MaxLogVersion {
 		if time.Now().After(deadline) {
-			t.Fatalf("cluster version %d, want %d", b.State().ClusterVersion(), fsm.MaxLogVersion)
+			t.Fatalf("cluster version %d, want %d", b.State().Reader().ClusterVersion(), fsm.MaxLogVersion)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -49,7 +49,7 @@ func TestStatsBytesCountWhatAMessageCosts(t *testing.T) {
 	if st := h.info("q").Stats; st.Bytes != 0 || st.DedupEntries != 1 {
 		t.Fatalf("after ack: bytes=%d dedup entries=%d, want 0 and 1 (kept for the window)", st.Bytes, st.DedupEntries)
 	}
-	held, _ := h.f.Held()
+	held, _ := h.f.Reader().Held()
 	if held < state.DedupEntryOverheadBytes {
 		t.Fatalf("held = %d: the dedup entry must count against max_queued_bytes", held)
 	}
@@ -62,7 +62,7 @@ func TestStatsBytesCountWhatAMessageCosts(t *testing.T) {
 
 func (h *harness) readyIDsAsUint(q string) []uint64 {
 	h.t.Helper()
-	ds, err := h.f.Peek(q, 1000, false)
+	ds, err := h.f.Reader().Peek(q, 1000, false)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestAdmissionAtApply(t *testing.T) {
 				if lim := c.cfg.GetMaxDepth(); lim > 0 && st.Ready > lim {
 					t.Fatalf("queue holds %d messages past max_depth %d", st.Ready, lim)
 				}
-				if held, _ := h.f.Held(); c.maxQueued > 0 && held > c.maxQueued {
+				if held, _ := h.f.Reader().Held(); c.maxQueued > 0 && held > c.maxQueued {
 					t.Fatalf("cluster holds %d bytes past max_queued_bytes %d", held, c.maxQueued)
 				}
 			}
@@ -195,7 +195,7 @@ func TestClusterSettingTravels(t *testing.T) {
 	}
 	h.version = state.AdmitVersion
 	h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: state.AdmitVersion, MaxQueuedBytes: 1 << 30}}})
-	if _, s := h.f.Held(); s.MaxQueuedBytes != 1<<30 {
+	if _, s := h.f.Reader().Held(); s.MaxQueuedBytes != 1<<30 {
 		t.Fatalf("after the raise: %d, want the proposed default", s.MaxQueuedBytes)
 	}
 	h.mustOK(setCmd())
@@ -214,7 +214,7 @@ func TestClusterSettingTravels(t *testing.T) {
 	if err := restored.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, h.f)))); err != nil {
 		t.Fatal(err)
 	}
-	if _, s := restored.Held(); s.MaxQueuedBytes != mq {
+	if _, s := restored.Reader().Held(); s.MaxQueuedBytes != mq {
 		t.Fatalf("restored setting %d, want %d", s.MaxQueuedBytes, mq)
 	}
 	if a, b := digestOf(t, h.f), digestOf(t, restored); a != b {

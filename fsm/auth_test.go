@@ -37,7 +37,7 @@ func TestAuthCommandsNeedVersion5(t *testing.T) {
 			t.Fatalf("%T in a version-4 entry: %v", cmd.Op, r.Failure())
 		}
 	}
-	if stateDigest(t, h.f) != before || !h.f.Auth().Empty() {
+	if stateDigest(t, h.f) != before || !h.f.Reader().Auth().Empty() {
 		t.Fatal("an auth command of a version-4 entry changed the state")
 	}
 }
@@ -51,7 +51,7 @@ func TestAuthTokensAndGrants(t *testing.T) {
 	h.mustOK(authGrant("alice", "jobs.*", PermBrowse, false)) // a union
 	h.mustOK(authGrant("root", "", 0, true))
 
-	a := h.f.Auth()
+	a := h.f.Reader().Auth()
 	tok, ok := a.LookupToken(sha256.Sum256([]byte("secret-a")))
 	if !ok || tok.Name != "alice-1" || tok.Identity != "alice" || tok.Expired(h.now+1e12) {
 		t.Fatalf("token lookup: %+v %v", tok, ok)
@@ -111,7 +111,7 @@ func TestAuthTokensAndGrants(t *testing.T) {
 	if stateDigest(t, r.f) != before {
 		t.Fatal("restored replica's digest differs")
 	}
-	if got, want := r.f.Auth().Identities(), h.f.Auth().Identities(); !slices.EqualFunc(got, want, equalIdentity) {
+	if got, want := r.f.Reader().Auth().Identities(), h.f.Reader().Auth().Identities(); !slices.EqualFunc(got, want, equalIdentity) {
 		t.Fatalf("restored identities %+v, want %+v", got, want)
 	}
 	if snap := snapshotBytes(t, h.f); bytes.Contains(snap, []byte("secret-a")) {
@@ -119,18 +119,18 @@ func TestAuthTokensAndGrants(t *testing.T) {
 	}
 
 	h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_RevokeToken{RevokeToken: &fsmv1.RevokeToken{Name: "alice-1"}}})
-	if _, ok := h.f.Auth().LookupToken(sha256.Sum256([]byte("secret-a"))); ok {
+	if _, ok := h.f.Reader().Auth().LookupToken(sha256.Sum256([]byte("secret-a"))); ok {
 		t.Fatal("revoked token still found")
 	}
 	h.mustOK(authUngrant("alice", "jobs.*", false))
 	h.mustOK(authUngrant("root", "", true))
-	if h.f.Auth().Allowed("alice", PermProduce, "jobs.a") || h.f.Auth().IsAdmin("root") {
+	if h.f.Reader().Auth().Allowed("alice", PermProduce, "jobs.a") || h.f.Reader().Auth().IsAdmin("root") {
 		t.Fatal("ungrant left permissions")
 	}
 	if stateDigest(t, h.f) == before {
 		t.Fatal("auth changes did not change the digest")
 	}
-	ids := h.f.Auth().Identities()
+	ids := h.f.Reader().Auth().Identities()
 	if len(ids) != 1 || ids[0].Name != "ci" || len(ids[0].Tokens) != 1 {
 		t.Fatalf("identities after revoke and ungrant: %+v", ids)
 	}

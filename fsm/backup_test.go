@@ -33,7 +33,7 @@ func TestCheckpointStateIsABackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(buf.Bytes())
-	want, err := h.f.DigestAt(res.Index)
+	want, err := h.f.Integrity().DigestAt(res.Index)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,17 +45,17 @@ func TestCheckpointStateIsABackup(t *testing.T) {
 	if err := g.Restore(io.NopCloser(bytes.NewReader(buf.Bytes()))); err != nil {
 		t.Fatal(err)
 	}
-	if g.AppliedIndex() != res.Index || g.ClusterVersion() != MaxLogVersion {
-		t.Fatalf("restored at index %d, cluster version %d", g.AppliedIndex(), g.ClusterVersion())
+	if g.Reader().AppliedIndex() != res.Index || g.Reader().ClusterVersion() != MaxLogVersion {
+		t.Fatalf("restored at index %d, cluster version %d", g.Reader().AppliedIndex(), g.Reader().ClusterVersion())
 	}
-	got, err := g.DigestAt(res.Index)
+	got, err := g.Integrity().DigestAt(res.Index)
 	if err != nil || got != want {
 		t.Fatalf("restored replica's digest at %d: %s, %v; want %s", res.Index, got, err, want)
 	}
-	if err := g.Verify(); err != nil {
+	if err := g.Integrity().Verify(); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := g.GetQueue("q"); err != nil || info.Stats.Ready != 2 || info.Stats.InFlight != 1 {
+	if info, err := g.Reader().GetQueue("q"); err != nil || info.Stats.Ready != 2 || info.Stats.InFlight != 1 {
 		t.Fatalf("restored queue: %+v, %v", info, err)
 	}
 }

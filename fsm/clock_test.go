@@ -40,11 +40,11 @@ func TestTimeAfterAWrongClockLeader(t *testing.T) {
 				&fsmv1.EnqueueMessage{Payload: []byte("ttl"), TtlMs: 2000},
 				&fsmv1.EnqueueMessage{Payload: []byte("dedup"), DedupId: "d"})
 			var due int64
-			h.f.Read(func(v View) { due, _ = v.NextDue() })
+			h.f.Reader().Read(func(v View) { due, _ = v.NextDue() })
 			if due != T+20+1000 {
 				t.Fatalf("next due %d on the leader's clock, want %d", due, T+20+1000)
 			}
-			if ds, _ := h.f.Peek("q", 10, false); len(ds) != 2 || ds[0].EnqueuedMs != T+20 {
+			if ds, _ := h.f.Reader().Peek("q", 10, false); len(ds) != 2 || ds[0].EnqueuedMs != T+20 {
 				t.Fatalf("peek %v, want 2 ready messages enqueued at %d", ds, T+20)
 			}
 
@@ -108,7 +108,7 @@ func TestFastLeaderCannotExpireLeaseEarly(t *testing.T) {
 	fast := T + hour + 100
 	h.onClock(2, fast)
 	h.tick()
-	h.f.Read(func(v View) {
+	h.f.Reader().Read(func(v View) {
 		if dl, _ := v.NextLeaseDeadline(); dl != fast+30_000 {
 			t.Errorf("next lease deadline %d on the fast clock, want %d", dl, fast+30_000)
 		}
@@ -124,7 +124,7 @@ func TestFastLeaderCannotExpireLeaseEarly(t *testing.T) {
 	if err := expire(); !errors.Is(err, ErrStaleLease) {
 		t.Fatalf("a fast leader expired a 30 s lease %d ms after it took over: %v", h.now-fast, err)
 	}
-	h.f.Read(func(v View) {
+	h.f.Reader().Read(func(v View) {
 		if c, _, ok := v.Lease("q", ids[0]); !ok || c != "c" {
 			t.Error("the lease is gone")
 		}
@@ -150,8 +150,8 @@ func TestVersion3KeepsTheOldClock(t *testing.T) {
 	h.tick()
 	h.onClock(3, T)
 	h.tick()
-	if h.f.Now() != T+hour {
-		t.Fatalf("clock %d after a version-3 entry stamped an hour ahead, want %d", h.f.Now(), T+hour)
+	if h.f.Reader().Now() != T+hour {
+		t.Fatalf("clock %d after a version-3 entry stamped an hour ahead, want %d", h.f.Reader().Now(), T+hour)
 	}
 }
 
@@ -168,13 +168,13 @@ func TestVersion4ContinuesTheOldClock(t *testing.T) {
 	h.enqueuePayloads("q", "x")
 	h.now = T + 4 // the raise was stamped before the enqueue, applied after
 	h.raise(MaxLogVersion)
-	if ds, _ := h.f.Peek("q", 1, false); ds[0].EnqueuedMs != T+10 {
+	if ds, _ := h.f.Reader().Peek("q", 1, false); ds[0].EnqueuedMs != T+10 {
 		t.Fatalf("enqueued at %d after the change of rule, was %d", ds[0].EnqueuedMs, T+10)
 	}
 	h.now = T + 20
 	h.tick()
-	if ds, _ := h.f.Peek("q", 1, false); ds[0].EnqueuedMs != T+10 || h.f.Now() != T+20 {
-		t.Fatalf("enqueued at %d, clock %d; want %d, %d", ds[0].EnqueuedMs, h.f.Now(), T+10, T+20)
+	if ds, _ := h.f.Reader().Peek("q", 1, false); ds[0].EnqueuedMs != T+10 || h.f.Reader().Now() != T+20 {
+		t.Fatalf("enqueued at %d, clock %d; want %d, %d", ds[0].EnqueuedMs, h.f.Reader().Now(), T+10, T+20)
 	}
 }
 
@@ -192,7 +192,7 @@ func TestOlderEntryAfterVersion4(t *testing.T) {
 	h.version = 1 // stamped before the raise applied
 	h.now = T + 14
 	h.enqueuePayloads("q", "x")
-	if ds, _ := h.f.Peek("q", 1, false); ds[0].EnqueuedMs != T+14 {
+	if ds, _ := h.f.Reader().Peek("q", 1, false); ds[0].EnqueuedMs != T+14 {
 		t.Fatalf("enqueued at %d, want the entry's stamp %d", ds[0].EnqueuedMs, T+14)
 	}
 	h.version = MaxLogVersion

@@ -113,7 +113,7 @@ func TestConcurrencyCapOneIsFIFO(t *testing.T) {
 func (h *harness) leased(t *testing.T, q string, id uint64) *state.Delivery {
 	t.Helper()
 	var d *state.Delivery
-	h.f.Read(func(v View) {
+	h.f.Reader().Read(func(v View) {
 		c, tok, ok := v.Lease(q, id)
 		if !ok {
 			t.Fatalf("message %d not leased", id)
@@ -204,7 +204,7 @@ func TestConcurrencyValidation(t *testing.T) {
 		if after := h.info("q").Config; !proto.Equal(after, before) {
 			t.Fatalf("%s: a refused config changed the queue: %v", name, after)
 		}
-		if _, err := h.f.GetQueue("n"); !errors.Is(err, state.ErrQueueNotFound) {
+		if _, err := h.f.Reader().GetQueue("n"); !errors.Is(err, state.ErrQueueNotFound) {
 			t.Fatalf("%s: refused create: %v", name, err)
 		}
 	}
@@ -336,7 +336,7 @@ func TestPausedAndCappedKeysLeaveTheRing(t *testing.T) {
 	h.enqueue("q", fc("c1", "c", ""))
 	ring := func() []string {
 		var keys []string
-		h.f.Read(func(v View) {
+		h.f.Reader().Read(func(v View) {
 			qv, _ := v.Queue("q")
 			for k, ok := qv.NextKey(0, 0); ok; k, ok = qv.NextKey(0, k.Seq) {
 				keys = append(keys, k.Key)

@@ -37,7 +37,7 @@ func TestRetriedDeleteKeepsTheNewQueue(t *testing.T) {
 			if err := h.apply(deleteKeyed("jobs", "k1")).Failure(); err != nil {
 				t.Fatalf("retried delete: %v, want OK (the first attempt succeeded)", err)
 			}
-			err := h.f.HasQueue("jobs")
+			err := h.f.Reader().HasQueue("jobs")
 			if !tc.survives {
 				if !errors.Is(err, ErrQueueNotFound) {
 					t.Fatalf("version %d: the retry left the queue (%v); want it deleted as before", tc.version, err)
@@ -52,7 +52,7 @@ func TestRetriedDeleteKeepsTheNewQueue(t *testing.T) {
 			}
 			// A delete with another key (a new call) deletes it.
 			h.mustOK(deleteKeyed("jobs", "k2"))
-			if err := h.f.HasQueue("jobs"); !errors.Is(err, ErrQueueNotFound) {
+			if err := h.f.Reader().HasQueue("jobs"); !errors.Is(err, ErrQueueNotFound) {
 				t.Fatalf("a new delete left the queue: %v", err)
 			}
 		})
@@ -71,7 +71,7 @@ func TestDeleteKeyRules(t *testing.T) {
 	}
 	h.create("jobs", nil)
 	h.mustOK(deleteKeyed("jobs", "k1")) // the failed attempt recorded nothing
-	if err := h.f.HasQueue("jobs"); !errors.Is(err, ErrQueueNotFound) {
+	if err := h.f.Reader().HasQueue("jobs"); !errors.Is(err, ErrQueueNotFound) {
 		t.Fatalf("delete after a failed attempt with the same key: queue left (%v)", err)
 	}
 	if err := h.apply(deleteKeyed("jobs", "k1")).Failure(); err != nil {
@@ -81,7 +81,7 @@ func TestDeleteKeyRules(t *testing.T) {
 	// different delete.
 	h.create("other", nil)
 	h.mustOK(deleteKeyed("other", "k1"))
-	if err := h.f.HasQueue("other"); !errors.Is(err, ErrQueueNotFound) {
+	if err := h.f.Reader().HasQueue("other"); !errors.Is(err, ErrQueueNotFound) {
 		t.Fatalf("the key of jobs' delete stopped the delete of other: %v", err)
 	}
 
@@ -89,7 +89,7 @@ func TestDeleteKeyRules(t *testing.T) {
 	h.now += state.RecentWindowMs
 	h.tick()
 	h.mustOK(deleteKeyed("jobs", "k1"))
-	if err := h.f.HasQueue("jobs"); !errors.Is(err, ErrQueueNotFound) {
+	if err := h.f.Reader().HasQueue("jobs"); !errors.Is(err, ErrQueueNotFound) {
 		t.Fatalf("a repeat after the window was not judged afresh: %v", err)
 	}
 
@@ -129,7 +129,7 @@ func TestDeleteKeysTravel(t *testing.T) {
 	for _, f := range []*FSM{live, restored} {
 		h.f = f
 		h.mustOK(deleteKeyed("jobs", "k1"))
-		if err := f.HasQueue("jobs"); err != nil {
+		if err := f.Reader().HasQueue("jobs"); err != nil {
 			t.Fatalf("a retried delete on a restored replica deleted the new queue: %v", err)
 		}
 		h.index-- // the same entry on both replicas

@@ -6,16 +6,16 @@ package fsm
 
 // InjectCounterFault corrupts one counter of this replica (see
 // state.Store.InjectCounterFault).
-func (f *FSM) InjectCounterFault(queue, counter string, delta int64) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.store.InjectCounterFault(queue, counter, delta)
+func (c Integrity) InjectCounterFault(queue, counter string, delta int64) error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	return c.f.store.InjectCounterFault(queue, counter, delta)
 }
 
 // InjectStateFault makes this replica's state differ from the others'
 // (see state.Store.InjectStateFault).
-func (f *FSM) InjectStateFault(queue string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.store.InjectStateFault(queue)
+func (c Integrity) InjectStateFault(queue string) error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	return c.f.store.InjectStateFault(queue)
 }

@@ -32,7 +32,7 @@ func TestCreateQueueDefaultsAndDLQ(t *testing.T) {
 func TestBadInputChangesNothing(t *testing.T) {
 	h := newHarness(t)
 	h.create("q", nil)
-	_, before, _ := h.f.Digest()
+	_, before, _ := h.f.Integrity().Digest()
 	long := strings.Repeat("a", 256)
 	cases := []struct {
 		name string
@@ -80,7 +80,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 			}
 		})
 	}
-	_, after, _ := h.f.Digest()
+	_, after, _ := h.f.Integrity().Digest()
 	// The applied index is part of the digest; compare the state by
 	// re-freezing with the old index.
 	h.f.mu.Lock()
@@ -114,7 +114,7 @@ func TestFIFOAndLeaseVisible(t *testing.T) {
 	if st.Ready != 9 || st.InFlight != 1 {
 		t.Fatalf("stats = %v", st)
 	}
-	h.f.Read(func(v View) {
+	h.f.Reader().Read(func(v View) {
 		if v.LeasesHeld("c1") != 1 {
 			t.Fatalf("LeasesHeld = %d", v.LeasesHeld("c1"))
 		}
@@ -177,7 +177,7 @@ func TestNackPastMaxDeliveriesAndRedrive(t *testing.T) {
 	if st := h.info("q").Stats; st.Ready != 0 || st.DeadLettered != 1 || st.NackedTotal != 3 {
 		t.Fatalf("stats = %v", st)
 	}
-	dl, _ := h.f.Peek("q", 10, true)
+	dl, _ := h.f.Reader().Peek("q", 10, true)
 	if len(dl) != 1 || dl[0].DeadLetterReason != "max_deliveries" || dl[0].OriginQueue != "q" {
 		t.Fatalf("dlq = %v", dl)
 	}
@@ -230,7 +230,7 @@ func TestPriorities(t *testing.T) {
 		t.Fatalf("order = %v, want %v", got, want)
 	}
 	var prios []int32
-	h.f.Read(func(v View) {
+	h.f.Reader().Read(func(v View) {
 		qv, _ := v.Queue("q")
 		prios = qv.Priorities(nil)
 	})
@@ -265,7 +265,7 @@ func TestDelayedNotReadyEarly(t *testing.T) {
 		t.Fatalf("granted a delayed message: %v", res.Items[0])
 	}
 	var due int64
-	h.f.Read(func(v View) { due, _ = v.NextDue() })
+	h.f.Reader().Read(func(v View) { due, _ = v.NextDue() })
 	if due != h.now+1000 {
 		t.Fatalf("NextDue = %d, want %d", due, h.now+1000)
 	}
@@ -305,7 +305,7 @@ func TestTTLGoesToDLQ(t *testing.T) {
 		t.Fatalf("stats = %v", st)
 	}
 	h.nack(d, 0, false)
-	dl, _ := h.f.Peek("q", 10, true)
+	dl, _ := h.f.Reader().Peek("q", 10, true)
 	if len(dl) != 2 || dl[0].DeadLetterReason != "ttl" || dl[1].DeadLetterReason != "ttl" {
 		t.Fatalf("dlq = %v", dl)
 	}
@@ -363,7 +363,7 @@ func TestSharedDLQAndDelete(t *testing.T) {
 	h.create("errors", nil)
 	h.create("a", &fsmv1.QueueConfig{DeadLetterQueue: "errors", MaxDeliveries: 1})
 	h.create("b", &fsmv1.QueueConfig{DeadLetterQueue: "errors", MaxDeliveries: 1})
-	if _, err := h.f.GetQueue("errors.dlq"); !errors.Is(err, ErrQueueNotFound) {
+	if _, err := h.f.Reader().GetQueue("errors.dlq"); !errors.Is(err, ErrQueueNotFound) {
 		t.Fatalf("errors.dlq should be gone once errors became a DLQ: %v", err)
 	}
 	for _, q := range []string{"a", "b"} {
@@ -378,13 +378,13 @@ func TestSharedDLQAndDelete(t *testing.T) {
 		t.Fatalf("redrive a moved %d", res.Count)
 	}
 	h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: "b"}}})
-	if _, err := h.f.GetQueue("errors"); err != nil {
+	if _, err := h.f.Reader().GetQueue("errors"); err != nil {
 		t.Fatalf("shared DLQ deleted with one of its users: %v", err)
 	}
 	h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: "a"}}})
 	h.create("solo", nil)
 	h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_DeleteQueue{DeleteQueue: &fsmv1.DeleteQueue{Name: "solo"}}})
-	if _, err := h.f.GetQueue("solo.dlq"); !errors.Is(err, ErrQueueNotFound) {
+	if _, err := h.f.Reader().GetQueue("solo.dlq"); !errors.Is(err, ErrQueueNotFound) {
 		t.Fatalf("auto DLQ survived its queue: %v", err)
 	}
 }
@@ -412,8 +412,8 @@ func TestClockNeverRunsBackwards(t *testing.T) {
 	if !errors.Is(res.Items[0], ErrStaleLease) {
 		t.Fatalf("expired with an earlier clock: %v", res.Items[0])
 	}
-	if h.f.Now() != 1_000_000 {
-		t.Fatalf("clock went backwards: %d", h.f.Now())
+	if h.f.Reader().Now() != 1_000_000 {
+		t.Fatalf("clock went backwards: %d", h.f.Reader().Now())
 	}
 }
 
@@ -457,7 +457,7 @@ func TestProposedCommandSkipsDecode(t *testing.T) {
 	h.f.Apply(&raft.Log{Index: 101, Type: raft.LogCommand, Data: data})
 	forget()
 	h.f.Apply(&raft.Log{Index: 102, Type: raft.LogCommand, Data: data})
-	ds, err := h.f.Peek("q", 10, false)
+	ds, err := h.f.Reader().Peek("q", 10, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func TestConvertingAQueueInUse(t *testing.T) {
 				if !h.info(c.target).IsDeadLetterQueue {
 					t.Fatalf("%s was not made a dead-letter queue", c.target)
 				}
-				if _, err := h.f.GetQueue(c.target + ".dlq"); !errors.Is(err, ErrQueueNotFound) {
+				if _, err := h.f.Reader().GetQueue(c.target + ".dlq"); !errors.Is(err, ErrQueueNotFound) {
 					t.Fatalf("%s's own empty automatic dead-letter queue is still there: %v", c.target, err)
 				}
 			})
@@ -112,7 +112,7 @@ func TestConvertingAQueueInUse(t *testing.T) {
 		if !e.IsDeadLetterQueue || e.Stats.Ready != 1 {
 			t.Fatalf("e after its origin was deleted: %+v", e)
 		}
-		ds, _ := h.f.Peek("e", 10, false)
+		ds, _ := h.f.Reader().Peek("e", 10, false)
 		if len(ds) != 1 || ds[0].OriginQueue != "" || ds[0].DeadLetterReason != "max_deliveries" {
 			t.Fatalf("e's message: %+v", ds)
 		}
@@ -135,13 +135,13 @@ func TestMaxQueues(t *testing.T) {
 	old.mustOK(setCmd(1))
 	old.create("q1", nil)
 	old.create("q2", nil)
-	if _, s := old.f.Held(); s.MaxQueues != 0 {
+	if _, s := old.f.Reader().Held(); s.MaxQueues != 0 {
 		t.Fatalf("older version: max_queues %d, want none", s.MaxQueues)
 	}
 
 	h := newHarness(t)
 	h.raise(GuardVersion)
-	if _, s := h.f.Held(); s.MaxQueues != DefaultMaxQueues {
+	if _, s := h.f.Reader().Held(); s.MaxQueues != DefaultMaxQueues {
 		t.Fatalf("after the raise: max_queues %d, want %d", s.MaxQueues, DefaultMaxQueues)
 	}
 	if res := h.apply(setCmd(-1)); !errors.Is(res.Failure(), ErrInvalid) {
@@ -159,7 +159,7 @@ func TestMaxQueues(t *testing.T) {
 		t.Fatalf("past max_queues: %v, want ErrLimit naming it", err)
 	}
 	names := func(f *FSM) (out []string) {
-		for _, q := range f.ListQueues("") {
+		for _, q := range f.Reader().ListQueues("") {
 			out = append(out, q.Name)
 		}
 		return out
@@ -175,7 +175,7 @@ func TestMaxQueues(t *testing.T) {
 	if err := restored.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, h.f)))); err != nil {
 		t.Fatal(err)
 	}
-	if _, s := restored.Held(); s.MaxQueues != 5 {
+	if _, s := restored.Reader().Held(); s.MaxQueues != 5 {
 		t.Fatalf("restored max_queues %d", s.MaxQueues)
 	}
 	if digestOf(t, restored) != digestOf(t, h.f) {
@@ -184,7 +184,7 @@ func TestMaxQueues(t *testing.T) {
 	h.mustOK(setCmd(0)) // unlimited
 	h.create("q4", nil)
 	h.mustOK(setCmd(3)) // below the count: refuses new queues only
-	if n := len(h.f.ListQueues("")); n != 7 {
+	if n := len(h.f.Reader().ListQueues("")); n != 7 {
 		t.Fatalf("%d queues, want 7", n)
 	}
 	a, b := newHarness(t), newHarness(t)
@@ -270,7 +270,7 @@ func TestRedriveRestampsTTL(t *testing.T) {
 			if st.Ready != 0 || st.DeadLettered != 1 {
 				t.Fatalf("after the TTL: %+v, want dead-lettered", st)
 			}
-			ds, _ := h.f.Peek("t", 10, true)
+			ds, _ := h.f.Reader().Peek("t", 10, true)
 			if len(ds) != 1 || ds[0].DeadLetterReason != "ttl" || ds[0].OriginQueue != "t" {
 				t.Fatalf("dead letters: %+v", ds)
 			}

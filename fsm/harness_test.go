@@ -35,7 +35,7 @@ func (h *harness) apply(cmd *fsmv1.Command) Result {
 		h.t.Fatal(err)
 	}
 	res := h.f.Apply(&raft.Log{Index: h.index, Term: h.term, Type: raft.LogCommand, Data: data}).(Result)
-	if err := h.f.Verify(); err != nil {
+	if err := h.f.Integrity().Verify(); err != nil {
 		h.t.Fatalf("Verify after command %d (%T): %v", h.index, cmd.Op, err)
 	}
 	return res
@@ -143,7 +143,7 @@ func (h *harness) tick() { h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Tick{Tick:
 
 func (h *harness) info(q string) *state.QueueInfo {
 	h.t.Helper()
-	qi, err := h.f.GetQueue(q)
+	qi, err := h.f.Reader().GetQueue(q)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func (h *harness) info(q string) *state.QueueInfo {
 // readyIDs returns what Peek would deliver now.
 func (h *harness) readyIDs(q string) []string {
 	h.t.Helper()
-	ds, err := h.f.Peek(q, 1000, false)
+	ds, err := h.f.Reader().Peek(q, 1000, false)
 	if err != nil {
 		h.t.Fatal(err)
 	}

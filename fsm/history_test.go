@@ -36,7 +36,7 @@ func (h *harness) extend(d *state.Delivery, by int64) {
 
 func (h *harness) message(q string, id uint64) *state.MessageInfo {
 	h.t.Helper()
-	mi, err := h.f.GetMessage(q, id)
+	mi, err := h.f.Reader().GetMessage(q, id)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestMessageHistory(t *testing.T) {
 	if !strings.Contains(mi.Events[4].Detail, "extended 2 times") || !strings.Contains(mi.Events[8].Detail, "to jobs.dlq: max_deliveries") {
 		t.Fatalf("details: %q, %q", mi.Events[4].Detail, mi.Events[8].Detail)
 	}
-	peeked, err := h.f.Peek("jobs", 10, true)
+	peeked, err := h.f.Reader().Peek("jobs", 10, true)
 	if err != nil || len(peeked) != 1 {
 		t.Fatalf("peek dlq: %v %v", peeked, err)
 	}
@@ -115,7 +115,7 @@ func TestMessageHistory(t *testing.T) {
 	}
 	// reason_contains matches last_error too (its dead_letter_reason is
 	// max_deliveries).
-	if got, err := h.f.PeekFiltered("jobs", 10, true, PeekFilter{ReasonContains: "again"}); err != nil || len(got) != 1 {
+	if got, err := h.f.Reader().PeekFiltered("jobs", 10, true, PeekFilter{ReasonContains: "again"}); err != nil || len(got) != 1 {
 		t.Fatalf("a DLQ filter on last_error: %v %v", got, err)
 	}
 	if got := h.info("jobs.dlq").Stats.Bytes; got <= bytesBefore {
@@ -139,7 +139,7 @@ func TestMessageHistory(t *testing.T) {
 	// Once the outcome lapses, the message is gone.
 	h.now += state.RecentWindowMs + 1
 	h.tick()
-	if _, err := h.f.GetMessage("jobs", id); !errors.Is(err, state.ErrMessageNotFound) {
+	if _, err := h.f.Reader().GetMessage("jobs", id); !errors.Is(err, state.ErrMessageNotFound) {
 		t.Fatalf("after the window: %v, want not found", err)
 	}
 }
@@ -294,6 +294,6 @@ func TestHistorySnapshotRoundTrip(t *testing.T) {
 func (h *harness) leaseRefs(q string, id uint64) []*fsmv1.Ref {
 	h.t.Helper()
 	var token uint64
-	h.f.Read(func(v state.View) { _, token, _ = v.Lease(q, id) })
+	h.f.Reader().Read(func(v state.View) { _, token, _ = v.Lease(q, id) })
 	return []*fsmv1.Ref{{Queue: q, MessageId: id, LeaseToken: token}}
 }

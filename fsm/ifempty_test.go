@@ -56,7 +56,7 @@ func TestDeleteIfEmpty(t *testing.T) {
 	if err := h.apply(deleteIfEmpty("jobs")).Failure(); err != nil {
 		t.Fatalf("delete of an empty queue: %v", err)
 	}
-	if h.f.HasQueue("jobs") == nil || h.f.HasQueue("jobs"+DLQSuffix) == nil {
+	if h.f.Reader().HasQueue("jobs") == nil || h.f.Reader().HasQueue("jobs"+DLQSuffix) == nil {
 		t.Fatal("the queue or its DLQ survived the delete")
 	}
 }

@@ -23,7 +23,7 @@ func restoredCopy(t *testing.T, h *harness) *harness {
 	if err := f.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, h.f)))); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Verify(); err != nil {
+	if err := f.Integrity().Verify(); err != nil {
 		t.Fatal(err)
 	}
 	return &harness{t: t, f: f, index: h.index, now: h.now, version: h.version}
@@ -82,7 +82,7 @@ func TestRestoredReplicaDeliversInLiveOrder(t *testing.T) {
 	// and refilled.
 	for _, h := range []*harness{live, restored} {
 		h.enqueue("q", msg("Fn1", "n", 5, 2), msg("Fa2", "a", 5, 2))
-		ready, _ := h.f.Peek("q", 100, false)
+		ready, _ := h.f.Reader().Peek("q", 100, false)
 		var w1, z1, z2 uint64
 		for _, d := range ready {
 			switch string(d.Payload) {

@@ -132,7 +132,7 @@ func TestTimedPauseEndsOnTheStateClock(t *testing.T) {
 	}
 	due := func() int64 {
 		var at int64
-		h.f.Read(func(v View) { at, _ = v.NextDue() })
+		h.f.Reader().Read(func(v View) { at, _ = v.NextDue() })
 		return at
 	}
 	if got := due(); got != start+1000 {
@@ -162,7 +162,7 @@ func TestTimedPauseEndsOnTheStateClock(t *testing.T) {
 	if _, ok := func() (int64, bool) {
 		var at int64
 		var ok bool
-		h.f.Read(func(v View) { at, ok = v.NextDue() })
+		h.f.Reader().Read(func(v View) { at, ok = v.NextDue() })
 		return at, ok
 	}(); ok {
 		t.Fatal("NextDue reports an end for a pause until resumed")
@@ -365,7 +365,7 @@ func TestPausedKeysLeaveTheRing(t *testing.T) {
 	h.enqueue("q", keyed("a", "a"), keyed("b", "b"), keyed("c", "c"))
 	ring := func() []string {
 		var keys []string
-		h.f.Read(func(v View) {
+		h.f.Reader().Read(func(v View) {
 			qv, _ := v.Queue("q")
 			for k, ok := qv.NextKey(0, 0); ok; k, ok = qv.NextKey(0, k.Seq) {
 				keys = append(keys, k.Key)
@@ -378,7 +378,7 @@ func TestPausedKeysLeaveTheRing(t *testing.T) {
 	if got := ring(); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("ring %v, want only a", got)
 	}
-	h.f.Read(func(v View) {
+	h.f.Reader().Read(func(v View) {
 		qv, _ := v.Queue("q")
 		if _, ok := qv.Key(0, "b"); ok {
 			t.Error("Key finds a paused key")
@@ -401,7 +401,7 @@ func TestPausedKeysLeaveTheRing(t *testing.T) {
 	if qi := h.info("q"); qi.Paused || len(qi.PausedKeys) != 0 {
 		t.Fatalf("a queue created again: %+v", qi)
 	}
-	h.f.Read(func(v View) {
+	h.f.Reader().Read(func(v View) {
 		if _, ok := v.NextDue(); ok {
 			t.Error("a deleted queue's timed pause is still due")
 		}

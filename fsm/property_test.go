@@ -39,7 +39,7 @@ func (g *cmdGen) idempotencyKey() string {
 // grants leases a few of q's next ready messages, with now and then an
 // unknown id and no token.
 func (g *cmdGen) grants(q string) []*fsmv1.Grant {
-	ds, _ := g.f.Peek(q, 1+g.r.IntN(4), false)
+	ds, _ := g.f.Reader().Peek(q, 1+g.r.IntN(4), false)
 	var gs []*fsmv1.Grant
 	for _, d := range ds {
 		gs = append(gs, &fsmv1.Grant{Queue: q, MessageId: d.ID, ConsumerId: fmt.Sprint("c", g.r.IntN(3)), DeadlineMs: g.now + int64(g.r.IntN(300)), LeaseToken: g.r.Uint64() | 1})
@@ -98,7 +98,7 @@ func (g *cmdGen) next() *fsmv1.Command {
 		// Step the jobs in progress (version 14), and one that is not.
 		refs := []*fsmv1.RedriveJobRef{{Queue: g.queue(), Id: uint64(g.r.IntN(1000))}}
 		for _, q := range g.queues {
-			if qi, err := g.f.GetQueue(q); err == nil {
+			if qi, err := g.f.Reader().GetQueue(q); err == nil {
 				for _, j := range qi.Redrives {
 					refs = append(refs, &fsmv1.RedriveJobRef{Queue: q, Id: j.ID})
 				}
@@ -377,7 +377,7 @@ func (g *cmdGen) observe(res Result) {
 
 func digestOf(t *testing.T, f *FSM) string {
 	t.Helper()
-	_, d, err := f.Digest()
+	_, d, err := f.Integrity().Digest()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,7 +484,7 @@ func TestRandomSequences(t *testing.T) {
 				forget()
 				scribble(cmd)
 				g.observe(res)
-				if err := single.Verify(); err != nil {
+				if err := single.Integrity().Verify(); err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
 				if errors.Is(enqueueErrs(res), ErrQueueFull) {
@@ -504,7 +504,7 @@ func TestRandomSequences(t *testing.T) {
 				if len(pending) >= 1+g.r.IntN(8) {
 					batched.ApplyBatch(pending)
 					pending = nil
-					if err := batched.Verify(); err != nil {
+					if err := batched.Integrity().Verify(); err != nil {
 						t.Fatalf("batched step %d: %v", i, err)
 					}
 					if a, b := digestOf(t, single), digestOf(t, batched); a != b {
@@ -528,21 +528,21 @@ func TestRandomSequences(t *testing.T) {
 			if a, b, c := digestOf(t, single), digestOf(t, batched), digestOf(t, restored); a != b || a != c {
 				t.Fatalf("final digests differ: single %s batched %s restored %s", a, b, c)
 			}
-			if err := restored.Verify(); err != nil {
+			if err := restored.Integrity().Verify(); err != nil {
 				t.Fatal(err)
 			}
 			if version >= 3 {
 				samePeek(t, g.queues, single, batched)
 				samePeek(t, g.queues, single, restored)
 			}
-			ids := fmt.Sprint(single.Auth().Identities())
-			if b, r := fmt.Sprint(batched.Auth().Identities()), fmt.Sprint(restored.Auth().Identities()); b != ids || r != ids {
+			ids := fmt.Sprint(single.Reader().Auth().Identities())
+			if b, r := fmt.Sprint(batched.Reader().Auth().Identities()), fmt.Sprint(restored.Reader().Auth().Identities()); b != ids || r != ids {
 				t.Fatalf("identities differ:\nsingle   %s\nbatched  %s\nrestored %s", ids, b, r)
 			}
 			switch {
 			case version >= AuthVersion && (authDone == 0 || authRefused == 0):
 				t.Fatalf("%d auth commands applied, %d refused: the sequence does not exercise both", authDone, authRefused)
-			case version < AuthVersion && (authDone != 0 || !single.Auth().Empty()):
+			case version < AuthVersion && (authDone != 0 || !single.Reader().Auth().Empty()):
 				t.Fatalf("version %d applied %d auth commands (%s)", version, authDone, ids)
 			}
 		})
@@ -576,7 +576,7 @@ func enqueueErrs(res Result) error {
 func samePeek(t *testing.T, queues []string, a, b *FSM) {
 	t.Helper()
 	ids := func(f *FSM, q string) []uint64 {
-		ds, _ := f.Peek(q, 1<<20, false)
+		ds, _ := f.Reader().Peek(q, 1<<20, false)
 		out := make([]uint64, len(ds))
 		for i, d := range ds {
 			out[i] = d.ID
@@ -597,20 +597,20 @@ func TestCheckpointDigestsAgree(t *testing.T) {
 		h.enqueuePayloads("q", "x", "y")
 		h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Checkpoint{Checkpoint: &fsmv1.Checkpoint{}}})
 	}
-	da, err := a.f.DigestAt(a.index)
+	da, err := a.f.Integrity().DigestAt(a.index)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.enqueuePayloads("q", "z") // moves on; the checkpoint digest must not
-	db, err := b.f.DigestAt(b.index)
+	db, err := b.f.Integrity().DigestAt(b.index)
 	if err != nil {
 		t.Fatal(err)
 	}
-	da2, _ := a.f.DigestAt(b.index)
+	da2, _ := a.f.Integrity().DigestAt(b.index)
 	if da != db || da2 != da {
 		t.Fatalf("checkpoint digests %s %s %s", da, db, da2)
 	}
-	if _, err := a.f.DigestAt(999); err == nil {
+	if _, err := a.f.Integrity().DigestAt(999); err == nil {
 		t.Fatal("DigestAt of an unknown index succeeded")
 	}
 }
@@ -633,13 +633,13 @@ func FuzzDecodeCommand(f *testing.F) {
 		fsm := seedFSM(t)
 		var fatal error
 		fsm.fatal = func(err error) { fatal = err } // bytes may claim a newer log version
-		_, before, _ := fsm.Digest()
+		_, before, _ := fsm.Integrity().Digest()
 		res := fsm.Apply(&raft.Log{Index: 100, Type: raft.LogCommand, Data: data}).(Result)
-		if err := fsm.Verify(); err != nil {
+		if err := fsm.Integrity().Verify(); err != nil {
 			t.Fatal(err)
 		}
 		if fatal != nil {
-			if _, after, _ := fsm.Digest(); after != before || !errors.Is(res.Failure(), ErrHalted) {
+			if _, after, _ := fsm.Integrity().Digest(); after != before || !errors.Is(res.Failure(), ErrHalted) {
 				t.Fatalf("an entry of a newer version changed the state or applied: %v", res.Failure())
 			}
 		}
@@ -661,14 +661,14 @@ func FuzzRestore(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		target := New(Options{Fatal: func(error) {}}) // bytes may claim a newer version
-		before, _, _ := target.Digest()
+		before, _, _ := target.Integrity().Digest()
 		if err := target.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
-			if after, _, _ := target.Digest(); after != before {
+			if after, _, _ := target.Integrity().Digest(); after != before {
 				t.Fatal("failed restore changed state")
 			}
 			return
 		}
-		if err := target.Verify(); err != nil {
+		if err := target.Integrity().Verify(); err != nil {
 			t.Fatal(err)
 		}
 	})

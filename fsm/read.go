@@ -13,87 +13,127 @@ type (
 	ReadyMessage = state.ReadyMessage
 )
 
+// Reader is the state machine's read side: every query of the replicated
+// state, each under the read lock (Auth under none), for the edge, the
+// scheduler, metrics and the data group's own checks before proposing.
+// It changes nothing. A part of FSM (FSM.Reader) apart from the raft
+// hooks and Apply, so that each type has one job; it is a value holding
+// the FSM, cheap to copy and to keep.
+type Reader struct{ f *FSM }
+
+// Reader returns the read side of the state machine.
+func (f *FSM) Reader() Reader { return Reader{f: f} }
+
 // Read runs fn under the read lock with a view of the state. fn must not
 // block or call back into the FSM's locking methods.
-func (f *FSM) Read(fn func(v View)) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	fn(f.store.View())
+func (r Reader) Read(fn func(v View)) {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	fn(r.f.store.View())
 }
 
 // GetQueue reports a queue's effective config and stats (consumers are the
 // scheduler's to fill in).
-func (f *FSM) GetQueue(name string) (*state.QueueInfo, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.store.View().GetQueue(name)
+func (r Reader) GetQueue(name string) (*state.QueueInfo, error) {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.store.View().GetQueue(name)
 }
 
 // ListQueues lists queues whose name starts with prefix, sorted by name.
-func (f *FSM) ListQueues(prefix string) []*state.QueueInfo {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.store.View().ListQueues(prefix)
+func (r Reader) ListQueues(prefix string) []*state.QueueInfo {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.store.View().ListQueues(prefix)
 }
 
 // HasQueue reports ErrQueueNotFound for an unknown queue; a cheap check
 // for hot paths that need no config.
-func (f *FSM) HasQueue(name string) error {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.store.View().HasQueue(name)
+func (r Reader) HasQueue(name string) error {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.store.View().HasQueue(name)
 }
 
 // CheckEmpty reports ErrNotEmpty for a queue that holds messages or has
 // messages in its dead-letter queue: the leader's check of a conditional
 // delete on a cluster below IfEmptyVersion.
-func (f *FSM) CheckEmpty(name string) error {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.store.View().CheckEmpty(name)
+func (r Reader) CheckEmpty(name string) error {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.store.View().CheckEmpty(name)
 }
 
 // QueueConfig returns a queue's effective config (a copy).
-func (f *FSM) QueueConfig(name string) (*fsmv1.QueueConfig, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.store.View().QueueConfig(name)
+func (r Reader) QueueConfig(name string) (*fsmv1.QueueConfig, error) {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.store.View().QueueConfig(name)
 }
 
 // CheckEnqueue is the leader's check before proposing an enqueue: every
 // message against the queue's limits, then admission by max_depth,
 // max_bytes and the node-wide maxTotalBytes (0 = unlimited).
-func (f *FSM) CheckEnqueue(name string, msgs []*fsmv1.EnqueueMessage, maxTotalBytes int64) error {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.store.View().CheckEnqueue(name, msgs, maxTotalBytes)
+func (r Reader) CheckEnqueue(name string, msgs []*fsmv1.EnqueueMessage, maxTotalBytes int64) error {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.store.View().CheckEnqueue(name, msgs, maxTotalBytes)
 }
 
 // TotalBytes is what the messages held across all queues cost
 // (state.MessageCost).
-func (f *FSM) TotalBytes() int64 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.store.View().TotalBytes()
+func (r Reader) TotalBytes() int64 {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.store.View().TotalBytes()
 }
 
 // Held is what the state counts against max_queued_bytes (messages,
 // dedup entries, recent outcomes), and Settings the replicated cluster
 // settings.
-func (f *FSM) Held() (int64, state.Settings) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	v := f.store.View()
+func (r Reader) Held() (int64, state.Settings) {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	v := r.f.store.View()
 	return v.Held(), v.Settings()
 }
 
 // Peek lists up to limit ready messages in the order a fresh scheduler
 // would deliver them (see state.View.Peek); with deadLetter it browses the
 // queue's DLQ.
-func (f *FSM) Peek(name string, limit int, deadLetter bool) ([]*state.Delivery, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.store.View().Peek(name, limit, deadLetter)
+func (r Reader) Peek(name string, limit int, deadLetter bool) ([]*state.Delivery, error) {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.store.View().Peek(name, limit, deadLetter)
+}
+
+// AppliedIndex is the index of the last applied entry.
+func (r Reader) AppliedIndex() uint64 {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.store.AppliedIndex()
+}
+
+// Auth is the replicated identities, tokens and grants as of the last
+// applied batch. The value is immutable; reading it takes no lock.
+func (r Reader) Auth() *state.Auth { return r.f.auth.Load() }
+
+// ClusterVersion is the replicated cluster version: the newest log version
+// every voter supported when it was last raised (1 until the first
+// SetClusterVersion). The leader proposes entries under this version, and
+// proposes SetClusterVersion once every voter advertises a newer one.
+func (r Reader) ClusterVersion() uint32 {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.store.ClusterVersion()
+}
+
+// Now is the FSM's clock (fsm/state/clock.go): up to log version 3 the
+// largest now_ms of any applied entry, from version 4 elapsed time.
+func (r Reader) Now() int64 {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.store.Now()
 }
 
 // Auth names callers use; the store defines them.
@@ -184,10 +224,10 @@ type PeekFilter = state.PeekFilter
 
 // PeekFiltered lists up to limit messages matching pf in id order (see
 // state.View.PeekFiltered).
-func (f *FSM) PeekFiltered(name string, limit int, deadLetter bool, pf PeekFilter) ([]*state.Delivery, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.store.View().PeekFiltered(name, limit, deadLetter, pf)
+func (r Reader) PeekFiltered(name string, limit int, deadLetter bool, pf PeekFilter) ([]*state.Delivery, error) {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.store.View().PeekFiltered(name, limit, deadLetter, pf)
 }
 
 // MessageInfo is one message's story (GetMessage).
@@ -195,8 +235,8 @@ type MessageInfo = state.MessageInfo
 
 // GetMessage tells the story of one message as queue sees it (the queue,
 // its dead-letter queue, or its recent acks).
-func (f *FSM) GetMessage(queue string, id uint64) (*MessageInfo, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.store.View().Message(queue, id)
+func (r Reader) GetMessage(queue string, id uint64) (*MessageInfo, error) {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.store.View().Message(queue, id)
 }

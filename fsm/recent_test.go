@@ -58,7 +58,7 @@ func TestRetriedSettleAnswersOK(t *testing.T) {
 			// b is ready again; lease it anew so that a double nack would
 			// show (a second return would count another attempt).
 			again := h.grant("q", "c2", 30_000, ids[1])[0]
-			info, _ := h.f.GetQueue("q")
+			info, _ := h.f.Reader().GetQueue("q")
 
 			ack := as[*ItemsResult](t, h.apply(ackCmd(acked))).Items[0]
 			nack := as[*ItemsResult](t, h.apply(nackCmd(false, nacked))).Items[0]
@@ -69,7 +69,7 @@ func TestRetriedSettleAnswersOK(t *testing.T) {
 			} else if !errors.Is(ack, ErrMessageNotFound) || !errors.Is(nack, ErrStaleLease) {
 				t.Fatalf("version %d: retried ack %v, nack %v; want the old errors", tc.version, ack, nack)
 			}
-			after, _ := h.f.GetQueue("q")
+			after, _ := h.f.Reader().GetQueue("q")
 			if after.Stats.AckedTotal != info.Stats.AckedTotal || after.Stats.NackedTotal != info.Stats.NackedTotal || after.Stats.InFlight != 1 {
 				t.Fatalf("retries changed the counters: %+v -> %+v", info.Stats, after.Stats)
 			}
@@ -104,7 +104,7 @@ func TestIdempotentPurgeAndRedrive(t *testing.T) {
 			}
 			h.enqueuePayloads("q", "c") // arrives between the purge and its retry
 			n := as[*CountResult](t, h.mustOK(purgeCmd("q", tc.key))).Count
-			info, _ := h.f.GetQueue("q")
+			info, _ := h.f.Reader().GetQueue("q")
 			if tc.once && (n != 2 || info.Stats.Ready != 1) {
 				t.Fatalf("retried purge answered %d and left %d ready; want 2 and 1", n, info.Stats.Ready)
 			}
@@ -126,7 +126,7 @@ func TestIdempotentPurgeAndRedrive(t *testing.T) {
 			}
 			deadLetter("y")
 			n = as[*CountResult](t, h.mustOK(redriveCmd("q", tc.key))).Count
-			info, _ = h.f.GetQueue("q")
+			info, _ = h.f.Reader().GetQueue("q")
 			want := int64(1) // redriven by the retry too, or left in the DLQ
 			if tc.once && (n != 1 || info.Stats.DeadLettered != want) {
 				t.Fatalf("retried redrive answered %d and left %d dead-lettered; want 1 and 1", n, info.Stats.DeadLettered)
@@ -150,7 +150,7 @@ func TestRecentOutcomesLapseAndTravel(t *testing.T) {
 	ds := h.grant("q", "c1", 30_000, ids...)
 	h.mustOK(ackCmd(leaseRef(ds[0]), leaseRef(ds[1])))
 	h.mustOK(purgeCmd("q", "p1"))
-	info, _ := h.f.GetQueue("q")
+	info, _ := h.f.Reader().GetQueue("q")
 	if info.Stats.RecentSettled != 3 {
 		t.Fatalf("recent_settled %d, want 3 (two acks, one purge)", info.Stats.RecentSettled)
 	}
@@ -176,7 +176,7 @@ func TestRecentOutcomesLapseAndTravel(t *testing.T) {
 	// Past the window the record is gone: a retry is judged afresh.
 	h.now += state.RecentWindowMs
 	h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_Tick{Tick: &fsmv1.Tick{}}})
-	if info, _ := h.f.GetQueue("q"); info.Stats.RecentSettled != 0 {
+	if info, _ := h.f.Reader().GetQueue("q"); info.Stats.RecentSettled != 0 {
 		t.Fatalf("recent_settled %d after the window, want 0", info.Stats.RecentSettled)
 	}
 	if err := as[*ItemsResult](t, h.apply(ackCmd(leaseRef(ds[0])))).Items[0]; !errors.Is(err, ErrMessageNotFound) {

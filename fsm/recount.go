@@ -18,18 +18,18 @@ type AuditCopy = state.AuditCopy
 // counters and trees of the first budget queues whose names sort after
 // after (see state.Store.AuditCopies). The leader's counter audit walks
 // them afterwards without holding up Apply.
-func (f *FSM) AuditCopies(after string, budget int) []AuditCopy {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.store.AuditCopies(after, budget)
+func (c Integrity) AuditCopies(after string, budget int) []AuditCopy {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	return c.f.store.AuditCopies(after, budget)
 }
 
 // BytesDrift reports the node's payload byte total and the sum of the
 // queues' byte counters it should equal.
-func (f *FSM) BytesDrift() (have, want int64) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.store.BytesDrift()
+func (c Integrity) BytesDrift() (have, want int64) {
+	c.f.mu.RLock()
+	defer c.f.mu.RUnlock()
+	return c.f.store.BytesDrift()
 }
 
 // noteRepairs reports what a RecountQueues entry changed on this replica:
@@ -60,8 +60,8 @@ func (f *FSM) noteRepairs(res *RecountResult) {
 // that queue's counters on this node since it started ("" counts repairs
 // of the node's byte total). Not state: a restart starts it again at 0, as
 // Prometheus expects of a counter, and a restore keeps it.
-func (f *FSM) CounterRepairs() map[string]uint64 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return maps.Clone(f.repairs)
+func (c Integrity) CounterRepairs() map[string]uint64 {
+	c.f.mu.RLock()
+	defer c.f.mu.RUnlock()
+	return maps.Clone(c.f.repairs)
 }

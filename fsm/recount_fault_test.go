@@ -18,10 +18,10 @@ func TestRecountRepairsEveryCounterIdentically(t *testing.T) {
 				h.raise(RecountVersion)
 				stateWithEveryCounter(h)
 			}
-			if err := bad.f.InjectCounterFault("q", counter, 7); err != nil {
+			if err := bad.f.Integrity().InjectCounterFault("q", counter, 7); err != nil {
 				t.Fatal(err)
 			}
-			if err := bad.f.Verify(); err == nil {
+			if err := bad.f.Integrity().Verify(); err == nil {
 				t.Fatal("Verify missed the injected fault")
 			}
 			queues := []string{"q"}
@@ -41,14 +41,14 @@ func TestRecountRepairsEveryCounterIdentically(t *testing.T) {
 				if !r.TotalBytesRepaired || r.TotalBytesBefore != r.TotalBytesAfter+7 {
 					t.Fatalf("byte total repair %+v", r)
 				}
-				if got := bad.f.CounterRepairs()[""]; got != 1 {
+				if got := bad.f.Integrity().CounterRepairs()[""]; got != 1 {
 					t.Fatalf("byte total repairs counted %d", got)
 				}
 			default:
 				if len(r.Repairs) != 1 || r.Repairs[0].Queue != "q" || r.Repairs[0].Before.Equal(r.Repairs[0].After) {
 					t.Fatalf("repairs %+v", r.Repairs)
 				}
-				if got := bad.f.CounterRepairs()["q"]; got != 1 {
+				if got := bad.f.Integrity().CounterRepairs()["q"]; got != 1 {
 					t.Fatalf("repairs counted %d", got)
 				}
 			}
@@ -58,8 +58,8 @@ func TestRecountRepairsEveryCounterIdentically(t *testing.T) {
 					t.Fatalf("%s after repair: right replica %+v, repaired %+v", name, a, b)
 				}
 			}
-			_, d1, _ := good.f.Digest()
-			_, d2, _ := bad.f.Digest()
+			_, d1, _ := good.f.Integrity().Digest()
+			_, d2, _ := bad.f.Integrity().Digest()
 			if d1 != d2 {
 				t.Fatal("digests differ after the repair")
 			}
@@ -72,10 +72,10 @@ func TestRecountRepairsEveryCounterIdentically(t *testing.T) {
 func TestAuditCopySeesDrift(t *testing.T) {
 	h := newHarness(t)
 	stateWithEveryCounter(h)
-	if err := h.f.InjectCounterFault("q", "ready", -2); err != nil {
+	if err := h.f.Integrity().InjectCounterFault("q", "ready", -2); err != nil {
 		t.Fatal(err)
 	}
-	cs := h.f.AuditCopies("", 10)
+	cs := h.f.Integrity().AuditCopies("", 10)
 	if len(cs) != 2 || cs[0].Queue != "q" {
 		t.Fatalf("copies %+v", cs)
 	}

@@ -42,8 +42,8 @@ func TestRecountOnRightCountersChangesNothing(t *testing.T) {
 	if after := h.info("q").Stats; before != after {
 		t.Fatalf("a recount changed right counters: %+v -> %+v", before, after)
 	}
-	if n := len(h.f.CounterRepairs()); n != 0 {
-		t.Fatalf("repairs counted: %v", h.f.CounterRepairs())
+	if n := len(h.f.Integrity().CounterRepairs()); n != 0 {
+		t.Fatalf("repairs counted: %v", h.f.Integrity().CounterRepairs())
 	}
 }
 
@@ -69,7 +69,7 @@ func TestAuditCopiesRotate(t *testing.T) {
 	var seen []string
 	cursor := ""
 	for range 10 {
-		cs := h.f.AuditCopies(cursor, 3)
+		cs := h.f.Integrity().AuditCopies(cursor, 3)
 		for _, c := range cs {
 			seen = append(seen, c.Queue)
 			if have, want := c.Recount(); !have.Equal(want) {

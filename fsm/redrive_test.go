@@ -40,7 +40,7 @@ func stepOp(refs ...*fsmv1.RedriveJobRef) *fsmv1.Command {
 
 func (h *harness) peekDLQ(pf PeekFilter) []string {
 	h.t.Helper()
-	ds, err := h.f.PeekFiltered("q", 100, true, pf)
+	ds, err := h.f.Reader().PeekFiltered("q", 100, true, pf)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -115,7 +115,7 @@ func TestReplayV1Fixture(t *testing.T) {
 		f := New(Options{})
 		for _, l := range fx.logs {
 			f.Apply(l)
-			if err := f.Verify(); err != nil {
+			if err := f.Integrity().Verify(); err != nil {
 				t.Fatalf("Verify after entry %d: %v", l.Index, err)
 			}
 			if l.Index == fx.snapIndex {
@@ -127,16 +127,16 @@ func TestReplayV1Fixture(t *testing.T) {
 				}
 			}
 		}
-		if idx, got, err := f.Digest(); err != nil || idx != fx.lastIndex || got != fx.lastDigest {
+		if idx, got, err := f.Integrity().Digest(); err != nil || idx != fx.lastIndex || got != fx.lastDigest {
 			t.Fatalf("final digest at %d: %s (%v), the old build computed %s at %d", idx, got, err, fx.lastDigest, fx.lastIndex)
 		}
 		for idx, want := range fx.checkpoints {
-			if got, err := f.DigestAt(idx); err != nil || got != want {
+			if got, err := f.Integrity().DigestAt(idx); err != nil || got != want {
 				t.Fatalf("checkpoint %d: %s (%v), the old build computed %s", idx, got, err, want)
 			}
 		}
-		if f.ClusterVersion() != 1 {
-			t.Fatalf("cluster version %d after a version-1 log", f.ClusterVersion())
+		if f.Reader().ClusterVersion() != 1 {
+			t.Fatalf("cluster version %d after a version-1 log", f.Reader().ClusterVersion())
 		}
 	})
 
@@ -145,10 +145,10 @@ func TestReplayV1Fixture(t *testing.T) {
 		if err := f.Restore(io.NopCloser(bytes.NewReader(fx.snapshot))); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.Verify(); err != nil {
+		if err := f.Integrity().Verify(); err != nil {
 			t.Fatal(err)
 		}
-		if idx, got, err := f.Digest(); err != nil || idx != fx.snapIndex || got != fx.restored {
+		if idx, got, err := f.Integrity().Digest(); err != nil || idx != fx.snapIndex || got != fx.restored {
 			t.Fatalf("restored digest at %d: %s (%v), the old build computed %s at %d", idx, got, err, fx.restored, fx.snapIndex)
 		}
 		for _, l := range fx.logs {
@@ -156,11 +156,11 @@ func TestReplayV1Fixture(t *testing.T) {
 				continue
 			}
 			f.Apply(l)
-			if err := f.Verify(); err != nil {
+			if err := f.Integrity().Verify(); err != nil {
 				t.Fatalf("Verify after entry %d: %v", l.Index, err)
 			}
 		}
-		if _, got, _ := f.Digest(); got != fx.lastDigest {
+		if _, got, _ := f.Integrity().Digest(); got != fx.lastDigest {
 			t.Fatalf("digest after restore and replay: %s, the old build computed %s", got, fx.lastDigest)
 		}
 	})
@@ -212,7 +212,7 @@ func TestReplayV10Fixture(t *testing.T) {
 			t.Fatalf("entry %d: version %d (%v), want 10", l.Index, cmd.GetVersion(), err)
 		}
 		f.Apply(l)
-		if err := f.Verify(); err != nil {
+		if err := f.Integrity().Verify(); err != nil {
 			t.Fatalf("Verify after entry %d: %v", l.Index, err)
 		}
 		switch l.Index {
@@ -229,7 +229,7 @@ func TestReplayV10Fixture(t *testing.T) {
 			}
 		}
 	}
-	if idx, got, err := f.Digest(); err != nil || idx != lastIndex || got != want["last_digest"] {
+	if idx, got, err := f.Integrity().Digest(); err != nil || idx != lastIndex || got != want["last_digest"] {
 		t.Fatalf("final digest at %d: %s (%v), the version-10 build computed %s at %d", idx, got, err, want["last_digest"], lastIndex)
 	}
 
@@ -240,7 +240,7 @@ func TestReplayV10Fixture(t *testing.T) {
 	for _, l := range logs[snapIndex:] {
 		restored.Apply(l)
 	}
-	if _, got, _ := restored.Digest(); got != want["last_digest"] {
+	if _, got, _ := restored.Integrity().Digest(); got != want["last_digest"] {
 		t.Fatalf("restored at %d and replayed: %s, the version-10 build computed %s", snapIndex, got, want["last_digest"])
 	}
 }

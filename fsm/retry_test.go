@@ -169,7 +169,7 @@ func TestRetryPolicyValidation(t *testing.T) {
 		{InitialDelayMs: 1, MaxDelayMs: 10, Multiplier: 2, Jitter: 1.01},
 		{InitialDelayMs: 1, MaxDelayMs: 10, Multiplier: 2, Jitter: nan()},
 	}
-	queues := len(h.f.ListQueues(""))
+	queues := len(h.f.Reader().ListQueues(""))
 	for i, p := range bad {
 		err := h.apply(&fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: fmt.Sprint("b", i), Config: &fsmv1.QueueConfig{Retry: p}}}}).Failure()
 		if !errors.Is(err, ErrInvalid) {
@@ -180,7 +180,7 @@ func TestRetryPolicyValidation(t *testing.T) {
 			t.Fatalf("update with %v: %v, want invalid", p, err)
 		}
 	}
-	if n := len(h.f.ListQueues("")); n != queues || !proto.Equal(h.info("q").Config.GetRetry(), retryPolicy()) {
+	if n := len(h.f.Reader().ListQueues("")); n != queues || !proto.Equal(h.info("q").Config.GetRetry(), retryPolicy()) {
 		t.Fatalf("refused policies changed the state: %d queues, q's policy %v", n, h.info("q").Config.GetRetry())
 	}
 	for _, ok := range []*fsmv1.RetryPolicy{
@@ -227,7 +227,7 @@ func TestRetryPolicyTravels(t *testing.T) {
 	if err := restored.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, with.f)))); err != nil {
 		t.Fatal(err)
 	}
-	qi, err := restored.GetQueue("q")
+	qi, err := restored.Reader().GetQueue("q")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestRetryPolicyTravels(t *testing.T) {
 	// The restored replica answers the leader's question as the live one.
 	var live, back [3]any
 	ask := func(f *FSM, out *[3]any) {
-		f.Read(func(v View) {
+		f.Reader().Read(func(v View) {
 			p, _, md, ok := v.RetryInput(&fsmv1.Ref{Queue: "q", MessageId: 1})
 			out[0], out[1], out[2] = p != nil, md, ok
 		})
@@ -265,7 +265,7 @@ func TestRetryInput(t *testing.T) {
 	h.nack(h.grant("q", "c", 1000, id)[0], 0, false)
 	d := h.grant("q", "c", 1000, id)[0]
 	pd := h.grant("plain", "c", 1000, pid)[0]
-	h.f.Read(func(v View) {
+	h.f.Reader().Read(func(v View) {
 		p, attempts, md, ok := v.RetryInput(ref(d))
 		if !ok || !proto.Equal(p, retryPolicy()) || attempts != 2 || md != 5 {
 			t.Fatalf("RetryInput: %v %d %d %v", p, attempts, md, ok)

@@ -128,7 +128,7 @@ func dueSweep(b *testing.B, version uint32) {
 	var lastTick time.Time
 	tick := func() {
 		pending := false
-		f.Read(func(v View) { pending = v.SweepPending() })
+		f.Reader().Read(func(v View) { pending = v.SweepPending() })
 		if pending && time.Since(lastTick) >= tickEvery {
 			ticks++
 			_, took := apply(stamp(), &fsmv1.Command{Op: &fsmv1.Command_Tick{Tick: &fsmv1.Tick{}}})
@@ -162,9 +162,9 @@ func dueSweep(b *testing.B, version uint32) {
 	}
 	for pending := true; pending; {
 		tick()
-		f.Read(func(v View) { pending = v.SweepPending() })
+		f.Reader().Read(func(v View) { pending = v.SweepPending() })
 	}
-	if qi, _ := f.GetQueue("due"); qi.Stats.Ready != delayed {
+	if qi, _ := f.Reader().GetQueue("due"); qi.Stats.Ready != delayed {
 		b.Fatalf("%d of %d delayed messages ready after the run", qi.Stats.Ready, delayed)
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

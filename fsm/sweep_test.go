@@ -34,7 +34,7 @@ func TestSweepIsBoundedFromVersion13(t *testing.T) {
 			h.now += 1000
 			h.enqueuePayloads("other", "x") // a client's entry: a small budget
 			pending := func() (p bool) {
-				h.f.Read(func(v View) { p = v.SweepPending() })
+				h.f.Reader().Read(func(v View) { p = v.SweepPending() })
 				return p
 			}
 			for tick := 1; ; tick++ {

@@ -42,7 +42,7 @@ func TestNewerEntryStopsTheNode(t *testing.T) {
 	h.f = New(Options{Fatal: rec.fatal})
 	h.create("q", nil)
 	h.enqueuePayloads("q", "a")
-	idx, before, _ := h.f.Digest()
+	idx, before, _ := h.f.Integrity().Digest()
 
 	newer := &fsmv1.Command{Version: MaxLogVersion + 1, NowMs: h.now + 5000, Op: &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: "q"}}}
 	after := &fsmv1.Command{NowMs: h.now, Op: &fsmv1.Command_PurgeQueue{PurgeQueue: &fsmv1.PurgeQueue{Name: "q"}}}
@@ -66,8 +66,8 @@ func TestNewerEntryStopsTheNode(t *testing.T) {
 	}
 	// Nothing applied: not the newer entry, not the one after it, not even
 	// the newer entry's clock.
-	if gotIdx, got, _ := h.f.Digest(); gotIdx != idx || got != before || h.f.Now() != h.now {
-		t.Fatalf("state moved after a newer entry: index %d (was %d), digest changed %v, now %d", gotIdx, idx, got != before, h.f.Now())
+	if gotIdx, got, _ := h.f.Integrity().Digest(); gotIdx != idx || got != before || h.f.Reader().Now() != h.now {
+		t.Fatalf("state moved after a newer entry: index %d (was %d), digest changed %v, now %d", gotIdx, idx, got != before, h.f.Reader().Now())
 	}
 	if r := h.f.Apply(logOf(t, idx+3, after)).(Result); !errors.Is(r.Failure(), ErrHalted) {
 		t.Fatalf("apply after halt: %v", r.Failure())
@@ -98,14 +98,14 @@ func TestNewerEntryPanicsByDefault(t *testing.T) {
 func TestSetClusterVersion(t *testing.T) {
 	h := newHarness(t)
 	h.create("q", nil)
-	_, v1Digest, _ := h.f.Digest()
+	_, v1Digest, _ := h.f.Integrity().Digest()
 
 	// In a version-1 entry the command does not exist (as in the old build).
 	if r := h.apply(setVersion(2)); !errors.Is(r.Failure(), ErrInvalid) || !strings.Contains(r.Failure().Error(), "unknown command") {
 		t.Fatalf("SetClusterVersion in a version-1 entry: %v", r.Failure())
 	}
-	if h.f.ClusterVersion() != 1 {
-		t.Fatalf("cluster version %d", h.f.ClusterVersion())
+	if h.f.Reader().ClusterVersion() != 1 {
+		t.Fatalf("cluster version %d", h.f.Reader().ClusterVersion())
 	}
 	for _, tc := range []struct {
 		name    string
@@ -126,11 +126,11 @@ func TestSetClusterVersion(t *testing.T) {
 		if (r.Failure() != nil) != tc.wantErr || (r.Failure() != nil && !errors.Is(r.Failure(), ErrInvalid)) {
 			t.Fatalf("%s: err %v, want error %v", tc.name, r.Failure(), tc.wantErr)
 		}
-		if got := h.f.ClusterVersion(); got != tc.want {
+		if got := h.f.Reader().ClusterVersion(); got != tc.want {
 			t.Fatalf("%s: cluster version %d, want %d", tc.name, got, tc.want)
 		}
 	}
-	_, v2Digest, _ := h.f.Digest()
+	_, v2Digest, _ := h.f.Integrity().Digest()
 	if v2Digest == v1Digest {
 		t.Fatal("the digest does not cover the cluster version")
 	}
@@ -147,10 +147,10 @@ func TestSetClusterVersion(t *testing.T) {
 	if err := g.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
 		t.Fatal(err)
 	}
-	if g.ClusterVersion() != 2 || digestOf(t, g) != digestOf(t, h.f) {
-		t.Fatalf("restored cluster version %d, digests equal %v", g.ClusterVersion(), digestOf(t, g) == digestOf(t, h.f))
+	if g.Reader().ClusterVersion() != 2 || digestOf(t, g) != digestOf(t, h.f) {
+		t.Fatalf("restored cluster version %d, digests equal %v", g.Reader().ClusterVersion(), digestOf(t, g) == digestOf(t, h.f))
 	}
-	if err := h.f.Verify(); err != nil {
+	if err := h.f.Integrity().Verify(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -35,7 +35,7 @@ func keyedWrites() []keyedWrite {
 			Config: &fsmv1.QueueConfig{MaxDepth: v}, Mask: []string{"max_depth"}, IdempotencyKey: key}}}
 	}
 	tokenNamed := func(h *harness, name string) (state.Token, bool) {
-		for _, id := range h.f.Auth().Identities() {
+		for _, id := range h.f.Reader().Auth().Identities() {
 			for _, t := range id.Tokens {
 				if t.Name == name {
 					return t, true
@@ -44,7 +44,7 @@ func keyedWrites() []keyedWrite {
 		}
 		return state.Token{}, false
 	}
-	hasGrant := func(h *harness) bool { return len(h.f.Auth().Grants("alice")) > 0 }
+	hasGrant := func(h *harness) bool { return len(h.f.Reader().Auth().Grants("alice")) > 0 }
 	settings := func(v int64, key string) *fsmv1.Command {
 		return &fsmv1.Command{Op: &fsmv1.Command_SetClusterSettings{SetClusterSettings: &fsmv1.SetClusterSettings{MaxQueuedBytes: &v, IdempotencyKey: key}}}
 	}
@@ -68,7 +68,7 @@ func keyedWrites() []keyedWrite {
 			},
 			interleave: func(h *harness) { h.mustOK(deleteKeyed("jobs", "")) },
 			kept: func(h *harness) error {
-				if err := h.f.HasQueue("jobs"); !errors.Is(err, ErrQueueNotFound) {
+				if err := h.f.Reader().HasQueue("jobs"); !errors.Is(err, ErrQueueNotFound) {
 					return errors.New("the retry created the deleted queue again")
 				}
 				return nil
@@ -101,7 +101,7 @@ func keyedWrites() []keyedWrite {
 			},
 			interleave: func(h *harness) { h.mustOK(createToken("ci", "ci", "secret-2", 0)) },
 			kept: func(h *harness) error {
-				if _, ok := h.f.Auth().LookupToken(sha256.Sum256([]byte("secret-2"))); !ok {
+				if _, ok := h.f.Reader().Auth().LookupToken(sha256.Sum256([]byte("secret-2"))); !ok {
 					return errors.New("the retry revoked the token created again under the name")
 				}
 				return nil
@@ -143,7 +143,7 @@ func keyedWrites() []keyedWrite {
 			first:      func(key string) *fsmv1.Command { return settings(100<<20, key) },
 			interleave: func(h *harness) { h.mustOK(settings(200<<20, "")) },
 			kept: func(h *harness) error {
-				if _, s := h.f.Held(); s.MaxQueuedBytes != 200<<20 {
+				if _, s := h.f.Reader().Held(); s.MaxQueuedBytes != 200<<20 {
 					return errors.New("the retry set max_queued_bytes back to " + fmt.Sprint(s.MaxQueuedBytes))
 				}
 				return nil
@@ -231,13 +231,13 @@ func TestWriteKeyRules(t *testing.T) {
 	}
 	h.mustOK(grant("alice", ""))
 	h.mustOK(ungrant("alice", "k1")) // the failed attempt recorded nothing
-	if len(h.f.Auth().Grants("alice")) != 0 {
+	if len(h.f.Reader().Auth().Grants("alice")) != 0 {
 		t.Fatal("an ungrant after a failed attempt with the same key did nothing")
 	}
 	// The same key on another identity is another write.
 	h.mustOK(grant("bob", "k2"))
 	h.mustOK(grant("alice", "k2"))
-	if len(h.f.Auth().Grants("alice")) == 0 {
+	if len(h.f.Reader().Auth().Grants("alice")) == 0 {
 		t.Fatal("bob's grant key stopped alice's grant")
 	}
 	// After the window a repeat is judged afresh.
@@ -245,7 +245,7 @@ func TestWriteKeyRules(t *testing.T) {
 	h.now += state.RecentWindowMs
 	h.tick()
 	h.mustOK(grant("alice", "k2"))
-	if len(h.f.Auth().Grants("alice")) == 0 {
+	if len(h.f.Reader().Auth().Grants("alice")) == 0 {
 		t.Fatal("a repeat after the window was not judged afresh")
 	}
 	before := stateDigest(t, h.f)
@@ -294,11 +294,11 @@ func TestWriteKeysTravel(t *testing.T) {
 		h.f = f
 		h.mustOK(authUngrant("alice", "a.*", false))
 		h.mustOK(g) // the retry: changes nothing on either replica
-		if len(f.Auth().Grants("alice")) != 0 {
+		if len(f.Reader().Auth().Grants("alice")) != 0 {
 			t.Fatal("a retried grant on a replica gave back the grant")
 		}
 		h.mustOK(deleteKeyed("jobs", "d1"))
-		if err := f.HasQueue("jobs"); err != nil {
+		if err := f.Reader().HasQueue("jobs"); err != nil {
 			t.Fatalf("a retried delete deleted the new queue: %v", err)
 		}
 		h.index -= 3 // the same entries on both replicas

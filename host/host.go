@@ -247,7 +247,7 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 	}
 
 	// 7. Authentication, over the replicated auth state.
-	acfg.State = h.group.State().Auth
+	acfg.State = h.group.State().Reader().Auth
 	h.authn = auth.New(acfg)
 
 	// 8. The API and the HTTP port's handler.
@@ -273,7 +273,7 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 	c := ncfg.Cluster
 	log.Info("raftq node started", "node_id", id, "grpc", c.GRPCAdvertise, "grpc_clients", cmp.Or(c.ClientGRPCAdvertise, c.GRPCAdvertise),
 		"raft", c.RaftAdvertise, "gossip", c.GossipAdvertise, "http", c.HTTPAdvertise, "data_dir", c.DataDir,
-		"applied_index", h.group.State().AppliedIndex(), "startup", time.Since(started).Round(time.Millisecond))
+		"applied_index", h.group.State().Reader().AppliedIndex(), "startup", time.Since(started).Round(time.Millisecond))
 	return h, nil
 }
 

@@ -69,8 +69,8 @@ func TestSameAuthRulesAsTheQueueLog(t *testing.T) {
 			if got, want := fmt.Sprint(mr.Err), fmt.Sprint(qr.Failure()); got != want {
 				t.Fatalf("seed %d step %d %T: meta answered %s, the queue log %s", seed, i, mc.Op, got, want)
 			}
-			if !proto.Equal(m.f.Auth().Record(), q.Auth().Record()) {
-				t.Fatalf("seed %d step %d %T: auth records differ:\n%v\n%v", seed, i, mc.Op, m.f.Auth().Record(), q.Auth().Record())
+			if !proto.Equal(m.f.Auth().Record(), q.Reader().Auth().Record()) {
+				t.Fatalf("seed %d step %d %T: auth records differ:\n%v\n%v", seed, i, mc.Op, m.f.Auth().Record(), q.Reader().Auth().Record())
 			}
 		}
 	}

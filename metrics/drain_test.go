@@ -23,7 +23,7 @@ func TestDrainEstimate(t *testing.T) {
 		}
 	}
 	// tau far below the interval: each estimate is the last interval's rate.
-	d := NewDrain(f, time.Millisecond)
+	d := NewDrain(f.Reader(), time.Millisecond)
 	t0 := time.UnixMilli(1_700_000_000_000)
 	check := func(want DrainState, depth int64, rate, deliveries float64, emptiesIn time.Duration) {
 		t.Helper()
@@ -62,7 +62,7 @@ func TestDrainEstimate(t *testing.T) {
 	apply(5, &fsmv1.Command{Op: &fsmv1.Command_Ack{Ack: &fsmv1.Ack{Refs: refs}}})
 	d.Sample(t0.Add(20 * time.Second))
 	check(DrainDraining, 150, -5, 5, 30*time.Second)
-	if err := testutil.CollectAndCompare(NewQueueCollector(f, nil, time.Now, d), strings.NewReader(`
+	if err := testutil.CollectAndCompare(NewQueueCollector(f.Reader(), nil, time.Now, d), strings.NewReader(`
 # HELP raftq_queue_drain_seconds Estimated seconds until a queue is empty at its current rates: 0 when empty, +Inf while it grows or holds steady; no series until two samples exist.
 # TYPE raftq_queue_drain_seconds gauge
 raftq_queue_drain_seconds{queue="q0000"} 30
@@ -89,7 +89,7 @@ raftq_queue_drain_seconds{queue="q0000.dlq"} 0
 // burst moves the average only part of the way.
 func TestDrainAverages(t *testing.T) {
 	f := buildState(t, 1, 10, 1, 0)
-	d := NewDrain(f, time.Minute)
+	d := NewDrain(f.Reader(), time.Minute)
 	t0 := time.UnixMilli(1_700_000_000_000)
 	d.Sample(t0)
 	d.Sample(t0.Add(5 * time.Second)) // rate 0: the first rate is taken as is
@@ -108,4 +108,4 @@ func TestDrainAverages(t *testing.T) {
 	}
 }
 
-var _ State = (*fsm.FSM)(nil)
+var _ State = fsm.Reader{}

@@ -82,7 +82,7 @@ raftq_fairness_key_ready_messages{key="k4",queue="q"} 1
 `},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := NewKeysCollector(st, tc.throttles, tc.top)
+			c := NewKeysCollector(st.Reader(), tc.throttles, tc.top)
 			if err := testutil.CollectAndCompare(c, strings.NewReader(tc.want)); err != nil {
 				t.Error(err)
 			}
@@ -98,7 +98,7 @@ func TestKeysCollectorIsBounded(t *testing.T) {
 		counts[fmt.Sprint("tenant-", i)] = 1 + i%3
 	}
 	st := keyedState(t, counts)
-	c := NewKeysCollector(st, nil, 5)
+	c := NewKeysCollector(st.Reader(), nil, 5)
 	if n := testutil.CollectAndCount(c, "raftq_fairness_key_ready_messages"); n != 6 {
 		t.Errorf("%d series, want 5 keys + _other", n)
 	}
@@ -130,7 +130,7 @@ func TestKeysCollectorIsBounded(t *testing.T) {
 // on. The series metric is what Prometheus would store per scrape.
 func BenchmarkScrapeTopKeys(b *testing.B) {
 	f := buildState(b, 1000, 100, 10, time.Now().UnixMilli())
-	drain := NewDrain(f, time.Minute)
+	drain := NewDrain(f.Reader(), time.Minute)
 	drain.Sample(time.Now())
 	drain.Sample(time.Now().Add(5 * time.Second))
 	throttles := func(queue string) ([]*raftqv1.ThrottleKeyStats, bool) {
@@ -146,9 +146,9 @@ func BenchmarkScrapeTopKeys(b *testing.B) {
 	for _, top := range []int{0, 3, 10} {
 		b.Run(fmt.Sprintf("top=%d", top), func(b *testing.B) {
 			reg := prometheus.NewRegistry()
-			reg.MustRegister(NewQueueCollector(f, func(string) (int, bool) { return 1, true }, time.Now, drain))
+			reg.MustRegister(NewQueueCollector(f.Reader(), func(string) (int, bool) { return 1, true }, time.Now, drain))
 			if top > 0 {
-				reg.MustRegister(NewKeysCollector(f, throttles, top))
+				reg.MustRegister(NewKeysCollector(f.Reader(), throttles, top))
 			}
 			b.ReportAllocs()
 			series := 0
@@ -171,7 +171,7 @@ func BenchmarkScrapeTopKeys(b *testing.B) {
 // state's read lock (every queue's per-key ready counts, 10,000 keys).
 func BenchmarkKeysCollectorRead(b *testing.B) {
 	f := buildState(b, 1000, 100, 10, time.Now().UnixMilli())
-	c := NewKeysCollector(f, nil, 3)
+	c := NewKeysCollector(f.Reader(), nil, 3)
 	for b.Loop() {
 		if names, _ := c.readKeys(); len(names) != 2000 {
 			b.Fatalf("%d queues", len(names))

@@ -52,7 +52,7 @@ func TestQueueCollector(t *testing.T) {
 	enq := time.UnixMilli(1_700_000_000_000)
 	f := buildState(t, 1, 3, 2, enq.UnixMilli())
 	now := enq.Add(90 * time.Second)
-	c := NewQueueCollector(f, func(string) (int, bool) { return 0, false }, func() time.Time { return now }, nil)
+	c := NewQueueCollector(f.Reader(), func(string) (int, bool) { return 0, false }, func() time.Time { return now }, nil)
 	// Three messages of 10 payload bytes and a 2-byte fairness key, each
 	// with the per-message overhead: 3 × (10 + 2 + 320).
 	want := `
@@ -78,7 +78,7 @@ raftq_queue_oldest_ready_age_seconds{queue="q0000.dlq"} 0
 	if n := testutil.CollectAndCount(c, "raftq_queue_events_total"); n != 2*6 {
 		t.Errorf("%d raftq_queue_events_total series, want one per queue and event (12)", n)
 	}
-	if err := testutil.CollectAndCompare(NewQueueCollector(f, func(string) (int, bool) { return 2, true }, time.Now, nil), strings.NewReader(`
+	if err := testutil.CollectAndCompare(NewQueueCollector(f.Reader(), func(string) (int, bool) { return 2, true }, time.Now, nil), strings.NewReader(`
 # HELP raftq_queue_consumers Consumers (Lease streams) registered on a queue; exported by the leader only.
 # TYPE raftq_queue_consumers gauge
 raftq_queue_consumers{queue="q0000"} 2
@@ -150,10 +150,10 @@ func metricOf(t *testing.T, c prometheus.Collector) *dtoMetric {
 func BenchmarkQueueCollector(b *testing.B) {
 	f := buildState(b, 1000, 100, 10, time.Now().UnixMilli())
 	reg := prometheus.NewRegistry()
-	drain := NewDrain(f, time.Minute)
+	drain := NewDrain(f.Reader(), time.Minute)
 	drain.Sample(time.Now())
 	drain.Sample(time.Now().Add(5 * time.Second))
-	reg.MustRegister(NewQueueCollector(f, func(string) (int, bool) { return 1, true }, time.Now, drain))
+	reg.MustRegister(NewQueueCollector(f.Reader(), func(string) (int, bool) { return 1, true }, time.Now, drain))
 	b.ReportAllocs()
 	series := 0
 	for b.Loop() {
@@ -175,7 +175,7 @@ type dtoMetric = dto.Metric
 // state's read lock (copying the numbers of 2,000 queues).
 func BenchmarkQueueCollectorRead(b *testing.B) {
 	f := buildState(b, 1000, 100, 10, time.Now().UnixMilli())
-	c := NewQueueCollector(f, nil, time.Now, nil)
+	c := NewQueueCollector(f.Reader(), nil, time.Now, nil)
 	for b.Loop() {
 		if n := len(c.read()); n != 2000 {
 			b.Fatalf("%d queues", n)

@@ -28,7 +28,7 @@ func TestQueuePauseSeries(t *testing.T) {
 	apply(&fsmv1.Command{Op: &fsmv1.Command_PauseQueue{PauseQueue: &fsmv1.PauseQueue{Name: "q0000"}}})
 	apply(&fsmv1.Command{Op: &fsmv1.Command_PauseQueue{PauseQueue: &fsmv1.PauseQueue{Name: "q0001", FairnessKey: "a"}}})
 	apply(&fsmv1.Command{Op: &fsmv1.Command_PauseQueue{PauseQueue: &fsmv1.PauseQueue{Name: "q0001", FairnessKey: "b", DurationMs: 60_000}}})
-	c := NewQueueCollector(f, nil, func() time.Time { return time.UnixMilli(nowMs) }, nil)
+	c := NewQueueCollector(f.Reader(), nil, func() time.Time { return time.UnixMilli(nowMs) }, nil)
 	want := `
 # HELP raftq_queue_paused 1 while the whole queue is paused (PauseQueue without a fairness key): nothing of it is delivered; 0 otherwise.
 # TYPE raftq_queue_paused gauge

@@ -44,7 +44,7 @@ func BenchmarkSelect(b *testing.B) {
 	for _, keys := range []int{1, 100, 10_000} {
 		b.Run(fmt.Sprintf("drr/keys=%d", keys), func(b *testing.B) {
 			f := benchState(b, keys)
-			s := New(Config{Logger: discard, MaxGrantBatch: 1 << 30}, f, nil)
+			s := New(Config{Logger: discard, MaxGrantBatch: 1 << 30}, f.Reader(), nil)
 			t := s.newTerm(context.Background(), 1, time.UnixMilli(1_700_000_000_000))
 			for i := range 4 {
 				if err := t.reg.add(&Consumer{id: fmt.Sprintf("c%d", i), queue: "q", seq: uint64(i + 1), max: 1 << 30}); err != nil {
@@ -55,7 +55,7 @@ func BenchmarkSelect(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				f.Read(func(v fsm.View) {
+				f.Reader().Read(func(v fsm.View) {
 					qv, _ := v.Queue("q")
 					if n := t.selectQueue(v, qv, "q", ps, benchPicks); n != benchPicks {
 						b.Fatalf("picked %d", n)
@@ -76,7 +76,7 @@ func BenchmarkSelect(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for b.Loop() {
-			f.Read(func(v fsm.View) {
+			f.Reader().Read(func(v fsm.View) {
 				qv, _ := v.Queue("q")
 				after := uint64(0)
 				for range benchPicks {
@@ -124,14 +124,14 @@ func BenchmarkThrottledPass(b *testing.B) {
 				}
 				apply(&fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}}}})
 			}
-			s := New(Config{Logger: discard, MaxGrantBatch: 1 << 30}, f, nil)
+			s := New(Config{Logger: discard, MaxGrantBatch: 1 << 30}, f.Reader(), nil)
 			t := s.newTerm(context.Background(), 1, time.UnixMilli(1_700_000_000_000))
 			if err := t.reg.add(&Consumer{id: "c", queue: "q", seq: 1, max: 1 << 30}); err != nil {
 				b.Fatal(err)
 			}
 			ps := &passState{now: t.anchor, nowMs: t.anchor.UnixMilli(), anchor: t.anchor}
 			// The first pass spends each key's one token.
-			f.Read(func(v fsm.View) {
+			f.Reader().Read(func(v fsm.View) {
 				qv, _ := v.Queue("q")
 				if n := t.selectQueue(v, qv, "q", ps, 1<<30); n != tc.keys {
 					b.Fatalf("first pass picked %d, want one per key", n)
@@ -140,7 +140,7 @@ func BenchmarkThrottledPass(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				f.Read(func(v fsm.View) {
+				f.Reader().Read(func(v fsm.View) {
 					qv, _ := v.Queue("q")
 					if n := t.selectQueue(v, qv, "q", ps, 1<<30); n != 0 {
 						b.Fatalf("picked %d from throttled keys", n)

@@ -80,7 +80,7 @@ func TestAckCarriesNextGrant(t *testing.T) {
 				e.enqueueN("q", msgs, nil)
 				c := e.register("q", credit)
 				e.idle() // the first grant fills the credit
-				before := e.f.AppliedIndex()
+				before := e.f.Reader().AppliedIndex()
 				grants0 := e.p.proposed("grant")
 				var got []uint64
 				for len(got) < msgs {
@@ -103,7 +103,7 @@ func TestAckCarriesNextGrant(t *testing.T) {
 				if st := e.info("q").Stats; st.Ready != 0 || st.InFlight != 0 {
 					t.Fatalf("stats %+v", st)
 				}
-				entries := e.f.AppliedIndex() - before
+				entries := e.f.Reader().AppliedIndex() - before
 				carried := e.p.proposed("ack+grant")
 				standalone := e.p.proposed("grant") - grants0
 				t.Logf("%d deliveries: %d entries (%d acks carrying grants, %d grant entries)", msgs, entries, carried, standalone)
@@ -251,7 +251,7 @@ func TestTermEndsWithCarriedGrantsInFlight(t *testing.T) {
 		}
 		var holder string
 		var token uint64
-		e.f.Read(func(v fsm.View) { holder, token, _ = v.Lease("q", ids[1]) })
+		e.f.Reader().Read(func(v fsm.View) { holder, token, _ = v.Lease("q", ids[1]) })
 		if holder != c.ID() || token != back[0].GetLeaseToken() {
 			t.Fatalf("lease of %d: holder %q token %d, handed back token %d", ids[1], holder, token, back[0].GetLeaseToken())
 		}
@@ -290,7 +290,7 @@ func TestCloseWaitsForCarriedGrant(t *testing.T) {
 		if st := e.info("q").Stats; st.DeadLettered != 0 || st.Ready != 1 || st.InFlight != 0 {
 			t.Fatalf("stats after close: %+v", st)
 		}
-		peek, err := e.f.Peek("q", 10, false)
+		peek, err := e.f.Reader().Peek("q", 10, false)
 		if err != nil || len(peek) != 1 || peek[0].ID != ids[1] || peek[0].Attempt != 0 {
 			t.Fatalf("peek %v %v", peek, err)
 		}

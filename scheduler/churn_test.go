@@ -215,7 +215,7 @@ func TestStress(t *testing.T) {
 		if st := e.info("q").Stats; st.Ready+st.InFlight+st.Delayed != 0 || st.AckedTotal != total {
 			t.Fatalf("stats %+v", st)
 		}
-		e.f.Read(func(v fsm.View) {
+		e.f.Reader().Read(func(v fsm.View) {
 			tm := e.term
 			tm.pipe.mu.Lock()
 			defer tm.pipe.mu.Unlock()
@@ -234,7 +234,7 @@ func TestStress(t *testing.T) {
 				}
 			}
 		})
-		if err := e.f.Verify(); err != nil {
+		if err := e.f.Integrity().Verify(); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("grants %d (failed %d), rollbacks %d, releases %d", e.p.proposed("grant"), failN.Load()/7, e.p.proposed("rollback"), e.p.proposed("release"))

@@ -39,7 +39,7 @@ func newCapsBench(b *testing.B, cfg *fsmv1.QueueConfig, keys, perKey, inFlight i
 		}
 		cb.apply(b, &fsmv1.Command{Op: &fsmv1.Command_Enqueue{Enqueue: &fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}}}})
 	}
-	s := New(Config{Logger: discard, MaxGrantBatch: 1 << 30}, cb.f, nil)
+	s := New(Config{Logger: discard, MaxGrantBatch: 1 << 30}, cb.f.Reader(), nil)
 	cb.t = s.newTerm(context.Background(), 1, time.UnixMilli(1_700_000_000_000))
 	if err := cb.t.reg.add(&Consumer{id: "c", queue: "q", seq: 1, max: inFlight}); err != nil {
 		b.Fatal(err)
@@ -68,7 +68,7 @@ func (cb *capsBench) apply(b *testing.B, cmd *fsmv1.Command) fsm.Result {
 // pass picks up to budget messages and applies their grants.
 func (cb *capsBench) pass(b *testing.B, budget int) int {
 	var n int
-	cb.f.Read(func(v fsm.View) {
+	cb.f.Reader().Read(func(v fsm.View) {
 		qv, _ := v.Queue("q")
 		n = cb.t.selectQueue(v, qv, "q", cb.ps, budget)
 	})

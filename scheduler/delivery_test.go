@@ -455,7 +455,7 @@ func TestTicksUntilNothingIsDue(t *testing.T) {
 			t.Fatalf("%d ticks for %d due at once (budget %d)", got, n, state.SweepBudget)
 		}
 		pending := true
-		e.f.Read(func(v fsm.View) { pending = v.SweepPending() })
+		e.f.Reader().Read(func(v fsm.View) { pending = v.SweepPending() })
 		if pending {
 			t.Fatal("SweepPending after the ticks")
 		}

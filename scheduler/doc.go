@@ -4,7 +4,7 @@
 // lease-expiry sweeper.
 //
 // It never changes replicated state itself: it reads the state machine
-// (fsm.FSM.Read) and changes it only by proposing commands (LeaseGrant,
+// (fsm.Reader.Read) and changes it only by proposing commands (LeaseGrant,
 // LeaseRollback, LeaseExpire, ReleaseConsumer, Tick) through a Proposer;
 // from log version 10 it fills the data group's Ack entries with the
 // grants of the credit they free (CarryAck), which the group proposes.

@@ -114,7 +114,7 @@ func TestPeekOrderMatchesDelivery(t *testing.T) {
 		for i, k := range []string{"x", "y", "z"} {
 			e.enqueueN("q", 10, &fsmv1.EnqueueMessage{FairnessKey: k, Weight: uint32(i + 1)})
 		}
-		peek, err := e.f.Peek("q", 30, false)
+		peek, err := e.f.Reader().Peek("q", 30, false)
 		if err != nil {
 			t.Fatal(err)
 		}

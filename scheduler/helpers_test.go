@@ -181,7 +181,7 @@ func (p *fakeProposer) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Res
 	}
 	// Stamped as the broker's Propose stamps it: the cluster version at
 	// proposal time, and a lease token per grant from version 5.
-	if v := p.f.ClusterVersion(); v > 1 && cmd.Version == 0 {
+	if v := p.f.Reader().ClusterVersion(); v > 1 && cmd.Version == 0 {
 		cmd.Version = v
 	}
 	if cmd.Version >= fsm.AuthVersion {
@@ -263,7 +263,7 @@ func newEnv(t testing.TB, opts ...envOpt) *env {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := New(cfg, f, p)
+	s := New(cfg, f.Reader(), p)
 	feed.to.Store(s)
 	e := &env{t: t, f: f, p: p, s: s}
 	e.start()
@@ -271,7 +271,7 @@ func newEnv(t testing.TB, opts ...envOpt) *env {
 		e.stop()
 		close(p.stop)
 		<-applied
-		if err := f.Verify(); err != nil {
+		if err := f.Integrity().Verify(); err != nil {
 			t.Errorf("fsm.Verify: %v", err)
 		}
 	})
@@ -462,7 +462,7 @@ func (e *env) expectNone(c *Consumer) {
 
 func (e *env) info(queue string) *state.QueueInfo {
 	e.t.Helper()
-	qi, err := e.f.GetQueue(queue)
+	qi, err := e.f.Reader().GetQueue(queue)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -470,7 +470,7 @@ func (e *env) info(queue string) *state.QueueInfo {
 }
 
 func (e *env) leasesHeld(consumerID string) (n int) {
-	e.f.Read(func(v fsm.View) { n = v.LeasesHeld(consumerID) })
+	e.f.Reader().Read(func(v fsm.View) { n = v.LeasesHeld(consumerID) })
 	return n
 }
 

@@ -95,7 +95,7 @@ func TestRollbackWhenConsumerGone(t *testing.T) {
 		if a.Buffered() != 0 {
 			t.Fatal("delivery pushed to a closed consumer")
 		}
-		peek, err := e.f.Peek("q", 10, false)
+		peek, err := e.f.Reader().Peek("q", 10, false)
 		if err != nil || len(peek) != 1 || peek[0].ID != ids[0] || peek[0].Attempt != 0 {
 			t.Fatalf("peek %v %v", peek, err)
 		}
@@ -133,7 +133,7 @@ func TestCloseRacingGrantCountsNoAttempt(t *testing.T) {
 		if st := e.info("q").Stats; st.DeadLettered != 0 || st.Ready != 1 {
 			t.Fatalf("a message never pushed was counted: stats %+v", st)
 		}
-		peek, err := e.f.Peek("q", 10, false)
+		peek, err := e.f.Reader().Peek("q", 10, false)
 		if err != nil || len(peek) != 1 || peek[0].ID != ids[0] || peek[0].Attempt != 0 {
 			t.Fatalf("peek %v %v", peek, err)
 		}
@@ -157,7 +157,7 @@ func TestLapsedBufferedDeliveryReturnsUncounted(t *testing.T) {
 			t.Fatal("no delivery buffered")
 		}
 		var stale uint64
-		e.f.Read(func(v fsm.View) { _, stale, _ = v.Lease("q", ids[0]) })
+		e.f.Reader().Read(func(v fsm.View) { _, stale, _ = v.Lease("q", ids[0]) })
 		e.advance(time.Second) // the buffered lease lapses
 		st := e.info("q").Stats
 		if grants, rollbacks := e.p.proposed("grant"), e.p.proposed("rollback"); grants != 2 || rollbacks != 1 || e.p.proposed("expire") != 0 || st.ExpiredTotal != 0 || st.DeadLettered != 0 {
@@ -313,7 +313,7 @@ func TestLeadershipLossHandsBackUnsent(t *testing.T) {
 		if st := e.info("q").Stats; st.Ready != 3 || st.InFlight != 2 || st.DeadLettered != 0 {
 			t.Fatalf("stats %+v, want the 3 handed back ready and the 2 sent still leased", st)
 		}
-		peek, err := e.f.Peek("q", 10, false)
+		peek, err := e.f.Reader().Peek("q", 10, false)
 		if err != nil || len(peek) != 3 {
 			t.Fatalf("peek %v %v", peek, err)
 		}
@@ -366,7 +366,7 @@ func TestCloseRollsBackUnsentDeliveries(t *testing.T) {
 		sent, _ := c.TakeOne() // the stream sent one; two stay buffered
 		c.Close()
 		e.idle()
-		peek, err := e.f.Peek("q", 10, false)
+		peek, err := e.f.Reader().Peek("q", 10, false)
 		if err != nil || len(peek) != 3 {
 			t.Fatalf("peek %v %v", peek, err)
 		}

@@ -106,7 +106,7 @@ func TestManyPausedKeysAreNotWalked(t *testing.T) {
 		e.enqueue("q", msgs...)
 		e.enqueueN("q", 50, &fsmv1.EnqueueMessage{FairnessKey: "free"})
 		visited := 0
-		e.f.Read(func(v fsm.View) {
+		e.f.Reader().Read(func(v fsm.View) {
 			qv, _ := v.Queue("q")
 			for k, ok := qv.NextKey(0, 0); ok; k, ok = qv.NextKey(0, k.Seq) {
 				visited++

@@ -53,7 +53,7 @@ type Proposer interface {
 	Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error)
 }
 
-// State is the replicated state the scheduler reads (*fsm.FSM): fn runs
+// State is the replicated state the scheduler reads (fsm.Reader): fn runs
 // under the state's read lock and must not block.
 type State interface {
 	Read(fn func(v fsm.View))

@@ -262,7 +262,7 @@ func TestPickQueue(t *testing.T) {
 					cur.rrLast = c.rrLast
 				}
 				var res pickResult
-				f.Read(func(v fsm.View) {
+				f.Reader().Read(func(v fsm.View) {
 					qv, _ := v.Queue("q")
 					res = pickQueue(qv, in, &cur, &bk, &sc)
 				})
@@ -305,7 +305,7 @@ func TestPickQueueRuleChange(t *testing.T) {
 	granted := map[uint64]struct{}{}
 	pickAt := func(at time.Duration, cfg *fsmv1.QueueConfig) []string {
 		var got []string
-		f.Read(func(v fsm.View) {
+		f.Reader().Read(func(v fsm.View) {
 			qv, _ := v.Queue("q")
 			var view QueueView = qv
 			if cfg != nil {
@@ -380,7 +380,7 @@ func TestThrottledBacklogCostsNothing(t *testing.T) {
 	)
 	granted := map[uint64]struct{}{}
 	pickAt := func(at time.Duration) (picked, steps int, res pickResult) {
-		f.Read(func(v fsm.View) {
+		f.Reader().Read(func(v fsm.View) {
 			qv, _ := v.Queue("q")
 			res = pickQueue(stepCounter{qv, &steps}, pickInput{NowNs: float64(at), Budget: 1 << 20, Seqs: seqs(1), Credit: []int{1 << 20}, Pending: maps.Clone(granted)}, &cur, &bk, &sc)
 		})

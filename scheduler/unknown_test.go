@@ -63,7 +63,7 @@ func (e *env) checkHandedBackHeld(refs []*fsmv1.Ref, ids []uint64) {
 	for i, r := range refs {
 		var token uint64
 		var ok bool
-		e.f.Read(func(v fsm.View) { _, token, ok = v.Lease(r.GetQueue(), r.GetMessageId()) })
+		e.f.Reader().Read(func(v fsm.View) { _, token, ok = v.Lease(r.GetQueue(), r.GetMessageId()) })
 		if r.GetMessageId() != ids[i] || !ok || r.GetLeaseToken() == 0 || token != r.GetLeaseToken() {
 			e.t.Fatalf("handed back %v; message %d leased %v under token %d", r, ids[i], ok, token)
 		}
@@ -76,7 +76,7 @@ func (e *env) checkReadyUncounted(queue string, ids []uint64) {
 	if st := e.info(queue).Stats; st.Ready != int64(len(ids)) || st.InFlight != 0 || st.DeadLettered != 0 {
 		e.t.Fatalf("stats %+v, want %d ready", st, len(ids))
 	}
-	peek, err := e.f.Peek(queue, 10, false)
+	peek, err := e.f.Reader().Peek(queue, 10, false)
 	if err != nil || len(peek) != len(ids) {
 		e.t.Fatalf("peek %v %v", peek, err)
 	}

@@ -23,7 +23,7 @@ func TestAdmissionCannotBeBypassed(t *testing.T) {
 	c := startInproc(t, inprocOpts{nodes: 1})
 	l := c.Leader()
 	waitUntil(t, 10*time.Second, "cluster version", func() error {
-		if v := l.State().ClusterVersion(); v != fsm.MaxLogVersion {
+		if v := l.State().Reader().ClusterVersion(); v != fsm.MaxLogVersion {
 			return fmt.Errorf("cluster version %d", v)
 		}
 		return nil

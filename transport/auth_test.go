@@ -40,7 +40,7 @@ func waitAuthVersion(t *testing.T, c *testcluster.Cluster) {
 	t.Helper()
 	waitUntil(t, 20*time.Second, "cluster version 5", func() error {
 		for _, n := range c.Nodes {
-			if v := n.State().ClusterVersion(); v < fsm.AuthVersion {
+			if v := n.State().Reader().ClusterVersion(); v < fsm.AuthVersion {
 				return fmt.Errorf("%s at cluster version %d", n.ID, v)
 			}
 		}
@@ -231,7 +231,7 @@ func observe(t *testing.T, ctx context.Context, c *testcluster.Cluster) observed
 	c.Synced()
 	for _, n := range c.Nodes {
 		o.digests = append(o.digests, testcluster.StateDigest(t, n.State()))
-		o.applied = append(o.applied, n.State().AppliedIndex())
+		o.applied = append(o.applied, n.State().Reader().AppliedIndex())
 	}
 	l := c.Leader()
 	qs, err := l.Broker.ListQueues(bearer(ctx, testBootstrap), &raftqv1.ListQueuesRequest{})
@@ -458,7 +458,7 @@ func TestLeaseTokenForgeryRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := recvN(t, s, 1)[0]
-	applied := n.State().AppliedIndex()
+	applied := n.State().Reader().AppliedIndex()
 	before := testcluster.StateDigest(t, n.State())
 	for idx := applied; idx+64 > applied && idx > 0; idx-- {
 		for _, pos := range []uint64{0, 1} {

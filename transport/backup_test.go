@@ -89,10 +89,10 @@ func TestBackupStream(t *testing.T) {
 	if err := f.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := f.DigestAt(info.Index); err != nil || got != last.Sha256 {
+	if got, err := f.Integrity().DigestAt(info.Index); err != nil || got != last.Sha256 {
 		t.Fatalf("restored digest %s, %v", got, err)
 	}
-	if q, err := f.GetQueue("q"); err != nil || q.Stats.Ready != 3 {
+	if q, err := f.Reader().GetQueue("q"); err != nil || q.Stats.Ready != 3 {
 		t.Fatalf("restored queue %v, %v", q, err)
 	}
 }

@@ -174,7 +174,7 @@ func (c *clusterService) LocalDigest(ctx context.Context, req *raftqv1.LocalDige
 	out.AppliedIndex = req.Index
 	out.Digest = d
 	// Verify recomputes every counter from the structures: run it once.
-	if err := c.s.state.Verify(); err != nil {
+	if err := c.s.checks.Verify(); err != nil {
 		out.Error = err.Error()
 	} else {
 		out.CountersOk = true
@@ -294,7 +294,7 @@ func (c *clusterService) digestAt(ctx context.Context, index uint64) (string, er
 		case <-t.C:
 		}
 	}
-	d, err := c.s.state.DigestAt(index)
+	d, err := c.s.checks.DigestAt(index)
 	if err != nil {
 		if errors.Is(err, fsm.ErrNoCheckpoint) {
 			return "", status.Error(codes.FailedPrecondition, err.Error())

@@ -29,7 +29,7 @@ func TestDeliveryCycleEntries(t *testing.T) {
 			c := startInproc(t, inprocOpts{nodes: 1, carryGrants: !tc.separate})
 			l := c.Leader()
 			waitUntil(t, 20*time.Second, "cluster version", func() error {
-				if v := l.State().ClusterVersion(); v != fsm.MaxLogVersion {
+				if v := l.State().Reader().ClusterVersion(); v != fsm.MaxLogVersion {
 					return fmt.Errorf("cluster version %d, want %d", v, fsm.MaxLogVersion)
 				}
 				return nil
@@ -45,7 +45,7 @@ func TestDeliveryCycleEntries(t *testing.T) {
 			if _, err := l.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "cycle", Messages: batch}); err != nil {
 				t.Fatal(err)
 			}
-			before := l.State().AppliedIndex()
+			before := l.State().Reader().AppliedIndex()
 			s, err := l.Broker.Lease(ctx, &raftqv1.LeaseRequest{Queue: "cycle", MaxInFlight: 8})
 			if err != nil {
 				t.Fatal(err)
@@ -68,7 +68,7 @@ func TestDeliveryCycleEntries(t *testing.T) {
 					n++
 				}
 			}
-			entries := l.State().AppliedIndex() - before
+			entries := l.State().Reader().AppliedIndex() - before
 			t.Logf("%d deliveries: %d entries (%.2f per delivery)", msgs, entries, float64(entries)/msgs)
 			if tc.separate {
 				if entries < msgs*8/5 {

@@ -78,7 +78,7 @@ func TestVersion12ThroughTheAPI(t *testing.T) {
 	ctx := tctx(t, time.Minute)
 	l := c.Leader()
 	waitUntil(t, 10*time.Second, "cluster version 12", func() error {
-		if v := l.State().ClusterVersion(); v < fsm.GuardVersion {
+		if v := l.State().Reader().ClusterVersion(); v < fsm.GuardVersion {
 			return fmt.Errorf("cluster version %d", v)
 		}
 		return nil

@@ -59,13 +59,13 @@ func TestCounterAuditRepairsDrift(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Synced()
-	queues := len(l.State().ListQueues("")) // a, b, c and their DLQs
+	queues := len(l.State().Reader().ListQueues("")) // a, b, c and their DLQs
 
 	before := l.Host.Broker().AuditedQueues()
-	if err := l.State().InjectCounterFault("b", "ready", 5); err != nil {
+	if err := l.State().Integrity().InjectCounterFault("b", "ready", 5); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 20*time.Second, "the audit to repair the counter", func() error { return l.State().Verify() })
+	waitUntil(t, 20*time.Second, "the audit to repair the counter", func() error { return l.State().Integrity().Verify() })
 	// The audit recounts at most budget queues a tick: the drift was found
 	// within one rotation (plus the tick that was under way).
 	if audited := l.Host.Broker().AuditedQueues() - before; audited > uint64(queues+budget) {
@@ -107,7 +107,7 @@ func TestReplicaDivergenceRepaired(t *testing.T) {
 	enqueue(l, "before")
 	c.Synced()
 	bad, good := c.Followers()[0], c.Followers()[1]
-	if err := bad.State().InjectStateFault("q"); err != nil {
+	if err := bad.State().Integrity().InjectStateFault("q"); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, 20*time.Second, "the replica check to find the diverged follower", func() error {
@@ -203,7 +203,7 @@ func TestReplicaDivergenceRepaired(t *testing.T) {
 			t.Errorf("the diverged Raft state was not kept aside: %v", err)
 		}
 	}
-	if err := nb.State().Verify(); err != nil {
+	if err := nb.State().Integrity().Verify(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -229,14 +229,14 @@ func TestCounterAuditRepairsFollowerDrift(t *testing.T) {
 	}
 	c.Synced()
 	f := c.Followers()[0]
-	if err := f.State().InjectCounterFault("b", "in_flight", 3); err != nil {
+	if err := f.State().Integrity().InjectCounterFault("b", "in_flight", 3); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.State().Verify(); err == nil {
+	if err := f.State().Integrity().Verify(); err == nil {
 		t.Fatal("the injected fault is not visible to Verify")
 	}
 	waitUntil(t, 20*time.Second, "the follower's counters repaired", func() error {
-		if err := f.State().Verify(); err != nil {
+		if err := f.State().Integrity().Verify(); err != nil {
 			return fmt.Errorf("%w\n%s", err, logs.String())
 		}
 		return nil
@@ -256,7 +256,7 @@ func TestCounterAuditRepairsFollowerDrift(t *testing.T) {
 func onlyRepaired(t *testing.T, c *testcluster.Cluster, repaired *testcluster.Node, queue string) {
 	t.Helper()
 	for _, n := range c.Nodes {
-		if err := n.State().Verify(); err != nil {
+		if err := n.State().Integrity().Verify(); err != nil {
 			t.Errorf("%s: %v", n.ID, err)
 		}
 		want := 0.0

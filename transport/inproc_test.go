@@ -258,7 +258,7 @@ func testForwarding(t *testing.T, c *testcluster.Cluster) {
 	}
 	c.Synced()
 	for _, n := range c.Nodes {
-		if _, err := n.State().GetQueue("fwd"); !errors.Is(err, fsm.ErrQueueNotFound) {
+		if _, err := n.State().Reader().GetQueue("fwd"); !errors.Is(err, fsm.ErrQueueNotFound) {
 			t.Fatalf("%s still has the queue: %v", n.ID, err)
 		}
 	}

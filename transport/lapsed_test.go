@@ -43,7 +43,7 @@ func (s *blockingLeaseStream) Send(r *raftqv1.LeaseResponse) error {
 		var holder string
 		var token uint64
 		var ok bool
-		s.state.Read(func(v fsm.View) { holder, token, ok = v.Lease(s.queue, id) })
+		s.state.Reader().Read(func(v fsm.View) { holder, token, ok = v.Lease(s.queue, id) })
 		if !ok || token != tok || holder != s.holder() {
 			s.stale = append(s.stale, fmt.Sprintf("message %s token %s (lease held %v by %q under %d)", d.GetId(), d.GetLeaseToken(), ok, holder, token))
 		}
@@ -90,7 +90,7 @@ func TestSlowStreamSendsNoLapsedDelivery(t *testing.T) {
 	var token0 uint64
 	waitUntil(t, 10*time.Second, "both messages to be granted", func() error {
 		var ok bool
-		l.State().Read(func(v fsm.View) { _, token0, ok = v.Lease("slow", second) })
+		l.State().Reader().Read(func(v fsm.View) { _, token0, ok = v.Lease("slow", second) })
 		if st := queueInfo(t, l, "slow").Stats; st.InFlight != 2 || !ok {
 			return fmt.Errorf("stats %v", st)
 		}
@@ -114,7 +114,7 @@ func TestSlowStreamSendsNoLapsedDelivery(t *testing.T) {
 	waitUntil(t, 20*time.Second, "the second message's lease to lapse and end", func() error {
 		var token uint64
 		var ok bool
-		l.State().Read(func(v fsm.View) { _, token, ok = v.Lease("slow", second) })
+		l.State().Reader().Read(func(v fsm.View) { _, token, ok = v.Lease("slow", second) })
 		if ok && token == token0 {
 			return fmt.Errorf("still leased under %d", token0)
 		}

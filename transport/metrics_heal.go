@@ -46,7 +46,7 @@ func (c *healCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *healCollector) Collect(ch chan<- prometheus.Metric) {
-	repairs := c.s.state.CounterRepairs()
+	repairs := c.s.checks.CounterRepairs()
 	for _, q := range slices.Sorted(maps.Keys(repairs)) {
 		ch <- prometheus.MustNewConstMetric(c.repairs, prometheus.CounterValue, float64(repairs[q]), q)
 	}

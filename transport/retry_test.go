@@ -193,7 +193,7 @@ func TestDeleteKeyNeedsVersion11(t *testing.T) {
 		t.Fatalf("error details: %q, want reason CLUSTER_VERSION needing 11", reason)
 	}
 	queueInfo(t, l, "d") // still there
-	if v := l.State().ClusterVersion(); v != fsm.DeleteKeyVersion-1 {
+	if v := l.State().Reader().ClusterVersion(); v != fsm.DeleteKeyVersion-1 {
 		t.Fatalf("cluster version %d", v)
 	}
 

@@ -65,12 +65,13 @@ type Config struct {
 
 // Server serves the Broker and Cluster services of one node.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	b     *broker.Broker
-	node  *cluster.Node // b's, for status and admin operations
-	state *fsm.FSM      // b's, for digests and metrics
-	peers *peers.Pool
+	cfg    Config
+	log    *slog.Logger
+	b      *broker.Broker
+	node   *cluster.Node // b's, for status and admin operations
+	state  fsm.Reader    // b's state, for reads and metrics
+	checks fsm.Integrity // b's state, for digests and verify
+	peers  *peers.Pool
 	// ownPeers: peers is the server's own, closed by Stop.
 	ownPeers bool
 	// settles tracks the acks and nacks in progress, for Lease streams
@@ -130,7 +131,8 @@ func New(cfg Config, b *broker.Broker) *Server {
 		log:          cfg.Logger,
 		b:            b,
 		node:         b.Node(),
-		state:        b.State(),
+		state:        b.State().Reader(),
+		checks:       b.State().Integrity(),
 		peers:        cfg.Peers,
 		settles:      newSettleGate(),
 		health:       health.NewServer(),

@@ -322,7 +322,7 @@ func testValidation(t *testing.T, c *testcluster.Cluster) {
 		}
 	}
 	for _, n := range c.Nodes {
-		if err := n.State().Verify(); err != nil {
+		if err := n.State().Integrity().Verify(); err != nil {
 			t.Fatalf("%s: counters: %v", n.ID, err)
 		}
 	}

@@ -215,7 +215,7 @@ func peekLevel(q *queue, l *level, limit int) []*message {
 }
 
 // View is a read-only window on the store, valid only while the caller
-// holds off writers (fsm.FSM.Read).
+// holds off writers (fsm.Reader.Read).
 type View struct{ s *Store }
 
 // KeyInfo describes one active fairness key at one priority.

@@ -305,10 +305,10 @@ func (c *Cluster) ByID(id string) *Node {
 // Synced waits until every node has applied what the leader has applied.
 func (c *Cluster) Synced() {
 	c.t.Helper()
-	idx := c.Leader().State().AppliedIndex()
+	idx := c.Leader().State().Reader().AppliedIndex()
 	harness.Eventually(c.t, 10*time.Second, func() error {
 		for _, n := range c.Nodes {
-			if got := n.State().AppliedIndex(); got < idx {
+			if got := n.State().Reader().AppliedIndex(); got < idx {
 				return fmt.Errorf("replicas to catch up: %s applied %d of %d", n.ID, got, idx)
 			}
 		}
@@ -338,7 +338,7 @@ func (c *Cluster) WaitClusterVersion(v uint32) {
 	c.t.Helper()
 	harness.Eventually(c.t, 20*time.Second, func() error {
 		for _, n := range c.Nodes {
-			if got := n.State().ClusterVersion(); got < v {
+			if got := n.State().Reader().ClusterVersion(); got < v {
 				return fmt.Errorf("%s at cluster version %d, want %d", n.ID, got, v)
 			}
 		}

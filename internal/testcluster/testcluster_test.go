@@ -36,7 +36,7 @@ func TestClusterThroughHost(t *testing.T) {
 	if err != nil || len(res.GetMessageIds()) != 1 {
 		t.Fatalf("enqueue at a follower: %v, %v", res, err)
 	}
-	applied := l.Host.Broker().State().AppliedIndex()
+	applied := l.Host.Broker().State().Reader().AppliedIndex()
 	r := c.Restart(f)
 	if r.Addrs != f.Addrs {
 		t.Fatalf("restarted on %+v, was %+v", r.Addrs, f.Addrs)
@@ -44,11 +44,11 @@ func TestClusterThroughHost(t *testing.T) {
 	c.WaitStable(30 * time.Second)
 	harness.Eventually(t, 10*time.Second, func() error {
 		for _, n := range c.Nodes {
-			q, err := n.Host.Broker().State().GetQueue("kit")
+			q, err := n.Host.Broker().State().Reader().GetQueue("kit")
 			if err != nil {
 				return err
 			}
-			if n.Host.Broker().State().AppliedIndex() < applied || q.Stats.Ready != 1 {
+			if n.Host.Broker().State().Reader().AppliedIndex() < applied || q.Stats.Ready != 1 {
 				return errNotYet(n.ID)
 			}
 		}
