@@ -53,12 +53,37 @@ type message struct {
 // immutable and shared: by a message's copies, and by consecutive
 // messages of one fairness key with the same keys and no headers (the
 // key's record of its last one, keyQueue.body), so a backlog of one
-// tenant's messages holds its keys once.
+// tenant's messages holds its keys once. Its keys are shared the same
+// way by messages that do carry headers (keyQueue.keys): a message with
+// headers costs a 24-byte body beside its packed headers, not a copy of
+// all its keys (issue 24: an 80-byte body per message, as much as its
+// headers, at 1M messages with two headers each).
 type body struct {
-	headers        packedHeaders // headers.go
+	headers packedHeaders // headers.go
+	keys    *msgKeys      // nil: none
+}
+
+// msgKeys are a message's fairness, throttle and concurrency keys, when
+// it has any. Immutable and shared (body).
+type msgKeys struct {
 	fairnessKey    string
 	throttleKeys   []string
 	concurrencyKey string // concurrency.go
+}
+
+// newKeys is the keys of a message with these, nil for none.
+func newKeys(fairnessKey string, throttleKeys []string, concurrencyKey string) *msgKeys {
+	if fairnessKey == "" && throttleKeys == nil && concurrencyKey == "" {
+		return nil
+	}
+	return &msgKeys{fairnessKey: fairnessKey, throttleKeys: throttleKeys, concurrencyKey: concurrencyKey}
+}
+
+// same reports whether k are these keys (throttle keys nil, none, told
+// apart from empty, as callers may see them).
+func (k *msgKeys) same(fairnessKey string, throttleKeys []string, concurrencyKey string) bool {
+	return k != nil && k.fairnessKey == fairnessKey && k.concurrencyKey == concurrencyKey &&
+		(k.throttleKeys == nil) == (throttleKeys == nil) && slices.Equal(k.throttleKeys, throttleKeys)
 }
 
 // lease is what a leased message records of its lease.
@@ -92,25 +117,32 @@ func (m *message) packedHeaders() packedHeaders {
 	return m.body.headers
 }
 
-func (m *message) fairnessKey() string {
-	if m.body == nil {
-		return ""
-	}
-	return m.body.fairnessKey
-}
-
-func (m *message) concurrencyKey() string {
-	if m.body == nil {
-		return ""
-	}
-	return m.body.concurrencyKey
-}
-
-func (m *message) throttleKeys() []string {
+func (m *message) keys() *msgKeys {
 	if m.body == nil {
 		return nil
 	}
-	return m.body.throttleKeys
+	return m.body.keys
+}
+
+func (m *message) fairnessKey() string {
+	if k := m.keys(); k != nil {
+		return k.fairnessKey
+	}
+	return ""
+}
+
+func (m *message) concurrencyKey() string {
+	if k := m.keys(); k != nil {
+		return k.concurrencyKey
+	}
+	return ""
+}
+
+func (m *message) throttleKeys() []string {
+	if k := m.keys(); k != nil {
+		return k.throttleKeys
+	}
+	return nil
 }
 
 func (m *message) leaseToken() uint64 {
@@ -195,18 +227,16 @@ func newBody(headers map[string]string, fairnessKey string, throttleKeys []strin
 
 // newPackedBody is newBody of headers already packed ("" for none).
 func newPackedBody(headers packedHeaders, fairnessKey string, throttleKeys []string, concurrencyKey string) *body {
-	if headers == "" && fairnessKey == "" && throttleKeys == nil && concurrencyKey == "" {
-		return nil
-	}
-	return &body{headers: headers, fairnessKey: fairnessKey, throttleKeys: throttleKeys, concurrencyKey: concurrencyKey}
+	return keyedBody(headers, newKeys(fairnessKey, throttleKeys, concurrencyKey))
 }
 
-// sameKeys reports whether b is the body of a message with these keys and
-// no headers (packed "": none, told apart from empty, as callers may see
-// them).
-func (b *body) sameKeys(headers packedHeaders, fairnessKey string, throttleKeys []string, concurrencyKey string) bool {
-	return b != nil && b.headers == "" && headers == "" && b.fairnessKey == fairnessKey && b.concurrencyKey == concurrencyKey &&
-		(b.throttleKeys == nil) == (throttleKeys == nil) && slices.Equal(b.throttleKeys, throttleKeys)
+// keyedBody is the body of a message with these headers ("" for none) and
+// keys (nil for none): nil for neither.
+func keyedBody(headers packedHeaders, keys *msgKeys) *body {
+	if headers == "" && keys == nil {
+		return nil
+	}
+	return &body{headers: headers, keys: keys}
 }
 
 // msgItem is what the per-queue message tree holds: the id inline so lookups
@@ -250,8 +280,12 @@ type keyQueue struct {
 	groups map[string]*btree.BTreeG[uint64]
 	// body is the body of the key's newest indexed message when it has no
 	// headers: Enqueue gives it to the next message with the same keys,
-	// so they hold one copy (message.body). Derived, like ids.
+	// so they hold one copy (message.body). keys are the keys of the
+	// newest indexed message that has any, headers or not, which Enqueue
+	// gives to the next message with the same keys and headers. Derived,
+	// like ids.
 	body *body
+	keys *msgKeys
 	// groupGen counts the groups created since the key became active, so
 	// a scheduler that found every group throttled can tell whether a new
 	// one (maybe deliverable) has appeared since.
@@ -442,10 +476,13 @@ func (q *queue) bodyFor(prio int32, headers map[string]string, fairnessKey strin
 
 // packedBodyFor is bodyFor of headers already packed ("" for none).
 func (q *queue) packedBodyFor(prio int32, headers packedHeaders, fairnessKey string, throttleKeys []string, concurrencyKey string) *body {
-	if headers == "" {
-		if l := q.level(prio, false); l != nil {
-			if kq := l.keys[fairnessKey]; kq != nil && kq.body.sameKeys(headers, fairnessKey, throttleKeys, concurrencyKey) {
+	if l := q.level(prio, false); l != nil {
+		if kq := l.keys[fairnessKey]; kq != nil {
+			if headers == "" && kq.body != nil && kq.body.keys.same(fairnessKey, throttleKeys, concurrencyKey) {
 				return kq.body
+			}
+			if kq.keys.same(fairnessKey, throttleKeys, concurrencyKey) {
+				return keyedBody(headers, kq.keys)
 			}
 		}
 	}

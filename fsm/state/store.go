@@ -214,6 +214,9 @@ func (s *Store) index(q *queue, m *message) {
 		if m.body != nil && m.body.headers == "" {
 			kq.body = m.body
 		}
+		if k := m.keys(); k != nil {
+			kq.keys = k
+		}
 		kq.ids.ReplaceOrInsert(m.id)
 		g := m.group()
 		gt := kq.groups[g]

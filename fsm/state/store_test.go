@@ -120,11 +120,17 @@ func TestMessageRecordSize(t *testing.T) {
 	if n := unsafe.Sizeof(message{}); n > 112 {
 		t.Fatalf("message record is %d bytes, want at most 112", n)
 	}
+	// A message with headers has a body of its own (issue 24): its keys
+	// are shared, not in it.
+	if n := unsafe.Sizeof(body{}); n > 24 {
+		t.Fatalf("body is %d bytes, want at most 24", n)
+	}
 }
 
 // TestSharedBodies: consecutive messages of a fairness key with the same
-// keys and no headers share one body, and every message still reads back
-// exactly its own content (headers, keys, nil and empty told apart).
+// keys and no headers share one body, those with headers share the keys,
+// and every message still reads back exactly its own content (headers,
+// keys, nil and empty told apart).
 func TestSharedBodies(t *testing.T) {
 	s := New()
 	if r := s.Begin(1, 1, 1, 1000, NewTouched()).CreateQueue(&fsmv1.CreateQueue{Name: "q"}); r.Err != nil {
@@ -156,6 +162,9 @@ func TestSharedBodies(t *testing.T) {
 	}
 	if q.get(ids[5]).body != q.get(ids[9]).body {
 		t.Error("messages 5 and 9 (same keys, no headers) do not share a body")
+	}
+	if m0, m2 := q.get(ids[0]), q.get(ids[2]); m2.body == m0.body || m2.keys() != m0.keys() {
+		t.Error("message 2 (message 0's keys, headers) shares message 0's body, or not its keys")
 	}
 	for i, em := range msgs {
 		m := q.get(ids[i])
