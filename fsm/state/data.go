@@ -355,25 +355,16 @@ type level struct {
 // messageID): the id of the message that created the entry is unique, so
 // no string is compared on this hot path (one insert and one removal per
 // enqueued message). queue and dedupID find the entry; they are not part
-// of the order.
+// of the order. The entry's hash is not kept: the sweep that needs it
+// computes it again (dedupKey), and without it a ref is 48 bytes, whose
+// 63-item nodes fill a 3,072-byte size class, where 56 bytes' took 4,096
+// (issue 24: memory per message).
 type dedupRef struct {
 	at        int64
 	messageID uint64
 	queue     string
-	key       dedupName // the entry's key in its queue
+	dedupID   string
 }
-
-// dedupName is a dedup entry's key (hash and id) without its value: 24
-// bytes where a whole dedupEntry, whose message id and expiry the ref
-// holds already, would take 40 in every item of the expiry index.
-type dedupName struct {
-	hash    uint64
-	dedupID string
-}
-
-func (e dedupEntry) name() dedupName { return dedupName{hash: e.hash, dedupID: e.dedupID} }
-
-func (n dedupName) entry() dedupEntry { return dedupEntry{hash: n.hash, dedupID: n.dedupID} }
 
 func lessDedupRef(a, b dedupRef) bool {
 	if a.at != b.at {

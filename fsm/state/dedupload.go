@@ -58,7 +58,7 @@ func (s *Store) loadDedups(q *queue, es *dedupChunks) {
 	})
 	for _, i := range dedupExpiryOrder(es) {
 		e := es.at(int(i))
-		s.dedupExp.ReplaceOrInsert(dedupRef{at: e.expiresMs, messageID: e.messageID, queue: q.name, key: e.name()})
+		s.dedupExp.ReplaceOrInsert(dedupRef{at: e.expiresMs, messageID: e.messageID, queue: q.name, dedupID: e.dedupID})
 	}
 	wg.Wait()
 }

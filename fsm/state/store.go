@@ -330,7 +330,7 @@ func (s *Store) advance(budget int, touched *Touched) {
 		if q := s.queues[r.queue]; q != nil {
 			// One removal instead of a lookup and a removal; an entry that
 			// is not this ref's (never expected) is put back.
-			if e, ok := q.dedup.Delete(r.key.entry()); ok && e.messageID != r.messageID {
+			if e, ok := q.dedup.Delete(dedupKey(r.dedupID)); ok && e.messageID != r.messageID {
 				q.dedup.ReplaceOrInsert(e)
 			} else if ok {
 				s.dropDedup(q, e.dedupID)

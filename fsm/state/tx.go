@@ -437,7 +437,7 @@ func (tx *Tx) Enqueue(c *fsmv1.Enqueue) *EnqueueResult {
 				} else {
 					tx.s.addDedup(q, em.DedupId)
 				}
-				tx.s.dedupExp.ReplaceOrInsert(dedupRef{at: exp, messageID: id, queue: q.name, key: key.name()})
+				tx.s.dedupExp.ReplaceOrInsert(dedupRef{at: exp, messageID: id, queue: q.name, dedupID: em.DedupId})
 			}
 			m := &message{
 				id:         id,

@@ -137,10 +137,10 @@ func TestMixedOperationsKeepTheTree(t *testing.T) {
 }
 
 // itemSlots counts the item slots the tree's nodes have allocated.
-func itemSlots(tr *BTreeG[int]) int {
+func itemSlots[T any](tr *BTreeG[T]) int {
 	slots := 0
-	var walk func(n *node[int])
-	walk = func(n *node[int]) {
+	var walk func(n *node[T])
+	walk = func(n *node[T]) {
 		slots += cap(n.items)
 		for _, c := range n.children {
 			walk(c)
@@ -174,4 +174,17 @@ func TestAscendingFillFillsNodes(t *testing.T) {
 	}
 	check(t, asc)
 	check(t, rnd)
+	// A 48-byte item (the state's dedup expiry ref), whose append growth
+	// went 37 -> 85 slots.
+	type ref struct {
+		at, id int64
+		a, b   string
+	}
+	refs := NewG(32, func(x, y ref) bool { return x.id < y.id })
+	for i := range n {
+		refs.ReplaceOrInsert(ref{id: int64(i)})
+	}
+	if got := float64(itemSlots(refs)) / n; got > 1.1 {
+		t.Errorf("ascending fill of 48-byte items: %.2f item slots per item, want at most 1.1", got)
+	}
 }
