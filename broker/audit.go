@@ -154,7 +154,7 @@ func (b *Broker) requestRecount(ctx context.Context, queues []string) (local boo
 		return false, err
 	}
 	if route.Local {
-		res, err := b.RecountQueues(ctx, queues)
+		res, err := b.Operator().RecountQueues(ctx, queues)
 		if err == nil {
 			b.log.Info("counter audit: recount committed", "queues", queues, "repaired_here", len(res.Repairs), "byte_total_repaired_here", res.TotalBytesRepaired)
 		}
@@ -176,12 +176,12 @@ func (b *Broker) requestRecount(ctx context.Context, queues []string) (local boo
 // own messages. It fails with ErrNotLeader on a follower, and with
 // ErrRecountUnsupported while the cluster version is older than the
 // command.
-func (b *Broker) RecountQueues(ctx context.Context, queues []string) (*fsm.RecountResult, error) {
-	if cv := b.reads.ClusterVersion(); cv < fsm.RecountVersion {
+func (o Operator) RecountQueues(ctx context.Context, queues []string) (*fsm.RecountResult, error) {
+	if cv := o.b.reads.ClusterVersion(); cv < fsm.RecountVersion {
 		return nil, fmt.Errorf("%w: cluster version %d, needs %d", ErrRecountUnsupported, cv, fsm.RecountVersion)
 	}
 	cmd := &fsmv1.Command{Op: &fsmv1.Command_RecountQueues{RecountQueues: &fsmv1.RecountQueues{Queues: queues}}}
-	return fsm.As[*fsm.RecountResult](b.Propose(ctx, cmd))
+	return fsm.As[*fsm.RecountResult](o.b.Propose(ctx, cmd))
 }
 
 // ErrRecountUnsupported: some voter runs a build without RecountQueues.

@@ -18,7 +18,7 @@ import (
 // Backup is a consistent copy of the whole replicated state: the state
 // every replica froze when it applied one Checkpoint entry. Because that
 // entry went through the log, the copy holds every write acknowledged
-// before Broker.Backup was called, and its bytes hash to the digest every
+// before Operator.Backup was called, and its bytes hash to the digest every
 // replica reports for Index (Cluster.Verify's digest).
 type Backup struct {
 	Index          uint64 // the Checkpoint entry's log index
@@ -34,8 +34,8 @@ type Backup struct {
 // ready to stream. Only the leader proposes; call it where Route says
 // Local. Freezing costs O(queues) under the state lock (copy-on-write);
 // the copy keeps replaced messages alive until the Backup is dropped.
-func (b *Broker) Backup(ctx context.Context) (*Backup, error) {
-	res, err := apply[*fsm.CheckpointResult](ctx, b, &fsmv1.Command{Op: &fsmv1.Command_Checkpoint{Checkpoint: &fsmv1.Checkpoint{}}})
+func (o Operator) Backup(ctx context.Context) (*Backup, error) {
+	res, err := apply[*fsm.CheckpointResult](ctx, o.b, &fsmv1.Command{Op: &fsmv1.Command_Checkpoint{Checkpoint: &fsmv1.Checkpoint{}}})
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,7 @@ func (b *Broker) Backup(ctx context.Context) (*Backup, error) {
 	}
 	return &Backup{
 		Index: res.Index, Term: res.Term, ClusterVersion: res.Frozen.ClusterVersion(),
-		NodeID: b.id, Created: b.clock.Now(), fr: res.Frozen,
+		NodeID: o.b.id, Created: o.b.clock.Now(), fr: res.Frozen,
 	}, nil
 }
 

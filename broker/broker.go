@@ -256,9 +256,6 @@ func (b *Broker) startDrain() {
 	}()
 }
 
-// Drain holds the per-queue drain-time estimates, for metrics.
-func (b *Broker) Drain() *metrics.Drain { return b.drain }
-
 // ID is this node's id.
 func (b *Broker) ID() string { return b.id }
 
@@ -267,18 +264,6 @@ func (b *Broker) Node() *cluster.Node { return b.node }
 
 // State is the replicated state machine, for reads.
 func (b *Broker) State() *fsm.FSM { return b.state }
-
-// LeaseMetrics are the leader's delivery histograms, for the metrics
-// registry.
-func (b *Broker) LeaseMetrics() *metrics.Leases { return b.leases }
-
-// LeaderChanges counts the leaders this node has seen take office (a
-// new leader id or term) since it started.
-func (b *Broker) LeaderChanges() uint64 { return b.leader.changes.Load() }
-
-// AuditedQueues counts the queues the leader's counter audit recounted
-// on this node since it started (audit.go).
-func (b *Broker) AuditedQueues() uint64 { return b.audited.Load() }
 
 // DataDir is the node's data directory.
 func (b *Broker) DataDir() string { return b.cfg.Cluster.DataDir }

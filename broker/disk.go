@@ -47,9 +47,6 @@ func (b *Broker) startDisk() {
 	}()
 }
 
-// Disk is the node's disk guard, for metrics.
-func (b *Broker) Disk() *diskguard.Guard { return b.disk }
-
 // growsState reports whether cmd adds data to the state: the writes a
 // node short of disk refuses. Everything else (settling, leasing, expiry,
 // deleting, purging, configuration) goes ahead, so that consumers can

@@ -42,6 +42,3 @@ func (g *pendingGate) acquire(n int64) error {
 }
 
 func (g *pendingGate) release(n int64) { g.used.Add(-n) }
-
-// Pending is the bytes of client writes this node holds in front of Raft.
-func (b *Broker) Pending() int64 { return b.gate.used.Load() }

@@ -41,7 +41,7 @@ func TestVersion12NeedsEveryVoter(t *testing.T) {
 	}
 	_, err := b.Nack(ctx, []NackItem{{Ref: LeaseRef{Queue: "b.jobs", MessageID: 1, Token: 1}, Unprocessed: true, DelayMs: 500}})
 	check("unprocessed nack with a delay", err)
-	_, err = b.SetClusterSettings(ctx, SettingsChange{MaxQueues: &n})
+	_, err = b.Operator().SetClusterSettings(ctx, SettingsChange{MaxQueues: &n})
 	check("max_queues", err)
 	_, err = b.Queues().CreateQueue(ctx, "a.x", &raftqv1.QueueConfig{DeadLetterQueue: "b.jobs"})
 	check("an ordinary queue as dead_letter_queue", err)

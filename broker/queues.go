@@ -309,13 +309,3 @@ func (qs Queues) queue(qi *state.QueueInfo) *Queue {
 	}
 	return q
 }
-
-// Checkpoint proposes a Checkpoint entry and returns its index: every
-// replica records its state digest there.
-func (qs Queues) Checkpoint(ctx context.Context) (uint64, error) {
-	res, err := apply[*fsm.CheckpointResult](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_Checkpoint{Checkpoint: &fsmv1.Checkpoint{}}})
-	if err != nil {
-		return 0, err
-	}
-	return res.Index, nil
-}

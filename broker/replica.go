@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -32,15 +31,15 @@ type Divergence struct {
 
 // Diverged reports whether this node learnt that its state differs from
 // the replicas' (and so serves no reads from it, and leads no term).
-func (b *Broker) Diverged() bool { return b.diverged.Load() != nil }
+func (o Operator) Diverged() bool { return o.b.diverged.Load() != nil }
 
 // MarkDiverged records that this node's state differs from the
 // replicas': its digest at the checkpoint index is digest, theirs
 // reference, as leaderID found. Only the first mark is kept.
-func (b *Broker) MarkDiverged(index uint64, digest, reference, leaderID string) {
+func (o Operator) MarkDiverged(index uint64, digest, reference, leaderID string) {
 	d := &Divergence{Index: index, Digest: digest, Reference: reference, LeaderID: leaderID, Since: time.Now()}
-	if b.diverged.CompareAndSwap(nil, d) {
-		b.log.Error("this node's state diverged from the replicas': serving no reads from it until it is repaired",
+	if o.b.diverged.CompareAndSwap(nil, d) {
+		o.b.log.Error("this node's state diverged from the replicas': serving no reads from it until it is repaired",
 			"checkpoint", index, "digest", digest, "replicas_digest", reference, "reported_by", leaderID)
 	}
 }
@@ -96,7 +95,7 @@ type replicaAnswer struct {
 func (b *Broker) checkReplicas(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*replicaAskTimeout)
 	defer cancel()
-	idx, err := b.Queues().Checkpoint(ctx)
+	idx, err := b.Operator().Checkpoint(ctx)
 	if err != nil {
 		return err
 	}
@@ -134,7 +133,7 @@ func (b *Broker) checkReplicas(ctx context.Context) error {
 		b.repairs.diverged(self)
 		b.log.Error("replica check: this leader's state differs from the other replicas'; handing leadership over so they repair it",
 			"checkpoint", idx, "digest", own, "replicas_digest", ref)
-		b.MarkDiverged(idx, own, ref, self)
+		b.Operator().MarkDiverged(idx, own, ref, self)
 		_, err := b.node.TransferLeadership(ctx, "")
 		return err
 	}
@@ -258,22 +257,6 @@ func (r *repairs) notBackLocked(b *Broker, nodes []cluster.NodeStatus, loud bool
 	return back
 }
 
-// Divergences counts, by node, the replica checks led by this node that
-// found that node's state digest differing from the replicas'.
-func (b *Broker) Divergences() map[string]uint64 {
-	b.repairs.mu.Lock()
-	defer b.repairs.mu.Unlock()
-	return maps.Clone(b.repairs.divergences)
-}
-
-// CorruptRepairs counts the nodes this leader removed because they found
-// their own Raft state corrupt (RemoveCorrupt).
-func (b *Broker) CorruptRepairs() uint64 {
-	b.repairs.mu.Lock()
-	defer b.repairs.mu.Unlock()
-	return b.repairs.corrupt
-}
-
 // ErrSelfCorrupt: a leader was asked to remove itself for a corrupt
 // state.
 var ErrSelfCorrupt = errors.New("a leader does not remove itself: a node with corrupt state takes no part in Raft, so it cannot lead")
@@ -286,11 +269,11 @@ var ErrSelfCorrupt = errors.New("a leader does not remove itself: a node with co
 // the removal was deferred ("" when the node was removed, or is not in
 // the configuration). With a majority corrupt nothing is removed, and the
 // cluster, without a quorum, serves nothing.
-func (b *Broker) RemoveCorrupt(ctx context.Context, id, reason string) (deferred string, err error) {
-	if id == b.id {
+func (o Operator) RemoveCorrupt(ctx context.Context, id, reason string) (deferred string, err error) {
+	if id == o.b.id {
 		return "", ErrSelfCorrupt
 	}
-	nodes := b.node.Status().Nodes
+	nodes := o.b.node.Status().Nodes
 	var bad *cluster.NodeStatus
 	voters, healthy := 0, 0
 	var back []string
@@ -312,22 +295,22 @@ func (b *Broker) RemoveCorrupt(ctx context.Context, id, reason string) (deferred
 	if bad == nil {
 		return "", nil
 	}
-	b.repairs.mu.Lock()
-	defer b.repairs.mu.Unlock()
-	back = append(back, b.repairs.notBackLocked(b, nodes, false)...)
+	o.b.repairs.mu.Lock()
+	defer o.b.repairs.mu.Unlock()
+	back = append(back, o.b.repairs.notBackLocked(o.b, nodes, false)...)
 	slices.Sort(back)
 	if ok, why := repairAllowed(voters, healthy, bad.Suffrage == "voter", back); !ok {
-		b.log.Warn("corrupt node repair deferred: "+why, "node", id, "voters", voters, "healthy_voters", healthy, "not_back", back, "corruption", reason)
+		o.b.log.Warn("corrupt node repair deferred: "+why, "node", id, "voters", voters, "healthy_voters", healthy, "not_back", back, "corruption", reason)
 		return why, nil
 	}
-	b.log.Warn("corrupt node repair: removing the node so that it rejoins with the leader's state", "node", id, "voters", voters, "healthy_voters", healthy, "corruption", reason)
+	o.b.log.Warn("corrupt node repair: removing the node so that it rejoins with the leader's state", "node", id, "voters", voters, "healthy_voters", healthy, "corruption", reason)
 	// force: the node is coming back, so the --bootstrap-expect floor
 	// does not apply; quorum was checked.
-	if err := b.node.RemoveNode(ctx, id, true); err != nil {
+	if err := o.b.node.RemoveNode(ctx, id, true); err != nil {
 		return "", err
 	}
-	b.repairs.removed[id] = time.Now()
-	b.repairs.corrupt++
+	o.b.repairs.removed[id] = time.Now()
+	o.b.repairs.corrupt++
 	return "", nil
 }
 

@@ -35,8 +35,8 @@ type SettingsChange struct {
 
 // SetClusterSettings proposes new cluster settings (nil: unchanged) and
 // returns them as committed.
-func (b *Broker) SetClusterSettings(ctx context.Context, ch SettingsChange) (state.Settings, error) {
-	if v := b.reads.ClusterVersion(); v < fsm.AdmitVersion {
+func (o Operator) SetClusterSettings(ctx context.Context, ch SettingsChange) (state.Settings, error) {
+	if v := o.b.reads.ClusterVersion(); v < fsm.AdmitVersion {
 		return state.Settings{}, fmt.Errorf("%w: the cluster is at log version %d (upgrade every voter)", ErrSettingsNotReplicated, v)
 	}
 	if ch.MaxQueuedBytes != nil && *ch.MaxQueuedBytes < 0 {
@@ -47,19 +47,19 @@ func (b *Broker) SetClusterSettings(ctx context.Context, ch SettingsChange) (sta
 			return state.Settings{}, fmt.Errorf("%w: max_queues is negative (%d)", fsm.ErrInvalid, *ch.MaxQueues)
 		}
 		// An older entry would drop the field without a word.
-		if err := b.needVersion(fsm.GuardVersion, "SetClusterSettings.max_queues"); err != nil {
+		if err := o.b.needVersion(fsm.GuardVersion, "SetClusterSettings.max_queues"); err != nil {
 			return state.Settings{}, err
 		}
 	}
 	if ch.IdempotencyKey != "" {
-		if err := b.needVersion(fsm.WriteKeyVersion, "SetClusterSettings.idempotency_key"); err != nil {
+		if err := o.b.needVersion(fsm.WriteKeyVersion, "SetClusterSettings.idempotency_key"); err != nil {
 			return state.Settings{}, err
 		}
 	}
 	cmd := &fsmv1.Command{Op: &fsmv1.Command_SetClusterSettings{SetClusterSettings: &fsmv1.SetClusterSettings{MaxQueuedBytes: ch.MaxQueuedBytes, MaxQueues: ch.MaxQueues, IdempotencyKey: ch.IdempotencyKey}}}
-	if _, err := apply[*fsm.Done](ctx, b, cmd); err != nil {
+	if _, err := apply[*fsm.Done](ctx, o.b, cmd); err != nil {
 		return state.Settings{}, err
 	}
-	_, s := b.reads.Held()
+	_, s := o.b.reads.Held()
 	return s, nil
 }

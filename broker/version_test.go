@@ -46,7 +46,7 @@ func TestSingleNodeRaisesClusterVersion(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := b.Queues().Checkpoint(ctx); err != nil {
+	if _, err := b.Operator().Checkpoint(ctx); err != nil {
 		t.Fatalf("an entry proposed under version %d: %v", fsm.MaxLogVersion, err)
 	}
 }

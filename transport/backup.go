@@ -33,7 +33,7 @@ func (c *clusterService) Backup(req *raftqv1.BackupRequest, stream raftqv1.Clust
 	if !route.Local {
 		return redirectError(route.LeaderID, route.LeaderAddr)
 	}
-	bk, err := c.s.b.Backup(ctx)
+	bk, err := c.s.ops.Backup(ctx)
 	if err != nil {
 		if isNotLeader(err) {
 			return redirectError(c.s.b.Leader())

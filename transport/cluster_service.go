@@ -132,7 +132,7 @@ func (c *clusterService) SetClusterSettings(ctx context.Context, req *raftqv1.Se
 	if err := checkIdempotencyKey(req.GetIdempotencyKey()); err != nil {
 		return nil, err
 	}
-	s, err := c.s.b.SetClusterSettings(ctx, broker.SettingsChange{MaxQueuedBytes: req.MaxQueuedBytes, MaxQueues: req.MaxQueues, IdempotencyKey: req.GetIdempotencyKey()})
+	s, err := c.s.ops.SetClusterSettings(ctx, broker.SettingsChange{MaxQueuedBytes: req.MaxQueuedBytes, MaxQueues: req.MaxQueues, IdempotencyKey: req.GetIdempotencyKey()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -156,7 +156,7 @@ func (c *clusterService) Snapshot(ctx context.Context, _ *raftqv1.SnapshotReques
 }
 
 func (c *clusterService) Checkpoint(ctx context.Context, _ *raftqv1.CheckpointRequest) (*raftqv1.CheckpointResponse, error) {
-	idx, err := c.s.b.Queues().Checkpoint(ctx)
+	idx, err := c.s.ops.Checkpoint(ctx)
 	if err != nil {
 		return nil, err
 	}

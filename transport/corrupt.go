@@ -102,7 +102,7 @@ func (c *clusterService) RepairCorrupt(ctx context.Context, req *raftqv1.RepairC
 		return nil, invalid("node_id is required")
 	}
 	s := c.s
-	deferred, err := s.b.RemoveCorrupt(ctx, id, req.GetReason())
+	deferred, err := s.ops.RemoveCorrupt(ctx, id, req.GetReason())
 	if errors.Is(err, broker.ErrSelfCorrupt) {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}

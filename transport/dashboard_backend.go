@@ -173,7 +173,7 @@ type nodeResources struct {
 // guard's last measurement.
 func (s *Server) resources() nodeResources {
 	out := nodeResources{Started: s.processStart(), ResidentBytes: residentBytes()}
-	if r, ok := s.b.Disk().Last(); ok {
+	if r, ok := s.stats.Disk().Last(); ok {
 		out.DiskFreeBytes, out.DiskKeepFreeBytes = int64(r.Free), int64(r.Limit)
 	}
 	return out

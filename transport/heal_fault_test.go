@@ -61,14 +61,14 @@ func TestCounterAuditRepairsDrift(t *testing.T) {
 	c.Synced()
 	queues := len(l.State().Reader().ListQueues("")) // a, b, c and their DLQs
 
-	before := l.Host.Broker().AuditedQueues()
+	before := l.Host.Broker().Stats().AuditedQueues()
 	if err := l.State().Integrity().InjectCounterFault("b", "ready", 5); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, 20*time.Second, "the audit to repair the counter", func() error { return l.State().Integrity().Verify() })
 	// The audit recounts at most budget queues a tick: the drift was found
 	// within one rotation (plus the tick that was under way).
-	if audited := l.Host.Broker().AuditedQueues() - before; audited > uint64(queues+budget) {
+	if audited := l.Host.Broker().Stats().AuditedQueues() - before; audited > uint64(queues+budget) {
 		t.Errorf("the repair came after %d queues were audited; one rotation is %d", audited, queues)
 	}
 	c.Digests() // replicas agree, and followers (whose counters were right) too

@@ -22,8 +22,8 @@ func registerNodeMetrics(reg *prometheus.Registry, s *Server) {
 	}
 	reg.MustRegister(
 		// A node whose state diverged serves no reads from it (replica.go).
-		unlessDiverged{s: s, c: qmetrics.NewQueueCollector(s.state, consumers, time.Now, s.b.Drain())},
-		s.b.LeaseMetrics(),
+		unlessDiverged{s: s, c: qmetrics.NewQueueCollector(s.state, consumers, time.Now, s.stats.Drain())},
+		s.stats.LeaseMetrics(),
 		newClusterCollector(s),
 		newHealCollector(s),
 	)
@@ -91,7 +91,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.term, gauge, float64(st.Term))
 	ch <- prometheus.MustNewConstMetric(c.leader, gauge, isLeader)
-	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, float64(c.s.b.LeaderChanges()))
+	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, float64(c.s.stats.LeaderChanges()))
 	ch <- prometheus.MustNewConstMetric(c.commit, gauge, float64(st.CommitIndex))
 	ch <- prometheus.MustNewConstMetric(c.applied, gauge, float64(st.AppliedIndex))
 	if isLeader == 1 {
@@ -113,7 +113,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	logs := c.s.node.LogStoreStats()
 	ch <- constHistogram(c.logAppend, logs.Append)
 	ch <- constHistogram(c.logFsync, logs.Fsync)
-	if r, ok := c.s.b.Disk().Measure(); ok {
+	if r, ok := c.s.stats.Disk().Measure(); ok {
 		ch <- prometheus.MustNewConstMetric(c.diskFree, gauge, float64(r.Free))
 		ch <- prometheus.MustNewConstMetric(c.diskKeepFree, gauge, float64(r.Limit))
 		low := 0.0

@@ -50,7 +50,7 @@ func (c *healCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, q := range slices.Sorted(maps.Keys(repairs)) {
 		ch <- prometheus.MustNewConstMetric(c.repairs, prometheus.CounterValue, float64(repairs[q]), q)
 	}
-	ch <- prometheus.MustNewConstMetric(c.audited, prometheus.CounterValue, float64(c.s.b.AuditedQueues()))
+	ch <- prometheus.MustNewConstMetric(c.audited, prometheus.CounterValue, float64(c.s.stats.AuditedQueues()))
 	d := 0.0
 	if c.s.Diverged() {
 		d = 1
@@ -63,11 +63,11 @@ func (c *healCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.corrupt, prometheus.GaugeValue, corrupt)
 	// Counted by the data group, whose replica check (a leader duty) and
 	// repairs find them (broker/replica.go).
-	div := c.s.b.Divergences()
+	div := c.s.stats.Divergences()
 	for _, n := range slices.Sorted(maps.Keys(div)) {
 		ch <- prometheus.MustNewConstMetric(c.divergences, prometheus.CounterValue, float64(div[n]), n)
 	}
-	ch <- prometheus.MustNewConstMetric(c.corruptRepairs, prometheus.CounterValue, float64(c.s.b.CorruptRepairs()))
+	ch <- prometheus.MustNewConstMetric(c.corruptRepairs, prometheus.CounterValue, float64(c.s.stats.CorruptRepairs()))
 }
 
 // unlessDiverged collects c only while this node's state is not known to

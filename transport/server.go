@@ -68,9 +68,11 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	b      *broker.Broker
-	node   *cluster.Node // b's, for status and admin operations
-	state  fsm.Reader    // b's state, for reads and metrics
-	checks fsm.Integrity // b's state, for digests and verify
+	node   *cluster.Node   // b's, for status and admin operations
+	state  fsm.Reader      // b's state, for reads and metrics
+	checks fsm.Integrity   // b's state, for digests and verify
+	ops    broker.Operator // b's operator duties (backup, settings, repair)
+	stats  broker.Stats    // b's counters, for metrics and status
 	peers  *peers.Pool
 	// ownPeers: peers is the server's own, closed by Stop.
 	ownPeers bool
@@ -133,6 +135,8 @@ func New(cfg Config, b *broker.Broker) *Server {
 		node:         b.Node(),
 		state:        b.State().Reader(),
 		checks:       b.State().Integrity(),
+		ops:          b.Operator(),
+		stats:        b.Stats(),
 		peers:        cfg.Peers,
 		settles:      newSettleGate(),
 		health:       health.NewServer(),
