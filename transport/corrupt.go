@@ -95,7 +95,7 @@ func (s *Server) askRepair(ctx context.Context, c *raftlog.Corruption) (removed 
 // RepairCorrupt is a node whose Raft state is corrupt asking this leader
 // (the interceptor forwards it here) to remove it, so that it can be
 // rebuilt: the data group decides under the replica repair's quorum rule
-// (broker.Broker.RemoveCorrupt).
+// (broker.Operator.RemoveCorrupt).
 func (c *clusterService) RepairCorrupt(ctx context.Context, req *raftqv1.RepairCorruptRequest) (*raftqv1.RepairCorruptResponse, error) {
 	id := req.GetNodeId()
 	if id == "" {

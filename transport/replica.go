@@ -19,7 +19,7 @@ const replicaAskTimeout = 5 * time.Second
 
 // Diverged reports whether this node learnt that its state differs from
 // the replicas' (and so serves no reads from it): the data group keeps
-// it (broker.Broker.Diverged), since its replica check, a leader duty,
+// it (broker.Operator.Diverged), since its replica check, a leader duty,
 // finds it too.
 func (s *Server) Diverged() bool { return s.ops.Diverged() }
 
