@@ -14,6 +14,7 @@ import (
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/metrics"
 	"github.com/raftq/raftq/peers"
+	"github.com/raftq/raftq/raftmux"
 	"github.com/raftq/raftq/scheduler"
 )
 
@@ -22,6 +23,9 @@ type Config struct {
 	// Cluster configures Raft, membership and the data dir. Its NodeID is
 	// the node's id; its Logger is set from Logger.
 	Cluster cluster.Config
+	// RaftPort is the node's Raft port (the host builds and closes it);
+	// the data group registers itself on it. Required.
+	RaftPort *raftmux.Mux
 	// LeaseGrace: after a failover, how long before leases granted by the
 	// old leader may expire (0 = the scheduler's default).
 	LeaseGrace time.Duration
@@ -188,7 +192,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		ccfg.LogVersion = fsm.MaxLogVersion
 	}
 	ccfg.MaxQueuedBytes = cfg.MaxQueuedBytes
-	node, err := cluster.New(ctx, ccfg, b.state, nil)
+	node, err := cluster.New(ctx, ccfg, cfg.RaftPort, b.state, nil)
 	if err != nil {
 		return nil, fmt.Errorf("start cluster node: %w", err)
 	}

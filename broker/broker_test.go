@@ -12,6 +12,7 @@ import (
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/raftmux"
 	"github.com/raftq/raftq/scheduler"
 )
 
@@ -41,11 +42,19 @@ func startOneWith(t testing.TB, set func(*Config)) *Broker {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	ln, adv, err := raftmux.Listen(ctx, "127.0.0.1:0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := raftmux.New(ln, adv, raftmux.Config{Legacy: GroupID})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := Config{
+		RaftPort: port,
 		Cluster: cluster.Config{
 			NodeID:             "n1",
 			DataDir:            filepath.Join(t.TempDir(), "n1"),
-			RaftBind:           "127.0.0.1:0",
 			GossipBind:         "127.0.0.1:0",
 			GRPCAdvertise:      "127.0.0.1:1",
 			HeartbeatTimeout:   500 * time.Millisecond,
@@ -57,6 +66,7 @@ func startOneWith(t testing.TB, set func(*Config)) *Broker {
 	set(&cfg)
 	b, err := New(ctx, cfg)
 	if err != nil {
+		port.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -65,6 +75,7 @@ func startOneWith(t testing.TB, set func(*Config)) *Broker {
 		if err := b.Close(ctx); err != nil {
 			t.Errorf("close: %v", err)
 		}
+		port.Close() // the host closes it after the data group
 	})
 	r, err := b.Route(ctx, 15*time.Second)
 	if err != nil || !r.Local {

@@ -11,8 +11,6 @@ import (
 	"github.com/raftq/raftq/raftlog"
 
 	"github.com/hashicorp/memberlist"
-
-	"github.com/raftq/raftq/raftmux"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -85,11 +83,6 @@ type Config struct {
 	// (raftlog.ErrLogStoreMismatch).
 	LogStore raftlog.LogStore
 
-	// RaftBind is the host:port the Raft TCP transport listens on. Required.
-	RaftBind string
-	// RaftAdvertise is the host:port other nodes dial for Raft; default
-	// RaftBind (which must then not be an unspecified address).
-	RaftAdvertise string
 	// GossipBind is the host:port memberlist listens on (TCP and UDP).
 	// Required.
 	GossipBind string
@@ -169,13 +162,6 @@ type Config struct {
 	// nodes share cores and a disk; tests use shorter ones.
 	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
 
-	// TLS, when set, runs the Raft transport over mutual TLS with node
-	// certificates, makes the leader check a gossip member's node
-	// certificate before adding it as a voter, and removes a node at once
-	// only when it announced its leave over mutual TLS (a gossip leave
-	// alone counts as a failure). nil: plain TCP, gossip trusted.
-	TLS *TLS
-
 	// GossipKeys, when set, encrypts and authenticates gossip with
 	// memberlist's keyring (AES-GCM): the first key encrypts, every key is
 	// accepted, and a member without one of them cannot join. Each key is
@@ -194,21 +180,9 @@ type Config struct {
 	onLeadership      func(Leadership) // sees every published value, in order
 	// noMux makes the node's Raft port behave as a build's before the
 	// multiplexer in what others see: it advertises no preambles
-	// (nodeMeta.Mux) and sends none. wrapRaftListener wraps the Raft
-	// port's listener (a test refuses preambles in it, as an old build's
-	// raft does).
-	noMux            bool
-	wrapRaftListener func(net.Listener) net.Listener
+	// (nodeMeta.Mux) and sends none.
+	noMux bool
 }
-
-// TLS is what the Raft port needs to speak mutual TLS (raftmux.TLS). The
-// configs carry the verification; this package only asks for a node's
-// name. Server is the Raft listener's config: it must require a node
-// certificate of the cluster's CA (and refuse client certificates); Dial
-// returns the config for dialling node id: it presents this node's
-// certificate and must accept only id's node certificate; PeerName names
-// the node of a connection Server accepted.
-type TLS = raftmux.TLS
 
 // withDefaults returns a copy of c with defaults filled in, or an error
 // naming the first invalid field.
@@ -223,14 +197,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DataDir == "" {
 		return c, errors.New("cluster: config: DataDir is required")
 	}
-	if c.RaftBind == "" {
-		return c, errors.New("cluster: config: RaftBind is required")
-	}
 	if c.GossipBind == "" {
 		return c, errors.New("cluster: config: GossipBind is required")
 	}
 	for name, addr := range map[string]string{
-		"RaftBind": c.RaftBind, "RaftAdvertise": c.RaftAdvertise,
 		"GossipBind": c.GossipBind, "GossipAdvertise": c.GossipAdvertise,
 	} {
 		if addr == "" {
@@ -304,9 +274,6 @@ func (c Config) withDefaults() (Config, error) {
 		if n := len(k); n != 16 && n != 24 && n != 32 {
 			return c, fmt.Errorf("cluster: config: gossip key %d is %d bytes, want 16, 24 or 32", i+1, n)
 		}
-	}
-	if c.TLS != nil && (c.TLS.Server == nil || c.TLS.Dial == nil || c.TLS.PeerName == nil) {
-		return c, errors.New("cluster: config: TLS needs Server, Dial and PeerName")
 	}
 	c.Join = append([]string(nil), c.Join...)
 	return c, nil

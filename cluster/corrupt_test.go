@@ -186,7 +186,7 @@ func TestNodeQuarantinesCorruptState(t *testing.T) {
 // for its next start, and the other two elect a leader and go on.
 func TestRunningLeaderFindsCorruptLog(t *testing.T) {
 	c := &testCluster{t: t, dir: t.TempDir(), expect: 3, nodes: map[string]*testNode{}}
-	cfgs := map[string]Config{}
+	cfgs := map[string]nodeConfig{}
 	for _, id := range []string{"n1", "n2", "n3"} {
 		cfgs[id] = testConfig(t, id, c.dir, 3)
 		c.seeds = append(c.seeds, cfgs[id].GossipBind)

@@ -93,7 +93,7 @@ func TestWrapRaftErr(t *testing.T) {
 }
 
 func TestConfigDefaults(t *testing.T) {
-	c, err := Config{NodeID: "a", DataDir: "d", RaftBind: "127.0.0.1:1", GossipBind: "127.0.0.1:2"}.withDefaults()
+	c, err := Config{NodeID: "a", DataDir: "d", GossipBind: "127.0.0.1:2"}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,10 +103,10 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatalf("defaults: %+v", c)
 	}
 	for _, bad := range []Config{
-		{DataDir: "d", RaftBind: "127.0.0.1:1", GossipBind: "127.0.0.1:2"},
-		{NodeID: "a", RaftBind: "127.0.0.1:1", GossipBind: "127.0.0.1:2"},
-		{NodeID: "a", DataDir: "d", RaftBind: "nope", GossipBind: "127.0.0.1:2"},
-		{NodeID: "a", DataDir: "d", RaftBind: "127.0.0.1:1", GossipBind: "127.0.0.1:2", BootstrapExpect: -1},
+		{DataDir: "d", GossipBind: "127.0.0.1:2"},
+		{NodeID: "a", GossipBind: "127.0.0.1:2"},
+		{NodeID: "a", DataDir: "d", GossipBind: "nope"},
+		{NodeID: "a", DataDir: "d", GossipBind: "127.0.0.1:2", BootstrapExpect: -1},
 	} {
 		if _, err := bad.withDefaults(); err == nil {
 			t.Errorf("accepted %+v", bad)

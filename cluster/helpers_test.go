@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 
+	"github.com/raftq/raftq/raftmux"
 	"github.com/raftq/raftq/test/harness"
 )
 
@@ -149,13 +150,26 @@ func fastGossip(mc *memberlist.Config) {
 	mc.GossipToTheDeadTime = 5 * time.Second
 }
 
+// nodeConfig is a node's Config and what its host builds its Raft port
+// from (host.New builds the port and hands it to New).
+type nodeConfig struct {
+	Config
+	// RaftBind and RaftAdvertise are the Raft port's bind address and
+	// the address others dial (raftmux.Listen).
+	RaftBind, RaftAdvertise string
+	// TLS nil: plain TCP.
+	TLS *raftmux.TLS
+	// wrapRaftListener wraps the Raft port's listener (a test refuses
+	// preambles in it, as an old build's raft does).
+	wrapRaftListener func(net.Listener) net.Listener
+}
+
 // testConfig returns a node config on fresh loopback ports.
-func testConfig(t *testing.T, id, dir string, expect int) Config {
+func testConfig(t *testing.T, id, dir string, expect int) nodeConfig {
 	t.Helper()
-	return Config{
+	return nodeConfig{RaftBind: fmt.Sprintf("127.0.0.1:%d", freePort(t)), Config: Config{
 		NodeID:             id,
 		DataDir:            filepath.Join(dir, id),
-		RaftBind:           fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		GossipBind:         fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		GRPCAdvertise:      fmt.Sprintf("127.0.0.1:%d", freePort(t)), // not served here
 		HTTPAdvertise:      fmt.Sprintf("127.0.0.1:%d", freePort(t)),
@@ -169,31 +183,76 @@ func testConfig(t *testing.T, id, dir string, expect int) Config {
 		reconcileInterval:  500 * time.Millisecond,
 		joinRetry:          200 * time.Millisecond,
 		tuneGossip:         fastGossip,
-	}
+	}}
 }
 
 type testNode struct {
 	*Node
-	cfg Config
+	cfg nodeConfig
 	fsm *testFSM
 	svc *testLeader
+	// mux is the node's Raft port, closed after the node stops (as the
+	// host does).
+	mux *raftmux.Mux
 }
 
-func startNode(t *testing.T, cfg Config) *testNode {
+func startNode(t *testing.T, cfg nodeConfig) *testNode {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if cfg.PeerProgress == nil {
 		cfg.PeerProgress = dialProgress
 	}
-	tn := &testNode{cfg: cfg, fsm: &testFSM{}, svc: &testLeader{}}
-	n, err := New(ctx, cfg, tn.fsm, tn.svc)
+	tn, err := openNode(ctx, cfg, &testFSM{}, &testLeader{})
 	if err != nil {
 		t.Fatalf("start %s: %v", cfg.NodeID, err)
 	}
-	tn.Node = n
 	serveProgress(t, tn)
 	return tn
+}
+
+// openNode builds the node's Raft port as the host does and starts the
+// node on it; fsm's type is the test's (tn.fsm is set only for a
+// *testFSM).
+func openNode(ctx context.Context, cfg nodeConfig, fsm raft.FSM, svc *testLeader) (*testNode, error) {
+	ln, adv, err := raftmux.Listen(ctx, cfg.RaftBind, cfg.RaftAdvertise)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.wrapRaftListener != nil {
+		ln = cfg.wrapRaftListener(ln)
+	}
+	mux, err := raftmux.New(ln, adv, raftmux.Config{TLS: cfg.TLS, Log: cfg.Logger, Legacy: dataGroup})
+	if err != nil {
+		return nil, err
+	}
+	tn := &testNode{cfg: cfg, svc: svc, mux: mux}
+	tn.fsm, _ = fsm.(*testFSM)
+	var leader LeaderService
+	if svc != nil {
+		leader = svc
+	}
+	n, err := New(ctx, cfg.Config, mux, fsm, leader)
+	if err != nil {
+		mux.Close()
+		return nil, err
+	}
+	tn.Node = n
+	return tn, nil
+}
+
+// Shutdown stops the node, then its Raft port.
+func (n *testNode) Shutdown(ctx context.Context) error {
+	err := n.Node.Shutdown(ctx)
+	n.mux.Close()
+	return err
+}
+
+// stop is Node.stop, then the Raft port closes.
+func (n *testNode) stop(ctx context.Context, graceful bool) error {
+	err := n.Node.stop(ctx, graceful)
+	n.mux.Close()
+	return err
 }
 
 // serveProgress answers, at the node's advertised gRPC address (no gRPC

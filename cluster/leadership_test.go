@@ -88,7 +88,7 @@ func TestLeadershipEventsAcrossElectionAndTransfer(t *testing.T) {
 	base := runtime.NumGoroutine()
 	c := &testCluster{t: t, dir: t.TempDir(), expect: 3, nodes: map[string]*testNode{}}
 	logs := map[string]*leadershipLog{}
-	var cfgs []Config
+	var cfgs []nodeConfig
 	for _, id := range []string{"e1", "e2", "e3"} {
 		cfg := testConfig(t, id, c.dir, 3)
 		logs[id] = &leadershipLog{}
@@ -238,7 +238,7 @@ func TestLeadershipEstablishedOnlyAfterBarrier(t *testing.T) {
 	cfg.onLeadership = rec.add
 	fsm := &gatedFSM{testFSM: &testFSM{}, entered: make(chan struct{}), open: make(chan struct{})}
 	svc := &testLeader{}
-	r, err := New(ctxTimeout(t, 10*time.Second), cfg, fsm, svc)
+	r, err := openNode(ctxTimeout(t, 10*time.Second), cfg, fsm, svc)
 	if err != nil {
 		t.Fatalf("restart: %v", err)
 	}

@@ -68,9 +68,9 @@ type membership struct {
 
 // newMembership checks that the node's metadata fits memberlist's limit;
 // start creates the memberlist.
-func newMembership(cfg Config, log *slog.Logger, raftAddr string, hasState bool) (*membership, error) {
+func newMembership(cfg Config, log *slog.Logger, raftAddr string, hasState, authLeaves bool) (*membership, error) {
 	m := &membership{cfg: cfg, log: log, raftAddr: raftAddr, members: map[string]*member{}, changed: make(chan struct{}),
-		authLeaves: cfg.TLS != nil, run: newRunID()}
+		authLeaves: authLeaves, run: newRunID()}
 	m.hasState.Store(hasState)
 	probe := m.localMeta()
 	probe.State, probe.Leaving, probe.DiskLow, probe.Corrupt = true, true, true, true

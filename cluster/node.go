@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
+
 	"os"
 	"path/filepath"
-	"strconv"
+
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,8 +65,8 @@ type Node struct {
 	// spaceLogs notices appends that fail for lack of disk space.
 	spaceLogs *raftlog.Space
 	trans     drainedTransport
-	// mux is the Raft port (raftmux); trans runs on its data group's
-	// layer. raftIDs names the servers of the Raft configuration by
+	// mux is the Raft port (raftmux), the host's: trans runs on the data
+	// group's layer of it, and the host closes it after the node. raftIDs names the servers of the Raft configuration by
 	// address for the layer's dials.
 	mux      *raftmux.Mux
 	raftIDs  serverIDs
@@ -119,11 +119,18 @@ type Node struct {
 // bootstraps when the configuration calls for it. ctx bounds only the
 // start-up (address resolution); the node runs until Shutdown.
 //
+// port is the node's Raft port, which the caller (the host) built and
+// closes after Shutdown: the data group registers itself on it, and its
+// advertised address is the node's Raft address.
+//
 // fsm is the replicated state machine (it may also implement
 // raft.BatchingFSM); leader may be nil.
-func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_ *Node, err error) {
+func New(ctx context.Context, cfg Config, port *raftmux.Mux, fsm raft.FSM, leader LeaderService) (_ *Node, err error) {
 	if fsm == nil {
 		return nil, errors.New("cluster: New: nil FSM")
+	}
+	if port == nil {
+		return nil, errors.New("cluster: New: nil Raft port")
 	}
 	cfg, err = cfg.withDefaults()
 	if err != nil {
@@ -135,6 +142,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		shutDone:  make(chan struct{}),
 		raftDone:  make(chan struct{}),
 		corruptCh: make(chan struct{}),
+		mux:       port,
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -243,47 +251,17 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 		return nil, fmt.Errorf("log cache: %w", err)
 	}
 
-	var advertise net.Addr
-	if cfg.RaftAdvertise != "" {
-		host, port, err := splitHostPort(cfg.RaftAdvertise)
-		if err != nil {
-			return nil, fmt.Errorf("raft advertise: %w", err)
-		}
-		ip, err := resolveIP(ctx, host)
-		if err != nil {
-			return nil, fmt.Errorf("raft advertise: %w", err)
-		}
-		advertise = &net.TCPAddr{IP: ip, Port: port}
-		if net.ParseIP(host) == nil {
-			// A name stays a name in the Raft configuration, and each
-			// dial resolves it: a container recreated on its network
-			// (all of a compose project restarted, say) often comes back
-			// with another node's old address, and peers that dialled
-			// the old IPs sent one node's RPCs to another until the
-			// configuration was corrected.
-			advertise = namedAddr(net.JoinHostPort(host, strconv.Itoa(port)))
-		}
-	}
-	ln, advertise, err := listenRaft(ctx, cfg.RaftBind, advertise)
-	if err != nil {
-		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftBind, err)
-	}
-	if cfg.wrapRaftListener != nil {
-		ln = cfg.wrapRaftListener(ln)
-	}
-	n.raftAddr = advertise.String()
+	n.raftAddr = port.Addr().String()
 
 	hasState := true // a quarantined node has state, corrupt: nobody bootstraps from it
 	if !n.quarantined {
 		if hasState, err = raft.HasExistingState(logs, stable, n.snaps); err != nil {
-			ln.Close()
 			return nil, fmt.Errorf("check raft state: %w", err)
 		}
 	}
 	// Checks the metadata fits before memberlist would refuse it.
-	n.ms, err = newMembership(cfg, n.log, n.raftAddr, hasState)
+	n.ms, err = newMembership(cfg, n.log, n.raftAddr, hasState, port.Secure())
 	if err != nil {
-		ln.Close()
 		return nil, err
 	}
 	n.ms.id = n.id
@@ -296,11 +274,10 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	if cfg.noMux {
 		preambles = nil
 	}
-	mux, layer, err := openRaftPort(ln, advertise, cfg.TLS, n.log, preambles, &n.raftIDs)
+	layer, err := port.Register(dataGroup, raftmux.Peers{IDOf: n.raftIDs.idOf, Preambles: preambles})
 	if err != nil {
-		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftBind, err)
+		return nil, fmt.Errorf("raft port: %w", err)
 	}
-	n.mux = mux
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  layer,
 		MaxPool: 3,
@@ -362,7 +339,7 @@ func New(ctx context.Context, cfg Config, fsm raft.FSM, leader LeaderService) (_
 	n.rec = newReconciler(cfg, n.log, n.raft, n.ms, n.id)
 	n.leave = &leaveProtocol{self: cfg.NodeID, log: n.log, r: n.raft, ms: n.ms, lead: n.lead,
 		transfer: func(ctx context.Context) (string, error) { return n.TransferLeadership(ctx, "") }}
-	if cfg.TLS != nil {
+	if port.Secure() {
 		// The leader adds a member only once it has shown its node
 		// certificate; a leave counts only when announced over mTLS.
 		n.rec.checkNode = n.mux.CheckNode
@@ -538,13 +515,6 @@ func (n *Node) closeAll() error {
 	} else if n.trans.NetworkTransport != nil {
 		if err := n.trans.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("raft transport: %w", err))
-		}
-	}
-	if n.mux != nil {
-		// Raft's transport closed the data group's layer; the port, and
-		// every connection still on it, close here.
-		if err := n.mux.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			errs = append(errs, fmt.Errorf("raft port: %w", err))
 		}
 	}
 	n.wg.Wait()

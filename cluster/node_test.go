@@ -114,7 +114,7 @@ type testCluster struct {
 	seeds  []string
 }
 
-func (c *testCluster) start(cfg Config) *testNode {
+func (c *testCluster) start(cfg nodeConfig) *testNode {
 	cfg.Join = slices.Clone(c.seeds)
 	n := startNode(c.t, cfg)
 	c.nodes[cfg.NodeID] = n
@@ -205,7 +205,7 @@ func (c *testCluster) shutdownAll() {
 func TestCluster(t *testing.T) {
 	base := runtime.NumGoroutine()
 	c := &testCluster{t: t, dir: t.TempDir(), expect: 3, nodes: map[string]*testNode{}}
-	cfgs := map[string]Config{}
+	cfgs := map[string]nodeConfig{}
 	for _, id := range []string{"n1", "n2", "n3", "n4", "n5"} {
 		cfgs[id] = testConfig(t, id, c.dir, 3)
 	}

@@ -31,7 +31,7 @@ func TestDataDirKeepsItsNodeID(t *testing.T) {
 	other.NodeID = "b"
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := New(ctx, other, &testFSM{}, nil)
+	_, err := openNode(ctx, other, &testFSM{}, nil)
 	if !errors.Is(err, ErrNodeIDMismatch) || !strings.Contains(err.Error(), `"a"`) || !strings.Contains(err.Error(), `"b"`) {
 		t.Fatalf("start as b on a's data dir: %v; want ErrNodeIDMismatch naming a and b", err)
 	}

@@ -100,7 +100,7 @@ func TestStatelessNodeRefusesVotes(t *testing.T) {
 // nothing committed is lost.
 func TestWipedVoterDoesNotElect(t *testing.T) {
 	dir := t.TempDir()
-	cfgs := map[string]Config{}
+	cfgs := map[string]nodeConfig{}
 	var seeds []string
 	for _, id := range []string{"w1", "w2", "w3"} {
 		cfgs[id] = testConfig(t, id, dir, 3)

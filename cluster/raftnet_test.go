@@ -76,7 +76,7 @@ func (c *openingConn) Read(p []byte) (int, error) {
 func TestRaftPortMixedBuilds(t *testing.T) {
 	base := runtime.NumGoroutine()
 	c := &testCluster{t: t, dir: t.TempDir(), expect: 3, nodes: map[string]*testNode{}}
-	cfgs := map[string]Config{}
+	cfgs := map[string]nodeConfig{}
 	seen := map[string]*openings{}
 	for _, id := range []string{"n1", "n2", "n3", "n4", "n5"} {
 		cfg := testConfig(t, id, c.dir, 3)

@@ -96,7 +96,7 @@ func TestGossipRecoversAfterPartition(t *testing.T) {
 	base := runtime.NumGoroutine()
 	g := &gossipNet{cut: map[[2]string]bool{}}
 	c := &testCluster{t: t, dir: t.TempDir(), expect: 3, nodes: map[string]*testNode{}}
-	cfgs := map[string]Config{}
+	cfgs := map[string]nodeConfig{}
 	ids := []string{"n1", "n2", "n3"}
 	for _, id := range ids {
 		cfg := testConfig(t, id, c.dir, 3)

@@ -55,7 +55,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	oldNode, _ := ca.pair(t, pki.Request{Name: "n9", Node: true})
 
 	c := &testCluster{t: t, dir: t.TempDir(), expect: 3, nodes: map[string]*testNode{}}
-	config := func(id string, keys [][]byte) (Config, *tlsconfig.Source) {
+	config := func(id string, keys [][]byte) (nodeConfig, *tlsconfig.Source) {
 		cfg := testConfig(t, id, c.dir, 3)
 		cfg.Logger = log.With("node", id)
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond

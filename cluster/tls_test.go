@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/raftq/raftq/raftmux"
 	"github.com/raftq/raftq/test/harness"
 	"github.com/raftq/raftq/tlsconfig"
 	"github.com/raftq/raftq/tlsconfig/pki"
@@ -62,21 +63,21 @@ func (c *testCA) pair(t *testing.T, req pki.Request) (tls.Certificate, tlsconfig
 }
 
 // nodeTLS is node id's Raft TLS, logging to log.
-func (c *testCA) nodeTLS(t *testing.T, id string, log *slog.Logger) *TLS {
+func (c *testCA) nodeTLS(t *testing.T, id string, log *slog.Logger) *raftmux.TLS {
 	t.Helper()
 	cfg, _ := c.nodeSource(t, id, log)
 	return cfg
 }
 
 // nodeSource is nodeTLS and the material behind it (to reload).
-func (c *testCA) nodeSource(t *testing.T, id string, log *slog.Logger) (*TLS, *tlsconfig.Source) {
+func (c *testCA) nodeSource(t *testing.T, id string, log *slog.Logger) (*raftmux.TLS, *tlsconfig.Source) {
 	t.Helper()
 	_, f := c.pair(t, pki.Request{Name: id, Node: true})
 	src, err := tlsconfig.Load(f, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &TLS{Server: src.NodeServerConfig("raft"), Dial: src.NodeClientConfig, PeerName: tlsconfig.PeerNodeName}, src
+	return &raftmux.TLS{Server: src.NodeServerConfig("raft"), Dial: src.NodeClientConfig, PeerName: tlsconfig.PeerNodeName}, src
 }
 
 // logBuffer keeps every line logged (and passes warnings on to stderr).
@@ -117,7 +118,7 @@ func TestTLSCluster(t *testing.T) {
 		}
 	})
 	c := &testCluster{t: t, dir: t.TempDir(), expect: 3, nodes: map[string]*testNode{}}
-	cfgs := map[string]Config{}
+	cfgs := map[string]nodeConfig{}
 	for _, id := range []string{"n1", "n2", "n3", "n4"} {
 		cfg := testConfig(t, id, c.dir, 3)
 		cfg.Logger = log.With("node", id)

@@ -21,7 +21,7 @@ import (
 func TestTransferLeadershipOutlastsASlowTarget(t *testing.T) {
 	base := runtime.NumGoroutine()
 	c := &testCluster{t: t, dir: t.TempDir(), expect: 3, nodes: map[string]*testNode{}}
-	var cfgs []Config
+	var cfgs []nodeConfig
 	for _, id := range []string{"n1", "n2", "n3"} {
 		cfg := testConfig(t, id, c.dir, 3)
 		cfgs = append(cfgs, cfg)

@@ -31,12 +31,12 @@ func TestMetaLogVersion(t *testing.T) {
 	}
 	// A node advertises its configured version; the default is 1.
 	for _, tc := range []struct{ cfg, want uint32 }{{0, 1}, {1, 1}, {7, 7}} {
-		cfg := Config{NodeID: "a", DataDir: "d", RaftBind: "127.0.0.1:1", GossipBind: "127.0.0.1:2", LogVersion: tc.cfg}
+		cfg := Config{NodeID: "a", DataDir: "d", GossipBind: "127.0.0.1:2", LogVersion: tc.cfg}
 		c, err := cfg.withDefaults()
 		if err != nil {
 			t.Fatal(err)
 		}
-		ms, err := newMembership(c, testLogger(), "127.0.0.1:1", false)
+		ms, err := newMembership(c, testLogger(), "127.0.0.1:1", false, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,6 @@
 // Package host is the composition root: a Host is one raftq node, the
 // only place where its parts are built, started and stopped. It owns the
-// listeners (gRPC and HTTP here; the Raft port and gossip through the
+// listeners (gRPC, HTTP and the Raft port here; gossip through the
 // cluster node), the TLS material and its reload, the peer connections,
 // the metrics registry, the data group (broker.Broker: Raft, the queue
 // state machine, the scheduler) and the API and HTTP servers. `raftq
@@ -27,8 +27,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/raftq/raftq/auth"
 	"github.com/raftq/raftq/broker"
-	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/peers"
+	"github.com/raftq/raftq/raftmux"
 	"github.com/raftq/raftq/tlsconfig"
 	"github.com/raftq/raftq/transport"
 )
@@ -51,6 +51,10 @@ type Config struct {
 	// HTTPAddr is the operator port's bind address (metrics, health, the
 	// dashboard); "" = no HTTP port.
 	HTTPAddr string
+	// RaftAddr is the Raft port's bind address; RaftAdvertise the
+	// address other nodes dial (default RaftAddr, which must then be a
+	// specific address). A host name stays a name: each dial resolves it.
+	RaftAddr, RaftAdvertise string
 	// API tunes the gRPC server. The host sets its Logger, Registry
 	// (when nil), TLS, Auth, Peers and HTTPSecure.
 	API transport.Config
@@ -102,14 +106,17 @@ type Host struct {
 	httpLis    net.Listener  // nil: no HTTP port
 	httpSrv    *http.Server  // nil: no HTTP port
 	httpServed chan struct{} // closed when httpSrv.Serve returned
-	registry   *prometheus.Registry
-	peers      *peers.Pool
-	group      *broker.Broker
-	authn      *auth.Authenticator
-	api        *transport.Server
-	served     chan struct{} // closed when the gRPC server's Serve returned
-	serveErr   error         // what it returned (read after served)
-	errc       chan error    // a server that failed while running
+	// raftPort is the Raft port: one listener for every Raft group of
+	// the node (raftmux), closed after the data group.
+	raftPort *raftmux.Mux
+	registry *prometheus.Registry
+	peers    *peers.Pool
+	group    *broker.Broker
+	authn    *auth.Authenticator
+	api      *transport.Server
+	served   chan struct{} // closed when the gRPC server's Serve returned
+	serveErr error         // what it returned (read after served)
+	errc     chan error    // a server that failed while running
 
 	stopOnce sync.Once
 	stopErr  error
@@ -217,13 +224,26 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 	}
 	h.peers = peers.New(h.tls, auth.NewForwarder(acfg).ClientUnary)
 
-	// 6. The data group: the state machine restores from the data dir and
+	// 6. The Raft port: every Raft group of the node registers itself on
+	//    it as it opens (today the data group, also the port's legacy
+	//    group: a connection that opens with no preamble, as every build
+	//    before the multiplexer sends, is the data group's).
+	ln, adv, err := raftmux.Listen(ctx, cfg.RaftAddr, cfg.RaftAdvertise)
+	if err != nil {
+		return nil, err
+	}
+	if h.raftPort, err = raftmux.New(ln, adv, raftmux.Config{TLS: raftTLS(h.tls), Log: log.With("component", "cluster", "node", id),
+		Legacy: broker.GroupID}); err != nil {
+		return nil, fmt.Errorf("raft port: %w", err)
+	}
+
+	// 7. The data group: the state machine restores from the data dir and
 	//    the Raft node joins or bootstraps. The leader asks a joining node
 	//    for its progress, and a follower's counter audit asks the leader
 	//    for recounts, through the peers.
 	ncfg.Logger = log
 	ncfg.Peers = h.peers
-	ncfg.Cluster.TLS = clusterTLS(h.tls)
+	ncfg.RaftPort = h.raftPort
 	ncfg.Cluster.GossipKeys = gossipKeys
 	ncfg.Cluster.PeerProgress = h.peers.Progress
 	if ncfg.Cluster.GRPCAdvertise == "" {
@@ -246,11 +266,11 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 		})
 	}
 
-	// 7. Authentication, over the replicated auth state.
+	// 8. Authentication, over the replicated auth state.
 	acfg.State = h.group.State().Reader().Auth
 	h.authn = auth.New(acfg)
 
-	// 8. The API and the HTTP port's handler.
+	// 9. The API and the HTTP port's handler.
 	api := cfg.API
 	h.registry = api.Registry
 	if h.registry == nil {
@@ -272,7 +292,7 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 	starting.ready(h.api.HTTPHandler())
 	c := ncfg.Cluster
 	log.Info("raftq node started", "node_id", id, "grpc", c.GRPCAdvertise, "grpc_clients", cmp.Or(c.ClientGRPCAdvertise, c.GRPCAdvertise),
-		"raft", c.RaftAdvertise, "gossip", c.GossipAdvertise, "http", c.HTTPAdvertise, "data_dir", c.DataDir,
+		"raft", h.raftPort.Addr().String(), "gossip", c.GossipAdvertise, "http", c.HTTPAdvertise, "data_dir", c.DataDir,
 		"applied_index", h.group.State().Reader().AppliedIndex(), "startup", time.Since(started).Round(time.Millisecond))
 	return h, nil
 }
@@ -324,7 +344,7 @@ func (h *Host) Close(ctx context.Context) error {
 //     leader, and writes flow there;
 //  2. drain the API and the HTTP port: calls in flight finish, streams
 //     end;
-//  3. stop the data group (Raft, gossip, stores);
+//  3. stop the data group (Raft, gossip, stores), then the Raft port;
 //  4. close the peer connections, then the reloader and the test clock.
 func (h *Host) stop(ctx context.Context, handOver, leave bool) {
 	h.stopOnce.Do(func() {
@@ -372,6 +392,11 @@ func (h *Host) stop(ctx context.Context, handOver, leave bool) {
 			errs = append(errs, fmt.Errorf("node shutdown: %w", err))
 		}
 		cancel()
+		// Raft's transport closed the data group's layer; the port, and
+		// every connection still on it, close here.
+		if err := h.raftPort.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, fmt.Errorf("raft port: %w", err))
+		}
 		h.peers.Close()
 		h.stopBG()
 		h.bg.Wait()
@@ -391,6 +416,9 @@ func (h *Host) abort() {
 		}
 		if h.grpcLis != nil {
 			h.grpcLis.Close()
+		}
+		if h.raftPort != nil {
+			h.raftPort.Close()
 		}
 		if h.peers != nil {
 			h.peers.Close()
@@ -430,10 +458,11 @@ func (h *Host) TLS() *tlsconfig.Source { return h.tls }
 // does.
 func (h *Host) Reload() { h.reload.reload() }
 
-// clusterTLS is what Raft needs of the node's TLS material (nil: none).
-func clusterTLS(src *tlsconfig.Source) *cluster.TLS {
+// raftTLS is what the Raft port needs of the node's TLS material (nil:
+// none).
+func raftTLS(src *tlsconfig.Source) *raftmux.TLS {
 	if src == nil {
 		return nil
 	}
-	return &cluster.TLS{Server: src.NodeServerConfig("raft"), Dial: src.NodeClientConfig, PeerName: tlsconfig.PeerNodeName}
+	return &raftmux.TLS{Server: src.NodeServerConfig("raft"), Dial: src.NodeClientConfig, PeerName: tlsconfig.PeerNodeName}
 }

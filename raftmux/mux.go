@@ -41,6 +41,15 @@ type Config struct {
 	// Legacy is the group that connections without a preamble belong to
 	// (the one group of builds before the multiplexer).
 	Legacy string
+}
+
+// Peers is what a group's layer is told of the nodes it dials.
+type Peers struct {
+	// IDOf names the one server at an address in the group's Raft
+	// configuration: with TLS a dial accepts only that node's
+	// certificate (raft's Dial is given only the address). nil: none is
+	// known.
+	IDOf func(raft.ServerAddress) (string, bool)
 	// Preambles reports whether the node at addr understands preambles
 	// (its gossip says so). Until it does, only the legacy group can
 	// reach it, without a preamble. nil: no node does.
@@ -83,6 +92,10 @@ func New(ln net.Listener, advertise net.Addr, cfg Config) (*Mux, error) {
 		ln.Close()
 		return nil, fmt.Errorf("raftmux: legacy group: %w", err)
 	}
+	if cfg.TLS != nil && (cfg.TLS.Server == nil || cfg.TLS.Dial == nil || cfg.TLS.PeerName == nil) {
+		ln.Close()
+		return nil, errors.New("raftmux: TLS needs Server, Dial and PeerName")
+	}
 	if advertise == nil {
 		advertise = ln.Addr()
 	}
@@ -99,10 +112,10 @@ func New(ln net.Listener, advertise net.Addr, cfg Config) (*Mux, error) {
 // Addr is the advertised address.
 func (m *Mux) Addr() net.Addr { return m.advertise }
 
-// Register returns group's stream layer. idOf names the one server at an
-// address in the group's Raft configuration: with TLS a dial accepts only
-// that node's certificate (raft's Dial is given only the address).
-func (m *Mux) Register(group string, idOf func(raft.ServerAddress) (string, bool)) (*Layer, error) {
+// Register returns group's stream layer, which dials as peers says. Each
+// group registers itself (a Raft group's runtime, as it opens), so the
+// port can be built before any group exists.
+func (m *Mux) Register(group string, peers Peers) (*Layer, error) {
 	if err := ValidGroupID(group); err != nil {
 		return nil, err
 	}
@@ -114,7 +127,7 @@ func (m *Mux) Register(group string, idOf func(raft.ServerAddress) (string, bool
 	if _, ok := m.groups[group]; ok {
 		return nil, fmt.Errorf("raftmux: group %q is registered already", group)
 	}
-	l := &Layer{m: m, group: group, idOf: idOf, accepted: make(chan net.Conn), done: make(chan struct{})}
+	l := &Layer{m: m, group: group, peers: peers, accepted: make(chan net.Conn), done: make(chan struct{})}
 	m.groups[group] = l
 	return l, nil
 }
@@ -339,7 +352,7 @@ func (m *Mux) SendLeave(ctx context.Context, id, addr string) error {
 type Layer struct {
 	m        *Mux
 	group    string
-	idOf     func(raft.ServerAddress) (string, bool)
+	peers    Peers
 	accepted chan net.Conn
 	done     chan struct{}
 	once     sync.Once
@@ -364,15 +377,15 @@ func (l *Layer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, 
 	if l.m.cut.Load() {
 		return nil, ErrCut
 	}
-	preamble := l.m.cfg.Preambles != nil && l.m.cfg.Preambles(addr)
+	preamble := l.peers.Preambles != nil && l.peers.Preambles(addr)
 	if !preamble && l.group != l.m.cfg.Legacy {
 		return nil, fmt.Errorf("raft: the node at %s does not yet serve group %q (it understands no preamble)", addr, l.group)
 	}
 	id := ""
 	if l.m.cfg.TLS != nil {
 		var ok bool
-		if l.idOf != nil {
-			id, ok = l.idOf(addr)
+		if l.peers.IDOf != nil {
+			id, ok = l.peers.IDOf(addr)
 		}
 		if !ok {
 			return nil, fmt.Errorf("raft: no single server at %s in the configuration: cannot tell which node certificate to expect", addr)
@@ -529,3 +542,8 @@ func (m *Mux) waitHeld(part Traffic) {
 	case <-m.done:
 	}
 }
+
+// Secure reports whether the port speaks mutual TLS: a leave then counts
+// only when announced over it, and a member is checked before it is
+// added.
+func (m *Mux) Secure() bool { return m.cfg.TLS != nil }

@@ -2,6 +2,7 @@ package raftmux
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -57,9 +58,12 @@ func newMux(t *testing.T, cfg Config) *Mux {
 	return m
 }
 
-func register(t *testing.T, m *Mux, group string) *Layer {
+// always says every node understands preambles.
+func always(raft.ServerAddress) bool { return true }
+
+func register(t *testing.T, m *Mux, group string, preambles func(raft.ServerAddress) bool) *Layer {
 	t.Helper()
-	l, err := m.Register(group, func(raft.ServerAddress) (string, bool) { return "n1", true })
+	l, err := m.Register(group, Peers{IDOf: func(raft.ServerAddress) (string, bool) { return "n1", true }, Preambles: preambles})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +117,8 @@ func expectClosed(t *testing.T, c net.Conn) {
 
 func TestTwoGroupsOneListener(t *testing.T) {
 	base := runtime.NumGoroutine()
-	m := newMux(t, Config{Preambles: func(raft.ServerAddress) bool { return true }})
-	data, meta := register(t, m, "data"), register(t, m, "meta")
+	m := newMux(t, Config{})
+	data, meta := register(t, m, "data", always), register(t, m, "meta", always)
 	addr := raft.ServerAddress(m.Addr().String())
 	for i := range 3 {
 		for _, tc := range []struct {
@@ -142,7 +146,7 @@ func TestTwoGroupsOneListener(t *testing.T) {
 		default:
 		}
 	}
-	if _, err := m.Register("meta", nil); err == nil {
+	if _, err := m.Register("meta", Peers{}); err == nil {
 		t.Error("a group registered twice")
 	}
 	m.Close()
@@ -156,7 +160,7 @@ func TestTwoGroupsOneListener(t *testing.T) {
 
 func TestLegacyDiallerReachesLegacyGroup(t *testing.T) {
 	m := newMux(t, Config{})
-	data, meta := register(t, m, "data"), register(t, m, "meta")
+	data, meta := register(t, m, "data", nil), register(t, m, "meta", nil)
 	_ = meta
 	// A build before the multiplexer: plain TCP, the RPC byte first.
 	for _, first := range []byte{0, 1, 2, 3, 4} {
@@ -192,8 +196,8 @@ func TestLegacyDiallerReachesLegacyGroup(t *testing.T) {
 
 func TestUnknownAndBadPreamblesClosed(t *testing.T) {
 	m := newMux(t, Config{})
-	data := register(t, m, "data")
-	other := register(t, m, "gone")
+	data := register(t, m, "data", nil)
+	other := register(t, m, "gone", nil)
 	other.Close() // unregistered: its id is unknown now
 	for _, in := range [][]byte{
 		append([]byte{PreambleByte, 5}, "nosuch"...),
@@ -280,8 +284,8 @@ func (p pki) tls(cert tls.Certificate) *TLS {
 func TestTLSRefusesNonNodeCertificates(t *testing.T) {
 	base := runtime.NumGoroutine()
 	p := newPKI(t)
-	m := newMux(t, Config{TLS: p.tls(p.node), Preambles: func(raft.ServerAddress) bool { return true }})
-	data, meta := register(t, m, "data"), register(t, m, "meta")
+	m := newMux(t, Config{TLS: p.tls(p.node)})
+	data, meta := register(t, m, "data", always), register(t, m, "meta", always)
 	addr := raft.ServerAddress(m.Addr().String())
 
 	// A node certificate reaches each group, with and without a preamble.
@@ -348,11 +352,11 @@ func TestTLSRefusesNonNodeCertificates(t *testing.T) {
 
 func TestCloseLeavesNothing(t *testing.T) {
 	base := runtime.NumGoroutine()
-	m, err := New(listen(t), nil, Config{Legacy: "data", Preambles: func(raft.ServerAddress) bool { return true }})
+	m, err := New(listen(t), nil, Config{Legacy: "data"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := register(t, m, "data")
+	data := register(t, m, "data", always)
 	addr := m.Addr().String()
 	// A connection held by the group, one waiting for Accept, one that
 	// never sends a byte, one dialled out: Close ends them all.
@@ -383,7 +387,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 
 func TestCut(t *testing.T) {
 	m := newMux(t, Config{})
-	data := register(t, m, "data")
+	data := register(t, m, "data", nil)
 	addr := raft.ServerAddress(m.Addr().String())
 	ch := acceptOne(data)
 	c, err := data.Dial(addr, waitLimit)
@@ -435,8 +439,8 @@ func waitHeldReads(t *testing.T, m *Mux, n int64) {
 }
 
 func TestHold(t *testing.T) {
-	m := newMux(t, Config{Preambles: func(raft.ServerAddress) bool { return true }})
-	data := register(t, m, "data")
+	m := newMux(t, Config{})
+	data := register(t, m, "data", always)
 	addr := raft.ServerAddress(m.Addr().String())
 	ch := acceptOne(data)
 	out, err := data.Dial(addr, waitLimit) // dialled: m's DialledReads
@@ -504,7 +508,7 @@ func TestHold(t *testing.T) {
 func TestCutKeepsLeaveAndCheck(t *testing.T) {
 	p := newPKI(t)
 	m := newMux(t, Config{TLS: p.tls(p.node)})
-	data := register(t, m, "data")
+	data := register(t, m, "data", nil)
 	addr := raft.ServerAddress(m.Addr().String())
 	left := make(chan string, 1)
 	m.OnLeave(func(id string) { left <- id })
@@ -529,4 +533,32 @@ func TestCutKeepsLeaveAndCheck(t *testing.T) {
 	defer c.Close()
 	_, _ = c.Write([]byte{0})
 	expectClosed(t, c)
+}
+
+// TestListen: the Raft port refuses a bind it cannot parse and an
+// advertised address others cannot dial (what cluster.Config checked of
+// RaftBind and RaftAdvertise before the host built the port), and keeps
+// an advertised host name a name.
+func TestListen(t *testing.T) {
+	ctx := context.Background()
+	if ln, _, err := Listen(ctx, "nope", ""); err == nil {
+		ln.Close()
+		t.Error("bind nope accepted")
+	}
+	if ln, _, err := Listen(ctx, "0.0.0.0:0", ""); err == nil {
+		ln.Close()
+		t.Error("an unspecified bound address accepted as the advertised one")
+	}
+	if ln, _, err := Listen(ctx, "127.0.0.1:0", "127.0.0.1:x"); err == nil {
+		ln.Close()
+		t.Error("advertise with a bad port accepted")
+	}
+	ln, adv, err := Listen(ctx, "127.0.0.1:0", "localhost:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if _, ok := adv.(NamedAddr); !ok || adv.String() != "localhost:7000" {
+		t.Errorf("advertised %T %v, want the name", adv, adv)
+	}
 }

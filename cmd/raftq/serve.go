@@ -300,8 +300,6 @@ func hostConfig(o *serveOptions, mem memoryBudget) (host.Config, error) {
 			Cluster: cluster.Config{
 				NodeID:              o.nodeID,
 				DataDir:             o.dataDir,
-				RaftBind:            o.raftAddr,
-				RaftAdvertise:       adv["raft"],
 				GossipBind:          o.gossipAddr,
 				GossipAdvertise:     adv["gossip"],
 				GRPCAdvertise:       adv["grpc"],
@@ -323,8 +321,10 @@ func hostConfig(o *serveOptions, mem memoryBudget) (host.Config, error) {
 			CarryGrants:          o.carryGrants,
 			ReplicaCheckInterval: o.replicaCheck,
 		},
-		GRPCAddr: o.grpcAddr,
-		HTTPAddr: o.httpAddr,
+		GRPCAddr:      o.grpcAddr,
+		HTTPAddr:      o.httpAddr,
+		RaftAddr:      o.raftAddr,
+		RaftAdvertise: adv["raft"],
 		API: transport.Config{
 			MetricsTopKeys:      o.metricsTopKeys,
 			Pprof:               o.auth.pprof,

@@ -66,7 +66,6 @@ func Config(id, dir string, at Addrs, expect int, join []string, log *slog.Logge
 			Cluster: cluster.Config{
 				NodeID:             id,
 				DataDir:            filepath.Join(dir, id),
-				RaftBind:           at.Raft,
 				GossipBind:         at.Gossip,
 				GRPCAdvertise:      at.GRPC,
 				Version:            "build-of-" + id,
@@ -80,6 +79,7 @@ func Config(id, dir string, at Addrs, expect int, join []string, log *slog.Logge
 			},
 		},
 		GRPCAddr: at.GRPC,
+		RaftAddr: at.Raft,
 		Logger:   log.With("node", id),
 	}
 }
