@@ -182,3 +182,67 @@ func TestSharedBodies(t *testing.T) {
 		}
 	}
 }
+
+// TestSoleGroupIsTheKeysIDs: a fairness key whose ready messages are all
+// of one throttle group keeps one tree of their ids, not two (issue 24);
+// a second group gives the first a tree of its own, and each group still
+// holds exactly its messages, as the messages leave too.
+func TestSoleGroupIsTheKeysIDs(t *testing.T) {
+	s := New()
+	if r := s.Begin(1, 1, 1, 1000, NewTouched()).CreateQueue(&fsmv1.CreateQueue{Name: "q"}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	enqueue := func(index uint64, msgs ...*fsmv1.EnqueueMessage) []uint64 {
+		t.Helper()
+		r := s.Begin(index, 1, 1, 1000+int64(index), NewTouched()).Enqueue(&fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}})
+		if r.Err != nil || r.Batches[0].Err != nil {
+			t.Fatal(r.Err, r.Batches[0].Err)
+		}
+		if err := s.Verify(); err != nil {
+			t.Fatal(err)
+		}
+		return r.Batches[0].IDs
+	}
+	plain := enqueue(2, &fsmv1.EnqueueMessage{Payload: []byte("a")}, &fsmv1.EnqueueMessage{Payload: []byte("b")})
+	kq := s.queues["q"].levels[0].keys[""]
+	if kq.groups[""] != kq.ids {
+		t.Fatal("a key's only group is a tree of its own")
+	}
+	throttled := enqueue(3, &fsmv1.EnqueueMessage{Payload: []byte("c"), ThrottleKeys: []string{"t"}})
+	plain = append(plain, enqueue(4, &fsmv1.EnqueueMessage{Payload: []byte("d")})...)
+	if kq.groups[""] == kq.ids {
+		t.Fatal("with a second group the first is still the key's ids")
+	}
+	ids := func(g string) (out []uint64) {
+		if gt := kq.groups[g]; gt != nil {
+			gt.Ascend(func(id uint64) bool { out = append(out, id); return true })
+		}
+		return out
+	}
+	if got := ids(""); !slices.Equal(got, plain) {
+		t.Errorf("group \"\" holds %v, want %v", got, plain)
+	}
+	if got := ids("t"); !slices.Equal(got, throttled) {
+		t.Errorf("group t holds %v, want %v", got, throttled)
+	}
+	if kq.ids.Len() != 4 {
+		t.Errorf("the key holds %d ids, want 4", kq.ids.Len())
+	}
+	// Messages leave through the same chokepoint (put): the groups follow.
+	q := s.queues["q"]
+	for _, id := range []uint64{plain[0], throttled[0]} {
+		m := q.get(id)
+		next := *m
+		next.state, next.visibleMs = stateDelayed, 5000
+		s.put(q, m, &next)
+	}
+	if err := s.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(""); !slices.Equal(got, plain[1:]) {
+		t.Errorf("group \"\" holds %v, want %v", got, plain[1:])
+	}
+	if _, ok := kq.groups["t"]; ok {
+		t.Error("an emptied group is kept")
+	}
+}
