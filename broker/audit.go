@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/peers"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
@@ -37,7 +40,28 @@ func (c AuditConfig) withDefaults() AuditConfig {
 	return c
 }
 
-// auditCounters runs on every node, for its lifetime (a node duty,
+// counterAudit is the counter audit, a node duty (leader.go): its own
+// type, given at construction what it reads (the state's Reader and
+// Integrity) and how it reaches the leader (the group's routing, its
+// recount and the peer connections), so the group's type keeps none of
+// its steps.
+type counterAudit struct {
+	cfg    AuditConfig
+	log    *slog.Logger
+	id     string // this node's, named in a follower's request
+	reads  fsm.Reader
+	checks fsm.Integrity
+	peers  *peers.Pool // nil: a follower reports drift in its log only
+	// route and recount are the group's (Broker.Route,
+	// Operator.RecountQueues): where a leader-only call goes, and the
+	// recount the established leader commits.
+	route   func(ctx context.Context, wait time.Duration) (Route, error)
+	recount func(ctx context.Context, queues []string) (*fsm.RecountResult, error)
+	// audited counts the queues recounted (Stats.AuditedQueues).
+	audited atomic.Uint64
+}
+
+// run is the audit: it runs on every node, for its lifetime (a node duty,
 // leader.go). Counters are kept by one chokepoint (fsm/state put), so
 // they should never drift; this finds it if they do. Each tick it
 // recounts at most Budget of this node's queues, continuing from a cursor
@@ -46,11 +70,11 @@ func (c AuditConfig) withDefaults() AuditConfig {
 // RecountQueues is committed, which every replica applies by recounting
 // its own structures (the command carries names, not numbers): the
 // leader proposes it; a follower asks the leader to, through the routing
-// any call takes (requestRecount). Every node audits its own counters
+// any call takes (request). Every node audits its own counters
 // because no other check sees a follower's: counters derive from the
 // messages and are not in the state digest the replica check compares.
-func (b *Broker) auditCounters(ctx context.Context, _ uint64) {
-	cfg := b.cfg.Audit.withDefaults()
+func (a *counterAudit) run(ctx context.Context, _ uint64) {
+	cfg := a.cfg.withDefaults()
 	if cfg.Interval < 0 {
 		return
 	}
@@ -63,20 +87,20 @@ func (b *Broker) auditCounters(ctx context.Context, _ uint64) {
 			return
 		case <-t.C:
 		}
-		cursor = b.auditTick(ctx, cursor, cfg.Budget)
+		cursor = a.tick(ctx, cursor, cfg.Budget)
 	}
 }
 
-// auditTick audits the next budget queues after cursor and returns the
+// tick audits the next budget queues after cursor and returns the
 // cursor for the next tick ("" once the rotation is complete).
-func (b *Broker) auditTick(ctx context.Context, cursor string, budget int) string {
-	copies := b.state.Integrity().AuditCopies(cursor, budget)
-	b.audited.Add(uint64(len(copies)))
+func (a *counterAudit) tick(ctx context.Context, cursor string, budget int) string {
+	copies := a.checks.AuditCopies(cursor, budget)
+	a.audited.Add(uint64(len(copies)))
 	var drifted []string
 	for _, c := range copies {
 		have, want := c.Recount() // off the state lock: the trees are copies
 		if !have.Equal(want) {
-			b.log.Warn("counter audit: a queue's counters disagree with its messages",
+			a.log.Warn("counter audit: a queue's counters disagree with its messages",
 				"queue", c.Queue, "counters", have.String(), "messages", want.String())
 			drifted = append(drifted, c.Queue)
 		}
@@ -87,39 +111,39 @@ func (b *Broker) auditTick(ctx context.Context, cursor string, budget int) strin
 	}
 	total := false
 	if next == "" {
-		if have, want := b.state.Integrity().BytesDrift(); have != want {
-			b.log.Warn("counter audit: the node's byte total disagrees with the queues' byte counters", "total", have, "queues_sum", want)
+		if have, want := a.checks.BytesDrift(); have != want {
+			a.log.Warn("counter audit: the node's byte total disagrees with the queues' byte counters", "total", have, "queues_sum", want)
 			total = true
 		}
 	}
 	if len(drifted) > 0 || total {
-		b.repairCounters(ctx, drifted)
+		a.repair(ctx, drifted)
 	}
 	return next
 }
 
-// repairCounters has queues (and the byte total) recounted on every
+// repair has queues (and the byte total) recounted on every
 // replica, once the cluster version has the command: the established
 // leader proposes RecountQueues; any other node asks the leader to.
-func (b *Broker) repairCounters(ctx context.Context, queues []string) {
-	if cv := b.reads.ClusterVersion(); cv < fsm.RecountVersion {
-		b.log.Warn("counter audit: not repairing until every voter runs a build that can (cluster version too old)",
+func (a *counterAudit) repair(ctx context.Context, queues []string) {
+	if cv := a.reads.ClusterVersion(); cv < fsm.RecountVersion {
+		a.log.Warn("counter audit: not repairing until every voter runs a build that can (cluster version too old)",
 			"queues", queues, "cluster_version", cv, "needs", fsm.RecountVersion)
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, reportTimeout)
 	defer cancel()
-	local, err := b.requestRecount(rctx, queues)
+	local, err := a.request(rctx, queues)
 	switch {
 	case errors.Is(err, errNoPeers):
-		b.log.Warn("counter audit: this follower cannot reach the leader to have its counters recounted; the next rotation tries again", "queues", queues)
+		a.log.Warn("counter audit: this follower cannot reach the leader to have its counters recounted; the next rotation tries again", "queues", queues)
 	case err != nil && local:
 		if ctx.Err() == nil {
-			b.log.Warn("counter audit: recount not committed; the next rotation finds the drift again", "queues", queues, "err", err)
+			a.log.Warn("counter audit: recount not committed; the next rotation finds the drift again", "queues", queues, "err", err)
 		}
 	case err != nil:
 		if ctx.Err() == nil {
-			b.log.Warn("counter audit: the leader did not commit the recount this follower asked for; the next rotation finds the drift again", "queues", queues, "err", err)
+			a.log.Warn("counter audit: the leader did not commit the recount this follower asked for; the next rotation finds the drift again", "queues", queues, "err", err)
 		}
 	case local:
 		// This node's FSM logged each repair it made, with before and
@@ -127,7 +151,7 @@ func (b *Broker) repairCounters(ctx context.Context, queues []string) {
 	default:
 		// The recount applied here (or will, once this node catches up)
 		// and this node's FSM logs the repair it made.
-		b.log.Info("counter audit: the leader committed the recount this follower asked for", "queues", queues)
+		a.log.Info("counter audit: the leader committed the recount this follower asked for", "queues", queues)
 	}
 }
 
@@ -143,31 +167,31 @@ const reportLeaderWait = 3 * time.Second
 // nil), so it cannot reach the leader.
 var errNoPeers = errors.New("no peer connections to reach the leader")
 
-// requestRecount has the leader commit RecountQueues for queues, routed
+// request has the leader commit RecountQueues for queues, routed
 // as any leader-only call is (Route): on the established leader it
 // commits the recount itself (local), elsewhere it asks the leader at its
 // peer address (Config.Peers), as any node would through the Cluster
 // API.
-func (b *Broker) requestRecount(ctx context.Context, queues []string) (local bool, err error) {
-	route, err := b.Route(ctx, reportLeaderWait)
+func (a *counterAudit) request(ctx context.Context, queues []string) (local bool, err error) {
+	route, err := a.route(ctx, reportLeaderWait)
 	if err != nil {
 		return false, err
 	}
 	if route.Local {
-		res, err := b.Operator().RecountQueues(ctx, queues)
+		res, err := a.recount(ctx, queues)
 		if err == nil {
-			b.log.Info("counter audit: recount committed", "queues", queues, "repaired_here", len(res.Repairs), "byte_total_repaired_here", res.TotalBytesRepaired)
+			a.log.Info("counter audit: recount committed", "queues", queues, "repaired_here", len(res.Repairs), "byte_total_repaired_here", res.TotalBytesRepaired)
 		}
 		return true, err
 	}
-	if b.cfg.Peers == nil {
+	if a.peers == nil {
 		return false, errNoPeers
 	}
-	conn, err := b.cfg.Peers.Get(route.LeaderID, route.LeaderAddr)
+	conn, err := a.peers.Get(route.LeaderID, route.LeaderAddr)
 	if err != nil {
 		return false, err
 	}
-	_, err = raftqv1.NewClusterClient(conn).RecountQueues(ctx, &raftqv1.RecountQueuesRequest{Queues: queues, ReportedBy: b.id})
+	_, err = raftqv1.NewClusterClient(conn).RecountQueues(ctx, &raftqv1.RecountQueuesRequest{Queues: queues, ReportedBy: a.id})
 	return false, err
 }
 

@@ -104,8 +104,8 @@ type Broker struct {
 	enqueues *coalescer[enqueueReq]
 	acks     *coalescer[ackReq]
 
-	// handBacks carries deliveries a lost term never sent (handback.go).
-	handBacks chan HandBack
+	// handBacks holds and sends what a lost term never sent (handback.go).
+	handBacks *handBackSender
 
 	// disk measures the data dir's free space (disk.go); its loop
 	// publishes it in gossip until Close.
@@ -114,8 +114,8 @@ type Broker struct {
 	diskDone chan struct{}
 
 	leader *leaderWork
-	// audited counts the queues the counter audit recounted (metrics).
-	audited atomic.Uint64
+	// audit is the counter audit, a node duty (audit.go).
+	audit *counterAudit
 	// diverged is set once this node learns its state differs from the
 	// replicas' (replica.go); repairs is what the leader knows of the
 	// nodes it repairs.
@@ -161,8 +161,11 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 
 		proposals: &fsm.Proposals{},
 		leases:    metrics.NewLeases(leaseForgetAfter),
-		handBacks: make(chan HandBack, handBackQueue),
 		repairs:   newRepairs(),
+	}
+	b.handBacks = &handBackSender{
+		log: b.log, queue: make(chan HandBack, handBackQueue), peers: cfg.Peers,
+		route: b.Route, nack: b.Nack,
 	}
 	// 1. The state machine. It tells the feed which queues each applied
 	//    batch touched; the feed passes that on to the scheduler only while
@@ -207,7 +210,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		LeaseGrace: cfg.LeaseGrace,
 		// What a lost term granted and never sent goes back to the
 		// leader uncounted, through the hand-back sender (handback.go).
-		HandBack:    b.handBack,
+		HandBack:    b.handBacks.add,
 		CarryGrants: cfg.CarryGrants,
 	}, b.reads, b)
 
@@ -221,16 +224,23 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	// delivery cycle, proposeAck).
 	b.acks = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.proposeAck, buildAck, sizeAck)
 
-	// 5. From now on one owner follows leadership and runs the leader's
+	// 5. The counter audit, a node duty, reaching the leader as any call
+	//    is routed.
+	b.audit = &counterAudit{
+		cfg: cfg.Audit, log: b.log, id: b.id, reads: b.reads, checks: b.state.Integrity(), peers: cfg.Peers,
+		route: b.Route, recount: b.Operator().RecountQueues,
+	}
+
+	// 6. From now on one owner follows leadership and runs the leader's
 	//    duties for each established term, and the node duties until
 	//    Close (leader.go).
 	b.leader = &leaderWork{log: b.log, node: b.node, duties: b.leaderDuties(), nodeDuties: b.nodeDuties()}
 	b.leader.start()
 
-	// 6. Drain-time estimates, sampled from this node's own state.
+	// 7. Drain-time estimates, sampled from this node's own state.
 	b.startDrain()
 
-	// 7. The disk guard measures free space and tells the other nodes.
+	// 8. The disk guard measures free space and tells the other nodes.
 	b.startDisk()
 	return b, nil
 }

@@ -3,10 +3,12 @@ package broker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm/logconv"
+	"github.com/raftq/raftq/peers"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
@@ -43,9 +45,27 @@ const (
 	handBackFlush = 2 * time.Second
 )
 
-// handBack is the scheduler's Config.HandBack: it batches refs by queue
+// handBackSender holds what lost terms never sent and hands it to the
+// leader (a node duty, leader.go): its own type, given at construction
+// how it reaches the leader (the group's routing, its Nack and the peer
+// connections), so the group's type keeps none of its steps. It exists
+// before the scheduler, whose Config.HandBack is its add: nothing is
+// bound late.
+type handBackSender struct {
+	log *slog.Logger
+	// queue carries the batches to the sender, bounded (handBackQueue).
+	queue chan HandBack
+	peers *peers.Pool // nil: only a local leader can take a batch
+	// route and nack are the group's (Broker.Route, Broker.Nack): where
+	// a leader-only call goes, and the Nack an established leader
+	// serves itself.
+	route func(ctx context.Context, wait time.Duration) (Route, error)
+	nack  func(ctx context.Context, items []NackItem) ([]error, error)
+}
+
+// add is the scheduler's Config.HandBack: it batches refs by queue
 // and queues them for the hand-back sender without blocking.
-func (b *Broker) handBack(refs []*fsmv1.Ref) {
+func (h *handBackSender) add(refs []*fsmv1.Ref) {
 	deadline := time.Now().Add(handBackTimeout)
 	var order []string
 	byQueue := map[string][]LeaseRef{}
@@ -63,34 +83,34 @@ func (b *Broker) handBack(refs []*fsmv1.Ref) {
 			hb := HandBack{Queue: q, Refs: all[:n:n], Deadline: deadline}
 			all = all[n:]
 			select {
-			case b.handBacks <- hb:
+			case h.queue <- hb:
 			default:
-				b.log.Warn("hand-back queue full: deliveries never sent will expire on the leader as counted attempts", "queue", q, "leases", len(hb.Refs))
+				h.log.Warn("hand-back queue full: deliveries never sent will expire on the leader as counted attempts", "queue", q, "leases", len(hb.Refs))
 			}
 		}
 	}
-	b.log.Info("handing back deliveries granted but never sent", "leases", len(refs))
+	h.log.Info("handing back deliveries granted but never sent", "leases", len(refs))
 }
 
-// sendHandBacks is the hand-back sender, a node duty (leader.go): it
+// run is the hand-back sender, a node duty (leader.go): it
 // hands each batch to the leader until ctx ends. Then it still tries
 // what is queued once, without retrying, for at most handBackFlush: a
 // node that hands leadership over just before it stops has just queued
 // its own. Close stops the node duties before the coalescers and the Raft
 // node, and the host closes the peer connections after Close, so both
 // paths are still there.
-func (b *Broker) sendHandBacks(ctx context.Context, _ uint64) {
+func (h *handBackSender) run(ctx context.Context, _ uint64) {
 	for {
 		select {
-		case hb := <-b.handBacks:
-			b.sendHandBack(ctx, hb, true)
+		case hb := <-h.queue:
+			h.send(ctx, hb, true)
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.Background(), handBackFlush)
 			defer cancel()
 			for {
 				select {
-				case hb := <-b.handBacks:
-					b.sendHandBack(fctx, hb, false)
+				case hb := <-h.queue:
+					h.send(fctx, hb, false)
 				default:
 					return
 				}
@@ -103,29 +123,29 @@ func (b *Broker) sendHandBacks(ctx context.Context, _ uint64) {
 // batch's deadline bounds the retries.
 const handBackLeaderWait = 3 * time.Second
 
-// sendHandBack hands one batch to the leader as an unprocessed Nack, which
+// send hands one batch to the leader as an unprocessed Nack, which
 // returns each lease still held under its token to the queue without
 // counting the attempt. It goes where any leader-only call goes (Route):
 // served here if this node leads again, otherwise sent to the leader at
 // its peer address (Config.Peers), retried with back-off while no leader
 // can take it (retry), until hb.Deadline or ctx's end.
-func (b *Broker) sendHandBack(ctx context.Context, hb HandBack, retry bool) {
+func (h *handBackSender) send(ctx context.Context, hb HandBack, retry bool) {
 	ctx, cancel := context.WithDeadline(ctx, hb.Deadline)
 	defer cancel()
 	wait := 50 * time.Millisecond
 	for {
-		returned, err := b.nackAtLeader(ctx, hb)
+		returned, err := h.nackAtLeader(ctx, hb)
 		if err == nil {
 			// A lease that is not returned was settled or expired meanwhile.
-			b.log.Info("handed back deliveries never sent", "queue", hb.Queue, "leases", len(hb.Refs), "returned", returned)
+			h.log.Info("handed back deliveries never sent", "queue", hb.Queue, "leases", len(hb.Refs), "returned", returned)
 			return
 		}
 		if !retryableAtLeader(err) || ctx.Err() != nil {
-			b.log.Warn("hand-back failed: the deliveries will expire on the leader as counted attempts", "queue", hb.Queue, "leases", len(hb.Refs), "err", err)
+			h.log.Warn("hand-back failed: the deliveries will expire on the leader as counted attempts", "queue", hb.Queue, "leases", len(hb.Refs), "err", err)
 			return
 		}
 		if !retry {
-			b.log.Warn("hand-back not retried: the node is stopping; the deliveries will expire on the leader as counted attempts", "queue", hb.Queue, "leases", len(hb.Refs), "err", err)
+			h.log.Warn("hand-back not retried: the node is stopping; the deliveries will expire on the leader as counted attempts", "queue", hb.Queue, "leases", len(hb.Refs), "err", err)
 			return
 		}
 		t := time.NewTimer(wait)
@@ -142,8 +162,8 @@ func (b *Broker) sendHandBack(ctx context.Context, hb HandBack, retry bool) {
 // this node is the established leader, else through the peer connection
 // to the leader, as any call is forwarded. It returns how many leases
 // were returned.
-func (b *Broker) nackAtLeader(ctx context.Context, hb HandBack) (int, error) {
-	route, err := b.Route(ctx, handBackLeaderWait)
+func (h *handBackSender) nackAtLeader(ctx context.Context, hb HandBack) (int, error) {
+	route, err := h.route(ctx, handBackLeaderWait)
 	if err != nil {
 		return 0, err
 	}
@@ -152,7 +172,7 @@ func (b *Broker) nackAtLeader(ctx context.Context, hb HandBack) (int, error) {
 		for i, r := range hb.Refs {
 			items[i] = NackItem{Ref: r, Unprocessed: true}
 		}
-		results, err := b.Nack(ctx, items)
+		results, err := h.nack(ctx, items)
 		if err != nil {
 			return 0, err
 		}
@@ -164,10 +184,10 @@ func (b *Broker) nackAtLeader(ctx context.Context, hb HandBack) (int, error) {
 		}
 		return returned, nil
 	}
-	if b.cfg.Peers == nil {
+	if h.peers == nil {
 		return 0, errNoPeers
 	}
-	conn, err := b.cfg.Peers.Get(route.LeaderID, route.LeaderAddr)
+	conn, err := h.peers.Get(route.LeaderID, route.LeaderAddr)
 	if err != nil {
 		return 0, err
 	}

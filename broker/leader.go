@@ -234,8 +234,8 @@ func (b *Broker) leaderDuties() []duty {
 // produced it.
 func (b *Broker) nodeDuties() []duty {
 	return []duty{
-		goDuty("counter audit", b.auditCounters),
-		goDuty("hand-back sender", b.sendHandBacks),
+		goDuty("counter audit", b.audit.run),
+		goDuty("hand-back sender", b.handBacks.run),
 	}
 }
 

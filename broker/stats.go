@@ -29,7 +29,7 @@ func (st Stats) LeaderChanges() uint64 { return st.b.leader.changes.Load() }
 
 // AuditedQueues counts the queues the leader's counter audit recounted
 // on this node since it started (audit.go).
-func (st Stats) AuditedQueues() uint64 { return st.b.audited.Load() }
+func (st Stats) AuditedQueues() uint64 { return st.b.audit.audited.Load() }
 
 // Disk is the node's disk guard, for metrics and status (disk.go).
 func (st Stats) Disk() *diskguard.Guard { return st.b.disk }
