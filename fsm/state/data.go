@@ -22,31 +22,85 @@ const (
 // without copying payloads.
 //
 // It is laid out for a large backlog (issue 15: memory per message): what
-// every queued message has is inline, in one 112-byte allocation beside
+// every queued message has is inline, in one 96-byte allocation beside
 // its payload (the decoded entry's own slice, never copied); what most do
 // not have sits behind a pointer that is nil for them and that copies
-// share: the content only some messages carry (body), the lease of a
-// leased one, the origin of a dead-lettered one. The payload stays its own
-// allocation: joined to the record it would be copied once more and, at
-// sizes such as 1 KiB, rounded up to a larger size class than the two
-// allocations' sum.
+// share: the content only some messages carry (body), and the rest of a
+// message that is or was leased, delayed or dead-lettered, or has a story
+// (more). The payload stays its own allocation: joined to the record it
+// would be copied once more and, at sizes such as 1 KiB, rounded up to a
+// larger size class than the two allocations' sum.
 type message struct {
 	id         uint64
 	payload    []byte
 	body       *body // nil: no headers, fairness or throttle keys
 	dedupID    string
 	enqueuedMs int64
-	visibleMs  int64 // delayed until
 	expiresMs  int64 // TTL instant, 0 = none
 	priority   int32
 	weight     uint32
 	attempts   int32
 	state      msgState
-	lease      *lease // nil unless leased
-	// dead is nil unless the message is in a dead-letter queue (or once
-	// was: see DeleteQueue) or has a story (history.go): one pointer for
-	// both keeps the record at 112 bytes.
-	dead *deadLetter
+	// more is nil unless the message is leased, is or once was delayed,
+	// is in a dead-letter queue (or once was: see DeleteQueue) or has a
+	// story (history.go): one pointer for all of them keeps the record at
+	// 96 bytes (issue 24: it was 112, with the lease and the dead-letter
+	// record behind pointers of their own and the delay inline).
+	more *more
+}
+
+// more is what a message has only once it is leased, delayed or
+// dead-lettered, or has a story. Shared by a message's copies like the
+// rest: replaced (withMore), never changed once stored.
+type more struct {
+	lease     lease       // zero unless leased
+	visibleMs int64       // delayed until; kept once ready again, as snapshots record it
+	dead      *deadLetter // nil unless dead-lettered or with a story
+}
+
+// withMore replaces m's more by a copy that change has changed (nil when
+// that leaves nothing).
+func (m *message) withMore(change func(*more)) {
+	var x more
+	if m.more != nil {
+		x = *m.more
+	}
+	change(&x)
+	m.more = nil
+	if x != (more{}) {
+		m.more = &x
+	}
+}
+
+// visibleMs is the instant a delayed message becomes ready (0: never
+// delayed, or redriven since).
+func (m *message) visibleMs() int64 {
+	if m.more == nil {
+		return 0
+	}
+	return m.more.visibleMs
+}
+
+// setVisible records the instant a delayed message becomes ready.
+func (m *message) setVisible(ms int64) {
+	if ms != m.visibleMs() {
+		m.withMore(func(x *more) { x.visibleMs = ms })
+	}
+}
+
+// dead is m's dead-letter record and story (nil: none).
+func (m *message) dead() *deadLetter {
+	if m.more == nil {
+		return nil
+	}
+	return m.more.dead
+}
+
+// setDead replaces m's dead-letter record and story.
+func (m *message) setDead(d *deadLetter) {
+	if d != m.dead() {
+		m.withMore(func(x *more) { x.dead = d })
+	}
 }
 
 // body is the content some messages carry besides their payload. It is
@@ -145,46 +199,38 @@ func (m *message) throttleKeys() []string {
 	return nil
 }
 
-func (m *message) leaseToken() uint64 {
-	if m.lease == nil {
-		return 0
+func (m *message) lease() lease {
+	if m.more == nil {
+		return lease{}
 	}
-	return m.lease.token
+	return m.more.lease
 }
 
-func (m *message) consumerID() string {
-	if m.lease == nil {
-		return ""
-	}
-	return m.lease.consumerID
-}
+func (m *message) leaseToken() uint64 { return m.lease().token }
 
-func (m *message) deadlineMs() int64 {
-	if m.lease == nil {
-		return 0
-	}
-	return m.lease.deadlineMs
-}
+func (m *message) consumerID() string { return m.lease().consumerID }
+
+func (m *message) deadlineMs() int64 { return m.lease().deadlineMs }
 
 func (m *message) origin() string {
-	if m.dead == nil {
-		return ""
+	if d := m.dead(); d != nil {
+		return d.origin
 	}
-	return m.dead.origin
+	return ""
 }
 
 func (m *message) dlReason() string {
-	if m.dead == nil {
-		return ""
+	if d := m.dead(); d != nil {
+		return d.reason
 	}
-	return m.dead.reason
+	return ""
 }
 
 // setLease records a lease (all zero: none).
 func (m *message) setLease(token uint64, consumerID string, deadlineMs int64) {
-	m.lease = nil
-	if token != 0 || consumerID != "" || deadlineMs != 0 {
-		m.lease = &lease{token: token, consumerID: consumerID, deadlineMs: deadlineMs}
+	l := lease{token: token, consumerID: consumerID, deadlineMs: deadlineMs}
+	if l != m.lease() {
+		m.withMore(func(x *more) { x.lease = l })
 	}
 }
 
@@ -192,32 +238,34 @@ func (m *message) setLease(token uint64, consumerID string, deadlineMs int64) {
 // (both empty: neither), keeping its story.
 func (m *message) setDeadLetter(origin, reason string) {
 	st := m.story()
-	m.dead = nil
+	var d *deadLetter
 	if origin != "" || reason != "" || st != nil {
-		m.dead = &deadLetter{origin: origin, reason: reason, story: st}
+		d = &deadLetter{origin: origin, reason: reason, story: st}
 	}
+	m.setDead(d)
 }
 
 // story is what the message records of its attempts and life (nil:
 // nothing).
 func (m *message) story() *story {
-	if m.dead == nil {
-		return nil
+	if d := m.dead(); d != nil {
+		return d.story
 	}
-	return m.dead.story
+	return nil
 }
 
 // setStory replaces the message's story, keeping the rest of its record.
 func (m *message) setStory(st *story) {
 	d := deadLetter{story: st}
-	if m.dead != nil {
-		d = *m.dead
+	if old := m.dead(); old != nil {
+		d = *old
 		d.story = st
 	}
-	m.dead = nil
+	var next *deadLetter
 	if d != (deadLetter{}) {
-		m.dead = &d
+		next = &d
 	}
+	m.setDead(next)
 }
 
 // newBody is the body of a message with this content, nil for none.

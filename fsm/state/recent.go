@@ -206,7 +206,8 @@ func (tx *Tx) settleAck(q *queue, r *fsmv1.Ref, m *message) {
 	if tx.s.history {
 		acked := *m
 		acked.payload = nil
-		acked.state, acked.lease = stateReady, nil
+		acked.state = stateReady
+		acked.setLease(0, "", 0)
 		acked.setStory(m.story().ended(tx.s.lastNow, m, ending{outcome: outcomeAcked, kind: eventAcked}))
 		e.acked = &acked
 	}

@@ -84,8 +84,8 @@ func (f *dlqFilter) matches(m *message, fromMs int64) bool {
 		return false
 	}
 	at, idx := fromMs, uint64(0)
-	if m.dead != nil && m.dead.atIndex != 0 {
-		at, idx = m.dead.atMs, m.dead.atIndex
+	if d := m.dead(); d != nil && d.atIndex != 0 {
+		at, idx = d.atMs, d.atIndex
 	}
 	if f.hasCutoff && at > f.cutoff {
 		return false
@@ -151,8 +151,9 @@ func sortedIDs(ids []uint64) []uint64 {
 func (tx *Tx) redriveOne(q, dlq *queue, m *message) {
 	tx.s.put(dlq, m, nil)
 	next := *m
-	next.state, next.visibleMs = stateReady, 0
-	next.dead = nil
+	next.state = stateReady
+	next.setVisible(0)
+	next.setDead(nil)
 	next.attempts = 0
 	if st := m.story(); st != nil || tx.s.history {
 		// Attempts start again; the story stays (from HistoryVersion,

@@ -202,8 +202,8 @@ func (fr *Frozen) Stream(w io.Writer) error {
 		var err error
 		fq.msgs.Ascend(func(it msgItem) bool {
 			fillMessageRecord(rec, it.m, headers)
-			if fr.clusterVersion >= RedriveVersion && it.m.dead != nil {
-				rec.DeadLetteredMs, rec.DeadLetteredIndex = it.m.dead.atMs, it.m.dead.atIndex
+			if d := it.m.dead(); fr.clusterVersion >= RedriveVersion && d != nil {
+				rec.DeadLetteredMs, rec.DeadLetteredIndex = d.atMs, d.atIndex
 			}
 			err = put(rec)
 			return err == nil
@@ -272,7 +272,7 @@ func fillMessageRecord(r *fsmv1.MessageRecord, m *message, headers map[string]st
 	*r = fsmv1.MessageRecord{
 		Id: m.id, Payload: m.payload, Headers: m.packedHeaders().into(headers), Priority: m.priority,
 		FairnessKey: m.fairnessKey(), Weight: m.weight, ThrottleKeys: m.throttleKeys(),
-		EnqueuedMs: m.enqueuedMs, VisibleMs: m.visibleMs, ExpiresMs: m.expiresMs,
+		EnqueuedMs: m.enqueuedMs, VisibleMs: m.visibleMs(), ExpiresMs: m.expiresMs,
 		Attempts: m.attempts, LeaseToken: m.leaseToken(), ConsumerId: m.consumerID(),
 		DeadlineMs: m.deadlineMs(), OriginQueue: m.origin(), DeadLetterReason: m.dlReason(),
 		DedupId: m.dedupID, State: fsmv1.MessageState(m.state), Story: m.story().record(), ConcurrencyKey: m.concurrencyKey(),
@@ -285,10 +285,11 @@ func messageFromRecord(mr *fsmv1.MessageRecord, b *body, clusterVersion uint32) 
 	m := &message{
 		id: mr.Id, payload: mr.Payload, body: b,
 		priority: mr.Priority, weight: max(mr.Weight, 1),
-		dedupID: mr.DedupId, enqueuedMs: mr.EnqueuedMs, visibleMs: mr.VisibleMs,
+		dedupID: mr.DedupId, enqueuedMs: mr.EnqueuedMs,
 		expiresMs: mr.ExpiresMs, attempts: mr.Attempts,
 	}
 	m.setLease(mr.LeaseToken, mr.ConsumerId, mr.DeadlineMs)
+	m.setVisible(mr.VisibleMs)
 	if mr.Story != nil && clusterVersion < HistoryVersion {
 		return nil, fmt.Errorf("%w: message %d has a story at cluster version %d", ErrInvalid, mr.Id, clusterVersion)
 	}
@@ -460,7 +461,8 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 				if m.origin() == "" && m.dlReason() == "" || s.clusterVersion < RedriveVersion || mr.DeadLetteredIndex == 0 {
 					return fmt.Errorf("%w: message %d has a dead-letter time but no dead-letter record at cluster version %d", ErrInvalid, mr.Id, s.clusterVersion)
 				}
-				m.dead.atMs, m.dead.atIndex = mr.DeadLetteredMs, mr.DeadLetteredIndex
+				d := m.dead() // its own, made by messageFromRecord
+				d.atMs, d.atIndex = mr.DeadLetteredMs, mr.DeadLetteredIndex
 			}
 			if m.origin() != "" {
 				dlqMsgs = append(dlqMsgs, pendingDLQ{q, m})

@@ -176,7 +176,7 @@ func (s *Store) unindex(q *queue, m *message) {
 			}
 		}
 	case stateDelayed:
-		s.delayed.Delete(timedRef{at: m.visibleMs, queue: q.name, id: m.id})
+		s.delayed.Delete(timedRef{at: m.visibleMs(), queue: q.name, id: m.id})
 		q.delayed--
 		q.concOther(m, -1)
 	case stateLeased:
@@ -249,7 +249,7 @@ func (s *Store) index(q *queue, m *message) {
 		q.ready++
 		q.concReadyIn(l, kq, m)
 	case stateDelayed:
-		s.delayed.ReplaceOrInsert(timedRef{at: m.visibleMs, queue: q.name, id: m.id})
+		s.delayed.ReplaceOrInsert(timedRef{at: m.visibleMs(), queue: q.name, id: m.id})
 		q.delayed++
 		q.concOther(m, 1)
 	case stateLeased:
@@ -368,8 +368,9 @@ func (s *Store) deadLetter(q *queue, m *message, reason string, end *ending, tou
 	touched.add(q.name)
 	dlq := s.queues[q.cfg.DeadLetterQueue]
 	next := *m
-	next.state, next.expiresMs, next.visibleMs = stateReady, 0, 0
-	next.lease = nil
+	next.state, next.expiresMs = stateReady, 0
+	next.setVisible(0)
+	next.setLease(0, "", 0)
 	stays := q.isDLQ || dlq == nil
 	if s.history {
 		st := m.story()
@@ -392,7 +393,8 @@ func (s *Store) deadLetter(q *queue, m *message, reason string, end *ending, tou
 	s.put(q, m, nil)
 	next.setDeadLetter(q.name, reason)
 	if s.clusterVersion >= RedriveVersion {
-		next.dead.atMs, next.dead.atIndex = s.lastNow, s.curIndex
+		d := next.dead() // its own, made by setDeadLetter
+		d.atMs, d.atIndex = s.lastNow, s.curIndex
 	}
 	s.put(dlq, nil, &next)
 	q.deadLetteredApplied++
@@ -463,9 +465,10 @@ func (s *Store) returnLeased(q *queue, m *message, delayMs int64, end *ending, t
 // unlease stores next (a copy of m) as ready, or delayed for delayMs.
 func (s *Store) unlease(q *queue, m, next *message, delayMs int64, touched *Touched) {
 	next.state = stateReady
-	next.lease = nil
+	next.setLease(0, "", 0)
 	if delayMs > 0 {
-		next.state, next.visibleMs = stateDelayed, s.lastNow+delayMs
+		next.state = stateDelayed
+		next.setVisible(s.lastNow + delayMs)
 	}
 	s.put(q, m, next)
 	touched.add(q.name)

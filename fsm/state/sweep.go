@@ -116,7 +116,7 @@ func (s *Store) settleDue(q *queue, touched *Touched) {
 	}
 	delayedAt := func(m *message) int64 {
 		if m.state == stateDelayed {
-			return m.visibleMs
+			return m.visibleMs()
 		}
 		return 0
 	}
@@ -154,7 +154,7 @@ func (s *Store) settleGrant(q *queue, m *message, touched *Touched) (next *messa
 		}
 		// A queue without a DLQ (a DLQ itself) keeps it, ready.
 	}
-	if m.state == stateDelayed && m.visibleMs <= now {
+	if m.state == stateDelayed && m.visibleMs() <= now {
 		ready := *m
 		ready.state = stateReady
 		s.put(q, m, &ready)

@@ -330,8 +330,8 @@ func (tx *Tx) DeleteQueue(c *fsmv1.DeleteQueue) *Done {
 			for _, m := range orphans {
 				next := *m
 				next.setDeadLetter("", m.dlReason())
-				if m.dead != nil && m.dead.atIndex != 0 && next.dead != nil {
-					next.dead.atMs, next.dead.atIndex = m.dead.atMs, m.dead.atIndex
+				if d, nd := m.dead(), next.dead(); d != nil && d.atIndex != 0 && nd != nil {
+					nd.atMs, nd.atIndex = d.atMs, d.atIndex // nd is its own, made by setDeadLetter
 				}
 				tx.s.put(dlq, m, &next)
 			}
@@ -456,7 +456,8 @@ func (tx *Tx) Enqueue(c *fsmv1.Enqueue) *EnqueueResult {
 				m.expiresMs = now + ttl
 			}
 			if em.DelayMs > 0 {
-				m.state, m.visibleMs = stateDelayed, now+em.DelayMs
+				m.state = stateDelayed
+				m.setVisible(now + em.DelayMs)
 			}
 			tx.s.put(q, nil, m)
 			q.enqueuedTotal++
@@ -531,7 +532,7 @@ func (tx *Tx) Grant(c *fsmv1.LeaseGrant) *GrantResult {
 		} else {
 			deadline = max(g.DeadlineMs, tx.s.lastNow)
 		}
-		next.lease = &lease{token: token, consumerID: g.ConsumerId, deadlineMs: deadline}
+		next.setLease(token, g.ConsumerId, deadline)
 		next.attempts++
 		if tx.s.history {
 			next.setStory(m.story().leased(tx.s.lastNow, &next, grantConsumer(g)))

@@ -42,7 +42,7 @@ func (s *Store) Verify() error {
 				}
 			case stateDelayed:
 				delayed++
-				if !s.delayed.Has(timedRef{at: m.visibleMs, queue: name, id: m.id}) {
+				if !s.delayed.Has(timedRef{at: m.visibleMs(), queue: name, id: m.id}) {
 					err = fmt.Errorf("%s: delayed message %d missing from the delay index", name, m.id)
 					return false
 				}
