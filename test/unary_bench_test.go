@@ -12,7 +12,10 @@ package test
 //	leader-allocs/msg      heap allocations on the leader per message
 //	leader-B/msg           heap bytes allocated on the leader per message
 //	leader-cpu-us/msg      leader CPU (user+system) per message
-//	cluster-cpu-us/msg     the same summed over every node
+//	follower-cpu-us/msg    one follower's CPU per message (their mean)
+//	cluster-cpu-us/msg     the same summed over every node: the server CPU
+//	client-cpu-us/msg      this process's CPU per message: the load
+//	                       generator (grpc-go client, payloads, latencies)
 //	entries/msg            Raft entries committed per message
 //	load1                  the machine's 1-minute load average at the end
 //
@@ -42,6 +45,18 @@ package test
 // `go tool pprof -sample_index=alloc_space -base before after` (each
 // taken after a GC: a heap profile is as of the last GC, so without one
 // the window would be shifted to an earlier phase).
+// RAFTQ_BENCH_PROFILE also takes the first follower's CPU profile over
+// the same window (<name>.follower-cpu.pb.gz).
+//
+// RAFTQ_BENCH_NODE_CPUS=LIST runs every node under `taskset -c LIST`, so
+// that the client and the servers can be told apart on a small machine:
+// run the benchmark itself under `taskset -c` on the other cores, e.g.
+//
+//	RAFTQ_BENCH_NODE_CPUS=1 taskset -c 0 go test -run '^$' -bench 'Unary/nodes=3' ...
+//
+// CPU per message (from /proc/<pid>/stat and getrusage, before and after
+// a fixed number of calls) is what to compare: it moves far less with the
+// machine's load than msgs/s or latency do.
 // Nothing here fails on speed.
 
 import (
@@ -57,6 +72,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -212,6 +228,7 @@ func startBenchCluster(b *testing.B, v benchVariant, n int) *benchCluster {
 		node, err := harness.NewNode(harness.NodeConfig{
 			ID: fmt.Sprintf("n%d", i+1), Bin: v.bin, Dir: b.TempDir(),
 			Env: v.env, Args: append([]string{"--pprof"}, v.args...),
+			Wrap: nodeWrap(),
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -248,6 +265,24 @@ func startBenchCluster(b *testing.B, v benchVariant, n int) *benchCluster {
 	return c
 }
 
+// nodeWrap is `taskset -c $RAFTQ_BENCH_NODE_CPUS`, or nothing.
+func nodeWrap() []string {
+	if cpus := os.Getenv("RAFTQ_BENCH_NODE_CPUS"); cpus != "" {
+		return []string{"taskset", "-c", cpus}
+	}
+	return nil
+}
+
+// follower is a node other than the leader, or nil on one node.
+func (c *benchCluster) follower() *harness.Node {
+	for _, n := range c.nodes {
+		if n != c.leader {
+			return n
+		}
+	}
+	return nil
+}
+
 func (c *benchCluster) queue(b *testing.B, kind string) string {
 	b.Helper()
 	name := fmt.Sprintf("%s-%d", kind, c.runs.Add(1))
@@ -257,6 +292,19 @@ func (c *benchCluster) queue(b *testing.B, kind string) string {
 		b.Fatal(err)
 	}
 	return name
+}
+
+// drop deletes a queue a round filled (untimed), so that the state, and
+// with it the snapshots the nodes write as the log grows, stays small:
+// otherwise each round leaves its messages behind, and a snapshot of a
+// growing state lands in whichever variant's round it falls on.
+func (c *benchCluster) drop(b *testing.B, name string) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := raftqv1.NewBrokerClient(c.conns[0]).DeleteQueue(ctx, &raftqv1.DeleteQueueRequest{Name: name}); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // runEnqueue: n single-message unary Enqueues, ubProducers × ubInFlight
@@ -309,6 +357,7 @@ func (c *benchCluster) enqueueCalls(b *testing.B, n, inFlight int) *roundResult 
 	if p := failed.Load(); p != nil {
 		b.Fatal(*p)
 	}
+	c.drop(b, queue)
 	return res
 }
 
@@ -414,6 +463,8 @@ type roundResult struct {
 	lat            []time.Duration
 	leaderCPU      time.Duration
 	clusterCPU     time.Duration
+	clientCPU      time.Duration // this process's
+	followers      int
 	mallocs, bytes float64 // the leader's
 	entries        uint64  // Raft entries committed
 	load1          float64 // the last round's
@@ -425,6 +476,8 @@ func (r *roundResult) add(o *roundResult) {
 	r.lat = append(r.lat, o.lat...)
 	r.leaderCPU += o.leaderCPU
 	r.clusterCPU += o.clusterCPU
+	r.clientCPU += o.clientCPU
+	r.followers = o.followers
 	r.mallocs += o.mallocs
 	r.bytes += o.bytes
 	r.entries += o.entries
@@ -446,7 +499,11 @@ func (r *roundResult) report(b *testing.B, suffix string) {
 	b.ReportMetric(r.mallocs/n, "leader-allocs/msg"+suffix)
 	b.ReportMetric(r.bytes/n, "leader-B/msg"+suffix)
 	b.ReportMetric(float64(r.leaderCPU.Microseconds())/n, "leader-cpu-us/msg"+suffix)
+	if r.followers > 0 {
+		b.ReportMetric(float64((r.clusterCPU-r.leaderCPU).Microseconds())/n/float64(r.followers), "follower-cpu-us/msg"+suffix)
+	}
 	b.ReportMetric(float64(r.clusterCPU.Microseconds())/n, "cluster-cpu-us/msg"+suffix)
+	b.ReportMetric(float64(r.clientCPU.Microseconds())/n, "client-cpu-us/msg"+suffix)
 	b.ReportMetric(float64(r.entries)/n, "entries/msg"+suffix)
 	b.ReportMetric(r.load1, "load1")
 }
@@ -456,10 +513,11 @@ type measurement struct {
 	c        *benchCluster
 	start    time.Time
 	cpu      []time.Duration // per node
+	self     time.Duration   // this process's
 	mallocs  float64         // leader's
 	bytes    float64
 	commit   uint64     // the leader's commit index
-	profile  chan error // the leader's CPU profile, when one is taken
+	profile  chan error // the leader's and a follower's CPU profiles, when taken
 	profDir  string
 	profName string
 }
@@ -483,12 +541,21 @@ func (c *benchCluster) measure(b *testing.B, n int) *measurement {
 		if err := fetchTo(c.leader, "/debug/pprof/allocs?gc=1", filepath.Join(dir, m.profName+".allocs-before.pb.gz")); err != nil {
 			b.Fatal(err)
 		}
-		m.profile = make(chan error, 1)
+		m.profile = make(chan error, 2)
 		go func() {
 			m.profile <- fetchTo(c.leader, "/debug/pprof/profile?seconds="+secs, filepath.Join(dir, m.profName+".cpu.pb.gz"))
 		}()
+		f := c.follower()
+		go func() {
+			if f == nil {
+				m.profile <- nil
+				return
+			}
+			m.profile <- fetchTo(f, "/debug/pprof/profile?seconds="+secs, filepath.Join(dir, m.profName+".follower-cpu.pb.gz"))
+		}()
 	}
 	b.StartTimer()
+	m.self = selfCPU(b)
 	m.start = time.Now()
 	return m
 }
@@ -496,8 +563,9 @@ func (c *benchCluster) measure(b *testing.B, n int) *measurement {
 func (m *measurement) done(b *testing.B, n int, lat *latencies) *roundResult {
 	b.Helper()
 	elapsed := time.Since(m.start)
+	self := selfCPU(b) - m.self
 	b.StopTimer()
-	r := &roundResult{msgs: n, elapsed: elapsed, load1: load1()}
+	r := &roundResult{msgs: n, elapsed: elapsed, clientCPU: self, followers: len(m.c.nodes) - 1, load1: load1()}
 	mallocs, bytes := leaderAllocs(b, m.c.leader)
 	r.mallocs, r.bytes = mallocs-m.mallocs, bytes-m.bytes
 	r.entries = m.c.commitIndex(b) - m.commit
@@ -512,8 +580,10 @@ func (m *measurement) done(b *testing.B, n int, lat *latencies) *roundResult {
 		r.lat = append(r.lat, p...)
 	}
 	if m.profile != nil {
-		if err := <-m.profile; err != nil {
-			b.Fatal(err)
+		for range 2 {
+			if err := <-m.profile; err != nil {
+				b.Fatal(err)
+			}
 		}
 		if err := fetchTo(m.c.leader, "/debug/pprof/allocs?gc=1", filepath.Join(m.profDir, m.profName+".allocs-after.pb.gz")); err != nil {
 			b.Fatal(err)
@@ -556,6 +626,17 @@ func nodeCPU(b *testing.B, n *harness.Node) time.Duration {
 	}
 	const ticks = 100 // USER_HZ on Linux
 	return time.Duration(ut+st) * time.Second / ticks
+}
+
+// selfCPU is the user+system CPU time this process (the load generator)
+// has used.
+func selfCPU(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // leaderAllocs reads the Go runtime's cumulative allocation counters from

@@ -78,7 +78,7 @@ jetstream {
 			cleanup()
 			return nil, err
 		}
-		p, err := startProcess("nats-"+id, filepath.Join(dir, id+".log"), nil, bin, "-c", cf)
+		p, err := startProcess("nats-"+id, filepath.Join(dir, id+".log"), nil, append(serverWrap(), bin, "-c", cf)...)
 		if err != nil {
 			cleanup()
 			return nil, err

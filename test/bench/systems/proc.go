@@ -23,6 +23,18 @@ func startProcess(name, logPath string, env []string, argv ...string) (*harness.
 	return harness.StartProcess(harness.Command{Name: name, Argv: argv, Env: env, LogPath: logPath})
 }
 
+// serverWrap is put before every broker server's command:
+// `taskset -c $RAFTQ_BENCH_NODE_CPUS` when that is set, so that the
+// servers and the load generator (run under `taskset -c` on the other
+// cores) do not share a core and each one's CPU per message is its own
+// (docs/benchmarks.md, the unary path's client/server split).
+func serverWrap() []string {
+	if cpus := os.Getenv("RAFTQ_BENCH_NODE_CPUS"); cpus != "" {
+		return []string{"taskset", "-c", cpus}
+	}
+	return nil
+}
+
 // poll is harness.WaitFor naming what it waited for.
 func poll(ctx context.Context, timeout, interval time.Duration, what string, f func(context.Context) error) error {
 	if err := harness.WaitFor(ctx, timeout, interval, f); err != nil {

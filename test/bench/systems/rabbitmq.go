@@ -103,7 +103,7 @@ func startRabbit(ctx context.Context, log *slog.Logger, name, binDir string, n i
 			"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "enabled_plugins"),
 			"RABBITMQ_PID_FILE="+filepath.Join(dir, id+".pid"),
 		)
-		p, err := startProcess(id, filepath.Join(dir, id+".out"), nodeEnv, server)
+		p, err := startProcess(id, filepath.Join(dir, id+".out"), nodeEnv, append(serverWrap(), server)...)
 		if err != nil {
 			cleanup()
 			return nil, err

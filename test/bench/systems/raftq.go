@@ -60,7 +60,7 @@ func startRaftq(ctx context.Context, log *slog.Logger, bin string, n int, secure
 	}
 	for i := range n {
 		id := fmt.Sprintf("n%d", i+1)
-		node, err := harness.NewNode(harness.NodeConfig{ID: id, Bin: bin, Dir: filepath.Join(dir, id), Args: extra})
+		node, err := harness.NewNode(harness.NodeConfig{ID: id, Bin: bin, Dir: filepath.Join(dir, id), Args: extra, Wrap: serverWrap()})
 		if err != nil {
 			c.Close()
 			return nil, err
