@@ -114,6 +114,12 @@ type Server struct {
 	closeOnce   sync.Once
 }
 
+// streamWorkers is the gRPC server's pool of handler goroutines
+// (grpc.NumStreamWorkers): as many as the unary calls a busy node holds
+// in flight, each waiting for its commit; a call that finds every worker
+// busy runs on a new goroutine, as without a pool.
+const streamWorkers = 1024
+
 // New builds the gRPC server of node b; Serve starts it.
 func New(cfg Config, b *broker.Broker) *Server {
 	if cfg.Logger == nil {
@@ -164,8 +170,16 @@ func New(cfg Config, b *broker.Broker) *Server {
 		grpc.InTapHandle(s.settles.tap),
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		// Reused handler goroutines keep their grown stacks: profiles of a
-		// busy leader showed stack growth at ~8% of CPU without them.
-		grpc.NumStreamWorkers(64),
+		// busy leader showed stack growth at ~8% of CPU without them. A
+		// unary call holds its worker until its entry commits, so the
+		// pool must cover the calls in flight, not the cores: with 64,
+		// 1,024 one-message Enqueues in flight (4 connections x 256) ran
+		// at most 64 of them on a worker, and stack growth
+		// (runtime.copystack) was 11-19% of the leader's CPU; with
+		// streamWorkers it is gone from the enqueue profile
+		// (docs/benchmarks.md, Issue 24: the unary path). An idle worker
+		// costs its stack, which the GC shrinks.
+		grpc.NumStreamWorkers(streamWorkers),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)...)
