@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/fsm"
@@ -37,10 +38,24 @@ func parseHex(what, s string) (uint64, error) {
 	return v, nil
 }
 
+// formatIDs formats a batch's ids into one string, each id a 16-byte
+// slice of it: two allocations for any number of ids instead of one per id
+// (an Enqueue of 1,000 messages answers 1,000 ids).
 func formatIDs(ids []uint64) []string {
 	out := make([]string, len(ids))
-	for i, id := range ids {
-		out[i] = FormatID(id)
+	if len(ids) == 1 {
+		out[0] = FormatID(ids[0])
+		return out
+	}
+	var all strings.Builder
+	all.Grow(16 * len(ids))
+	var b [16]byte
+	for _, id := range ids {
+		all.Write(logconv.AppendID(b[:0], id))
+	}
+	s := all.String()
+	for i := range out {
+		out[i] = s[16*i : 16*i+16]
 	}
 	return out
 }

@@ -29,6 +29,34 @@ func TestIDFormatRoundTrip(t *testing.T) {
 	}
 }
 
+// TestFormatIDs: a batch's ids, formatted into one string, are each
+// FormatID's form of the id at the same position, for 0, 1 and many ids.
+func TestFormatIDs(t *testing.T) {
+	for _, ids := range [][]uint64{nil, {7}, {0, 1<<64 - 1, 42}, make([]uint64, 1000)} {
+		got := formatIDs(ids)
+		if len(got) != len(ids) {
+			t.Fatalf("formatIDs(%d ids) = %d strings", len(ids), len(got))
+		}
+		for i, id := range ids {
+			if got[i] != FormatID(id) {
+				t.Fatalf("formatIDs(...)[%d] = %q, want %q", i, got[i], FormatID(id))
+			}
+		}
+	}
+	ids := make([]uint64, 1000)
+	for i := range ids {
+		ids[i] = uint64(i) * 0x9e3779b97f4a7c15
+	}
+	for i, s := range formatIDs(ids) {
+		if v, err := ParseID(s); err != nil || v != ids[i] {
+			t.Fatalf("id %d: %q parses to %d, %v; want %d", i, s, v, err, ids[i])
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { formatIDs(ids) }); n > 2 {
+		t.Errorf("formatIDs of 1,000 ids: %.0f allocations, want 2 (the slice and one string)", n)
+	}
+}
+
 func TestProjectDelivery(t *testing.T) {
 	d := &state.Delivery{ID: 1 << 20, Queue: "q", Payload: []byte("p"), Attempt: 2, EnqueuedMs: 5, OriginQueue: "o", DeadLetterReason: "r"}
 	got := projectDelivery(d)

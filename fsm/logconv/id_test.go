@@ -12,3 +12,15 @@ func TestFormatIDIsTheAPIForm(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendIDIsFormatID: AppendID appends exactly FormatID's form, after
+// what dst holds.
+func TestAppendIDIsFormatID(t *testing.T) {
+	dst := []byte("x")
+	for _, v := range []uint64{0, 42, 1<<64 - 1, 0x123<<20 | 7} {
+		dst = AppendID(dst, v)
+	}
+	if want := "x" + FormatID(0) + FormatID(42) + FormatID(1<<64-1) + FormatID(0x123<<20|7); string(dst) != want {
+		t.Errorf("AppendID = %s, want %s", dst, want)
+	}
+}
