@@ -44,7 +44,7 @@ func (a Auth) checkKey(field string) error {
 	if a.key == "" {
 		return nil
 	}
-	return a.b.needVersion(fsm.WriteKeyVersion, field)
+	return a.b.versions.need(fsm.WriteKeyVersion, field)
 }
 
 // NewToken draws a bearer token: 256 bits from crypto/rand, base64url,

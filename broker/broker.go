@@ -95,6 +95,7 @@ type Broker struct {
 
 	state     *fsm.FSM
 	reads     fsm.Reader     // state's read side
+	versions  versionGate    // refuses what the cluster version does not apply yet
 	proposals *fsm.Proposals // what this node proposes, so its FSM need not decode it
 	node      *cluster.Node
 	sched     *scheduler.Scheduler
@@ -114,8 +115,10 @@ type Broker struct {
 	diskDone chan struct{}
 
 	leader *leaderWork
-	// audit is the counter audit, a node duty (audit.go).
-	audit *counterAudit
+	// audit is the counter audit, a node duty (audit.go); raiser the
+	// cluster-version raiser, a leader duty (version.go).
+	audit  *counterAudit
+	raiser *versionRaiser
 	// diverged is set once this node learns its state differs from the
 	// replicas' (replica.go); repairs is what the leader knows of the
 	// nodes it repairs.
@@ -183,6 +186,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		},
 	})
 	b.reads = b.state.Reader()
+	b.versions = versionGate{reads: b.reads}
 
 	// 2. The Raft node over that state machine. Leadership reaches the
 	//    rest of the node as events (leader.go), not as a callback.
@@ -225,11 +229,12 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	b.acks = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.proposeAck, buildAck, sizeAck)
 
 	// 5. The counter audit, a node duty, reaching the leader as any call
-	//    is routed.
+	//    is routed; the cluster-version raiser, a leader duty.
 	b.audit = &counterAudit{
 		cfg: cfg.Audit, log: b.log, id: b.id, reads: b.reads, checks: b.state.Integrity(), peers: cfg.Peers,
 		route: b.Route, recount: b.Operator().RecountQueues,
 	}
+	b.raiser = &versionRaiser{log: b.log, reads: b.reads, voters: b.node.VoterVersions, propose: b.Propose}
 
 	// 6. From now on one owner follows leadership and runs the leader's
 	//    duties for each established term, and the node duties until

@@ -8,30 +8,30 @@ import (
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
-// needConcurrencyConfig refuses a config or mask that sets concurrency
+// concurrencyConfig refuses a config or mask that sets concurrency
 // caps before the cluster applies fsm.ConcurrencyVersion: an older voter
 // would ignore them, and hold nothing back where the leader does.
-func (b *Broker) needConcurrencyConfig(cfg *raftqv1.QueueConfig, mask []string) error {
+func (g versionGate) concurrencyConfig(cfg *raftqv1.QueueConfig, mask []string) error {
 	if cfg.GetConcurrencyLimit() != 0 {
-		return b.needVersion(fsm.ConcurrencyVersion, "config.concurrency_limit")
+		return g.need(fsm.ConcurrencyVersion, "config.concurrency_limit")
 	}
 	if len(cfg.GetConcurrencyLimits()) > 0 {
-		return b.needVersion(fsm.ConcurrencyVersion, "config.concurrency_limits")
+		return g.need(fsm.ConcurrencyVersion, "config.concurrency_limits")
 	}
 	for _, p := range mask {
 		if f := strings.TrimPrefix(p, "config."); f == "concurrency_limit" || f == "concurrency_limits" {
-			return b.needVersion(fsm.ConcurrencyVersion, "update_mask path "+p)
+			return g.need(fsm.ConcurrencyVersion, "update_mask path "+p)
 		}
 	}
 	return nil
 }
 
-// needConcurrencyKeys refuses messages carrying a concurrency key before
+// concurrencyKeys refuses messages carrying a concurrency key before
 // the cluster applies fsm.ConcurrencyVersion.
-func (b *Broker) needConcurrencyKeys(msgs []*raftqv1.EnqueueMessage) error {
+func (g versionGate) concurrencyKeys(msgs []*raftqv1.EnqueueMessage) error {
 	for i, m := range msgs {
 		if m.GetConcurrencyKey() != "" {
-			return b.needVersion(fsm.ConcurrencyVersion, fmt.Sprintf("messages[%d].concurrency_key", i))
+			return g.need(fsm.ConcurrencyVersion, fmt.Sprintf("messages[%d].concurrency_key", i))
 		}
 	}
 	return nil

@@ -30,7 +30,7 @@ func TestVersion12NeedsEveryVoter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := &Broker{state: f, reads: f.Reader()}
+	b := &Broker{state: f, reads: f.Reader(), versions: versionGate{reads: f.Reader()}}
 	ctx := context.Background()
 	n := int64(5)
 	check := func(what string, err error) {

@@ -224,7 +224,7 @@ func (b *Broker) leaderDuties() []duty {
 	return []duty{
 		b.replicaCheckDuty(),
 		b.schedulerDuty(),
-		goDuty("cluster version raiser", b.raiseClusterVersion),
+		goDuty("cluster version raiser", b.raiser.run),
 	}
 }
 

@@ -62,7 +62,7 @@ type Queue struct {
 // Enqueue admits msgs into queue (all or none) and returns their ids once
 // the entry carrying them has committed. Concurrent calls share entries.
 func (b *Broker) Enqueue(ctx context.Context, queue string, msgs []*raftqv1.EnqueueMessage) ([]uint64, error) {
-	if err := b.needConcurrencyKeys(msgs); err != nil {
+	if err := b.versions.concurrencyKeys(msgs); err != nil {
 		return nil, err
 	}
 	lm := logconv.EnqueueMessages(msgs)
@@ -142,7 +142,7 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) ([]error, error) {
 	for i, n := range items {
 		if n.Unprocessed && !n.DeadLetter && n.DelayMs > 0 {
 			// An older entry drops the delay without a word.
-			if err := b.needVersion(fsm.GuardVersion, fmt.Sprintf("nacks[%d].delay_ms with unprocessed", i)); err != nil {
+			if err := b.versions.need(fsm.GuardVersion, fmt.Sprintf("nacks[%d].delay_ms with unprocessed", i)); err != nil {
 				return nil, err
 			}
 		}

@@ -40,11 +40,11 @@ func (qs Queues) Keyed(key string) Queues { qs.key = key; return qs }
 // (which the state does not know), and on a cluster below version 12
 // altogether, whose entries would convert a queue in use.
 func (qs Queues) CreateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig) (*Queue, error) {
-	if err := qs.b.needConcurrencyConfig(cfg, nil); err != nil {
+	if err := qs.b.versions.concurrencyConfig(cfg, nil); err != nil {
 		return nil, err
 	}
 	if qs.key != "" {
-		if err := qs.b.needVersion(fsm.WriteKeyVersion, "CreateQueue.idempotency_key"); err != nil {
+		if err := qs.b.versions.need(fsm.WriteKeyVersion, "CreateQueue.idempotency_key"); err != nil {
 			return nil, err
 		}
 	}
@@ -53,7 +53,7 @@ func (qs Queues) CreateQueue(ctx context.Context, name string, cfg *raftqv1.Queu
 	}
 	if d := cfg.GetDeadLetterQueue(); d != "" {
 		if qi, err := qs.b.reads.GetQueue(d); err == nil && !qi.IsDeadLetterQueue {
-			if err := qs.b.needVersion(fsm.GuardVersion, "config.dead_letter_queue naming the ordinary queue "+d); err != nil {
+			if err := qs.b.versions.need(fsm.GuardVersion, "config.dead_letter_queue naming the ordinary queue "+d); err != nil {
 				return nil, err
 			}
 			cs, err := qs.b.sched.ListConsumers(d)
@@ -76,11 +76,11 @@ func (qs Queues) CreateQueue(ctx context.Context, name string, cfg *raftqv1.Queu
 // UpdateQueue changes the fields of a queue's config named by mask (all of
 // them when mask is empty).
 func (qs Queues) UpdateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig, mask []string) (*Queue, error) {
-	if err := qs.b.needConcurrencyConfig(cfg, mask); err != nil {
+	if err := qs.b.versions.concurrencyConfig(cfg, mask); err != nil {
 		return nil, err
 	}
 	if qs.key != "" {
-		if err := qs.b.needVersion(fsm.WriteKeyVersion, "UpdateQueue.idempotency_key"); err != nil {
+		if err := qs.b.versions.need(fsm.WriteKeyVersion, "UpdateQueue.idempotency_key"); err != nil {
 			return nil, err
 		}
 	}
@@ -103,7 +103,7 @@ func (qs Queues) checkRetry(cfg *raftqv1.QueueConfig, sets bool) error {
 	if !sets {
 		return nil
 	}
-	if err := qs.b.needVersion(fsm.RetryVersion, "config.retry"); err != nil {
+	if err := qs.b.versions.need(fsm.RetryVersion, "config.retry"); err != nil {
 		return err
 	}
 	return fsm.ValidateRetry(logconv.QueueConfig(cfg).GetRetry())
@@ -203,12 +203,12 @@ func (qs Queues) Redrive(ctx context.Context, queue string, limit int64, idempot
 // ignores the field and would move everything at once.
 func (qs Queues) RedriveWith(ctx context.Context, r *fsmv1.Redrive) (int64, uint64, error) {
 	if r.CancelJob != 0 {
-		if err := qs.b.needVersion(fsm.RedriveCancelVersion, "RedriveRequest.cancel_job"); err != nil {
+		if err := qs.b.versions.need(fsm.RedriveCancelVersion, "RedriveRequest.cancel_job"); err != nil {
 			return 0, 0, err
 		}
 	}
 	if r.FairnessKey != "" || r.ReasonContains != "" || r.OlderThanMs != 0 || r.DryRun || r.RateMilli != 0 || len(r.MessageIds) > 0 {
-		if err := qs.b.needVersion(fsm.RedriveVersion, "RedriveRequest filters, dry_run, rate_per_sec and message_ids"); err != nil {
+		if err := qs.b.versions.need(fsm.RedriveVersion, "RedriveRequest filters, dry_run, rate_per_sec and message_ids"); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -224,7 +224,7 @@ func (qs Queues) RedriveWith(ctx context.Context, r *fsmv1.Redrive) (int64, uint
 // refused (NeedsVersionError) until the cluster applies fsm.PauseVersion:
 // an older replica would apply nothing and go on granting.
 func (qs Queues) PauseQueue(ctx context.Context, name, key string, durationMs int64) (*Queue, error) {
-	if err := qs.b.needVersion(fsm.PauseVersion, "PauseQueue"); err != nil {
+	if err := qs.b.versions.need(fsm.PauseVersion, "PauseQueue"); err != nil {
 		return nil, err
 	}
 	if _, err := apply[*fsm.Done](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_PauseQueue{PauseQueue: &fsmv1.PauseQueue{Name: name, FairnessKey: key, DurationMs: durationMs}}}); err != nil {
@@ -236,7 +236,7 @@ func (qs Queues) PauseQueue(ctx context.Context, name, key string, durationMs in
 // ResumeQueue ends the pause of a queue (empty key) or of one key; one
 // that is not paused is OK. Refused as PauseQueue below fsm.PauseVersion.
 func (qs Queues) ResumeQueue(ctx context.Context, name, key string) (*Queue, error) {
-	if err := qs.b.needVersion(fsm.PauseVersion, "ResumeQueue"); err != nil {
+	if err := qs.b.versions.need(fsm.PauseVersion, "ResumeQueue"); err != nil {
 		return nil, err
 	}
 	if _, err := apply[*fsm.Done](ctx, qs.b, &fsmv1.Command{Op: &fsmv1.Command_ResumeQueue{ResumeQueue: &fsmv1.ResumeQueue{Name: name, FairnessKey: key}}}); err != nil {
@@ -287,7 +287,7 @@ func (qs Queues) Peek(queue string, limit int, deadLetter bool) ([]*state.Delive
 // filters need fsm.RedriveVersion (dead-letter times are recorded from
 // it on).
 func (qs Queues) PeekFiltered(queue string, limit int, deadLetter bool, pf fsm.PeekFilter) ([]*state.Delivery, error) {
-	if err := qs.b.needVersion(fsm.RedriveVersion, "PeekRequest filters and after_id"); err != nil {
+	if err := qs.b.versions.need(fsm.RedriveVersion, "PeekRequest filters and after_id"); err != nil {
 		return nil, err
 	}
 	return qs.b.reads.PeekFiltered(queue, limit, deadLetter, pf)
@@ -296,7 +296,7 @@ func (qs Queues) PeekFiltered(queue string, limit int, deadLetter bool, pf fsm.P
 // GetMessage tells one message's story (fsm.Reader.GetMessage); refused
 // before the cluster records stories.
 func (qs Queues) GetMessage(queue string, id uint64) (*fsm.MessageInfo, error) {
-	if err := qs.b.needVersion(fsm.HistoryVersion, "GetMessage"); err != nil {
+	if err := qs.b.versions.need(fsm.HistoryVersion, "GetMessage"); err != nil {
 		return nil, err
 	}
 	return qs.b.reads.GetMessage(queue, id)

@@ -15,15 +15,6 @@ import (
 // voter must run a build that applies it first.
 var ErrSettingsNotReplicated = errors.New("cluster settings need every voter at log version 9")
 
-// needVersion refuses what needs log version v on a cluster below it,
-// naming v and what needs it (what: the field or behaviour).
-func (b *Broker) needVersion(v uint32, what string) error {
-	if cv := b.reads.ClusterVersion(); cv < v {
-		return &NeedsVersionError{Field: what, Needs: v, Cluster: cv}
-	}
-	return nil
-}
-
 // SettingsChange is a change of the cluster settings; nil fields are
 // left as they are.
 type SettingsChange struct {
@@ -47,12 +38,12 @@ func (o Operator) SetClusterSettings(ctx context.Context, ch SettingsChange) (st
 			return state.Settings{}, fmt.Errorf("%w: max_queues is negative (%d)", fsm.ErrInvalid, *ch.MaxQueues)
 		}
 		// An older entry would drop the field without a word.
-		if err := o.b.needVersion(fsm.GuardVersion, "SetClusterSettings.max_queues"); err != nil {
+		if err := o.b.versions.need(fsm.GuardVersion, "SetClusterSettings.max_queues"); err != nil {
 			return state.Settings{}, err
 		}
 	}
 	if ch.IdempotencyKey != "" {
-		if err := o.b.needVersion(fsm.WriteKeyVersion, "SetClusterSettings.idempotency_key"); err != nil {
+		if err := o.b.versions.need(fsm.WriteKeyVersion, "SetClusterSettings.idempotency_key"); err != nil {
 			return state.Settings{}, err
 		}
 	}
