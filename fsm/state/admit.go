@@ -66,7 +66,7 @@ func MessageCost(m *fsmv1.EnqueueMessage) int64 {
 // MaxStoryBytes), so a message's cost changes when it is dead-lettered
 // and, from log version HistoryVersion, as its story grows.
 func (m *message) size() int64 {
-	return contentCost(len(m.payload), nil, m.fairnessKey(), m.throttleKeys(), m.dedupID, m.concurrencyKey()) + m.packedHeaders().cost() + int64(len(m.origin())+len(m.dlReason())) + m.story().cost()
+	return contentCost(len(m.payload), nil, m.fairnessKey(), m.throttleKeys(), m.dedupID, m.concurrencyKey()) + m.headerCost() + int64(len(m.origin())+len(m.dlReason())) + m.story().cost()
 }
 
 // dedupCost is what one dedup entry costs.

@@ -107,37 +107,54 @@ func (m *message) setDead(d *deadLetter) {
 // immutable and shared: by a message's copies, and by consecutive
 // messages of one fairness key with the same keys and no headers (the
 // key's record of its last one, keyQueue.body), so a backlog of one
-// tenant's messages holds its keys once. Its keys are shared the same
-// way by messages that do carry headers (keyQueue.keys): a message with
-// headers costs a 24-byte body beside its packed headers, not a copy of
-// all its keys (issue 24: an 80-byte body per message, as much as its
-// headers, at 1M messages with two headers each).
+// tenant's messages holds its keys once. What a message has in common
+// with the previous message of its key, its keys and the headers both
+// carry with the same value (a content type, a producer's name), is
+// shared the same way (shared, keyQueue.last), so a message's own
+// allocation holds only the headers that differ (a trace id). Issue 24:
+// at 1M messages with two headers each, every message had an 80-byte
+// body copying its keys and a 64-byte packed copy of both headers; now
+// a 24-byte body and its one differing header, 32 bytes.
 type body struct {
-	headers packedHeaders // headers.go
-	keys    *msgKeys      // nil: none
+	headers packedHeaders // headers.go: those not in shared
+	shared  *sharedPart   // nil: none
 }
 
-// msgKeys are a message's fairness, throttle and concurrency keys, when
-// it has any. Immutable and shared (body).
-type msgKeys struct {
+// sharedPart is what a body shares with the bodies of other messages:
+// their keys, and the headers they all carry with the same values.
+// Immutable. A header is in the body's headers or in its shared
+// headers, never both.
+type sharedPart struct {
+	headers        packedHeaders
 	fairnessKey    string
 	throttleKeys   []string
 	concurrencyKey string // concurrency.go
 }
 
-// newKeys is the keys of a message with these, nil for none.
-func newKeys(fairnessKey string, throttleKeys []string, concurrencyKey string) *msgKeys {
-	if fairnessKey == "" && throttleKeys == nil && concurrencyKey == "" {
+// newShared is the shared part of a message with these common headers
+// and keys, nil for none.
+func newShared(headers packedHeaders, fairnessKey string, throttleKeys []string, concurrencyKey string) *sharedPart {
+	if headers == "" && fairnessKey == "" && throttleKeys == nil && concurrencyKey == "" {
 		return nil
 	}
-	return &msgKeys{fairnessKey: fairnessKey, throttleKeys: throttleKeys, concurrencyKey: concurrencyKey}
+	return &sharedPart{headers: headers, fairnessKey: fairnessKey, throttleKeys: throttleKeys, concurrencyKey: concurrencyKey}
 }
 
-// same reports whether k are these keys (throttle keys nil, none, told
-// apart from empty, as callers may see them).
-func (k *msgKeys) same(fairnessKey string, throttleKeys []string, concurrencyKey string) bool {
-	return k != nil && k.fairnessKey == fairnessKey && k.concurrencyKey == concurrencyKey &&
-		(k.throttleKeys == nil) == (throttleKeys == nil) && slices.Equal(k.throttleKeys, throttleKeys)
+// sameKeys reports whether p (nil: none) has these keys (throttle keys
+// nil, none, told apart from empty, as callers may see them).
+func (p *sharedPart) sameKeys(fairnessKey string, throttleKeys []string, concurrencyKey string) bool {
+	if p == nil {
+		return fairnessKey == "" && throttleKeys == nil && concurrencyKey == ""
+	}
+	return p.fairnessKey == fairnessKey && p.concurrencyKey == concurrencyKey &&
+		(p.throttleKeys == nil) == (throttleKeys == nil) && slices.Equal(p.throttleKeys, throttleKeys)
+}
+
+func (p *sharedPart) commonHeaders() packedHeaders {
+	if p == nil {
+		return ""
+	}
+	return p.headers
 }
 
 // lease is what a leased message records of its lease.
@@ -162,20 +179,43 @@ type deadLetter struct {
 }
 
 // headers are m's headers as a new map (nil for none).
-func (m *message) headers() map[string]string { return m.packedHeaders().into(nil) }
+func (m *message) headers() map[string]string { return m.headersInto(nil) }
 
-func (m *message) packedHeaders() packedHeaders {
-	if m.body == nil {
-		return ""
-	}
-	return m.body.headers
-}
-
-func (m *message) keys() *msgKeys {
+// headersInto returns m's headers as a map: dst, cleared and filled, when
+// it is not nil, else a new one; nil for none (packedHeaders.into).
+func (m *message) headersInto(dst map[string]string) map[string]string {
 	if m.body == nil {
 		return nil
 	}
-	return m.body.keys
+	own, common := m.body.headers, m.body.shared.commonHeaders()
+	if common == "" {
+		return own.into(dst)
+	}
+	dst = common.into(dst)
+	own.each(func(k, v string) bool { dst[k] = v; return true })
+	return dst
+}
+
+// headerCost is what m's headers count in contentCost.
+func (m *message) headerCost() int64 {
+	if m.body == nil {
+		return 0
+	}
+	return m.body.headers.cost() + m.body.shared.commonHeaders().cost()
+}
+
+// hasHeaders reports whether m has headers (an empty map counts).
+func (m *message) hasHeaders() bool {
+	return m.body != nil && (m.body.headers != "" || m.body.shared.commonHeaders() != "")
+}
+
+// keys is m's shared part, where its keys are (nil: no keys and no
+// common headers).
+func (m *message) keys() *sharedPart {
+	if m.body == nil {
+		return nil
+	}
+	return m.body.shared
 }
 
 func (m *message) fairnessKey() string {
@@ -273,18 +313,19 @@ func newBody(headers map[string]string, fairnessKey string, throttleKeys []strin
 	return newPackedBody(packHeaders(headers), fairnessKey, throttleKeys, concurrencyKey)
 }
 
-// newPackedBody is newBody of headers already packed ("" for none).
+// newPackedBody is newBody of headers already packed ("" for none), all
+// its own.
 func newPackedBody(headers packedHeaders, fairnessKey string, throttleKeys []string, concurrencyKey string) *body {
-	return keyedBody(headers, newKeys(fairnessKey, throttleKeys, concurrencyKey))
+	return sharingBody(headers, newShared("", fairnessKey, throttleKeys, concurrencyKey))
 }
 
-// keyedBody is the body of a message with these headers ("" for none) and
-// keys (nil for none): nil for neither.
-func keyedBody(headers packedHeaders, keys *msgKeys) *body {
-	if headers == "" && keys == nil {
+// sharingBody is the body of a message with these headers of its own ("" for
+// none) and shared part (nil for none): nil for neither.
+func sharingBody(headers packedHeaders, shared *sharedPart) *body {
+	if headers == "" && shared == nil {
 		return nil
 	}
-	return &body{headers: headers, keys: keys}
+	return &body{headers: headers, shared: shared}
 }
 
 // msgItem is what the per-queue message tree holds: the id inline so lookups
@@ -328,12 +369,12 @@ type keyQueue struct {
 	groups map[string]*btree.BTreeG[uint64]
 	// body is the body of the key's newest indexed message when it has no
 	// headers: Enqueue gives it to the next message with the same keys,
-	// so they hold one copy (message.body). keys are the keys of the
-	// newest indexed message that has any, headers or not, which Enqueue
-	// gives to the next message with the same keys and headers. Derived,
-	// like ids.
+	// so they hold one copy (message.body). last is the body of the
+	// newest indexed message that has one: Enqueue shares its keys and
+	// the headers in common with the next message (packedBodyFor).
+	// Derived, like ids.
 	body *body
-	keys *msgKeys
+	last *body
 	// groupGen counts the groups created since the key became active, so
 	// a scheduler that found every group throttled can tell whether a new
 	// one (maybe deliverable) has appeared since.
@@ -513,19 +554,35 @@ func (q *queue) bodyFor(prio int32, headers map[string]string, fairnessKey strin
 	return q.packedBodyFor(prio, packHeaders(headers), fairnessKey, throttleKeys, concurrencyKey)
 }
 
-// packedBodyFor is bodyFor of headers already packed ("" for none).
+// packedBodyFor is bodyFor of headers already packed ("" for none): it
+// shares what the message has in common with the last body of its key
+// (keyQueue.last) when their keys are the same.
 func (q *queue) packedBodyFor(prio int32, headers packedHeaders, fairnessKey string, throttleKeys []string, concurrencyKey string) *body {
+	var kq *keyQueue
 	if l := q.level(prio, false); l != nil {
-		if kq := l.keys[fairnessKey]; kq != nil {
-			if headers == "" && kq.body != nil && kq.body.keys.same(fairnessKey, throttleKeys, concurrencyKey) {
-				return kq.body
-			}
-			if kq.keys.same(fairnessKey, throttleKeys, concurrencyKey) {
-				return keyedBody(headers, kq.keys)
-			}
-		}
+		kq = l.keys[fairnessKey]
 	}
-	return newPackedBody(headers, fairnessKey, throttleKeys, concurrencyKey)
+	if kq == nil {
+		return newPackedBody(headers, fairnessKey, throttleKeys, concurrencyKey)
+	}
+	if headers == "" && kq.body != nil && kq.body.shared.sameKeys(fairnessKey, throttleKeys, concurrencyKey) {
+		return kq.body
+	}
+	if kq.last == nil || !kq.last.shared.sameKeys(fairnessKey, throttleKeys, concurrencyKey) {
+		return newPackedBody(headers, fairnessKey, throttleKeys, concurrencyKey)
+	}
+	last := kq.last.shared
+	if headers == "" || headers == emptyHeaders {
+		if last.commonHeaders() == "" {
+			return sharingBody(headers, last) // nil when last is
+		}
+		return newPackedBody(headers, fairnessKey, throttleKeys, concurrencyKey)
+	}
+	own, common, same := splitHeaders(headers, kq.last.headers, last.commonHeaders())
+	if same {
+		return sharingBody(own, last)
+	}
+	return sharingBody(own, newShared(common, fairnessKey, throttleKeys, concurrencyKey))
 }
 
 func (q *queue) level(prio int32, create bool) *level {

@@ -111,3 +111,65 @@ func (p packedHeaders) cost() int64 {
 	p.each(func(k, v string) bool { n += int64(HeaderOverheadBytes + len(k) + len(v)); return true })
 	return n
 }
+
+// splitHeaders splits packed headers h (neither none nor empty) into
+// those a message whose own and common headers were lastOwn and
+// lastCommon also had, with the same values (common), and the rest
+// (own); same reports whether common is lastCommon, in which case common
+// is not built (body.shared can be reused as it is). Both keep h's key
+// order, so each is a packing of its headers. Linear in the three.
+func splitHeaders(h, lastOwn, lastCommon packedHeaders) (own, common packedHeaders, same bool) {
+	var ownBuf, commonBuf [256]byte
+	ob, cb := ownBuf[:0], commonBuf[:0]
+	hr, ar, br := pairReader{h}, pairReader{lastOwn}, pairReader{lastCommon}
+	ak, av, _, aok := ar.next()
+	bk, bv, _, bok := br.next()
+	for {
+		k, v, raw, ok := hr.next()
+		if !ok {
+			break
+		}
+		for aok && ak < k {
+			ak, av, _, aok = ar.next()
+		}
+		for bok && bk < k {
+			bk, bv, _, bok = br.next()
+		}
+		if aok && ak == k && av == v || bok && bk == k && bv == v {
+			cb = append(cb, raw...)
+		} else {
+			ob = append(ob, raw...)
+		}
+	}
+	if same = string(cb) == string(lastCommon); !same {
+		common = packedHeaders(cb)
+	}
+	return packedHeaders(ob), common, same
+}
+
+// pairReader reads packed headers one header at a time, in key order.
+type pairReader struct{ p packedHeaders }
+
+// next is the next header, its encoded bytes, and false after the last.
+func (r *pairReader) next() (k, v, raw string, ok bool) {
+	s := string(r.p)
+	if s == "" || r.p == emptyHeaders {
+		return "", "", "", false
+	}
+	i := 0
+	field := func() string {
+		var n, shift uint
+		for ; s[i] >= 0x80; i++ {
+			n |= uint(s[i]&0x7f) << shift
+			shift += 7
+		}
+		n |= uint(s[i]) << shift
+		f := s[i+1 : i+1+int(n)]
+		i += 1 + int(n)
+		return f
+	}
+	k = field()
+	v = field()
+	raw, r.p = s[:i], packedHeaders(s[i:])
+	return k, v, raw, true
+}

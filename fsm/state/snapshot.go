@@ -270,7 +270,7 @@ func putUvarint(buf []byte, x uint64) int {
 // reuses one for every message), else a new one.
 func fillMessageRecord(r *fsmv1.MessageRecord, m *message, headers map[string]string) {
 	*r = fsmv1.MessageRecord{
-		Id: m.id, Payload: m.payload, Headers: m.packedHeaders().into(headers), Priority: m.priority,
+		Id: m.id, Payload: m.payload, Headers: m.headersInto(headers), Priority: m.priority,
 		FairnessKey: m.fairnessKey(), Weight: m.weight, ThrottleKeys: m.throttleKeys(),
 		EnqueuedMs: m.enqueuedMs, VisibleMs: m.visibleMs(), ExpiresMs: m.expiresMs,
 		Attempts: m.attempts, LeaseToken: m.leaseToken(), ConsumerId: m.consumerID(),

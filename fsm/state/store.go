@@ -213,11 +213,11 @@ func (s *Store) index(q *queue, m *message) {
 		if m.id >= kq.newest {
 			kq.newest, kq.weight = m.id, m.weight
 		}
-		if m.body != nil && m.body.headers == "" {
-			kq.body = m.body
-		}
-		if k := m.keys(); k != nil {
-			kq.keys = k
+		if m.body != nil {
+			kq.last = m.body
+			if !m.hasHeaders() {
+				kq.body = m.body
+			}
 		}
 		// The first group of a key is the key's ids tree itself, until a
 		// second group appears: most keys' messages are all of one group,

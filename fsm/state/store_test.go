@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"unsafe"
@@ -250,4 +252,90 @@ func TestSoleGroupIsTheKeysIDs(t *testing.T) {
 	if _, ok := kq.groups["t"]; ok {
 		t.Error("an emptied group is kept")
 	}
+}
+
+// TestSharedHeaders: the headers a message has in common with the
+// previous message of its key (same key, same value) are shared with it,
+// the others are its own, and every message reads back exactly its
+// headers (random header sets drawn from few keys and values, so that
+// messages agree on some and differ on others; an empty map and none
+// among them), in its record and its cost too.
+func TestSharedHeaders(t *testing.T) {
+	r := rand.New(rand.NewPCG(24, 1))
+	s := New()
+	if res := s.Begin(1, 1, 1, 1000, NewTouched()).CreateQueue(&fsmv1.CreateQueue{Name: "q"}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	var msgs []*fsmv1.EnqueueMessage
+	for i := range 400 {
+		em := &fsmv1.EnqueueMessage{Payload: []byte{byte(i)}}
+		switch r.IntN(10) {
+		case 0: // none
+		case 1:
+			em.Headers = map[string]string{}
+		default:
+			em.Headers = map[string]string{}
+			for range r.IntN(5) {
+				em.Headers[fmt.Sprint("k", r.IntN(4))] = fmt.Sprint("v", r.IntN(3))
+			}
+		}
+		if r.IntN(8) == 0 {
+			em.FairnessKey = "f"
+		}
+		msgs = append(msgs, em)
+	}
+	enq := s.Begin(2, 1, 1, 1001, NewTouched()).Enqueue(&fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}})
+	if enq.Err != nil || enq.Batches[0].Err != nil {
+		t.Fatal(enq.Err, enq.Batches[0].Err)
+	}
+	if err := s.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	q := s.queues["q"]
+	shared := 0
+	for i, em := range msgs {
+		m := q.get(enq.Batches[0].IDs[i])
+		if got := m.headers(); (got == nil) != (em.Headers == nil) || !maps.Equal(got, em.Headers) {
+			t.Fatalf("message %d: headers %#v, want %#v", i, got, em.Headers)
+		}
+		if got, want := m.headerCost(), packHeaders(em.Headers).cost(); got != want {
+			t.Fatalf("message %d: header cost %d, want %d", i, got, want)
+		}
+		if got := m.fairnessKey(); got != em.FairnessKey {
+			t.Fatalf("message %d: fairness key %q, want %q", i, got, em.FairnessKey)
+		}
+		if m.body != nil && m.body.shared.commonHeaders() != "" {
+			shared++
+			own := m.body.headers.into(nil)
+			for k, v := range m.body.shared.commonHeaders().into(nil) {
+				if _, dup := own[k]; dup {
+					t.Fatalf("message %d: header %q both its own and shared", i, k)
+				}
+				if em.Headers[k] != v {
+					t.Fatalf("message %d: shared header %q = %q, its own is %q", i, k, v, em.Headers[k])
+				}
+			}
+		}
+	}
+	if shared < len(msgs)/10 { // 52 with this seed
+		t.Errorf("%d of %d messages share headers", shared, len(msgs))
+	}
+	// Two messages that differ in one header of two share the other.
+	two := enqueueHeaders(t, s, 3, map[string]string{"content-type": "json", "trace": "1"}, map[string]string{"content-type": "json", "trace": "2"}, map[string]string{"content-type": "json", "trace": "3"})
+	if a, b := q.get(two[1]), q.get(two[2]); a.body.shared == nil || a.body.shared != b.body.shared || a.body.headers == b.body.headers {
+		t.Error("messages 2 and 3 do not share their content type, or share their trace id")
+	}
+}
+
+func enqueueHeaders(t *testing.T, s *Store, index uint64, hs ...map[string]string) []uint64 {
+	t.Helper()
+	var msgs []*fsmv1.EnqueueMessage
+	for _, h := range hs {
+		msgs = append(msgs, &fsmv1.EnqueueMessage{Payload: []byte("p"), Headers: h})
+	}
+	r := s.Begin(index, 1, 1, 1000+int64(index), NewTouched()).Enqueue(&fsmv1.Enqueue{Batches: []*fsmv1.EnqueueBatch{{Queue: "q", Messages: msgs}}})
+	if r.Err != nil || r.Batches[0].Err != nil {
+		t.Fatal(r.Err, r.Batches[0].Err)
+	}
+	return r.Batches[0].IDs
 }
