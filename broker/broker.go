@@ -14,6 +14,7 @@ import (
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/metrics"
 	"github.com/raftq/raftq/peers"
+	"github.com/raftq/raftq/raftgroup"
 	"github.com/raftq/raftq/raftmux"
 	"github.com/raftq/raftq/scheduler"
 )
@@ -98,6 +99,7 @@ type Broker struct {
 	versions  versionGate    // refuses what the cluster version does not apply yet
 	proposals *fsm.Proposals // what this node proposes, so its FSM need not decode it
 	node      *cluster.Node
+	group     *raftgroup.Group // node's data group runtime (Raft)
 	sched     *scheduler.Scheduler
 	feed      *changeFeed
 
@@ -203,7 +205,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start cluster node: %w", err)
 	}
-	b.node = node
+	b.node, b.group = node, node.Group()
 
 	// 3. The scheduler proposes through this broker, which stamps time
 	//    and the log version on every command.
@@ -239,7 +241,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	// 6. From now on one owner follows leadership and runs the leader's
 	//    duties for each established term, and the node duties until
 	//    Close (leader.go).
-	b.leader = &leaderWork{log: b.log, node: b.node, duties: b.leaderDuties(), nodeDuties: b.nodeDuties()}
+	b.leader = &leaderWork{log: b.log, node: b.group, duties: b.leaderDuties(), nodeDuties: b.nodeDuties()}
 	b.leader.start()
 
 	// 7. Drain-time estimates, sampled from this node's own state.
@@ -294,10 +296,10 @@ func (b *Broker) Scheduler() *scheduler.Scheduler { return b.sched }
 // that writes keep flowing there while this node stops. It reports the
 // new leader, or "" when this node was not leading.
 func (b *Broker) HandOff(ctx context.Context) (string, error) {
-	if !b.node.IsLeader() {
+	if !b.group.IsLeader() {
 		return "", nil
 	}
-	return b.node.TransferLeadership(ctx, "")
+	return b.group.TransferLeadership(ctx, "")
 }
 
 // Leave takes this node out of the cluster while it keeps serving (see

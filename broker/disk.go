@@ -8,9 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/diskguard"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // startDisk builds the disk guard and runs its loop until Close: every
@@ -23,7 +24,7 @@ func (b *Broker) startDisk() {
 		Dir:     b.cfg.Cluster.DataDir,
 		MinFree: b.cfg.MinFreeDisk,
 		// Room for the next snapshot, and for the next wal segment.
-		Reserve: func() uint64 { return uint64(max(b.node.NewestSnapshotBytes(), 0) + b.node.LogReserveBytes()) },
+		Reserve: func() uint64 { return uint64(max(b.group.NewestSnapshotBytes(), 0) + b.group.LogReserveBytes()) },
 	})
 	interval := b.cfg.DiskCheckInterval
 	if interval <= 0 {
@@ -85,7 +86,7 @@ func (b *Broker) admitGrowth() error {
 // nothing was applied; the leader steps down and is elected again, and
 // the guard refuses what would grow the state further.
 func (b *Broker) noSpace(err error) error {
-	if !errors.Is(err, cluster.ErrNoSpace) {
+	if !errors.Is(err, raftgroup.ErrNoSpace) {
 		return err
 	}
 	return fmt.Errorf("%w on node %s: appending to the Raft log in its data dir %s failed, nothing was applied: %w",

@@ -6,13 +6,14 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm/logconv"
 	"github.com/raftq/raftq/peers"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // HandBack is a batch of leases this node granted while it led, on one
@@ -212,6 +213,6 @@ func (h *handBackSender) nackAtLeader(ctx context.Context, hb HandBack) (int, er
 // take it just then (none elected, leadership moving, the leader out of
 // reach), so a later try may succeed.
 func retryableAtLeader(err error) bool {
-	return errors.Is(err, ErrNoLeader) || errors.Is(err, cluster.ErrNotLeader) || errors.Is(err, cluster.ErrLeadershipLost) ||
+	return errors.Is(err, ErrNoLeader) || errors.Is(err, raftgroup.ErrNotLeader) || errors.Is(err, raftgroup.ErrLeadershipLost) ||
 		status.Code(err) == codes.Unavailable
 }

@@ -7,14 +7,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // leaderNode is what the leadership owner reads of the group's Raft node:
 // its published leadership, and the hand-over a term asks for when its
 // duties cannot all start.
 type leaderNode interface {
-	Leadership() cluster.Leadership
+	Leadership() raftgroup.Leadership
 	TransferLeadership(ctx context.Context, id string) (string, error)
 }
 
@@ -174,7 +174,7 @@ func (w *leaderWork) follow(ctx context.Context) {
 			seenID, seenTerm = l.LeaderID, l.Term
 			w.changes.Add(1)
 		}
-		lead := l.Role == cluster.RoleLeader && l.Established
+		lead := l.Role == raftgroup.RoleLeader && l.Established
 		if running != nil && (!lead || running.term != l.Term) {
 			w.revoke(running)
 			running = nil
@@ -199,7 +199,7 @@ func (w *leaderWork) follow(ctx context.Context) {
 				continue // the hand-over may have changed leadership
 			}
 		}
-		if l.Role == cluster.RoleShutdown {
+		if l.Role == raftgroup.RoleShutdown {
 			return
 		}
 		select {

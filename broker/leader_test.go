@@ -10,7 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // fakeLeaderNode publishes the leadership values a test sets, as
@@ -18,7 +18,7 @@ import (
 // and records the hand-overs asked of it.
 type fakeLeaderNode struct {
 	mu        sync.Mutex
-	cur       cluster.Leadership
+	cur       raftgroup.Leadership
 	changed   chan struct{}
 	transfers int
 }
@@ -29,13 +29,13 @@ func newFakeLeaderNode() *fakeLeaderNode {
 	return f
 }
 
-func (f *fakeLeaderNode) Leadership() cluster.Leadership {
+func (f *fakeLeaderNode) Leadership() raftgroup.Leadership {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.cur
 }
 
-func (f *fakeLeaderNode) publish(l cluster.Leadership) {
+func (f *fakeLeaderNode) publish(l raftgroup.Leadership) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	old := f.changed
@@ -58,8 +58,8 @@ func (f *fakeLeaderNode) transferCount() int {
 	return f.transfers
 }
 
-func leading(term uint64) cluster.Leadership {
-	return cluster.Leadership{Role: cluster.RoleLeader, Term: term, LeaderID: "self", Established: true}
+func leading(term uint64) raftgroup.Leadership {
+	return raftgroup.Leadership{Role: raftgroup.RoleLeader, Term: term, LeaderID: "self", Established: true}
 }
 
 // dutyLog records which duties run, for which term, and how often each
@@ -146,9 +146,9 @@ func TestLeaderDutiesFollowEstablishedTerms(t *testing.T) {
 		w.start()
 		log.expectRunning(t, "a follower", 0, "counter audit")
 
-		node.publish(cluster.Leadership{Role: cluster.RoleCandidate, Term: 2})
+		node.publish(raftgroup.Leadership{Role: raftgroup.RoleCandidate, Term: 2})
 		log.expectRunning(t, "a candidate", 0, "counter audit")
-		node.publish(cluster.Leadership{Role: cluster.RoleLeader, Term: 2, LeaderID: "self"})
+		node.publish(raftgroup.Leadership{Role: raftgroup.RoleLeader, Term: 2, LeaderID: "self"})
 		log.expectRunning(t, "a leader before its Barrier", 0, "counter audit")
 
 		node.publish(leading(2))
@@ -167,7 +167,7 @@ func TestLeaderDutiesFollowEstablishedTerms(t *testing.T) {
 			t.Fatalf("the same term republished restarted its duties: %v", starts)
 		}
 
-		node.publish(cluster.Leadership{Role: cluster.RoleFollower, Term: 3, LeaderID: "other"})
+		node.publish(raftgroup.Leadership{Role: raftgroup.RoleFollower, Term: 3, LeaderID: "other"})
 		log.expectRunning(t, "leadership lost", 0, "counter audit")
 
 		node.publish(leading(4))
@@ -274,7 +274,7 @@ func TestLeaderDutiesFailedTermEndsWithIt(t *testing.T) {
 		defer w.stop()
 		node.publish(leading(3))
 		log.expectRunning(t, "failed", 0)
-		node.publish(cluster.Leadership{Role: cluster.RoleFollower, Term: 4, LeaderID: "other"})
+		node.publish(raftgroup.Leadership{Role: raftgroup.RoleFollower, Term: 4, LeaderID: "other"})
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		_, starts, _ := log.snapshot()

@@ -39,7 +39,7 @@ func (b *Broker) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, e
 		return nil, err
 	}
 	defer forget()
-	out, err := b.node.Apply(ctx, data)
+	out, err := b.group.Apply(ctx, data)
 	if err != nil {
 		return nil, b.noSpace(err)
 	}

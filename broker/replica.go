@@ -134,7 +134,7 @@ func (b *Broker) checkReplicas(ctx context.Context) error {
 		b.log.Error("replica check: this leader's state differs from the other replicas'; handing leadership over so they repair it",
 			"checkpoint", idx, "digest", own, "replicas_digest", ref)
 		b.Operator().MarkDiverged(idx, own, ref, self)
-		_, err := b.node.TransferLeadership(ctx, "")
+		_, err := b.group.TransferLeadership(ctx, "")
 		return err
 	}
 	for _, a := range answers {

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // ErrNoLeader: no leader (with a known address) emerged within the wait.
@@ -30,13 +30,13 @@ type Route struct {
 func (b *Broker) Route(ctx context.Context, wait time.Duration) (Route, error) {
 	var timeout <-chan time.Time
 	for {
-		l := b.node.Leadership()
+		l := b.group.Leadership()
 		switch {
-		case l.Role == cluster.RoleLeader && l.Established:
+		case l.Role == raftgroup.RoleLeader && l.Established:
 			return Route{Local: true, LeaderID: b.id}, nil
-		case l.Role == cluster.RoleShutdown:
-			return Route{}, cluster.ErrShutdown
-		case l.Role != cluster.RoleLeader && l.LeaderKnown() && l.LeaderGRPCAddr != "":
+		case l.Role == raftgroup.RoleShutdown:
+			return Route{}, raftgroup.ErrShutdown
+		case l.Role != raftgroup.RoleLeader && l.LeaderKnown() && l.LeaderGRPCAddr != "":
 			return Route{LeaderID: l.LeaderID, LeaderAddr: l.LeaderGRPCAddr, LeaderClientAddr: l.LeaderClientAddr}, nil
 		}
 		if timeout == nil {
@@ -57,6 +57,6 @@ func (b *Broker) Route(ctx context.Context, wait time.Duration) (Route, error) {
 // Leader is the leader this node knows of right now, for a redirect that
 // must not wait: its id and where clients reach it, "" when none is known.
 func (b *Broker) Leader() (id, clientAddr string) {
-	l := b.node.Leadership()
+	l := b.group.Leadership()
 	return l.LeaderID, l.LeaderClientAddr
 }

@@ -12,12 +12,13 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/client"
-	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm/state"
 	"github.com/raftq/raftq/host"
 	"github.com/raftq/raftq/internal/testcluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/transport"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // The examples run, and their output is checked, against a real
@@ -49,7 +50,7 @@ func startBroker() (addr string, stop func()) {
 	}
 	// Ready when this node leads a term it has established (what
 	// /readyz waits for).
-	if _, err := h.Broker().Node().WaitLeadership(ctx, func(l cluster.Leadership) bool { return l.Established }); err != nil {
+	if _, err := h.Broker().Node().Group().WaitLeadership(ctx, func(l raftgroup.Leadership) bool { return l.Established }); err != nil {
 		log.Fatal(err)
 	}
 	return h.GRPCAddr(), func() {

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/raftq/raftq/test/harness"
 )
 
@@ -36,28 +34,7 @@ func TestLoneVoterElectsItselfAtOnce(t *testing.T) {
 		t.Fatalf("no leader after restart: %v", err)
 	}
 	harness.Eventually(t, time.Minute, harness.Holds("state recovered", func() bool { return slices.Equal(r.fsm.Entries(), []string{"a"}) }))
-	if rc := r.raft.ReloadableConfig(); rc.HeartbeatTimeout != time.Hour || rc.ElectionTimeout != time.Hour {
+	if rc := r.Raft().ReloadableConfig(); rc.HeartbeatTimeout != time.Hour || rc.ElectionTimeout != time.Hour {
 		t.Fatalf("timeouts after the campaign: %v, %v; want the configured hour", rc.HeartbeatTimeout, rc.ElectionTimeout)
-	}
-}
-
-func TestAloneVoter(t *testing.T) {
-	v := func(id string) raft.Server { return raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id)} }
-	nv := func(id string) raft.Server { return raft.Server{Suffrage: raft.Nonvoter, ID: raft.ServerID(id)} }
-	for _, c := range []struct {
-		name    string
-		servers []raft.Server
-		want    bool
-	}{
-		{"empty", nil, false},
-		{"self alone", []raft.Server{v("a")}, true},
-		{"self with nonvoters", []raft.Server{v("a"), nv("b"), nv("c")}, true},
-		{"another voter alone", []raft.Server{v("b"), nv("a")}, false},
-		{"two voters", []raft.Server{v("a"), v("b")}, false},
-		{"three voters", []raft.Server{v("a"), v("b"), v("c")}, false},
-	} {
-		if got := aloneVoter(raft.Configuration{Servers: c.servers}, "a"); got != c.want {
-			t.Errorf("%s: aloneVoter = %v, want %v", c.name, got, c.want)
-		}
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // bootstrapper founds the cluster on a node without Raft state once
@@ -22,15 +24,15 @@ import (
 type bootstrapper struct {
 	cfg  Config
 	log  *slog.Logger
-	r    *raft.Raft
+	g    *raftgroup.Group
 	ms   *membership
 	id   *identity
 	wake chan struct{} // gossip changed
 	done atomic.Int32  // BootstrapCluster calls that succeeded here
 }
 
-func newBootstrapper(cfg Config, log *slog.Logger, r *raft.Raft, ms *membership, id *identity) *bootstrapper {
-	return &bootstrapper{cfg: cfg, log: log, r: r, ms: ms, id: id, wake: make(chan struct{}, 1)}
+func newBootstrapper(cfg Config, log *slog.Logger, g *raftgroup.Group, ms *membership, id *identity) *bootstrapper {
+	return &bootstrapper{cfg: cfg, log: log, g: g, ms: ms, id: id, wake: make(chan struct{}, 1)}
 }
 
 // run waits until this node has Raft state, bootstrapping the cluster when
@@ -53,7 +55,7 @@ func (b *bootstrapper) run(ctx context.Context, wg *sync.WaitGroup, joined <-cha
 	warned := map[string]bool{}
 	var pending string // founders seen last time, and since when
 	var pendingSince time.Time
-	for b.r.LastIndex() == 0 {
+	for b.g.Raft().LastIndex() == 0 {
 		select {
 		case <-joined: // with seeds configured, look at the cluster first
 			if b.joining(warned) {
@@ -162,12 +164,12 @@ func (b *bootstrapper) founders(warned map[string]bool) (raft.Configuration, boo
 
 // bootstrap applies conf; it reports whether this node now has state.
 func (b *bootstrapper) bootstrap(conf raft.Configuration) bool {
-	err := b.r.BootstrapCluster(conf).Error()
+	// The group stands for election at once when it is the only voter.
+	err := b.g.Bootstrap(conf)
 	switch {
 	case err == nil:
 		b.done.Add(1)
 		b.log.Info("bootstrapped cluster", "servers", describeServers(conf.Servers))
-		campaignAlone(b.r, raft.ServerID(b.cfg.NodeID), b.log)
 		// Each founder makes one; the first leader's wins (its followers
 		// take it: Node.syncIdentity).
 		if err := b.id.set(newClusterID(), true, "made at bootstrap"); err != nil {

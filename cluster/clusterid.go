@@ -15,6 +15,9 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/raftgroup"
+	"github.com/raftq/raftq/raftlog"
 )
 
 // clusterIDFile holds, in the data dir, the id of the cluster the node
@@ -63,7 +66,7 @@ func PersistedClusterID(dataDir string) (string, error) {
 // writeClusterID records id in dataDir: temp file, fsync, rename, fsync
 // of the dir, so a crash leaves the old record or the new one.
 func writeClusterID(dataDir, id string) error {
-	if err := writeRecord(dataDir, clusterIDFile, id); err != nil {
+	if err := raftlog.WriteRecord(dataDir, clusterIDFile, id); err != nil {
 		return fmt.Errorf("cluster: record cluster id: %w", err)
 	}
 	return nil
@@ -253,7 +256,7 @@ func (n *Node) identityLoop(ctx context.Context) {
 	defer n.wg.Done()
 	warned := map[string]bool{}
 	for {
-		l := n.lead.get()
+		l := n.g.Leadership()
 		changes := n.ms.changes()
 		if n.ms.hasState.Load() {
 			n.syncIdentity(l, warned)
@@ -268,7 +271,7 @@ func (n *Node) identityLoop(ctx context.Context) {
 }
 
 // syncIdentity makes one step of identityLoop.
-func (n *Node) syncIdentity(l Leadership, warned map[string]bool) {
+func (n *Node) syncIdentity(l raftgroup.Leadership, warned map[string]bool) {
 	ours := n.id.get()
 	switch {
 	case ours == "" && l.LeaderID == "":
@@ -284,8 +287,8 @@ func (n *Node) syncIdentity(l Leadership, warned map[string]bool) {
 		if cid != "" {
 			_ = n.id.set(cid, false, "presenting the id of the cluster this node sees")
 		}
-	case l.Role == RoleLeader && l.Established && ours == "":
-		servers, err := latestServers(n.raft)
+	case l.Role == raftgroup.RoleLeader && l.Established && ours == "":
+		servers, err := raftgroup.LatestServers(n.r)
 		if err != nil {
 			return
 		}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/test/harness"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // refusedIDs returns the ids n's Status lists as refused, and their
@@ -25,7 +27,7 @@ func refusedIDs(n *testNode) (ids []string, reasons map[string]string) {
 
 // servers returns the ids of every server in n's configuration, sorted.
 func servers(n *testNode) []string {
-	ss, _ := latestServers(n.raft)
+	ss, _ := raftgroup.LatestServers(n.Raft())
 	var ids []string
 	for _, s := range ss {
 		ids = append(ids, string(s.ID))
@@ -105,8 +107,8 @@ func TestLoneNodeRefusesAnotherBootstrap(t *testing.T) {
 		}
 	}
 	for _, n := range founders {
-		if n.raft.LastIndex() != 0 || n.ClusterID() != "" {
-			t.Errorf("%s has log index %d and cluster id %q; want no state and no id", n.ID(), n.raft.LastIndex(), n.ClusterID())
+		if n.Raft().LastIndex() != 0 || n.ClusterID() != "" {
+			t.Errorf("%s has log index %d and cluster id %q; want no state and no id", n.ID(), n.Raft().LastIndex(), n.ClusterID())
 		}
 	}
 	if _, err := lone.Apply(ctxTimeout(t, 5*time.Second), []byte("still alone")); err != nil {
@@ -182,8 +184,8 @@ func TestClustersNeverAdmitEachOther(t *testing.T) {
 	if slices.Contains(servers(a), "j") || slices.Contains(servers(bLeader), "j") {
 		t.Fatalf("j was added: a has %v, b has %v", servers(a), servers(bLeader))
 	}
-	if j.ClusterID() != "" || j.raft.LastIndex() != 0 {
-		t.Fatalf("j has cluster id %q and log index %d; want neither", j.ClusterID(), j.raft.LastIndex())
+	if j.ClusterID() != "" || j.Raft().LastIndex() != 0 {
+		t.Fatalf("j has cluster id %q and log index %d; want neither", j.ClusterID(), j.Raft().LastIndex())
 	}
 }
 
@@ -239,7 +241,7 @@ func TestRepairedNodeKeepsClusterID(t *testing.T) {
 		t.Fatal(err)
 	}
 	shutdown(t, b)
-	if err := RequestWipe(bcfg.DataDir, "test"); err != nil {
+	if err := raftgroup.RequestWipe(bcfg.DataDir, "test"); err != nil {
 		t.Fatal(err)
 	}
 	// Started alone (no seed answers): it must not found a cluster.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftq/raftq/raftgroup"
 	"github.com/raftq/raftq/raftlog"
 
 	"github.com/hashicorp/memberlist"
@@ -17,30 +18,15 @@ import (
 const (
 	DefaultBootstrapExpect    = 1
 	DefaultDeadNodeTimeout    = 30 * time.Second
-	DefaultSnapshotThreshold  = 8192
-	DefaultSnapshotInterval   = 120 * time.Second
-	DefaultTrailingLogs       = 10240
-	DefaultHeartbeatTimeout   = time.Second
-	DefaultElectionTimeout    = time.Second
-	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
+	DefaultSnapshotThreshold  = raftgroup.DefaultSnapshotThreshold
+	DefaultSnapshotInterval   = raftgroup.DefaultSnapshotInterval
+	DefaultTrailingLogs       = raftgroup.DefaultTrailingLogs
+	DefaultHeartbeatTimeout   = raftgroup.DefaultHeartbeatTimeout
+	DefaultElectionTimeout    = raftgroup.DefaultElectionTimeout
+	DefaultLeaderLeaseTimeout = raftgroup.DefaultLeaderLeaseTimeout
 	DefaultPromoteAfter       = 3 * time.Second
 	DefaultPromoteMaxLag      = 1024
 
-	// maxAppendEntries is the largest batch of entries sent in one
-	// AppendEntries RPC; with BatchApplyCh it also bounds one group commit.
-	maxAppendEntries = 512
-	// logCacheSize is the number of recent log entries kept in memory in
-	// front of the log store. It pins every entry's data: at 512 a node
-	// held up to 512 coalesced entries (each up to 512 KiB, ~110 KB in a
-	// fill of 100-message calls: 56 MB at issue 24's 1M × 1 KiB, 6% of the
-	// payload; 256 MiB at worst) beside the state. What reads it are the
-	// entries just appended: a follower applying what it stored, the
-	// leader sending followers near the tip what they lack; 64 covers
-	// those, and a follower catching up further reads the wal, which is
-	// what it does past any cache.
-	logCacheSize = 64
-	// snapshotsRetained is how many file snapshots are kept on disk.
-	snapshotsRetained = 2
 	// lockFile is the data dir's lock (lockDataDir).
 	lockFile = "lock"
 	// defaultReconcileInterval is the leader's periodic resync of gossip
@@ -177,7 +163,7 @@ type Config struct {
 	reconnectMax      time.Duration
 	reconnectTimeout  time.Duration
 	tuneGossip        func(*memberlist.Config)
-	onLeadership      func(Leadership) // sees every published value, in order
+	onLeadership      func(raftgroup.Leadership) // sees every published value, in order
 	// noMux makes the node's Raft port behave as a build's before the
 	// multiplexer in what others see: it advertises no preambles
 	// (nodeMeta.Mux) and sends none.

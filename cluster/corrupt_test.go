@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,84 +12,12 @@ import (
 	"github.com/raftq/raftq/internal/damage"
 	"github.com/raftq/raftq/raftlog"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/raftq/raftq/test/harness"
+
+	"github.com/raftq/raftq/raftgroup"
 )
-
-// snapshotFixture writes two snapshots through raft's store into dir.
-func snapshotFixture(t *testing.T) (dir string, newest string) {
-	t.Helper()
-	data := t.TempDir()
-	store, err := raft.NewFileSnapshotStoreWithLogger(data, snapshotsRetained, hclog.NewNullLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := uint64(1); i <= 2; i++ {
-		sink, err := store.Create(raft.SnapshotVersionMax, 10*i, 1, raft.Configuration{}, 1, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := sink.Write(bytes.Repeat([]byte(fmt.Sprint(i)), 100_000)); err != nil {
-			t.Fatal(err)
-		}
-		if err := sink.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	metas, err := store.List()
-	if err != nil || len(metas) != 2 {
-		t.Fatalf("snapshots: %v, %v", metas, err)
-	}
-	dir = filepath.Join(data, "snapshots")
-	return dir, filepath.Join(dir, metas[0].ID)
-}
-
-func TestVerifySnapshotsFindsDamage(t *testing.T) {
-	cases := map[string]func(t *testing.T, snap string) string{
-		"bit flipped": func(t *testing.T, snap string) string {
-			p := filepath.Join(snap, snapshotStateFile)
-			damage.FlipBit(t, p, 54_321)
-			return p
-		},
-		"range zeroed": func(t *testing.T, snap string) string {
-			p := filepath.Join(snap, snapshotStateFile)
-			damage.ZeroRange(t, p, 1000, 5000)
-			return p
-		},
-		"cut short": func(t *testing.T, snap string) string {
-			p := filepath.Join(snap, snapshotStateFile)
-			if err := os.Truncate(p, 70_000); err != nil {
-				t.Fatal(err)
-			}
-			return p
-		},
-		"metadata damaged": func(t *testing.T, snap string) string {
-			p := filepath.Join(snap, snapshotMetaFile)
-			damage.ZeroRange(t, p, 0, 8)
-			return p
-		},
-	}
-	for name, damage := range cases {
-		t.Run(name, func(t *testing.T) {
-			dir, newest := snapshotFixture(t)
-			if c := verifySnapshots(dir, true); c != nil {
-				t.Fatalf("sound snapshots: %v", c)
-			}
-			file := damage(t, newest)
-			c := verifySnapshots(dir, true)
-			if c == nil || c.File != file {
-				t.Fatalf("found %v; want damage in %s", c, file)
-			}
-			if strings.HasSuffix(file, snapshotMetaFile) {
-				if c := verifySnapshots(dir, false); c == nil {
-					t.Fatal("damaged metadata not found by the metadata-only check")
-				}
-			}
-		})
-	}
-}
 
 // TestNodeQuarantinesCorruptState: a node restarted on a data dir whose
 // wal segment or newest snapshot was damaged while it was stopped does
@@ -127,7 +54,7 @@ func TestNodeQuarantinesCorruptState(t *testing.T) {
 				file = files[len(files)-1]
 				damage.ZeroRange(t, file, segmentEnd(t, file)/3, 500)
 			case "snapshot":
-				files, _ := filepath.Glob(filepath.Join(cfg.DataDir, "snapshots", "*", snapshotStateFile))
+				files, _ := filepath.Glob(filepath.Join(cfg.DataDir, "snapshots", "*", "state.bin"))
 				if len(files) != 1 {
 					t.Fatalf("snapshots: %v", files)
 				}
@@ -166,7 +93,7 @@ func TestNodeQuarantinesCorruptState(t *testing.T) {
 			}
 			// The repair path sets the state aside, marker included: the
 			// next start is a new member with no state.
-			if err := RequestWipe(cfg.DataDir, "test repair"); err != nil {
+			if err := raftgroup.RequestWipe(cfg.DataDir, "test repair"); err != nil {
 				t.Fatal(err)
 			}
 			n = startNode(t, cfg)
@@ -203,7 +130,7 @@ func TestRunningLeaderFindsCorruptLog(t *testing.T) {
 	}
 	crash(t, away)
 	// More than the log cache holds, so the leader reads them from disk.
-	for i := range 3 * logCacheSize {
+	for i := range 3 * raftgroup.LogCacheSize {
 		if _, err := l.Apply(ctxTimeout(t, 5*time.Second), bytes.Repeat([]byte{byte(i)}, 300)); err != nil {
 			t.Fatal(err)
 		}
@@ -222,12 +149,12 @@ func TestRunningLeaderFindsCorruptLog(t *testing.T) {
 	if cr := l.Corrupt(); cr.File != filepath.Join(l.cfg.DataDir, raftlog.WALDir) || cr.Index == 0 {
 		t.Errorf("corruption = %+v; want the wal and an index", cr)
 	}
-	harness.Eventually(t, 5*time.Second, harness.Holds("raft stopped on the damaged node", func() bool { return l.raft.State() == raft.Shutdown }))
-	if m, err := readCorruptMarker(l.cfg.DataDir); err != nil || m == nil {
+	harness.Eventually(t, 5*time.Second, harness.Holds("raft stopped on the damaged node", func() bool { return l.Raft().State() == raft.Shutdown }))
+	if m, err := raftgroup.RecordedCorruption(l.cfg.DataDir); err != nil || m == nil {
 		t.Errorf("marker: %v, %v; want the damage recorded for the next start", m, err)
 	}
 	shutdown(t, l)
-	// Leadership may change hands once more while the node that was
+	// raftgroup.Leadership may change hands once more while the node that was
 	// away catches up: an apply that lost it is tried on the next leader.
 	var nl *testNode
 	harness.Eventually(t, 30*time.Second, harness.Holds("the other two committing", func() bool {

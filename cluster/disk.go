@@ -4,6 +4,8 @@ import (
 	"slices"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // SetDiskLow publishes in gossip whether this node's data dir is short of
@@ -28,7 +30,7 @@ func (v VoterDisks) CanStore() bool { return v.Voters == 0 || v.Voters-len(v.Low
 // VoterDisks returns the voters' advertised disk state.
 func (n *Node) VoterDisks() VoterDisks {
 	var v VoterDisks
-	servers, err := latestServers(n.raft)
+	servers, err := raftgroup.LatestServers(n.r)
 	if err != nil {
 		return v
 	}

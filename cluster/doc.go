@@ -1,10 +1,11 @@
-// Package cluster runs one node of a raftq cluster: it owns the node's
-// hashicorp/raft instance (raft-wal or raft-boltdb log, raft-boltdb stable
-// store, file snapshots, TCP transport), memberlist discovery, bootstrap and join, reconciliation of
-// gossip membership with the Raft configuration, and publishing leadership
-// as events (Node.Leadership: leader known, established after Barrier,
-// lost). It can also run a leader-only service while this node's term is
-// established.
+// Package cluster runs one node of a raftq cluster around its data
+// group: memberlist discovery and the node's gossip metadata, bootstrap
+// and join, the reconciliation of gossip membership with the data
+// group's Raft configuration, the node's and the cluster's identity, the
+// leave, and the node's status. The data group's Raft runtime (the
+// hashicorp/raft instance, its stores, snapshots and published
+// leadership) is package raftgroup's Group, which Node.Group returns; it
+// runs on the Raft port the host builds (raftmux).
 //
 // The package is agnostic of what is replicated: it takes any raft.FSM and
 // an optional LeaderService, and never speaks the public API.

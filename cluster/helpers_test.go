@@ -20,6 +20,8 @@ import (
 
 	"github.com/raftq/raftq/raftmux"
 	"github.com/raftq/raftq/test/harness"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // Test timing: short, but with slack for a 2-core machine under -race.
@@ -188,6 +190,9 @@ func testConfig(t *testing.T, id, dir string, expect int) nodeConfig {
 
 type testNode struct {
 	*Node
+	// Group is the node's data group (the Raft runtime), for the tests'
+	// Apply, leadership and snapshots.
+	*raftgroup.Group
 	cfg nodeConfig
 	fsm *testFSM
 	svc *testLeader
@@ -237,8 +242,30 @@ func openNode(ctx context.Context, cfg nodeConfig, fsm raft.FSM, svc *testLeader
 		mux.Close()
 		return nil, err
 	}
-	tn.Node = n
+	tn.Node, tn.Group = n, n.Group()
 	return tn, nil
+}
+
+// leaderInfo names the current leader as a node knows it.
+type leaderInfo struct{ ID, RaftAddr, GRPCAddr, ClientGRPCAddr string }
+
+func info(l raftgroup.Leadership) leaderInfo {
+	return leaderInfo{ID: l.LeaderID, RaftAddr: l.LeaderRaftAddr, GRPCAddr: l.LeaderGRPCAddr, ClientGRPCAddr: l.LeaderClientAddr}
+}
+
+// Leader returns the current leader as n knows it; ID is empty if no
+// leader is known.
+func (n *testNode) Leader() leaderInfo { return info(n.Leadership()) }
+
+// WaitLeader waits until a leader is known together with its gossip
+// metadata (so GRPCAddr is what it advertises), or ctx ends or the node
+// stops.
+func (n *testNode) WaitLeader(ctx context.Context) (leaderInfo, error) {
+	l, err := n.WaitLeadership(ctx, raftgroup.Leadership.LeaderKnown)
+	if err != nil {
+		return leaderInfo{}, err
+	}
+	return info(l), nil
 }
 
 // Shutdown stops the node, then its Raft port.
@@ -327,7 +354,7 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 
 // suffrage returns id's suffrage in n's latest configuration ("" if absent).
 func suffrage(n *testNode, id string) string {
-	servers, _ := latestServers(n.raft)
+	servers, _ := raftgroup.LatestServers(n.Raft())
 	for _, s := range servers {
 		if string(s.ID) == id {
 			return s.Suffrage.String()
@@ -338,7 +365,7 @@ func suffrage(n *testNode, id string) string {
 
 // voters returns the ids of the voters in n's Raft configuration, sorted.
 func voters(n *testNode) []string {
-	servers, err := latestServers(n.raft)
+	servers, err := raftgroup.LatestServers(n.Raft())
 	if err != nil {
 		return nil
 	}

@@ -12,22 +12,24 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftq/raftq/test/harness"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // leadershipLog records every value a node publishes, in order (through
 // the Config.onLeadership hook, so nothing is coalesced).
 type leadershipLog struct {
 	mu     sync.Mutex
-	values []Leadership
+	values []raftgroup.Leadership
 }
 
-func (r *leadershipLog) add(l Leadership) {
+func (r *leadershipLog) add(l raftgroup.Leadership) {
 	r.mu.Lock()
 	r.values = append(r.values, l)
 	r.mu.Unlock()
 }
 
-func (r *leadershipLog) all() []Leadership {
+func (r *leadershipLog) all() []raftgroup.Leadership {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.values)
@@ -37,28 +39,28 @@ func (r *leadershipLog) all() []Leadership {
 // never go back; only a leader naming itself is established; every
 // established value follows a non-established leader value of the same
 // term (the Barrier comes between); nothing follows the final value.
-func checkLeadershipLog(t *testing.T, self string, vs []Leadership) {
+func checkLeadershipLog(t *testing.T, self string, vs []raftgroup.Leadership) {
 	t.Helper()
 	for i, v := range vs {
 		if i > 0 && v.Term < vs[i-1].Term {
 			t.Errorf("%s: value %d: term went back from %d to %d", self, i, vs[i-1].Term, v.Term)
 		}
-		if v.LeaderID == self && v.Role != RoleLeader {
+		if v.LeaderID == self && v.Role != raftgroup.RoleLeader {
 			t.Errorf("%s: value %d names itself leader with role %v", self, i, v.Role)
 		}
-		if v.Role == RoleShutdown && i != len(vs)-1 {
+		if v.Role == raftgroup.RoleShutdown && i != len(vs)-1 {
 			t.Errorf("%s: value %d after the final one", self, i)
 		}
 		if !v.Established {
 			continue
 		}
-		if v.Role != RoleLeader || v.LeaderID != self {
+		if v.Role != raftgroup.RoleLeader || v.LeaderID != self {
 			t.Errorf("%s: value %d established but %v led by %q", self, i, v.Role, v.LeaderID)
 		}
 		if i == 0 || vs[i-1].Established {
 			continue // a repeat of an established state (e.g. new leader metadata) is fine
 		}
-		if p := vs[i-1]; p.Role != RoleLeader || p.LeaderID != self || p.Term != v.Term {
+		if p := vs[i-1]; p.Role != raftgroup.RoleLeader || p.LeaderID != self || p.Term != v.Term {
 			t.Errorf("%s: value %d established in term %d right after %+v, not after a non-established leader value of that term", self, i, v.Term, p)
 		}
 	}
@@ -66,10 +68,10 @@ func checkLeadershipLog(t *testing.T, self string, vs []Leadership) {
 
 // watch follows n's published values through the public API until ctx
 // ends, and returns what it saw.
-func watch(ctx context.Context, n *Node) <-chan []Leadership {
-	out := make(chan []Leadership, 1)
+func watch(ctx context.Context, n *raftgroup.Group) <-chan []raftgroup.Leadership {
+	out := make(chan []raftgroup.Leadership, 1)
 	go func() {
-		var seen []Leadership
+		var seen []raftgroup.Leadership
 		defer func() { out <- seen }()
 		for {
 			l := n.Leadership()
@@ -101,20 +103,20 @@ func TestLeadershipEventsAcrossElectionAndTransfer(t *testing.T) {
 		c.start(cfg)
 	}
 	wctx, stopWatch := context.WithCancel(context.Background())
-	watched := map[string]<-chan []Leadership{}
+	watched := map[string]<-chan []raftgroup.Leadership{}
 	for id, n := range c.nodes {
-		watched[id] = watch(wctx, n.Node)
+		watched[id] = watch(wctx, n.Group)
 	}
 
 	// Election: everyone publishes the same leader with its gRPC address;
 	// the leader publishes itself established.
 	old := c.leader()
-	first, err := old.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool { return l.Established })
+	first, err := old.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l raftgroup.Leadership) bool { return l.Established })
 	if err != nil {
 		t.Fatalf("leader %s never established: %v", old.ID(), err)
 	}
 	for _, n := range c.alive() {
-		l, err := n.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool {
+		l, err := n.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l raftgroup.Leadership) bool {
 			return l.LeaderKnown() && l.LeaderID == old.ID()
 		})
 		if err != nil {
@@ -123,7 +125,7 @@ func TestLeadershipEventsAcrossElectionAndTransfer(t *testing.T) {
 		if l.LeaderGRPCAddr != old.cfg.GRPCAdvertise || l.LeaderRaftAddr != old.RaftAddr() || l.Term != first.Term {
 			t.Fatalf("%s publishes %+v; want leader %s at %s in term %d", n.ID(), l, old.ID(), old.cfg.GRPCAdvertise, first.Term)
 		}
-		if (n == old) != (l.Role == RoleLeader) || (n != old && l.Established) {
+		if (n == old) != (l.Role == raftgroup.RoleLeader) || (n != old && l.Established) {
 			t.Fatalf("%s publishes role %v established %v", n.ID(), l.Role, l.Established)
 		}
 	}
@@ -140,7 +142,7 @@ func TestLeadershipEventsAcrossElectionAndTransfer(t *testing.T) {
 	if _, err := old.TransferLeadership(ctxTimeout(t, 10*time.Second), target.ID()); err != nil {
 		t.Fatalf("transfer to %s: %v", target.ID(), err)
 	}
-	second, err := target.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool { return l.Established })
+	second, err := target.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l raftgroup.Leadership) bool { return l.Established })
 	if err != nil {
 		t.Fatalf("target %s never established: %v", target.ID(), err)
 	}
@@ -148,38 +150,38 @@ func TestLeadershipEventsAcrossElectionAndTransfer(t *testing.T) {
 		t.Fatalf("new term %d not after %d", second.Term, first.Term)
 	}
 	for _, n := range c.alive() {
-		if _, err := n.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool {
+		if _, err := n.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l raftgroup.Leadership) bool {
 			return l.LeaderKnown() && l.LeaderID == target.ID() && l.LeaderGRPCAddr == target.cfg.GRPCAdvertise
 		}); err != nil {
 			t.Fatalf("%s never published leader %s: %v", n.ID(), target.ID(), err)
 		}
 	}
-	if l := old.Leadership(); l.Role == RoleLeader || l.Established {
+	if l := old.Leadership(); l.Role == raftgroup.RoleLeader || l.Established {
 		t.Fatalf("old leader still publishes %+v", l)
 	}
 
 	// The old leader's full sequence: established in the first term, then
 	// lost (no longer established) before it names the target.
 	ov := logs[old.ID()].all()
-	iEst := slices.IndexFunc(ov, func(l Leadership) bool { return l.Established && l.Term == first.Term })
+	iEst := slices.IndexFunc(ov, func(l raftgroup.Leadership) bool { return l.Established && l.Term == first.Term })
 	// Lost is looked for after established: a candidate may publish the
 	// first term before it wins it.
 	iLost := -1
 	if iEst >= 0 {
-		if i := slices.IndexFunc(ov[iEst:], func(l Leadership) bool { return l.Term >= first.Term && l.Role != RoleLeader }); i >= 0 {
+		if i := slices.IndexFunc(ov[iEst:], func(l raftgroup.Leadership) bool { return l.Term >= first.Term && l.Role != raftgroup.RoleLeader }); i >= 0 {
 			iLost = iEst + i
 		}
 	}
-	iNew := slices.IndexFunc(ov, func(l Leadership) bool { return l.LeaderID == target.ID() })
+	iNew := slices.IndexFunc(ov, func(l raftgroup.Leadership) bool { return l.LeaderID == target.ID() })
 	if iEst < 0 || iLost < iEst || iNew < iLost {
 		t.Fatalf("old leader's sequence out of order (established %d, lost %d, new leader %d): %+v", iEst, iLost, iNew, ov)
 	}
 	// The target's: a follower of the old leader, then leader not yet
 	// established, then established, all in order.
 	tv := logs[target.ID()].all()
-	iFollow := slices.IndexFunc(tv, func(l Leadership) bool { return l.LeaderID == old.ID() })
-	iLead := slices.IndexFunc(tv, func(l Leadership) bool { return l.Role == RoleLeader && l.Term == second.Term })
-	iEst = slices.IndexFunc(tv, func(l Leadership) bool { return l.Established && l.Term == second.Term })
+	iFollow := slices.IndexFunc(tv, func(l raftgroup.Leadership) bool { return l.LeaderID == old.ID() })
+	iLead := slices.IndexFunc(tv, func(l raftgroup.Leadership) bool { return l.Role == raftgroup.RoleLeader && l.Term == second.Term })
+	iEst = slices.IndexFunc(tv, func(l raftgroup.Leadership) bool { return l.Established && l.Term == second.Term })
 	if iFollow < 0 || iLead < iFollow || iEst <= iLead || tv[iLead].Established {
 		t.Fatalf("target's sequence out of order (follower %d, leader %d, established %d): %+v", iFollow, iLead, iEst, tv)
 	}
@@ -188,7 +190,7 @@ func TestLeadershipEventsAcrossElectionAndTransfer(t *testing.T) {
 	for id, ch := range watched {
 		seen := <-ch
 		checkLeadershipLog(t, id, seen)
-		if !slices.ContainsFunc(seen, func(l Leadership) bool { return l.LeaderID == target.ID() && l.LeaderKnown() }) {
+		if !slices.ContainsFunc(seen, func(l raftgroup.Leadership) bool { return l.LeaderID == target.ID() && l.LeaderKnown() }) {
 			t.Errorf("%s: watcher never saw leader %s: %+v", id, target.ID(), seen)
 		}
 	}
@@ -196,7 +198,7 @@ func TestLeadershipEventsAcrossElectionAndTransfer(t *testing.T) {
 	for id, rec := range logs {
 		vs := rec.all()
 		checkLeadershipLog(t, id, vs)
-		if last := vs[len(vs)-1]; last.Role != RoleShutdown {
+		if last := vs[len(vs)-1]; last.Role != raftgroup.RoleShutdown {
 			t.Errorf("%s: last value %+v, want the shutdown value", id, last)
 		}
 	}
@@ -222,7 +224,7 @@ func TestLeadershipEstablishedOnlyAfterBarrier(t *testing.T) {
 	base := runtime.NumGoroutine()
 	cfg := testConfig(t, "solo", t.TempDir(), 1)
 	n := startNode(t, cfg)
-	if _, err := n.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool { return l.Established }); err != nil {
+	if _, err := n.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l raftgroup.Leadership) bool { return l.Established }); err != nil {
 		t.Fatalf("never established: %v", err)
 	}
 	for _, cmd := range []string{"a", "b"} {
@@ -256,7 +258,7 @@ func TestLeadershipEstablishedOnlyAfterBarrier(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the restarted node never applied its log")
 	}
-	l, err := r.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool { return l.Role == RoleLeader })
+	l, err := r.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l raftgroup.Leadership) bool { return l.Role == raftgroup.RoleLeader })
 	if err != nil {
 		t.Fatalf("restarted node never published itself leader: %v", err)
 	}
@@ -265,12 +267,12 @@ func TestLeadershipEstablishedOnlyAfterBarrier(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := r.WaitLeadership(cctx, func(l Leadership) bool { return l.Established }); !errors.Is(err, context.Canceled) {
+	if _, err := r.WaitLeadership(cctx, func(l raftgroup.Leadership) bool { return l.Established }); !errors.Is(err, context.Canceled) {
 		t.Fatalf("WaitLeadership with a cancelled ctx while not established: %v", err)
 	}
 	close(fsm.open)
 	opened = true
-	l, err = r.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l Leadership) bool { return l.Established })
+	l, err = r.WaitLeadership(ctxTimeout(t, 10*time.Second), func(l raftgroup.Leadership) bool { return l.Established })
 	if err != nil {
 		t.Fatalf("never established after the gate opened: %v", err)
 	}
@@ -287,7 +289,7 @@ func TestLeadershipEstablishedOnlyAfterBarrier(t *testing.T) {
 	if err := r.Shutdown(ctxTimeout(t, 20*time.Second)); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
-	if _, err := r.WaitLeadership(ctxTimeout(t, time.Second), func(l Leadership) bool { return l.Established }); !errors.Is(err, ErrShutdown) {
+	if _, err := r.WaitLeadership(ctxTimeout(t, time.Second), func(l raftgroup.Leadership) bool { return l.Established }); !errors.Is(err, raftgroup.ErrShutdown) {
 		t.Fatalf("WaitLeadership after shutdown: %v", err)
 	}
 	vs := rec.all()
@@ -296,67 +298,8 @@ func TestLeadershipEstablishedOnlyAfterBarrier(t *testing.T) {
 		t.Fatalf("values %+v", vs)
 	}
 	tail := vs[len(vs)-3:]
-	if !tail[0].Established || tail[1].Established || tail[1].Role != RoleLeader || tail[2].Role != RoleShutdown {
+	if !tail[0].Established || tail[1].Established || tail[1].Role != raftgroup.RoleLeader || tail[2].Role != raftgroup.RoleShutdown {
 		t.Fatalf("shutdown sequence %+v, want established, leader not established, shutdown", tail)
 	}
 	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
-}
-
-// A heartbeat goroutine of a term this node has lost may report a failure
-// after the loss (its RPC was in flight). Recorded, it would mark the peer
-// unreachable in a later term that never reports it resumed.
-func TestHeartbeatFailuresFromALostTermAreIgnored(t *testing.T) {
-	lost := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		name        string
-		lastContact []time.Time // reports, in order
-		want        time.Time   // zero: not failing
-	}{
-		{"stale report from the lost term", []time.Time{lost.Add(-5 * time.Second)}, time.Time{}},
-		{"report from the current term", []time.Time{lost.Add(2 * time.Second)}, lost.Add(2 * time.Second)},
-		{"first report of the term kept", []time.Time{lost.Add(2 * time.Second), lost.Add(3 * time.Second)}, lost.Add(2 * time.Second)},
-		{"stale report after a current one", []time.Time{lost.Add(2 * time.Second), lost.Add(-time.Second)}, lost.Add(2 * time.Second)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			l := newLeadership("self", "", "", nil, testLogger(), nil, nil)
-			l.hbClearedAt = lost
-			l.cur.Role = RoleLeader // leading again, in a later term
-			for _, lc := range tc.lastContact {
-				l.noteHeartbeatFailure("p", lc)
-			}
-			got, failing := l.failedHeartbeats()["p"]
-			if failing != !tc.want.IsZero() || !got.Equal(tc.want) {
-				t.Fatalf("failing %v since %v, want since %v", failing, got, tc.want)
-			}
-		})
-	}
-}
-
-// A heartbeat goroutine of a lost term may report its failure while this
-// node is not leading, with a LastContact after the loss (raft's old
-// replication goroutines run on until their RPC times out). Kept, it
-// marked the peer unreachable through this node's next term, in which
-// heartbeats never failed and so never resumed: the chaos campaign's
-// membership fault saw a healthy follower "unreachable" for a minute.
-func TestHeartbeatFailureReportedWhileNotLeadingIsForgotten(t *testing.T) {
-	lost := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	l := newLeadership("self", "", "", nil, testLogger(), nil, nil)
-	l.hbClearedAt = lost
-	l.noteHeartbeatFailure("p", lost.Add(8*time.Second)) // a follower now
-	l.leaderChanged("self")                              // leading again
-	if since, failing := l.failedHeartbeats()["p"]; failing {
-		t.Fatalf("p failing since %v in a term whose heartbeats never failed", since)
-	}
-	// A report of this term counts, and another leader's term forgets it.
-	l.mu.Lock()
-	l.cur.Role = RoleLeader
-	l.mu.Unlock()
-	l.noteHeartbeatFailure("p", time.Now())
-	if _, failing := l.failedHeartbeats()["p"]; !failing {
-		t.Fatal("a failure of the current term was not recorded")
-	}
-	l.leaderChanged("other")
-	if _, failing := l.failedHeartbeats()["p"]; failing {
-		t.Fatal("still failing after another node became leader")
-	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // leaveProtocol takes the node out of the cluster on request (see
@@ -18,9 +20,9 @@ import (
 type leaveProtocol struct {
 	self string
 	log  *slog.Logger
-	r    *raft.Raft
+	r    groupRaft
 	ms   *membership
-	lead *leadership
+	g    *raftgroup.Group
 	// transfer hands leadership to the most up-to-date voter and returns
 	// the new leader's id.
 	transfer func(ctx context.Context) (string, error)
@@ -95,7 +97,7 @@ func (p *leaveProtocol) hasLeft() bool {
 // announceLeave tells every other server in the configuration, over
 // mutual TLS, that this node leaves: whichever of them leads removes it.
 func (p *leaveProtocol) announceLeave(ctx context.Context, timeout time.Duration) {
-	servers, err := latestServers(p.r)
+	servers, err := raftgroup.LatestServers(p.r)
 	if err != nil {
 		p.log.Warn("announcing leave: no configuration", "err", err)
 		return
@@ -124,8 +126,8 @@ func (p *leaveProtocol) waitRemoved(ctx context.Context) error {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
-		l := p.lead.get()
-		servers, err := latestServers(p.r)
+		l := p.g.Leadership()
+		servers, err := raftgroup.LatestServers(p.r)
 		if err != nil || !hasServer(servers, p.self) || l.LeaderID == "" {
 			return nil
 		}

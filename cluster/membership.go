@@ -54,6 +54,10 @@ type membership struct {
 	// run is this process's gossip run id (nodeMeta.Run).
 	run string
 
+	// started: the memberlist exists (start). Until then nothing is
+	// published: memberlist reads the metadata when it is created (the
+	// data group reports corruption found at its start before then).
+	started  atomic.Bool
 	metaMu   sync.Mutex // serialises metadata updates with leaving
 	hasState atomic.Bool
 	leaving  atomic.Bool
@@ -124,6 +128,7 @@ func (m *membership) start(ctx context.Context, hcl hclog.Logger) error {
 		return fmt.Errorf("memberlist: %w", err)
 	}
 	m.ml, m.addr = ml, ml.LocalNode().Address()
+	m.started.Store(true)
 	return nil
 }
 
@@ -332,6 +337,16 @@ func (m *membership) meta(id string) (nodeMeta, bool) {
 	return rec.meta, true
 }
 
+// apiAddrs returns where node id's API is, from its last metadata (this
+// node's own for its id): grpc for peers, client for clients.
+func (m *membership) apiAddrs(id string) (grpc, client string, ok bool) {
+	meta, ok := m.meta(id)
+	if !ok {
+		return "", "", false
+	}
+	return meta.GRPC, meta.clientGRPC(), true
+}
+
 // preamblesAt reports whether the node at Raft address addr understands
 // Raft port preambles: gossip knows a member there, and every member it
 // knows there says so (an old record, of a build before the multiplexer
@@ -515,7 +530,7 @@ func (m *membership) setCorrupt(string) {
 func (m *membership) publishMeta() {
 	m.metaMu.Lock()
 	defer m.metaMu.Unlock()
-	if m.leaving.Load() {
+	if m.leaving.Load() || !m.started.Load() {
 		return
 	}
 	// The update is queued even if the wait for its broadcast times out.

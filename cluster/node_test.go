@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftq/raftq/test/harness"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 func TestSingleNodeBootstrapAndRestart(t *testing.T) {
@@ -68,7 +70,7 @@ func TestSingleNodeBootstrapAndRestart(t *testing.T) {
 	default:
 		t.Fatal("Leadership().Changed not closed by shutdown")
 	}
-	if l := n.Leadership(); l.Role != RoleShutdown || l.LeaderID != "" || l.Established {
+	if l := n.Leadership(); l.Role != raftgroup.RoleShutdown || l.LeaderID != "" || l.Established {
 		t.Fatalf("leadership after shutdown = %+v", l)
 	}
 	select {
@@ -79,7 +81,7 @@ func TestSingleNodeBootstrapAndRestart(t *testing.T) {
 	if n.svc.running.Load() != 0 || n.svc.stops.Load() != 1 {
 		t.Fatalf("leader service not stopped: running %d stops %d", n.svc.running.Load(), n.svc.stops.Load())
 	}
-	if _, err := n.Apply(ctxTimeout(t, time.Second), []byte("x")); !errors.Is(err, ErrShutdown) || !errors.Is(err, raft.ErrRaftShutdown) {
+	if _, err := n.Apply(ctxTimeout(t, time.Second), []byte("x")); !errors.Is(err, raftgroup.ErrShutdown) || !errors.Is(err, raft.ErrRaftShutdown) {
 		t.Fatalf("apply after shutdown: %v", err)
 	}
 
@@ -247,14 +249,14 @@ func TestCluster(t *testing.T) {
 		}))
 	})
 
-	step("apply on leader, ErrNotLeader on follower, leader addresses", func(t *testing.T) {
+	step("apply on leader, raftgroup.ErrNotLeader on follower, leader addresses", func(t *testing.T) {
 		l := c.leader()
 		if _, err := l.Apply(ctxTimeout(t, 5*time.Second), []byte("x1")); err != nil {
 			t.Fatalf("apply on leader: %v", err)
 		}
 		f := c.follower()
 		_, err := f.Apply(ctxTimeout(t, 5*time.Second), []byte("nope"))
-		if !errors.Is(err, ErrNotLeader) || !errors.Is(err, raft.ErrNotLeader) {
+		if !errors.Is(err, raftgroup.ErrNotLeader) || !errors.Is(err, raft.ErrNotLeader) {
 			t.Fatalf("apply on follower: %v", err)
 		}
 		for _, n := range c.alive() {
@@ -297,15 +299,15 @@ func TestCluster(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("Leadership().Changed not notified")
 		}
-		if _, err := target.WaitLeadership(ctxTimeout(t, 5*time.Second), func(l Leadership) bool {
-			return l.Role == RoleLeader && l.LeaderID == target.ID() && l.Established
+		if _, err := target.WaitLeadership(ctxTimeout(t, 5*time.Second), func(l raftgroup.Leadership) bool {
+			return l.Role == raftgroup.RoleLeader && l.LeaderID == target.ID() && l.Established
 		}); err != nil {
 			t.Fatalf("target never published itself established leader: %v", err)
 		}
 		harness.Eventually(t, 5*time.Second, harness.Holds("leader service moved", func() bool {
 			return target.svc.starts.Load() == startsBefore+1 && target.svc.running.Load() == 1 && old.svc.running.Load() == 0
 		}))
-		if _, err := old.TransferLeadership(ctxTimeout(t, time.Second), ""); !errors.Is(err, ErrNotLeader) {
+		if _, err := old.TransferLeadership(ctxTimeout(t, time.Second), ""); !errors.Is(err, raftgroup.ErrNotLeader) {
 			t.Fatalf("transfer from follower: %v", err)
 		}
 		got, err = target.TransferLeadership(ctxTimeout(t, 10*time.Second), "")
@@ -446,7 +448,7 @@ func TestCluster(t *testing.T) {
 			default:
 				t.Fatalf("%s: Leadership().Changed not notified", n.ID())
 			}
-			if _, err := n.WaitLeadership(ctxTimeout(t, 5*time.Second), func(v Leadership) bool {
+			if _, err := n.WaitLeadership(ctxTimeout(t, 5*time.Second), func(v raftgroup.Leadership) bool {
 				return v.LeaderKnown() && v.LeaderID == l.ID() && v.Established == (n == l)
 			}); err != nil {
 				t.Fatalf("%s never published the new leader %s: %v", n.ID(), l.ID(), err)
@@ -492,13 +494,13 @@ func TestCluster(t *testing.T) {
 		if err := l.RemoveNode(ctxTimeout(t, 5*time.Second), old.ID(), true); err != nil {
 			t.Fatalf("remove node: %v", err)
 		}
-		if err := l.RemoveNode(ctxTimeout(t, 5*time.Second), old.ID(), true); !errors.Is(err, ErrUnknownNode) {
+		if err := l.RemoveNode(ctxTimeout(t, 5*time.Second), old.ID(), true); !errors.Is(err, raftgroup.ErrUnknownNode) {
 			t.Fatalf("remove again: %v", err)
 		}
 		if err := l.RemoveNode(ctxTimeout(t, 5*time.Second), l.ID(), true); !errors.Is(err, ErrRemoveLeader) {
 			t.Fatalf("remove leader: %v", err)
 		}
-		if err := c.follower().RemoveNode(ctxTimeout(t, 5*time.Second), l.ID(), true); !errors.Is(err, ErrNotLeader) {
+		if err := c.follower().RemoveNode(ctxTimeout(t, 5*time.Second), l.ID(), true); !errors.Is(err, raftgroup.ErrNotLeader) {
 			t.Fatalf("remove on follower: %v", err)
 		}
 		if got := voters(l); len(got) != 2 {
@@ -522,7 +524,7 @@ func TestBootstrapWaitsForExpect(t *testing.T) {
 	if a.boot.done.Load() != 0 || a.AppliedIndex() != 0 {
 		t.Fatal("bootstrapped alone")
 	}
-	if _, err := a.Apply(ctxTimeout(t, time.Second), []byte("x")); !errors.Is(err, ErrNotLeader) {
+	if _, err := a.Apply(ctxTimeout(t, time.Second), []byte("x")); !errors.Is(err, raftgroup.ErrNotLeader) {
 		t.Fatalf("apply without a cluster: %v", err)
 	}
 	cctx, cancel := context.WithCancel(context.Background())

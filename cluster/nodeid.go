@@ -52,37 +52,8 @@ func claimDataDir(dataDir, id string) error {
 		return fmt.Errorf("%w: %s was made by node %q, not %q: start it with --node-id %s, or give node %q a new data dir",
 			ErrNodeIDMismatch, dataDir, have, id, have, id)
 	}
-	if err := writeRecord(dataDir, nodeIDFile, id); err != nil {
+	if err := raftlog.WriteRecord(dataDir, nodeIDFile, id); err != nil {
 		return fmt.Errorf("cluster: record node id: %w", err)
-	}
-	return nil
-}
-
-// writeRecord writes value and a newline to dir/name: temp file, fsync,
-// rename, fsync of the dir, so a crash leaves the old record or the new
-// one whole. The node id and the cluster id are both kept this way.
-func writeRecord(dir, name, value string) error {
-	path := filepath.Join(dir, name)
-	tmp, err := os.CreateTemp(dir, name+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // a no-op after the rename
-	_, err = tmp.Write(append([]byte(value), '\n'))
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err == nil {
-		err = raftlog.SyncDir(dir)
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/test/harness"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // TestDataDirKeepsItsNodeID: the first start records the id in the data
@@ -75,7 +77,7 @@ func TestRaftAdvertisedByName(t *testing.T) {
 	}
 	harness.Eventually(t, 20*time.Second, harness.Holds("two voters by name", func() bool {
 		for _, n := range nodes {
-			servers, err := latestServers(n.raft)
+			servers, err := raftgroup.LatestServers(n.Raft())
 			if err != nil || len(servers) != 2 {
 				return false
 			}

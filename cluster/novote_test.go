@@ -49,7 +49,7 @@ func TestStatelessNodeRefusesVotes(t *testing.T) {
 	if vote.Granted || vote.Term != 0 {
 		t.Fatalf("stateless node answered a vote granted=%v term=%d, want refused at term 0", vote.Granted, vote.Term)
 	}
-	if term := a.raft.CurrentTerm(); term != 0 {
+	if term := a.Raft().CurrentTerm(); term != 0 {
 		t.Fatalf("a refused vote moved the stateless node to term %d", term)
 	}
 	var bare raft.RequestVoteResponse
@@ -174,8 +174,8 @@ func TestWipedVoterDoesNotElect(t *testing.T) {
 	oldLeader := leader.ID()
 	stop(oldLeader)
 	w := start(wiped)
-	if w.raft.LastIndex() != 0 {
-		t.Fatalf("%s restarted with state at index %d", wiped, w.raft.LastIndex())
+	if w.Raft().LastIndex() != 0 {
+		t.Fatalf("%s restarted with state at index %d", wiped, w.Raft().LastIndex())
 	}
 	// The survivor needs the wiped node's vote, which it must not get:
 	// once it has given up on the old leader, many election timeouts pass
@@ -188,11 +188,11 @@ func TestWipedVoterDoesNotElect(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("%s with the wiped %s's vote: WaitLeader = %v, want no leader", survivor, wiped, err)
 	}
-	if s.raft.CurrentTerm() <= 1 {
+	if s.Raft().CurrentTerm() <= 1 {
 		// Not a test of the guard if nobody campaigned.
-		t.Fatalf("%s never campaigned (term %d)", survivor, s.raft.CurrentTerm())
+		t.Fatalf("%s never campaigned (term %d)", survivor, s.Raft().CurrentTerm())
 	}
-	if w.raft.LastIndex() != 0 {
+	if w.Raft().LastIndex() != 0 {
 		t.Fatalf("%s got state without a leader", wiped)
 	}
 

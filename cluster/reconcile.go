@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // reconciler keeps the Raft configuration in step with gossip while this
@@ -19,7 +21,7 @@ import (
 type reconciler struct {
 	cfg  Config
 	log  *slog.Logger
-	r    *raft.Raft
+	r    groupRaft
 	ms   *membership
 	id   *identity
 	wake chan struct{} // gossip changed
@@ -29,6 +31,19 @@ type reconciler struct {
 	// address with its own node certificate; a member that cannot is
 	// never added (gossip alone does not make a voter).
 	checkNode func(ctx context.Context, id, addr string) error
+}
+
+// groupRaft is what this package calls on the data group's raft instance
+// (raftgroup.Group.Raft): reading and changing its configuration. The
+// group owns the instance; applying, snapshots and shutdown are its.
+type groupRaft interface {
+	GetConfiguration() raft.ConfigurationFuture
+	AddVoter(id raft.ServerID, address raft.ServerAddress, prevIndex uint64, timeout time.Duration) raft.IndexFuture
+	AddNonvoter(id raft.ServerID, address raft.ServerAddress, prevIndex uint64, timeout time.Duration) raft.IndexFuture
+	RemoveServer(id raft.ServerID, prevIndex uint64, timeout time.Duration) raft.IndexFuture
+	State() raft.RaftState
+	CommitIndex() uint64
+	LastIndex() uint64
 }
 
 // PeerProgress asks node id, whose API gossip advertises at grpcAddr, for
@@ -44,7 +59,7 @@ const joinGrace = 3 * time.Second
 // progressTimeout bounds asking a nonvoter for its applied index.
 const progressTimeout = time.Second
 
-func newReconciler(cfg Config, log *slog.Logger, r *raft.Raft, ms *membership, id *identity) *reconciler {
+func newReconciler(cfg Config, log *slog.Logger, r groupRaft, ms *membership, id *identity) *reconciler {
 	return &reconciler{cfg: cfg, log: log, r: r, ms: ms, id: id, wake: make(chan struct{}, 1)}
 }
 
@@ -86,7 +101,7 @@ func (rc *reconciler) run(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrShutdown) {
+			if errors.Is(err, raftgroup.ErrNotLeader) || errors.Is(err, raftgroup.ErrLeadershipLost) || errors.Is(err, raftgroup.ErrShutdown) {
 				return // the leadership loop ends this term
 			}
 			rc.log.Warn("reconcile membership", "err", err)
@@ -112,7 +127,7 @@ func (rc *reconciler) run(ctx context.Context) {
 // failed member's grace period ending, or a nonvoter's next progress
 // check (0 if nothing is pending).
 func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.Duration, error) {
-	cfgIndex, servers, err := latestConfig(rc.r)
+	cfgIndex, servers, err := raftgroup.LatestConfig(rc.r)
 	if err != nil {
 		return 0, err
 	}
@@ -153,7 +168,7 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 		if sameAddr {
 			wait, promoted, err := rc.promote(ctx, st, cfgIndex, id, m)
 			if err != nil {
-				if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrShutdown) {
+				if errors.Is(err, raftgroup.ErrNotLeader) || errors.Is(err, raftgroup.ErrLeadershipLost) || errors.Is(err, raftgroup.ErrShutdown) {
 					return 0, err
 				}
 				errs = append(errs, err)
@@ -216,8 +231,8 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 			soonest(rc.recheck())
 		}
 		if err := f.Error(); err != nil {
-			err = wrapRaftErr("add server "+id, err)
-			if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrShutdown) {
+			err = raftgroup.MapError("add server "+id, err)
+			if errors.Is(err, raftgroup.ErrNotLeader) || errors.Is(err, raftgroup.ErrLeadershipLost) || errors.Is(err, raftgroup.ErrShutdown) {
 				return 0, err
 			}
 			errs = append(errs, err)
@@ -268,8 +283,8 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 		}
 		rc.log.Info("removing server", "id", id, "reason", reason)
 		if err := rc.r.RemoveServer(s.ID, 0, 0).Error(); err != nil {
-			err = wrapRaftErr("remove server "+id, err)
-			if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrShutdown) {
+			err = raftgroup.MapError("remove server "+id, err)
+			if errors.Is(err, raftgroup.ErrNotLeader) || errors.Is(err, raftgroup.ErrLeadershipLost) || errors.Is(err, raftgroup.ErrShutdown) {
 				return 0, err
 			}
 			errs = append(errs, err)
@@ -352,28 +367,13 @@ func (rc *reconciler) promote(ctx context.Context, st *reconcileState, cfgIndex 
 	}
 	rc.log.Info("promoting nonvoter to voter: caught up", "id", id, "applied", applied, "commit", commit, "caught_up_for", now.Sub(since).Round(time.Millisecond))
 	if err := rc.r.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), cfgIndex, 0).Error(); err != nil {
-		return rc.recheck(), false, wrapRaftErr("promote "+id, err)
+		return rc.recheck(), false, raftgroup.MapError("promote "+id, err)
 	}
 	delete(st.caughtUp, id)
 	// Raft reports no observation for a change of suffrage: say it, so
 	// VoterVersions' watchers read again.
 	rc.ms.notifyChanged()
 	return 0, true, nil
-}
-
-// latestServers returns the latest Raft configuration.
-func latestServers(r *raft.Raft) ([]raft.Server, error) {
-	_, servers, err := latestConfig(r)
-	return servers, err
-}
-
-// latestConfig returns the latest Raft configuration and its index.
-func latestConfig(r *raft.Raft) (uint64, []raft.Server, error) {
-	f := r.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return 0, nil, wrapRaftErr("get configuration", err)
-	}
-	return f.Index(), f.Configuration().Servers, nil
 }
 
 func hasServer(servers []raft.Server, id string) bool {
@@ -386,8 +386,8 @@ func hasServer(servers []raft.Server, id string) bool {
 }
 
 // otherVoters counts voters in the configuration other than self.
-func otherVoters(r *raft.Raft, self string) int {
-	servers, err := latestServers(r)
+func otherVoters(r groupRaft, self string) int {
+	servers, err := raftgroup.LatestServers(r)
 	if err != nil {
 		return 0
 	}

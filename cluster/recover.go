@@ -10,6 +10,9 @@ import (
 	"github.com/raftq/raftq/raftlog"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/internal/hclogslog"
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // RecoverConfig says how to rewrite a stopped node's Raft configuration
@@ -64,13 +67,13 @@ func RecoverCluster(cfg RecoverConfig, fsm raft.FSM) (RecoverReport, error) {
 	}
 	defer unlock()
 
-	hcl := newHCLogger(cfg.Logger, "")
+	hcl := hclogslog.New(cfg.Logger, "")
 	logs, err := raftlog.Open(cfg.DataDir, raftlog.LogStoreAuto, hcl.Named("wal"))
 	if err != nil {
 		return rep, fmt.Errorf("cluster: recover: raft log: %w", err)
 	}
 	defer logs.Close()
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, hcl.Named("snapshots"))
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, raftgroup.SnapshotsRetained, hcl.Named("snapshots"))
 	if err != nil {
 		return rep, fmt.Errorf("cluster: recover: snapshot store: %w", err)
 	}

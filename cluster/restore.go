@@ -16,6 +16,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/raftq/raftq/internal/hclogslog"
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // RestoreConfig says which node a restored data dir belongs to. NodeID and
@@ -80,7 +83,7 @@ func RestoreSnapshot(ctx context.Context, cfg RestoreConfig, data io.Reader, val
 			err = errors.Join(err, store.Close())
 		}
 	}()
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, newHCLogger(slog.New(slog.DiscardHandler), "snapshots"))
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, raftgroup.SnapshotsRetained, hclogslog.New(slog.New(slog.DiscardHandler), "snapshots"))
 	if err != nil {
 		return fmt.Errorf("cluster: restore: snapshot store: %w", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // Status is one node's view of the cluster, shaped like
@@ -62,19 +64,20 @@ type NodeStatus struct {
 // Status returns this node's view of the cluster: the servers of the Raft
 // configuration, sorted by id, with gossip metadata and liveness.
 func (n *Node) Status() Status {
-	leader := n.Leader()
+	leader := n.g.Leadership()
+	rs := n.g.Stats()
 	st := Status{
-		LeaderID:     leader.ID,
-		LeaderAddr:   leader.ClientGRPCAddr,
-		Term:         n.raft.CurrentTerm(),
-		CommitIndex:  n.raft.CommitIndex(),
-		AppliedIndex: n.raft.AppliedIndex(),
+		LeaderID:     leader.LeaderID,
+		LeaderAddr:   leader.LeaderClientAddr,
+		Term:         rs.Term,
+		CommitIndex:  rs.CommitIndex,
+		AppliedIndex: rs.AppliedIndex,
 		ClusterID:    n.id.get(),
 	}
-	servers, _ := latestServers(n.raft) // empty after shutdown
+	servers, _ := raftgroup.LatestServers(n.r) // empty after shutdown
 	now := time.Now()
-	selfState := n.raft.State()
-	hbFailed := n.lead.failedHeartbeats()
+	selfState := rs.State
+	hbFailed := rs.FailedHeartbeats
 	members := n.ms.snapshot()
 	if len(servers) > 0 {
 		st.Refused = refused(st.ClusterID, n.cfg.NodeID, members, servers)
@@ -101,20 +104,20 @@ func (n *Node) Status() Status {
 				ns.State = "candidate"
 			case raft.Follower:
 				ns.State = "follower"
-				if lc := n.raft.LastContact(); !lc.IsZero() {
+				if lc := rs.LastContact; !lc.IsZero() {
 					ns.LastContactMs = now.Sub(lc).Milliseconds()
 				}
 			default:
 				ns.State = "unreachable"
 			}
-			ns.Healthy = selfState != raft.Shutdown && leader.ID != ""
+			ns.Healthy = selfState != raft.Shutdown && leader.LeaderID != ""
 		default:
 			m, known := members[id]
 			failedSince, hbFailed := hbFailed[id]
 			switch {
 			case !known || m.state != memberAlive || hbFailed:
 				ns.State = "unreachable"
-			case id == leader.ID:
+			case id == leader.LeaderID:
 				ns.State = "leader"
 			default:
 				ns.State = "follower"
@@ -129,7 +132,7 @@ func (n *Node) Status() Status {
 		}
 		st.Nodes = append(st.Nodes, ns)
 	}
-	if c := n.Corrupt(); c != nil {
+	if c := n.g.Corrupt(); c != nil {
 		// A quarantined node's Raft has no configuration: it still
 		// lists itself, and says why it serves nothing.
 		found := false

@@ -23,6 +23,8 @@ import (
 	"github.com/raftq/raftq/test/harness"
 	"github.com/raftq/raftq/tlsconfig"
 	"github.com/raftq/raftq/tlsconfig/pki"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // testCA issues node certificates into a temp dir and builds the TLS
@@ -344,7 +346,7 @@ func applyRetry(t *testing.T, c *testCluster, entry string) {
 	t.Helper()
 	var err error
 	for range 5 {
-		if _, err = c.leader().Apply(ctxTimeout(t, 10*time.Second), []byte(entry)); !errors.Is(err, ErrNotLeader) {
+		if _, err = c.leader().Apply(ctxTimeout(t, 10*time.Second), []byte(entry)); !errors.Is(err, raftgroup.ErrNotLeader) {
 			break
 		}
 	}

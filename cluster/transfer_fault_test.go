@@ -55,7 +55,7 @@ func TestTransferLeadershipOutlastsASlowTarget(t *testing.T) {
 			returned = true
 			return true
 		default:
-			return old.transferTries.Load() >= 2
+			return old.Faults().TransferTries() >= 2
 		}
 	}))
 	target.mux.Release(raftmux.Writes)

@@ -1,6 +1,10 @@
 package cluster
 
-import "github.com/hashicorp/raft"
+import (
+	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/raftgroup"
+)
 
 // VoterVersions is what the current Raft configuration's servers advertise
 // about the log versions they can apply. Nonvoters count too: they apply
@@ -31,7 +35,7 @@ type VoterVersions struct {
 func (n *Node) VoterVersions() VoterVersions {
 	// Taken first, so that no change after the read is missed.
 	v := VoterVersions{Changed: n.ms.changes()}
-	servers, err := latestServers(n.raft)
+	servers, err := raftgroup.LatestServers(n.r)
 	if err != nil {
 		return v
 	}

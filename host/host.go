@@ -90,7 +90,7 @@ type Config struct {
 
 // ErrRepairRestart ends Run when the node must be started again on the
 // same data dir: it was removed for replica repair, or found its Raft
-// state corrupt (transport/replica.go, cluster/corrupt.go).
+// state corrupt (transport/replica.go, raftgroup/corrupt.go).
 var ErrRepairRestart = errors.New("restart for replica repair")
 
 // Host is one running node. Its methods are safe for concurrent use.

@@ -1,7 +1,9 @@
 package raftlog
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -43,4 +45,34 @@ func SyncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// WriteRecord writes value and a newline to dir/name: temp file, fsync,
+// rename, fsync of the dir, so a crash leaves the old record or the new
+// one whole. The node id, the cluster id and a group's corruption marker
+// are kept this way.
+func WriteRecord(dir, name, value string) error {
+	path := filepath.Join(dir, name)
+	tmp, err := os.CreateTemp(dir, name+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // a no-op after the rename
+	_, err = tmp.Write(append([]byte(value), '\n'))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err == nil {
+		err = SyncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }

@@ -140,7 +140,7 @@ func (c *clusterService) SetClusterSettings(ctx context.Context, req *raftqv1.Se
 }
 
 func (c *clusterService) TransferLeadership(ctx context.Context, req *raftqv1.TransferLeadershipRequest) (*raftqv1.TransferLeadershipResponse, error) {
-	id, err := c.s.node.TransferLeadership(ctx, req.GetToId())
+	id, err := c.s.group.TransferLeadership(ctx, req.GetToId())
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func (c *clusterService) TransferLeadership(ctx context.Context, req *raftqv1.Tr
 }
 
 func (c *clusterService) Snapshot(ctx context.Context, _ *raftqv1.SnapshotRequest) (*raftqv1.SnapshotResponse, error) {
-	idx, err := c.s.node.Snapshot(ctx)
+	idx, err := c.s.group.Snapshot(ctx)
 	if err != nil {
 		return nil, toStatus(err)
 	}

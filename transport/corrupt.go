@@ -7,18 +7,19 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/broker"
-	"github.com/raftq/raftq/cluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/raftlog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // repairAskInterval is how often a node whose Raft state is corrupt asks
 // for its repair until the leader has removed it.
 const repairAskInterval = 2 * time.Second
 
-// corruptLoop follows this node's own corruption (cluster.Node.Corrupt).
+// corruptLoop follows this node's own corruption (raftgroup.Group.Corrupt).
 // Found while the node runs, Raft here has already stopped (the read that
 // found it stopped it): the node starts again, into quarantine. Found at
 // start (quarantined), the node asks the leader, through any peer, to
@@ -30,10 +31,10 @@ func (s *Server) corruptLoop(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 		return
-	case <-s.node.CorruptFound():
+	case <-s.group.CorruptFound():
 	}
-	c := s.node.Corrupt()
-	if !s.node.Quarantined() {
+	c := s.group.Corrupt()
+	if !s.group.Quarantined() {
 		s.log.Error("this node found its Raft state corrupt while running: restarting to stay out of Raft until it is repaired from its peers", "corruption", c.Error())
 		s.restartOnce.Do(func() { close(s.restart) })
 		return
@@ -45,7 +46,7 @@ func (s *Server) corruptLoop(ctx context.Context) {
 		removed, why := s.askRepair(ctx, c)
 		if removed {
 			reason := "corrupt Raft state (" + c.Error() + "); removed for repair"
-			if err := cluster.RequestWipe(s.b.DataDir(), reason); err != nil {
+			if err := raftgroup.RequestWipe(s.b.DataDir(), reason); err != nil {
 				s.log.Error("removed for repair, but could not ask for the Raft state to be set aside; the next try repeats it", "err", err)
 			} else {
 				s.log.Warn("removed for repair: restarting with the corrupt Raft state set aside, to rejoin with the leader's")
@@ -118,7 +119,7 @@ func (c *clusterService) RepairCorrupt(ctx context.Context, req *raftqv1.RepairC
 // corruptStateError is the answer to a read on a node whose Raft state is
 // corrupt, nil on any other.
 func (s *Server) corruptStateError() error {
-	c := s.node.Corrupt()
+	c := s.group.Corrupt()
 	if c == nil {
 		return nil
 	}

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // Redirect reasons carried in google.rpc.ErrorInfo (API.md, Redirect).
@@ -46,7 +48,7 @@ func codeOf(err error) codes.Code {
 	case errors.Is(err, fsm.ErrStaleLease), errors.Is(err, fsm.ErrInUse), errors.Is(err, fsm.ErrNotEmpty), errors.Is(err, fsm.ErrAnswerLost),
 		errors.Is(err, fsm.ErrPaused):
 		return codes.FailedPrecondition
-	case errors.Is(err, cluster.ErrUnknownNode):
+	case errors.Is(err, raftgroup.ErrUnknownNode):
 		return codes.NotFound
 	case errors.Is(err, cluster.ErrRemoveLeader), errors.Is(err, cluster.ErrBelowExpect):
 		return codes.FailedPrecondition
@@ -54,8 +56,8 @@ func codeOf(err error) codes.Code {
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled
-	case errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrLeadershipLost), errors.Is(err, scheduler.ErrNotLeader),
-		errors.Is(err, cluster.ErrShutdown), errors.Is(err, broker.ErrStopping), errors.Is(err, broker.ErrNoLeader):
+	case errors.Is(err, raftgroup.ErrNotLeader), errors.Is(err, raftgroup.ErrLeadershipLost), errors.Is(err, scheduler.ErrNotLeader),
+		errors.Is(err, raftgroup.ErrShutdown), errors.Is(err, broker.ErrStopping), errors.Is(err, broker.ErrNoLeader):
 		return codes.Unavailable
 	}
 	if s, ok := status.FromError(err); ok {

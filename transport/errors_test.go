@@ -6,10 +6,11 @@ import (
 	"testing"
 
 	"github.com/raftq/raftq/broker"
-	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/scheduler"
 	"google.golang.org/grpc/codes"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // Every sentinel the broker's operations return maps to DESIGN.md's code,
@@ -26,8 +27,8 @@ func TestCodeOf(t *testing.T) {
 		{fsm.ErrQueueFull, codes.ResourceExhausted},
 		{broker.ErrOverloaded, codes.ResourceExhausted},
 		{fsm.ErrStaleLease, codes.FailedPrecondition},
-		{cluster.ErrNotLeader, codes.Unavailable},
-		{cluster.ErrLeadershipLost, codes.Unavailable},
+		{raftgroup.ErrNotLeader, codes.Unavailable},
+		{raftgroup.ErrLeadershipLost, codes.Unavailable},
 		{scheduler.ErrNotLeader, codes.Unavailable},
 		{broker.ErrStopping, codes.Unavailable},
 		{broker.ErrNoLeader, codes.Unavailable},

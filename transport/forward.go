@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/raftq/raftq/broker"
-	"github.com/raftq/raftq/cluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/scheduler"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -17,6 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // forwardedByKey marks a call forwarded from a follower; a node that gets
@@ -35,7 +36,7 @@ const (
 )
 
 // readMethods are the reads of replicated state a leader serves only
-// after confirming its leadership (cluster.Node.VerifyLeader), so that no
+// after confirming its leadership (raftgroup.Group.VerifyLeader), so that no
 // answer misses a write acknowledged before the call; with the stale
 // header they skip it. ListConsumers reads what only the leader's
 // scheduler holds, so even a stale one goes to the leader (unconfirmed).
@@ -174,7 +175,7 @@ func (s *Server) atLeader(ctx context.Context, method string, req any, handler g
 
 // serveAtLeader is atLeader; confirm makes a call served here wait for
 // VerifyLeader before it runs. A confirmation that fails changed nothing,
-// so the call goes on to the new leader as after cluster.ErrNotLeader.
+// so the call goes on to the new leader as after raftgroup.ErrNotLeader.
 func (s *Server) serveAtLeader(ctx context.Context, method string, req any, handler grpc.UnaryHandler, confirm bool) (any, error) {
 	route, err := s.route(ctx)
 	if err != nil {
@@ -183,7 +184,7 @@ func (s *Server) serveAtLeader(ctx context.Context, method string, req any, hand
 	if route.Local {
 		var resp any
 		if confirm {
-			err = s.node.VerifyLeader(ctx)
+			err = s.group.VerifyLeader(ctx)
 		}
 		if err == nil {
 			resp, err = handler(ctx, req)
@@ -191,7 +192,7 @@ func (s *Server) serveAtLeader(ctx context.Context, method string, req any, hand
 		if !isNotLeader(err) {
 			return resp, toStatus(err)
 		}
-		if !errors.Is(err, cluster.ErrNotLeader) {
+		if !errors.Is(err, raftgroup.ErrNotLeader) {
 			// Leadership was lost with the outcome unknown: the client
 			// decides whether to retry (at the leader named here).
 			return nil, redirectError(s.b.Leader())
@@ -251,5 +252,5 @@ func (s *Server) route(ctx context.Context) (broker.Route, error) {
 }
 
 func isNotLeader(err error) bool {
-	return errors.Is(err, cluster.ErrNotLeader) || errors.Is(err, scheduler.ErrNotLeader)
+	return errors.Is(err, raftgroup.ErrNotLeader) || errors.Is(err, scheduler.ErrNotLeader)
 }

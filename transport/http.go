@@ -77,7 +77,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 	reg.MustRegister(m.rpcs, m.latency, m.delivered, m.streamedReqs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raftq_is_leader", Help: "1 if this node is the Raft leader."}, func() float64 {
-			if s.node.IsLeader() {
+			if s.group.IsLeader() {
 				return 1
 			}
 			return 0
@@ -201,11 +201,11 @@ func (s *Server) httpRoutes() *httpRoutes {
 		_, _ = w.Write([]byte("ok\n"))
 	}))
 	r.open("/readyz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if s.node.Leader().ID == "" {
+		if s.group.Leadership().LeaderID == "" {
 			http.Error(w, "no leader", http.StatusServiceUnavailable)
 			return
 		}
-		if s.node.Corrupt() != nil {
+		if s.group.Corrupt() != nil {
 			http.Error(w, "this node's Raft state is corrupt: repair from its peers pending", http.StatusServiceUnavailable)
 			return
 		}

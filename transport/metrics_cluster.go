@@ -15,7 +15,7 @@ import (
 // cluster collector and the self-healing collector.
 func registerNodeMetrics(reg *prometheus.Registry, s *Server) {
 	consumers := func(queue string) (int, bool) {
-		if !s.node.LeaderReady() {
+		if !s.group.LeaderReady() {
 			return 0, false
 		}
 		return s.b.Scheduler().Consumers(queue), true
@@ -29,7 +29,7 @@ func registerNodeMetrics(reg *prometheus.Registry, s *Server) {
 	)
 	if n := s.cfg.MetricsTopKeys; n > 0 {
 		throttles := func(queue string) ([]*raftqv1.ThrottleKeyStats, bool) {
-			if !s.node.LeaderReady() {
+			if !s.group.LeaderReady() {
 				return nil, false
 			}
 			_, th := s.b.Scheduler().KeyStats(queue)
@@ -86,7 +86,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := prometheus.GaugeValue
 	st := c.s.node.Status()
 	isLeader := 0.0
-	if c.s.node.IsLeader() {
+	if c.s.group.IsLeader() {
 		isLeader = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.term, gauge, float64(st.Term))
@@ -104,13 +104,13 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	for state, n := range byState {
 		ch <- prometheus.MustNewConstMetric(c.members, gauge, float64(n), state)
 	}
-	snap := c.s.node.SnapshotStats()
+	snap := c.s.group.SnapshotStats()
 	ch <- prometheus.MustNewConstMetric(c.snapshots, prometheus.CounterValue, float64(snap.Count))
 	ch <- prometheus.MustNewConstMetric(c.snapshotBytes, gauge, float64(snap.LastBytes))
 	ch <- prometheus.MustNewConstMetric(c.snapshotSecs, gauge, snap.LastDuration.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.snapshotLag, gauge, float64(snap.EntriesSince))
 	ch <- prometheus.MustNewConstMetric(c.snapshotFails, prometheus.CounterValue, float64(snap.Failed))
-	logs := c.s.node.LogStoreStats()
+	logs := c.s.group.LogStoreStats()
 	ch <- constHistogram(c.logAppend, logs.Append)
 	ch <- constHistogram(c.logFsync, logs.Fsync)
 	if r, ok := c.s.stats.Disk().Measure(); ok {

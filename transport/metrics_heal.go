@@ -57,7 +57,7 @@ func (c *healCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.diverged, prometheus.GaugeValue, d)
 	corrupt := 0.0
-	if c.s.node.Corrupt() != nil {
+	if c.s.group.Corrupt() != nil {
 		corrupt = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.corrupt, prometheus.GaugeValue, corrupt)
@@ -81,7 +81,7 @@ type unlessDiverged struct {
 func (u unlessDiverged) Describe(ch chan<- *prometheus.Desc) { u.c.Describe(ch) }
 
 func (u unlessDiverged) Collect(ch chan<- prometheus.Metric) {
-	if !u.s.Diverged() && u.s.node.Corrupt() == nil {
+	if !u.s.Diverged() && u.s.group.Corrupt() == nil {
 		u.c.Collect(ch)
 	}
 }

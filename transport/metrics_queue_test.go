@@ -208,7 +208,7 @@ func TestQueueMetricsMatchGetQueue(t *testing.T) {
 
 	// A snapshot on a follower is counted there, with its size.
 	before, _ := sample(scrapeFams(t, f), "raftq_snapshots_total")
-	if _, err := f.ClusterNode().Snapshot(ctx); err != nil {
+	if _, err := f.ClusterNode().Group().Snapshot(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_, ffams := scrape(t, f)

@@ -52,12 +52,12 @@ func TestReadsThroughADeposedLeader(t *testing.T) {
 	mustCreate(t, old, "c", nil)
 	c.Synced()
 
-	old.ClusterNode().CutRaftNetwork(true)
-	t.Cleanup(func() { old.ClusterNode().CutRaftNetwork(false) })
+	old.Faults().CutRaftNetwork(true)
+	t.Cleanup(func() { old.Faults().CutRaftNetwork(false) })
 	var nl *testcluster.Node
 	waitUntil(t, 30*time.Second, "a new leader among the others", func() error {
 		for _, n := range c.Nodes {
-			if n != old && n.ClusterNode().LeaderReady() {
+			if n != old && n.ClusterNode().Group().LeaderReady() {
 				nl = n
 				return nil
 			}
@@ -79,7 +79,7 @@ func TestReadsThroughADeposedLeader(t *testing.T) {
 		}
 		return nil
 	})
-	if l := old.ClusterNode().Leadership(); !old.ClusterNode().IsLeader() || !l.Established {
+	if l := old.ClusterNode().Group().Leadership(); !old.ClusterNode().Group().IsLeader() || !l.Established {
 		t.Fatalf("%s no longer believes it leads (%+v): the reads below would not test a deposed leader", old.ID, l)
 	}
 
@@ -131,7 +131,7 @@ func TestReadsThroughADeposedLeader(t *testing.T) {
 		t.Fatalf("stale GetQueue on the cut-off node: %v %v, want its own state (nothing ready)", r, err)
 	}
 
-	old.ClusterNode().CutRaftNetwork(false)
+	old.Faults().CutRaftNetwork(false)
 	waitUntil(t, 30*time.Second, "the mended node to read the write", func() error {
 		r, err := old.Broker.GetQueue(tctx(t, 5*time.Second), &raftqv1.GetQueueRequest{Name: "q"})
 		if err != nil {
@@ -177,20 +177,20 @@ func TestReadThroughAResumedLeader(t *testing.T) {
 
 	// Stop it just after its followers answered a heartbeat: the hold
 	// keeps their answers unread.
-	old.ClusterNode().HoldRaftReads()
-	t.Cleanup(func() { old.ClusterNode().HoldRaftNetwork(false) })
-	old.ClusterNode().ForceHeartbeats()
+	old.Faults().HoldRaftReads()
+	t.Cleanup(func() { old.Faults().HoldRaftNetwork(false) })
+	old.Faults().ForceHeartbeats()
 	waitUntil(t, 10*time.Second, "the followers' answers held on the stopped leader", func() error {
-		if n := old.ClusterNode().HeldRaftReads(); n < 2 {
+		if n := old.Faults().HeldRaftReads(); n < 2 {
 			return fmt.Errorf("%d answers held", n)
 		}
 		return nil
 	})
-	old.ClusterNode().HoldRaftNetwork(true) // and now nothing it sends leaves
+	old.Faults().HoldRaftNetwork(true) // and now nothing it sends leaves
 	var nl *testcluster.Node
 	waitUntil(t, 30*time.Second, "a new leader among the others", func() error {
 		for _, n := range c.Nodes {
-			if n != old && n.ClusterNode().LeaderReady() {
+			if n != old && n.ClusterNode().Group().LeaderReady() {
 				nl = n
 				return nil
 			}
@@ -198,13 +198,13 @@ func TestReadThroughAResumedLeader(t *testing.T) {
 		return errors.New("none of n2, n3 leads yet")
 	})
 	mustEnqueue(t, nl, "q", []byte("while the old leader was stopped"))
-	if l := old.ClusterNode().Leadership(); !old.ClusterNode().IsLeader() || !l.Established {
+	if l := old.ClusterNode().Group().Leadership(); !old.ClusterNode().Group().IsLeader() || !l.Established {
 		t.Fatalf("%s no longer believes it leads (%+v): the read below would not test a deposed leader", old.ID, l)
 	}
 
 	// The read arrives as the process resumes: it asks for confirmation
 	// before the held answers are read.
-	before := old.ClusterNode().ReadConfirmations()
+	before := old.Faults().ReadConfirmations()
 	type answer struct {
 		r   *raftqv1.GetQueueResponse
 		err error
@@ -217,18 +217,18 @@ func TestReadThroughAResumedLeader(t *testing.T) {
 		got <- answer{r, err}
 	}()
 	waitUntil(t, 10*time.Second, "the read to ask for confirmation", func() error {
-		if old.ClusterNode().ReadConfirmations() == before {
+		if old.Faults().ReadConfirmations() == before {
 			return errors.New("not yet")
 		}
 		return nil
 	})
-	old.ClusterNode().SettleRaftLoop()
+	old.Faults().SettleRaftLoop()
 	// It reads its followers' answers first: what the new leader sends
 	// it stays held until the read is answered.
-	old.ClusterNode().ReleaseDialledRaft()
+	old.Faults().ReleaseDialledRaft()
 
 	a := <-got
-	old.ClusterNode().HoldRaftNetwork(false)
+	old.Faults().HoldRaftNetwork(false)
 	switch code := status.Code(a.err); {
 	case a.err == nil && a.r.GetQueue().GetStats().GetReady() != 1:
 		t.Fatalf("GetQueue through the resumed, deposed leader answered from its old state: %v", a.r)

@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/raftq/raftq/broker"
-	"github.com/raftq/raftq/cluster"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // replicaAskTimeout bounds asking one node for its digest (the leader's,
@@ -70,7 +71,7 @@ func (c *clusterService) ReportDivergence(ctx context.Context, req *raftqv1.Repo
 	c.s.ops.MarkDiverged(req.Index, d, req.Digest, req.GetLeaderId())
 	if req.GetRemoved() {
 		reason := fmt.Sprintf("state diverged at checkpoint %d (digest %s, the replicas' %s); removed by %s for repair", req.Index, d, req.Digest, req.GetLeaderId())
-		if err := cluster.RequestWipe(c.s.b.DataDir(), reason); err != nil {
+		if err := raftgroup.RequestWipe(c.s.b.DataDir(), reason); err != nil {
 			return nil, err
 		}
 		c.s.log.Warn("removed for repair: restarting with this node's Raft state set aside", "leader", req.GetLeaderId())

@@ -22,6 +22,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+
+	"github.com/raftq/raftq/raftgroup"
 )
 
 // MaxRequestBytes is the largest request a node reads; clients check it
@@ -68,11 +70,12 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	b      *broker.Broker
-	node   *cluster.Node   // b's, for status and admin operations
-	state  fsm.Reader      // b's state, for reads and metrics
-	checks fsm.Integrity   // b's state, for digests and verify
-	ops    broker.Operator // b's operator duties (backup, settings, repair)
-	stats  broker.Stats    // b's counters, for metrics and status
+	node   *cluster.Node    // b's, for status and admin operations
+	group  *raftgroup.Group // node's data group: leadership, reads, snapshots
+	state  fsm.Reader       // b's state, for reads and metrics
+	checks fsm.Integrity    // b's state, for digests and verify
+	ops    broker.Operator  // b's operator duties (backup, settings, repair)
+	stats  broker.Stats     // b's counters, for metrics and status
 	peers  *peers.Pool
 	// ownPeers: peers is the server's own, closed by Stop.
 	ownPeers bool
@@ -143,6 +146,7 @@ func New(cfg Config, b *broker.Broker) *Server {
 		checks:       b.State().Integrity(),
 		ops:          b.Operator(),
 		stats:        b.Stats(),
+		group:        b.Node().Group(),
 		peers:        cfg.Peers,
 		settles:      newSettleGate(),
 		health:       health.NewServer(),

@@ -235,8 +235,8 @@ func runServe(ctx context.Context, o *serveOptions, mem memoryBudget) error {
 		return err
 	}
 	if prof != nil {
-		node := h.Broker().Node()
-		go prof.stopWhen(ctx, cfg.Logger, node.LeaderReady)
+		group := h.Broker().Node().Group()
+		go prof.stopWhen(ctx, cfg.Logger, group.LeaderReady)
 	}
 	idleCtx, stopIdle := context.WithCancel(ctx)
 	idleDone := make(chan struct{})

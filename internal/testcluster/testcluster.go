@@ -235,7 +235,7 @@ func (c *Cluster) WaitStable(timeout time.Duration) *Node {
 	harness.Eventually(c.t, timeout, func() error {
 		l = nil
 		for _, n := range c.Nodes {
-			if n.Host.Broker().Node().LeaderReady() {
+			if n.Host.Broker().Node().Group().LeaderReady() {
 				l = n
 			}
 		}
@@ -243,7 +243,7 @@ func (c *Cluster) WaitStable(timeout time.Duration) *Node {
 			return errors.New("no ready leader")
 		}
 		for _, n := range c.Nodes {
-			if li := n.Host.Broker().Node().Leader(); li.ID != l.ID || li.GRPCAddr != l.Addrs.GRPC {
+			if li := n.Host.Broker().Node().Group().Leadership(); li.LeaderID != l.ID || li.LeaderGRPCAddr != l.Addrs.GRPC {
 				return fmt.Errorf("%s sees leader %+v, want %s at %s", n.ID, li, l.ID, l.Addrs.GRPC)
 			}
 		}
@@ -267,7 +267,7 @@ func (c *Cluster) Leader() *Node {
 	var l *Node
 	harness.Eventually(c.t, 10*time.Second, func() error {
 		for _, n := range c.Nodes {
-			if n.Host.Broker().Node().IsLeader() {
+			if n.Host.Broker().Node().Group().IsLeader() {
 				l = n
 				return nil
 			}
@@ -369,7 +369,7 @@ func (c *Cluster) Stop() {
 	var order []*Node
 	for _, lead := range []bool{false, true} {
 		for _, n := range c.Nodes {
-			if n.Host.Broker().Node().IsLeader() == lead {
+			if n.Host.Broker().Node().Group().IsLeader() == lead {
 				order = append(order, n)
 			}
 		}

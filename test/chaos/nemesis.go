@@ -194,9 +194,9 @@ func (nm *Nemesis) inject(ctx context.Context, s Step, ev *FaultEvent) error {
 }
 
 // corruptMarks are what a node logs when it finds its Raft state
-// corrupt (cluster.Node.quarantine), or only its newest snapshot, which
+// corrupt (raftgroup.Group.quarantine), or only its newest snapshot, which
 // it sets aside when an older one and its log cover it
-// (cluster.Node.setSnapshotAside).
+// (raftgroup.Group.setSnapshotAside).
 var corruptMarks = []string{"this node's Raft state is corrupt", "the newest snapshot is corrupt: moved it aside"}
 
 func countCorruptMarks(log string) (n int) {

@@ -1,4 +1,4 @@
-package cluster
+package raftgroup
 
 import (
 	"bytes"
@@ -30,11 +30,13 @@ func writeCorruptMarker(dataDir string, c *raftlog.Corruption) error {
 	if err != nil {
 		return err
 	}
-	return writeRecord(dataDir, corruptMarker, string(b)+"\n")
+	return raftlog.WriteRecord(dataDir, corruptMarker, string(b)+"\n")
 }
 
-// readCorruptMarker returns the corruption a data dir records, nil if none.
-func readCorruptMarker(dataDir string) (*raftlog.Corruption, error) {
+// RecordedCorruption returns the corruption a group's dir records (a
+// group that found its state corrupt quarantines at every start until
+// the state is wiped), nil if none.
+func RecordedCorruption(dataDir string) (*raftlog.Corruption, error) {
 	b, err := os.ReadFile(filepath.Join(dataDir, corruptMarker))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -141,7 +143,7 @@ func verifySnapshotState(path string, size int64, want []byte) *raftlog.Corrupti
 // metadata. The newest snapshot's state file is checked as it is
 // restored, and bolt's entries once the store is open (raftlog.Checked.VerifyEntries).
 func checkAtStart(dataDir, snapDir string) (*raftlog.Corruption, error) {
-	c, err := readCorruptMarker(dataDir)
+	c, err := RecordedCorruption(dataDir)
 	if err != nil || c != nil {
 		return c, err
 	}
@@ -154,52 +156,52 @@ func checkAtStart(dataDir, snapDir string) (*raftlog.Corruption, error) {
 // Corrupt returns the damage this node found in its Raft state, nil if
 // none. A node with one takes no part in Raft: it is removed from the
 // configuration for repair and rebuilt from its peers.
-func (n *Node) Corrupt() *raftlog.Corruption { return n.corrupt.Load() }
+func (g *Group) Corrupt() *raftlog.Corruption { return g.corrupt.Load() }
 
 // CorruptFound is closed when this node finds its Raft state corrupt
 // while it runs (already closed if it started with corrupt state).
-func (n *Node) CorruptFound() <-chan struct{} { return n.corruptCh }
+func (g *Group) CorruptFound() <-chan struct{} { return g.corruptCh }
 
 // Quarantined reports whether this node started with corrupt state, so
 // runs no Raft of its own: what is left is to be removed and rebuilt.
-func (n *Node) Quarantined() bool { return n.quarantined }
+func (g *Group) Quarantined() bool { return g.quarantined }
 
 // quarantine records the corruption found at start: the node runs Raft on
 // empty stores, cut off from its peers.
-func (n *Node) quarantine(c *raftlog.Corruption) {
-	n.quarantined = true
-	n.log.Error("this node's Raft state is corrupt: it takes no part in Raft (no vote, no reads, no writes) and waits to be removed and rebuilt from its peers",
+func (g *Group) quarantine(c *raftlog.Corruption) {
+	g.quarantined = true
+	g.log.Error("this node's Raft state is corrupt: it takes no part in Raft (no vote, no reads, no writes) and waits to be removed and rebuilt from its peers",
 		"file", c.File, "offset", c.Offset, "index", c.Index, "reason", c.Reason, "found", c.At)
-	n.setCorrupt(c)
+	g.setCorrupt(c)
 }
 
 // reportCorrupt is told of every corrupt read while the node runs; the
 // first stops Raft here (the reader does, see raftlog.Checked) and asks
 // for a restart into quarantine.
-func (n *Node) reportCorrupt(c *raftlog.Corruption) {
+func (g *Group) reportCorrupt(c *raftlog.Corruption) {
 	if c.At.IsZero() {
 		c.At = time.Now()
 	}
-	if n.corrupt.Load() != nil {
+	if g.corrupt.Load() != nil {
 		return
 	}
-	n.log.Error("corrupt Raft state read: this node stops taking part in Raft and waits to be removed and rebuilt from its peers",
+	g.log.Error("corrupt Raft state read: this node stops taking part in Raft and waits to be removed and rebuilt from its peers",
 		"file", c.File, "offset", c.Offset, "index", c.Index, "reason", c.Reason)
-	n.setCorrupt(c)
+	g.setCorrupt(c)
 }
 
 // setCorrupt records c (the first one only): in the data dir, so that
 // every later start quarantines, in gossip, and for CorruptFound.
-func (n *Node) setCorrupt(c *raftlog.Corruption) {
-	n.corruptOnce.Do(func() {
-		n.corrupt.Store(c)
-		if err := writeCorruptMarker(n.cfg.DataDir, c); err != nil {
-			n.log.Error("could not record the corruption in the data dir; a restart checks again", "err", err)
+func (g *Group) setCorrupt(c *raftlog.Corruption) {
+	g.corruptOnce.Do(func() {
+		g.corrupt.Store(c)
+		if err := writeCorruptMarker(g.cfg.Dir, c); err != nil {
+			g.log.Error("could not record the corruption in the data dir; a restart checks again", "err", err)
 		}
-		if n.ms != nil {
-			n.ms.setCorrupt(c.Error())
+		if g.cfg.OnCorrupt != nil {
+			g.cfg.OnCorrupt(c.Error())
 		}
-		close(n.corruptCh)
+		close(g.corruptCh)
 	})
 }
 
@@ -209,12 +211,12 @@ func (n *Node) setCorrupt(c *raftlog.Corruption) {
 // store (into corrupt-snapshots/, for a post-mortem) and raft restores the
 // older one and replays the log: the same state, from this node's own
 // checked data. Otherwise it reports false, and the node quarantines.
-func (n *Node) setSnapshotAside(c *raftlog.Corruption, newest *raft.SnapshotMeta, log raft.LogStore) bool {
-	metas, err := n.snaps.List()
+func (g *Group) setSnapshotAside(c *raftlog.Corruption, newest *raft.SnapshotMeta, log raft.LogStore) bool {
+	metas, err := g.snaps.List()
 	if err != nil || len(metas) < 2 || metas[0].ID != newest.ID || log == nil {
 		return false
 	}
-	snapDir := filepath.Join(n.cfg.DataDir, "snapshots")
+	snapDir := filepath.Join(g.cfg.Dir, "snapshots")
 	if !strings.HasPrefix(c.File, filepath.Join(snapDir, newest.ID)+string(filepath.Separator)) {
 		return false
 	}
@@ -227,7 +229,7 @@ func (n *Node) setSnapshotAside(c *raftlog.Corruption, newest *raft.SnapshotMeta
 	if ferr != nil || lerr != nil || first == 0 || first > older.Index+1 || last < newest.Index {
 		return false
 	}
-	aside := filepath.Join(n.cfg.DataDir, "corrupt-snapshots")
+	aside := filepath.Join(g.cfg.Dir, "corrupt-snapshots")
 	if err := os.MkdirAll(aside, 0o750); err != nil {
 		return false
 	}
@@ -235,9 +237,9 @@ func (n *Node) setSnapshotAside(c *raftlog.Corruption, newest *raft.SnapshotMeta
 		return false
 	}
 	if err := raftlog.SyncDir(snapDir); err != nil {
-		n.log.Warn("could not sync the snapshot dir after moving a damaged snapshot out", "err", err)
+		g.log.Warn("could not sync the snapshot dir after moving a damaged snapshot out", "err", err)
 	}
-	n.log.Error("the newest snapshot is corrupt: moved it aside; restoring the one before it and replaying the log, which holds every entry since",
+	g.log.Error("the newest snapshot is corrupt: moved it aside; restoring the one before it and replaying the log, which holds every entry since",
 		"file", c.File, "offset", c.Offset, "reason", c.Reason, "moved_to", filepath.Join(aside, newest.ID),
 		"older_snapshot", older.ID, "log_first_index", first)
 	return true

@@ -1,4 +1,4 @@
-package cluster
+package raftgroup
 
 import (
 	wal "github.com/hashicorp/raft-wal"
@@ -12,8 +12,8 @@ import (
 // (0). The disk guard keeps it free besides its margin, so that a node
 // refusing writes still has room for the next segment, which the acks
 // and settling it still takes may need.
-func (n *Node) LogReserveBytes() int64 {
-	if n.logs != nil && n.logs.Kind == raftlog.LogStoreWAL {
+func (g *Group) LogReserveBytes() int64 {
+	if g.logs != nil && g.logs.Kind == raftlog.LogStoreWAL {
 		return int64(wal.DefaultSegmentSize)
 	}
 	return 0
@@ -21,9 +21,9 @@ func (n *Node) LogReserveBytes() int64 {
 
 // LogStoreStats reports the latency of this node's log appends since it
 // started.
-func (n *Node) LogStoreStats() raftlog.LogStoreStats {
-	if n.timedLogs == nil {
+func (g *Group) LogStoreStats() raftlog.LogStoreStats {
+	if g.timedLogs == nil {
 		return raftlog.LogStoreStats{}
 	}
-	return n.timedLogs.Stats()
+	return g.timedLogs.Stats()
 }

@@ -1,4 +1,4 @@
-package cluster
+package raftgroup
 
 import (
 	"context"
@@ -56,7 +56,7 @@ type snapshotWatch struct {
 	log       *slog.Logger
 
 	// newest is the index of the newest snapshot in the store: written
-	// here (by this watch, Node.Snapshot or raft) or installed from a
+	// here (by this watch, Group.Snapshot or raft) or installed from a
 	// leader.
 	newest atomic.Uint64
 	// stored is the index of the last entry appended to the log.
@@ -230,6 +230,14 @@ func (w *snapshotWatch) take(ctx context.Context, r *raft.Raft, applied uint64) 
 func drain(ch chan struct{}) {
 	select {
 	case <-ch:
+	default:
+	}
+}
+
+// notify does a non-blocking, coalescing send on a 1-buffered channel.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
 	default:
 	}
 }

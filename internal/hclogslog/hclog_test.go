@@ -1,15 +1,13 @@
-package cluster
+package hclogslog
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -18,7 +16,7 @@ import (
 func TestHCLogAdapter(t *testing.T) {
 	var buf bytes.Buffer
 	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h := newHCLogger(l, "raft").With("peer", "n2").Named("net")
+	h := New(l, "raft").With("peer", "n2").Named("net")
 
 	h.Info("hello", "k", 1)
 	h.Trace("hidden") // below the handler's level
@@ -63,53 +61,6 @@ func TestHCLogAdapter(t *testing.T) {
 	for _, not := range []string{"hidden", "dropped", "%+v", "%0.2f"} {
 		if strings.Contains(out, not) {
 			t.Errorf("unexpected %q in:\n%s", not, out)
-		}
-	}
-}
-
-func TestWrapRaftErr(t *testing.T) {
-	cases := []struct {
-		in   error
-		want []error
-	}{
-		{raft.ErrNotLeader, []error{ErrNotLeader, raft.ErrNotLeader}},
-		{raft.ErrLeadershipLost, []error{ErrLeadershipLost, raft.ErrLeadershipLost}},
-		{raft.ErrRaftShutdown, []error{ErrShutdown, raft.ErrRaftShutdown}},
-		{raft.ErrLeadershipTransferInProgress, []error{ErrNotLeader, raft.ErrLeadershipTransferInProgress}},
-		{raft.ErrEnqueueTimeout, []error{raft.ErrEnqueueTimeout, context.DeadlineExceeded}},
-		{raft.ErrNothingNewToSnapshot, []error{raft.ErrNothingNewToSnapshot}},
-	}
-	for _, c := range cases {
-		got := wrapRaftErr("op", c.in)
-		for _, w := range c.want {
-			if !errors.Is(got, w) {
-				t.Errorf("wrapRaftErr(%v) = %v: not errors.Is %v", c.in, got, w)
-			}
-		}
-	}
-	if wrapRaftErr("op", nil) != nil {
-		t.Error("nil not kept")
-	}
-}
-
-func TestConfigDefaults(t *testing.T) {
-	c, err := Config{NodeID: "a", DataDir: "d", GossipBind: "127.0.0.1:2"}.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.BootstrapExpect != 1 || c.DeadNodeTimeout != DefaultDeadNodeTimeout || c.SnapshotThreshold != 8192 ||
-		c.TrailingLogs != 10240 || c.HeartbeatTimeout != time.Second || c.ElectionTimeout != time.Second ||
-		c.LeaderLeaseTimeout != 500*time.Millisecond || c.Logger == nil {
-		t.Fatalf("defaults: %+v", c)
-	}
-	for _, bad := range []Config{
-		{DataDir: "d", GossipBind: "127.0.0.1:2"},
-		{NodeID: "a", GossipBind: "127.0.0.1:2"},
-		{NodeID: "a", DataDir: "d", GossipBind: "nope"},
-		{NodeID: "a", DataDir: "d", GossipBind: "127.0.0.1:2", BootstrapExpect: -1},
-	} {
-		if _, err := bad.withDefaults(); err == nil {
-			t.Errorf("accepted %+v", bad)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package cluster
+package raftgroup
 
 import (
 	"context"
@@ -10,17 +10,17 @@ import (
 
 // Leadership returns this node's current leadership state. Wait on its
 // Changed for the next one.
-func (n *Node) Leadership() Leadership { return n.lead.get() }
+func (g *Group) Leadership() Leadership { return g.lead.get() }
 
 // IsLeader reports whether this node is the Raft leader right now. It reads
 // Raft's state directly; Leadership publishes the same transitions as
 // events, one observation later.
-func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+func (g *Group) IsLeader() bool { return g.raft.State() == raft.Leader }
 
 // LeaderReady reports whether this node leads and has applied everything
 // committed before its term (its Barrier completed): reads served now see
 // every acknowledged write.
-func (n *Node) LeaderReady() bool { return n.Leadership().Established && n.IsLeader() }
+func (g *Group) LeaderReady() bool { return g.Leadership().Established && g.IsLeader() }
 
 // VerifyLeader confirms that this node still leads in the term it
 // established: a barrier of that term proposed after the call began was
@@ -34,19 +34,19 @@ func (n *Node) LeaderReady() bool { return n.Leadership().Established && n.IsLea
 // returning it waits (for at most ctx) until the published leadership no
 // longer shows this term established, so the caller's next routing
 // decision sees why. ctx's error when ctx ends first, ErrShutdown.
-func (n *Node) VerifyLeader(ctx context.Context) error {
-	l := n.Leadership()
+func (g *Group) VerifyLeader(ctx context.Context) error {
+	l := g.Leadership()
 	if l.Role != RoleLeader || !l.Established {
 		return ErrNotLeader
 	}
-	n.verifies.Add(1)
-	err := n.confirmRead(ctx)
+	g.verifies.Add(1)
+	err := g.confirmRead(ctx)
 	switch {
-	case err == nil && n.raft.CurrentTerm() == l.Term:
+	case err == nil && g.raft.CurrentTerm() == l.Term:
 		return nil
 	case err == nil, errors.Is(err, ErrNotLeader), errors.Is(err, ErrLeadershipLost):
 		stale := func(v Leadership) bool { return !v.Established || v.Term != l.Term }
-		if _, werr := n.WaitLeadership(ctx, stale); werr != nil && !errors.Is(werr, ErrShutdown) {
+		if _, werr := g.WaitLeadership(ctx, stale); werr != nil && !errors.Is(werr, ErrShutdown) {
 			return werr
 		}
 		return fmt.Errorf("%w: leadership of term %d not confirmed", ErrNotLeader, l.Term)
@@ -54,42 +54,13 @@ func (n *Node) VerifyLeader(ctx context.Context) error {
 	return err
 }
 
-// Leader returns the current leader as this node knows it; ID is empty if
-// no leader is known.
-func (n *Node) Leader() LeaderInfo {
-	l := n.Leadership()
-	return l.info()
-}
-
-// WaitLeader blocks until a leader is known, together with its gossip
-// metadata (so GRPCAddr is filled in when the leader advertises one), or
-// until ctx ends or the node shuts down.
-func (n *Node) WaitLeader(ctx context.Context) (LeaderInfo, error) {
-	for {
-		l := n.Leadership()
-		if l.LeaderKnown() {
-			return l.info(), nil
-		}
-		if l.Role == RoleShutdown {
-			return LeaderInfo{}, ErrShutdown
-		}
-		select {
-		case <-ctx.Done():
-			return LeaderInfo{}, fmt.Errorf("cluster: wait for leader: %w", ctx.Err())
-		case <-n.ctx.Done():
-			return LeaderInfo{}, ErrShutdown
-		case <-l.Changed:
-		}
-	}
-}
-
 // WaitLeadership waits until cond holds for the published value and returns
 // that value. It returns ctx's error (wrapped) if ctx ends first, and
 // ErrShutdown once the node has stopped and cond does not hold for the
 // final value. cond runs on the caller's goroutine and must not block.
-func (n *Node) WaitLeadership(ctx context.Context, cond func(Leadership) bool) (Leadership, error) {
+func (g *Group) WaitLeadership(ctx context.Context, cond func(Leadership) bool) (Leadership, error) {
 	for {
-		l := n.Leadership()
+		l := g.Leadership()
 		if cond(l) {
 			return l, nil
 		}
@@ -102,8 +73,4 @@ func (n *Node) WaitLeadership(ctx context.Context, cond func(Leadership) bool) (
 		case <-l.Changed:
 		}
 	}
-}
-
-func (l Leadership) info() LeaderInfo {
-	return LeaderInfo{ID: l.LeaderID, RaftAddr: l.LeaderRaftAddr, GRPCAddr: l.LeaderGRPCAddr, ClientGRPCAddr: l.LeaderClientAddr}
 }

@@ -1,4 +1,4 @@
-package cluster
+package raftgroup
 
 import (
 	"context"
@@ -23,7 +23,7 @@ func enqueueTimeout(ctx context.Context) time.Duration {
 // ends first the outcome is unknown. The helper goroutine ends when raft
 // resolves the future (raft leaves futures still queued at its shutdown
 // unresolved; callers are not held up by that).
-func (n *Node) await(ctx context.Context, op string, f raft.Future) error {
+func (g *Group) await(ctx context.Context, op string, f raft.Future) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	select {
@@ -31,7 +31,7 @@ func (n *Node) await(ctx context.Context, op string, f raft.Future) error {
 		return wrapRaftErr(op, err)
 	case <-ctx.Done():
 		return fmt.Errorf("cluster: %s: %w", op, ctx.Err())
-	case <-n.raftDone:
+	case <-g.raftDone:
 		select {
 		case err := <-done:
 			return wrapRaftErr(op, err)
@@ -46,19 +46,19 @@ func (n *Node) await(ctx context.Context, op string, f raft.Future) error {
 // Errors: ErrNotLeader (nothing applied), ErrNoSpace (nothing applied), ErrLeadershipLost (outcome
 // unknown), ErrShutdown, or ctx's error (outcome unknown if the command was
 // already proposed). raft's own errors stay in the chain.
-func (n *Node) Apply(ctx context.Context, cmd []byte) (any, error) {
+func (g *Group) Apply(ctx context.Context, cmd []byte) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cluster: apply: %w", err)
 	}
-	if n.raft.State() != raft.Leader {
-		if n.raft.State() == raft.Shutdown {
+	if g.raft.State() != raft.Leader {
+		if g.raft.State() == raft.Shutdown {
 			return nil, ErrShutdown
 		}
 		return nil, ErrNotLeader
 	}
-	f := n.raft.Apply(cmd, enqueueTimeout(ctx))
-	if err := n.await(ctx, "apply", f); err != nil {
-		if n.spaceLogs.IsNoSpace(err) {
+	f := g.raft.Apply(cmd, enqueueTimeout(ctx))
+	if err := g.await(ctx, "apply", f); err != nil {
+		if g.spaceLogs.IsNoSpace(err) {
 			// The leader could not append the entry: it reached no log
 			// and raft has stepped this node down.
 			return nil, fmt.Errorf("%w: %w", ErrNoSpace, err)
@@ -70,67 +70,15 @@ func (n *Node) Apply(ctx context.Context, cmd []byte) (any, error) {
 
 // Barrier waits until every entry committed before it is applied on this
 // node (leader only).
-func (n *Node) Barrier(ctx context.Context) error {
+func (g *Group) Barrier(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("cluster: barrier: %w", err)
 	}
-	return n.await(ctx, "barrier", n.raft.Barrier(enqueueTimeout(ctx)))
+	return g.await(ctx, "barrier", g.raft.Barrier(enqueueTimeout(ctx)))
 }
 
 // AppliedIndex returns the index of the last entry applied to the FSM here.
-func (n *Node) AppliedIndex() uint64 { return n.raft.AppliedIndex() }
-
-// RemoveNode removes server id from the Raft configuration (leader only).
-// It overrides the failed-node grace period. Removing a voter that would
-// leave fewer than BootstrapExpect voters fails with ErrBelowExpect unless
-// force is set: the cluster was sized for that many, and the reconciler
-// keeps that floor too. A node still alive in gossip is not re-added
-// until it rejoins gossip (a restart). Errors: ErrNotLeader,
-// ErrUnknownNode, ErrRemoveLeader, ErrBelowExpect.
-func (n *Node) RemoveNode(ctx context.Context, id string, force bool) error {
-	if !n.IsLeader() {
-		return ErrNotLeader
-	}
-	if id == n.cfg.NodeID {
-		return ErrRemoveLeader
-	}
-	for {
-		// The check and the removal are one step: the removal names the
-		// configuration it was checked against, and raft refuses it if
-		// another change (the reconciler's) came in between.
-		f := n.raft.GetConfiguration()
-		if err := f.Error(); err != nil {
-			return wrapRaftErr("get configuration", err)
-		}
-		servers, index := f.Configuration().Servers, f.Index()
-		voters, target := 0, (*raft.Server)(nil)
-		for i, s := range servers {
-			if s.Suffrage == raft.Voter {
-				voters++
-			}
-			if string(s.ID) == id {
-				target = &servers[i]
-			}
-		}
-		if target == nil {
-			return fmt.Errorf("%w: %q", ErrUnknownNode, id)
-		}
-		if target.Suffrage == raft.Voter && voters-1 < n.cfg.BootstrapExpect && !force {
-			return fmt.Errorf("%w: removing %s would leave %d voters, bootstrap-expect is %d",
-				ErrBelowExpect, id, voters-1, n.cfg.BootstrapExpect)
-		}
-		n.ms.preventAdd(id)
-		n.log.Info("removing server on request", "id", id, "force", force)
-		err := n.await(ctx, "remove node "+id, n.raft.RemoveServer(raft.ServerID(id), index, enqueueTimeout(ctx)))
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		if now := n.raft.GetConfiguration(); now.Error() != nil || now.Index() == index {
-			return err
-		}
-		// The configuration moved on: decide again against the new one.
-	}
-}
+func (g *Group) AppliedIndex() uint64 { return g.raft.AppliedIndex() }
 
 // transferAttempts bounds how often TransferLeadership asks raft for a
 // transfer that timed out: enough to ride out a slow election under
@@ -153,16 +101,16 @@ func transferRetryable(err error) bool {
 // only). Transferring to itself is a no-op. A transfer that times out
 // (the target slow to win its election) is asked for again, up to
 // transferAttempts times within ctx.
-func (n *Node) TransferLeadership(ctx context.Context, toID string) (string, error) {
-	if !n.IsLeader() {
+func (g *Group) TransferLeadership(ctx context.Context, toID string) (string, error) {
+	if !g.IsLeader() {
 		return "", ErrNotLeader
 	}
-	if toID == n.cfg.NodeID {
+	if toID == g.cfg.NodeID {
 		return toID, nil
 	}
 	var target *raft.Server
 	if toID != "" {
-		servers, err := latestServers(n.raft)
+		servers, err := LatestServers(g.raft)
 		if err != nil {
 			return "", err
 		}
@@ -176,14 +124,14 @@ func (n *Node) TransferLeadership(ctx context.Context, toID string) (string, err
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		n.transferTries.Add(1)
+		g.transferTries.Add(1)
 		var f raft.Future
 		if target == nil {
-			f = n.raft.LeadershipTransfer()
+			f = g.raft.LeadershipTransfer()
 		} else {
-			f = n.raft.LeadershipTransferToServer(target.ID, target.Address)
+			f = g.raft.LeadershipTransferToServer(target.ID, target.Address)
 		}
-		err := n.await(ctx, "transfer leadership", f)
+		err := g.await(ctx, "transfer leadership", f)
 		if err == nil {
 			break
 		}
@@ -195,23 +143,23 @@ func (n *Node) TransferLeadership(ctx context.Context, toID string) (string, err
 		// often got TimeoutNow and wins its election just after: give it
 		// one more election timeout to show up as leader before asking
 		// again (a second TimeoutNow to a candidate does no harm).
-		wctx, cancel := context.WithTimeout(ctx, n.cfg.ElectionTimeout)
-		l, werr := n.WaitLeadership(wctx, func(l Leadership) bool {
-			return l.LeaderID != "" && l.LeaderID != n.cfg.NodeID
+		wctx, cancel := context.WithTimeout(ctx, g.cfg.ElectionTimeout)
+		l, werr := g.WaitLeadership(wctx, func(l Leadership) bool {
+			return l.LeaderID != "" && l.LeaderID != g.cfg.NodeID
 		})
 		cancel()
 		if werr == nil {
 			return l.LeaderID, nil
 		}
-		if ctx.Err() != nil || !n.IsLeader() {
+		if ctx.Err() != nil || !g.IsLeader() {
 			return "", err
 		}
-		n.log.Warn("leadership transfer timed out; trying again", "attempt", attempt, "to", toID, "err", err)
+		g.log.Warn("leadership transfer timed out; trying again", "attempt", attempt, "to", toID, "err", err)
 	}
 	// The transfer succeeded once the target started its election; wait
 	// until some other node is known as leader.
-	l, err := n.WaitLeadership(ctx, func(l Leadership) bool {
-		return l.LeaderID != "" && l.LeaderID != n.cfg.NodeID
+	l, err := g.WaitLeadership(ctx, func(l Leadership) bool {
+		return l.LeaderID != "" && l.LeaderID != g.cfg.NodeID
 	})
 	if err != nil {
 		return "", fmt.Errorf("cluster: transfer leadership: waiting for the new leader: %w", err)
@@ -229,13 +177,13 @@ func (n *Node) TransferLeadership(ctx context.Context, toID string) (string, err
 // snapshot is a second or more of disk and CPU taken from the write path.
 // Raft takes one snapshot at a time, so the newest listed is this one or,
 // if another finished meanwhile, a later one, which covers this index too.
-func (n *Node) Snapshot(ctx context.Context) (uint64, error) {
-	f := n.raft.Snapshot()
-	err := n.await(ctx, "snapshot", f)
+func (g *Group) Snapshot(ctx context.Context) (uint64, error) {
+	f := g.raft.Snapshot()
+	err := g.await(ctx, "snapshot", f)
 	if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
 		return 0, err
 	}
-	metas, lerr := n.snaps.List()
+	metas, lerr := g.snaps.List()
 	if lerr != nil {
 		return 0, fmt.Errorf("cluster: snapshot: list: %w", lerr)
 	}

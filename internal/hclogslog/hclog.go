@@ -1,4 +1,7 @@
-package cluster
+// Package hclogslog adapts hclog, the logger hashicorp/raft and
+// memberlist (through its StandardLogger) log to, to log/slog, so they log
+// where the rest of the node does.
+package hclogslog
 
 import (
 	"bytes"
@@ -33,8 +36,8 @@ type hclogAdapter struct {
 
 var _ hclog.Logger = (*hclogAdapter)(nil)
 
-// newHCLogger returns an hclog.Logger writing to l.
-func newHCLogger(l *slog.Logger, name string) hclog.Logger {
+// New returns an hclog.Logger writing to l.
+func New(l *slog.Logger, name string) hclog.Logger {
 	lv := new(atomic.Int32)
 	lv.Store(int32(hclog.Trace))
 	return newHCAdapter(l, name, nil, lv)

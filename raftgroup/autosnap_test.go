@@ -1,4 +1,4 @@
-package cluster
+package raftgroup
 
 import (
 	"fmt"
@@ -8,6 +8,50 @@ import (
 
 	"github.com/raftq/raftq/test/harness"
 )
+
+// TestSnapshotDecision: the policy of the automatic snapshots, case by
+// case (threshold 100, interval 2 minutes).
+func TestSnapshotDecision(t *testing.T) {
+	const th = 100
+	const iv = 2 * time.Minute
+	for _, tc := range []struct {
+		name                    string
+		applied, stored, newest uint64
+		sinceLast               time.Duration
+		want                    snapshotDecision
+	}{
+		{"below the threshold", 1090, 1099, 1000, -1, snapshotDecision{}},
+		{"at the threshold, none taken by this process", 1100, 1101, 1000, -1, snapshotDecision{now: true}},
+		{"past it, the last one an interval ago", 5000, 5010, 1000, iv, snapshotDecision{now: true}},
+		{"past it, the last one too recent", 5000, 5010, 1000, 30 * time.Second, snapshotDecision{again: 90 * time.Second}},
+		{"appended but not applied yet", 1050, 1200, 1000, -1, snapshotDecision{again: snapshotRecheck}},
+		{"a restarted node still applying its log", 1500, 9000, 1000, -1, snapshotDecision{again: snapshotRecheck}},
+		{"an installed snapshot ahead of the log", 900, 800, 1000, -1, snapshotDecision{}},
+		{"no snapshot yet", 150, 150, 0, -1, snapshotDecision{now: true}},
+	} {
+		if got := decide(tc.applied, tc.stored, tc.newest, th, tc.sinceLast, iv); got != tc.want {
+			t.Errorf("%s: decide(applied %d, stored %d, newest %d, since last %v) = %+v, want %+v",
+				tc.name, tc.applied, tc.stored, tc.newest, tc.sinceLast, got, tc.want)
+		}
+	}
+}
+
+// TestSnapshotGap: the wait after a snapshot is nine times what it took,
+// at least a second, at most the interval.
+func TestSnapshotGap(t *testing.T) {
+	const iv = 2 * time.Minute
+	for _, tc := range []struct{ took, want time.Duration }{
+		{0, snapshotMinGap},
+		{50 * time.Millisecond, snapshotMinGap},
+		{2 * time.Second, 18 * time.Second},
+		{14 * time.Second, iv},
+		{time.Hour, iv},
+	} {
+		if got := snapshotGap(tc.took, iv); got != tc.want {
+			t.Errorf("snapshotGap(%v, %v) = %v, want %v", tc.took, iv, got, tc.want)
+		}
+	}
+}
 
 // TestRestartedNodeSnapshotsPastThreshold: a node that is restarted more
 // often than its SnapshotInterval still snapshots once its log holds more
@@ -74,50 +118,6 @@ func TestRestartedNodeSnapshotsPastThreshold(t *testing.T) {
 	}))
 	shutdown(t, r)
 	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
-}
-
-// TestSnapshotDecision: the policy of the automatic snapshots, case by
-// case (threshold 100, interval 2 minutes).
-func TestSnapshotDecision(t *testing.T) {
-	const th = 100
-	const iv = 2 * time.Minute
-	for _, tc := range []struct {
-		name                    string
-		applied, stored, newest uint64
-		sinceLast               time.Duration
-		want                    snapshotDecision
-	}{
-		{"below the threshold", 1090, 1099, 1000, -1, snapshotDecision{}},
-		{"at the threshold, none taken by this process", 1100, 1101, 1000, -1, snapshotDecision{now: true}},
-		{"past it, the last one an interval ago", 5000, 5010, 1000, iv, snapshotDecision{now: true}},
-		{"past it, the last one too recent", 5000, 5010, 1000, 30 * time.Second, snapshotDecision{again: 90 * time.Second}},
-		{"appended but not applied yet", 1050, 1200, 1000, -1, snapshotDecision{again: snapshotRecheck}},
-		{"a restarted node still applying its log", 1500, 9000, 1000, -1, snapshotDecision{again: snapshotRecheck}},
-		{"an installed snapshot ahead of the log", 900, 800, 1000, -1, snapshotDecision{}},
-		{"no snapshot yet", 150, 150, 0, -1, snapshotDecision{now: true}},
-	} {
-		if got := decide(tc.applied, tc.stored, tc.newest, th, tc.sinceLast, iv); got != tc.want {
-			t.Errorf("%s: decide(applied %d, stored %d, newest %d, since last %v) = %+v, want %+v",
-				tc.name, tc.applied, tc.stored, tc.newest, tc.sinceLast, got, tc.want)
-		}
-	}
-}
-
-// TestSnapshotGap: the wait after a snapshot is nine times what it took,
-// at least a second, at most the interval.
-func TestSnapshotGap(t *testing.T) {
-	const iv = 2 * time.Minute
-	for _, tc := range []struct{ took, want time.Duration }{
-		{0, snapshotMinGap},
-		{50 * time.Millisecond, snapshotMinGap},
-		{2 * time.Second, 18 * time.Second},
-		{14 * time.Second, iv},
-		{time.Hour, iv},
-	} {
-		if got := snapshotGap(tc.took, iv); got != tc.want {
-			t.Errorf("snapshotGap(%v, %v) = %v, want %v", tc.took, iv, got, tc.want)
-		}
-	}
 }
 
 // TestSnapshotWatchLongLivedNode: a node that is not restarted snapshots

@@ -1,4 +1,4 @@
-package cluster
+package raftgroup
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func (r Role) String() string {
 // metadata arrives, the node stops) publishes a new one and closes the
 // previous value's Changed.
 //
-// A watcher loops: read Node.Leadership, act on it, wait on Changed (and its
+// A watcher loops: read Group.Leadership, act on it, wait on Changed (and its
 // own ctx). Values may be coalesced (a watcher that is slow sees only the
 // latest), but never reordered.
 type Leadership struct {
@@ -100,8 +100,11 @@ type leadership struct {
 	selfClient string // selfGRPC unless another client address is advertised
 	r          *raft.Raft
 	log        *slog.Logger
-	// meta returns a member's last gossip metadata.
-	meta func(id string) (nodeMeta, bool)
+	// apiAddrs returns where a node's API is (its gossip metadata).
+	apiAddrs func(id string) (grpc, client string, ok bool)
+	// peerChanges, if set, returns a channel closed at the next change
+	// of what apiAddrs answers: the value is recomputed then.
+	peerChanges func() <-chan struct{}
 	// services run during every established term, each until ctx ends.
 	services []func(ctx context.Context)
 	// hook, if set (tests), sees every published value in order.
@@ -128,9 +131,9 @@ type leadership struct {
 	hbClearedAt time.Time
 }
 
-func newLeadership(self, selfGRPC, selfClient string, r *raft.Raft, log *slog.Logger, meta func(string) (nodeMeta, bool), hook func(Leadership)) *leadership {
+func newLeadership(self, selfGRPC, selfClient string, r *raft.Raft, log *slog.Logger, apiAddrs func(string) (string, string, bool), hook func(Leadership)) *leadership {
 	l := &leadership{
-		self: self, selfGRPC: selfGRPC, selfClient: selfClient, r: r, log: log, meta: meta, hook: hook,
+		self: self, selfGRPC: selfGRPC, selfClient: selfClient, r: r, log: log, apiAddrs: apiAddrs, hook: hook,
 		// Raft drops observations when this is full; the loop only
 		// recomputes from Raft's live state, so a dropped one is repaired
 		// by the next, but a large buffer keeps that rare.
@@ -171,8 +174,8 @@ func (l *leadership) refresh() {
 		v.LeaderID, v.LeaderRaftAddr = string(id), string(addr)
 		if v.LeaderID == l.self {
 			v.LeaderGRPCAddr, v.LeaderClientAddr, v.leaderMeta = l.selfGRPC, l.selfClient, true
-		} else if m, ok := l.meta(v.LeaderID); ok {
-			v.LeaderGRPCAddr, v.LeaderClientAddr, v.leaderMeta = m.GRPC, m.clientGRPC(), true
+		} else if grpc, client, ok := l.apiAddrs(v.LeaderID); ok {
+			v.LeaderGRPCAddr, v.LeaderClientAddr, v.leaderMeta = grpc, client, true
 		}
 	}
 	v.Established = v.Role == RoleLeader && v.LeaderID == l.self && l.estTerm != 0 && l.estTerm == v.Term
@@ -300,10 +303,19 @@ func (l *leadership) stopObserving() {
 // value) and the leader's heartbeat failures (for Status).
 func (l *leadership) observeLoop(ctx context.Context, wg *sync.WaitGroup) {
 	defer wg.Done()
+	var peers <-chan struct{} // nil: never
+	if l.peerChanges != nil {
+		peers = l.peerChanges()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-peers:
+			// The leader's metadata may have arrived or changed. The
+			// next channel is taken first, so no change is missed.
+			peers = l.peerChanges()
+			l.refresh()
 		case o := <-l.obsCh:
 			switch d := o.Data.(type) {
 			case raft.LeaderObservation:

@@ -1,4 +1,4 @@
-package cluster
+package raftgroup
 
 import (
 	"context"
@@ -41,11 +41,11 @@ type readConfirms struct {
 // confirmRead waits for a barrier proposed after the call began to commit
 // and be applied. A single voter is its own quorum: raft's VerifyLeader
 // answers at once and no other leader can exist.
-func (n *Node) confirmRead(ctx context.Context) error {
-	if servers, err := latestServers(n.raft); err == nil && voterCount(servers) == 1 {
-		return n.await(ctx, "verify leader", n.raft.VerifyLeader())
+func (g *Group) confirmRead(ctx context.Context) error {
+	if servers, err := LatestServers(g.raft); err == nil && voterCount(servers) == 1 {
+		return g.await(ctx, "verify leader", g.raft.VerifyLeader())
 	}
-	rc := &n.reads
+	rc := &g.reads
 	ch := make(chan error, 1)
 	rc.mu.Lock()
 	if rc.closed {
@@ -56,7 +56,7 @@ func (n *Node) confirmRead(ctx context.Context) error {
 	if !rc.running {
 		rc.running = true
 		rc.wg.Add(1)
-		go n.runReadBarriers()
+		go g.runReadBarriers()
 	}
 	rc.mu.Unlock()
 	select {
@@ -64,15 +64,15 @@ func (n *Node) confirmRead(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 		return fmt.Errorf("cluster: verify leader: %w", ctx.Err())
-	case <-n.raftDone:
+	case <-g.raftDone:
 		return ErrShutdown
 	}
 }
 
 // runReadBarriers proposes one barrier per batch of waiting reads until
 // none waits.
-func (n *Node) runReadBarriers() {
-	rc := &n.reads
+func (g *Group) runReadBarriers() {
+	rc := &g.reads
 	defer rc.wg.Done()
 	for {
 		rc.mu.Lock()
@@ -86,7 +86,7 @@ func (n *Node) runReadBarriers() {
 		rc.mu.Unlock()
 		// No timeout of its own: each waiter's ctx bounds its wait, and
 		// raft's shutdown ends the barrier.
-		err := wrapRaftErr("verify leader", n.raft.Barrier(0).Error())
+		err := wrapRaftErr("verify leader", g.raft.Barrier(0).Error())
 		for _, ch := range batch {
 			ch <- err
 		}
@@ -95,11 +95,11 @@ func (n *Node) runReadBarriers() {
 
 // closeReads refuses new confirmations and waits for the barrier loop,
 // which raft's shutdown ends.
-func (n *Node) closeReads() {
-	n.reads.mu.Lock()
-	n.reads.closed = true
-	n.reads.mu.Unlock()
-	n.reads.wg.Wait()
+func (g *Group) closeReads() {
+	g.reads.mu.Lock()
+	g.reads.closed = true
+	g.reads.mu.Unlock()
+	g.reads.wg.Wait()
 }
 
 func voterCount(servers []raft.Server) int {

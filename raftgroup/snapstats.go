@@ -1,4 +1,4 @@
-package cluster
+package raftgroup
 
 import (
 	"sync"
@@ -48,11 +48,11 @@ func (c *snapshotCounter) get() SnapshotStats {
 
 // SnapshotStats reports the snapshots this node has written since it
 // started.
-func (n *Node) SnapshotStats() SnapshotStats {
-	st := n.snapStats.get()
-	if n.snapWatch != nil && !n.quarantined {
-		st.EntriesSince = n.snapWatch.entriesSince(n.raft.AppliedIndex())
-		st.Failed = n.snapWatch.failed.Load()
+func (g *Group) SnapshotStats() SnapshotStats {
+	st := g.snapStats.get()
+	if g.snapWatch != nil && !g.quarantined {
+		st.EntriesSince = g.snapWatch.entriesSince(g.raft.AppliedIndex())
+		st.Failed = g.snapWatch.failed.Load()
 	}
 	return st
 }
@@ -60,9 +60,9 @@ func (n *Node) SnapshotStats() SnapshotStats {
 // NewestSnapshotBytes is the size of the newest snapshot this node wrote,
 // or, before it has written one, of the newest in its data dir when it
 // started: about what its next snapshot needs on disk.
-func (n *Node) NewestSnapshotBytes() int64 {
-	if st := n.snapStats.get(); st.Count > 0 {
+func (g *Group) NewestSnapshotBytes() int64 {
+	if st := g.snapStats.get(); st.Count > 0 {
 		return st.LastBytes
 	}
-	return n.startSnapBytes
+	return g.startSnapBytes
 }

@@ -1,0 +1,28 @@
+package cluster
+
+import (
+	"testing"
+	"time"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := Config{NodeID: "a", DataDir: "d", GossipBind: "127.0.0.1:2"}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.BootstrapExpect != 1 || c.DeadNodeTimeout != DefaultDeadNodeTimeout || c.SnapshotThreshold != 8192 ||
+		c.TrailingLogs != 10240 || c.HeartbeatTimeout != time.Second || c.ElectionTimeout != time.Second ||
+		c.LeaderLeaseTimeout != 500*time.Millisecond || c.Logger == nil {
+		t.Fatalf("defaults: %+v", c)
+	}
+	for _, bad := range []Config{
+		{DataDir: "d", GossipBind: "127.0.0.1:2"},
+		{NodeID: "a", GossipBind: "127.0.0.1:2"},
+		{NodeID: "a", DataDir: "d", GossipBind: "nope"},
+		{NodeID: "a", DataDir: "d", GossipBind: "127.0.0.1:2", BootstrapExpect: -1},
+	} {
+		if _, err := bad.withDefaults(); err == nil {
+			t.Errorf("accepted %+v", bad)
+		}
+	}
+}
