@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,6 +55,25 @@ func TestFormatIDs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { formatIDs(ids) }); n > 2 {
 		t.Errorf("formatIDs of 1,000 ids: %.0f allocations, want 2 (the slice and one string)", n)
+	}
+}
+
+// TestItemResults: each item's result says its outcome (an error names
+// the item, its message and queue, with the error's code), and a batch's
+// results take two allocations however many items it has (65 for 64
+// before they shared one array).
+func TestItemResults(t *testing.T) {
+	ids := []string{"0000000000000001", "0000000000000002", "0000000000000003"}
+	got := itemResults("jobs", "acks", func(i int) string { return ids[i] }, []error{nil, fsm.ErrMessageNotFound, nil})
+	if len(got) != 3 || !got[0].Ok || !got[2].Ok || got[0].Code != 0 || got[0].Error != "" {
+		t.Fatalf("results = %v", got)
+	}
+	if got[1].Ok || got[1].Code != 5 /* NOT_FOUND */ || !strings.HasPrefix(got[1].Error, "acks[1]: message 0000000000000002 of queue jobs: ") {
+		t.Fatalf("refused item = %v", got[1])
+	}
+	items := make([]error, 64)
+	if n := testing.AllocsPerRun(100, func() { itemResults("jobs", "acks", nil, items) }); n > 2 {
+		t.Errorf("itemResults of 64 items: %.0f allocations, want 2", n)
 	}
 }
 
