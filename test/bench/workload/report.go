@@ -210,6 +210,27 @@ func p99(p *PhaseResult) float64        { return latOf(p.Latency).P99 }
 func e2eP50(p *PhaseResult) float64     { return latOf(p.EndToEnd).P50 }
 func e2eP99(p *PhaseResult) float64     { return latOf(p.EndToEnd).P99 }
 
+// serverUs and clientUs split a phase's CPU per message (µs): every
+// server process together, and the load generator (issue 24: with the
+// servers and the generator on separate cores, RAFTQ_BENCH_NODE_CPUS,
+// each side's cost is its own).
+func serverUs(p *PhaseResult) float64 {
+	var cpu float64
+	for _, c := range p.ServerCPU {
+		cpu += c.Seconds
+	}
+	return perMessageUs(p, cpu)
+}
+
+func clientUs(p *PhaseResult) float64 { return perMessageUs(p, p.ClientCPU.Seconds) }
+
+func perMessageUs(p *PhaseResult, seconds float64) float64 {
+	if p.Messages == 0 {
+		return 0
+	}
+	return seconds / float64(p.Messages) * 1e6
+}
+
 // comparisonRows are the rows of every client kind, then the servers' CPU.
 var comparisonRows = func() []comparisonRow {
 	var rows []comparisonRow
@@ -219,11 +240,15 @@ var comparisonRows = func() []comparisonRow {
 		}
 		add(PhaseEnqueue, "enqueue msgs/s", true, rate)
 		add(PhaseEnqueue, "enqueue p99 ms", false, p99)
+		add(PhaseEnqueue, "enqueue server CPU us/msg", false, serverUs)
+		add(PhaseEnqueue, "enqueue client CPU us/msg", false, clientUs)
 		add(PhaseEnqueueHalf, "enqueue @50% p50 ms", false, p50)
 		add(PhaseEnqueueHalf, "enqueue @50% p99 ms", false, p99)
 		add(PhaseEnqueueSync, "enqueue-sync msgs/s", true, rate)
 		add(PhaseEnqueueSync, "enqueue-sync p50 ms", false, p50)
 		add(PhaseDrain, "drain msgs/s", true, rate)
+		add(PhaseDrain, "drain server CPU us/msg", false, serverUs)
+		add(PhaseDrain, "drain client CPU us/msg", false, clientUs)
 		add(PhaseLifecycle, "lifecycle enqueue msgs/s", true, rate)
 		add(PhaseLifecycle, "lifecycle deliveries/s", true, delivRate)
 		add(PhaseLifecycle, "lifecycle log entries / delivery", false, entriesPer)
