@@ -157,7 +157,10 @@ bench-peers: build
 # The server's cost per call on the path most clients take: one message per
 # unary Enqueue, one unary Ack per message (test/unary_bench_test.go: leader
 # CPU, allocations and Raft entries per message; RAFTQ_BENCH_VARIANTS
-# compares binaries or settings in alternating rounds of one run).
+# compares binaries or settings in alternating rounds of one run;
+# `RAFTQ_BENCH_NODE_CPUS=1 taskset -c 0 make bench-unary` puts the nodes
+# and the load generator on separate cores, so that the client's and the
+# servers' CPU per message are each their own).
 UNARY_BENCH ?= Unary
 bench-unary:
 	RAFTQ_TEST_NORACE=1 $(GO) test -run '^$$' -bench '$(UNARY_BENCH)' -benchtime 20000x -timeout 30m ./test
