@@ -119,8 +119,9 @@ type Broker struct {
 	leader *leaderWork
 	// audit is the counter audit, a node duty (audit.go); raiser the
 	// cluster-version raiser, a leader duty (version.go).
-	audit  *counterAudit
-	raiser *versionRaiser
+	audit    *counterAudit
+	raiser   *versionRaiser
+	replicas *replicaCheck // the replica check, a leader duty (replica.go)
 	// diverged is set once this node learns its state differs from the
 	// replicas' (replica.go); repairs is what the leader knows of the
 	// nodes it repairs.
@@ -231,12 +232,19 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	b.acks = newCoalescer(coalesceInFlight, coalesceItems, coalesceBytes, b.proposeAck, buildAck, sizeAck)
 
 	// 5. The counter audit, a node duty, reaching the leader as any call
-	//    is routed; the cluster-version raiser, a leader duty.
+	//    is routed; the cluster-version raiser and the replica check,
+	//    leader duties.
 	b.audit = &counterAudit{
 		cfg: cfg.Audit, log: b.log, id: b.id, reads: b.reads, checks: b.state.Integrity(), peers: cfg.Peers,
 		route: b.Route, recount: b.Operator().RecountQueues,
 	}
 	b.raiser = &versionRaiser{log: b.log, reads: b.reads, voters: b.node.VoterVersions, propose: b.Propose}
+	b.replicas = &replicaCheck{
+		log: b.log, id: b.id, interval: cfg.ReplicaCheckInterval, peers: cfg.Peers, checks: b.state.Integrity(),
+		own: &b.diverged, repairs: b.repairs,
+		checkpoint: b.Operator().Checkpoint, mark: b.Operator().MarkDiverged, handOver: b.group.TransferLeadership,
+		status: b.node.Status, remove: b.node.RemoveNode,
+	}
 
 	// 6. From now on one owner follows leadership and runs the leader's
 	//    duties for each established term, and the node duties until

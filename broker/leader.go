@@ -222,7 +222,7 @@ func (w *leaderWork) revoke(t *leaderTerm) {
 // fails to start it, so nothing else starts from a bad state.
 func (b *Broker) leaderDuties() []duty {
 	return []duty{
-		b.replicaCheckDuty(),
+		b.replicas.duty(),
 		b.schedulerDuty(),
 		goDuty("cluster version raiser", b.raiser.run),
 	}

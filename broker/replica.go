@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/raftq/raftq/cluster"
+	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/peers"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
@@ -47,17 +51,43 @@ func (o Operator) MarkDiverged(index uint64, digest, reference, leaderID string)
 // errDiverged: this node's state diverged, so it must not lead.
 var errDiverged = errors.New("this node's state diverged from the replicas'")
 
-// replicaCheckDuty is the leader duty that checks the replicas every
-// Config.ReplicaCheckInterval (checkReplicas). A node that knows its own
+// replicaCheck is the replica check, a leader duty (leader.go): its own
+// type, given at construction what it reads (the state's digests, this
+// node's divergence, the member list) and what it may do (append a
+// Checkpoint through the group, mark this node diverged, hand leadership
+// over, remove a node, ask the others through the peer pool), so the
+// group's type keeps none of its steps. It shares what it knows of the
+// nodes it repairs (repairs) with Operator.RemoveCorrupt, under one lock.
+type replicaCheck struct {
+	log      *slog.Logger
+	id       string        // this node's
+	interval time.Duration // Config.ReplicaCheckInterval; negative = never
+	peers    *peers.Pool   // nil: the check is off (no way to ask the others)
+	checks   fsm.Integrity
+	own      *atomic.Pointer[Divergence] // this node's divergence (Broker.diverged)
+	repairs  *repairs
+	// checkpoint and mark are the group's (Operator.Checkpoint,
+	// Operator.MarkDiverged), handOver its Raft group's
+	// TransferLeadership; status and remove are the cluster node's
+	// (Status, RemoveNode).
+	checkpoint func(ctx context.Context) (uint64, error)
+	mark       func(index uint64, digest, reference, leaderID string)
+	handOver   func(ctx context.Context, id string) (string, error)
+	status     func() cluster.Status
+	remove     func(ctx context.Context, id string, force bool) error
+}
+
+// duty is the leader duty that checks the replicas every interval
+// (check). A node that knows its own
 // state diverged does not start it: its term is then not established and
 // it hands leadership over (leader.go), so a bad state never leads.
-func (b *Broker) replicaCheckDuty() duty {
+func (rc *replicaCheck) duty() duty {
 	return duty{name: "replica check", start: func(ctx context.Context, term uint64) (func(), error) {
-		if d := b.diverged.Load(); d != nil {
+		if d := rc.own.Load(); d != nil {
 			return nil, fmt.Errorf("%w at checkpoint %d (reported by %s)", errDiverged, d.Index, d.LeaderID)
 		}
-		interval := b.cfg.ReplicaCheckInterval
-		if interval < 0 || b.cfg.Peers == nil {
+		interval := rc.interval
+		if interval < 0 || rc.peers == nil {
 			return func() {}, nil // off, or no way to ask the others
 		}
 		done := make(chan struct{})
@@ -71,8 +101,8 @@ func (b *Broker) replicaCheckDuty() duty {
 					return
 				case <-t.C:
 				}
-				if err := b.checkReplicas(ctx); err != nil && ctx.Err() == nil {
-					b.log.Warn("replica check did not complete; the next one tries again", "err", err)
+				if err := rc.check(ctx); err != nil && ctx.Err() == nil {
+					rc.log.Warn("replica check did not complete; the next one tries again", "err", err)
 				}
 			}
 		}()
@@ -86,32 +116,32 @@ type replicaAnswer struct {
 	voter            bool
 }
 
-// checkReplicas appends a Checkpoint (every replica freezes its state at
+// check appends a Checkpoint (every replica freezes its state at
 // that index), asks every node for its digest there, as cluster verify
 // does, and reports each node whose digest differs from the one most
 // replicas hold (on a tie, this leader's): it tells the node, which stops
 // serving reads, and counts it (Divergences). If this leader is the one
 // that differs, it hands leadership over so the others find it.
-func (b *Broker) checkReplicas(ctx context.Context) error {
+func (rc *replicaCheck) check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*replicaAskTimeout)
 	defer cancel()
-	idx, err := b.Operator().Checkpoint(ctx)
+	idx, err := rc.checkpoint(ctx)
 	if err != nil {
 		return err
 	}
-	own, err := b.state.Integrity().DigestAt(idx)
+	own, err := rc.checks.DigestAt(idx)
 	if err != nil {
 		return err
 	}
-	self := b.id
+	self := rc.id
 	answers := []replicaAnswer{{id: self, digest: own, voter: true}}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, n := range b.node.Status().Nodes {
+	for _, n := range rc.status().Nodes {
 		if n.ID == self || n.GRPCAddr == "" {
 			continue
 		}
-		conn, err := b.cfg.Peers.Get(n.ID, n.GRPCAddr)
+		conn, err := rc.peers.Get(n.ID, n.GRPCAddr)
 		if err != nil {
 			continue
 		}
@@ -130,21 +160,21 @@ func (b *Broker) checkReplicas(ctx context.Context) error {
 	wg.Wait()
 	ref := referenceDigest(answers, own)
 	if own != ref {
-		b.repairs.diverged(self)
-		b.log.Error("replica check: this leader's state differs from the other replicas'; handing leadership over so they repair it",
+		rc.repairs.diverged(self)
+		rc.log.Error("replica check: this leader's state differs from the other replicas'; handing leadership over so they repair it",
 			"checkpoint", idx, "digest", own, "replicas_digest", ref)
-		b.Operator().MarkDiverged(idx, own, ref, self)
-		_, err := b.group.TransferLeadership(ctx, "")
+		rc.mark(idx, own, ref, self)
+		_, err := rc.handOver(ctx, "")
 		return err
 	}
 	for _, a := range answers {
 		if a.digest == ref {
 			continue
 		}
-		b.repairs.diverged(a.id)
-		b.log.Error("replica check: a replica's state differs from the leader's at a checkpoint; it stops serving reads until repaired",
+		rc.repairs.diverged(a.id)
+		rc.log.Error("replica check: a replica's state differs from the leader's at a checkpoint; it stops serving reads until repaired",
 			"node", a.id, "voter", a.voter, "checkpoint", idx, "digest", a.digest, "leader_digest", ref)
-		conn, err := b.cfg.Peers.Get(a.id, a.addr)
+		conn, err := rc.peers.Get(a.id, a.addr)
 		if err != nil {
 			continue
 		}
@@ -154,26 +184,26 @@ func (b *Broker) checkReplicas(ctx context.Context) error {
 		resp, err := client.ReportDivergence(actx, report)
 		cancel()
 		if err != nil || !resp.GetDiverged() {
-			b.log.Warn("replica check: the diverged node did not confirm; the next check tries again", "node", a.id, "err", err)
+			rc.log.Warn("replica check: the diverged node did not confirm; the next check tries again", "node", a.id, "err", err)
 			continue
 		}
-		b.repairReplica(ctx, a, answers, ref, client, report)
+		rc.repair(ctx, a, answers, ref, client, report)
 	}
 	return nil
 }
 
-// repairReplica repairs a node that confirmed its state diverged: the
+// repair repairs a node that confirmed its state diverged: the
 // leader removes it from the configuration, then tells it so; the node
 // sets its Raft state aside and starts again with none, joins as a new
 // member (the reconciler adds it back as a nonvoter and promotes it once
 // caught up) and receives the leader's snapshot and log. Never below
 // quorum, and one voter at a time: see repairAllowed.
-func (b *Broker) repairReplica(ctx context.Context, bad replicaAnswer, answers []replicaAnswer, ref string, client raftqv1.ClusterClient, report *raftqv1.ReportDivergenceRequest) {
-	b.repairs.mu.Lock()
-	defer b.repairs.mu.Unlock()
+func (rc *replicaCheck) repair(ctx context.Context, bad replicaAnswer, answers []replicaAnswer, ref string, client raftqv1.ClusterClient, report *raftqv1.ReportDivergenceRequest) {
+	rc.repairs.mu.Lock()
+	defer rc.repairs.mu.Unlock()
 	voters, agreeing := 0, 0
 	var back []string
-	nodes := b.node.Status().Nodes
+	nodes := rc.status().Nodes
 	for _, n := range nodes {
 		switch n.Suffrage {
 		case "voter":
@@ -182,7 +212,7 @@ func (b *Broker) repairReplica(ctx context.Context, bad replicaAnswer, answers [
 			back = append(back, n.ID+" (catching up as a nonvoter)")
 		}
 	}
-	back = append(back, b.repairs.notBackLocked(b, nodes, true)...)
+	back = append(back, rc.repairs.notBackLocked(rc.log, nodes, true)...)
 	slices.Sort(back)
 	for _, a := range answers {
 		if a.voter && a.digest == ref {
@@ -190,17 +220,17 @@ func (b *Broker) repairReplica(ctx context.Context, bad replicaAnswer, answers [
 		}
 	}
 	if ok, why := repairAllowed(voters, agreeing, bad.voter, back); !ok {
-		b.log.Warn("replica repair deferred: "+why, "node", bad.id, "voters", voters, "agreeing_voters", agreeing, "not_back", back)
+		rc.log.Warn("replica repair deferred: "+why, "node", bad.id, "voters", voters, "agreeing_voters", agreeing, "not_back", back)
 		return
 	}
-	b.log.Warn("replica repair: removing the diverged node so that it rejoins with the leader's state", "node", bad.id, "voters", voters, "agreeing_voters", agreeing)
+	rc.log.Warn("replica repair: removing the diverged node so that it rejoins with the leader's state", "node", bad.id, "voters", voters, "agreeing_voters", agreeing)
 	// force: the node is coming back, so the --bootstrap-expect floor
 	// (meant for nodes that are gone) does not apply; quorum was checked.
-	if err := b.node.RemoveNode(ctx, bad.id, true); err != nil {
-		b.log.Warn("replica repair: could not remove the diverged node; the next check tries again", "node", bad.id, "err", err)
+	if err := rc.remove(ctx, bad.id, true); err != nil {
+		rc.log.Warn("replica repair: could not remove the diverged node; the next check tries again", "node", bad.id, "err", err)
 		return
 	}
-	b.repairs.removed[bad.id] = time.Now()
+	rc.repairs.removed[bad.id] = time.Now()
 	report.Removed = true
 	actx, cancel := context.WithTimeout(ctx, replicaAskTimeout)
 	defer cancel()
@@ -208,7 +238,7 @@ func (b *Broker) repairReplica(ctx context.Context, bad replicaAnswer, answers [
 		// It stays out of the configuration (gossip keeps it out until
 		// its process restarts), and a restart sets nothing aside: an
 		// operator must wipe it. Say so loudly.
-		b.log.Error("replica repair: removed the diverged node but could not tell it to set its state aside; restart it with an empty data dir", "node", bad.id, "err", err)
+		rc.log.Error("replica repair: removed the diverged node but could not tell it to set its state aside; restart it with an empty data dir", "node", bad.id, "err", err)
 	}
 }
 
@@ -239,7 +269,7 @@ func (r *repairs) diverged(id string) {
 // notBackLocked forgets the removed nodes that are back in the
 // configuration (nodes) or were waited for longer than repairRejoinWait,
 // and names the others. loud logs a node given up on. r.mu is held.
-func (r *repairs) notBackLocked(b *Broker, nodes []cluster.NodeStatus, loud bool) []string {
+func (r *repairs) notBackLocked(log *slog.Logger, nodes []cluster.NodeStatus, loud bool) []string {
 	var back []string
 	for id, since := range r.removed {
 		switch {
@@ -247,7 +277,7 @@ func (r *repairs) notBackLocked(b *Broker, nodes []cluster.NodeStatus, loud bool
 			delete(r.removed, id) // back in the configuration
 		case time.Since(since) > repairRejoinWait:
 			if loud {
-				b.log.Error("replica repair: a node removed for repair has not rejoined; repairing other voters again", "node", id, "removed", since)
+				log.Error("replica repair: a node removed for repair has not rejoined; repairing other voters again", "node", id, "removed", since)
 			}
 			delete(r.removed, id)
 		default:
@@ -297,7 +327,7 @@ func (o Operator) RemoveCorrupt(ctx context.Context, id, reason string) (deferre
 	}
 	o.b.repairs.mu.Lock()
 	defer o.b.repairs.mu.Unlock()
-	back = append(back, o.b.repairs.notBackLocked(o.b, nodes, false)...)
+	back = append(back, o.b.repairs.notBackLocked(o.b.log, nodes, false)...)
 	slices.Sort(back)
 	if ok, why := repairAllowed(voters, healthy, bad.Suffrage == "voter", back); !ok {
 		o.b.log.Warn("corrupt node repair deferred: "+why, "node", id, "voters", voters, "healthy_voters", healthy, "not_back", back, "corruption", reason)
