@@ -110,11 +110,10 @@ type Broker struct {
 	// handBacks holds and sends what a lost term never sent (handback.go).
 	handBacks *handBackSender
 
-	// disk measures the data dir's free space (disk.go); its loop
-	// publishes it in gossip until Close.
-	disk     *diskguard.Guard
-	stopDisk context.CancelFunc
-	diskDone chan struct{}
+	// disk measures the data dir's free space and admits the writes
+	// that add data (disk.go); its loop publishes it in gossip until
+	// Close.
+	disk *diskWatch
 
 	leader *leaderWork
 	// audit is the counter audit, a node duty (audit.go); raiser the
@@ -256,7 +255,13 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	b.startDrain()
 
 	// 8. The disk guard measures free space and tells the other nodes.
-	b.startDisk()
+	b.disk = startDisk(diskguard.Config{
+		Node:    b.id,
+		Dir:     cfg.Cluster.DataDir,
+		MinFree: cfg.MinFreeDisk,
+		// Room for the next snapshot, and for the next wal segment.
+		Reserve: func() uint64 { return uint64(max(b.group.NewestSnapshotBytes(), 0) + b.group.LogReserveBytes()) },
+	}, cfg.DiskCheckInterval, b.log, b.node.SetDiskLow, b.node.VoterDisks)
 	return b, nil
 }
 
@@ -327,8 +332,7 @@ func (b *Broker) Close(ctx context.Context) error {
 		b.leader.stop()
 		b.stopDrain()
 		<-b.drainDone
-		b.stopDisk()
-		<-b.diskDone
+		b.disk.stop()
 		b.enqueues.close()
 		b.acks.close()
 		err = b.node.Shutdown(ctx)

@@ -27,7 +27,7 @@ func (b *Broker) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, e
 		cmd.Version = v
 	}
 	if growsState(cmd) {
-		if err := b.admitGrowth(); err != nil {
+		if err := b.disk.admit(); err != nil {
 			return nil, err
 		}
 	}
@@ -41,7 +41,7 @@ func (b *Broker) Propose(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, e
 	defer forget()
 	out, err := b.group.Apply(ctx, data)
 	if err != nil {
-		return nil, b.noSpace(err)
+		return nil, b.disk.noSpace(err)
 	}
 	res, ok := out.(fsm.Result)
 	if !ok {

@@ -32,7 +32,7 @@ func (st Stats) LeaderChanges() uint64 { return st.b.leader.changes.Load() }
 func (st Stats) AuditedQueues() uint64 { return st.b.audit.audited.Load() }
 
 // Disk is the node's disk guard, for metrics and status (disk.go).
-func (st Stats) Disk() *diskguard.Guard { return st.b.disk }
+func (st Stats) Disk() *diskguard.Guard { return st.b.disk.guard }
 
 // Pending is the bytes of client writes this node holds in front of Raft
 // (gate.go).
