@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftq/raftq/membership"
 	"github.com/raftq/raftq/raftgroup"
 )
 
@@ -25,13 +26,13 @@ type bootstrapper struct {
 	cfg  Config
 	log  *slog.Logger
 	g    *raftgroup.Group
-	ms   *membership
+	ms   *membership.Membership
 	id   *identity
 	wake chan struct{} // gossip changed
 	done atomic.Int32  // BootstrapCluster calls that succeeded here
 }
 
-func newBootstrapper(cfg Config, log *slog.Logger, g *raftgroup.Group, ms *membership, id *identity) *bootstrapper {
+func newBootstrapper(cfg Config, log *slog.Logger, g *raftgroup.Group, ms *membership.Membership, id *identity) *bootstrapper {
 	return &bootstrapper{cfg: cfg, log: log, g: g, ms: ms, id: id, wake: make(chan struct{}, 1)}
 }
 
@@ -88,7 +89,7 @@ func (b *bootstrapper) run(ctx context.Context, wg *sync.WaitGroup, joined <-cha
 	if err := b.id.persist(); err != nil {
 		b.log.Error("recording cluster id", "err", err)
 	}
-	b.ms.markHasState()
+	b.ms.MarkHasState()
 }
 
 // joining reports whether this node is to join an existing cluster rather
@@ -107,7 +108,7 @@ func (b *bootstrapper) joining(warned map[string]bool) bool {
 		}
 		return true
 	}
-	cid, why := joinable(b.cfg.BootstrapExpect, b.cfg.NodeID, b.ms.snapshot())
+	cid, why := joinable(b.cfg.BootstrapExpect, b.cfg.NodeID, b.ms.Records())
 	if why != "" && !warned[why] {
 		warned[why] = true
 		b.log.Warn("not joining the cluster gossip shows: "+why, "bootstrap_expect", b.cfg.BootstrapExpect)
@@ -124,29 +125,29 @@ func (b *bootstrapper) joining(warned map[string]bool) bool {
 func (b *bootstrapper) founders(warned map[string]bool) (raft.Configuration, bool) {
 	type cand struct{ id, raft string }
 	var cands []cand
-	members := b.ms.snapshot()
+	members := b.ms.Records()
 	for _, id := range slices.Sorted(maps.Keys(members)) {
 		m := members[id]
-		if id == b.cfg.NodeID || m.state != memberAlive || !m.metaOK || m.leaving {
+		if id == b.cfg.NodeID || m.State != membership.Alive || !m.MetaOK || m.Leaving {
 			continue
 		}
-		if m.meta.State {
+		if m.Meta.State {
 			return raft.Configuration{}, false // a cluster exists: wait to be added to it
 		}
-		if m.meta.ClusterID != "" {
+		if m.Meta.ClusterID != "" {
 			continue // it joins a cluster (or is set aside for repair): no founder
 		}
-		if m.meta.Expect != b.cfg.BootstrapExpect {
+		if m.Meta.Expect != b.cfg.BootstrapExpect {
 			if !warned[id] {
 				warned[id] = true
 				b.log.Error("gossip member expects a different bootstrap size; not bootstrapping with it",
-					"member", id, "its_expect", m.meta.Expect, "our_expect", b.cfg.BootstrapExpect)
+					"member", id, "its_expect", m.Meta.Expect, "our_expect", b.cfg.BootstrapExpect)
 			}
 			continue
 		}
-		cands = append(cands, cand{id, m.meta.Raft})
+		cands = append(cands, cand{id, m.Meta.Raft})
 	}
-	cands = append(cands, cand{b.cfg.NodeID, b.ms.raftAddr})
+	cands = append(cands, cand{b.cfg.NodeID, b.ms.RaftAddr()})
 	if len(cands) < b.cfg.BootstrapExpect {
 		return raft.Configuration{}, false
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftq/raftq/membership"
 	"github.com/raftq/raftq/raftgroup"
 	"github.com/raftq/raftq/raftlog"
 )
@@ -157,7 +158,7 @@ func (i *identity) persist() error {
 // the Raft configuration may be added, given this node's cluster id ours.
 // inConf: a server with its id is in the configuration (at another
 // address). It returns "" to admit, else why not.
-func admission(ours string, m nodeMeta, inConf bool) string {
+func admission(ours string, m membership.Meta, inConf bool) string {
 	switch {
 	case m.ClusterID == ours:
 		return ""
@@ -189,19 +190,19 @@ type RefusedMember struct {
 
 // refused lists the live members outside the configuration that this node
 // would not admit, sorted by id.
-func refused(ours, self string, members map[string]member, servers []raft.Server) []RefusedMember {
+func refused(ours, self string, members map[string]membership.Record, servers []raft.Server) []RefusedMember {
 	var out []RefusedMember
 	for _, id := range slices.Sorted(maps.Keys(members)) {
 		m := members[id]
-		if id == self || m.state != memberAlive || !m.metaOK || m.leaving || m.meta.Raft == "" {
+		if id == self || m.State != membership.Alive || !m.MetaOK || m.Leaving || m.Meta.Raft == "" {
 			continue
 		}
 		i := slices.IndexFunc(servers, func(s raft.Server) bool { return string(s.ID) == id })
-		if i >= 0 && string(servers[i].Address) == m.meta.Raft {
+		if i >= 0 && string(servers[i].Address) == m.Meta.Raft {
 			continue
 		}
-		if why := admission(ours, m.meta, i >= 0); why != "" {
-			out = append(out, RefusedMember{ID: id, GossipAddr: m.gossipAddr, ClusterID: m.meta.ClusterID, Reason: why})
+		if why := admission(ours, m.Meta, i >= 0); why != "" {
+			out = append(out, RefusedMember{ID: id, GossipAddr: m.GossipAddr, ClusterID: m.Meta.ClusterID, Reason: why})
 		}
 	}
 	return out
@@ -213,14 +214,14 @@ func refused(ours, self string, members map[string]member, servers []raft.Server
 // it (BootstrapExpect 1, or the BootstrapExpect of one of them). It
 // returns "" and why not otherwise ("" and "" when no member with an id
 // has state: an older cluster, or none yet).
-func joinable(expect int, self string, members map[string]member) (string, string) {
-	ids := map[string][]member{}
+func joinable(expect int, self string, members map[string]membership.Record) (string, string) {
+	ids := map[string][]membership.Record{}
 	for _, id := range slices.Sorted(maps.Keys(members)) {
 		m := members[id]
-		if id == self || m.state != memberAlive || !m.metaOK || !m.meta.State || m.meta.ClusterID == "" {
+		if id == self || m.State != membership.Alive || !m.MetaOK || !m.Meta.State || m.Meta.ClusterID == "" {
 			continue
 		}
-		ids[m.meta.ClusterID] = append(ids[m.meta.ClusterID], m)
+		ids[m.Meta.ClusterID] = append(ids[m.Meta.ClusterID], m)
 	}
 	switch len(ids) {
 	case 0:
@@ -234,11 +235,11 @@ func joinable(expect int, self string, members map[string]member) (string, strin
 		var names []string
 		var theirs []int
 		for _, m := range ms {
-			if expect == 1 || m.meta.Expect == expect {
+			if expect == 1 || m.Meta.Expect == expect {
 				return cid, ""
 			}
-			names = append(names, m.meta.ID)
-			theirs = append(theirs, m.meta.Expect)
+			names = append(names, m.Meta.ID)
+			theirs = append(theirs, m.Meta.Expect)
 		}
 		return "", fmt.Sprintf("the members with state (%s, cluster %s) were started with bootstrap-expect %v and this node with %d, "+
 			"so this node was not started to join them: it waits for the peers it expects; to join that cluster, start it with --bootstrap-expect 1",
@@ -257,8 +258,8 @@ func (n *Node) identityLoop(ctx context.Context) {
 	warned := map[string]bool{}
 	for {
 		l := n.g.Leadership()
-		changes := n.ms.changes()
-		if n.ms.hasState.Load() {
+		changes := n.ms.Changes()
+		if n.ms.HasState() {
 			n.syncIdentity(l, warned)
 		}
 		select {
@@ -279,7 +280,7 @@ func (n *Node) syncIdentity(l raftgroup.Leadership, warned map[string]bool) {
 		// replicates to it (it may have been removed meanwhile, say when
 		// it left during the upgrade): it presents the id of the cluster
 		// it was started to join, as a new node does, to be admitted.
-		cid, why := joinable(n.cfg.BootstrapExpect, n.cfg.NodeID, n.ms.snapshot())
+		cid, why := joinable(n.cfg.BootstrapExpect, n.cfg.NodeID, n.ms.Records())
 		if why != "" && !warned[why] {
 			warned[why] = true
 			n.log.Warn("not taking the cluster id gossip shows: "+why, "bootstrap_expect", n.cfg.BootstrapExpect)
@@ -299,7 +300,7 @@ func (n *Node) syncIdentity(l raftgroup.Leadership, warned map[string]bool) {
 			if string(s.ID) == n.cfg.NodeID {
 				continue
 			}
-			m, ok := n.ms.meta(string(s.ID))
+			m, ok := n.ms.MetaOf(string(s.ID))
 			if !ok || !m.IDs {
 				return // an older build still serves: not yet (it could not present an id)
 			}
@@ -317,7 +318,7 @@ func (n *Node) syncIdentity(l raftgroup.Leadership, warned map[string]bool) {
 			n.log.Error("recording cluster id", "err", err)
 		}
 	case l.LeaderID != "" && l.LeaderID != n.cfg.NodeID:
-		m, ok := n.ms.meta(l.LeaderID)
+		m, ok := n.ms.MetaOf(l.LeaderID)
 		if !ok || !validClusterID(m.ClusterID) {
 			return
 		}

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftq/raftq/test/harness"
-
+	"github.com/raftq/raftq/membership"
 	"github.com/raftq/raftq/raftgroup"
+	"github.com/raftq/raftq/test/harness"
 )
 
 // refusedIDs returns the ids n's Status lists as refused, and their
@@ -158,7 +158,7 @@ func TestClustersNeverAdmitEachOther(t *testing.T) {
 		t.Fatalf("both clusters have id %s", aid)
 	}
 
-	if _, err := a.ms.ml.Join([]string{b[0].GossipAddr()}); err != nil {
+	if _, err := a.ms.Join([]string{b[0].GossipAddr()}); err != nil {
 		t.Fatalf("joining the gossip of the two clusters: %v", err)
 	}
 	waitDecided(t, a, "b1", "b2")
@@ -255,7 +255,7 @@ func TestRepairedNodeKeepsClusterID(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(bcfg.DataDir, clusterIDFile)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ms.ml.Join([]string{a.GossipAddr()}); err != nil {
+	if _, err := b.ms.Join([]string{a.GossipAddr()}); err != nil {
 		t.Fatal(err)
 	}
 	harness.Eventually(t, 20*time.Second, harness.Holds("b back as a voter", func() bool { return suffrage(a, "b") == "Voter" }))
@@ -269,19 +269,19 @@ func TestAdmission(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		ours   string
-		m      nodeMeta
+		m      membership.Meta
 		inConf bool
 		want   string // "" admit, else a part of the reason
 	}{
-		{"same id", x, nodeMeta{ClusterID: x, IDs: true}, false, ""},
-		{"another cluster", x, nodeMeta{ClusterID: y, IDs: true}, false, "another cluster"},
-		{"another cluster, same node id in conf", x, nodeMeta{ClusterID: y, IDs: true}, true, "another cluster"},
-		{"no id, new build", x, nodeMeta{IDs: true, Expect: 3}, false, "presents no cluster id"},
-		{"no id, old build", x, nodeMeta{}, false, "older build"},
-		{"no id, old build, in conf at a new address", x, nodeMeta{}, true, ""},
-		{"cluster without id yet, old build", "", nodeMeta{}, false, ""},
-		{"cluster without id yet, new build", "", nodeMeta{IDs: true}, false, ""},
-		{"cluster without id yet, member with one", "", nodeMeta{ClusterID: y, IDs: true}, false, "has none yet"},
+		{"same id", x, membership.Meta{ClusterID: x, IDs: true}, false, ""},
+		{"another cluster", x, membership.Meta{ClusterID: y, IDs: true}, false, "another cluster"},
+		{"another cluster, same node id in conf", x, membership.Meta{ClusterID: y, IDs: true}, true, "another cluster"},
+		{"no id, new build", x, membership.Meta{IDs: true, Expect: 3}, false, "presents no cluster id"},
+		{"no id, old build", x, membership.Meta{}, false, "older build"},
+		{"no id, old build, in conf at a new address", x, membership.Meta{}, true, ""},
+		{"cluster without id yet, old build", "", membership.Meta{}, false, ""},
+		{"cluster without id yet, new build", "", membership.Meta{IDs: true}, false, ""},
+		{"cluster without id yet, member with one", "", membership.Meta{ClusterID: y, IDs: true}, false, "has none yet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := admission(tc.ours, tc.m, tc.inConf)
@@ -294,28 +294,28 @@ func TestAdmission(t *testing.T) {
 
 func TestJoinable(t *testing.T) {
 	const x, y = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
-	rec := func(id, cid string, expect int, state bool) member {
-		return member{metaOK: true, state: memberAlive, meta: nodeMeta{ID: id, ClusterID: cid, Expect: expect, State: state, IDs: true}}
+	rec := func(id, cid string, expect int, state bool) membership.Record {
+		return membership.Record{MetaOK: true, State: membership.Alive, Meta: membership.Meta{ID: id, ClusterID: cid, Expect: expect, State: state, IDs: true}}
 	}
 	for _, tc := range []struct {
 		name    string
 		expect  int
-		members []member
+		members []membership.Record
 		want    string
 		why     string
 	}{
 		{"nobody", 3, nil, "", ""},
-		{"expect 1 joins", 1, []member{rec("a", x, 3, true)}, x, ""},
-		{"same expect joins", 3, []member{rec("a", x, 3, true)}, x, ""},
-		{"other expect does not", 3, []member{rec("a", x, 1, true)}, "", "bootstrap-expect [1]"},
-		{"two clusters", 1, []member{rec("a", x, 1, true), rec("b", y, 1, true)}, "", "2 clusters"},
-		{"stateless members do not count", 1, []member{rec("a", x, 1, false)}, "", ""},
-		{"cluster without id", 1, []member{rec("a", "", 1, true)}, "", ""},
+		{"expect 1 joins", 1, []membership.Record{rec("a", x, 3, true)}, x, ""},
+		{"same expect joins", 3, []membership.Record{rec("a", x, 3, true)}, x, ""},
+		{"other expect does not", 3, []membership.Record{rec("a", x, 1, true)}, "", "bootstrap-expect [1]"},
+		{"two clusters", 1, []membership.Record{rec("a", x, 1, true), rec("b", y, 1, true)}, "", "2 clusters"},
+		{"stateless members do not count", 1, []membership.Record{rec("a", x, 1, false)}, "", ""},
+		{"cluster without id", 1, []membership.Record{rec("a", "", 1, true)}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ms := map[string]member{}
+			ms := map[string]membership.Record{}
 			for _, m := range tc.members {
-				ms[m.meta.ID] = m
+				ms[m.Meta.ID] = m
 			}
 			got, why := joinable(tc.expect, "self", ms)
 			if got != tc.want || (tc.why == "") != (why == "") || !strings.Contains(why, tc.why) {

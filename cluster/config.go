@@ -8,10 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
+	"github.com/raftq/raftq/membership"
 	"github.com/raftq/raftq/raftgroup"
 	"github.com/raftq/raftq/raftlog"
-
-	"github.com/hashicorp/memberlist"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -158,7 +159,7 @@ type Config struct {
 	reconcileInterval time.Duration
 	joinRetry         time.Duration
 	// reconnectInterval, reconnectMax and reconnectTimeout pace the
-	// re-joins of failed gossip members (membership.reconnectLoop).
+	// re-joins of failed gossip members (membership.Membership.ReconnectLoop).
 	reconnectInterval time.Duration
 	reconnectMax      time.Duration
 	reconnectTimeout  time.Duration
@@ -166,7 +167,7 @@ type Config struct {
 	onLeadership      func(raftgroup.Leadership) // sees every published value, in order
 	// noMux makes the node's Raft port behave as a build's before the
 	// multiplexer in what others see: it advertises no preambles
-	// (nodeMeta.Mux) and sends none.
+	// (membership.Meta.Mux) and sends none.
 	noMux bool
 }
 
@@ -265,11 +266,15 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// clientGRPC is ClientGRPCAdvertise when it differs from GRPCAdvertise,
-// else "" (gossip metadata then carries only GRPC).
-func (c Config) clientGRPC() string {
-	if c.ClientGRPCAdvertise == c.GRPCAdvertise {
-		return ""
+// membership is what the node's gossip is configured with (defaults
+// applied); clusterID is the id it advertises.
+func (c Config) membership(clusterID func() string) membership.Config {
+	return membership.Config{
+		NodeID: c.NodeID, GossipBind: c.GossipBind, GossipAdvertise: c.GossipAdvertise,
+		GRPCAdvertise: c.GRPCAdvertise, ClientGRPCAdvertise: c.ClientGRPCAdvertise, HTTPAdvertise: c.HTTPAdvertise,
+		BootstrapExpect: c.BootstrapExpect, LogVersion: c.LogVersion, Version: c.Version, MaxQueuedBytes: c.MaxQueuedBytes,
+		Join: c.Join, JoinRetry: c.joinRetry, GossipKeys: c.GossipKeys, ClusterID: clusterID,
+		ReconnectInterval: c.reconnectInterval, ReconnectMax: c.reconnectMax, ReconnectTimeout: c.reconnectTimeout,
+		NoMux: c.noMux, TuneGossip: c.tuneGossip,
 	}
-	return c.ClientGRPCAdvertise
 }

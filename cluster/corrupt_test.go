@@ -9,14 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftq/raftq/internal/damage"
-	"github.com/raftq/raftq/raftlog"
-
 	"github.com/hashicorp/raft"
 
-	"github.com/raftq/raftq/test/harness"
-
+	"github.com/raftq/raftq/internal/damage"
 	"github.com/raftq/raftq/raftgroup"
+	"github.com/raftq/raftq/raftlog"
+	"github.com/raftq/raftq/test/harness"
 )
 
 // TestNodeQuarantinesCorruptState: a node restarted on a data dir whose

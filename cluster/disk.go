@@ -11,7 +11,7 @@ import (
 // SetDiskLow publishes in gossip whether this node's data dir is short of
 // free space, so that the leader can refuse writes a quorum could not
 // store. The cluster package does not measure disks; its caller does.
-func (n *Node) SetDiskLow(low bool) { n.ms.setDiskLow(low) }
+func (n *Node) SetDiskLow(low bool) { n.ms.SetDiskLow(low) }
 
 // VoterDisks is what the current configuration's voters advertise about
 // their disks.
@@ -39,7 +39,7 @@ func (n *Node) VoterDisks() VoterDisks {
 			continue
 		}
 		v.Voters++
-		if meta, ok := n.ms.meta(string(s.ID)); ok && meta.DiskLow {
+		if meta, ok := n.ms.MetaOf(string(s.ID)); ok && meta.DiskLow {
 			v.Low = append(v.Low, string(s.ID))
 		}
 	}

@@ -1,6 +1,6 @@
 // Package cluster runs one node of a raftq cluster around its data
-// group: memberlist discovery and the node's gossip metadata, bootstrap
-// and join, the reconciliation of gossip membership with the data
+// group: over its gossip membership (package membership), bootstrap and
+// join, the reconciliation of gossip membership with the data
 // group's Raft configuration, the node's and the cluster's identity, the
 // leave, and the node's status. The data group's Raft runtime (the
 // hashicorp/raft instance, its stores, snapshots and published

@@ -18,10 +18,9 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 
+	"github.com/raftq/raftq/raftgroup"
 	"github.com/raftq/raftq/raftmux"
 	"github.com/raftq/raftq/test/harness"
-
-	"github.com/raftq/raftq/raftgroup"
 )
 
 // Test timing: short, but with slack for a 2-core machine under -race.

@@ -11,9 +11,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/raftq/raftq/test/harness"
-
 	"github.com/raftq/raftq/raftgroup"
+	"github.com/raftq/raftq/test/harness"
 )
 
 // leadershipLog records every value a node publishes, in order (through

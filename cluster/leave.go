@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftq/raftq/membership"
 	"github.com/raftq/raftq/raftgroup"
 )
 
@@ -21,7 +22,7 @@ type leaveProtocol struct {
 	self string
 	log  *slog.Logger
 	r    groupRaft
-	ms   *membership
+	ms   *membership.Membership
 	g    *raftgroup.Group
 	// transfer hands leadership to the most up-to-date voter and returns
 	// the new leader's id.
@@ -70,7 +71,7 @@ func (p *leaveProtocol) run(ctx context.Context) error {
 	if p.announce != nil {
 		p.announceLeave(ctx, timeout)
 	}
-	p.ms.leave(timeout)
+	p.ms.Leave(timeout)
 	p.left = true
 
 	// Wait (bounded) for the leader to take us out of the configuration,

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-
 	"os"
-
 	"sync"
 
 	"github.com/hashicorp/raft"
+
 	"github.com/raftq/raftq/internal/hclogslog"
+	"github.com/raftq/raftq/membership"
 	"github.com/raftq/raftq/raftgroup"
 	"github.com/raftq/raftq/raftmux"
 )
@@ -42,7 +42,7 @@ type Node struct {
 	mux      *raftmux.Mux
 	raftAddr string // advertised Raft address
 
-	ms    *membership
+	ms    *membership.Membership
 	id    *identity
 	boot  *bootstrapper
 	rec   *reconciler
@@ -113,17 +113,16 @@ func New(ctx context.Context, cfg Config, port *raftmux.Mux, fsm raft.FSM, leade
 	}
 	// Checks the metadata fits before memberlist would refuse it; the
 	// data group's state is published once the group has opened.
-	n.ms, err = newMembership(cfg, n.log, n.raftAddr, false, port.Secure())
+	n.ms, err = membership.New(cfg.membership(n.id.get), n.log, n.raftAddr, false, port.Secure())
 	if err != nil {
 		return nil, err
 	}
-	n.ms.id = n.id
 
 	// The data group: its Raft state is the data dir's (the layout of
 	// every release before groups), and it is the Raft port's legacy
 	// group. Peers whose gossip says they understand preambles are
 	// dialled with one.
-	preambles := n.ms.preamblesAt
+	preambles := n.ms.PreamblesAt
 	if cfg.noMux {
 		preambles = nil
 	}
@@ -132,14 +131,14 @@ func New(ctx context.Context, cfg Config, port *raftmux.Mux, fsm raft.FSM, leade
 		SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.TrailingLogs,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, LeaderLeaseTimeout: cfg.LeaderLeaseTimeout,
 		GRPCAdvertise: cfg.GRPCAdvertise, ClientGRPCAdvertise: cfg.ClientGRPCAdvertise,
-		APIAddrs:    n.ms.apiAddrs,
-		PeerChanges: n.ms.changes,
+		APIAddrs:    n.ms.APIAddrs,
+		PeerChanges: n.ms.Changes,
 		// A configuration change seen by the leader is a membership
 		// change for VoterVersions.
-		PeersChanged: n.ms.notifyChanged,
+		PeersChanged: n.ms.NotifyChanged,
 		Preambles:    preambles,
 		Recorded:     n.id.recorded,
-		OnCorrupt:    n.ms.setCorrupt,
+		OnCorrupt:    n.ms.SetCorrupt,
 		OnLeadership: cfg.onLeadership,
 		Logger:       n.log,
 	}, fsm)
@@ -148,9 +147,11 @@ func New(ctx context.Context, cfg Config, port *raftmux.Mux, fsm raft.FSM, leade
 	}
 	n.r = n.g.Raft()
 	hasState := n.g.HasState()
-	n.ms.hasState.Store(hasState)
-	n.ms.corrupt.Store(n.g.Corrupt() != nil)
-	n.id.published = n.ms.publishMeta
+	n.ms.SetHasState(hasState)
+	if c := n.g.Corrupt(); c != nil {
+		n.ms.SetCorrupt(c.Error()) // published when gossip starts
+	}
+	n.id.published = n.ms.Publish
 
 	n.boot = newBootstrapper(cfg, n.log, n.g, n.ms, n.id)
 	n.rec = newReconciler(cfg, n.log, n.r, n.ms, n.id)
@@ -161,7 +162,7 @@ func New(ctx context.Context, cfg Config, port *raftmux.Mux, fsm raft.FSM, leade
 		// certificate; a leave counts only when announced over mTLS.
 		n.rec.checkNode = port.CheckNode
 		n.leave.announce = port.SendLeave
-		port.OnLeave(n.ms.authenticatedLeave)
+		port.OnLeave(n.ms.AuthenticatedLeave)
 	}
 	var services []func(ctx context.Context)
 	if leader != nil {
@@ -172,27 +173,23 @@ func New(ctx context.Context, cfg Config, port *raftmux.Mux, fsm raft.FSM, leade
 		})
 	}
 	services = append(services, n.rec.run)
-	n.ms.onChange = []func(){
-		func() { notify(n.rec.wake) },
-		func() { notify(n.boot.wake) },
-	}
-	if err := n.ms.start(ctx, hcl); err != nil {
+	if err := n.ms.Start(ctx, hcl, func() { notify(n.rec.wake) }, func() { notify(n.boot.wake) }); err != nil {
 		return nil, err
 	}
 
 	n.g.Start(services...)
 	joined := make(chan struct{})
 	n.wg.Add(1)
-	go n.ms.joinLoop(n.ctx, &n.wg, joined)
+	go n.ms.JoinLoop(n.ctx, &n.wg, joined)
 	n.wg.Add(1)
-	go n.ms.reconnectLoop(n.ctx, &n.wg)
+	go n.ms.ReconnectLoop(n.ctx, &n.wg)
 	if !hasState {
 		n.wg.Add(1)
 		go n.boot.run(n.ctx, &n.wg, joined)
 	}
 	n.wg.Add(1)
 	go n.identityLoop(n.ctx)
-	n.log.Info("node started", "raft", n.raftAddr, "gossip", n.ms.addr, "grpc", cfg.GRPCAdvertise,
+	n.log.Info("node started", "raft", n.raftAddr, "gossip", n.ms.Addr(), "grpc", cfg.GRPCAdvertise,
 		"existing_state", hasState, "bootstrap_expect", cfg.BootstrapExpect, "join", cfg.Join, "cluster_id", n.id.get())
 	return n, nil
 }
@@ -202,7 +199,7 @@ func New(ctx context.Context, cfg Config, port *raftmux.Mux, fsm raft.FSM, leade
 // dropped. Rotating a key takes three rounds over every node: add the new
 // key second, make it first, drop the old one.
 func (n *Node) SetGossipKeys(keys [][]byte) error {
-	if err := n.ms.setKeys(keys); err != nil {
+	if err := n.ms.SetKeys(keys); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	n.log.Info("gossip keyring replaced", "keys", len(keys))
@@ -220,7 +217,7 @@ func (n *Node) ClientGRPCAddr() string { return n.cfg.ClientGRPCAdvertise }
 func (n *Node) RaftAddr() string { return n.raftAddr }
 
 // GossipAddr returns the advertised gossip address (what others --join).
-func (n *Node) GossipAddr() string { return n.ms.addr }
+func (n *Node) GossipAddr() string { return n.ms.Addr() }
 
 // Shutdown stops the node and keeps it in the cluster: a leader first
 // hands leadership over (bounded by ctx), then gossip stops without a
@@ -286,7 +283,7 @@ func (n *Node) stop(ctx context.Context, graceful bool) error {
 	if graceful {
 		n.leave.handOver(ctx, "stopping")
 	}
-	if err := n.ms.shutdown(); err != nil {
+	if err := n.ms.Shutdown(); err != nil {
 		n.log.Warn("memberlist shutdown", "err", err)
 	}
 	n.shutErr = n.closeAll()
@@ -301,7 +298,7 @@ func (n *Node) stop(ctx context.Context, graceful bool) error {
 func (n *Node) closeAll() error {
 	var errs []error
 	n.cancel() // ends the node's loops
-	if err := n.ms.shutdown(); err != nil {
+	if err := n.ms.Shutdown(); err != nil {
 		errs = append(errs, fmt.Errorf("memberlist: %w", err))
 	}
 	n.wg.Wait()

@@ -11,9 +11,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/raftq/raftq/test/harness"
-
 	"github.com/raftq/raftq/raftgroup"
+	"github.com/raftq/raftq/test/harness"
 )
 
 func TestSingleNodeBootstrapAndRestart(t *testing.T) {
@@ -96,7 +95,7 @@ func TestSingleNodeBootstrapAndRestart(t *testing.T) {
 	if got := r.boot.done.Load(); got != 0 {
 		t.Fatalf("bootstrapped again after restart (%d)", got)
 	}
-	if !r.ms.hasState.Load() {
+	if !r.ms.HasState() {
 		t.Fatal("restarted node does not publish has-state")
 	}
 	resp, err := r.Apply(ctxTimeout(t, 5*time.Second), []byte("e"))
@@ -340,7 +339,7 @@ func TestCluster(t *testing.T) {
 			t.Fatal("late joiner bootstrapped")
 		}
 		harness.Eventually(t, 5*time.Second, harness.Holds("n4 publishes has-state", func() bool {
-			meta, ok := c.leader().ms.meta("n4")
+			meta, ok := c.leader().ms.MetaOf("n4")
 			return ok && meta.State
 		}))
 	})

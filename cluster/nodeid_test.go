@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftq/raftq/test/harness"
-
 	"github.com/raftq/raftq/raftgroup"
+	"github.com/raftq/raftq/test/harness"
 )
 
 // TestDataDirKeepsItsNodeID: the first start records the id in the data

@@ -138,13 +138,13 @@ func TestRaftPortMixedBuilds(t *testing.T) {
 		noPreambleToOld(t)
 		n1 := c.nodes["n1"]
 		harness.Eventually(t, 10*time.Second, harness.Holds("n1's gossip to know who takes preambles", func() bool {
-			return n1.ms.preamblesAt(raft.ServerAddress(c.nodes["n2"].RaftAddr())) &&
-				!n1.ms.preamblesAt(raft.ServerAddress(c.nodes["n3"].RaftAddr()))
+			return n1.ms.PreamblesAt(raft.ServerAddress(c.nodes["n2"].RaftAddr())) &&
+				!n1.ms.PreamblesAt(raft.ServerAddress(c.nodes["n3"].RaftAddr()))
 		}))
-		if m, ok := n1.ms.meta("n3"); !ok || m.Mux {
+		if m, ok := n1.ms.MetaOf("n3"); !ok || m.Mux {
 			t.Errorf("n3's metadata %+v (known %v) advertises preambles", m, ok)
 		}
-		if n1.ms.preamblesAt("127.0.0.1:1") {
+		if n1.ms.PreamblesAt("127.0.0.1:1") {
 			t.Error("preambles to an address gossip does not know")
 		}
 	})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftq/raftq/membership"
 	"github.com/raftq/raftq/raftgroup"
 )
 
@@ -22,7 +23,7 @@ type reconciler struct {
 	cfg  Config
 	log  *slog.Logger
 	r    groupRaft
-	ms   *membership
+	ms   *membership.Membership
 	id   *identity
 	wake chan struct{} // gossip changed
 	// passes counts finished passes (tests wait for one).
@@ -59,7 +60,7 @@ const joinGrace = 3 * time.Second
 // progressTimeout bounds asking a nonvoter for its applied index.
 const progressTimeout = time.Second
 
-func newReconciler(cfg Config, log *slog.Logger, r groupRaft, ms *membership, id *identity) *reconciler {
+func newReconciler(cfg Config, log *slog.Logger, r groupRaft, ms *membership.Membership, id *identity) *reconciler {
 	return &reconciler{cfg: cfg, log: log, r: r, ms: ms, id: id, wake: make(chan struct{}, 1)}
 }
 
@@ -132,7 +133,7 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 		return 0, err
 	}
 	now := time.Now()
-	members := rc.ms.snapshot()
+	members := rc.ms.Records()
 
 	inConf := make(map[string]raft.Server, len(servers))
 	voters := 0
@@ -154,11 +155,11 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 	// join as nonvoters; a nonvoter that has caught up becomes a voter.
 	for _, id := range slices.Sorted(maps.Keys(members)) {
 		m := members[id]
-		if id == rc.cfg.NodeID || m.state != memberAlive || !m.metaOK || m.leaving || m.noAdd || m.meta.Raft == "" {
+		if id == rc.cfg.NodeID || m.State != membership.Alive || !m.MetaOK || m.Leaving || m.NoAdd || m.Meta.Raft == "" {
 			continue
 		}
 		s, ok := inConf[id]
-		sameAddr := ok && string(s.Address) == m.meta.Raft
+		sameAddr := ok && string(s.Address) == m.Meta.Raft
 		if sameAddr && s.Suffrage == raft.Voter {
 			continue
 		}
@@ -179,7 +180,7 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 			soonest(wait)
 			continue
 		}
-		if m.meta.Corrupt {
+		if m.Meta.Corrupt {
 			// Its Raft state is corrupt: it asks for its own removal,
 			// and comes back, wiped, without the flag (DESIGN.md,
 			// "Corrupt state").
@@ -187,27 +188,27 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 		}
 		// Gossip is not membership: a member joins the configuration only
 		// if it presents this cluster's id (DESIGN.md, "Cluster identity").
-		if why := admission(rc.id.get(), m.meta, ok); why != "" {
-			if young := joinGrace - now.Sub(m.since); m.meta.ClusterID == "" && m.meta.IDs && young > 0 {
+		if why := admission(rc.id.get(), m.Meta, ok); why != "" {
+			if young := joinGrace - now.Sub(m.Since); m.Meta.ClusterID == "" && m.Meta.IDs && young > 0 {
 				// A joiner takes the id from the members it sees, a
 				// moment after it joined gossip: look again then.
 				soonest(young)
 			} else if st.notAdmitted[id] != why {
 				st.notAdmitted[id] = why
-				rc.log.Warn("not adding gossip member to the cluster: "+why, "id", id, "gossip_addr", m.gossipAddr,
-					"its_cluster_id", m.meta.ClusterID, "cluster_id", rc.id.get())
+				rc.log.Warn("not adding gossip member to the cluster: "+why, "id", id, "gossip_addr", m.GossipAddr,
+					"its_cluster_id", m.Meta.ClusterID, "cluster_id", rc.id.get())
 			}
 			continue
 		}
 		delete(st.notAdmitted, id)
 		if rc.checkNode != nil {
 			cctx, cancel := context.WithTimeout(ctx, memberCheckTimeout)
-			err := rc.checkNode(cctx, id, m.meta.Raft)
+			err := rc.checkNode(cctx, id, m.Meta.Raft)
 			cancel()
 			if err != nil {
 				if st.refused[id] != err.Error() {
 					st.refused[id] = err.Error()
-					rc.log.Warn("not adding gossip member as a voter: it did not show its node certificate", "id", id, "raft_addr", m.meta.Raft, "err", err)
+					rc.log.Warn("not adding gossip member as a voter: it did not show its node certificate", "id", id, "raft_addr", m.Meta.Raft, "err", err)
 				}
 				errs = append(errs, fmt.Errorf("check node %s: %w", id, err))
 				continue
@@ -218,14 +219,14 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 		if ok && s.Suffrage == raft.Voter {
 			// A voter at a new address (a container back with another
 			// IP) keeps its log, and its vote.
-			rc.log.Info("updating voter address", "id", id, "raft_addr", m.meta.Raft)
-			f = rc.r.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 0)
+			rc.log.Info("updating voter address", "id", id, "raft_addr", m.Meta.Raft)
+			f = rc.r.AddVoter(raft.ServerID(id), raft.ServerAddress(m.Meta.Raft), 0, 0)
 		} else {
 			// A new member (or one whose state was wiped) takes the
 			// log as a nonvoter first: a voter that has yet to catch
 			// up would count toward quorum while acking nothing.
-			rc.log.Info("adding nonvoter; promoted to voter once caught up", "id", id, "raft_addr", m.meta.Raft)
-			f = rc.r.AddNonvoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 0)
+			rc.log.Info("adding nonvoter; promoted to voter once caught up", "id", id, "raft_addr", m.Meta.Raft)
+			f = rc.r.AddNonvoter(raft.ServerID(id), raft.ServerAddress(m.Meta.Raft), 0, 0)
 			delete(st.caughtUp, id)
 			delete(st.behind, id)
 			soonest(rc.recheck())
@@ -248,15 +249,15 @@ func (rc *reconciler) reconcile(ctx context.Context, st *reconcileState) (time.D
 			continue
 		}
 		m, known := members[id]
-		if known && m.state == memberAlive {
+		if known && m.State == membership.Alive {
 			delete(st.missing, id)
 			delete(st.floorLogged, id)
 			continue
 		}
 		reason := "left"
-		if !known || m.state != memberLeft {
+		if !known || m.State != membership.Left {
 			reason = "failed"
-			since, seen := m.since, known
+			since, seen := m.Since, known
 			if !seen {
 				if t, ok := st.missing[id]; ok {
 					since = t
@@ -329,14 +330,14 @@ func (rc *reconciler) recheck() time.Duration {
 // PromoteAfter, it becomes a voter (at configuration index cfgIndex, so a
 // removal in between, a repair's, is not undone). It returns when to
 // check again and whether it promoted.
-func (rc *reconciler) promote(ctx context.Context, st *reconcileState, cfgIndex uint64, id string, m member) (time.Duration, bool, error) {
+func (rc *reconciler) promote(ctx context.Context, st *reconcileState, cfgIndex uint64, id string, m membership.Record) (time.Duration, bool, error) {
 	p := rc.cfg.PeerProgress
 	if p == nil {
 		// Nothing can tell whether it caught up: it waits, a nonvoter.
 		return 0, false, nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, progressTimeout)
-	applied, err := p(pctx, id, m.meta.GRPC)
+	applied, err := p(pctx, id, m.Meta.GRPC)
 	cancel()
 	commit := rc.r.CommitIndex()
 	lag := uint64(0)
@@ -366,13 +367,13 @@ func (rc *reconciler) promote(ctx context.Context, st *reconcileState, cfgIndex 
 		return min(wait, rc.recheck()), false, nil
 	}
 	rc.log.Info("promoting nonvoter to voter: caught up", "id", id, "applied", applied, "commit", commit, "caught_up_for", now.Sub(since).Round(time.Millisecond))
-	if err := rc.r.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), cfgIndex, 0).Error(); err != nil {
+	if err := rc.r.AddVoter(raft.ServerID(id), raft.ServerAddress(m.Meta.Raft), cfgIndex, 0).Error(); err != nil {
 		return rc.recheck(), false, raftgroup.MapError("promote "+id, err)
 	}
 	delete(st.caughtUp, id)
 	// Raft reports no observation for a change of suffrage: say it, so
 	// VoterVersions' watchers read again.
-	rc.ms.notifyChanged()
+	rc.ms.NotifyChanged()
 	return 0, true, nil
 }
 
@@ -398,4 +399,12 @@ func otherVoters(r groupRaft, self string) int {
 		}
 	}
 	return c
+}
+
+// notify does a non-blocking, coalescing send on a 1-buffered channel.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/raftq/raftq/membership"
 	"github.com/raftq/raftq/test/harness"
 )
 
@@ -121,18 +122,18 @@ func TestGossipRecoversAfterPartition(t *testing.T) {
 		}
 	}
 
-	state := func(on *testNode, id string) (memberState, time.Time) {
-		m, ok := on.ms.snapshot()[id]
+	state := func(on *testNode, id string) (membership.MemberState, time.Time) {
+		m, ok := on.ms.Records()[id]
 		if !ok {
-			return memberFailed, time.Time{}
+			return membership.Failed, time.Time{}
 		}
-		return m.state, m.since
+		return m.State, m.Since
 	}
 	// Gossip only: Raft keeps its connections, so the leader stays and
 	// what Status says of the victim is gossip's view alone.
 	for _, n := range c.alive() {
 		if n != victim {
-			g.partition(victim.ms.addr, n.ms.addr)
+			g.partition(victim.ms.Addr(), n.ms.Addr())
 		}
 	}
 	deadFor := 2 * 5 * time.Second // twice fastGossip's GossipToTheDeadTime
@@ -143,7 +144,7 @@ func TestGossipRecoversAfterPartition(t *testing.T) {
 					continue
 				}
 				st, since := state(n, o.ID())
-				if st != memberFailed || time.Since(since) < deadFor {
+				if st != membership.Failed || time.Since(since) < deadFor {
 					return false
 				}
 			}
@@ -155,7 +156,7 @@ func TestGossipRecoversAfterPartition(t *testing.T) {
 	harness.Eventually(t, 3*defaultReconnectMax, harness.Holds("every node alive in every node's gossip, and healthy in the leader's status", func() bool {
 		for _, n := range c.alive() {
 			for _, o := range c.alive() {
-				if st, _ := state(n, o.ID()); n != o && st != memberAlive {
+				if st, _ := state(n, o.ID()); n != o && st != membership.Alive {
 					return false
 				}
 			}

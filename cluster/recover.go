@@ -7,12 +7,11 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/raftq/raftq/raftlog"
-
 	"github.com/hashicorp/raft"
 
 	"github.com/raftq/raftq/internal/hclogslog"
 	"github.com/raftq/raftq/raftgroup"
+	"github.com/raftq/raftq/raftlog"
 )
 
 // RecoverConfig says how to rewrite a stopped node's Raft configuration

@@ -48,7 +48,7 @@ func (n *Node) RemoveNode(ctx context.Context, id string, force bool) error {
 			return fmt.Errorf("%w: removing %s would leave %d voters, bootstrap-expect is %d",
 				ErrBelowExpect, id, voters-1, n.cfg.BootstrapExpect)
 		}
-		n.ms.preventAdd(id)
+		n.ms.PreventAdd(id)
 		n.log.Info("removing server on request", "id", id, "force", force)
 		err := n.g.RemoveServer(ctx, id, index)
 		if err == nil || ctx.Err() != nil {

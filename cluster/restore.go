@@ -11,14 +11,14 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/raftq/raftq/raftlog"
-
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/raftq/raftq/internal/hclogslog"
+	"github.com/raftq/raftq/internal/hostport"
 	"github.com/raftq/raftq/raftgroup"
+	"github.com/raftq/raftq/raftlog"
 )
 
 // RestoreConfig says which node a restored data dir belongs to. NodeID and
@@ -187,17 +187,17 @@ func (c ctxReader) Read(p []byte) (int, error) {
 
 // resolveAdvertise turns host:port into the address the node's Raft
 // transport will report for itself (New resolves a host name the same way).
-func resolveAdvertise(ctx context.Context, hostport string) (string, error) {
-	host, port, err := splitHostPort(hostport)
+func resolveAdvertise(ctx context.Context, addr string) (string, error) {
+	host, port, err := hostport.Split(addr)
 	if err != nil {
 		return "", err
 	}
-	ip, err := resolveIP(ctx, host)
+	ip, err := hostport.ResolveIP(ctx, host)
 	if err != nil {
 		return "", err
 	}
 	if ip.IsUnspecified() {
-		return "", fmt.Errorf("%s is not an address other nodes can reach", hostport)
+		return "", fmt.Errorf("%s is not an address other nodes can reach", addr)
 	}
 	return (&net.TCPAddr{IP: ip, Port: port}).String(), nil
 }

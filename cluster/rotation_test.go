@@ -193,14 +193,14 @@ func TestRotationUnderLoad(t *testing.T) {
 	harness.Eventually(t, 20*time.Second, harness.Holds("the log on n4", func() bool {
 		return len(n4.fsm.Entries()) >= len(l.fsm.Entries())
 	}))
-	if _, ok := l.ms.snapshot()["n5"]; ok {
+	if _, ok := l.ms.Records()["n5"]; ok {
 		t.Fatal("a node with only the old gossip key joined the gossip")
 	}
 	if len(n5.fsm.Entries()) != 0 || slices.Contains(voters(l), "n5") {
 		t.Fatal("n5 got in")
 	}
-	if !strings.Contains(n5.ms.list()[0].ID, "n5") || len(n5.ms.list()) != 1 {
-		t.Fatalf("n5 sees members %v", n5.ms.list())
+	if !strings.Contains(n5.ms.List()[0].ID, "n5") || len(n5.ms.List()) != 1 {
+		t.Fatalf("n5 sees members %v", n5.ms.List())
 	}
 	crash(t, n5)
 	delete(c.nodes, "n5")

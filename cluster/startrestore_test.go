@@ -3,8 +3,6 @@ package cluster
 import (
 	"bytes"
 	"io"
-
-	"github.com/hashicorp/raft"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,9 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftq/raftq/test/harness"
+	"github.com/hashicorp/raft"
 
 	"github.com/raftq/raftq/raftgroup"
+	"github.com/raftq/raftq/test/harness"
 )
 
 // TestRestartRestoresNewestOnce: a restarted node restores the newest

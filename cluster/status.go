@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftq/raftq/membership"
 	"github.com/raftq/raftq/raftgroup"
 )
 
@@ -78,7 +79,7 @@ func (n *Node) Status() Status {
 	now := time.Now()
 	selfState := rs.State
 	hbFailed := rs.FailedHeartbeats
-	members := n.ms.snapshot()
+	members := n.ms.Records()
 	if len(servers) > 0 {
 		st.Refused = refused(st.ClusterID, n.cfg.NodeID, members, servers)
 	}
@@ -88,14 +89,14 @@ func (n *Node) Status() Status {
 		if s.Suffrage == raft.Voter {
 			ns.Suffrage = "voter"
 		}
-		if m, ok := members[id]; ok && m.metaOK {
-			ns.GRPCAddr, ns.ClientGRPCAddr, ns.HTTPAddr, ns.LogVersion = m.meta.GRPC, m.meta.clientGRPC(), m.meta.HTTP, m.meta.logVersion()
-			ns.Version, ns.DiskLow, ns.Corrupt = m.meta.Version, m.meta.DiskLow, m.meta.Corrupt
+		if m, ok := members[id]; ok && m.MetaOK {
+			ns.GRPCAddr, ns.ClientGRPCAddr, ns.HTTPAddr, ns.LogVersion = m.Meta.GRPC, m.Meta.ClientGRPC(), m.Meta.HTTP, m.Meta.EffectiveLogVersion()
+			ns.Version, ns.DiskLow, ns.Corrupt = m.Meta.Version, m.Meta.DiskLow, m.Meta.Corrupt
 		}
 		switch {
 		case id == n.cfg.NodeID:
 			ns.GRPCAddr, ns.ClientGRPCAddr, ns.HTTPAddr, ns.LogVersion = n.cfg.GRPCAdvertise, n.cfg.ClientGRPCAdvertise, n.cfg.HTTPAdvertise, n.cfg.LogVersion
-			ns.Version, ns.DiskLow = n.cfg.Version, n.ms.diskLow.Load()
+			ns.Version, ns.DiskLow = n.cfg.Version, n.ms.DiskLow()
 			ns.AppliedIndex = st.AppliedIndex
 			switch selfState {
 			case raft.Leader:
@@ -115,7 +116,7 @@ func (n *Node) Status() Status {
 			m, known := members[id]
 			failedSince, hbFailed := hbFailed[id]
 			switch {
-			case !known || m.state != memberAlive || hbFailed:
+			case !known || m.State != membership.Alive || hbFailed:
 				ns.State = "unreachable"
 			case id == leader.LeaderID:
 				ns.State = "leader"
@@ -155,4 +156,4 @@ func (n *Node) Status() Status {
 
 // Members returns this node's gossip view, sorted by id: every member it has
 // heard of, including failed and left ones.
-func (n *Node) Members() []Member { return n.ms.list() }
+func (n *Node) Members() []membership.Member { return n.ms.List() }

@@ -19,12 +19,13 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/raftq/raftq/internal/hostport"
+	"github.com/raftq/raftq/membership"
+	"github.com/raftq/raftq/raftgroup"
 	"github.com/raftq/raftq/raftmux"
 	"github.com/raftq/raftq/test/harness"
 	"github.com/raftq/raftq/tlsconfig"
 	"github.com/raftq/raftq/tlsconfig/pki"
-
-	"github.com/raftq/raftq/raftgroup"
 )
 
 // testCA issues node certificates into a temp dir and builds the TLS
@@ -255,10 +256,10 @@ func TestTLSCluster(t *testing.T) {
 		crash(t, victim)
 		l := c.leader()
 		harness.Eventually(t, 20*time.Second, harness.Holds("the leader to see the victim gone", func() bool {
-			m, ok := l.ms.snapshot()[victim.ID()]
-			return ok && m.state != memberAlive
+			m, ok := l.ms.Records()[victim.ID()]
+			return ok && m.State != membership.Alive
 		}))
-		if st := l.ms.snapshot()[victim.ID()].state; st != memberFailed {
+		if st := l.ms.Records()[victim.ID()].State; st != membership.Failed {
 			t.Fatalf("victim is %v, want failed: the forged leave counted", st)
 		}
 		// One full pass now. Its error may name the crashed foreign
@@ -326,12 +327,12 @@ func forgeLeave(t *testing.T, seeds []string, victim string) {
 	// are mutated by memberlist's packet handler (a data race).
 	sent := 0
 	for _, s := range seeds {
-		host, port, err := splitHostPort(s)
+		host, port, err := hostport.Split(s)
 		if err != nil {
 			t.Fatal(err)
 		}
 		to := &memberlist.Node{Name: s, Addr: net.ParseIP(host), Port: uint16(port)}
-		if err := ml.SendReliable(to, []byte(leaveNotice+victim)); err == nil {
+		if err := ml.SendReliable(to, []byte(membership.LeaveNotice+victim)); err == nil {
 			sent++
 		}
 	}

@@ -34,7 +34,7 @@ type VoterVersions struct {
 // then.
 func (n *Node) VoterVersions() VoterVersions {
 	// Taken first, so that no change after the read is missed.
-	v := VoterVersions{Changed: n.ms.changes()}
+	v := VoterVersions{Changed: n.ms.Changes()}
 	servers, err := raftgroup.LatestServers(n.r)
 	if err != nil {
 		return v
@@ -44,12 +44,12 @@ func (n *Node) VoterVersions() VoterVersions {
 		if s.Suffrage == raft.Voter {
 			v.Voters++
 		}
-		meta, ok := n.ms.meta(string(s.ID))
+		meta, ok := n.ms.MetaOf(string(s.ID))
 		if !ok {
 			v.Complete = false
 			continue
 		}
-		if lv := meta.logVersion(); v.Min == 0 || lv < v.Min {
+		if lv := meta.EffectiveLogVersion(); v.Min == 0 || lv < v.Min {
 			v.Min = lv
 		}
 		if mq := meta.MaxQueuedBytes; mq > 0 && (v.MinMaxQueuedBytes == 0 || mq < v.MinMaxQueuedBytes) {

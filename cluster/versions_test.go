@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/membership"
 	"github.com/raftq/raftq/test/harness"
 )
 
@@ -20,11 +21,11 @@ func TestMetaLogVersion(t *testing.T) {
 		{"newer", `{"id":"a","raft":"127.0.0.1:1","expect":3,"log_version":4}`, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var m nodeMeta
+			var m membership.Meta
 			if err := json.Unmarshal([]byte(tc.json), &m); err != nil {
 				t.Fatal(err)
 			}
-			if got := m.logVersion(); got != tc.want {
+			if got := m.EffectiveLogVersion(); got != tc.want {
 				t.Fatalf("logVersion = %d, want %d", got, tc.want)
 			}
 		})
@@ -36,14 +37,15 @@ func TestMetaLogVersion(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ms, err := newMembership(c, testLogger(), "127.0.0.1:1", false, false)
+		ms, err := membership.New(c.membership(nil), testLogger(), "127.0.0.1:1", false, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := json.Marshal(ms.localMeta())
-		var m nodeMeta
-		if err := json.Unmarshal(b, &m); err != nil || m.logVersion() != tc.want {
-			t.Fatalf("LogVersion %d advertised as %s (%d, %v), want %d", tc.cfg, b, m.logVersion(), err, tc.want)
+		m0, _ := ms.MetaOf("a") // its own: the metadata it advertises
+		b, _ := json.Marshal(m0)
+		var m membership.Meta
+		if err := json.Unmarshal(b, &m); err != nil || m.EffectiveLogVersion() != tc.want {
+			t.Fatalf("LogVersion %d advertised as %s (%d, %v), want %d", tc.cfg, b, m.EffectiveLogVersion(), err, tc.want)
 		}
 	}
 }

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/raftq/raftq/raftlog"
-
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/raftlog"
 )
 
 // corruptMarker in a data dir records that the node found its Raft state

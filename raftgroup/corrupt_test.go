@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/raftq/raftq/internal/damage"
-
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/internal/damage"
 )
 
 func TestVerifySnapshotsFindsDamage(t *testing.T) {

@@ -10,9 +10,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/raftq/raftq/raftlog"
-
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/raftlog"
 )
 
 // writeBehindChunk is how many snapshot bytes may be written before their

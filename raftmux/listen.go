@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+
+	"github.com/raftq/raftq/internal/hostport"
 )
 
 // Listen opens a node's Raft port: it listens on bind and returns the
@@ -15,15 +17,11 @@ import (
 func Listen(ctx context.Context, bind, advertise string) (net.Listener, net.Addr, error) {
 	var adv net.Addr
 	if advertise != "" {
-		host, ps, err := net.SplitHostPort(advertise)
+		host, port, err := hostport.Split(advertise)
 		if err != nil {
 			return nil, nil, fmt.Errorf("raft advertise: %w", err)
 		}
-		port, err := strconv.Atoi(ps)
-		if err != nil || port < 0 || port > 65535 {
-			return nil, nil, fmt.Errorf("raft advertise: bad port in %q", advertise)
-		}
-		ip, err := resolveIP(ctx, host)
+		ip, err := hostport.ResolveIP(ctx, host)
 		if err != nil {
 			return nil, nil, fmt.Errorf("raft advertise: %w", err)
 		}
@@ -64,24 +62,3 @@ func (a NamedAddr) Network() string { return "tcp" }
 func (a NamedAddr) String() string { return string(a) }
 
 func isNamedAddr(a net.Addr) bool { _, ok := a.(NamedAddr); return ok }
-
-// resolveIP returns host as an IP, looking it up if it is a name (IPv4
-// preferred), as gossip's addresses are resolved (cluster's resolveIP).
-func resolveIP(ctx context.Context, host string) (net.IP, error) {
-	if ip := net.ParseIP(host); ip != nil {
-		return ip, nil
-	}
-	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
-	if err != nil {
-		return nil, fmt.Errorf("resolve %q: %w", host, err)
-	}
-	for _, a := range addrs {
-		if a.IP.To4() != nil {
-			return a.IP, nil
-		}
-	}
-	if len(addrs) == 0 {
-		return nil, fmt.Errorf("resolve %q: no addresses", host)
-	}
-	return addrs[0].IP, nil
-}

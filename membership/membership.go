@@ -1,4 +1,4 @@
-package cluster
+package membership
 
 import (
 	"bytes"
@@ -21,17 +21,19 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/internal/hostport"
 )
 
-// leaveNotice is the prefix of the user message a leaving node sends to
+// LeaveNotice is the prefix of the user message a leaving node sends to
 // every member (besides setting Leaving in its metadata), followed by its id.
-const leaveNotice = "raftq-leave:"
+const LeaveNotice = "raftq-leave:"
 
-// membership owns this node's memberlist: its metadata, the table of
-// members it has heard of (with their state history), joining the seeds,
-// and the gossip half of a graceful leave. Methods are safe for concurrent
-// use.
-type membership struct {
+// Membership owns this node's memberlist: its metadata, the table of
+// members it has heard of (with their state history) and its change
+// feed, joining the seeds, re-joining failed members, and the gossip half
+// of a graceful leave. Methods are safe for concurrent use.
+type Membership struct {
 	cfg      Config
 	log      *slog.Logger
 	raftAddr string
@@ -40,10 +42,8 @@ type membership struct {
 	// keyring is memberlist's (shared with it; safe for concurrent use),
 	// nil when gossip is not encrypted.
 	keyring *memberlist.Keyring
-	// id is the node's cluster id (advertised); set before start.
-	id *identity
-	// onChange is called after every member update, with no lock held; set
-	// before start.
+	// onChange is called after every member update, with no lock held;
+	// given to Start.
 	onChange []func()
 
 	// authLeaves: only a leave announced over mutual TLS
@@ -51,7 +51,7 @@ type membership struct {
 	// gossip, which anyone who can send gossip could forge, are ignored.
 	authLeaves bool
 
-	// run is this process's gossip run id (nodeMeta.Run).
+	// run is this process's gossip run id (Meta.Run).
 	run string
 
 	// started: the memberlist exists (start). Until then nothing is
@@ -66,30 +66,35 @@ type membership struct {
 	corrupt atomic.Bool
 
 	mu      sync.Mutex
-	members map[string]*member
+	members map[string]*Record
 	changed chan struct{} // closed at the next change of members or peers
 }
 
-// newMembership checks that the node's metadata fits memberlist's limit;
-// start creates the memberlist.
-func newMembership(cfg Config, log *slog.Logger, raftAddr string, hasState, authLeaves bool) (*membership, error) {
-	m := &membership{cfg: cfg, log: log, raftAddr: raftAddr, members: map[string]*member{}, changed: make(chan struct{}),
+// New checks that the node's metadata fits memberlist's limit; Start
+// creates the memberlist. raftAddr is the node's advertised Raft address;
+// hasState whether it has Raft state (SetHasState before Start when that
+// is known later); authLeaves: only a leave announced over mutual TLS
+// (AuthenticatedLeave) counts.
+func New(cfg Config, log *slog.Logger, raftAddr string, hasState, authLeaves bool) (*Membership, error) {
+	m := &Membership{cfg: cfg, log: log, raftAddr: raftAddr, members: map[string]*Record{}, changed: make(chan struct{}),
 		authLeaves: authLeaves, run: newRunID()}
 	m.hasState.Store(hasState)
 	probe := m.localMeta()
 	probe.State, probe.Leaving, probe.DiskLow, probe.Corrupt = true, true, true, true
-	probe.ClusterID = strings.Repeat("0", clusterIDLen)
+	probe.ClusterID = strings.Repeat("0", ClusterIDLen)
 	if b, _ := json.Marshal(probe); len(b) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("gossip metadata is %d bytes, over memberlist's %d: shorten the node id or addresses", len(b), memberlist.MetaMaxSize)
 	}
 	return m, nil
 }
 
-// start creates the memberlist (not yet joined).
-func (m *membership) start(ctx context.Context, hcl hclog.Logger) error {
+// Start creates the memberlist (not yet joined: JoinLoop). onChange is
+// called after every member update, with no lock held.
+func (m *Membership) Start(ctx context.Context, hcl hclog.Logger, onChange ...func()) error {
+	m.onChange = onChange
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = m.cfg.NodeID
-	host, port, err := splitHostPort(m.cfg.GossipBind)
+	host, port, err := hostport.Split(m.cfg.GossipBind)
 	if err != nil {
 		return fmt.Errorf("gossip bind: %w", err)
 	}
@@ -98,11 +103,11 @@ func (m *membership) start(ctx context.Context, hcl hclog.Logger) error {
 	}
 	mc.BindAddr, mc.BindPort = host, port
 	if m.cfg.GossipAdvertise != "" {
-		ahost, aport, err := splitHostPort(m.cfg.GossipAdvertise)
+		ahost, aport, err := hostport.Split(m.cfg.GossipAdvertise)
 		if err != nil {
 			return fmt.Errorf("gossip advertise: %w", err)
 		}
-		ip, err := resolveIP(ctx, ahost)
+		ip, err := hostport.ResolveIP(ctx, ahost)
 		if err != nil {
 			return fmt.Errorf("gossip advertise: %w", err)
 		}
@@ -120,8 +125,8 @@ func (m *membership) start(ctx context.Context, hcl hclog.Logger) error {
 	mc.Events = &eventDelegate{m: m}
 	mc.LogOutput = nil
 	mc.Logger = hcl.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
-	if m.cfg.tuneGossip != nil {
-		m.cfg.tuneGossip(mc)
+	if m.cfg.TuneGossip != nil {
+		m.cfg.TuneGossip(mc)
 	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -132,9 +137,9 @@ func (m *membership) start(ctx context.Context, hcl hclog.Logger) error {
 	return nil
 }
 
-// setKeys makes keys the gossip keyring: keys[0] encrypts from now on,
+// SetKeys makes keys the gossip keyring: keys[0] encrypts from now on,
 // all of them are accepted, and keys not listed are dropped.
-func (m *membership) setKeys(keys [][]byte) error {
+func (m *Membership) SetKeys(keys [][]byte) error {
 	if m.keyring == nil {
 		return errors.New("gossip encryption is off on this node: start it with a gossip key to use a keyring")
 	}
@@ -161,8 +166,8 @@ func (m *membership) setKeys(keys [][]byte) error {
 }
 
 // localMeta is this node's current metadata.
-func (m *membership) localMeta() nodeMeta {
-	return nodeMeta{
+func (m *Membership) localMeta() Meta {
+	return Meta{
 		ID:         m.cfg.NodeID,
 		Raft:       m.raftAddr,
 		GRPC:       m.cfg.GRPCAdvertise,
@@ -175,54 +180,54 @@ func (m *membership) localMeta() nodeMeta {
 		Version:    m.cfg.Version,
 		DiskLow:    m.diskLow.Load(),
 		Corrupt:    m.corrupt.Load(),
-		ClusterID:  m.id.get(),
+		ClusterID:  m.clusterID(),
 		IDs:        true,
 		Run:        m.run,
-		Mux:        !m.cfg.noMux,
+		Mux:        !m.cfg.NoMux,
 
 		MaxQueuedBytes: m.cfg.MaxQueuedBytes,
 	}
 }
 
 // update records what memberlist reported of mn.
-func (m *membership) update(mn *memberlist.Node, state memberState, joined bool) {
-	var meta nodeMeta
+func (m *Membership) update(mn *memberlist.Node, state MemberState, joined bool) {
+	var meta Meta
 	metaErr := json.Unmarshal(mn.Meta, &meta)
 	now := time.Now()
 
 	m.mu.Lock()
 	rec, ok := m.members[mn.Name]
 	if !ok {
-		rec = &member{since: now, state: state}
+		rec = &Record{Since: now, State: state}
 		m.members[mn.Name] = rec
 	}
 	if metaErr == nil {
-		if rec.metaOK && rec.meta.State && !meta.State {
+		if rec.MetaOK && rec.Meta.State && !meta.State {
 			// It had Raft state and now has none: a new process on a
 			// wiped data dir (a diverged replica repaired, transport's
 			// replica.go), back faster than gossip noticed it gone. That
 			// is a rejoin: addable again.
 			joined = true
 		}
-		if rec.metaOK && rec.meta.Run != "" && meta.Run != "" && rec.meta.Run != meta.Run {
+		if rec.MetaOK && rec.Meta.Run != "" && meta.Run != "" && rec.Meta.Run != meta.Run {
 			// Another process on this id, back before gossip noticed the
 			// old one gone (it refuted the suspicion: no join event): a
 			// rejoin, so an operator's removal of the old process no
 			// longer keeps it out (DESIGN.md, Reconciler). It has
 			// announced no leave of its own.
 			joined = true
-			rec.leaving = false
+			rec.Leaving = false
 		}
-		rec.meta, rec.metaOK = meta, true
+		rec.Meta, rec.MetaOK = meta, true
 		if meta.Leaving && !m.authLeaves {
-			rec.leaving = true
+			rec.Leaving = true
 		}
-	} else if !rec.metaOK {
+	} else if !rec.MetaOK {
 		m.log.Warn("gossip member has unreadable metadata", "member", mn.Name, "err", metaErr)
 	}
-	rec.gossipAddr = mn.Address()
-	if state == memberFailed && rec.leaving {
-		state = memberLeft
+	rec.GossipAddr = mn.Address()
+	if state == Failed && rec.Leaving {
+		state = Left
 	}
 	if joined {
 		// A (re)join starts afresh: a new process, not leaving, addable.
@@ -232,23 +237,23 @@ func (m *membership) update(mn *memberlist.Node, state memberState, joined bool)
 		// false failure (memberlist declares a slow node dead; it comes
 		// back alive): it is still leaving, else the leader would re-add
 		// it and then keep it as a failed voter.
-		rec.leaving = meta.Leaving && (!m.authLeaves || rec.leaving)
-		rec.noAdd = false
+		rec.Leaving = meta.Leaving && (!m.authLeaves || rec.Leaving)
+		rec.NoAdd = false
 	}
-	prev := rec.state
-	if rec.state != state || joined {
-		rec.state, rec.since = state, now
+	prev := rec.State
+	if rec.State != state || joined {
+		rec.State, rec.Since = state, now
 	}
 	m.mu.Unlock()
 
 	if prev != state || joined {
 		m.log.Info("gossip member "+state.String(), "member", mn.Name, "addr", mn.Address())
 	}
-	m.notifyChanged()
+	m.NotifyChanged()
 }
 
-// notifyChanged wakes everything waiting for a change of members or peers.
-func (m *membership) notifyChanged() {
+// NotifyChanged wakes everything waiting for a change of members or peers.
+func (m *Membership) NotifyChanged() {
 	m.mu.Lock()
 	close(m.changed)
 	m.changed = make(chan struct{})
@@ -258,8 +263,8 @@ func (m *membership) notifyChanged() {
 	}
 }
 
-// changes returns a channel closed at the next change of members or peers.
-func (m *membership) changes() <-chan struct{} {
+// Changes returns a channel closed at the next change of members or peers.
+func (m *Membership) Changes() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.changed
@@ -267,53 +272,53 @@ func (m *membership) changes() <-chan struct{} {
 
 // leaveNoticeFrom records that id announced a graceful leave in gossip
 // (ignored when leaves must be authenticated).
-func (m *membership) leaveNoticeFrom(id string) {
+func (m *Membership) leaveNoticeFrom(id string) {
 	if m.authLeaves {
 		return
 	}
 	m.mu.Lock()
 	if rec, ok := m.members[id]; ok {
-		rec.leaving = true
+		rec.Leaving = true
 	}
 	m.mu.Unlock()
 }
 
-// authenticatedLeave records that id announced its leave over mutual TLS
+// AuthenticatedLeave records that id announced its leave over mutual TLS
 // (its node certificate named it): when gossip reports it gone, or if it
 // already has, it has left rather than failed.
-func (m *membership) authenticatedLeave(id string) {
+func (m *Membership) AuthenticatedLeave(id string) {
 	m.mu.Lock()
 	rec, ok := m.members[id]
 	if ok {
-		rec.leaving = true
-		if rec.state == memberFailed {
-			rec.state, rec.since = memberLeft, time.Now()
+		rec.Leaving = true
+		if rec.State == Failed {
+			rec.State, rec.Since = Left, time.Now()
 		}
 	}
 	m.mu.Unlock()
 	if ok {
-		m.notifyChanged()
+		m.NotifyChanged()
 	}
 }
 
-// list returns the gossip view, sorted by id: every member heard of,
+// List returns the gossip view, sorted by id: every member heard of,
 // including failed and left ones.
-func (m *membership) list() []Member {
+func (m *Membership) List() []Member {
 	m.mu.Lock()
 	out := make([]Member, 0, len(m.members))
 	for id, rec := range m.members {
 		mm := Member{
 			ID:             id,
-			GRPCAddr:       rec.meta.GRPC,
-			ClientGRPCAddr: rec.meta.clientGRPC(),
-			RaftAddr:       rec.meta.Raft,
-			HTTPAddr:       rec.meta.HTTP,
-			GossipAddr:     rec.gossipAddr,
-			Alive:          rec.state == memberAlive,
-			State:          rec.state.String(),
+			GRPCAddr:       rec.Meta.GRPC,
+			ClientGRPCAddr: rec.Meta.ClientGRPC(),
+			RaftAddr:       rec.Meta.Raft,
+			HTTPAddr:       rec.Meta.HTTP,
+			GossipAddr:     rec.GossipAddr,
+			Alive:          rec.State == Alive,
+			State:          rec.State.String(),
 		}
-		if rec.metaOK {
-			mm.LogVersion = rec.meta.logVersion()
+		if rec.MetaOK {
+			mm.LogVersion = rec.Meta.EffectiveLogVersion()
 		}
 		out = append(out, mm)
 	}
@@ -322,45 +327,45 @@ func (m *membership) list() []Member {
 	return out
 }
 
-// meta returns the last metadata heard from id (this node's own for its
+// MetaOf returns the last metadata heard from id (this node's own for its
 // id).
-func (m *membership) meta(id string) (nodeMeta, bool) {
+func (m *Membership) MetaOf(id string) (Meta, bool) {
 	if id == m.cfg.NodeID {
 		return m.localMeta(), true
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rec, ok := m.members[id]
-	if !ok || !rec.metaOK {
-		return nodeMeta{}, false
+	if !ok || !rec.MetaOK {
+		return Meta{}, false
 	}
-	return rec.meta, true
+	return rec.Meta, true
 }
 
-// apiAddrs returns where node id's API is, from its last metadata (this
+// APIAddrs returns where node id's API is, from its last metadata (this
 // node's own for its id): grpc for peers, client for clients.
-func (m *membership) apiAddrs(id string) (grpc, client string, ok bool) {
-	meta, ok := m.meta(id)
+func (m *Membership) APIAddrs(id string) (grpc, client string, ok bool) {
+	meta, ok := m.MetaOf(id)
 	if !ok {
 		return "", "", false
 	}
-	return meta.GRPC, meta.clientGRPC(), true
+	return meta.GRPC, meta.ClientGRPC(), true
 }
 
-// preamblesAt reports whether the node at Raft address addr understands
+// PreamblesAt reports whether the node at Raft address addr understands
 // Raft port preambles: gossip knows a member there, and every member it
 // knows there says so (an old record, of a build before the multiplexer
 // at the same address, keeps the legacy opening, which every build
 // takes).
-func (m *membership) preamblesAt(addr raft.ServerAddress) bool {
+func (m *Membership) PreamblesAt(addr raft.ServerAddress) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	found := false
 	for _, rec := range m.members {
-		if !rec.metaOK || rec.meta.Raft != string(addr) {
+		if !rec.MetaOK || rec.Meta.Raft != string(addr) {
 			continue
 		}
-		if !rec.meta.Mux {
+		if !rec.Meta.Mux {
 			return false
 		}
 		found = true
@@ -368,28 +373,28 @@ func (m *membership) preamblesAt(addr raft.ServerAddress) bool {
 	return found
 }
 
-// snapshot returns a copy of the member table.
-func (m *membership) snapshot() map[string]member {
+// Records returns a copy of the member table.
+func (m *Membership) Records() map[string]Record {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[string]member, len(m.members))
+	out := make(map[string]Record, len(m.members))
 	for id, rec := range m.members {
 		out[id] = *rec
 	}
 	return out
 }
 
-// preventAdd keeps id out of the configuration until it rejoins gossip.
-func (m *membership) preventAdd(id string) {
+// PreventAdd keeps id out of the configuration until it rejoins gossip.
+func (m *Membership) PreventAdd(id string) {
 	m.mu.Lock()
 	if rec, ok := m.members[id]; ok {
-		rec.noAdd = true
+		rec.NoAdd = true
 	}
 	m.mu.Unlock()
 }
 
 // seeds returns the configured join addresses other than our own.
-func (m *membership) seeds() []string {
+func (m *Membership) seeds() []string {
 	var out []string
 	for _, s := range m.cfg.Join {
 		if s == "" || s == m.addr || s == m.cfg.GossipBind || s == m.cfg.GossipAdvertise {
@@ -401,7 +406,7 @@ func (m *membership) seeds() []string {
 }
 
 // tryJoin contacts the seeds once; it reports whether any answered.
-func (m *membership) tryJoin() bool {
+func (m *Membership) tryJoin() bool {
 	seeds := m.seeds()
 	if len(seeds) == 0 {
 		return true
@@ -415,11 +420,11 @@ func (m *membership) tryJoin() bool {
 	return false
 }
 
-// joinLoop retries the seeds until one answers or ctx ends. joined is
+// JoinLoop retries the seeds until one answers or ctx ends. joined is
 // closed once a seed answered.
-func (m *membership) joinLoop(ctx context.Context, wg *sync.WaitGroup, joined chan<- struct{}) {
+func (m *Membership) JoinLoop(ctx context.Context, wg *sync.WaitGroup, joined chan<- struct{}) {
 	defer wg.Done()
-	t := time.NewTicker(m.cfg.joinRetry)
+	t := time.NewTicker(m.cfg.JoinRetry)
 	defer t.Stop()
 	for {
 		if m.tryJoin() {
@@ -440,7 +445,7 @@ type reconnectTry struct {
 	delay time.Duration
 }
 
-// reconnectLoop re-joins the members gossip declared failed (not those
+// ReconnectLoop re-joins the members gossip declared failed (not those
 // that left) until they are alive again or have been failed for
 // reconnectTimeout, like serf's reconnect (DESIGN.md, "Gossip after a
 // partition"). memberlist alone never does: it probes and push-pulls
@@ -452,9 +457,9 @@ type reconnectTry struct {
 // it failed (memberlist ignores an alive at the incarnation it declared
 // dead; the member refutes with a higher one during that join) is tried
 // again after reconnectInterval.
-func (m *membership) reconnectLoop(ctx context.Context, wg *sync.WaitGroup) {
+func (m *Membership) ReconnectLoop(ctx context.Context, wg *sync.WaitGroup) {
 	defer wg.Done()
-	t := time.NewTicker(m.cfg.reconnectInterval)
+	t := time.NewTicker(m.cfg.ReconnectInterval)
 	defer t.Stop()
 	tries := map[string]reconnectTry{}
 	for {
@@ -468,66 +473,66 @@ func (m *membership) reconnectLoop(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // reconnect makes one pass of reconnectLoop.
-func (m *membership) reconnect(ctx context.Context, tries map[string]reconnectTry, now time.Time) {
-	snap := m.snapshot()
+func (m *Membership) reconnect(ctx context.Context, tries map[string]reconnectTry, now time.Time) {
+	snap := m.Records()
 	for id := range tries {
-		if rec, ok := snap[id]; !ok || rec.state != memberFailed {
+		if rec, ok := snap[id]; !ok || rec.State != Failed {
 			delete(tries, id)
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(snap)) {
 		rec := snap[id]
-		if id == m.cfg.NodeID || rec.state != memberFailed || rec.leaving || rec.gossipAddr == "" ||
-			now.Sub(rec.since) > m.cfg.reconnectTimeout || m.leaving.Load() || ctx.Err() != nil {
+		if id == m.cfg.NodeID || rec.State != Failed || rec.Leaving || rec.GossipAddr == "" ||
+			now.Sub(rec.Since) > m.cfg.ReconnectTimeout || m.leaving.Load() || ctx.Err() != nil {
 			continue
 		}
 		try, ok := tries[id]
 		if !ok {
-			try = reconnectTry{at: rec.since.Add(m.cfg.reconnectInterval), delay: m.cfg.reconnectInterval}
+			try = reconnectTry{at: rec.Since.Add(m.cfg.ReconnectInterval), delay: m.cfg.ReconnectInterval}
 		}
 		if now.Before(try.at) {
 			tries[id] = try
 			continue
 		}
-		n, err := m.ml.Join([]string{rec.gossipAddr})
+		n, err := m.ml.Join([]string{rec.GossipAddr})
 		if n > 0 {
-			m.log.Info("reconnected to failed gossip member", "member", id, "addr", rec.gossipAddr,
-				"failed_for", now.Sub(rec.since).Round(time.Millisecond))
-			try.delay = m.cfg.reconnectInterval
+			m.log.Info("reconnected to failed gossip member", "member", id, "addr", rec.GossipAddr,
+				"failed_for", now.Sub(rec.Since).Round(time.Millisecond))
+			try.delay = m.cfg.ReconnectInterval
 		} else {
-			m.log.Debug("reconnecting to failed gossip member", "member", id, "addr", rec.gossipAddr, "err", err)
-			try.delay = min(2*try.delay, m.cfg.reconnectMax)
+			m.log.Debug("reconnecting to failed gossip member", "member", id, "addr", rec.GossipAddr, "err", err)
+			try.delay = min(2*try.delay, m.cfg.ReconnectMax)
 		}
 		try.at = time.Now().Add(try.delay)
 		tries[id] = try
 	}
 }
 
-// markHasState publishes that this node has Raft state.
-func (m *membership) markHasState() {
+// MarkHasState publishes that this node has Raft state.
+func (m *Membership) MarkHasState() {
 	m.hasState.Store(true)
-	m.publishMeta()
+	m.Publish()
 }
 
-// setDiskLow publishes whether this node's disk is low, if that changed.
-func (m *membership) setDiskLow(low bool) {
+// SetDiskLow publishes whether this node's disk is low, if that changed.
+func (m *Membership) SetDiskLow(low bool) {
 	if m.diskLow.Swap(low) != low {
-		m.publishMeta()
+		m.Publish()
 	}
 }
 
-// setCorrupt publishes that this node's Raft state is corrupt (why is in
+// SetCorrupt publishes that this node's Raft state is corrupt (why is in
 // its own log and status: gossip metadata is small).
-func (m *membership) setCorrupt(string) {
+func (m *Membership) SetCorrupt(string) {
 	if !m.corrupt.Swap(true) {
-		m.publishMeta()
+		m.Publish()
 	}
 }
 
-// publishMeta re-advertises this node's metadata. It never runs once the
+// Publish re-advertises this node's metadata. It never runs once the
 // node is leaving: an update after memberlist's Leave would announce the
 // node alive again.
-func (m *membership) publishMeta() {
+func (m *Membership) Publish() {
 	m.metaMu.Lock()
 	defer m.metaMu.Unlock()
 	if m.leaving.Load() || !m.started.Load() {
@@ -539,10 +544,10 @@ func (m *membership) publishMeta() {
 	}
 }
 
-// leave announces a graceful leave: Leaving in the metadata (waiting for
+// Leave announces a graceful leave: Leaving in the metadata (waiting for
 // its broadcast), a direct notice to every live member, then memberlist's
 // Leave. It is bounded by timeout; failures are logged.
-func (m *membership) leave(timeout time.Duration) {
+func (m *Membership) Leave(timeout time.Duration) {
 	m.metaMu.Lock()
 	defer m.metaMu.Unlock()
 	m.leaving.Store(true)
@@ -555,17 +560,17 @@ func (m *membership) leave(timeout time.Duration) {
 	// Address peers from our own member table: the *Node values
 	// memberlist.Members returns are mutated by its packet handler (a data
 	// race under -race).
-	for _, mm := range m.list() {
+	for _, mm := range m.List() {
 		if mm.ID == m.cfg.NodeID || !mm.Alive {
 			continue
 		}
-		host, port, err := splitHostPort(mm.GossipAddr)
+		host, port, err := hostport.Split(mm.GossipAddr)
 		ip := net.ParseIP(host)
 		if err != nil || ip == nil {
 			continue
 		}
 		to := &memberlist.Node{Name: mm.ID, Addr: ip, Port: uint16(port)}
-		if err := m.ml.SendReliable(to, []byte(leaveNotice+m.cfg.NodeID)); err != nil {
+		if err := m.ml.SendReliable(to, []byte(LeaveNotice+m.cfg.NodeID)); err != nil {
 			m.log.Debug("sending leave notice", "to", mm.ID, "err", err)
 		}
 	}
@@ -574,9 +579,9 @@ func (m *membership) leave(timeout time.Duration) {
 	}
 }
 
-// shutdown stops memberlist (without a leave); safe on a node whose
+// Shutdown stops memberlist (without a leave); safe on a node whose
 // memberlist was never created, and more than once.
-func (m *membership) shutdown() error {
+func (m *Membership) Shutdown() error {
 	if m == nil || m.ml == nil {
 		return nil
 	}
@@ -585,7 +590,7 @@ func (m *membership) shutdown() error {
 
 // metaDelegate is the memberlist.Delegate: it serves this node's metadata
 // and receives leave notices. Its methods must not block.
-type metaDelegate struct{ m *membership }
+type metaDelegate struct{ m *Membership }
 
 func (d *metaDelegate) NodeMeta(limit int) []byte {
 	b, err := json.Marshal(d.m.localMeta())
@@ -598,10 +603,10 @@ func (d *metaDelegate) NodeMeta(limit int) []byte {
 
 func (d *metaDelegate) NotifyMsg(b []byte) {
 	s := string(b)
-	if len(s) <= len(leaveNotice) || s[:len(leaveNotice)] != leaveNotice {
+	if len(s) <= len(LeaveNotice) || s[:len(LeaveNotice)] != LeaveNotice {
 		return
 	}
-	d.m.leaveNoticeFrom(s[len(leaveNotice):])
+	d.m.leaveNoticeFrom(s[len(LeaveNotice):])
 }
 
 func (d *metaDelegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
@@ -610,16 +615,16 @@ func (d *metaDelegate) MergeRemoteState(buf []byte, join bool)     {}
 
 // eventDelegate is the memberlist.EventDelegate: it feeds the member
 // table.
-type eventDelegate struct{ m *membership }
+type eventDelegate struct{ m *Membership }
 
-func (e *eventDelegate) NotifyJoin(mn *memberlist.Node) { e.m.update(mn, memberAlive, true) }
+func (e *eventDelegate) NotifyJoin(mn *memberlist.Node) { e.m.update(mn, Alive, true) }
 
-func (e *eventDelegate) NotifyUpdate(mn *memberlist.Node) { e.m.update(mn, memberAlive, false) }
+func (e *eventDelegate) NotifyUpdate(mn *memberlist.Node) { e.m.update(mn, Alive, false) }
 
 // NotifyLeave is called for both failures and graceful leaves; memberlist
 // v0.5's Node.State does not tell them apart, so a leave is recognised by
 // the Leaving flag or leave notice the node sent before it left.
-func (e *eventDelegate) NotifyLeave(mn *memberlist.Node) { e.m.update(mn, memberFailed, false) }
+func (e *eventDelegate) NotifyLeave(mn *memberlist.Node) { e.m.update(mn, Failed, false) }
 
 // notify does a non-blocking, coalescing send on a 1-buffered channel.
 func notify(ch chan struct{}) {
@@ -629,9 +634,38 @@ func notify(ch chan struct{}) {
 	}
 }
 
-// newRunID is a random id for this start of the process (nodeMeta.Run).
+// newRunID is a random id for this start of the process (Meta.Run).
 func newRunID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
 	return hex.EncodeToString(b)
 }
+
+// clusterID is the id advertised ("" for none).
+func (m *Membership) clusterID() string {
+	if m.cfg.ClusterID == nil {
+		return ""
+	}
+	return m.cfg.ClusterID()
+}
+
+// Addr is the advertised gossip address (what others join), once
+// started.
+func (m *Membership) Addr() string { return m.addr }
+
+// RaftAddr is the node's advertised Raft address, as its metadata says.
+func (m *Membership) RaftAddr() string { return m.raftAddr }
+
+// HasState reports whether the metadata says this node has Raft state.
+func (m *Membership) HasState() bool { return m.hasState.Load() }
+
+// SetHasState sets whether this node has Raft state, without publishing
+// (before Start, when the data group has opened; MarkHasState later).
+func (m *Membership) SetHasState(has bool) { m.hasState.Store(has) }
+
+// DiskLow reports whether this node advertises its disk low.
+func (m *Membership) DiskLow() bool { return m.diskLow.Load() }
+
+// Join contacts the gossip members at addrs now (JoinLoop does it for
+// the configured seeds), as memberlist.Join: how many answered.
+func (m *Membership) Join(addrs []string) (int, error) { return m.ml.Join(addrs) }

@@ -1,4 +1,4 @@
-package cluster
+package membership
 
 import (
 	"encoding/json"
@@ -21,29 +21,29 @@ func TestAuthenticatedLeaveSurvivesRefute(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		joinsLeaving bool // the join's metadata advertises Leaving
-		want         memberState
+		want         MemberState
 	}{
-		{"the leaving process refutes a false failure", true, memberLeft},
-		{"a new process joins on the same id", false, memberFailed},
+		{"the leaving process refutes a false failure", true, Left},
+		{"a new process joins on the same id", false, Failed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &membership{log: slog.New(slog.DiscardHandler), members: map[string]*member{}, changed: make(chan struct{}), authLeaves: true}
+			m := &Membership{log: slog.New(slog.DiscardHandler), members: map[string]*Record{}, changed: make(chan struct{}), authLeaves: true}
 			node := func(leaving bool) *memberlist.Node {
-				b, err := json.Marshal(nodeMeta{ID: "n4", Raft: "127.0.0.1:1", Leaving: leaving, IDs: true})
+				b, err := json.Marshal(Meta{ID: "n4", Raft: "127.0.0.1:1", Leaving: leaving, IDs: true})
 				if err != nil {
 					t.Fatal(err)
 				}
 				return &memberlist.Node{Name: "n4", Addr: net.ParseIP("127.0.0.1"), Port: 2, Meta: b}
 			}
-			m.update(node(false), memberAlive, true)
-			m.authenticatedLeave("n4")
-			m.update(node(true), memberFailed, false) // declared dead under load
-			if st := m.snapshot()["n4"].state; st != memberLeft {
+			m.update(node(false), Alive, true)
+			m.AuthenticatedLeave("n4")
+			m.update(node(true), Failed, false) // declared dead under load
+			if st := m.Records()["n4"].State; st != Left {
 				t.Fatalf("after the authenticated leave and a failure: %v, want left", st)
 			}
-			m.update(node(tc.joinsLeaving), memberAlive, true) // alive again
-			m.update(node(tc.joinsLeaving), memberFailed, false)
-			if st := m.snapshot()["n4"].state; st != tc.want {
+			m.update(node(tc.joinsLeaving), Alive, true) // alive again
+			m.update(node(tc.joinsLeaving), Failed, false)
+			if st := m.Records()["n4"].State; st != tc.want {
 				t.Fatalf("gone after the join: %v, want %v", st, tc.want)
 			}
 		})
@@ -58,22 +58,22 @@ func TestAuthenticatedLeaveSurvivesRefute(t *testing.T) {
 // membership fault found a removed node started again on its data dir
 // kept out for good.
 func TestRestartedMemberIsAddableAgain(t *testing.T) {
-	m := &membership{log: slog.New(slog.DiscardHandler), members: map[string]*member{}, changed: make(chan struct{}), authLeaves: true}
+	m := &Membership{log: slog.New(slog.DiscardHandler), members: map[string]*Record{}, changed: make(chan struct{}), authLeaves: true}
 	node := func(run string) *memberlist.Node {
-		b, err := json.Marshal(nodeMeta{ID: "n2", Raft: "127.0.0.1:1", State: true, IDs: true, Run: run})
+		b, err := json.Marshal(Meta{ID: "n2", Raft: "127.0.0.1:1", State: true, IDs: true, Run: run})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return &memberlist.Node{Name: "n2", Addr: net.ParseIP("127.0.0.1"), Port: 2, Meta: b}
 	}
-	m.update(node("run-1"), memberAlive, true)
-	m.preventAdd("n2")
-	m.update(node("run-1"), memberAlive, false) // the same process, updating its metadata
-	if !m.snapshot()["n2"].noAdd {
+	m.update(node("run-1"), Alive, true)
+	m.PreventAdd("n2")
+	m.update(node("run-1"), Alive, false) // the same process, updating its metadata
+	if !m.Records()["n2"].NoAdd {
 		t.Fatal("an update of the removed process made it addable")
 	}
-	m.update(node("run-2"), memberAlive, false) // a new process, back before gossip saw it go
-	if m.snapshot()["n2"].noAdd {
+	m.update(node("run-2"), Alive, false) // a new process, back before gossip saw it go
+	if m.Records()["n2"].NoAdd {
 		t.Fatal("the restarted member is still kept out")
 	}
 }

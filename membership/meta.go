@@ -1,16 +1,10 @@
-package cluster
+package membership
 
-import (
-	"context"
-	"fmt"
-	"net"
-	"strconv"
-	"time"
-)
+import "time"
 
-// nodeMeta is a node's memberlist metadata (JSON, at most
+// Meta is a node's memberlist metadata (JSON, at most
 // memberlist.MetaMaxSize bytes).
-type nodeMeta struct {
+type Meta struct {
 	ID   string `json:"id"`
 	Raft string `json:"raft"`
 	GRPC string `json:"grpc,omitempty"`
@@ -61,49 +55,51 @@ type nodeMeta struct {
 	Mux bool `json:"mux,omitempty"`
 }
 
-// clientGRPC is where clients reach the node: Client, else GRPC.
-func (m nodeMeta) clientGRPC() string {
+// ClientGRPC is where clients reach the node: Client, else GRPC.
+func (m Meta) ClientGRPC() string {
 	if m.Client != "" {
 		return m.Client
 	}
 	return m.GRPC
 }
 
-// logVersion is the advertised log version, 1 if none is.
-func (m nodeMeta) logVersion() uint32 { return max(m.LogVersion, 1) }
+// EffectiveLogVersion is the advertised log version, 1 if none is.
+func (m Meta) EffectiveLogVersion() uint32 { return max(m.LogVersion, 1) }
 
-// memberState is a member's gossip state as this node last heard it.
-type memberState int
+// MemberState is a member's gossip state as this node last heard it.
+type MemberState int
 
+// Member states.
 const (
-	memberAlive memberState = iota
-	memberFailed
-	memberLeft
+	Alive MemberState = iota
+	Failed
+	Left
 )
 
-func (s memberState) String() string {
+func (s MemberState) String() string {
 	switch s {
-	case memberAlive:
+	case Alive:
 		return "alive"
-	case memberFailed:
+	case Failed:
 		return "failed"
 	default:
 		return "left"
 	}
 }
 
-// member is the node's record of one gossip member. Records of failed and
+// Record is the node's record of one gossip member. Records of failed and
 // left members are kept (the reconciler needs their history).
-type member struct {
-	meta       nodeMeta
-	metaOK     bool
-	gossipAddr string
-	state      memberState
-	since      time.Time // of the last state change
-	leaving    bool      // announced a graceful leave
-	// noAdd: removed from Raft by an operator while alive; the reconciler
+type Record struct {
+	// Meta is its last metadata; MetaOK: it is known (readable).
+	Meta       Meta
+	MetaOK     bool
+	GossipAddr string
+	State      MemberState
+	Since      time.Time // of the last state change
+	Leaving    bool      // announced a graceful leave
+	// NoAdd: removed from Raft by an operator while alive; the reconciler
 	// does not re-add it until it rejoins gossip.
-	noAdd bool
+	NoAdd bool
 }
 
 // Member is one gossip member as this node sees it.
@@ -122,37 +118,4 @@ type Member struct {
 	// LogVersion is the newest log version the member advertises (1 for a
 	// build that advertises none; 0 while its metadata is unknown).
 	LogVersion uint32
-}
-
-func splitHostPort(hostport string) (string, int, error) {
-	host, ps, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return "", 0, err
-	}
-	port, err := strconv.Atoi(ps)
-	if err != nil || port < 0 || port > 65535 {
-		return "", 0, fmt.Errorf("bad port in %q", hostport)
-	}
-	return host, port, nil
-}
-
-// resolveIP returns host as an IP, looking it up if it is a name (IPv4
-// preferred).
-func resolveIP(ctx context.Context, host string) (net.IP, error) {
-	if ip := net.ParseIP(host); ip != nil {
-		return ip, nil
-	}
-	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
-	if err != nil {
-		return nil, fmt.Errorf("resolve %q: %w", host, err)
-	}
-	for _, a := range addrs {
-		if a.IP.To4() != nil {
-			return a.IP, nil
-		}
-	}
-	if len(addrs) == 0 {
-		return nil, fmt.Errorf("resolve %q: no addresses", host)
-	}
-	return addrs[0].IP, nil
 }
