@@ -80,15 +80,19 @@ func runMemory(ctx context.Context, log *slog.Logger, bin string, o MemoryOption
 	payloads := workload.NewPayloads(o.PayloadSize)
 
 	// Fill.
+	pid, err := node.Pid()
+	if err != nil {
+		return err
+	}
+	cpuBefore, cpuErr := workload.CPU(pid)
 	start := time.Now()
 	if err := fillMemory(ctx, cl, o, payloads); err != nil {
 		return err
 	}
 	el := time.Since(start)
 	res.EnqueueSecs, res.EnqueueRate = el.Seconds(), float64(o.Messages)/el.Seconds()
-	pid, err := node.Pid()
-	if err != nil {
-		return err
+	if cpuAfter, err := workload.CPU(pid); err == nil && cpuErr == nil {
+		res.FillCPUSecs = (cpuAfter - cpuBefore).Seconds()
 	}
 	if res.RSSAtFillBytes, err = workload.RSS(pid); err != nil {
 		return err

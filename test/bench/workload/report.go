@@ -29,6 +29,11 @@ type MemoryResult struct {
 	PayloadSize int     `json:"payload_size"`
 	EnqueueSecs float64 `json:"enqueue_seconds"`
 	EnqueueRate float64 `json:"enqueue_msgs_per_sec"`
+	// FillCPUSecs is the node's CPU time (user + system) during the fill:
+	// per message, the enqueue cost a loaded machine's wait for a core
+	// does not stretch, to compare builds by (issue 24: without slowing
+	// enqueue).
+	FillCPUSecs float64 `json:"fill_cpu_seconds,omitempty"`
 	// RSSBytes is VmRSS SettleSecs after the last enqueue (issue 24's
 	// figure); RSSAtFillBytes right after it. Headers per message.
 	RSSBytes       int64   `json:"rss_bytes"`
@@ -365,7 +370,11 @@ func WriteComparison(w io.Writer, systems []SystemResult, base string) error {
 // WriteMemory prints the issue-2 figures.
 func WriteMemory(w io.Writer, m *MemoryResult) {
 	mib := func(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
-	fmt.Fprintf(w, "memory: %d messages of %d B enqueued in %.1fs (%.0f msgs/s)\n", m.Messages, m.PayloadSize, m.EnqueueSecs, m.EnqueueRate)
+	fmt.Fprintf(w, "memory: %d messages of %d B enqueued in %.1fs (%.0f msgs/s)", m.Messages, m.PayloadSize, m.EnqueueSecs, m.EnqueueRate)
+	if m.FillCPUSecs > 0 {
+		fmt.Fprintf(w, ", node CPU %.2fs (%.1f us/msg)", m.FillCPUSecs, m.FillCPUSecs*1e6/float64(max(m.Messages, 1)))
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "memory: VmRSS %s for %s of payload (%.2fx) %.0fs after the last enqueue (%s right after it); %d headers and a dedup id per message\n",
 		mib(m.RSSBytes), mib(m.PayloadBytes), float64(m.RSSBytes)/float64(max(m.PayloadBytes, 1)), m.SettleSecs, mib(m.RSSAtFillBytes), m.Headers)
 	other := "unknown"
