@@ -36,9 +36,11 @@ func readMemoryBudget(root fs.FS) memoryBudget {
 }
 
 // defaultMaxQueuedBytes is a quarter of the memory budget. State lives
-// in memory and a node's resident size measured ~2.6x its payload bytes
-// (3.1x while a snapshot is written), so DESIGN's "half of memory" would
-// let the kernel kill the node before admission control refused anything.
+// in memory and a node's resident size measured up to ~2.3x its payload
+// bytes while it takes in a backlog (1.5x once idle, more while a
+// snapshot is written: docs/benchmarks.md, issue 24; 2.6-3.1x before),
+// so DESIGN's "half of memory" would let the kernel kill the node before
+// admission control refused anything.
 func (b memoryBudget) defaultMaxQueuedBytes() int64 { return b.bytes / 4 }
 
 // defaultMaxPendingBytes is broker.DefaultMaxPendingBytes, or an eighth of
