@@ -69,3 +69,7 @@ func (f *Faults) ForceHeartbeats() { _ = f.g.raft.VerifyLeader() }
 // TransferTries counts the leadership transfers the group asked of raft
 // (TransferLeadership asks again after a timeout).
 func (f *Faults) TransferTries() int64 { return f.g.transferTries.Load() }
+
+// TransferTimeouts is how many of them timed out (or found the previous
+// one still in progress).
+func (f *Faults) TransferTimeouts() int64 { return f.g.transferTimeouts.Load() }

@@ -198,8 +198,9 @@ type Group struct {
 	reads readConfirms
 	// verifies counts VerifyLeader calls that went on to confirm.
 	verifies atomic.Int64
-	// transferTries counts the transfers asked of raft (a test watches it).
-	transferTries atomic.Int64
+	// transferTries counts the transfers asked of raft, transferTimeouts
+	// those that timed out (a test watches them).
+	transferTries, transferTimeouts atomic.Int64
 
 	// corrupt is the damage found in this group's Raft state (nil: none
 	// found); corruptCh is closed when it is first found. quarantined:

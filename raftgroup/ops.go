@@ -81,10 +81,10 @@ func (g *Group) Barrier(ctx context.Context) error {
 func (g *Group) AppliedIndex() uint64 { return g.raft.AppliedIndex() }
 
 // transferAttempts bounds how often TransferLeadership asks raft for a
-// transfer that timed out: enough to ride out a slow election under
-// load, few enough that a target that is down answers within about ten
-// election timeouts.
-const transferAttempts = 5
+// transfer that timed out while this node still leads: enough to ride
+// out a slow target under load, few enough that one that is down
+// answers within about ten election timeouts.
+const transferAttempts = 3
 
 // transferRetryable is whether a transfer may still succeed if asked
 // again: hashicorp/raft's timeout (a plain fmt error, not exported), or
@@ -135,15 +135,16 @@ func (g *Group) TransferLeadership(ctx context.Context, toID string) (string, er
 		if err == nil {
 			break
 		}
-		if !transferRetryable(err) || attempt == transferAttempts {
+		if !transferRetryable(err) {
 			return "", err
 		}
+		g.transferTimeouts.Add(1)
 		// hashicorp/raft gives a transfer one election timeout, from the
 		// catch-up to the target's win. On a loaded machine the target
-		// often got TimeoutNow and wins its election just after: give it
-		// one more election timeout to show up as leader before asking
-		// again (a second TimeoutNow to a candidate does no harm).
-		wctx, cancel := context.WithTimeout(ctx, g.cfg.ElectionTimeout)
+		// often got TimeoutNow and wins its election just after (this
+		// node steps down when its vote request arrives): give it two
+		// more election timeouts to show up as leader.
+		wctx, cancel := context.WithTimeout(ctx, 2*g.cfg.ElectionTimeout)
 		l, werr := g.WaitLeadership(wctx, func(l Leadership) bool {
 			return l.LeaderID != "" && l.LeaderID != g.cfg.NodeID
 		})
@@ -151,7 +152,10 @@ func (g *Group) TransferLeadership(ctx context.Context, toID string) (string, er
 		if werr == nil {
 			return l.LeaderID, nil
 		}
-		if ctx.Err() != nil || !g.IsLeader() {
+		// Ask again only while this node still leads: one that stepped
+		// down (it lost its quorum, as when the others stop) has nothing
+		// to hand over.
+		if ctx.Err() != nil || !g.IsLeader() || attempt == transferAttempts {
 			return "", err
 		}
 		g.log.Warn("leadership transfer timed out; trying again", "attempt", attempt, "to", toID, "err", err)
