@@ -3,7 +3,6 @@ package state
 import (
 	"encoding/binary"
 	"slices"
-	"strings"
 )
 
 // packedHeaders is a message's headers as one immutable string (issue
@@ -25,7 +24,9 @@ type packedHeaders string
 // makes (a header takes at least two).
 const emptyHeaders packedHeaders = "\x00"
 
-// packHeaders packs h.
+// packHeaders packs h: one allocation, the packed string (the keys are
+// sorted and the headers packed in buffers on the stack, up to a few
+// headers and a few hundred bytes).
 func packHeaders(h map[string]string) packedHeaders {
 	switch {
 	case h == nil:
@@ -33,26 +34,22 @@ func packHeaders(h map[string]string) packedHeaders {
 	case len(h) == 0:
 		return emptyHeaders
 	}
-	keys := make([]string, 0, len(h))
-	n := 0
-	for k, v := range h {
+	var keyBuf [8]string
+	keys := keyBuf[:0]
+	for k := range h {
 		keys = append(keys, k)
-		n += len(k) + len(v) + 2*binary.MaxVarintLen32
 	}
 	slices.Sort(keys)
-	var b strings.Builder
-	b.Grow(n)
-	var lb [binary.MaxVarintLen64]byte
+	var packBuf [256]byte
+	b := packBuf[:0]
 	for _, k := range keys {
 		v := h[k]
-		b.Write(lb[:binary.PutUvarint(lb[:], uint64(len(k)))])
-		b.WriteString(k)
-		b.Write(lb[:binary.PutUvarint(lb[:], uint64(len(v)))])
-		b.WriteString(v)
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
 	}
-	// One right-sized copy: the builder's buffer was sized for the
-	// longest lengths.
-	return packedHeaders(strings.Clone(b.String()))
+	return packedHeaders(b)
 }
 
 // each calls f with every header in key order until it returns false.
@@ -143,6 +140,9 @@ func splitHeaders(h, lastOwn, lastCommon packedHeaders) (own, common packedHeade
 	}
 	if same = string(cb) == string(lastCommon); !same {
 		common = packedHeaders(cb)
+	}
+	if len(cb) == 0 {
+		return h, common, same // all its own: h as it is
 	}
 	return packedHeaders(ob), common, same
 }
