@@ -176,6 +176,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzRestore -fuzztime 60s ./fsm
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./raftmux
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./meta
+	$(GO) test -run '^$$' -fuzz FuzzOperations -fuzztime 60s ./internal/btree
 
 clean:
 	rm -rf $(BIN) raftq-data
