@@ -15,7 +15,12 @@ import (
 // what a packed message counts and streams is what the map gave.
 func TestPackedHeaders(t *testing.T) {
 	long := strings.Repeat("v", 300)
+	many := map[string]string{} // more keys than packHeaders sorts on the stack
+	for i := range 12 {
+		many[strings.Repeat("k", i+1)] = strings.Repeat("v", 30)
+	}
 	for _, h := range []map[string]string{
+		many,
 		nil,
 		{},
 		{"": ""},
