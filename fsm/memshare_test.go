@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -284,8 +285,9 @@ func (m *memGen) checkContent(f *FSM, what string) (checked, withHeaders int) {
 // a model replica that applied only the entries up to the freeze (in
 // batches, and restored from its own snapshot now and then, so its
 // sharing differs), the checkpoint's digest the model's at that index,
-// and every message of the snapshot, the model and the live state must
-// read back as it was enqueued. Under -race this also fails if a frozen
+// every message of the snapshot, the model and the live state must read
+// back as it was enqueued, and the counter audit's copies taken at the
+// freeze must recount to their counters. Under -race this also fails if a frozen
 // copy shares memory Apply writes.
 func TestFrozenCopiesUnderHeavyApply(t *testing.T) {
 	live, model := New(Options{}), New(Options{})
@@ -326,14 +328,26 @@ func TestFrozenCopiesUnderHeavyApply(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The leader's counter audit copies trees too, and recounts
+		// them off the lock.
+		audits := live.Integrity().AuditCopies("", 100)
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
 		sink := &memSink{}
 		var persistErr error
-		wg.Add(2)
+		var drift []string
+		wg.Add(3)
 		go func() {
 			defer wg.Done()
 			persistErr = snap.Persist(sink)
+		}()
+		go func() {
+			defer wg.Done()
+			for _, c := range audits {
+				if have, want := c.Recount(); !reflect.DeepEqual(have, want) {
+					drift = append(drift, fmt.Sprintf("%s: counters %+v, its trees %+v", c.Queue, have, want))
+				}
+			}
 		}()
 		var digestErr error
 		go func() {
@@ -362,6 +376,9 @@ func TestFrozenCopiesUnderHeavyApply(t *testing.T) {
 		wg.Wait()
 		if persistErr != nil || digestErr != nil {
 			t.Fatal(persistErr, digestErr)
+		}
+		if len(audits) < 4 || len(drift) > 0 {
+			t.Fatalf("round %d: %d audit copies at %d, recounted while applying: %v", round, len(audits), at, drift)
 		}
 		if got := sink.Bytes(); !bytes.Equal(got, want) {
 			t.Fatalf("round %d: the snapshot frozen at %d and written during 120 more entries (%d bytes) is not the model's state at %d (%d bytes)", round, at, len(got), at, len(want))
