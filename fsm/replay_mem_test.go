@@ -14,8 +14,8 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// TestMemoryCutsReplayAsBefore: a log of version-20 entries written by
-// the build before issue 24's memory cuts in fsm/state and internal/btree
+// TestMemoryCutsReplayAsBefore: logs of version-20, -16 and -9 entries
+// written by the build before issue 24's memory cuts in fsm/state and internal/btree
 // (1c07fba; testdata/README.md) replays here to the digests and snapshot
 // bytes that build computed at every mark, restores from a snapshot
 // where that build restored and carries on alike. The log mixes what
@@ -30,6 +30,17 @@ import (
 // so the bytes also check that nothing applied after a freeze shows in
 // it.
 func TestMemoryCutsReplayAsBefore(t *testing.T) {
+	for _, v := range []struct {
+		version        uint32
+		entries, marks int
+	}{{20, 2000, 50}, {16, 1000, 20}, {9, 1000, 20}} {
+		t.Run(fmt.Sprint("v", v.version), func(t *testing.T) { replayMem(t, v.version, v.entries, v.marks) })
+	}
+}
+
+// replayMem replays the fixture of one log version, which must have at
+// least minEntries entries and minMarks marks.
+func replayMem(t *testing.T, version uint32, minEntries, minMarks int) {
 	read := func(name string) []byte {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
@@ -38,7 +49,7 @@ func TestMemoryCutsReplayAsBefore(t *testing.T) {
 		return b
 	}
 	var logs []*raft.Log
-	for raw := read("mem-log.bin"); len(raw) > 0; {
+	for raw := read(fmt.Sprintf("mem-v%d-log.bin", version)); len(raw) > 0; {
 		if len(raw) < 20 {
 			t.Fatal("truncated log fixture")
 		}
@@ -52,7 +63,7 @@ func TestMemoryCutsReplayAsBefore(t *testing.T) {
 	}
 	marks := map[uint64]mark{}
 	restores := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(read("mem-marks.txt"))), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(string(read(fmt.Sprintf("mem-v%d-marks.txt", version)))), "\n") {
 		var m mark
 		var index uint64
 		if _, err := fmt.Sscan(line, &m.kind, &index, &m.digest, &m.sha256); err != nil {
@@ -63,7 +74,12 @@ func TestMemoryCutsReplayAsBefore(t *testing.T) {
 			restores++
 		}
 	}
-	if len(logs) < 2000 || len(marks) < 50 || restores < 5 {
+	for _, l := range logs {
+		if cmd, err := Decode(l.Data); err != nil || cmd.GetVersion() != version {
+			t.Fatalf("entry %d: version %d (%v), want %d", l.Index, cmd.GetVersion(), err, version)
+		}
+	}
+	if len(logs) < minEntries || len(marks) < minMarks || restores < 3 {
 		t.Fatalf("fixture of %d entries, %d marks, %d restores: not the one generated", len(logs), len(marks), restores)
 	}
 
