@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -185,8 +186,10 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
-// resolveAdvertise turns host:port into the address the node's Raft
-// transport will report for itself (New resolves a host name the same way).
+// resolveAdvertise turns host:port into the address the node's Raft port
+// reports for itself, by raftmux.Listen's rule: an IP as itself, a host
+// name kept as the name (each dial resolves it, so a container that comes
+// back with another IP is still found), once it is known to resolve.
 func resolveAdvertise(ctx context.Context, addr string) (string, error) {
 	host, port, err := hostport.Split(addr)
 	if err != nil {
@@ -198,6 +201,9 @@ func resolveAdvertise(ctx context.Context, addr string) (string, error) {
 	}
 	if ip.IsUnspecified() {
 		return "", fmt.Errorf("%s is not an address other nodes can reach", addr)
+	}
+	if net.ParseIP(host) == nil {
+		return net.JoinHostPort(host, strconv.Itoa(port)), nil
 	}
 	return (&net.TCPAddr{IP: ip, Port: port}).String(), nil
 }

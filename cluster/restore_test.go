@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+	"github.com/raftq/raftq/raftgroup"
 	"github.com/raftq/raftq/raftlog"
 	"github.com/raftq/raftq/test/harness"
 )
@@ -145,3 +147,37 @@ func TestRestoreSnapshotRefuses(t *testing.T) {
 type failingReader struct{ err error }
 
 func (f failingReader) Read([]byte) (int, error) { return 0, f.err }
+
+// An advertised Raft host name stays a name in the restored configuration,
+// as a normal start keeps it (raftmux.Listen): peers then resolve it at
+// each dial, so a container recreated with another IP is still reached.
+// An IP stays that IP.
+func TestRestoreKeepsAdvertisedNames(t *testing.T) {
+	for _, tc := range []struct{ advertise, want string }{
+		{"localhost:7401", "localhost:7401"},
+		{"127.0.0.1:7401", "127.0.0.1:7401"},
+	} {
+		t.Run(tc.advertise, func(t *testing.T) {
+			dir := t.TempDir()
+			rc := RestoreConfig{DataDir: dir, NodeID: "r", RaftAdvertise: tc.advertise, Index: 5, Term: 1}
+			if err := RestoreSnapshot(context.Background(), rc, strings.NewReader("[]"), func(r io.Reader) error {
+				_, err := io.Copy(io.Discard, r)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			snaps, err := raft.NewFileSnapshotStore(dir, raftgroup.SnapshotsRetained, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			metas, err := snaps.List()
+			if err != nil || len(metas) != 1 {
+				t.Fatalf("snapshots %v, %v; want the restored one", metas, err)
+			}
+			servers := metas[0].Configuration.Servers
+			if len(servers) != 1 || servers[0].ID != "r" || string(servers[0].Address) != tc.want {
+				t.Fatalf("restored configuration %+v; want r at %s", servers, tc.want)
+			}
+		})
+	}
+}
