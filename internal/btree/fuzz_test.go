@@ -95,11 +95,13 @@ func FuzzOperations(f *testing.F) {
 	f.Add([]byte{1, 2, 79, 0, 7, 0, 0, 6, 79, 0, 2, 10, 0, 5, 0, 0, 3, 1, 7})
 	f.Add([]byte{0, 0, 10, 1, 0, 20, 1, 0, 5, 0, 2, 30, 0, 7, 1, 0, 3, 10, 1, 4, 0, 0, 9, 2, 200})
 	f.Add([]byte{6, 2, 79, 0, 2, 79, 0, 2, 79, 0, 7, 0, 0, 3, 100, 0, 3, 50, 0, 6, 60, 0, 11, 1, 0, 2, 30, 0})
+	f.Add([]byte{7, 2, 79, 0, 2, 79, 0, 2, 79, 0, 2, 79, 0, 7, 1, 0, 10, 0, 100, 6, 79, 0, 3, 1, 44, 2, 79, 0, 5, 0, 0})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) == 0 {
 			return
 		}
-		degree := 2 + int(ops[0]%7) // 2..8: small nodes split and merge often
+		// Small nodes split and merge often; 32 is the state's degree.
+		degree := []int{2, 3, 4, 5, 6, 8, 16, 32}[ops[0]%8]
 		ops = ops[1:]
 		tr := NewG(degree, lessPair)
 		var m model
