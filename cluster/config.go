@@ -103,6 +103,11 @@ type Config struct {
 	// gossip so Status can show what every node runs. Optional.
 	Version string
 
+	// Zone is the failure domain this node declares (--zone), advertised
+	// in gossip and shown in Status, for placing group replicas across
+	// zones (issue 22). Optional; membership.CheckZone says what is valid.
+	Zone string
+
 	// Join lists gossip addresses (host:port) of other nodes. Unreachable
 	// seeds are retried in the background until one answers.
 	Join []string
@@ -200,6 +205,9 @@ func (c Config) withDefaults() (Config, error) {
 	if _, err := raftlog.ParseLogStore(string(c.LogStore)); err != nil {
 		return c, fmt.Errorf("cluster: config: %w", err)
 	}
+	if err := membership.CheckZone(c.Zone); err != nil {
+		return c, fmt.Errorf("cluster: config: %w", err)
+	}
 	if c.BootstrapExpect < 0 {
 		return c, fmt.Errorf("cluster: config: BootstrapExpect %d must not be negative", c.BootstrapExpect)
 	}
@@ -273,6 +281,7 @@ func (c Config) membership(clusterID func() string) membership.Config {
 		NodeID: c.NodeID, GossipBind: c.GossipBind, GossipAdvertise: c.GossipAdvertise,
 		GRPCAdvertise: c.GRPCAdvertise, ClientGRPCAdvertise: c.ClientGRPCAdvertise, HTTPAdvertise: c.HTTPAdvertise,
 		BootstrapExpect: c.BootstrapExpect, LogVersion: c.LogVersion, Version: c.Version, MaxQueuedBytes: c.MaxQueuedBytes,
+		Zone: c.Zone,
 		Join: c.Join, JoinRetry: c.joinRetry, GossipKeys: c.GossipKeys, ClusterID: clusterID,
 		ReconnectInterval: c.reconnectInterval, ReconnectMax: c.reconnectMax, ReconnectTimeout: c.reconnectTimeout,
 		NoMux: c.noMux, TuneGossip: c.tuneGossip,

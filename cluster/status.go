@@ -52,6 +52,9 @@ type NodeStatus struct {
 	LogVersion uint32
 	// Version is the node's build as it advertises it ("" if unknown).
 	Version string
+	// Zone is the zone the node declares in gossip ("" for none, or a
+	// build from before zones).
+	Zone string
 	// DiskLow: the node advertises that its data dir is short of free
 	// space (SetDiskLow).
 	DiskLow bool
@@ -91,12 +94,12 @@ func (n *Node) Status() Status {
 		}
 		if m, ok := members[id]; ok && m.MetaOK {
 			ns.GRPCAddr, ns.ClientGRPCAddr, ns.HTTPAddr, ns.LogVersion = m.Meta.GRPC, m.Meta.ClientGRPC(), m.Meta.HTTP, m.Meta.EffectiveLogVersion()
-			ns.Version, ns.DiskLow, ns.Corrupt = m.Meta.Version, m.Meta.DiskLow, m.Meta.Corrupt
+			ns.Version, ns.DiskLow, ns.Corrupt, ns.Zone = m.Meta.Version, m.Meta.DiskLow, m.Meta.Corrupt, m.Meta.Zone
 		}
 		switch {
 		case id == n.cfg.NodeID:
 			ns.GRPCAddr, ns.ClientGRPCAddr, ns.HTTPAddr, ns.LogVersion = n.cfg.GRPCAdvertise, n.cfg.ClientGRPCAdvertise, n.cfg.HTTPAdvertise, n.cfg.LogVersion
-			ns.Version, ns.DiskLow = n.cfg.Version, n.ms.DiskLow()
+			ns.Version, ns.DiskLow, ns.Zone = n.cfg.Version, n.ms.DiskLow(), n.cfg.Zone
 			ns.AppliedIndex = st.AppliedIndex
 			switch selfState {
 			case raft.Leader:
@@ -146,7 +149,7 @@ func (n *Node) Status() Status {
 		}
 		if !found {
 			st.Nodes = append(st.Nodes, NodeStatus{ID: n.cfg.NodeID, GRPCAddr: n.cfg.GRPCAdvertise, ClientGRPCAddr: n.cfg.ClientGRPCAdvertise,
-				RaftAddr: n.raftAddr, HTTPAddr: n.cfg.HTTPAdvertise, State: "corrupt", LogVersion: n.cfg.LogVersion, Version: n.cfg.Version,
+				RaftAddr: n.raftAddr, HTTPAddr: n.cfg.HTTPAdvertise, State: "corrupt", LogVersion: n.cfg.LogVersion, Version: n.cfg.Version, Zone: n.cfg.Zone,
 				Corrupt: true, CorruptReason: c.Error()})
 		}
 	}

@@ -1,6 +1,8 @@
 package membership
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -28,6 +30,9 @@ type Config struct {
 	LogVersion      uint32
 	Version         string
 	MaxQueuedBytes  int64
+	// Zone is the node's declared zone, advertised as it is ("" for
+	// none; CheckZone says which names are valid).
+	Zone string
 	// Join lists the gossip addresses of other nodes, retried every
 	// JoinRetry until one answers.
 	Join      []string
@@ -56,3 +61,33 @@ func (c Config) clientGRPC() string {
 	}
 	return c.ClientGRPCAdvertise
 }
+
+// MaxZoneLen is the longest zone name: a DNS label's limit, which keeps
+// the gossip metadata well inside memberlist.MetaMaxSize.
+const MaxZoneLen = 63
+
+// CheckZone reports whether zone is a valid zone name: empty (no zone),
+// or a DNS-label-like name of 1 to MaxZoneLen lower-case letters, digits
+// and '-', starting and ending with a letter or digit. Lower case only,
+// so two nodes can never disagree over whether "EU-1" and "eu-1" are the
+// same zone when replicas are spread over them.
+func CheckZone(zone string) error {
+	if zone == "" {
+		return nil
+	}
+	if len(zone) > MaxZoneLen {
+		return fmt.Errorf("zone %q: %d characters, at most %d", zone, len(zone), MaxZoneLen)
+	}
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+	for i := 0; i < len(zone); i++ {
+		if c := zone[i]; !alnum(c) && c != '-' {
+			return fmt.Errorf("zone %q: %w", zone, errZoneChars)
+		}
+	}
+	if !alnum(zone[0]) || !alnum(zone[len(zone)-1]) {
+		return fmt.Errorf("zone %q: %w", zone, errZoneChars)
+	}
+	return nil
+}
+
+var errZoneChars = errors.New("want lower-case letters, digits and '-', starting and ending with a letter or digit (like a DNS label)")

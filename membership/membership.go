@@ -83,7 +83,7 @@ func New(cfg Config, log *slog.Logger, raftAddr string, hasState, authLeaves boo
 	probe.State, probe.Leaving, probe.DiskLow, probe.Corrupt = true, true, true, true
 	probe.ClusterID = strings.Repeat("0", ClusterIDLen)
 	if b, _ := json.Marshal(probe); len(b) > memberlist.MetaMaxSize {
-		return nil, fmt.Errorf("gossip metadata is %d bytes, over memberlist's %d: shorten the node id or addresses", len(b), memberlist.MetaMaxSize)
+		return nil, fmt.Errorf("gossip metadata is %d bytes, over memberlist's %d: shorten the node id, addresses or zone", len(b), memberlist.MetaMaxSize)
 	}
 	return m, nil
 }
@@ -184,6 +184,7 @@ func (m *Membership) localMeta() Meta {
 		IDs:        true,
 		Run:        m.run,
 		Mux:        !m.cfg.NoMux,
+		Zone:       m.cfg.Zone,
 
 		MaxQueuedBytes: m.cfg.MaxQueuedBytes,
 	}

@@ -53,6 +53,10 @@ type Meta struct {
 	// its data group. Builds before it omit it, and drop a connection
 	// that opens with a preamble, so none is sent to them.
 	Mux bool `json:"mux,omitempty"`
+	// Zone: the failure domain the node declares (--zone; CheckZone),
+	// carried for placing group replicas across zones (issue 22). ""
+	// when it declares none; builds before it omit it, and read as "".
+	Zone string `json:"zone,omitempty"`
 }
 
 // ClientGRPC is where clients reach the node: Client, else GRPC.

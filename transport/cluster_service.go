@@ -49,6 +49,7 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 			Suffrage: n.Suffrage, State: n.State, Healthy: n.Healthy,
 			LastContactMs: n.LastContactMs, AppliedIndex: n.AppliedIndex,
 			MaxLogVersion: n.LogVersion, Version: n.Version, DiskLow: n.DiskLow,
+			Zone: n.Zone,
 		}
 		if n.Corrupt {
 			node.Corrupt = cmp.Or(n.CorruptReason, "corrupt")

@@ -3595,7 +3595,12 @@ type Node struct {
 	// gossip; state is then "corrupt"): it neither votes nor serves, and is
 	// removed and rebuilt from its peers. The text says which file and
 	// offset, in the node's own Status only ("corrupt" elsewhere).
-	Corrupt       string `protobuf:"bytes,17,opt,name=corrupt,proto3" json:"corrupt,omitempty"`
+	Corrupt string `protobuf:"bytes,17,opt,name=corrupt,proto3" json:"corrupt,omitempty"`
+	// The zone (failure domain) the node declares with `raftq serve
+	// --zone`, as it advertises in gossip: "" when it declares none, or for
+	// a build from before zones. Carried for placing group replicas across
+	// zones (issue 22). Admin only.
+	Zone          string `protobuf:"bytes,18,opt,name=zone,proto3" json:"zone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3745,6 +3750,13 @@ func (x *Node) GetStartedAtMs() int64 {
 func (x *Node) GetCorrupt() string {
 	if x != nil {
 		return x.Corrupt
+	}
+	return ""
+}
+
+func (x *Node) GetZone() string {
+	if x != nil {
+		return x.Zone
 	}
 	return ""
 }
@@ -6862,7 +6874,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\ffairness_key\x18\x02 \x01(\tR\vfairnessKey\"@\n" +
 	"\x13ResumeQueueResponse\x12)\n" +
-	"\x05queue\x18\x01 \x01(\v2\x13.raftq.v1.QueueInfoR\x05queue\"\xaa\x04\n" +
+	"\x05queue\x18\x01 \x01(\v2\x13.raftq.v1.QueueInfoR\x05queue\"\xbe\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x1b\n" +
@@ -6881,7 +6893,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x15resident_memory_bytes\x18\x0e \x01(\x03R\x13residentMemoryBytes\x12-\n" +
 	"\x13data_dir_free_bytes\x18\x0f \x01(\x03R\x10dataDirFreeBytes\x12\"\n" +
 	"\rstarted_at_ms\x18\x10 \x01(\x03R\vstartedAtMs\x12\x18\n" +
-	"\acorrupt\x18\x11 \x01(\tR\acorrupt\"x\n" +
+	"\acorrupt\x18\x11 \x01(\tR\acorrupt\x12\x12\n" +
+	"\x04zone\x18\x12 \x01(\tR\x04zone\"x\n" +
 	"\tBuildInfo\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x16\n" +
 	"\x06commit\x18\x02 \x01(\tR\x06commit\x12\x1a\n" +

@@ -532,7 +532,7 @@ class NackResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[ItemResult, _Mapping]]] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ["applied_index", "corrupt", "data_dir_free_bytes", "disk_low", "grpc_addr", "healthy", "http_addr", "id", "last_contact_ms", "max_log_version", "peer_grpc_addr", "raft_addr", "resident_memory_bytes", "started_at_ms", "state", "suffrage", "version"]
+    __slots__ = ["applied_index", "corrupt", "data_dir_free_bytes", "disk_low", "grpc_addr", "healthy", "http_addr", "id", "last_contact_ms", "max_log_version", "peer_grpc_addr", "raft_addr", "resident_memory_bytes", "started_at_ms", "state", "suffrage", "version", "zone"]
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
     CORRUPT_FIELD_NUMBER: _ClassVar[int]
     DATA_DIR_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -550,6 +550,7 @@ class Node(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     SUFFRAGE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
     applied_index: int
     corrupt: str
     data_dir_free_bytes: int
@@ -567,7 +568,8 @@ class Node(_message.Message):
     state: str
     suffrage: str
     version: str
-    def __init__(self, id: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., raft_addr: _Optional[str] = ..., http_addr: _Optional[str] = ..., suffrage: _Optional[str] = ..., state: _Optional[str] = ..., healthy: bool = ..., last_contact_ms: _Optional[int] = ..., applied_index: _Optional[int] = ..., max_log_version: _Optional[int] = ..., peer_grpc_addr: _Optional[str] = ..., version: _Optional[str] = ..., disk_low: bool = ..., resident_memory_bytes: _Optional[int] = ..., data_dir_free_bytes: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., corrupt: _Optional[str] = ...) -> None: ...
+    zone: str
+    def __init__(self, id: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., raft_addr: _Optional[str] = ..., http_addr: _Optional[str] = ..., suffrage: _Optional[str] = ..., state: _Optional[str] = ..., healthy: bool = ..., last_contact_ms: _Optional[int] = ..., applied_index: _Optional[int] = ..., max_log_version: _Optional[int] = ..., peer_grpc_addr: _Optional[str] = ..., version: _Optional[str] = ..., disk_low: bool = ..., resident_memory_bytes: _Optional[int] = ..., data_dir_free_bytes: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., corrupt: _Optional[str] = ..., zone: _Optional[str] = ...) -> None: ...
 
 class NodeDigest(_message.Message):
     __slots__ = ["applied_index", "counters_ok", "digest", "error", "id"]
