@@ -347,10 +347,12 @@ func printStatus(w io.Writer, st *raftqv1.StatusResponse) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		_, err := fmt.Fprintln(w, "(admin only: each node's APPLIED, LAST_CONTACT, DISK, MAX_LOG_VERSION, VERSION and its RAFT and HTTP addresses)")
+		_, err := fmt.Fprintln(w, "(admin only: each node's APPLIED, LAST_CONTACT, DISK, MAX_LOG_VERSION, VERSION, ZONE and its RAFT and HTTP addresses)")
 		return err
 	}
-	fmt.Fprintln(tw, "ID\tSTATE\tSUFFRAGE\tHEALTHY\tAPPLIED\tLAST_CONTACT\tDISK\tMAX_LOG_VERSION\tVERSION\tGRPC\tRAFT\tHTTP")
+	// ZONE last: scripts that read the columns before it by position
+	// keep working.
+	fmt.Fprintln(tw, "ID\tSTATE\tSUFFRAGE\tHEALTHY\tAPPLIED\tLAST_CONTACT\tDISK\tMAX_LOG_VERSION\tVERSION\tGRPC\tRAFT\tHTTP\tZONE")
 	for _, n := range st.GetNodes() {
 		contact := "-"
 		if n.GetLastContactMs() > 0 {
@@ -366,8 +368,12 @@ func printStatus(w io.Writer, st *raftqv1.StatusResponse) error {
 		if n.GetDiskLow() {
 			disk = "low"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.GetId(), n.GetState(), n.GetSuffrage(),
-			n.GetHealthy(), n.GetAppliedIndex(), contact, disk, n.GetMaxLogVersion(), version, n.GetGrpcAddr(), n.GetRaftAddr(), n.GetHttpAddr())
+		zone := n.GetZone()
+		if zone == "" {
+			zone = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", n.GetId(), n.GetState(), n.GetSuffrage(),
+			n.GetHealthy(), n.GetAppliedIndex(), contact, disk, n.GetMaxLogVersion(), version, n.GetGrpcAddr(), n.GetRaftAddr(), n.GetHttpAddr(), zone)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/diskguard"
 	"github.com/raftq/raftq/host"
+	"github.com/raftq/raftq/membership"
 	"github.com/raftq/raftq/raftlog"
 	"github.com/raftq/raftq/tlsconfig"
 	"github.com/raftq/raftq/transport"
@@ -46,6 +47,7 @@ type serveOptions struct {
 	snapThreshold    uint64
 	trailingLogs     uint64
 	logStore         logStoreFlag
+	zone             zoneFlag
 	audit            broker.AuditConfig
 	carryGrants      bool
 	replicaCheck     time.Duration
@@ -137,6 +139,7 @@ variable RAFTQ_<FLAG> (upper case, '-' as '_'), e.g. RAFTQ_NODE_ID.`,
 	fl.IntVar(&o.audit.Budget, "audit-budget", 64, "leader: the most queues whose counters one audit tick recounts")
 	fl.DurationVar(&o.replicaCheck, "replica-check-interval", time.Minute, "leader: time between checks that every replica's state digest agrees (negative = never)")
 	fl.Uint64Var(&o.trailingLogs, "trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot (followers further behind get the snapshot)")
+	fl.Var(&o.zone, "zone", "this node's zone (failure domain, e.g. a rack or an availability zone): lower-case letters, digits and '-', at most 63, like a DNS label; advertised in gossip and shown by cluster status, for spreading group replicas across zones (default: none)")
 	fl.Var(&o.logStore, "log-store", "Raft log store of a new data dir: wal (segment files) or bolt (raft.db) (default: the data dir's own; for a new one, "+string(raftlog.DefaultLogStore)+"); one naming the other store of a data dir that holds a log is refused")
 	fl.StringVar(&o.tls.Cert, "tls-cert", "", "this node's certificate (PEM, made by raftq cert node): TLS on every port, mTLS between nodes")
 	fl.StringVar(&o.tls.Key, "tls-key", "", "the key of --tls-cert (PEM)")
@@ -312,6 +315,7 @@ func hostConfig(o *serveOptions, mem memoryBudget) (host.Config, error) {
 				TrailingLogs:        o.trailingLogs,
 				LogStore:            raftlog.LogStore(o.logStore),
 				Version:             readBuildInfo().describe(),
+				Zone:                string(o.zone),
 			},
 			LeaseGrace:           o.leaseGrace,
 			MaxQueuedBytes:       o.maxQueuedBytes,
@@ -356,5 +360,19 @@ func (f *logStoreFlag) Set(s string) error {
 		return err
 	}
 	*f = logStoreFlag(ls)
+	return nil
+}
+
+// zoneFlag is --zone: checked as it is set, so a bad value in the
+// environment or a config file is refused by name before anything starts.
+type zoneFlag string
+
+func (f *zoneFlag) String() string { return string(*f) }
+func (f *zoneFlag) Type() string   { return "name" }
+func (f *zoneFlag) Set(s string) error {
+	if err := membership.CheckZone(s); err != nil {
+		return err
+	}
+	*f = zoneFlag(s)
 	return nil
 }

@@ -48,3 +48,35 @@ func TestPrintStatusShowsClusterIdentity(t *testing.T) {
 		})
 	}
 }
+
+// cluster status shows each node's zone in its last column, "-" for a
+// node that declares none; a caller who is not an admin is told the
+// column is withheld.
+func TestPrintStatusShowsZone(t *testing.T) {
+	var b bytes.Buffer
+	st := &raftqv1.StatusResponse{LeaderId: "n1", Nodes: []*raftqv1.Node{
+		{Id: "n1", State: "leader", Suffrage: "voter", Healthy: true, GrpcAddr: "g1", RaftAddr: "r1", HttpAddr: "h1", Zone: "eu-1"},
+		{Id: "n2", State: "follower", Suffrage: "voter", Healthy: true, GrpcAddr: "g2", RaftAddr: "r2", HttpAddr: "h2"},
+	}}
+	if err := printStatus(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	cols := map[string][]string{}
+	for _, line := range strings.Split(b.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && (f[0] == "ID" || f[0] == "n1" || f[0] == "n2") {
+			cols[f[0]] = f
+		}
+	}
+	for id, want := range map[string]string{"ID": "ZONE", "n1": "eu-1", "n2": "-"} {
+		if f := cols[id]; len(f) != 13 || f[12] != want {
+			t.Errorf("%s row %q: want 13 columns, the last %q, in:\n%s", id, f, want, b.String())
+		}
+	}
+	b.Reset()
+	if err := printStatus(&b, &raftqv1.StatusResponse{LeaderId: "n1", Withheld: true, Nodes: st.GetNodes()}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "VERSION, ZONE and") || strings.Contains(b.String(), "eu-1") {
+		t.Errorf("withheld status shows the zone or does not name it withheld:\n%s", b.String())
+	}
+}
