@@ -220,24 +220,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DeadNodeTimeout <= 0 {
 		c.DeadNodeTimeout = DefaultDeadNodeTimeout
 	}
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = DefaultSnapshotThreshold
-	}
-	if c.SnapshotInterval <= 0 {
-		c.SnapshotInterval = DefaultSnapshotInterval
-	}
-	if c.TrailingLogs == 0 {
-		c.TrailingLogs = DefaultTrailingLogs
-	}
-	if c.HeartbeatTimeout <= 0 {
-		c.HeartbeatTimeout = DefaultHeartbeatTimeout
-	}
-	if c.ElectionTimeout <= 0 {
-		c.ElectionTimeout = max(DefaultElectionTimeout, c.HeartbeatTimeout)
-	}
-	if c.LeaderLeaseTimeout <= 0 {
-		c.LeaderLeaseTimeout = min(DefaultLeaderLeaseTimeout, c.HeartbeatTimeout)
-	}
+	// The Raft settings (snapshots, trailing logs, timeouts) pass to
+	// raftgroup as they are; its Config fills their defaults.
 	if c.PromoteAfter <= 0 {
 		c.PromoteAfter = DefaultPromoteAfter
 	}
