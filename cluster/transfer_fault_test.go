@@ -3,10 +3,12 @@
 package cluster
 
 import (
+	"errors"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/raftgroup"
 	"github.com/raftq/raftq/raftmux"
 	"github.com/raftq/raftq/test/harness"
 )
@@ -68,6 +70,49 @@ func TestTransferLeadershipOutlastsASlowTarget(t *testing.T) {
 	if l := c.leader(); l.ID() != target.ID() {
 		t.Fatalf("leader %s after the transfer, want %s", l.ID(), target.ID())
 	}
+	c.shutdownAll()
+	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
+}
+
+// A leader that loses its quorum in the middle of a transfer (the others
+// stop answering, as when a cluster shuts down around it) steps down, and
+// raft answers the transfer as done. Nobody takes over: the node says so
+// once it campaigns again itself, instead of waiting out its deadline for
+// a leader that cannot come (every shutdown of the last two nodes of a
+// cluster waited 5 s that way). The election timeout is long so that the
+// step-down (a lease timeout) comes before raft's own transfer timeout.
+func TestTransferLeadershipWithoutQuorumSaysNobodyTookOver(t *testing.T) {
+	base := runtime.NumGoroutine()
+	c := &testCluster{t: t, dir: t.TempDir(), expect: 3, nodes: map[string]*testNode{}}
+	var cfgs []nodeConfig
+	for _, id := range []string{"n1", "n2", "n3"} {
+		cfg := testConfig(t, id, c.dir, 3)
+		cfg.ElectionTimeout = 4 * time.Second
+		cfgs = append(cfgs, cfg)
+		c.seeds = append(c.seeds, cfg.GossipBind)
+	}
+	for _, cfg := range cfgs {
+		c.start(cfg)
+	}
+	c.waitVoters(30*time.Second, "n1", "n2", "n3")
+	l := c.leader()
+	var others []*testNode
+	for _, n := range c.alive() {
+		if n != l {
+			others = append(others, n)
+		}
+	}
+	for _, n := range others {
+		n.mux.Hold(raftmux.AllTraffic)
+	}
+	_, err := l.TransferLeadership(ctxTimeout(t, time.Minute), others[0].ID())
+	for _, n := range others {
+		n.mux.Release(raftmux.AllTraffic)
+	}
+	if !errors.Is(err, raftgroup.ErrNoTakeover) {
+		t.Fatalf("transfer from a leader that lost its quorum: %v; want %v", err, raftgroup.ErrNoTakeover)
+	}
+	c.leader() // the cluster elects a leader again once the hold ends
 	c.shutdownAll()
 	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
 }

@@ -28,6 +28,10 @@ var (
 	// lack of disk space (ENOSPC). Nothing was applied; raft has stepped
 	// the node down, and it stands for election again.
 	ErrNoSpace = errors.New("cluster: no space left on the data dir's disk")
+	// ErrNoTakeover: this node stepped down for a leadership transfer,
+	// but no other node took over (it lost its quorum meanwhile); it
+	// stands for election again.
+	ErrNoTakeover = errors.New("cluster: transfer leadership: this node stepped down but no other node took over; it stands for election again")
 )
 
 // MapError is wrapRaftErr for the runtime's users that call raft

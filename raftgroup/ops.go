@@ -108,6 +108,7 @@ func (g *Group) TransferLeadership(ctx context.Context, toID string) (string, er
 	if toID == g.cfg.NodeID {
 		return toID, nil
 	}
+	term := g.raft.CurrentTerm()
 	var target *raft.Server
 	if toID != "" {
 		servers, err := LatestServers(g.raft)
@@ -160,16 +161,24 @@ func (g *Group) TransferLeadership(ctx context.Context, toID string) (string, er
 		}
 		g.log.Warn("leadership transfer timed out; trying again", "attempt", attempt, "to", toID, "err", err)
 	}
-	// The transfer succeeded once the target started its election; wait
-	// until some other node is known as leader.
+	// raft answers nil once this node has left its leader loop: the
+	// target's vote request made it step down, or it lost its quorum (the
+	// others stopped first, as at a cluster's shutdown). Wait until some
+	// other node is known as leader; a node that campaigns again itself
+	// (it heard of no leader for an election timeout) or leads in a later
+	// term knows that nobody took over, and says so instead of waiting
+	// out ctx.
 	l, err := g.WaitLeadership(ctx, func(l Leadership) bool {
-		return l.LeaderID != "" && l.LeaderID != g.cfg.NodeID
+		return l.LeaderID != "" && l.LeaderID != g.cfg.NodeID ||
+			l.Role == RoleCandidate || l.Role == RoleLeader && l.Term > term
 	})
 	if err != nil {
 		return "", fmt.Errorf("cluster: transfer leadership: waiting for the new leader: %w", err)
 	}
-	newID := l.LeaderID
-	return newID, nil
+	if l.LeaderID == "" || l.LeaderID == g.cfg.NodeID {
+		return "", ErrNoTakeover
+	}
+	return l.LeaderID, nil
 }
 
 // Snapshot takes a snapshot of this node's FSM now and returns the index it
