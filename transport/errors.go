@@ -57,7 +57,8 @@ func codeOf(err error) codes.Code {
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled
 	case errors.Is(err, raftgroup.ErrNotLeader), errors.Is(err, raftgroup.ErrLeadershipLost), errors.Is(err, scheduler.ErrNotLeader),
-		errors.Is(err, raftgroup.ErrShutdown), errors.Is(err, broker.ErrStopping), errors.Is(err, broker.ErrNoLeader):
+		errors.Is(err, raftgroup.ErrShutdown), errors.Is(err, broker.ErrStopping), errors.Is(err, broker.ErrNoLeader),
+		errors.Is(err, raftgroup.ErrNoTakeover):
 		return codes.Unavailable
 	}
 	if s, ok := status.FromError(err); ok {

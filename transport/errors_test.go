@@ -29,6 +29,7 @@ func TestCodeOf(t *testing.T) {
 		{fsm.ErrStaleLease, codes.FailedPrecondition},
 		{raftgroup.ErrNotLeader, codes.Unavailable},
 		{raftgroup.ErrLeadershipLost, codes.Unavailable},
+		{raftgroup.ErrNoTakeover, codes.Unavailable},
 		{scheduler.ErrNotLeader, codes.Unavailable},
 		{broker.ErrStopping, codes.Unavailable},
 		{broker.ErrNoLeader, codes.Unavailable},
