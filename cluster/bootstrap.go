@@ -171,11 +171,9 @@ func (b *bootstrapper) bootstrap(conf raft.Configuration) bool {
 	case err == nil:
 		b.done.Add(1)
 		b.log.Info("bootstrapped cluster", "servers", describeServers(conf.Servers))
-		// Each founder makes one; the first leader's wins (its followers
-		// take it: Node.syncIdentity).
-		if err := b.id.set(newClusterID(), true, "made at bootstrap"); err != nil {
-			b.log.Error("recording cluster id", "err", err)
-		}
+		// Each founder makes one; the first leader's wins (it records
+		// it, its followers take it: Node.syncIdentity).
+		b.id.found(newClusterID())
 		return true
 	case errors.Is(err, raft.ErrCantBootstrap):
 		return true // state arrived from a leader meanwhile

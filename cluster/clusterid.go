@@ -86,6 +86,14 @@ type identity struct {
 	mu        sync.Mutex
 	id        string
 	persisted bool // id is what the data dir records
+	// provisional: id is the one this founder made at bootstrap, not yet
+	// the cluster's: each founder makes one and the first leader's wins,
+	// so it is recorded only once this node leads (or replaced by the
+	// leader's). Recorded at once, a founder stopped before it heard of
+	// the leader kept an id no other node has, and, repaired later (its
+	// Raft state set aside), asked to be added to the cluster under it
+	// and was refused for good as another cluster's.
+	provisional bool
 }
 
 func loadIdentity(dir string, log *slog.Logger) (*identity, error) {
@@ -117,6 +125,7 @@ func (i *identity) set(id string, persist bool, why string) error {
 	}
 	i.id = id
 	i.persisted = false
+	i.provisional = false
 	var err error
 	if persist {
 		if err = writeClusterID(i.dir, id); err == nil {
@@ -135,6 +144,28 @@ func (i *identity) set(id string, persist bool, why string) error {
 	return err
 }
 
+// found makes id, made at bootstrap, this founder's provisional cluster
+// id: presented in gossip, recorded once this node leads
+// (Node.syncIdentity) or replaced by its leader's.
+func (i *identity) found(id string) {
+	i.mu.Lock()
+	old := i.id
+	i.id, i.persisted, i.provisional = id, false, true
+	i.mu.Unlock()
+	i.log.Info("cluster id: made at bootstrap (recorded once this node leads, or replaced by its leader's)", "cluster_id", id, "was", old)
+	if i.published != nil {
+		i.published()
+	}
+}
+
+// isProvisional reports whether the id is a founder's, not yet the
+// cluster's.
+func (i *identity) isProvisional() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.provisional
+}
+
 // recorded reports whether the data dir records a cluster id.
 func (i *identity) recorded() bool {
 	i.mu.Lock()
@@ -146,7 +177,7 @@ func (i *identity) recorded() bool {
 // that now has Raft state).
 func (i *identity) persist() error {
 	i.mu.Lock()
-	id, done := i.id, i.persisted
+	id, done := i.id, i.persisted || i.provisional
 	i.mu.Unlock()
 	if id == "" || done {
 		return nil
@@ -287,6 +318,11 @@ func (n *Node) syncIdentity(l raftgroup.Leadership, warned map[string]bool) {
 		}
 		if cid != "" {
 			_ = n.id.set(cid, false, "presenting the id of the cluster this node sees")
+		}
+	case l.Role == raftgroup.RoleLeader && l.Established && n.id.isProvisional():
+		// The first leader's id wins: this founder's is the cluster's now.
+		if err := n.id.set(ours, true, "established by this leader, made when it founded the cluster"); err != nil {
+			n.log.Error("recording cluster id", "err", err)
 		}
 	case l.Role == raftgroup.RoleLeader && l.Established && ours == "":
 		servers, err := raftgroup.LatestServers(n.r)

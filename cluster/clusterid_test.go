@@ -81,9 +81,12 @@ func TestLoneNodeRefusesAnotherBootstrap(t *testing.T) {
 		t.Fatal(err)
 	}
 	cid := waitClusterID(t, lone)
-	if got, err := PersistedClusterID(lone.cfg.DataDir); err != nil || got != cid {
-		t.Fatalf("data dir records cluster id %q (%v), want %q", got, err, cid)
-	}
+	// A founder records its id once it leads (its identity loop, just
+	// after the term is established).
+	harness.Eventually(t, 15*time.Second, harness.Holds("the lone leader's data dir to record "+cid, func() bool {
+		got, err := PersistedClusterID(lone.cfg.DataDir)
+		return err == nil && got == cid
+	}))
 
 	var founders []*testNode
 	for _, id := range []string{"n2", "n3"} {
@@ -320,6 +323,50 @@ func TestJoinable(t *testing.T) {
 			got, why := joinable(tc.expect, "self", ms)
 			if got != tc.want || (tc.why == "") != (why == "") || !strings.Contains(why, tc.why) {
 				t.Fatalf("joinable = %q, %q; want %q, %q", got, why, tc.want, tc.why)
+			}
+		})
+	}
+}
+
+// A founder's own cluster id is provisional: each founder makes one and
+// the first leader's wins, so it is recorded only once this node leads
+// (Node.syncIdentity) or when the leader's replaces it. A chaos run (seed
+// 793107140889) stopped a founder before it heard of the leader and
+// truncated its log: it had recorded its own id at bootstrap, asked
+// under it to be added back once repaired, and was refused for good as
+// another cluster's.
+func TestFounderIDIsProvisional(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		then func(i *identity) error
+		want func(made string) string
+	}{
+		{"nothing heard", func(i *identity) error { return i.persist() }, func(string) string { return "" }},
+		{"the leader's taken", func(i *identity) error { return i.set(strings.Repeat("ab", 16), true, "taken from the leader") },
+			func(string) string { return strings.Repeat("ab", 16) }},
+		{"this node leads", func(i *identity) error { return i.set(i.get(), true, "established by this leader") },
+			func(made string) string { return made }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			i, err := loadIdentity(dir, testLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			made := newClusterID()
+			i.found(made)
+			if i.get() != made || !i.isProvisional() || i.recorded() {
+				t.Fatalf("after found: id %q provisional %v recorded %v", i.get(), i.isProvisional(), i.recorded())
+			}
+			if err := tc.then(i); err != nil {
+				t.Fatal(err)
+			}
+			got, err := PersistedClusterID(dir)
+			if want := tc.want(made); err != nil || got != want {
+				t.Fatalf("data dir records %q (%v), want %q", got, err, want)
+			}
+			if want := tc.want(made); want != "" && (i.isProvisional() || !i.recorded() || i.get() != want) {
+				t.Fatalf("after recording: id %q provisional %v recorded %v", i.get(), i.isProvisional(), i.recorded())
 			}
 		})
 	}
