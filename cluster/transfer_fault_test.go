@@ -22,17 +22,7 @@ import (
 // hold ends once that first attempt has timed out.
 func TestTransferLeadershipOutlastsASlowTarget(t *testing.T) {
 	base := runtime.NumGoroutine()
-	c := &testCluster{t: t, dir: t.TempDir(), expect: 3, nodes: map[string]*testNode{}}
-	var cfgs []nodeConfig
-	for _, id := range []string{"n1", "n2", "n3"} {
-		cfg := testConfig(t, id, c.dir, 3)
-		cfgs = append(cfgs, cfg)
-		c.seeds = append(c.seeds, cfg.GossipBind)
-	}
-	for _, cfg := range cfgs {
-		c.start(cfg)
-	}
-	c.waitVoters(15*time.Second, "n1", "n2", "n3")
+	c := threeVoters(t, 15*time.Second, func(*nodeConfig) {})
 	old := c.leader()
 	target := c.follower()
 	harness.Eventually(t, 10*time.Second, harness.Holds("the target caught up", func() bool {
@@ -83,18 +73,7 @@ func TestTransferLeadershipOutlastsASlowTarget(t *testing.T) {
 // step-down (a lease timeout) comes before raft's own transfer timeout.
 func TestTransferLeadershipWithoutQuorumSaysNobodyTookOver(t *testing.T) {
 	base := runtime.NumGoroutine()
-	c := &testCluster{t: t, dir: t.TempDir(), expect: 3, nodes: map[string]*testNode{}}
-	var cfgs []nodeConfig
-	for _, id := range []string{"n1", "n2", "n3"} {
-		cfg := testConfig(t, id, c.dir, 3)
-		cfg.ElectionTimeout = 4 * time.Second
-		cfgs = append(cfgs, cfg)
-		c.seeds = append(c.seeds, cfg.GossipBind)
-	}
-	for _, cfg := range cfgs {
-		c.start(cfg)
-	}
-	c.waitVoters(30*time.Second, "n1", "n2", "n3")
+	c := threeVoters(t, 30*time.Second, func(cfg *nodeConfig) { cfg.ElectionTimeout = 4 * time.Second })
 	l := c.leader()
 	var others []*testNode
 	for _, n := range c.alive() {
@@ -115,4 +94,23 @@ func TestTransferLeadershipWithoutQuorumSaysNobodyTookOver(t *testing.T) {
 	c.leader() // the cluster elects a leader again once the hold ends
 	c.shutdownAll()
 	harness.CheckNoLeaksWithin(t, base, 10*time.Second)
+}
+
+// threeVoters starts n1, n2 and n3 (bootstrap-expect 3), each config
+// changed by tweak, and waits up to within for all three to be voters.
+func threeVoters(t *testing.T, within time.Duration, tweak func(*nodeConfig)) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, dir: t.TempDir(), expect: 3, nodes: map[string]*testNode{}}
+	var cfgs []nodeConfig
+	for _, id := range []string{"n1", "n2", "n3"} {
+		cfg := testConfig(t, id, c.dir, 3)
+		tweak(&cfg)
+		cfgs = append(cfgs, cfg)
+		c.seeds = append(c.seeds, cfg.GossipBind)
+	}
+	for _, cfg := range cfgs {
+		c.start(cfg)
+	}
+	c.waitVoters(within, "n1", "n2", "n3")
+	return c
 }
