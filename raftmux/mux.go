@@ -59,6 +59,10 @@ type Peers struct {
 // ErrCut: the Raft network of this node is cut off (a test's fault).
 var ErrCut = errors.New("raft: the network of this node is cut off (test fault)")
 
+// ErrGroupCut: this group's Raft network is cut off (Layer.Cut: the group
+// is quarantined, or a test's fault); the port's other groups are not.
+var ErrGroupCut = errors.New("raft: the network of this group is cut off")
+
 // Mux serves the groups registered with it on one listener. It tracks
 // every connection it accepts or dials and closes them all on Close
 // (raft's own TCPStreamLayer leaves inbound handlers blocked in Read until
@@ -127,7 +131,7 @@ func (m *Mux) Register(group string, peers Peers) (*Layer, error) {
 	if _, ok := m.groups[group]; ok {
 		return nil, fmt.Errorf("raftmux: group %q is registered already", group)
 	}
-	l := &Layer{m: m, group: group, peers: peers, accepted: make(chan net.Conn), done: make(chan struct{})}
+	l := &Layer{m: m, group: group, peers: peers, accepted: make(chan handoff), done: make(chan struct{})}
 	m.groups[group] = l
 	return l, nil
 }
@@ -139,21 +143,15 @@ func (m *Mux) OnLeave(f func(id string)) { m.onLeave.Store(&f) }
 // Cut cuts every group's Raft network off (true) or mends it: while cut
 // no group dials and every connection accepted for a group is closed at
 // once; a cut closes every connection there is. A leave and the node
-// check (CheckNode) still go through: a cut node (a quarantined one, or
-// a test's fault) still proves itself and announces or hears a leave.
+// check (CheckNode) still go through: a cut node still proves itself and
+// announces or hears a leave. It is a test's fault (raftgroup's
+// Faults.CutRaftNetwork, the node's whole Raft network at once); a
+// quarantine cuts its own group alone (Layer.Cut). The two are
+// independent: a group is reachable only while neither is cut.
 func (m *Mux) Cut(cut bool) {
 	m.cut.Store(cut)
-	if !cut {
-		return
-	}
-	m.mu.Lock()
-	conns := make([]*trackedConn, 0, len(m.conns))
-	for c := range m.conns {
-		conns = append(conns, c)
-	}
-	m.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
+	if cut {
+		m.closeConns(nil)
 	}
 }
 
@@ -178,16 +176,43 @@ func (m *Mux) Close() error {
 	return err
 }
 
-func (m *Mux) track(c net.Conn, inbound bool) (*trackedConn, error) {
+// track tracks c: an accepted one (layer nil: its group is known once its
+// opening is read) or one layer dialled. A dial that a cut overtook is
+// closed here: the cut stores its flag before it takes the lock to close
+// what is tracked, so either it sees this connection or this sees it.
+func (m *Mux) track(c net.Conn, inbound bool, layer *Layer) (*trackedConn, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		c.Close()
 		return nil, net.ErrClosed
 	}
-	tc := &trackedConn{Conn: c, m: m, inbound: inbound}
+	if layer != nil && (m.cut.Load() || layer.cut.Load()) {
+		c.Close()
+		if m.cut.Load() {
+			return nil, ErrCut
+		}
+		return nil, ErrGroupCut
+	}
+	tc := &trackedConn{Conn: c, m: m, inbound: inbound, layer: layer}
 	m.conns[tc] = struct{}{}
 	return tc, nil
+}
+
+// closeConns closes every tracked connection of group l (nil: every
+// one).
+func (m *Mux) closeConns(l *Layer) {
+	m.mu.Lock()
+	conns := make([]*trackedConn, 0, len(m.conns))
+	for c := range m.conns {
+		if l == nil || c.layer == l {
+			conns = append(conns, c)
+		}
+	}
+	m.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
 }
 
 func (m *Mux) untrack(c *trackedConn) {
@@ -216,7 +241,7 @@ func (m *Mux) acceptLoop() {
 		if m.cfg.TLS != nil {
 			c = tls.Server(c, m.cfg.TLS.Server)
 		}
-		tc, err := m.track(c, true)
+		tc, err := m.track(c, true, nil)
 		if err != nil {
 			return
 		}
@@ -265,14 +290,22 @@ func (m *Mux) serveConn(c *trackedConn) {
 	}
 	m.mu.Lock()
 	l := m.groups[group]
+	// From here the connection is the group's: a cut of the group closes
+	// it, and one that came before is seen below (Layer.Cut sets the
+	// flag, then takes the lock).
+	c.layer = l
 	m.mu.Unlock()
 	if l == nil {
 		m.log.Debug("raft: connection for an unknown group", "remote", c.RemoteAddr().String(), "group", group)
 		c.Close()
 		return
 	}
+	if l.cut.Load() {
+		c.Close()
+		return
+	}
 	select {
-	case l.accepted <- conn:
+	case l.accepted <- handoff{conn: conn, tracked: c}:
 	case <-l.done:
 		c.Close()
 	case <-m.done:
@@ -353,22 +386,37 @@ type Layer struct {
 	m        *Mux
 	group    string
 	peers    Peers
-	accepted chan net.Conn
+	accepted chan handoff
 	done     chan struct{}
 	once     sync.Once
+	// cut: the group's own cut (Cut), beside the port's.
+	cut atomic.Bool
 }
 
 var _ raft.StreamLayer = (*Layer)(nil)
 
-// Accept returns the group's next connection.
+// handoff is an accepted connection on its way to the group's Accept.
+type handoff struct {
+	conn    net.Conn
+	tracked *trackedConn
+}
+
+// Accept returns the group's next connection. One that a cut closed
+// while it waited to be accepted is skipped: raft would only read an
+// error from it.
 func (l *Layer) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.accepted:
-		return c, nil
-	case <-l.done:
-	case <-l.m.done:
+	for {
+		select {
+		case h := <-l.accepted:
+			if h.tracked.closed.Load() {
+				continue
+			}
+			return h.conn, nil
+		case <-l.done:
+		case <-l.m.done:
+		}
+		return nil, net.ErrClosed
 	}
-	return nil, net.ErrClosed
 }
 
 // Dial dials the group at addr: with a preamble if the node there
@@ -376,6 +424,9 @@ func (l *Layer) Accept() (net.Conn, error) {
 func (l *Layer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	if l.m.cut.Load() {
 		return nil, ErrCut
+	}
+	if l.cut.Load() {
+		return nil, ErrGroupCut
 	}
 	preamble := l.peers.Preambles != nil && l.peers.Preambles(addr)
 	if !preamble && l.group != l.m.cfg.Legacy {
@@ -397,7 +448,7 @@ func (l *Layer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, 
 	if err != nil {
 		return nil, err
 	}
-	tc, err := l.m.track(c, false)
+	tc, err := l.m.track(c, false, l)
 	if err != nil {
 		return nil, err
 	}
@@ -418,6 +469,22 @@ func (l *Layer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, 
 // Addr is the port's advertised address.
 func (l *Layer) Addr() net.Addr { return l.m.advertise }
 
+// Cut cuts this group's Raft network off (true) or mends it, as Mux.Cut
+// does the port's but for this group alone: while cut the group dials
+// nobody, a cut closes every connection of the group there is (dialled,
+// accepted, or accepted and waiting for Accept), and every connection
+// accepted for the group is closed once its opening is read. The port's
+// other groups keep their connections, and a leave and the node check
+// go through as ever (they belong to no group). A quarantined group runs
+// cut, so a corrupt group leaves the node's others serving. The cut is
+// the layer's: a group registered again after Close starts uncut.
+func (l *Layer) Cut(cut bool) {
+	l.cut.Store(cut)
+	if cut {
+		l.m.closeConns(l)
+	}
+}
+
 // Close unregisters the group: its connections waiting for Accept are
 // closed, later ones are refused as unknown. The Mux and the group's
 // established connections stay (raft closes those it holds).
@@ -437,6 +504,12 @@ type trackedConn struct {
 	net.Conn
 	m       *Mux
 	inbound bool // accepted, not dialled
+	// layer is the group the connection belongs to: the one that dialled
+	// it, or the one an accepted connection was handed to (nil until its
+	// opening is read). Guarded by m.mu.
+	layer *Layer
+	// closed: Close was called (by raft, or by a cut).
+	closed atomic.Bool
 }
 
 // Read holds what it read while the reads are held, so a peer's answer
@@ -459,6 +532,7 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 }
 
 func (c *trackedConn) Close() error {
+	c.closed.Store(true)
 	c.m.untrack(c)
 	return c.Conn.Close()
 }

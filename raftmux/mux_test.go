@@ -142,7 +142,7 @@ func TestTwoGroupsOneListener(t *testing.T) {
 	for _, l := range []*Layer{data, meta} {
 		select {
 		case c := <-l.accepted:
-			t.Fatalf("group %s got an extra connection %v", l.group, c.RemoteAddr())
+			t.Fatalf("group %s got an extra connection %v", l.group, c.conn.RemoteAddr())
 		default:
 		}
 	}
@@ -219,7 +219,7 @@ func TestUnknownAndBadPreamblesClosed(t *testing.T) {
 	}
 	select {
 	case c := <-data.accepted:
-		t.Fatalf("legacy group got %v", c.RemoteAddr())
+		t.Fatalf("legacy group got %v", c.conn.RemoteAddr())
 	default:
 	}
 }
@@ -329,7 +329,7 @@ func TestTLSRefusesNonNodeCertificates(t *testing.T) {
 	for _, l := range []*Layer{data, meta} {
 		select {
 		case c := <-l.accepted:
-			t.Fatalf("group %s got a connection of a non-node certificate: %v", l.group, c.RemoteAddr())
+			t.Fatalf("group %s got a connection of a non-node certificate: %v", l.group, c.conn.RemoteAddr())
 		default:
 		}
 	}
@@ -413,6 +413,116 @@ func TestCut(t *testing.T) {
 	defer c2.Close()
 	_, _ = c2.Write([]byte{0})
 	expectConn(t, ch, []byte{0}).Close()
+}
+
+// pair dials l's group at addr through l and returns both ends of the
+// connection, a byte sent through it.
+func pair(t *testing.T, l *Layer, addr raft.ServerAddress) (out, in net.Conn) {
+	t.Helper()
+	ch := acceptOne(l)
+	out, err := l.Dial(addr, waitLimit)
+	if err != nil {
+		t.Fatalf("dial %s: %v", l.group, err)
+	}
+	t.Cleanup(func() { out.Close() })
+	if _, err := out.Write([]byte{0}); err != nil {
+		t.Fatal(err)
+	}
+	in = expectConn(t, ch, []byte{0})
+	t.Cleanup(func() { in.Close() })
+	return out, in
+}
+
+// exchange checks that a byte goes each way between out and in.
+func exchange(t *testing.T, out, in net.Conn) {
+	t.Helper()
+	for _, ends := range [][2]net.Conn{{out, in}, {in, out}} {
+		_ = ends[0].SetWriteDeadline(time.Now().Add(waitLimit))
+		_ = ends[1].SetReadDeadline(time.Now().Add(waitLimit))
+		if _, err := ends[0].Write([]byte{7}); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		if _, err := io.ReadFull(ends[1], make([]byte, 1)); err != nil {
+			t.Fatalf("read: %v", err)
+		}
+	}
+}
+
+// rawDial opens a connection to addr as a peer would for group (the
+// legacy group's without a preamble) and sends its first RPC byte; the
+// mux does not track it.
+func rawDial(t *testing.T, addr raft.ServerAddress, group string, preamble bool) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", string(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var b []byte
+	if preamble {
+		if b, err = Encode(group); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Write(append(b, 0)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestGroupCut: cutting one group of the port (a quarantine) closes that
+// group's connections, dialled, accepted and waiting to be accepted,
+// and refuses its dials and the connections peers open for it, while the
+// other group's connections keep exchanging and new ones open; mending it
+// restores the group, and a group registered again after Close starts
+// uncut. The legacy group's connections without a preamble are its too.
+func TestGroupCut(t *testing.T) {
+	for _, tc := range []struct{ cut, other string }{
+		{cut: "meta", other: "data"},
+		{cut: "data", other: "meta"}, // the legacy group
+	} {
+		t.Run(tc.cut, func(t *testing.T) {
+			m := newMux(t, Config{})
+			layers := map[string]*Layer{"data": register(t, m, "data", always), "meta": register(t, m, "meta", always)}
+			addr := raft.ServerAddress(m.Addr().String())
+			cut, other := layers[tc.cut], layers[tc.other]
+			cutOut, cutIn := pair(t, cut, addr)
+			otherOut, otherIn := pair(t, other, addr)
+			waiting := rawDial(t, addr, tc.cut, true) // never accepted
+			var legacy net.Conn
+			if tc.cut == "data" {
+				legacy = rawDial(t, addr, "data", false)
+			}
+
+			cut.Cut(true)
+			for name, c := range map[string]net.Conn{"dialled": cutOut, "accepted": cutIn, "waiting for Accept": waiting} {
+				t.Run("closes "+name, func(t *testing.T) { expectClosed(t, c) })
+			}
+			if legacy != nil {
+				expectClosed(t, legacy)
+			}
+			if _, err := cut.Dial(addr, waitLimit); !errors.Is(err, ErrGroupCut) {
+				t.Errorf("dial of the cut group: %v", err)
+			}
+			expectClosed(t, rawDial(t, addr, tc.cut, true))
+			if tc.cut == "data" {
+				expectClosed(t, rawDial(t, addr, "data", false))
+			}
+			exchange(t, otherOut, otherIn)
+			newOut, newIn := pair(t, other, addr)
+			exchange(t, newOut, newIn)
+
+			cut.Cut(false)
+			mendedOut, mendedIn := pair(t, cut, addr)
+			exchange(t, mendedOut, mendedIn)
+			exchange(t, otherOut, otherIn)
+
+			cut.Cut(true)
+			cut.Close()
+			againOut, againIn := pair(t, register(t, m, tc.cut, always), addr)
+			exchange(t, againOut, againIn)
+		})
+	}
 }
 
 // readAsync reads one byte of c on another goroutine.
@@ -503,36 +613,48 @@ func TestHold(t *testing.T) {
 	<-inRead
 }
 
-// A cut node still proves itself and takes a leave (a quarantined node
-// is cut and must be removable).
+// A cut node, or a node with its group cut, still proves itself and
+// takes a leave (a quarantined group is cut, and its node must be
+// removable).
 func TestCutKeepsLeaveAndCheck(t *testing.T) {
-	p := newPKI(t)
-	m := newMux(t, Config{TLS: p.tls(p.node)})
-	data := register(t, m, "data", nil)
-	addr := raft.ServerAddress(m.Addr().String())
-	left := make(chan string, 1)
-	m.OnLeave(func(id string) { left <- id })
-	m.Cut(true)
-	if _, err := data.Dial(addr, waitLimit); !errors.Is(err, ErrCut) {
-		t.Errorf("dial while cut: %v", err)
+	for _, tc := range []struct {
+		name string
+		cut  func(m *Mux, data *Layer)
+		err  error
+	}{
+		{"port", func(m *Mux, _ *Layer) { m.Cut(true) }, ErrCut},
+		{"group", func(_ *Mux, data *Layer) { data.Cut(true) }, ErrGroupCut},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPKI(t)
+			m := newMux(t, Config{TLS: p.tls(p.node)})
+			data := register(t, m, "data", nil)
+			addr := raft.ServerAddress(m.Addr().String())
+			left := make(chan string, 1)
+			m.OnLeave(func(id string) { left <- id })
+			tc.cut(m, data)
+			if _, err := data.Dial(addr, waitLimit); !errors.Is(err, tc.err) {
+				t.Errorf("dial while cut: %v", err)
+			}
+			if err := m.CheckNode(t.Context(), "n1", string(addr)); err != nil {
+				t.Errorf("CheckNode while cut: %v", err)
+			}
+			if err := m.SendLeave(t.Context(), "n1", string(addr)); err != nil {
+				t.Fatal(err)
+			}
+			if id := <-left; id != "n1" {
+				t.Errorf("leave of %q", id)
+			}
+			// A Raft connection accepted while cut is closed.
+			c, err := tls.Dial("tcp", string(addr), p.tls(p.node).Dial("n1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, _ = c.Write([]byte{0})
+			expectClosed(t, c)
+		})
 	}
-	if err := m.CheckNode(t.Context(), "n1", string(addr)); err != nil {
-		t.Errorf("CheckNode while cut: %v", err)
-	}
-	if err := m.SendLeave(t.Context(), "n1", string(addr)); err != nil {
-		t.Fatal(err)
-	}
-	if id := <-left; id != "n1" {
-		t.Errorf("leave of %q", id)
-	}
-	// A Raft connection accepted while cut is closed.
-	c, err := tls.Dial("tcp", string(addr), p.tls(p.node).Dial("n1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_, _ = c.Write([]byte{0})
-	expectClosed(t, c)
 }
 
 // TestListen: the Raft port refuses a bind it cannot parse and an
