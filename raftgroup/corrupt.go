@@ -166,8 +166,8 @@ func (g *Group) CorruptFound() <-chan struct{} { return g.corruptCh }
 // runs no Raft of its own: what is left is to be removed and rebuilt.
 func (g *Group) Quarantined() bool { return g.quarantined }
 
-// quarantine records the corruption found at start: the node runs Raft on
-// empty stores, cut off from its peers.
+// quarantine records the corruption found at start: the group runs Raft
+// on empty stores, its layer of the port cut off from its peers (Open).
 func (g *Group) quarantine(c *raftlog.Corruption) {
 	g.quarantined = true
 	g.log.Error("this node's Raft state is corrupt: it takes no part in Raft (no vote, no reads, no writes) and waits to be removed and rebuilt from its peers",

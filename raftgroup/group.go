@@ -205,8 +205,9 @@ type Group struct {
 	// corrupt is the damage found in this group's Raft state (nil: none
 	// found); corruptCh is closed when it is first found. quarantined:
 	// the group was opened with it, so Raft runs on empty in-memory
-	// stores with the port cut: it neither votes nor serves, and waits
-	// to be removed and rebuilt (cluster/DESIGN.md, "Corrupt state").
+	// stores with its layer of the port cut: it neither votes nor
+	// serves, and waits to be removed and rebuilt (cluster/DESIGN.md,
+	// "Corrupt state").
 	corrupt     atomic.Pointer[raftlog.Corruption]
 	corruptCh   chan struct{}
 	corruptOnce sync.Once
@@ -381,9 +382,12 @@ func Open(cfg Config, fsm raft.FSM) (_ *Group, err error) {
 	if g.quarantined {
 		// Raft on empty stores, cut off from its peers: no configuration,
 		// so it never stands for election, votes or applies, and every
-		// call on it answers as a follower without a leader would.
+		// call on it answers as a follower without a leader would. Only
+		// this group's connections are cut: the node's other groups on
+		// the port keep serving (and a leave and the node check still
+		// go through).
 		snaps = raft.NewInmemSnapshotStore()
-		cfg.Port.Cut(true)
+		layer.Cut(true)
 		rc.NoSnapshotRestoreOnStart = true
 	} else {
 		rc.NoSnapshotRestoreOnStart = restored
