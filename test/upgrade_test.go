@@ -61,42 +61,12 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 
 	w := startWorkload(t, c, "up", 2)
-	// A consumer gives up only on errors retrying cannot fix; none may occur.
-	consumersOK := func() { t.Helper(); w.consumersOK(t) }
-	progress := func(what string, n int64) {
-		t.Helper()
-		from := w.enqueued.Load()
-		harness.Eventually(t, 60*time.Second, func() error {
-			if got := w.enqueued.Load() - from; got < n {
-				return fmt.Errorf("%s: %d enqueues acknowledged, want %d (last error: %v)", what, got, n, w.lastErr.Load())
-			}
-			return nil
-		})
-	}
-	progress("on the old build", 200)
+	w.progress(t, "on the old build", 200)
 
-	// Followers first, the leader last: the usual order, one election.
-	leader := leaderOf(t, nodes)
-	var order []*harness.Node
-	for _, n := range nodes {
-		if n != leader {
-			order = append(order, n)
-		}
-	}
-	order = append(order, leader)
+	order := upgradeOrder(t, nodes)
 	for i, n := range order {
-		for _, m := range nodes {
-			if !m.Running() {
-				t.Fatalf("%s is not running before %s is upgraded:\n%s", m.ID, n.ID, m.LogTail(4000))
-			}
-		}
-		if err := n.Stop(harness.StopTimeout); err != nil {
-			t.Fatal(err)
-		}
-		n.SetBin(binary)
-		n.Start()
-		waitCaughtUp(t, c, nodes, n)
-		progress("after upgrading "+n.ID, 100)
+		upgradeNode(t, c, nodes, n)
+		w.progress(t, "after upgrading "+n.ID, 100)
 		if i < len(order)-1 {
 			// An old voter remains: nothing newer than version 1 may be
 			// proposed, so the new node reports cluster version 1.
@@ -143,7 +113,7 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		return nil
 	})
-	progress("at the new cluster version", 100)
+	w.progress(t, "at the new cluster version", 100)
 
 	// Every server runs a build with cluster ids: the leader establishes
 	// one, every node takes it and records it in its data dir.
@@ -161,27 +131,9 @@ func TestRollingUpgrade(t *testing.T) {
 		return nil
 	})
 
-	w.stopProducers()
-	consumersOK()
-	harness.Eventually(t, 90*time.Second, func() error {
-		consumersOK()
-		if m := w.missing(); len(m) > 0 {
-			qi, err := c.GetQueue(ctx, "up", false)
-			return fmt.Errorf("%d acknowledged messages not yet consumed (e.g. %s); queue %v %v", len(m), m[0], qi.GetStats(), err)
-		}
-		return nil
-	})
-	w.stopConsumers()
-	consumersOK()
-	if len(w.overlap) > 0 {
-		t.Fatalf("messages held by two consumers at once: %v", w.overlap)
-	}
+	w.drain(t)
 	verifyConsistent(t, c, 3)
-	for _, n := range nodes {
-		if strings.Contains(n.Log(), "this build applies versions up to") {
-			t.Fatalf("%s met an entry or snapshot it could not apply:\n%s", n.ID, n.LogTail(4000))
-		}
-	}
+	appliedEverything(t, nodes)
 	t.Logf("%d enqueues acknowledged over the upgrade, every one consumed", w.enqueued.Load())
 
 	// Going back is refused: the old build, started on a node's data dir
@@ -200,6 +152,86 @@ func TestRollingUpgrade(t *testing.T) {
 	back.Start()
 	waitCaughtUp(t, c, nodes, back)
 	verifyConsistent(t, c, 3)
+}
+
+// progress waits until n more enqueues of the workload are acknowledged.
+func (r *runningWorkload) progress(t *testing.T, what string, n int64) {
+	t.Helper()
+	from := r.enqueued.Load()
+	harness.Eventually(t, 60*time.Second, func() error {
+		if got := r.enqueued.Load() - from; got < n {
+			return fmt.Errorf("%s: %d enqueues acknowledged, want %d (last error: %v)", what, got, n, r.lastErr.Load())
+		}
+		return nil
+	})
+}
+
+// drain stops the producers, waits until every acknowledged enqueue has
+// been consumed and stops the consumers; none may have given up (a
+// consumer gives up only on errors retrying cannot fix) nor held a
+// message another held.
+func (r *runningWorkload) drain(t *testing.T) {
+	t.Helper()
+	r.stopProducers()
+	r.consumersOK(t)
+	harness.Eventually(t, 90*time.Second, func() error {
+		r.consumersOK(t)
+		if m := r.missing(); len(m) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			qi, err := r.c.GetQueue(ctx, r.queue, false)
+			return fmt.Errorf("%d acknowledged messages not yet consumed (e.g. %s); queue %v %v", len(m), m[0], qi.GetStats(), err)
+		}
+		return nil
+	})
+	r.stopConsumers()
+	r.consumersOK(t)
+	if len(r.overlap) > 0 {
+		t.Fatalf("messages held by two consumers at once: %v", r.overlap)
+	}
+}
+
+// upgradeOrder is the order a rolling upgrade takes: followers first, the
+// leader last (the usual order: one election).
+func upgradeOrder(t *testing.T, nodes []*harness.Node) []*harness.Node {
+	t.Helper()
+	leader := leaderOf(t, nodes)
+	var order []*harness.Node
+	for _, n := range nodes {
+		if n != leader {
+			order = append(order, n)
+		}
+	}
+	return append(order, leader)
+}
+
+// upgradeNode upgrades n to this build while the others run: stop
+// (SIGTERM), swap the binary, start on the same data dir, wait until it
+// has caught up.
+func upgradeNode(t *testing.T, c *client.Client, nodes []*harness.Node, n *harness.Node) {
+	t.Helper()
+	for _, m := range nodes {
+		if !m.Running() {
+			t.Fatalf("%s is not running before %s is upgraded:\n%s", m.ID, n.ID, m.LogTail(4000))
+		}
+	}
+	if err := n.Stop(harness.StopTimeout); err != nil {
+		t.Fatal(err)
+	}
+	n.SetBin(binary)
+	n.Start()
+	waitCaughtUp(t, c, nodes, n)
+}
+
+// appliedEverything fails t if a node met an entry or snapshot it could
+// not apply.
+func appliedEverything(t *testing.T, nodes []*harness.Node) {
+	t.Helper()
+	for _, n := range nodes {
+		if strings.Contains(n.Log(), "this build applies versions up to") {
+			t.Fatalf("%s met an entry or snapshot it could not apply:\n%s", n.ID, n.LogTail(4000))
+		}
+	}
 }
 
 // buildOld builds rev (what names it for a skip) and returns the

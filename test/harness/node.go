@@ -51,6 +51,9 @@ type Node struct {
 	// TLS is set by UseTLS: the node serves TLS with a certificate of
 	// this CA.
 	TLS *TLS
+	// Token is set by UseBootstrapToken: the admin token the node
+	// accepts, which clients made by Dial show.
+	Token string
 
 	bin    string
 	wrap   []string
@@ -195,6 +198,24 @@ func (n *Node) Log() string {
 
 // LogTail is the end (at most max bytes) of Log.
 func (n *Node) LogTail(max int) string { return logTail(n.LogPath, max) }
+
+// UseBootstrapToken starts the node with token auth from its next Launch
+// (--auth token), accepting token as an admin's (--bootstrap-token-file,
+// a file in the node's directory); clients made by Dial show it. A
+// cluster's nodes must all accept the same one: a follower forwards a
+// call with the caller's token, and a node without TLS hands leases
+// back to the leader with its own bootstrap token.
+func (n *Node) UseBootstrapToken(token string) error {
+	file := filepath.Join(filepath.Dir(n.DataDir), "bootstrap-token")
+	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.Args = append(n.Args, "--auth", "token", "--bootstrap-token-file", file)
+	n.Token = token
+	return nil
+}
 
 // JoinFlags returns --join and --bootstrap-expect for a cluster of nodes.
 func JoinFlags(nodes []*Node) []string {

@@ -35,7 +35,8 @@ func TestNode(t testing.TB, bin, id string, extra ...string) *Node {
 	return n
 }
 
-// Dial connects a client to the given nodes; it is closed when t ends.
+// Dial connects a client to the given nodes, with the first one's TLS
+// and token (as an admin) if it has them; it is closed when t ends.
 func Dial(t testing.TB, nodes ...*Node) *client.Client {
 	t.Helper()
 	var seeds []string
@@ -43,8 +44,12 @@ func Dial(t testing.TB, nodes ...*Node) *client.Client {
 		seeds = append(seeds, n.GRPC)
 	}
 	var opts []client.Option
-	if len(nodes) > 0 && nodes[0].TLS != nil {
-		opts = append(opts, nodes[0].TLS.ClientOptions()...)
+	switch {
+	case len(nodes) == 0:
+	case nodes[0].TLS != nil:
+		opts = append(opts, nodes[0].TLS.ClientOptions()...) // its bootstrap token included
+	case nodes[0].Token != "":
+		opts = append(opts, client.WithToken(nodes[0].Token))
 	}
 	if os.Getenv("RAFTQ_TEST_CLIENT_LOG") != "" {
 		opts = append(opts, client.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
