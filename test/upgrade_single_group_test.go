@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -243,7 +242,10 @@ func TestRollingUpgradeFromSingleGroup(t *testing.T) {
 
 // waitHandover waits until the cluster has handed over to this build:
 // every node advertises the same log version, this build's newest, and
-// every node reports the cluster version raised to it.
+// the cluster version has risen to it. It is the test's one wait for the
+// handover, so that what the handover comes to do (issue 21: bootstrap
+// the meta group and seed it from the data group) is waited for here and
+// every check after it sees the cluster as a client would from then on.
 func waitHandover(ctx context.Context, t *testing.T, c *client.Client) {
 	t.Helper()
 	harness.Eventually(t, 60*time.Second, func() error {
@@ -517,7 +519,7 @@ func (v clusterView) differs(w clusterView) string {
 		a, b proto.Message
 	}{{"settings", v.settings, w.settings}, {"jobs.a's config", v.jobs, w.jobs}, {"the worker's WhoAmI", v.whoAmI, w.whoAmI}} {
 		if !proto.Equal(p.a, p.b) {
-			d = append(d, fmt.Sprintf("%s {%s}, before {%s}", p.what, prototext.Format(p.a), prototext.Format(p.b)))
+			d = append(d, fmt.Sprintf("%s {%v}, before {%v}", p.what, p.a, p.b))
 		}
 	}
 	if v.deadIsDL != w.deadIsDL {
