@@ -44,7 +44,7 @@ func TestAuthCommandsNeedVersion5(t *testing.T) {
 
 func TestAuthTokensAndGrants(t *testing.T) {
 	h := newHarness(t)
-	h.raise(MaxLogVersion)
+	h.raise(HandoverVersion - 1) // the newest version whose log holds auth
 	h.mustOK(createToken("alice-1", "alice", "secret-a", 0))
 	h.mustOK(createToken("ci", "ci", "secret-ci", h.now+60_000))
 	h.mustOK(authGrant("alice", "jobs.*", PermProduce|PermConsume, false))
@@ -153,7 +153,7 @@ func TestLeaseTokenUnguessable(t *testing.T) {
 	if old.LeaseToken != h.index<<20 {
 		t.Fatalf("version-4 token %x, want index<<20 = %x", old.LeaseToken, h.index<<20)
 	}
-	h.raise(MaxLogVersion)
+	h.raise(HandoverVersion - 1) // the newest version whose log holds auth
 	d := h.grant("q", "c", 30_000, ids[1])[0]
 	grantIndex := h.index
 	before := stateDigest(t, h.f)

@@ -24,6 +24,7 @@ var (
 	ErrTokenNotFound   = state.ErrTokenNotFound
 	ErrGrantNotFound   = state.ErrGrantNotFound
 	ErrAnswerLost      = state.ErrAnswerLost
+	ErrMoved           = state.ErrMoved
 
 	// ErrNewerVersion marks an entry or snapshot written under a log
 	// version newer than MaxLogVersion: this node must not apply it and

@@ -86,8 +86,24 @@ func as[T Result](t testing.TB, res Result) T {
 func (h *harness) raise(v uint32) {
 	h.t.Helper()
 	h.version = v
-	h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: v}}})
+	set := &fsmv1.SetClusterVersion{Version: v}
+	if v >= HandoverVersion && h.f.Reader().ClusterVersion() < HandoverVersion {
+		set.MetaFounders = testFounders // as the leader raising it names them
+	}
+	h.mustOK(&fsmv1.Command{Op: &fsmv1.Command_SetClusterVersion{SetClusterVersion: set}})
 }
+
+// foundersFor is what a raise from below the handover to v names.
+func foundersFor(v uint32) []*fsmv1.MetaServer {
+	if v >= HandoverVersion {
+		return testFounders
+	}
+	return nil
+}
+
+// testFounders are the meta founders the harness's raise to the handover
+// names.
+var testFounders = []*fsmv1.MetaServer{{Id: "n1", Address: "127.0.0.1:7001"}}
 
 func (h *harness) create(name string, cfg *fsmv1.QueueConfig) {
 	h.t.Helper()

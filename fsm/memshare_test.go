@@ -225,7 +225,7 @@ func (m *memGen) step(apply func(*raft.Log) Result) {
 // setup creates the queues.
 func (m *memGen) setup(apply func(*raft.Log) Result) {
 	m.t.Helper()
-	if res := apply(m.entry(&fsmv1.Command{Op: &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: MaxLogVersion}}})); res.Failure() != nil {
+	if res := apply(m.entry(&fsmv1.Command{Op: &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: MaxLogVersion, MetaFounders: testFounders}}})); res.Failure() != nil {
 		m.t.Fatal(res.Failure())
 	}
 	for _, q := range []string{"a.dlq", "shared", "a", "b"} {

@@ -143,6 +143,8 @@ type (
 	Token        = state.Token
 	PatternGrant = state.PatternGrant
 	IdentityInfo = state.IdentityInfo
+	MetaServer   = state.MetaServer
+	Handover     = state.Handover
 )
 
 // The queue permissions (state.Perm).
@@ -192,6 +194,10 @@ const (
 	// RedriveCancelVersion is the log version from which
 	// Redrive.cancel_job cancels a redrive job.
 	RedriveCancelVersion = state.RedriveCancelVersion
+	// HandoverVersion is the log version from which the cluster-wide
+	// state (identities, tokens, grants, settings) lives in the meta
+	// group; the entry raising the cluster to it names meta's founders.
+	HandoverVersion = state.HandoverVersion
 	// Bounds of the filtered Peek and Redrive (state/redrive.go).
 	MaxReasonFilterLen  = state.MaxReasonFilterLen
 	MaxRedriveIDs       = state.MaxRedriveIDs
@@ -239,4 +245,21 @@ func (r Reader) GetMessage(queue string, id uint64) (*MessageInfo, error) {
 	r.f.mu.RLock()
 	defer r.f.mu.RUnlock()
 	return r.f.store.View().Message(queue, id)
+}
+
+// Handover is what the meta group's seed copies from this state, read
+// at one applied index (state.View.Handover); ok is false below
+// HandoverVersion.
+func (r Reader) Handover() (state.Handover, bool) {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.store.View().Handover()
+}
+
+// MetaFounders are the meta group's founding voters (nil below
+// HandoverVersion).
+func (r Reader) MetaFounders() []state.MetaServer {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.store.View().MetaFounders()
 }

@@ -62,7 +62,7 @@ func dueSweep(b *testing.B, version uint32) {
 		res := f.Apply(&raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}).(Result)
 		return res, time.Since(start)
 	}
-	apply(t0, &fsmv1.Command{Op: &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: version}}})
+	apply(t0, &fsmv1.Command{Op: &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: version, MetaFounders: foundersFor(version)}}})
 	for _, q := range []string{"due", "work"} {
 		apply(t0, &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: q}}})
 	}

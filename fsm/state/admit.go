@@ -151,6 +151,11 @@ func validateDedupWindow(c *fsmv1.QueueConfig) error {
 // = unlimited); lowering it below the number of queues refuses new
 // queues only. Earlier entries ignore the field, as older builds do.
 func (tx *Tx) SetClusterSettings(c *fsmv1.SetClusterSettings) *Done {
+	if !c.GetFromMeta() {
+		if err := tx.moved("SetClusterSettings"); err != nil {
+			return failed(err)
+		}
+	}
 	k, err := tx.writeKey(recentSettings, "", c.GetIdempotencyKey())
 	switch {
 	case err != nil:

@@ -79,6 +79,9 @@ var (
 // entry's own stamp, the leader's clock when it proposed) is refused, so
 // every replica decides alike.
 func (tx *Tx) CreateToken(c *fsmv1.CreateToken) Result {
+	if err := tx.moved("CreateToken"); err != nil {
+		return failed(err)
+	}
 	if err := acl.CheckToken(c.GetName(), c.GetIdentity(), c.GetSha256(), c.GetExpiresUnixMs(), tx.stampMs); err != nil {
 		return failed(err)
 	}
@@ -100,6 +103,9 @@ func (tx *Tx) CreateToken(c *fsmv1.CreateToken) Result {
 
 // RevokeToken deletes a token by name.
 func (tx *Tx) RevokeToken(c *fsmv1.RevokeToken) Result {
+	if err := tx.moved("RevokeToken"); err != nil {
+		return failed(err)
+	}
 	if err := ValidateIdentity(c.GetName()); err != nil && tx.version >= WriteKeyVersion && c.GetIdempotencyKey() != "" {
 		return failed(err)
 	}
@@ -122,6 +128,9 @@ func (tx *Tx) RevokeToken(c *fsmv1.RevokeToken) Result {
 // AuthGrant adds permissions on a pattern (a union with what the identity
 // holds there already), or the admin role.
 func (tx *Tx) AuthGrant(c *fsmv1.AuthGrant) Result {
+	if err := tx.moved("Grant"); err != nil {
+		return failed(err)
+	}
 	if err := ValidateIdentity(c.GetIdentity()); err != nil {
 		return failed(err)
 	}
@@ -143,6 +152,9 @@ func (tx *Tx) AuthGrant(c *fsmv1.AuthGrant) Result {
 
 // AuthUngrant removes the grant on a pattern, or the admin role.
 func (tx *Tx) AuthUngrant(c *fsmv1.AuthUngrant) Result {
+	if err := tx.moved("Ungrant"); err != nil {
+		return failed(err)
+	}
 	if err := ValidateIdentity(c.GetIdentity()); err != nil && tx.version >= WriteKeyVersion && c.GetIdempotencyKey() != "" {
 		return failed(err)
 	}

@@ -19,7 +19,7 @@ import (
 func restoreBenchStore(tb testing.TB, n int) *Store {
 	tb.Helper()
 	s := New()
-	if r := s.Begin(1, 1, MaxLogVersion, 1, NewTouched()).SetClusterVersion(&fsmv1.SetClusterVersion{Version: MaxLogVersion}); r.Err != nil {
+	if r := s.Begin(1, 1, MaxLogVersion, 1, NewTouched()).SetClusterVersion(&fsmv1.SetClusterVersion{Version: MaxLogVersion, MetaFounders: []*fsmv1.MetaServer{{Id: "n1", Address: "127.0.0.1:7001"}}}); r.Err != nil {
 		tb.Fatal(r.Err)
 	}
 	s.Begin(2, 1, MaxLogVersion, 2, NewTouched()).CreateQueue(&fsmv1.CreateQueue{Name: "memory"})

@@ -57,6 +57,7 @@ type Frozen struct {
 	maxQueuedBytes int64
 	maxQueues      int64
 	deadTimeFromMs int64
+	metaFounders   []MetaServer // immutable: shared
 	queues         []frozenQueue
 	auth           *Auth                     // immutable: shared, not copied
 	deleted        *btree.BTreeG[deletedKey] // nil below cluster version 11
@@ -73,7 +74,7 @@ type frozenQueue struct {
 // the Checkpoint entry's own index for a checkpoint). It writes to the
 // trees (Clone marks them shared), so it needs the writer's exclusion.
 func (s *Store) Freeze(index uint64) *Frozen {
-	fr := &Frozen{index: index, lastNow: s.lastNow, leader: s.leader, clusterVersion: s.clusterVersion, maxQueuedBytes: s.maxQueuedBytes, maxQueues: s.maxQueues, deadTimeFromMs: s.deadTimeFromMs, auth: s.auth}
+	fr := &Frozen{index: index, lastNow: s.lastNow, leader: s.leader, clusterVersion: s.clusterVersion, maxQueuedBytes: s.maxQueuedBytes, maxQueues: s.maxQueues, deadTimeFromMs: s.deadTimeFromMs, metaFounders: s.metaFounders, auth: s.auth}
 	if s.clusterVersion >= DeleteKeyVersion {
 		fr.deleted = s.deleted.Clone()
 	}
@@ -168,6 +169,9 @@ func (fr *Frozen) Stream(w io.Writer) error {
 		}
 		if fr.clusterVersion >= RedriveVersion {
 			hdr.DeadTimeFromMs = fr.deadTimeFromMs
+		}
+		if fr.clusterVersion >= HandoverVersion {
+			hdr.MetaFounders = foundersProto(fr.metaFounders)
 		}
 	case fr.clusterVersion >= recentVersion:
 		hdr.Version, hdr.ClusterVersion = snapshotV6, fr.clusterVersion
@@ -382,6 +386,16 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 		return fmt.Errorf("%w: max_queues %d at cluster version %d", ErrInvalid, hdr.MaxQueues, s.clusterVersion)
 	case hdr.DeadTimeFromMs != 0 && s.clusterVersion < RedriveVersion:
 		return fmt.Errorf("%w: dead_time_from_ms at cluster version %d", ErrInvalid, s.clusterVersion)
+	}
+	switch {
+	case s.clusterVersion >= HandoverVersion:
+		fs, err := checkFounders(hdr.GetMetaFounders())
+		if err != nil {
+			return fmt.Errorf("snapshot header: %w", err)
+		}
+		s.metaFounders = fs
+	case len(hdr.GetMetaFounders()) > 0:
+		return fmt.Errorf("%w: meta founders at cluster version %d", ErrInvalid, s.clusterVersion)
 	}
 	s.deadTimeFromMs = hdr.DeadTimeFromMs
 	s.maxQueuedBytes, s.maxQueues = hdr.MaxQueuedBytes, hdr.MaxQueues

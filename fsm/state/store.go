@@ -45,7 +45,10 @@ type Store struct {
 	// deadTimeFromMs: the state clock when the cluster reached
 	// RedriveVersion, the dead-letter time of messages that have none.
 	deadTimeFromMs int64
-	redriving      map[string]struct{} // queues with redrive jobs in progress (derived)
+	// metaFounders: the meta group's founding voters, from the entry that
+	// raised the cluster to HandoverVersion (handover.go).
+	metaFounders []MetaServer
+	redriving    map[string]struct{} // queues with redrive jobs in progress (derived)
 	// history says whether the entry being applied records messages'
 	// stories (its version is HistoryVersion or later: history.go). Set
 	// by Begin for each entry; not state of its own.

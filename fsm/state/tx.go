@@ -86,6 +86,15 @@ func (tx *Tx) SetClusterVersion(c *fsmv1.SetClusterVersion) *Done {
 		// they count as dead-lettered now, never older (redrive.go).
 		tx.s.deadTimeFromMs = tx.s.lastNow
 	}
+	if tx.version >= HandoverVersion && tx.s.clusterVersion < HandoverVersion && v >= HandoverVersion {
+		// The meta group's first configuration, the same on every
+		// replica: each founder bootstraps meta with it (handover.go).
+		fs, err := checkFounders(c.GetMetaFounders())
+		if err != nil {
+			return failed(err)
+		}
+		tx.s.metaFounders = fs
+	}
 	if tx.s.clusterVersion < keyOrderVersion && v >= keyOrderVersion {
 		// Key order becomes state that digests compare: start it from
 		// the same place on every replica (keyorder.go).

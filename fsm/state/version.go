@@ -26,10 +26,11 @@ package state
 // (HistoryVersion, history.go); version 19 caps messages in flight per
 // concurrency key (ConcurrencyVersion, concurrency.go); version 20 lets a queue carry a
 // retry policy whose delays the leader writes into Nack and LeaseExpire
-// entries (RetryVersion, retry.go). fsm/DESIGN.md lists every
+// entries (RetryVersion, retry.go); version 21 hands the cluster-wide
+// state over to the meta group (HandoverVersion, handover.go). fsm/DESIGN.md lists every
 // version; a rule that changes in version N is
 // written `if tx.version >= N`.
-const MaxLogVersion uint32 = 20
+const MaxLogVersion uint32 = 21
 
 // keyOrderVersion is the cluster version from which fairness keys'
 // activation order and weights are kept in snapshots and digests; the

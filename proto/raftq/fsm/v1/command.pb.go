@@ -1040,8 +1040,14 @@ type SetClusterVersion struct {
 	// it: the initial max_queued_bytes setting (the leader's default, the
 	// smallest voter's memory-derived limit; 0 = unlimited).
 	MaxQueuedBytes int64 `protobuf:"varint,2,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3" json:"max_queued_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// In the entry that raises the cluster to the handover version (21,
+	// fsm/state.HandoverVersion) or later from below it: the meta group's
+	// founding voters (their Raft server ids and addresses, the Raft port
+	// they share with this group). Each founder that applies the entry
+	// bootstraps the meta group with exactly this configuration.
+	MetaFounders  []*MetaServer `protobuf:"bytes,3,rep,name=meta_founders,json=metaFounders,proto3" json:"meta_founders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetClusterVersion) Reset() {
@@ -1088,6 +1094,66 @@ func (x *SetClusterVersion) GetMaxQueuedBytes() int64 {
 	return 0
 }
 
+func (x *SetClusterVersion) GetMetaFounders() []*MetaServer {
+	if x != nil {
+		return x.MetaFounders
+	}
+	return nil
+}
+
+// MetaServer is one voter of the meta group's first configuration.
+type MetaServer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaServer) Reset() {
+	*x = MetaServer{}
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaServer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaServer) ProtoMessage() {}
+
+func (x *MetaServer) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaServer.ProtoReflect.Descriptor instead.
+func (*MetaServer) Descriptor() ([]byte, []int) {
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *MetaServer) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MetaServer) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
 // SetClusterSettings (version 9) changes the replicated cluster settings;
 // an absent field is left as it is.
 type SetClusterSettings struct {
@@ -1102,13 +1168,17 @@ type SetClusterSettings struct {
 	// succeeded with this key, on the same target, within the recent-outcomes
 	// window changes nothing (a DeletedKey record of its kind remembers it).
 	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// From the handover version (21) the cluster settings live in the meta
+	// group: only the data group's leader, following meta, proposes them
+	// into this log, and marks them so; an unmarked one is refused.
+	FromMeta      bool `protobuf:"varint,4,opt,name=from_meta,json=fromMeta,proto3" json:"from_meta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetClusterSettings) Reset() {
 	*x = SetClusterSettings{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[6]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1190,7 @@ func (x *SetClusterSettings) String() string {
 func (*SetClusterSettings) ProtoMessage() {}
 
 func (x *SetClusterSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[6]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1203,7 @@ func (x *SetClusterSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterSettings.ProtoReflect.Descriptor instead.
 func (*SetClusterSettings) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{6}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetClusterSettings) GetMaxQueuedBytes() int64 {
@@ -1157,6 +1227,13 @@ func (x *SetClusterSettings) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *SetClusterSettings) GetFromMeta() bool {
+	if x != nil {
+		return x.FromMeta
+	}
+	return false
+}
+
 type CreateQueue struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1171,7 +1248,7 @@ type CreateQueue struct {
 
 func (x *CreateQueue) Reset() {
 	*x = CreateQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[7]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1260,7 @@ func (x *CreateQueue) String() string {
 func (*CreateQueue) ProtoMessage() {}
 
 func (x *CreateQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[7]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1273,7 @@ func (x *CreateQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateQueue.ProtoReflect.Descriptor instead.
 func (*CreateQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{7}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateQueue) GetName() string {
@@ -1236,7 +1313,7 @@ type UpdateQueue struct {
 
 func (x *UpdateQueue) Reset() {
 	*x = UpdateQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[8]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1325,7 @@ func (x *UpdateQueue) String() string {
 func (*UpdateQueue) ProtoMessage() {}
 
 func (x *UpdateQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[8]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1338,7 @@ func (x *UpdateQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQueue.ProtoReflect.Descriptor instead.
 func (*UpdateQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{8}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdateQueue) GetName() string {
@@ -1311,7 +1388,7 @@ type DeleteQueue struct {
 
 func (x *DeleteQueue) Reset() {
 	*x = DeleteQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[9]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1400,7 @@ func (x *DeleteQueue) String() string {
 func (*DeleteQueue) ProtoMessage() {}
 
 func (x *DeleteQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[9]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1413,7 @@ func (x *DeleteQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueue.ProtoReflect.Descriptor instead.
 func (*DeleteQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{9}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteQueue) GetName() string {
@@ -1372,7 +1449,7 @@ type PurgeQueue struct {
 
 func (x *PurgeQueue) Reset() {
 	*x = PurgeQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[10]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1461,7 @@ func (x *PurgeQueue) String() string {
 func (*PurgeQueue) ProtoMessage() {}
 
 func (x *PurgeQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[10]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1474,7 @@ func (x *PurgeQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueue.ProtoReflect.Descriptor instead.
 func (*PurgeQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{10}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PurgeQueue) GetName() string {
@@ -1425,7 +1502,7 @@ type EnqueueBatch struct {
 
 func (x *EnqueueBatch) Reset() {
 	*x = EnqueueBatch{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[11]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1514,7 @@ func (x *EnqueueBatch) String() string {
 func (*EnqueueBatch) ProtoMessage() {}
 
 func (x *EnqueueBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[11]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1527,7 @@ func (x *EnqueueBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueBatch.ProtoReflect.Descriptor instead.
 func (*EnqueueBatch) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{11}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EnqueueBatch) GetQueue() string {
@@ -1476,7 +1553,7 @@ type Enqueue struct {
 
 func (x *Enqueue) Reset() {
 	*x = Enqueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[12]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1565,7 @@ func (x *Enqueue) String() string {
 func (*Enqueue) ProtoMessage() {}
 
 func (x *Enqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[12]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1578,7 @@ func (x *Enqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Enqueue.ProtoReflect.Descriptor instead.
 func (*Enqueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{12}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Enqueue) GetBatches() []*EnqueueBatch {
@@ -1531,7 +1608,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[13]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1620,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[13]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1633,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{13}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Grant) GetQueue() string {
@@ -1610,7 +1687,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[14]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1699,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[14]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1712,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{14}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LeaseGrant) GetGrants() []*Grant {
@@ -1656,7 +1733,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[15]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +1745,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[15]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +1758,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{15}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Ref) GetQueue() string {
@@ -1714,7 +1791,7 @@ type LeaseRollback struct {
 
 func (x *LeaseRollback) Reset() {
 	*x = LeaseRollback{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[16]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1803,7 @@ func (x *LeaseRollback) String() string {
 func (*LeaseRollback) ProtoMessage() {}
 
 func (x *LeaseRollback) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[16]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1816,7 @@ func (x *LeaseRollback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRollback.ProtoReflect.Descriptor instead.
 func (*LeaseRollback) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{16}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LeaseRollback) GetRefs() []*Ref {
@@ -1763,7 +1840,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[17]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +1852,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[17]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +1865,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{17}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Ack) GetRefs() []*Ref {
@@ -1823,7 +1900,7 @@ type NackOne struct {
 
 func (x *NackOne) Reset() {
 	*x = NackOne{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[18]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +1912,7 @@ func (x *NackOne) String() string {
 func (*NackOne) ProtoMessage() {}
 
 func (x *NackOne) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[18]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +1925,7 @@ func (x *NackOne) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackOne.ProtoReflect.Descriptor instead.
 func (*NackOne) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{18}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NackOne) GetRef() *Ref {
@@ -1902,7 +1979,7 @@ type Nack struct {
 
 func (x *Nack) Reset() {
 	*x = Nack{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[19]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +1991,7 @@ func (x *Nack) String() string {
 func (*Nack) ProtoMessage() {}
 
 func (x *Nack) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[19]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2004,7 @@ func (x *Nack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nack.ProtoReflect.Descriptor instead.
 func (*Nack) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{19}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Nack) GetItems() []*NackOne {
@@ -1948,7 +2025,7 @@ type Extend struct {
 
 func (x *Extend) Reset() {
 	*x = Extend{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[20]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2037,7 @@ func (x *Extend) String() string {
 func (*Extend) ProtoMessage() {}
 
 func (x *Extend) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[20]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2050,7 @@ func (x *Extend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Extend.ProtoReflect.Descriptor instead.
 func (*Extend) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{20}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Extend) GetRefs() []*Ref {
@@ -2003,7 +2080,7 @@ type LeaseExpire struct {
 
 func (x *LeaseExpire) Reset() {
 	*x = LeaseExpire{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[21]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2092,7 @@ func (x *LeaseExpire) String() string {
 func (*LeaseExpire) ProtoMessage() {}
 
 func (x *LeaseExpire) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[21]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2105,7 @@ func (x *LeaseExpire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseExpire.ProtoReflect.Descriptor instead.
 func (*LeaseExpire) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{21}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LeaseExpire) GetRefs() []*Ref {
@@ -2054,7 +2131,7 @@ type ReleaseConsumer struct {
 
 func (x *ReleaseConsumer) Reset() {
 	*x = ReleaseConsumer{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[22]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2143,7 @@ func (x *ReleaseConsumer) String() string {
 func (*ReleaseConsumer) ProtoMessage() {}
 
 func (x *ReleaseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[22]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2156,7 @@ func (x *ReleaseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseConsumer.ProtoReflect.Descriptor instead.
 func (*ReleaseConsumer) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{22}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReleaseConsumer) GetConsumerId() string {
@@ -2117,7 +2194,7 @@ type Redrive struct {
 
 func (x *Redrive) Reset() {
 	*x = Redrive{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2206,7 @@ func (x *Redrive) String() string {
 func (*Redrive) ProtoMessage() {}
 
 func (x *Redrive) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[23]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2219,7 @@ func (x *Redrive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redrive.ProtoReflect.Descriptor instead.
 func (*Redrive) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{23}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Redrive) GetQueue() string {
@@ -2226,7 +2303,7 @@ type RedriveStep struct {
 
 func (x *RedriveStep) Reset() {
 	*x = RedriveStep{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2315,7 @@ func (x *RedriveStep) String() string {
 func (*RedriveStep) ProtoMessage() {}
 
 func (x *RedriveStep) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[24]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2328,7 @@ func (x *RedriveStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveStep.ProtoReflect.Descriptor instead.
 func (*RedriveStep) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RedriveStep) GetJobs() []*RedriveJobRef {
@@ -2271,7 +2348,7 @@ type RedriveJobRef struct {
 
 func (x *RedriveJobRef) Reset() {
 	*x = RedriveJobRef{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2283,7 +2360,7 @@ func (x *RedriveJobRef) String() string {
 func (*RedriveJobRef) ProtoMessage() {}
 
 func (x *RedriveJobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[25]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2296,7 +2373,7 @@ func (x *RedriveJobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveJobRef.ProtoReflect.Descriptor instead.
 func (*RedriveJobRef) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RedriveJobRef) GetQueue() string {
@@ -2342,7 +2419,7 @@ type RedriveJob struct {
 
 func (x *RedriveJob) Reset() {
 	*x = RedriveJob{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2354,7 +2431,7 @@ func (x *RedriveJob) String() string {
 func (*RedriveJob) ProtoMessage() {}
 
 func (x *RedriveJob) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[26]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2367,7 +2444,7 @@ func (x *RedriveJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveJob.ProtoReflect.Descriptor instead.
 func (*RedriveJob) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RedriveJob) GetId() uint64 {
@@ -2470,7 +2547,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2559,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[27]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2572,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 // Checkpoint marks an index at which every replica records its digest.
@@ -2507,7 +2584,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2519,7 +2596,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[28]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2532,7 +2609,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 // CreateToken (log version 5) stores a bearer token's SHA-256, never the
@@ -2557,7 +2634,7 @@ type CreateToken struct {
 
 func (x *CreateToken) Reset() {
 	*x = CreateToken{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +2646,7 @@ func (x *CreateToken) String() string {
 func (*CreateToken) ProtoMessage() {}
 
 func (x *CreateToken) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[29]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +2659,7 @@ func (x *CreateToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateToken.ProtoReflect.Descriptor instead.
 func (*CreateToken) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateToken) GetName() string {
@@ -2634,7 +2711,7 @@ type RevokeToken struct {
 
 func (x *RevokeToken) Reset() {
 	*x = RevokeToken{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2646,7 +2723,7 @@ func (x *RevokeToken) String() string {
 func (*RevokeToken) ProtoMessage() {}
 
 func (x *RevokeToken) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[30]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2659,7 +2736,7 @@ func (x *RevokeToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeToken.ProtoReflect.Descriptor instead.
 func (*RevokeToken) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RevokeToken) GetName() string {
@@ -2695,7 +2772,7 @@ type AuthGrant struct {
 
 func (x *AuthGrant) Reset() {
 	*x = AuthGrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +2784,7 @@ func (x *AuthGrant) String() string {
 func (*AuthGrant) ProtoMessage() {}
 
 func (x *AuthGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[31]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +2797,7 @@ func (x *AuthGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthGrant.ProtoReflect.Descriptor instead.
 func (*AuthGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AuthGrant) GetIdentity() string {
@@ -2775,7 +2852,7 @@ type AuthUngrant struct {
 
 func (x *AuthUngrant) Reset() {
 	*x = AuthUngrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2864,7 @@ func (x *AuthUngrant) String() string {
 func (*AuthUngrant) ProtoMessage() {}
 
 func (x *AuthUngrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[32]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +2877,7 @@ func (x *AuthUngrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthUngrant.ProtoReflect.Descriptor instead.
 func (*AuthUngrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AuthUngrant) GetIdentity() string {
@@ -2845,7 +2922,7 @@ type RecountQueues struct {
 
 func (x *RecountQueues) Reset() {
 	*x = RecountQueues{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +2934,7 @@ func (x *RecountQueues) String() string {
 func (*RecountQueues) ProtoMessage() {}
 
 func (x *RecountQueues) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[33]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +2947,7 @@ func (x *RecountQueues) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueues.ProtoReflect.Descriptor instead.
 func (*RecountQueues) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RecountQueues) GetQueues() []string {
@@ -2895,7 +2972,7 @@ type PauseQueue struct {
 
 func (x *PauseQueue) Reset() {
 	*x = PauseQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +2984,7 @@ func (x *PauseQueue) String() string {
 func (*PauseQueue) ProtoMessage() {}
 
 func (x *PauseQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[34]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +2997,7 @@ func (x *PauseQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueue.ProtoReflect.Descriptor instead.
 func (*PauseQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PauseQueue) GetName() string {
@@ -2956,7 +3033,7 @@ type ResumeQueue struct {
 
 func (x *ResumeQueue) Reset() {
 	*x = ResumeQueue{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3045,7 @@ func (x *ResumeQueue) String() string {
 func (*ResumeQueue) ProtoMessage() {}
 
 func (x *ResumeQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[35]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3058,7 @@ func (x *ResumeQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueue.ProtoReflect.Descriptor instead.
 func (*ResumeQueue) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ResumeQueue) GetName() string {
@@ -3031,13 +3108,16 @@ type SnapshotHeader struct {
 	// reached it; a message dead-lettered before then has no time of its
 	// own and counts as dead-lettered at this instant.
 	DeadTimeFromMs int64 `protobuf:"varint,11,opt,name=dead_time_from_ms,json=deadTimeFromMs,proto3" json:"dead_time_from_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Cluster version 21 (the handover) and later: the meta group's
+	// founding voters, as the entry that raised the cluster recorded them.
+	MetaFounders  []*MetaServer `protobuf:"bytes,12,rep,name=meta_founders,json=metaFounders,proto3" json:"meta_founders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3049,7 +3129,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[36]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3062,7 +3142,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{36}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -3142,6 +3222,13 @@ func (x *SnapshotHeader) GetDeadTimeFromMs() int64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetMetaFounders() []*MetaServer {
+	if x != nil {
+		return x.MetaFounders
+	}
+	return nil
+}
+
 // DeletedKey (snapshot format 7, log version 11) records a DeleteQueue that
 // carried an idempotency key: a repeat of (queue, key) answers OK and
 // deletes nothing. It lives outside the queue, which the delete removed,
@@ -3164,7 +3251,7 @@ type DeletedKey struct {
 
 func (x *DeletedKey) Reset() {
 	*x = DeletedKey{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3263,7 @@ func (x *DeletedKey) String() string {
 func (*DeletedKey) ProtoMessage() {}
 
 func (x *DeletedKey) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[37]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3276,7 @@ func (x *DeletedKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedKey.ProtoReflect.Descriptor instead.
 func (*DeletedKey) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{37}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeletedKey) GetQueue() string {
@@ -3233,7 +3320,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3245,7 +3332,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[38]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3258,7 +3345,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{38}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AuthRecord) GetTokens() []*TokenRecord {
@@ -3288,7 +3375,7 @@ type TokenRecord struct {
 
 func (x *TokenRecord) Reset() {
 	*x = TokenRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3300,7 +3387,7 @@ func (x *TokenRecord) String() string {
 func (*TokenRecord) ProtoMessage() {}
 
 func (x *TokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[39]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3313,7 +3400,7 @@ func (x *TokenRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
 func (*TokenRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{39}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TokenRecord) GetName() string {
@@ -3362,7 +3449,7 @@ type IdentityRecord struct {
 
 func (x *IdentityRecord) Reset() {
 	*x = IdentityRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3374,7 +3461,7 @@ func (x *IdentityRecord) String() string {
 func (*IdentityRecord) ProtoMessage() {}
 
 func (x *IdentityRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[40]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3387,7 +3474,7 @@ func (x *IdentityRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityRecord.ProtoReflect.Descriptor instead.
 func (*IdentityRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{40}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *IdentityRecord) GetIdentity() string {
@@ -3421,7 +3508,7 @@ type PatternGrant struct {
 
 func (x *PatternGrant) Reset() {
 	*x = PatternGrant{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[41]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3520,7 @@ func (x *PatternGrant) String() string {
 func (*PatternGrant) ProtoMessage() {}
 
 func (x *PatternGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[41]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3533,7 @@ func (x *PatternGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PatternGrant.ProtoReflect.Descriptor instead.
 func (*PatternGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{41}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PatternGrant) GetPattern() string {
@@ -3495,7 +3582,7 @@ type QueueRecord struct {
 
 func (x *QueueRecord) Reset() {
 	*x = QueueRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[42]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3507,7 +3594,7 @@ func (x *QueueRecord) String() string {
 func (*QueueRecord) ProtoMessage() {}
 
 func (x *QueueRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[42]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3520,7 +3607,7 @@ func (x *QueueRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRecord.ProtoReflect.Descriptor instead.
 func (*QueueRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{42}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *QueueRecord) GetName() string {
@@ -3633,7 +3720,7 @@ type PauseRecord struct {
 
 func (x *PauseRecord) Reset() {
 	*x = PauseRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[43]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3645,7 +3732,7 @@ func (x *PauseRecord) String() string {
 func (*PauseRecord) ProtoMessage() {}
 
 func (x *PauseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[43]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3658,7 +3745,7 @@ func (x *PauseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRecord.ProtoReflect.Descriptor instead.
 func (*PauseRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{43}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PauseRecord) GetKey() string {
@@ -3698,7 +3785,7 @@ type RecentEntry struct {
 
 func (x *RecentEntry) Reset() {
 	*x = RecentEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[44]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3710,7 +3797,7 @@ func (x *RecentEntry) String() string {
 func (*RecentEntry) ProtoMessage() {}
 
 func (x *RecentEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[44]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3723,7 +3810,7 @@ func (x *RecentEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentEntry.ProtoReflect.Descriptor instead.
 func (*RecentEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{44}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RecentEntry) GetKind() RecentKind {
@@ -3792,7 +3879,7 @@ type KeyOrder struct {
 
 func (x *KeyOrder) Reset() {
 	*x = KeyOrder{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[45]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3804,7 +3891,7 @@ func (x *KeyOrder) String() string {
 func (*KeyOrder) ProtoMessage() {}
 
 func (x *KeyOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[45]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3817,7 +3904,7 @@ func (x *KeyOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyOrder.ProtoReflect.Descriptor instead.
 func (*KeyOrder) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{45}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *KeyOrder) GetPriority() int32 {
@@ -3859,7 +3946,7 @@ type DedupEntry struct {
 
 func (x *DedupEntry) Reset() {
 	*x = DedupEntry{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[46]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3871,7 +3958,7 @@ func (x *DedupEntry) String() string {
 func (*DedupEntry) ProtoMessage() {}
 
 func (x *DedupEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[46]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3884,7 +3971,7 @@ func (x *DedupEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupEntry.ProtoReflect.Descriptor instead.
 func (*DedupEntry) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{46}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DedupEntry) GetDedupId() string {
@@ -3945,7 +4032,7 @@ type MessageRecord struct {
 
 func (x *MessageRecord) Reset() {
 	*x = MessageRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[47]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3957,7 +4044,7 @@ func (x *MessageRecord) String() string {
 func (*MessageRecord) ProtoMessage() {}
 
 func (x *MessageRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[47]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3970,7 +4057,7 @@ func (x *MessageRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRecord.ProtoReflect.Descriptor instead.
 func (*MessageRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{47}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MessageRecord) GetId() uint64 {
@@ -4146,7 +4233,7 @@ type MessageStory struct {
 
 func (x *MessageStory) Reset() {
 	*x = MessageStory{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[48]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4158,7 +4245,7 @@ func (x *MessageStory) String() string {
 func (*MessageStory) ProtoMessage() {}
 
 func (x *MessageStory) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[48]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4171,7 +4258,7 @@ func (x *MessageStory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageStory.ProtoReflect.Descriptor instead.
 func (*MessageStory) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{48}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MessageStory) GetLastError() string {
@@ -4224,7 +4311,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[49]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4236,7 +4323,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[49]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4249,7 +4336,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{49}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AttemptRecord) GetAttempt() int32 {
@@ -4311,7 +4398,7 @@ type EventRecord struct {
 
 func (x *EventRecord) Reset() {
 	*x = EventRecord{}
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[50]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4323,7 +4410,7 @@ func (x *EventRecord) String() string {
 func (*EventRecord) ProtoMessage() {}
 
 func (x *EventRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_fsm_v1_command_proto_msgTypes[50]
+	mi := &file_raftq_fsm_v1_command_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4336,7 +4423,7 @@ func (x *EventRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
 func (*EventRecord) Descriptor() ([]byte, []int) {
-	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{50}
+	return file_raftq_fsm_v1_command_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *EventRecord) GetAtMs() int64 {
@@ -4469,15 +4556,21 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	" \x01(\tR\x0econcurrencyKey\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x96\x01\n" +
 	"\x11SetClusterVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12(\n" +
-	"\x10max_queued_bytes\x18\x02 \x01(\x03R\x0emaxQueuedBytes\"\xb4\x01\n" +
+	"\x10max_queued_bytes\x18\x02 \x01(\x03R\x0emaxQueuedBytes\x12=\n" +
+	"\rmeta_founders\x18\x03 \x03(\v2\x18.raftq.fsm.v1.MetaServerR\fmetaFounders\"6\n" +
+	"\n" +
+	"MetaServer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"\xd1\x01\n" +
 	"\x12SetClusterSettings\x12-\n" +
 	"\x10max_queued_bytes\x18\x01 \x01(\x03H\x00R\x0emaxQueuedBytes\x88\x01\x01\x12\"\n" +
 	"\n" +
 	"max_queues\x18\x02 \x01(\x03H\x01R\tmaxQueues\x88\x01\x01\x12'\n" +
-	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKeyB\x13\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12\x1b\n" +
+	"\tfrom_meta\x18\x04 \x01(\bR\bfromMetaB\x13\n" +
 	"\x11_max_queued_bytesB\r\n" +
 	"\v_max_queues\"}\n" +
 	"\vCreateQueue\x12\x12\n" +
@@ -4619,7 +4712,7 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"durationMs\"D\n" +
 	"\vResumeQueue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
-	"\ffairness_key\x18\x02 \x01(\tR\vfairnessKey\"\x97\x03\n" +
+	"\ffairness_key\x18\x02 \x01(\tR\vfairnessKey\"\xd6\x03\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1e\n" +
 	"\vlast_now_ms\x18\x02 \x01(\x03R\tlastNowMs\x12#\n" +
@@ -4635,7 +4728,8 @@ const file_raftq_fsm_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"max_queues\x18\n" +
 	" \x01(\x03R\tmaxQueues\x12)\n" +
-	"\x11dead_time_from_ms\x18\v \x01(\x03R\x0edeadTimeFromMs\"\x8e\x01\n" +
+	"\x11dead_time_from_ms\x18\v \x01(\x03R\x0edeadTimeFromMs\x12=\n" +
+	"\rmeta_founders\x18\f \x03(\v2\x18.raftq.fsm.v1.MetaServerR\fmetaFounders\"\x8e\x01\n" +
 	"\n" +
 	"DeletedKey\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12'\n" +
@@ -4794,7 +4888,7 @@ func file_raftq_fsm_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_raftq_fsm_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_raftq_fsm_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(RecentKind)(0),            // 0: raftq.fsm.v1.RecentKind
 	(MessageState)(0),          // 1: raftq.fsm.v1.MessageState
@@ -4804,120 +4898,123 @@ var file_raftq_fsm_v1_command_proto_goTypes = []any{
 	(*RetryPolicy)(nil),        // 5: raftq.fsm.v1.RetryPolicy
 	(*EnqueueMessage)(nil),     // 6: raftq.fsm.v1.EnqueueMessage
 	(*SetClusterVersion)(nil),  // 7: raftq.fsm.v1.SetClusterVersion
-	(*SetClusterSettings)(nil), // 8: raftq.fsm.v1.SetClusterSettings
-	(*CreateQueue)(nil),        // 9: raftq.fsm.v1.CreateQueue
-	(*UpdateQueue)(nil),        // 10: raftq.fsm.v1.UpdateQueue
-	(*DeleteQueue)(nil),        // 11: raftq.fsm.v1.DeleteQueue
-	(*PurgeQueue)(nil),         // 12: raftq.fsm.v1.PurgeQueue
-	(*EnqueueBatch)(nil),       // 13: raftq.fsm.v1.EnqueueBatch
-	(*Enqueue)(nil),            // 14: raftq.fsm.v1.Enqueue
-	(*Grant)(nil),              // 15: raftq.fsm.v1.Grant
-	(*LeaseGrant)(nil),         // 16: raftq.fsm.v1.LeaseGrant
-	(*Ref)(nil),                // 17: raftq.fsm.v1.Ref
-	(*LeaseRollback)(nil),      // 18: raftq.fsm.v1.LeaseRollback
-	(*Ack)(nil),                // 19: raftq.fsm.v1.Ack
-	(*NackOne)(nil),            // 20: raftq.fsm.v1.NackOne
-	(*Nack)(nil),               // 21: raftq.fsm.v1.Nack
-	(*Extend)(nil),             // 22: raftq.fsm.v1.Extend
-	(*LeaseExpire)(nil),        // 23: raftq.fsm.v1.LeaseExpire
-	(*ReleaseConsumer)(nil),    // 24: raftq.fsm.v1.ReleaseConsumer
-	(*Redrive)(nil),            // 25: raftq.fsm.v1.Redrive
-	(*RedriveStep)(nil),        // 26: raftq.fsm.v1.RedriveStep
-	(*RedriveJobRef)(nil),      // 27: raftq.fsm.v1.RedriveJobRef
-	(*RedriveJob)(nil),         // 28: raftq.fsm.v1.RedriveJob
-	(*Tick)(nil),               // 29: raftq.fsm.v1.Tick
-	(*Checkpoint)(nil),         // 30: raftq.fsm.v1.Checkpoint
-	(*CreateToken)(nil),        // 31: raftq.fsm.v1.CreateToken
-	(*RevokeToken)(nil),        // 32: raftq.fsm.v1.RevokeToken
-	(*AuthGrant)(nil),          // 33: raftq.fsm.v1.AuthGrant
-	(*AuthUngrant)(nil),        // 34: raftq.fsm.v1.AuthUngrant
-	(*RecountQueues)(nil),      // 35: raftq.fsm.v1.RecountQueues
-	(*PauseQueue)(nil),         // 36: raftq.fsm.v1.PauseQueue
-	(*ResumeQueue)(nil),        // 37: raftq.fsm.v1.ResumeQueue
-	(*SnapshotHeader)(nil),     // 38: raftq.fsm.v1.SnapshotHeader
-	(*DeletedKey)(nil),         // 39: raftq.fsm.v1.DeletedKey
-	(*AuthRecord)(nil),         // 40: raftq.fsm.v1.AuthRecord
-	(*TokenRecord)(nil),        // 41: raftq.fsm.v1.TokenRecord
-	(*IdentityRecord)(nil),     // 42: raftq.fsm.v1.IdentityRecord
-	(*PatternGrant)(nil),       // 43: raftq.fsm.v1.PatternGrant
-	(*QueueRecord)(nil),        // 44: raftq.fsm.v1.QueueRecord
-	(*PauseRecord)(nil),        // 45: raftq.fsm.v1.PauseRecord
-	(*RecentEntry)(nil),        // 46: raftq.fsm.v1.RecentEntry
-	(*KeyOrder)(nil),           // 47: raftq.fsm.v1.KeyOrder
-	(*DedupEntry)(nil),         // 48: raftq.fsm.v1.DedupEntry
-	(*MessageRecord)(nil),      // 49: raftq.fsm.v1.MessageRecord
-	(*MessageStory)(nil),       // 50: raftq.fsm.v1.MessageStory
-	(*AttemptRecord)(nil),      // 51: raftq.fsm.v1.AttemptRecord
-	(*EventRecord)(nil),        // 52: raftq.fsm.v1.EventRecord
-	nil,                        // 53: raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	nil,                        // 54: raftq.fsm.v1.QueueConfig.ConcurrencyLimitsEntry
-	nil,                        // 55: raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	nil,                        // 56: raftq.fsm.v1.MessageRecord.HeadersEntry
+	(*MetaServer)(nil),         // 8: raftq.fsm.v1.MetaServer
+	(*SetClusterSettings)(nil), // 9: raftq.fsm.v1.SetClusterSettings
+	(*CreateQueue)(nil),        // 10: raftq.fsm.v1.CreateQueue
+	(*UpdateQueue)(nil),        // 11: raftq.fsm.v1.UpdateQueue
+	(*DeleteQueue)(nil),        // 12: raftq.fsm.v1.DeleteQueue
+	(*PurgeQueue)(nil),         // 13: raftq.fsm.v1.PurgeQueue
+	(*EnqueueBatch)(nil),       // 14: raftq.fsm.v1.EnqueueBatch
+	(*Enqueue)(nil),            // 15: raftq.fsm.v1.Enqueue
+	(*Grant)(nil),              // 16: raftq.fsm.v1.Grant
+	(*LeaseGrant)(nil),         // 17: raftq.fsm.v1.LeaseGrant
+	(*Ref)(nil),                // 18: raftq.fsm.v1.Ref
+	(*LeaseRollback)(nil),      // 19: raftq.fsm.v1.LeaseRollback
+	(*Ack)(nil),                // 20: raftq.fsm.v1.Ack
+	(*NackOne)(nil),            // 21: raftq.fsm.v1.NackOne
+	(*Nack)(nil),               // 22: raftq.fsm.v1.Nack
+	(*Extend)(nil),             // 23: raftq.fsm.v1.Extend
+	(*LeaseExpire)(nil),        // 24: raftq.fsm.v1.LeaseExpire
+	(*ReleaseConsumer)(nil),    // 25: raftq.fsm.v1.ReleaseConsumer
+	(*Redrive)(nil),            // 26: raftq.fsm.v1.Redrive
+	(*RedriveStep)(nil),        // 27: raftq.fsm.v1.RedriveStep
+	(*RedriveJobRef)(nil),      // 28: raftq.fsm.v1.RedriveJobRef
+	(*RedriveJob)(nil),         // 29: raftq.fsm.v1.RedriveJob
+	(*Tick)(nil),               // 30: raftq.fsm.v1.Tick
+	(*Checkpoint)(nil),         // 31: raftq.fsm.v1.Checkpoint
+	(*CreateToken)(nil),        // 32: raftq.fsm.v1.CreateToken
+	(*RevokeToken)(nil),        // 33: raftq.fsm.v1.RevokeToken
+	(*AuthGrant)(nil),          // 34: raftq.fsm.v1.AuthGrant
+	(*AuthUngrant)(nil),        // 35: raftq.fsm.v1.AuthUngrant
+	(*RecountQueues)(nil),      // 36: raftq.fsm.v1.RecountQueues
+	(*PauseQueue)(nil),         // 37: raftq.fsm.v1.PauseQueue
+	(*ResumeQueue)(nil),        // 38: raftq.fsm.v1.ResumeQueue
+	(*SnapshotHeader)(nil),     // 39: raftq.fsm.v1.SnapshotHeader
+	(*DeletedKey)(nil),         // 40: raftq.fsm.v1.DeletedKey
+	(*AuthRecord)(nil),         // 41: raftq.fsm.v1.AuthRecord
+	(*TokenRecord)(nil),        // 42: raftq.fsm.v1.TokenRecord
+	(*IdentityRecord)(nil),     // 43: raftq.fsm.v1.IdentityRecord
+	(*PatternGrant)(nil),       // 44: raftq.fsm.v1.PatternGrant
+	(*QueueRecord)(nil),        // 45: raftq.fsm.v1.QueueRecord
+	(*PauseRecord)(nil),        // 46: raftq.fsm.v1.PauseRecord
+	(*RecentEntry)(nil),        // 47: raftq.fsm.v1.RecentEntry
+	(*KeyOrder)(nil),           // 48: raftq.fsm.v1.KeyOrder
+	(*DedupEntry)(nil),         // 49: raftq.fsm.v1.DedupEntry
+	(*MessageRecord)(nil),      // 50: raftq.fsm.v1.MessageRecord
+	(*MessageStory)(nil),       // 51: raftq.fsm.v1.MessageStory
+	(*AttemptRecord)(nil),      // 52: raftq.fsm.v1.AttemptRecord
+	(*EventRecord)(nil),        // 53: raftq.fsm.v1.EventRecord
+	nil,                        // 54: raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	nil,                        // 55: raftq.fsm.v1.QueueConfig.ConcurrencyLimitsEntry
+	nil,                        // 56: raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	nil,                        // 57: raftq.fsm.v1.MessageRecord.HeadersEntry
 }
 var file_raftq_fsm_v1_command_proto_depIdxs = []int32{
-	9,  // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
-	10, // 1: raftq.fsm.v1.Command.update_queue:type_name -> raftq.fsm.v1.UpdateQueue
-	11, // 2: raftq.fsm.v1.Command.delete_queue:type_name -> raftq.fsm.v1.DeleteQueue
-	12, // 3: raftq.fsm.v1.Command.purge_queue:type_name -> raftq.fsm.v1.PurgeQueue
-	14, // 4: raftq.fsm.v1.Command.enqueue:type_name -> raftq.fsm.v1.Enqueue
-	16, // 5: raftq.fsm.v1.Command.lease_grant:type_name -> raftq.fsm.v1.LeaseGrant
-	18, // 6: raftq.fsm.v1.Command.lease_rollback:type_name -> raftq.fsm.v1.LeaseRollback
-	19, // 7: raftq.fsm.v1.Command.ack:type_name -> raftq.fsm.v1.Ack
-	21, // 8: raftq.fsm.v1.Command.nack:type_name -> raftq.fsm.v1.Nack
-	22, // 9: raftq.fsm.v1.Command.extend:type_name -> raftq.fsm.v1.Extend
-	23, // 10: raftq.fsm.v1.Command.lease_expire:type_name -> raftq.fsm.v1.LeaseExpire
-	24, // 11: raftq.fsm.v1.Command.release_consumer:type_name -> raftq.fsm.v1.ReleaseConsumer
-	25, // 12: raftq.fsm.v1.Command.redrive:type_name -> raftq.fsm.v1.Redrive
-	29, // 13: raftq.fsm.v1.Command.tick:type_name -> raftq.fsm.v1.Tick
-	30, // 14: raftq.fsm.v1.Command.checkpoint:type_name -> raftq.fsm.v1.Checkpoint
+	10, // 0: raftq.fsm.v1.Command.create_queue:type_name -> raftq.fsm.v1.CreateQueue
+	11, // 1: raftq.fsm.v1.Command.update_queue:type_name -> raftq.fsm.v1.UpdateQueue
+	12, // 2: raftq.fsm.v1.Command.delete_queue:type_name -> raftq.fsm.v1.DeleteQueue
+	13, // 3: raftq.fsm.v1.Command.purge_queue:type_name -> raftq.fsm.v1.PurgeQueue
+	15, // 4: raftq.fsm.v1.Command.enqueue:type_name -> raftq.fsm.v1.Enqueue
+	17, // 5: raftq.fsm.v1.Command.lease_grant:type_name -> raftq.fsm.v1.LeaseGrant
+	19, // 6: raftq.fsm.v1.Command.lease_rollback:type_name -> raftq.fsm.v1.LeaseRollback
+	20, // 7: raftq.fsm.v1.Command.ack:type_name -> raftq.fsm.v1.Ack
+	22, // 8: raftq.fsm.v1.Command.nack:type_name -> raftq.fsm.v1.Nack
+	23, // 9: raftq.fsm.v1.Command.extend:type_name -> raftq.fsm.v1.Extend
+	24, // 10: raftq.fsm.v1.Command.lease_expire:type_name -> raftq.fsm.v1.LeaseExpire
+	25, // 11: raftq.fsm.v1.Command.release_consumer:type_name -> raftq.fsm.v1.ReleaseConsumer
+	26, // 12: raftq.fsm.v1.Command.redrive:type_name -> raftq.fsm.v1.Redrive
+	30, // 13: raftq.fsm.v1.Command.tick:type_name -> raftq.fsm.v1.Tick
+	31, // 14: raftq.fsm.v1.Command.checkpoint:type_name -> raftq.fsm.v1.Checkpoint
 	7,  // 15: raftq.fsm.v1.Command.set_cluster_version:type_name -> raftq.fsm.v1.SetClusterVersion
-	31, // 16: raftq.fsm.v1.Command.create_token:type_name -> raftq.fsm.v1.CreateToken
-	32, // 17: raftq.fsm.v1.Command.revoke_token:type_name -> raftq.fsm.v1.RevokeToken
-	33, // 18: raftq.fsm.v1.Command.auth_grant:type_name -> raftq.fsm.v1.AuthGrant
-	34, // 19: raftq.fsm.v1.Command.auth_ungrant:type_name -> raftq.fsm.v1.AuthUngrant
-	35, // 20: raftq.fsm.v1.Command.recount_queues:type_name -> raftq.fsm.v1.RecountQueues
-	8,  // 21: raftq.fsm.v1.Command.set_cluster_settings:type_name -> raftq.fsm.v1.SetClusterSettings
-	26, // 22: raftq.fsm.v1.Command.redrive_step:type_name -> raftq.fsm.v1.RedriveStep
-	36, // 23: raftq.fsm.v1.Command.pause_queue:type_name -> raftq.fsm.v1.PauseQueue
-	37, // 24: raftq.fsm.v1.Command.resume_queue:type_name -> raftq.fsm.v1.ResumeQueue
-	53, // 25: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
-	54, // 26: raftq.fsm.v1.QueueConfig.concurrency_limits:type_name -> raftq.fsm.v1.QueueConfig.ConcurrencyLimitsEntry
+	32, // 16: raftq.fsm.v1.Command.create_token:type_name -> raftq.fsm.v1.CreateToken
+	33, // 17: raftq.fsm.v1.Command.revoke_token:type_name -> raftq.fsm.v1.RevokeToken
+	34, // 18: raftq.fsm.v1.Command.auth_grant:type_name -> raftq.fsm.v1.AuthGrant
+	35, // 19: raftq.fsm.v1.Command.auth_ungrant:type_name -> raftq.fsm.v1.AuthUngrant
+	36, // 20: raftq.fsm.v1.Command.recount_queues:type_name -> raftq.fsm.v1.RecountQueues
+	9,  // 21: raftq.fsm.v1.Command.set_cluster_settings:type_name -> raftq.fsm.v1.SetClusterSettings
+	27, // 22: raftq.fsm.v1.Command.redrive_step:type_name -> raftq.fsm.v1.RedriveStep
+	37, // 23: raftq.fsm.v1.Command.pause_queue:type_name -> raftq.fsm.v1.PauseQueue
+	38, // 24: raftq.fsm.v1.Command.resume_queue:type_name -> raftq.fsm.v1.ResumeQueue
+	54, // 25: raftq.fsm.v1.QueueConfig.throttles:type_name -> raftq.fsm.v1.QueueConfig.ThrottlesEntry
+	55, // 26: raftq.fsm.v1.QueueConfig.concurrency_limits:type_name -> raftq.fsm.v1.QueueConfig.ConcurrencyLimitsEntry
 	5,  // 27: raftq.fsm.v1.QueueConfig.retry:type_name -> raftq.fsm.v1.RetryPolicy
-	55, // 28: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
-	4,  // 29: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	4,  // 30: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
-	6,  // 31: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
-	13, // 32: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
-	15, // 33: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
-	17, // 34: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
-	17, // 35: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
-	15, // 36: raftq.fsm.v1.Ack.grants:type_name -> raftq.fsm.v1.Grant
-	17, // 37: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
-	20, // 38: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
-	17, // 39: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
-	17, // 40: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
-	27, // 41: raftq.fsm.v1.RedriveStep.jobs:type_name -> raftq.fsm.v1.RedriveJobRef
-	0,  // 42: raftq.fsm.v1.DeletedKey.kind:type_name -> raftq.fsm.v1.RecentKind
-	41, // 43: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
-	42, // 44: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
-	43, // 45: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
-	4,  // 46: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
-	47, // 47: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
-	28, // 48: raftq.fsm.v1.QueueRecord.redrives:type_name -> raftq.fsm.v1.RedriveJob
-	45, // 49: raftq.fsm.v1.QueueRecord.pauses:type_name -> raftq.fsm.v1.PauseRecord
-	0,  // 50: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
-	49, // 51: raftq.fsm.v1.RecentEntry.acked:type_name -> raftq.fsm.v1.MessageRecord
-	56, // 52: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
-	1,  // 53: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
-	50, // 54: raftq.fsm.v1.MessageRecord.story:type_name -> raftq.fsm.v1.MessageStory
-	51, // 55: raftq.fsm.v1.MessageStory.attempts:type_name -> raftq.fsm.v1.AttemptRecord
-	52, // 56: raftq.fsm.v1.MessageStory.events:type_name -> raftq.fsm.v1.EventRecord
-	3,  // 57: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
-	58, // [58:58] is the sub-list for method output_type
-	58, // [58:58] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	56, // 28: raftq.fsm.v1.EnqueueMessage.headers:type_name -> raftq.fsm.v1.EnqueueMessage.HeadersEntry
+	8,  // 29: raftq.fsm.v1.SetClusterVersion.meta_founders:type_name -> raftq.fsm.v1.MetaServer
+	4,  // 30: raftq.fsm.v1.CreateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	4,  // 31: raftq.fsm.v1.UpdateQueue.config:type_name -> raftq.fsm.v1.QueueConfig
+	6,  // 32: raftq.fsm.v1.EnqueueBatch.messages:type_name -> raftq.fsm.v1.EnqueueMessage
+	14, // 33: raftq.fsm.v1.Enqueue.batches:type_name -> raftq.fsm.v1.EnqueueBatch
+	16, // 34: raftq.fsm.v1.LeaseGrant.grants:type_name -> raftq.fsm.v1.Grant
+	18, // 35: raftq.fsm.v1.LeaseRollback.refs:type_name -> raftq.fsm.v1.Ref
+	18, // 36: raftq.fsm.v1.Ack.refs:type_name -> raftq.fsm.v1.Ref
+	16, // 37: raftq.fsm.v1.Ack.grants:type_name -> raftq.fsm.v1.Grant
+	18, // 38: raftq.fsm.v1.NackOne.ref:type_name -> raftq.fsm.v1.Ref
+	21, // 39: raftq.fsm.v1.Nack.items:type_name -> raftq.fsm.v1.NackOne
+	18, // 40: raftq.fsm.v1.Extend.refs:type_name -> raftq.fsm.v1.Ref
+	18, // 41: raftq.fsm.v1.LeaseExpire.refs:type_name -> raftq.fsm.v1.Ref
+	28, // 42: raftq.fsm.v1.RedriveStep.jobs:type_name -> raftq.fsm.v1.RedriveJobRef
+	8,  // 43: raftq.fsm.v1.SnapshotHeader.meta_founders:type_name -> raftq.fsm.v1.MetaServer
+	0,  // 44: raftq.fsm.v1.DeletedKey.kind:type_name -> raftq.fsm.v1.RecentKind
+	42, // 45: raftq.fsm.v1.AuthRecord.tokens:type_name -> raftq.fsm.v1.TokenRecord
+	43, // 46: raftq.fsm.v1.AuthRecord.identities:type_name -> raftq.fsm.v1.IdentityRecord
+	44, // 47: raftq.fsm.v1.IdentityRecord.grants:type_name -> raftq.fsm.v1.PatternGrant
+	4,  // 48: raftq.fsm.v1.QueueRecord.config:type_name -> raftq.fsm.v1.QueueConfig
+	48, // 49: raftq.fsm.v1.QueueRecord.key_order:type_name -> raftq.fsm.v1.KeyOrder
+	29, // 50: raftq.fsm.v1.QueueRecord.redrives:type_name -> raftq.fsm.v1.RedriveJob
+	46, // 51: raftq.fsm.v1.QueueRecord.pauses:type_name -> raftq.fsm.v1.PauseRecord
+	0,  // 52: raftq.fsm.v1.RecentEntry.kind:type_name -> raftq.fsm.v1.RecentKind
+	50, // 53: raftq.fsm.v1.RecentEntry.acked:type_name -> raftq.fsm.v1.MessageRecord
+	57, // 54: raftq.fsm.v1.MessageRecord.headers:type_name -> raftq.fsm.v1.MessageRecord.HeadersEntry
+	1,  // 55: raftq.fsm.v1.MessageRecord.state:type_name -> raftq.fsm.v1.MessageState
+	51, // 56: raftq.fsm.v1.MessageRecord.story:type_name -> raftq.fsm.v1.MessageStory
+	52, // 57: raftq.fsm.v1.MessageStory.attempts:type_name -> raftq.fsm.v1.AttemptRecord
+	53, // 58: raftq.fsm.v1.MessageStory.events:type_name -> raftq.fsm.v1.EventRecord
+	3,  // 59: raftq.fsm.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.fsm.v1.ThrottleRule
+	60, // [60:60] is the sub-list for method output_type
+	60, // [60:60] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_raftq_fsm_v1_command_proto_init() }
@@ -4952,14 +5049,14 @@ func file_raftq_fsm_v1_command_proto_init() {
 		(*Command_PauseQueue)(nil),
 		(*Command_ResumeQueue)(nil),
 	}
-	file_raftq_fsm_v1_command_proto_msgTypes[6].OneofWrappers = []any{}
+	file_raftq_fsm_v1_command_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_fsm_v1_command_proto_rawDesc), len(file_raftq_fsm_v1_command_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   55,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
