@@ -2,22 +2,20 @@ package broker
 
 import (
 	"context"
+
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/raftq/raftq/acl"
 	"github.com/raftq/raftq/fsm"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 )
 
-// TokenPrefix starts every bearer token raftq draws, so a leaked one is
-// easy to recognise (secret scanners, grep) and a typo'd one is told
-// apart from another system's.
-const TokenPrefix = "rqt_"
+// TokenPrefix starts every bearer token raftq draws (acl.TokenPrefix).
+const TokenPrefix = acl.TokenPrefix
 
 // ErrAuthNotEnabled: the cluster version is below fsm.AuthVersion, so
 // some voter's build does not know the auth commands yet; they are not
@@ -47,24 +45,15 @@ func (a Auth) checkKey(field string) error {
 	return a.b.versions.need(fsm.WriteKeyVersion, field)
 }
 
-// NewToken draws a bearer token: 256 bits from crypto/rand, base64url,
-// with TokenPrefix. Its SHA-256 is what the cluster stores.
-func NewToken() (string, error) {
-	var raw [32]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return "", fmt.Errorf("draw token: %w", err)
-	}
-	return TokenPrefix + base64.RawURLEncoding.EncodeToString(raw[:]), nil
-}
+// NewToken draws a bearer token (acl.NewToken).
+func NewToken() (string, error) { return acl.NewToken() }
 
 // HashToken is the SHA-256 of a bearer token as the cluster stores it.
-func HashToken(token string) [32]byte { return sha256.Sum256([]byte(token)) }
+func HashToken(token string) [32]byte { return acl.HashToken(token) }
 
-// CreatedToken is a new token, whose secret only this answer carries.
-type CreatedToken struct {
-	Name, Identity, Token string
-	ExpiresUnixMs         int64 // 0 = never
-}
+// CreatedToken is a new token, whose secret only this answer carries
+// (acl.CreatedToken).
+type CreatedToken = acl.CreatedToken
 
 func (a Auth) propose(ctx context.Context, cmd *fsmv1.Command) error {
 	if a.b.reads.ClusterVersion() < fsm.AuthVersion {

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/diskguard"
 	"github.com/raftq/raftq/fsm"
@@ -237,7 +239,8 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		cfg: cfg.Audit, log: b.log, id: b.id, reads: b.reads, checks: b.state.Integrity(), peers: cfg.Peers,
 		route: b.Route, recount: b.Operator().RecountQueues,
 	}
-	b.raiser = &versionRaiser{log: b.log, reads: b.reads, voters: b.node.VoterVersions, propose: b.Propose}
+	b.raiser = &versionRaiser{log: b.log, reads: b.reads, voters: b.node.VoterVersions, propose: b.Propose,
+		servers: func() ([]raft.Server, error) { return raftgroup.LatestServers(b.group.Raft()) }}
 	b.replicas = &replicaCheck{
 		log: b.log, id: b.id, interval: cfg.ReplicaCheckInterval, peers: cfg.Peers, checks: b.state.Integrity(),
 		own: &b.diverged, repairs: b.repairs,

@@ -5,8 +5,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/meta"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
 )
 
@@ -15,9 +18,12 @@ import (
 // advertised versions, the replicated cluster version) and the group's
 // proposer, so the group's type keeps none of its steps.
 type versionRaiser struct {
-	log     *slog.Logger
-	reads   fsm.Reader
-	voters  func() cluster.VoterVersions // the node's gossip of its voters
+	log    *slog.Logger
+	reads  fsm.Reader
+	voters func() cluster.VoterVersions // the node's gossip of its voters
+	// servers is the group's latest Raft configuration, from which the
+	// raise to the handover chooses the meta group's founders.
+	servers func() ([]raft.Server, error)
 	propose func(ctx context.Context, cmd *fsmv1.Command) (fsm.Result, error)
 }
 
@@ -73,12 +79,38 @@ func (r *versionRaiser) raise(ctx context.Context, v uint32, maxQueued int64) er
 	if v >= fsm.AdmitVersion && r.reads.ClusterVersion() < fsm.AdmitVersion {
 		set.MaxQueuedBytes = max(maxQueued, 0)
 	}
+	if v >= fsm.HandoverVersion && r.reads.ClusterVersion() < fsm.HandoverVersion {
+		servers, err := r.servers()
+		if err != nil {
+			return err
+		}
+		set.MetaFounders = metaFounders(servers)
+	}
 	cmd := &fsmv1.Command{
 		Version: v,
 		Op:      &fsmv1.Command_SetClusterVersion{SetClusterVersion: set},
 	}
 	_, err := fsm.As[*fsm.Done](r.propose(ctx, cmd))
 	return err
+}
+
+// metaFounders chooses the meta group's first voters among the group's
+// voters (meta.MetaVoters: 3, or 5 from 5 nodes), with the Raft address
+// each shares with this group (one Raft port per node).
+func metaFounders(servers []raft.Server) []*fsmv1.MetaServer {
+	var members []meta.Member
+	addr := map[string]string{}
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter {
+			members = append(members, meta.Member{NodeID: string(s.ID), RaftAddr: string(s.Address)})
+			addr[string(s.ID)] = string(s.Address)
+		}
+	}
+	var out []*fsmv1.MetaServer
+	for _, id := range meta.MetaVoters(nil, members, 0) {
+		out = append(out, &fsmv1.MetaServer{Id: id, Address: addr[id]})
+	}
+	return out
 }
 
 // nextClusterVersion is the version the cluster may rise to: the lowest

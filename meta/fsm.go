@@ -28,13 +28,16 @@ type FSM struct {
 	mu     sync.RWMutex
 	s      *state
 	halted bool
+	// changed is closed (and replaced) after every applied entry and
+	// restore, under mu: the wake-up of whatever follows meta's state.
+	changed chan struct{}
 }
 
 var _ raft.FSM = (*FSM)(nil)
 
 // New returns an FSM with the state before the seed.
 func New(opts Options) *FSM {
-	f := &FSM{log: opts.Logger, fatal: opts.Fatal, s: newState()}
+	f := &FSM{log: opts.Logger, fatal: opts.Fatal, s: newState(), changed: make(chan struct{})}
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
 	}
@@ -83,6 +86,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	c, err := Decode(l.Data)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer f.notifyLocked()
 	switch {
 	case f.halted:
 		return failed(ErrHalted)
@@ -141,8 +145,23 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.s = s
+	f.notifyLocked()
 	f.mu.Unlock()
 	return nil
+}
+
+// notifyLocked wakes every Changed waiter; f.mu is held for writing.
+func (f *FSM) notifyLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// Changed is closed at the next applied entry or restore: read the state
+// again then.
+func (f *FSM) Changed() <-chan struct{} {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.changed
 }
 
 // Digest is the SHA-256 of the state's snapshot record: replicas at the

@@ -85,3 +85,16 @@ func (f *FSM) Members() []Member {
 	}
 	return out
 }
+
+// Placed lists the queues placed on group, sorted.
+func (f *FSM) Placed(group string) []string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []string
+	for _, q := range slices.Sorted(maps.Keys(f.s.placements)) {
+		if f.s.placements[q].Group == group {
+			out = append(out, q)
+		}
+	}
+	return out
+}

@@ -1,0 +1,204 @@
+package metagroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/meta"
+	metav1 "github.com/raftq/raftq/proto/raftq/meta/v1"
+	"github.com/raftq/raftq/raftgroup"
+)
+
+// maxPlacementsPerRound bounds the placement proposals of one round, so
+// a round stays short whatever the backlog.
+const maxPlacementsPerRound = 256
+
+// lead is the meta leader's one duty loop, run by raftgroup for each
+// established term (its Barrier done, so the local state holds every
+// committed entry) and stopped when the term ends. Each round does the
+// first thing that is not in step yet, in this order: the seed; meta's
+// servers against the data group's; the cluster version; the placements.
+// Each is idempotent and read afresh each round, so a new leader takes
+// over wherever the last one stopped. Rounds run on every change of
+// meta's state and at least every Interval.
+func (g *Group) lead(ctx context.Context) {
+	backoff := g.cfg.Interval
+	for {
+		err := g.round(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		wait := g.cfg.Interval
+		if err != nil {
+			g.log.Warn("meta leader duty failed; retrying", "err", err, "retry_in", backoff)
+			wait, backoff = backoff, min(2*backoff, 10*time.Second)
+		} else {
+			backoff = g.cfg.Interval
+		}
+		if !g.wait(ctx, wait) {
+			return
+		}
+	}
+}
+
+func (g *Group) round(ctx context.Context) error {
+	if !g.fsm.Seeded() {
+		return g.seed(ctx)
+	}
+	if changed, err := g.reconcileServers(); changed || err != nil {
+		return err
+	}
+	if v := g.cfg.Data.ClusterVersion(); v > g.fsm.ClusterVersion() {
+		_, err := g.Propose(ctx, &metav1.Command{Op: &metav1.Command_SetClusterVersion{SetClusterVersion: &metav1.SetClusterVersion{Version: v}}})
+		return err
+	}
+	return g.reconcilePlacements(ctx)
+}
+
+// seed proposes meta's first state, copied from the data group's local
+// replica once it holds the handover: its identities, tokens, grants and
+// settings are frozen there from that entry on, so any replica's copy
+// past it is the same. The data group becomes the legacy group "data"
+// with its voters as replicas and every queue placed on it (a new
+// cluster seeds the same way, with no queues yet).
+func (g *Group) seed(ctx context.Context) error {
+	ho, ok := g.cfg.Data.Handover()
+	if !ok {
+		return nil // the data log has not reached the handover here yet
+	}
+	servers, err := g.cfg.Data.Servers()
+	if err != nil {
+		return err
+	}
+	var replicas []string
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter {
+			replicas = append(replicas, string(s.ID))
+		}
+	}
+	slices.Sort(replicas)
+	sd := &metav1.Seed{Auth: ho.Auth, ClusterVersion: ho.ClusterVersion, MaxQueuedBytes: ho.MaxQueuedBytes, MaxQueues: ho.MaxQueues,
+		LegacyGroup: meta.LegacyGroupID, LegacyReplicas: replicas, Queues: ho.Queues, CopiedAtIndex: ho.Index}
+	_, err = g.Propose(ctx, &metav1.Command{Op: &metav1.Command_Seed{Seed: sd}})
+	if errors.Is(err, meta.ErrConflict) && g.fsm.Seeded() {
+		return nil // an earlier attempt of ours applied first
+	}
+	if err != nil {
+		return fmt.Errorf("seed the meta group: %w", err)
+	}
+	g.log.Info("meta group seeded from the data group", "queues", len(ho.Queues), "tokens", len(ho.Auth.GetTokens()),
+		"identities", len(ho.Auth.GetIdentities()), "data_index", ho.Index, "replicas", replicas)
+	return nil
+}
+
+// reconcileServers makes one change, if any is due, to meta's Raft
+// configuration so it follows the data group's (the member list the
+// data group's reconciler keeps in step with gossip): a server gone from
+// the data group leaves meta, the voters meta.MetaVoters chooses among
+// the data group's voters become or stay meta voters, every other data
+// server is a meta nonvoter. One change per round, each against the
+// configuration index it read, so two leaders never race a change.
+func (g *Group) reconcileServers() (changed bool, err error) {
+	r := g.g.Raft()
+	index, current, err := raftgroup.LatestConfig(r)
+	if err != nil {
+		return false, err
+	}
+	data, err := g.cfg.Data.Servers()
+	if err != nil || len(data) == 0 {
+		return false, err
+	}
+	addr := map[string]raft.ServerAddress{}
+	var members []meta.Member
+	for _, s := range data {
+		addr[string(s.ID)] = s.Address
+		if s.Suffrage == raft.Voter {
+			members = append(members, meta.Member{NodeID: string(s.ID), RaftAddr: string(s.Address)})
+		}
+	}
+	in := map[string]raft.ServerSuffrage{}
+	var voters []string
+	for _, s := range current {
+		in[string(s.ID)] = s.Suffrage
+		if s.Suffrage == raft.Voter {
+			voters = append(voters, string(s.ID))
+		}
+	}
+	want := meta.MetaVoters(voters, members, g.fsm.Settings().MetaVoters)
+	const timeout = 10 * time.Second
+	change := func(what, id string, f raft.IndexFuture) (bool, error) {
+		if err := f.Error(); err != nil {
+			return true, fmt.Errorf("meta configuration: %s %s: %w", what, id, err)
+		}
+		g.log.Info("meta configuration changed", "change", what, "server", id)
+		return true, nil
+	}
+	for _, s := range current {
+		if _, ok := addr[string(s.ID)]; !ok {
+			return change("remove", string(s.ID), r.RemoveServer(s.ID, index, timeout))
+		}
+	}
+	for _, id := range want {
+		if in[id] != raft.Voter {
+			// An added voter takes part in quorums at once; the meta log
+			// is small, so it catches up within a few heartbeats.
+			return change("add voter", id, r.AddVoter(raft.ServerID(id), addr[id], index, timeout))
+		}
+	}
+	for _, s := range data {
+		if _, ok := in[string(s.ID)]; !ok {
+			return change("add nonvoter", string(s.ID), r.AddNonvoter(s.ID, s.Address, index, timeout))
+		}
+	}
+	for _, id := range voters {
+		if !slices.Contains(want, id) && id != g.cfg.NodeID {
+			return change("demote", id, r.DemoteVoter(raft.ServerID(id), index, timeout))
+		}
+	}
+	return false, nil
+}
+
+// reconcilePlacements places every queue of the data group that meta does
+// not place yet on the legacy group, and drops placements of queues the
+// data group no longer holds. With one data group the queue's existence
+// is the data group's to decide; meta follows it (issue 22 places first).
+func (g *Group) reconcilePlacements(ctx context.Context) error {
+	_, legacy := g.fsm.Groups()
+	if legacy == "" {
+		return nil
+	}
+	ho, ok := g.cfg.Data.Handover()
+	if !ok {
+		return nil
+	}
+	placed := g.fsm.Placed(legacy)
+	n := 0
+	for _, q := range ho.Queues {
+		if _, found := slices.BinarySearch(placed, q); found {
+			continue
+		}
+		if n++; n > maxPlacementsPerRound {
+			return nil
+		}
+		if _, err := g.Propose(ctx, &metav1.Command{Op: &metav1.Command_PlaceQueue{PlaceQueue: &metav1.PlaceQueue{Queue: q, Group: legacy}}}); err != nil {
+			return fmt.Errorf("place queue %s: %w", q, err)
+		}
+	}
+	for _, q := range placed {
+		if _, found := slices.BinarySearch(ho.Queues, q); found {
+			continue
+		}
+		if n++; n > maxPlacementsPerRound {
+			return nil
+		}
+		if _, err := g.Propose(ctx, &metav1.Command{Op: &metav1.Command_DropPlacement{DropPlacement: &metav1.DropPlacement{Queue: q, Group: legacy}}}); err != nil {
+			return fmt.Errorf("drop placement of %s: %w", q, err)
+		}
+	}
+	return nil
+}
