@@ -23,6 +23,10 @@ import (
 
 // Config builds one node.
 type Config struct {
+	// Meta is the meta group's local state (the host's meta.FSM), whose
+	// settings the data leader follows from the handover; nil: none
+	// (tests of the data group alone).
+	Meta MetaState
 	// Cluster configures Raft, membership and the data dir. Its NodeID is
 	// the node's id; its Logger is set from Logger.
 	Cluster cluster.Config
@@ -120,9 +124,10 @@ type Broker struct {
 	leader *leaderWork
 	// audit is the counter audit, a node duty (audit.go); raiser the
 	// cluster-version raiser, a leader duty (version.go).
-	audit    *counterAudit
-	raiser   *versionRaiser
-	replicas *replicaCheck // the replica check, a leader duty (replica.go)
+	audit      *counterAudit
+	raiser     *versionRaiser
+	metaFollow *metaFollower
+	replicas   *replicaCheck // the replica check, a leader duty (replica.go)
 	// diverged is set once this node learns its state differs from the
 	// replicas' (replica.go); repairs is what the leader knows of the
 	// nodes it repairs.
@@ -239,6 +244,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		cfg: cfg.Audit, log: b.log, id: b.id, reads: b.reads, checks: b.state.Integrity(), peers: cfg.Peers,
 		route: b.Route, recount: b.Operator().RecountQueues,
 	}
+	b.metaFollow = &metaFollower{log: b.log, group: GroupID, meta: cfg.Meta, reads: b.reads, propose: b.Propose, interval: time.Second}
 	b.raiser = &versionRaiser{log: b.log, reads: b.reads, voters: b.node.VoterVersions, propose: b.Propose,
 		servers: func() ([]raft.Server, error) { return raftgroup.LatestServers(b.group.Raft()) }}
 	b.replicas = &replicaCheck{

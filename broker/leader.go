@@ -225,6 +225,7 @@ func (b *Broker) leaderDuties() []duty {
 		b.replicas.duty(),
 		b.schedulerDuty(),
 		goDuty("cluster version raiser", b.raiser.run),
+		goDuty("meta settings follower", b.metaFollow.run),
 	}
 }
 

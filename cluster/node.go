@@ -320,3 +320,8 @@ func (n *Node) closeAll() error {
 // Group is the data group's Raft runtime: Apply, Barrier, leadership,
 // snapshots and the rest of what one group does on this node.
 func (n *Node) Group() *raftgroup.Group { return n.g }
+
+// Membership is the node's gossip membership: what every group of the
+// node learns of the others' addresses and abilities from (the meta group
+// opens over it too).
+func (n *Node) Membership() *membership.Membership { return n.ms }

@@ -25,8 +25,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/raftq/raftq/acl"
 	"github.com/raftq/raftq/auth"
 	"github.com/raftq/raftq/broker"
+	"github.com/raftq/raftq/meta"
+	"github.com/raftq/raftq/metagroup"
 	"github.com/raftq/raftq/peers"
 	"github.com/raftq/raftq/raftmux"
 	"github.com/raftq/raftq/tlsconfig"
@@ -112,6 +115,7 @@ type Host struct {
 	registry *prometheus.Registry
 	peers    *peers.Pool
 	group    *broker.Broker
+	meta     *metagroup.Group // the meta group (closed before the data group)
 	authn    *auth.Authenticator
 	api      *transport.Server
 	served   chan struct{} // closed when the gRPC server's Serve returned
@@ -249,6 +253,12 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 	if ncfg.Cluster.GRPCAdvertise == "" {
 		ncfg.Cluster.GRPCAdvertise = h.grpcLis.Addr().String()
 	}
+	metaFSM := meta.New(meta.Options{Logger: log.With("group", meta.MetaGroupID),
+		// A newer meta entry halts the meta state machine (it applies
+		// nothing more, so its state stays a prefix of the log); the
+		// node keeps serving from the data group and says why.
+		Fatal: func(msg string) { log.Error("the meta group stopped applying its log", "err", msg) }})
+	ncfg.Meta = metaFSM
 	h.cfg.Node = ncfg
 	log.Info("starting node: restoring state from the data dir", "node_id", id, "data_dir", ncfg.Cluster.DataDir)
 	started := time.Now()
@@ -266,11 +276,41 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 		})
 	}
 
-	// 8. Authentication, over the replicated auth state.
-	acfg.State = h.group.State().Reader().Auth
+	// 8. The meta group, on the same Raft port and in DATA/meta: every
+	//    node runs it (a voter or a nonvoter); the data log's handover
+	//    names its founders, and until then it has no state.
+	data := h.group.State().Reader()
+	ms := h.group.Node().Membership()
+	now := time.Now
+	if ncfg.Clock != nil {
+		now = ncfg.Clock.Now
+	}
+	c := ncfg.Cluster
+	if h.meta, err = metagroup.Open(metagroup.Config{
+		NodeID: id, DataDir: c.DataDir, Port: h.raftPort,
+		Data:          dataGroup{Reader: data, group: h.group.Node().Group()},
+		GRPCAdvertise: c.GRPCAdvertise, ClientGRPCAdvertise: c.ClientGRPCAdvertise,
+		APIAddrs: ms.APIAddrs, PeerChanges: ms.Changes, Preambles: ms.PreamblesAt,
+		Now:              now,
+		HeartbeatTimeout: c.HeartbeatTimeout, ElectionTimeout: c.ElectionTimeout, LeaderLeaseTimeout: c.LeaderLeaseTimeout,
+		Logger: log,
+	}, metaFSM); err != nil {
+		h.group.Close(context.Background())
+		return nil, fmt.Errorf("start the meta group: %w", err)
+	}
+
+	// 9. Authentication, over the replicated auth state: the meta
+	//    group's once it is seeded, the data group's before (frozen
+	//    there from the handover until the seed copies it).
+	acfg.State = func() *acl.Auth {
+		if metaFSM.Seeded() {
+			return metaFSM.Auth()
+		}
+		return data.Auth()
+	}
 	h.authn = auth.New(acfg)
 
-	// 9. The API and the HTTP port's handler.
+	// 10. The API and the HTTP port's handler.
 	api := cfg.API
 	h.registry = api.Registry
 	if h.registry == nil {
@@ -280,7 +320,7 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 	if api.Logger == nil {
 		api.Logger = log.With("component", "transport")
 	}
-	api.TLS, api.Auth, api.Peers, api.HTTPSecure = h.tls, h.authn, h.peers, h.tls != nil
+	api.TLS, api.Auth, api.Peers, api.HTTPSecure, api.Meta = h.tls, h.authn, h.peers, h.tls != nil, h.meta
 	h.api = transport.New(api, h.group)
 	go func() {
 		defer close(h.served)
@@ -290,7 +330,6 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 		}
 	}()
 	starting.ready(h.api.HTTPHandler())
-	c := ncfg.Cluster
 	log.Info("raftq node started", "node_id", id, "grpc", c.GRPCAdvertise, "grpc_clients", cmp.Or(c.ClientGRPCAdvertise, c.GRPCAdvertise),
 		"raft", h.raftPort.Addr().String(), "gossip", c.GossipAdvertise, "http", c.HTTPAdvertise, "data_dir", c.DataDir,
 		"applied_index", h.group.State().Reader().AppliedIndex(), "startup", time.Since(started).Round(time.Millisecond))
@@ -384,6 +423,20 @@ func (h *Host) stop(ctx context.Context, handOver, leave bool) {
 			_ = h.httpSrv.Shutdown(sctx)
 			_ = h.httpSrv.Close()
 			<-h.httpServed
+		}
+		cancel()
+		// The meta group first: it lives in the data dir, whose lock
+		// the data group holds, and reads the data group's state.
+		sctx, cancel = before(timeout / 16)
+		var merr error
+		if handOver {
+			merr = h.meta.Shutdown(sctx)
+		} else {
+			merr = h.meta.Close()
+		}
+		if merr != nil {
+			h.log.Warn("meta group shutdown", "err", merr)
+			errs = append(errs, fmt.Errorf("meta group shutdown: %w", merr))
 		}
 		cancel()
 		sctx, cancel = before(0)

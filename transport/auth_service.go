@@ -37,7 +37,7 @@ func (a authService) CreateToken(ctx context.Context, req *raftqv1.CreateTokenRe
 	if req.GetExpiresInMs() < 0 || ttl > maxTokenTTL {
 		return nil, invalid("expires_in_ms must be between 0 (never) and %d", maxTokenTTL.Milliseconds())
 	}
-	t, err := a.s.b.Auth().Keyed(req.GetIdempotencyKey()).CreateToken(ctx, req.Name, req.GetIdentity(), ttl)
+	t, err := a.s.authAdmin(req.GetIdempotencyKey()).CreateToken(ctx, req.Name, req.GetIdentity(), ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func (a authService) RevokeToken(ctx context.Context, req *raftqv1.RevokeTokenRe
 	if err := fsm.ValidateIdentity(req.GetName()); err != nil {
 		return nil, invalid("name: %v", err)
 	}
-	if err := a.s.b.Auth().Keyed(req.GetIdempotencyKey()).RevokeToken(ctx, req.Name); err != nil {
+	if err := a.s.authAdmin(req.GetIdempotencyKey()).RevokeToken(ctx, req.Name); err != nil {
 		return nil, err
 	}
 	return &raftqv1.RevokeTokenResponse{}, nil
@@ -84,7 +84,7 @@ func (a authService) Grant(ctx context.Context, req *raftqv1.GrantRequest) (*raf
 			perms |= p
 		}
 	}
-	if err := a.s.b.Auth().Keyed(req.GetIdempotencyKey()).Grant(ctx, req.Identity, req.GetPattern(), perms, req.GetAdmin()); err != nil {
+	if err := a.s.authAdmin(req.GetIdempotencyKey()).Grant(ctx, req.Identity, req.GetPattern(), perms, req.GetAdmin()); err != nil {
 		return nil, err
 	}
 	return &raftqv1.GrantResponse{}, nil
@@ -104,7 +104,7 @@ func (a authService) Ungrant(ctx context.Context, req *raftqv1.UngrantRequest) (
 	} else if err := fsm.ValidatePattern(req.GetPattern()); err != nil {
 		return nil, invalid("pattern: %v", err)
 	}
-	if err := a.s.b.Auth().Keyed(req.GetIdempotencyKey()).Ungrant(ctx, req.Identity, req.GetPattern(), req.GetAdmin()); err != nil {
+	if err := a.s.authAdmin(req.GetIdempotencyKey()).Ungrant(ctx, req.Identity, req.GetPattern(), req.GetAdmin()); err != nil {
 		return nil, err
 	}
 	return &raftqv1.UngrantResponse{}, nil
@@ -112,7 +112,7 @@ func (a authService) Ungrant(ctx context.Context, req *raftqv1.UngrantRequest) (
 
 func (a authService) ListAuth(context.Context, *raftqv1.ListAuthRequest) (*raftqv1.ListAuthResponse, error) {
 	out := &raftqv1.ListAuthResponse{}
-	for _, id := range a.s.state.Auth().Identities() {
+	for _, id := range a.s.authState().Identities() {
 		ii := &raftqv1.IdentityInfo{Name: id.Name, Admin: id.Admin, Grants: grantsOut(id.Grants)}
 		for _, t := range id.Tokens {
 			ii.Tokens = append(ii.Tokens, &raftqv1.TokenInfo{Name: t.Name, CreatedUnixMs: t.CreatedUnixMs, ExpiresUnixMs: t.ExpiresUnixMs})

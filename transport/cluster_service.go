@@ -43,6 +43,12 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 	if out.ClusterVersion >= fsm.AdmitVersion {
 		out.Settings = &raftqv1.ClusterSettings{MaxQueuedBytes: settings.MaxQueuedBytes, MaxQueues: settings.MaxQueues}
 	}
+	if c.s.cfg.Meta != nil && c.s.cfg.Meta.FSM().Seeded() {
+		// The settings as the meta group holds them (the data group
+		// follows them a moment later).
+		ms := c.s.cfg.Meta.FSM().Settings()
+		out.Settings = &raftqv1.ClusterSettings{MaxQueuedBytes: ms.MaxQueuedBytes, MaxQueues: ms.MaxQueues}
+	}
 	for _, n := range st.Nodes {
 		node := &raftqv1.Node{
 			Id: n.ID, GrpcAddr: n.ClientGRPCAddr, PeerGrpcAddr: n.GRPCAddr, RaftAddr: n.RaftAddr, HttpAddr: n.HTTPAddr,
@@ -132,6 +138,13 @@ func (c *clusterService) Leave(ctx context.Context, req *raftqv1.LeaveRequest) (
 func (c *clusterService) SetClusterSettings(ctx context.Context, req *raftqv1.SetClusterSettingsRequest) (*raftqv1.SetClusterSettingsResponse, error) {
 	if err := checkIdempotencyKey(req.GetIdempotencyKey()); err != nil {
 		return nil, err
+	}
+	if c.s.metaActive() {
+		ms, err := c.s.cfg.Meta.SetSettings(ctx, req.MaxQueuedBytes, req.MaxQueues, req.GetIdempotencyKey())
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return &raftqv1.SetClusterSettingsResponse{Settings: &raftqv1.ClusterSettings{MaxQueuedBytes: ms.MaxQueuedBytes, MaxQueues: ms.MaxQueues}}, nil
 	}
 	s, err := c.s.ops.SetClusterSettings(ctx, broker.SettingsChange{MaxQueuedBytes: req.MaxQueuedBytes, MaxQueues: req.MaxQueues, IdempotencyKey: req.GetIdempotencyKey()})
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/diskguard"
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/meta"
+	"github.com/raftq/raftq/metagroup"
 	"github.com/raftq/raftq/scheduler"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -45,6 +47,12 @@ func codeOf(err error) codes.Code {
 	case errors.Is(err, fsm.ErrQueueFull), errors.Is(err, fsm.ErrLimit), errors.Is(err, broker.ErrOverloaded),
 		errors.Is(err, diskguard.ErrNoSpace):
 		return codes.ResourceExhausted
+	case errors.Is(err, meta.ErrConflict):
+		return codes.FailedPrecondition
+	case errors.Is(err, fsm.ErrMoved), errors.Is(err, metagroup.ErrStarting), errors.Is(err, meta.ErrHalted):
+		// The state moved to the meta group, which is starting (or this
+		// node stopped applying it): retry, at its leader.
+		return codes.Unavailable
 	case errors.Is(err, fsm.ErrStaleLease), errors.Is(err, fsm.ErrInUse), errors.Is(err, fsm.ErrNotEmpty), errors.Is(err, fsm.ErrAnswerLost),
 		errors.Is(err, fsm.ErrPaused):
 		return codes.FailedPrecondition

@@ -126,6 +126,9 @@ func (s *Server) forwardUnary(ctx context.Context, req any, info *grpc.UnaryServ
 	if err := checkGroup(req); err != nil {
 		return nil, err
 	}
+	if metaMethods[info.FullMethod] && s.metaActive() {
+		return s.atMetaLeader(ctx, info.FullMethod, req, handler)
+	}
 	if !leaderMethods[info.FullMethod] {
 		resp, err := handler(ctx, req)
 		return resp, toStatus(err)

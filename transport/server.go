@@ -13,6 +13,7 @@ import (
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/dashboard"
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/metagroup"
 	"github.com/raftq/raftq/peers"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/tlsconfig"
@@ -63,6 +64,11 @@ type Config struct {
 	// after Stop; nil = a pool of the server's own (over TLS and Auth),
 	// closed by Stop.
 	Peers *peers.Pool
+	// Meta is the node's meta group: from the handover it serves the
+	// writes of identities, tokens, grants and settings (meta.go), and
+	// its replica the reads of them. nil: none (the data group keeps
+	// them, as before the handover).
+	Meta *metagroup.Group
 }
 
 // Server serves the Broker and Cluster services of one node.
