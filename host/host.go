@@ -487,6 +487,9 @@ func (h *Host) abort() {
 // scheduler.
 func (h *Host) Broker() *broker.Broker { return h.group }
 
+// Meta is the node's meta group.
+func (h *Host) Meta() *metagroup.Group { return h.meta }
+
 // API is the node's gRPC server (and the HTTP port's handler).
 func (h *Host) API() *transport.Server { return h.api }
 

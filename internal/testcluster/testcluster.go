@@ -256,9 +256,28 @@ func (c *Cluster) WaitStable(timeout time.Duration) *Node {
 		if voters != len(c.Nodes) {
 			return fmt.Errorf("%d voters of %d nodes", voters, len(c.Nodes))
 		}
+		if l.State().Reader().ClusterVersion() >= fsm.HandoverVersion {
+			return c.metaReady()
+		}
 		return nil
 	})
 	return l
+}
+
+// metaReady: every node's meta replica is seeded and knows meta's leader,
+// so identity and settings writes (served by meta from the handover) go
+// through at once.
+func (c *Cluster) metaReady() error {
+	for _, n := range c.Nodes {
+		m := n.Host.Meta()
+		if !m.FSM().Seeded() {
+			return fmt.Errorf("%s: meta group not seeded yet", n.ID)
+		}
+		if l := m.Raft().Leadership(); !l.LeaderKnown() || l.LeaderGRPCAddr == "" {
+			return fmt.Errorf("%s knows no meta leader", n.ID)
+		}
+	}
+	return nil
 }
 
 // Leader is the node that leads, waiting (bounded) through an election.
@@ -341,6 +360,9 @@ func (c *Cluster) WaitClusterVersion(v uint32) {
 			if got := n.State().Reader().ClusterVersion(); got < v {
 				return fmt.Errorf("%s at cluster version %d, want %d", n.ID, got, v)
 			}
+		}
+		if v >= fsm.HandoverVersion {
+			return c.metaReady()
 		}
 		return nil
 	})
