@@ -38,14 +38,9 @@ func bearer(ctx context.Context, token string) context.Context {
 // auth commands are proposed.
 func waitAuthVersion(t *testing.T, c *testcluster.Cluster) {
 	t.Helper()
-	waitUntil(t, 20*time.Second, "cluster version 5", func() error {
-		for _, n := range c.Nodes {
-			if v := n.State().Reader().ClusterVersion(); v < fsm.AuthVersion {
-				return fmt.Errorf("%s at cluster version %d", n.ID, v)
-			}
-		}
-		return nil
-	})
+	// The newest version, where the meta group holds identities: the
+	// kit waits for its seed too.
+	c.WaitClusterVersion(fsm.MaxLogVersion)
 }
 
 func mustToken(t *testing.T, ctx context.Context, n *testcluster.Node, name string, ttl time.Duration) string {

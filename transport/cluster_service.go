@@ -141,6 +141,9 @@ func (c *clusterService) SetClusterSettings(ctx context.Context, req *raftqv1.Se
 	}
 	if c.s.metaActive() {
 		ms, err := c.s.cfg.Meta.SetSettings(ctx, req.MaxQueuedBytes, req.MaxQueues, req.GetIdempotencyKey())
+		if err == nil {
+			err = c.s.awaitDataSettings(ctx)
+		}
 		if err != nil {
 			return nil, toStatus(err)
 		}

@@ -213,7 +213,7 @@ func (s *Server) serveAtLeader(ctx context.Context, method string, req any, hand
 }
 
 // forward sends a leader-only call one hop to the leader.
-func (s *Server) forward(ctx context.Context, route broker.Route, method string, req any) (any, error) {
+func (s *Server) forward(ctx context.Context, route broker.Route, method string, req any, opts ...grpc.CallOption) (any, error) {
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedByKey)) > 0 {
 		// Forwarded to us, but we do not lead (any more): one hop only.
 		return nil, redirectError(route.LeaderID, route.LeaderClientAddr)
@@ -234,7 +234,7 @@ func (s *Server) forward(ctx context.Context, route broker.Route, method string,
 		}
 	}
 	fctx := metadata.NewOutgoingContext(ctx, md)
-	if err := conn.Invoke(fctx, method, req.(proto.Message), out); err != nil {
+	if err := conn.Invoke(fctx, method, req.(proto.Message), out, opts...); err != nil {
 		return nil, err
 	}
 	return out, nil

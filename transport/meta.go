@@ -3,12 +3,15 @@ package transport
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/raftq/raftq/acl"
+	"github.com/raftq/raftq/meta"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/raftgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // metaMethods are the writes of the cluster-wide state: from the
@@ -66,6 +69,11 @@ func (s *Server) atMetaLeader(ctx context.Context, method string, req any, handl
 	}
 	if route.Local {
 		resp, err := handler(ctx, req)
+		if err == nil {
+			// The forwarding node waits until its own replica has
+			// applied this far before it answers (below).
+			_ = grpc.SetHeader(ctx, metadata.Pairs(metaIndexKey, strconv.FormatUint(s.cfg.Meta.FSM().AppliedIndex(), 10)))
+		}
 		if !isNotLeader(err) {
 			return resp, toStatus(err)
 		}
@@ -77,5 +85,78 @@ func (s *Server) atMetaLeader(ctx context.Context, method string, req any, handl
 			return nil, redirectError(l.LeaderID, l.LeaderClientAddr)
 		}
 	}
-	return s.forward(ctx, route, method, req)
+	var hdr metadata.MD
+	resp, err := s.forward(ctx, route, method, req, grpc.Header(&hdr))
+	if err == nil {
+		s.awaitMeta(ctx, hdr.Get(metaIndexKey))
+	}
+	return resp, err
+}
+
+// metaIndexKey is the response header in which meta's leader says how far
+// its replica had applied when a write it served returned.
+const metaIndexKey = "raftq-meta-index"
+
+// metaCatchUp bounds how long a node waits for its meta replica to apply a
+// write it forwarded: a few heartbeats normally; past it the answer goes
+// out anyway (the write is committed).
+const metaCatchUp = 5 * time.Second
+
+// awaitMeta waits until this node's meta replica has applied the index
+// meta's leader reported, so a call through this node right after a write
+// through it (a token used, a grant relied on) sees the write: reads of
+// auth and settings are served from the local replica.
+func (s *Server) awaitMeta(ctx context.Context, vals []string) {
+	if len(vals) != 1 {
+		return
+	}
+	want, err := strconv.ParseUint(vals[0], 10, 64)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, metaCatchUp)
+	defer cancel()
+	f := s.cfg.Meta.FSM()
+	for {
+		changed := f.Changed() // before the check: no change is missed
+		if f.AppliedIndex() >= want {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			s.log.Warn("this node's meta replica has not applied a write it forwarded yet; answering anyway", "want", want, "applied", f.AppliedIndex())
+			return
+		case <-changed:
+		}
+	}
+}
+
+// awaitDataSettings waits, on meta's leader, until this node's data
+// replica applies the settings meta now holds (the data leader follows
+// them into its log, broker/metafollow.go): a SetClusterSettings answered
+// OK is then in force for every enqueue and create proposed after it, as
+// it was when the data log held the settings itself. Bounded like
+// awaitMeta; the data leader may be cut off, and the write is committed.
+func (s *Server) awaitDataSettings(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, metaCatchUp)
+	defer cancel()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		m := s.cfg.Meta.FSM()
+		g, ok := m.Group(meta.LegacyGroupID)
+		_, have := s.state.Held()
+		if !ok || have.MaxQueuedBytes == g.Share && have.MaxQueues == m.Settings().MaxQueues {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if ctx.Err() == context.DeadlineExceeded {
+				s.log.Warn("the data group has not applied the meta group's new settings yet; answering anyway")
+				return nil
+			}
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }

@@ -325,10 +325,21 @@ func (c *Cluster) ByID(id string) *Node {
 func (c *Cluster) Synced() {
 	c.t.Helper()
 	idx := c.Leader().State().Reader().AppliedIndex()
+	// And meta's replicas what meta's leader has (none before the
+	// handover).
+	var metaIdx uint64
+	for _, n := range c.Nodes {
+		if n.Host.Meta().Raft().IsLeader() {
+			metaIdx = n.Host.Meta().FSM().AppliedIndex()
+		}
+	}
 	harness.Eventually(c.t, 10*time.Second, func() error {
 		for _, n := range c.Nodes {
 			if got := n.State().Reader().AppliedIndex(); got < idx {
 				return fmt.Errorf("replicas to catch up: %s applied %d of %d", n.ID, got, idx)
+			}
+			if got := n.Host.Meta().FSM().AppliedIndex(); got < metaIdx {
+				return fmt.Errorf("meta replicas to catch up: %s applied %d of %d", n.ID, got, metaIdx)
 			}
 		}
 		return nil
