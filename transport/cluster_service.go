@@ -43,6 +43,7 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 	if out.ClusterVersion >= fsm.AdmitVersion {
 		out.Settings = &raftqv1.ClusterSettings{MaxQueuedBytes: settings.MaxQueuedBytes, MaxQueues: settings.MaxQueues}
 	}
+	out.Meta = c.s.metaStatus()
 	if c.s.cfg.Meta != nil && c.s.cfg.Meta.FSM().Seeded() {
 		// The settings as the meta group holds them (the data group
 		// follows them a moment later).

@@ -3,8 +3,11 @@ package transport
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/raftq/raftq/acl"
 	"github.com/raftq/raftq/meta"
@@ -159,4 +162,28 @@ func (s *Server) awaitDataSettings(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// metaStatus is the meta group as this node's replica sees it, nil before
+// the handover (Status).
+func (s *Server) metaStatus() *raftqv1.MetaStatus {
+	if !s.metaActive() {
+		return nil
+	}
+	m := s.cfg.Meta
+	f := m.FSM()
+	out := &raftqv1.MetaStatus{LeaderId: m.Raft().Leadership().LeaderID, Seeded: f.Seeded(), AppliedIndex: f.AppliedIndex(),
+		PlacedQueues: uint64(len(f.Placed(meta.LegacyGroupID)))}
+	if servers, err := raftgroup.LatestServers(m.Raft().Raft()); err == nil {
+		for _, sv := range servers {
+			if sv.Suffrage == raft.Voter {
+				out.Voters = append(out.Voters, string(sv.ID))
+			} else {
+				out.Nonvoters = append(out.Nonvoters, string(sv.ID))
+			}
+		}
+	}
+	slices.Sort(out.Voters)
+	slices.Sort(out.Nonvoters)
+	return out
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -332,6 +333,14 @@ func printStatus(w io.Writer, st *raftqv1.StatusResponse) error {
 			}
 		} else {
 			fmt.Fprintf(tw, "held:\t%s\n", held)
+		}
+		if m := st.GetMeta(); m != nil {
+			state := "seeded"
+			if !m.GetSeeded() {
+				state = "starting"
+			}
+			fmt.Fprintf(tw, "meta group:\t%s, leader %s, voters %s, nonvoters %s, %d queues placed\n", state,
+				cmp.Or(m.GetLeaderId(), "(none)"), cmp.Or(strings.Join(m.GetVoters(), ","), "-"), cmp.Or(strings.Join(m.GetNonvoters(), ","), "-"), m.GetPlacedQueues())
 		}
 	}
 	if err := tw.Flush(); err != nil {

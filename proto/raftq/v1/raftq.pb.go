@@ -3917,8 +3917,11 @@ type StatusResponse struct {
 	// Live gossip members outside the Raft configuration that the answering
 	// node does not admit, because they do not present its cluster id.
 	RefusedMembers []*RefusedMember `protobuf:"bytes,12,rep,name=refused_members,json=refusedMembers,proto3" json:"refused_members,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The meta group (issue 21, log version 21 and later) as the answering
+	// node's replica sees it; absent before the handover.
+	Meta          *MetaStatus `protobuf:"bytes,13,opt,name=meta,proto3" json:"meta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -4035,6 +4038,105 @@ func (x *StatusResponse) GetRefusedMembers() []*RefusedMember {
 	return nil
 }
 
+func (x *StatusResponse) GetMeta() *MetaStatus {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+// MetaStatus is the meta group: identities, tokens, grants, settings and
+// queue placement, in a Raft group of its own.
+type MetaStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its leader, "" while none is known.
+	LeaderId string `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// Whether it holds the cluster-wide state yet (its first leader seeds
+	// it from the queues' group after the handover).
+	Seeded bool `protobuf:"varint,2,opt,name=seeded,proto3" json:"seeded,omitempty"`
+	// Its voters and nonvoters (node ids, sorted).
+	Voters    []string `protobuf:"bytes,3,rep,name=voters,proto3" json:"voters,omitempty"`
+	Nonvoters []string `protobuf:"bytes,4,rep,name=nonvoters,proto3" json:"nonvoters,omitempty"`
+	// The answering node's replica's applied index.
+	AppliedIndex uint64 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// Queues placed (on the one data group today).
+	PlacedQueues  uint64 `protobuf:"varint,6,opt,name=placed_queues,json=placedQueues,proto3" json:"placed_queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaStatus) Reset() {
+	*x = MetaStatus{}
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaStatus) ProtoMessage() {}
+
+func (x *MetaStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaStatus.ProtoReflect.Descriptor instead.
+func (*MetaStatus) Descriptor() ([]byte, []int) {
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *MetaStatus) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *MetaStatus) GetSeeded() bool {
+	if x != nil {
+		return x.Seeded
+	}
+	return false
+}
+
+func (x *MetaStatus) GetVoters() []string {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *MetaStatus) GetNonvoters() []string {
+	if x != nil {
+		return x.Nonvoters
+	}
+	return nil
+}
+
+func (x *MetaStatus) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *MetaStatus) GetPlacedQueues() uint64 {
+	if x != nil {
+		return x.PlacedQueues
+	}
+	return 0
+}
+
 // RefusedMember is a node gossip shows that is kept out of the cluster.
 type RefusedMember struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -4050,7 +4152,7 @@ type RefusedMember struct {
 
 func (x *RefusedMember) Reset() {
 	*x = RefusedMember{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4062,7 +4164,7 @@ func (x *RefusedMember) String() string {
 func (*RefusedMember) ProtoMessage() {}
 
 func (x *RefusedMember) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[55]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4075,7 +4177,7 @@ func (x *RefusedMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefusedMember.ProtoReflect.Descriptor instead.
 func (*RefusedMember) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{55}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RefusedMember) GetId() string {
@@ -4122,7 +4224,7 @@ type ClusterSettings struct {
 
 func (x *ClusterSettings) Reset() {
 	*x = ClusterSettings{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4134,7 +4236,7 @@ func (x *ClusterSettings) String() string {
 func (*ClusterSettings) ProtoMessage() {}
 
 func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[56]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4147,7 +4249,7 @@ func (x *ClusterSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSettings.ProtoReflect.Descriptor instead.
 func (*ClusterSettings) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{56}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ClusterSettings) GetMaxQueuedBytes() int64 {
@@ -4180,7 +4282,7 @@ type SetClusterSettingsRequest struct {
 
 func (x *SetClusterSettingsRequest) Reset() {
 	*x = SetClusterSettingsRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4192,7 +4294,7 @@ func (x *SetClusterSettingsRequest) String() string {
 func (*SetClusterSettingsRequest) ProtoMessage() {}
 
 func (x *SetClusterSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[57]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4205,7 +4307,7 @@ func (x *SetClusterSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterSettingsRequest.ProtoReflect.Descriptor instead.
 func (*SetClusterSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{57}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SetClusterSettingsRequest) GetMaxQueuedBytes() int64 {
@@ -4238,7 +4340,7 @@ type SetClusterSettingsResponse struct {
 
 func (x *SetClusterSettingsResponse) Reset() {
 	*x = SetClusterSettingsResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4250,7 +4352,7 @@ func (x *SetClusterSettingsResponse) String() string {
 func (*SetClusterSettingsResponse) ProtoMessage() {}
 
 func (x *SetClusterSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[58]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4263,7 +4365,7 @@ func (x *SetClusterSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterSettingsResponse.ProtoReflect.Descriptor instead.
 func (*SetClusterSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{58}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SetClusterSettingsResponse) GetSettings() *ClusterSettings {
@@ -4285,7 +4387,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4297,7 +4399,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[59]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4310,7 +4412,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{59}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -4335,7 +4437,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4347,7 +4449,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[60]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4360,7 +4462,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{60}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
 }
 
 type LeaveRequest struct {
@@ -4374,7 +4476,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4386,7 +4488,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[61]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4399,7 +4501,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{61}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *LeaveRequest) GetForce() bool {
@@ -4419,7 +4521,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4431,7 +4533,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[62]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4444,7 +4546,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{62}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *LeaveResponse) GetId() string {
@@ -4467,7 +4569,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4479,7 +4581,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[63]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4492,7 +4594,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{63}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *TransferLeadershipRequest) GetToId() string {
@@ -4518,7 +4620,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4530,7 +4632,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[64]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4543,7 +4645,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{64}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *TransferLeadershipResponse) GetNewLeaderId() string {
@@ -4565,7 +4667,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4577,7 +4679,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[65]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4590,7 +4692,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{65}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SnapshotRequest) GetGroup() string {
@@ -4609,7 +4711,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4621,7 +4723,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[66]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4634,7 +4736,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{66}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -4657,7 +4759,7 @@ type NodeDigest struct {
 
 func (x *NodeDigest) Reset() {
 	*x = NodeDigest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4669,7 +4771,7 @@ func (x *NodeDigest) String() string {
 func (*NodeDigest) ProtoMessage() {}
 
 func (x *NodeDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[67]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4682,7 +4784,7 @@ func (x *NodeDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDigest.ProtoReflect.Descriptor instead.
 func (*NodeDigest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{67}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *NodeDigest) GetId() string {
@@ -4741,7 +4843,7 @@ type ReportDivergenceRequest struct {
 
 func (x *ReportDivergenceRequest) Reset() {
 	*x = ReportDivergenceRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4753,7 +4855,7 @@ func (x *ReportDivergenceRequest) String() string {
 func (*ReportDivergenceRequest) ProtoMessage() {}
 
 func (x *ReportDivergenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[68]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4766,7 +4868,7 @@ func (x *ReportDivergenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDivergenceRequest.ProtoReflect.Descriptor instead.
 func (*ReportDivergenceRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{68}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ReportDivergenceRequest) GetIndex() uint64 {
@@ -4816,7 +4918,7 @@ type ReportDivergenceResponse struct {
 
 func (x *ReportDivergenceResponse) Reset() {
 	*x = ReportDivergenceResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4828,7 +4930,7 @@ func (x *ReportDivergenceResponse) String() string {
 func (*ReportDivergenceResponse) ProtoMessage() {}
 
 func (x *ReportDivergenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[69]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4841,7 +4943,7 @@ func (x *ReportDivergenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDivergenceResponse.ProtoReflect.Descriptor instead.
 func (*ReportDivergenceResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{69}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ReportDivergenceResponse) GetDiverged() bool {
@@ -4870,7 +4972,7 @@ type RepairCorruptRequest struct {
 
 func (x *RepairCorruptRequest) Reset() {
 	*x = RepairCorruptRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4882,7 +4984,7 @@ func (x *RepairCorruptRequest) String() string {
 func (*RepairCorruptRequest) ProtoMessage() {}
 
 func (x *RepairCorruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[70]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4895,7 +4997,7 @@ func (x *RepairCorruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairCorruptRequest.ProtoReflect.Descriptor instead.
 func (*RepairCorruptRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{70}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RepairCorruptRequest) GetNodeId() string {
@@ -4925,7 +5027,7 @@ type RepairCorruptResponse struct {
 
 func (x *RepairCorruptResponse) Reset() {
 	*x = RepairCorruptResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4937,7 +5039,7 @@ func (x *RepairCorruptResponse) String() string {
 func (*RepairCorruptResponse) ProtoMessage() {}
 
 func (x *RepairCorruptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[71]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4950,7 +5052,7 @@ func (x *RepairCorruptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairCorruptResponse.ProtoReflect.Descriptor instead.
 func (*RepairCorruptResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{71}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RepairCorruptResponse) GetRemoved() bool {
@@ -4980,7 +5082,7 @@ type RecountQueuesRequest struct {
 
 func (x *RecountQueuesRequest) Reset() {
 	*x = RecountQueuesRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4992,7 +5094,7 @@ func (x *RecountQueuesRequest) String() string {
 func (*RecountQueuesRequest) ProtoMessage() {}
 
 func (x *RecountQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[72]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5005,7 +5107,7 @@ func (x *RecountQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueuesRequest.ProtoReflect.Descriptor instead.
 func (*RecountQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{72}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RecountQueuesRequest) GetQueues() []string {
@@ -5032,7 +5134,7 @@ type RecountQueuesResponse struct {
 
 func (x *RecountQueuesResponse) Reset() {
 	*x = RecountQueuesResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5044,7 +5146,7 @@ func (x *RecountQueuesResponse) String() string {
 func (*RecountQueuesResponse) ProtoMessage() {}
 
 func (x *RecountQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[73]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5057,7 +5159,7 @@ func (x *RecountQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecountQueuesResponse.ProtoReflect.Descriptor instead.
 func (*RecountQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{73}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
 }
 
 type VerifyRequest struct {
@@ -5072,7 +5174,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5084,7 +5186,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[74]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5097,7 +5199,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{74}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *VerifyRequest) GetGroup() string {
@@ -5123,7 +5225,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5135,7 +5237,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[75]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5148,7 +5250,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{75}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *VerifyResponse) GetNodes() []*NodeDigest {
@@ -5184,7 +5286,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5196,7 +5298,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[76]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5209,7 +5311,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{76}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CheckpointRequest) GetGroup() string {
@@ -5228,7 +5330,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5240,7 +5342,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[77]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5253,7 +5355,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{77}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CheckpointResponse) GetIndex() uint64 {
@@ -5276,7 +5378,7 @@ type LocalDigestRequest struct {
 
 func (x *LocalDigestRequest) Reset() {
 	*x = LocalDigestRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5288,7 +5390,7 @@ func (x *LocalDigestRequest) String() string {
 func (*LocalDigestRequest) ProtoMessage() {}
 
 func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[78]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5301,7 +5403,7 @@ func (x *LocalDigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalDigestRequest.ProtoReflect.Descriptor instead.
 func (*LocalDigestRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{78}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *LocalDigestRequest) GetIndex() uint64 {
@@ -5327,7 +5429,7 @@ type ListConsumersRequest struct {
 
 func (x *ListConsumersRequest) Reset() {
 	*x = ListConsumersRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5339,7 +5441,7 @@ func (x *ListConsumersRequest) String() string {
 func (*ListConsumersRequest) ProtoMessage() {}
 
 func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[79]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5352,7 +5454,7 @@ func (x *ListConsumersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersRequest.ProtoReflect.Descriptor instead.
 func (*ListConsumersRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{79}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ListConsumersRequest) GetQueue() string {
@@ -5371,7 +5473,7 @@ type ListConsumersResponse struct {
 
 func (x *ListConsumersResponse) Reset() {
 	*x = ListConsumersResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5383,7 +5485,7 @@ func (x *ListConsumersResponse) String() string {
 func (*ListConsumersResponse) ProtoMessage() {}
 
 func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[80]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5396,7 +5498,7 @@ func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{80}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
@@ -5435,7 +5537,7 @@ type ConsumerInfo struct {
 
 func (x *ConsumerInfo) Reset() {
 	*x = ConsumerInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5447,7 +5549,7 @@ func (x *ConsumerInfo) String() string {
 func (*ConsumerInfo) ProtoMessage() {}
 
 func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[81]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5460,7 +5562,7 @@ func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{81}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ConsumerInfo) GetName() string {
@@ -5551,7 +5653,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5563,7 +5665,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[82]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5576,7 +5678,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{82}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -5621,7 +5723,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5633,7 +5735,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[83]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5646,7 +5748,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{83}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *CreateTokenResponse) GetName() string {
@@ -5690,7 +5792,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5702,7 +5804,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[84]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5715,7 +5817,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{84}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *RevokeTokenRequest) GetName() string {
@@ -5740,7 +5842,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5752,7 +5854,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[85]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5765,7 +5867,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{85}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{86}
 }
 
 type GrantRequest struct {
@@ -5788,7 +5890,7 @@ type GrantRequest struct {
 
 func (x *GrantRequest) Reset() {
 	*x = GrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5800,7 +5902,7 @@ func (x *GrantRequest) String() string {
 func (*GrantRequest) ProtoMessage() {}
 
 func (x *GrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[86]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5813,7 +5915,7 @@ func (x *GrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRequest.ProtoReflect.Descriptor instead.
 func (*GrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{86}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *GrantRequest) GetIdentity() string {
@@ -5859,7 +5961,7 @@ type GrantResponse struct {
 
 func (x *GrantResponse) Reset() {
 	*x = GrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5871,7 +5973,7 @@ func (x *GrantResponse) String() string {
 func (*GrantResponse) ProtoMessage() {}
 
 func (x *GrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[87]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5884,7 +5986,7 @@ func (x *GrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantResponse.ProtoReflect.Descriptor instead.
 func (*GrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{87}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{88}
 }
 
 type UngrantRequest struct {
@@ -5903,7 +6005,7 @@ type UngrantRequest struct {
 
 func (x *UngrantRequest) Reset() {
 	*x = UngrantRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5915,7 +6017,7 @@ func (x *UngrantRequest) String() string {
 func (*UngrantRequest) ProtoMessage() {}
 
 func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[88]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5928,7 +6030,7 @@ func (x *UngrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantRequest.ProtoReflect.Descriptor instead.
 func (*UngrantRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{88}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *UngrantRequest) GetIdentity() string {
@@ -5967,7 +6069,7 @@ type UngrantResponse struct {
 
 func (x *UngrantResponse) Reset() {
 	*x = UngrantResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5979,7 +6081,7 @@ func (x *UngrantResponse) String() string {
 func (*UngrantResponse) ProtoMessage() {}
 
 func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[89]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5992,7 +6094,7 @@ func (x *UngrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UngrantResponse.ProtoReflect.Descriptor instead.
 func (*UngrantResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{89}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{90}
 }
 
 type ListAuthRequest struct {
@@ -6003,7 +6105,7 @@ type ListAuthRequest struct {
 
 func (x *ListAuthRequest) Reset() {
 	*x = ListAuthRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[90]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6015,7 +6117,7 @@ func (x *ListAuthRequest) String() string {
 func (*ListAuthRequest) ProtoMessage() {}
 
 func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[90]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6028,7 +6130,7 @@ func (x *ListAuthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthRequest.ProtoReflect.Descriptor instead.
 func (*ListAuthRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{90}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{91}
 }
 
 type ListAuthResponse struct {
@@ -6040,7 +6142,7 @@ type ListAuthResponse struct {
 
 func (x *ListAuthResponse) Reset() {
 	*x = ListAuthResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[91]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6052,7 +6154,7 @@ func (x *ListAuthResponse) String() string {
 func (*ListAuthResponse) ProtoMessage() {}
 
 func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[91]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6065,7 +6167,7 @@ func (x *ListAuthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuthResponse.ProtoReflect.Descriptor instead.
 func (*ListAuthResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{91}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ListAuthResponse) GetIdentities() []*IdentityInfo {
@@ -6087,7 +6189,7 @@ type IdentityInfo struct {
 
 func (x *IdentityInfo) Reset() {
 	*x = IdentityInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[92]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6099,7 +6201,7 @@ func (x *IdentityInfo) String() string {
 func (*IdentityInfo) ProtoMessage() {}
 
 func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[92]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6112,7 +6214,7 @@ func (x *IdentityInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityInfo.ProtoReflect.Descriptor instead.
 func (*IdentityInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{92}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *IdentityInfo) GetName() string {
@@ -6155,7 +6257,7 @@ type TokenInfo struct {
 
 func (x *TokenInfo) Reset() {
 	*x = TokenInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[93]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6167,7 +6269,7 @@ func (x *TokenInfo) String() string {
 func (*TokenInfo) ProtoMessage() {}
 
 func (x *TokenInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[93]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6180,7 +6282,7 @@ func (x *TokenInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenInfo.ProtoReflect.Descriptor instead.
 func (*TokenInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{93}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *TokenInfo) GetName() string {
@@ -6214,7 +6316,7 @@ type PermissionGrant struct {
 
 func (x *PermissionGrant) Reset() {
 	*x = PermissionGrant{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[94]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6226,7 +6328,7 @@ func (x *PermissionGrant) String() string {
 func (*PermissionGrant) ProtoMessage() {}
 
 func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[94]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6239,7 +6341,7 @@ func (x *PermissionGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionGrant.ProtoReflect.Descriptor instead.
 func (*PermissionGrant) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{94}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *PermissionGrant) GetPattern() string {
@@ -6264,7 +6366,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[95]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6276,7 +6378,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[95]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6289,7 +6391,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{95}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{96}
 }
 
 type WhoAmIResponse struct {
@@ -6305,7 +6407,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[96]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6317,7 +6419,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[96]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6330,7 +6432,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{96}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *WhoAmIResponse) GetIdentity() string {
@@ -6373,7 +6475,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[97]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6385,7 +6487,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[97]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6398,7 +6500,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{97}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *BackupRequest) GetGroup() string {
@@ -6426,7 +6528,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[98]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6438,7 +6540,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[98]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6451,7 +6553,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{98}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *BackupChunk) GetInfo() *BackupInfo {
@@ -6505,7 +6607,7 @@ type BackupInfo struct {
 
 func (x *BackupInfo) Reset() {
 	*x = BackupInfo{}
-	mi := &file_raftq_v1_raftq_proto_msgTypes[99]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6517,7 +6619,7 @@ func (x *BackupInfo) String() string {
 func (*BackupInfo) ProtoMessage() {}
 
 func (x *BackupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftq_v1_raftq_proto_msgTypes[99]
+	mi := &file_raftq_v1_raftq_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6530,7 +6632,7 @@ func (x *BackupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupInfo.ProtoReflect.Descriptor instead.
 func (*BackupInfo) Descriptor() ([]byte, []int) {
-	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{99}
+	return file_raftq_v1_raftq_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *BackupInfo) GetIndex() uint64 {
@@ -6904,7 +7006,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
 	"local_only\x18\x01 \x01(\bR\tlocalOnly\x12\x14\n" +
-	"\x05group\x18\x02 \x01(\tR\x05group\"\xcc\x03\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\"\xf6\x03\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
@@ -6921,7 +7023,16 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	" \x01(\bR\bwithheld\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\v \x01(\tR\tclusterId\x12@\n" +
-	"\x0frefused_members\x18\f \x03(\v2\x17.raftq.v1.RefusedMemberR\x0erefusedMembers\"w\n" +
+	"\x0frefused_members\x18\f \x03(\v2\x17.raftq.v1.RefusedMemberR\x0erefusedMembers\x12(\n" +
+	"\x04meta\x18\r \x01(\v2\x14.raftq.v1.MetaStatusR\x04meta\"\xc1\x01\n" +
+	"\n" +
+	"MetaStatus\x12\x1b\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x16\n" +
+	"\x06seeded\x18\x02 \x01(\bR\x06seeded\x12\x16\n" +
+	"\x06voters\x18\x03 \x03(\tR\x06voters\x12\x1c\n" +
+	"\tnonvoters\x18\x04 \x03(\tR\tnonvoters\x12#\n" +
+	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x12#\n" +
+	"\rplaced_queues\x18\x06 \x01(\x04R\fplacedQueues\"w\n" +
 	"\rRefusedMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vgossip_addr\x18\x02 \x01(\tR\n" +
@@ -7143,7 +7254,7 @@ func file_raftq_v1_raftq_proto_rawDescGZIP() []byte {
 	return file_raftq_v1_raftq_proto_rawDescData
 }
 
-var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 104)
+var file_raftq_v1_raftq_proto_msgTypes = make([]protoimpl.MessageInfo, 105)
 var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*ThrottleRule)(nil),               // 0: raftq.v1.ThrottleRule
 	(*QueueConfig)(nil),                // 1: raftq.v1.QueueConfig
@@ -7200,61 +7311,62 @@ var file_raftq_v1_raftq_proto_goTypes = []any{
 	(*BuildInfo)(nil),                  // 52: raftq.v1.BuildInfo
 	(*StatusRequest)(nil),              // 53: raftq.v1.StatusRequest
 	(*StatusResponse)(nil),             // 54: raftq.v1.StatusResponse
-	(*RefusedMember)(nil),              // 55: raftq.v1.RefusedMember
-	(*ClusterSettings)(nil),            // 56: raftq.v1.ClusterSettings
-	(*SetClusterSettingsRequest)(nil),  // 57: raftq.v1.SetClusterSettingsRequest
-	(*SetClusterSettingsResponse)(nil), // 58: raftq.v1.SetClusterSettingsResponse
-	(*RemoveNodeRequest)(nil),          // 59: raftq.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 60: raftq.v1.RemoveNodeResponse
-	(*LeaveRequest)(nil),               // 61: raftq.v1.LeaveRequest
-	(*LeaveResponse)(nil),              // 62: raftq.v1.LeaveResponse
-	(*TransferLeadershipRequest)(nil),  // 63: raftq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 64: raftq.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 65: raftq.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 66: raftq.v1.SnapshotResponse
-	(*NodeDigest)(nil),                 // 67: raftq.v1.NodeDigest
-	(*ReportDivergenceRequest)(nil),    // 68: raftq.v1.ReportDivergenceRequest
-	(*ReportDivergenceResponse)(nil),   // 69: raftq.v1.ReportDivergenceResponse
-	(*RepairCorruptRequest)(nil),       // 70: raftq.v1.RepairCorruptRequest
-	(*RepairCorruptResponse)(nil),      // 71: raftq.v1.RepairCorruptResponse
-	(*RecountQueuesRequest)(nil),       // 72: raftq.v1.RecountQueuesRequest
-	(*RecountQueuesResponse)(nil),      // 73: raftq.v1.RecountQueuesResponse
-	(*VerifyRequest)(nil),              // 74: raftq.v1.VerifyRequest
-	(*VerifyResponse)(nil),             // 75: raftq.v1.VerifyResponse
-	(*CheckpointRequest)(nil),          // 76: raftq.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),         // 77: raftq.v1.CheckpointResponse
-	(*LocalDigestRequest)(nil),         // 78: raftq.v1.LocalDigestRequest
-	(*ListConsumersRequest)(nil),       // 79: raftq.v1.ListConsumersRequest
-	(*ListConsumersResponse)(nil),      // 80: raftq.v1.ListConsumersResponse
-	(*ConsumerInfo)(nil),               // 81: raftq.v1.ConsumerInfo
-	(*CreateTokenRequest)(nil),         // 82: raftq.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),        // 83: raftq.v1.CreateTokenResponse
-	(*RevokeTokenRequest)(nil),         // 84: raftq.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),        // 85: raftq.v1.RevokeTokenResponse
-	(*GrantRequest)(nil),               // 86: raftq.v1.GrantRequest
-	(*GrantResponse)(nil),              // 87: raftq.v1.GrantResponse
-	(*UngrantRequest)(nil),             // 88: raftq.v1.UngrantRequest
-	(*UngrantResponse)(nil),            // 89: raftq.v1.UngrantResponse
-	(*ListAuthRequest)(nil),            // 90: raftq.v1.ListAuthRequest
-	(*ListAuthResponse)(nil),           // 91: raftq.v1.ListAuthResponse
-	(*IdentityInfo)(nil),               // 92: raftq.v1.IdentityInfo
-	(*TokenInfo)(nil),                  // 93: raftq.v1.TokenInfo
-	(*PermissionGrant)(nil),            // 94: raftq.v1.PermissionGrant
-	(*WhoAmIRequest)(nil),              // 95: raftq.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),             // 96: raftq.v1.WhoAmIResponse
-	(*BackupRequest)(nil),              // 97: raftq.v1.BackupRequest
-	(*BackupChunk)(nil),                // 98: raftq.v1.BackupChunk
-	(*BackupInfo)(nil),                 // 99: raftq.v1.BackupInfo
-	nil,                                // 100: raftq.v1.QueueConfig.ThrottlesEntry
-	nil,                                // 101: raftq.v1.QueueConfig.ConcurrencyLimitsEntry
-	nil,                                // 102: raftq.v1.EnqueueMessage.HeadersEntry
-	nil,                                // 103: raftq.v1.Delivery.HeadersEntry
-	(*fieldmaskpb.FieldMask)(nil),      // 104: google.protobuf.FieldMask
-	(*status.Status)(nil),              // 105: google.rpc.Status
+	(*MetaStatus)(nil),                 // 55: raftq.v1.MetaStatus
+	(*RefusedMember)(nil),              // 56: raftq.v1.RefusedMember
+	(*ClusterSettings)(nil),            // 57: raftq.v1.ClusterSettings
+	(*SetClusterSettingsRequest)(nil),  // 58: raftq.v1.SetClusterSettingsRequest
+	(*SetClusterSettingsResponse)(nil), // 59: raftq.v1.SetClusterSettingsResponse
+	(*RemoveNodeRequest)(nil),          // 60: raftq.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 61: raftq.v1.RemoveNodeResponse
+	(*LeaveRequest)(nil),               // 62: raftq.v1.LeaveRequest
+	(*LeaveResponse)(nil),              // 63: raftq.v1.LeaveResponse
+	(*TransferLeadershipRequest)(nil),  // 64: raftq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 65: raftq.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 66: raftq.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 67: raftq.v1.SnapshotResponse
+	(*NodeDigest)(nil),                 // 68: raftq.v1.NodeDigest
+	(*ReportDivergenceRequest)(nil),    // 69: raftq.v1.ReportDivergenceRequest
+	(*ReportDivergenceResponse)(nil),   // 70: raftq.v1.ReportDivergenceResponse
+	(*RepairCorruptRequest)(nil),       // 71: raftq.v1.RepairCorruptRequest
+	(*RepairCorruptResponse)(nil),      // 72: raftq.v1.RepairCorruptResponse
+	(*RecountQueuesRequest)(nil),       // 73: raftq.v1.RecountQueuesRequest
+	(*RecountQueuesResponse)(nil),      // 74: raftq.v1.RecountQueuesResponse
+	(*VerifyRequest)(nil),              // 75: raftq.v1.VerifyRequest
+	(*VerifyResponse)(nil),             // 76: raftq.v1.VerifyResponse
+	(*CheckpointRequest)(nil),          // 77: raftq.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),         // 78: raftq.v1.CheckpointResponse
+	(*LocalDigestRequest)(nil),         // 79: raftq.v1.LocalDigestRequest
+	(*ListConsumersRequest)(nil),       // 80: raftq.v1.ListConsumersRequest
+	(*ListConsumersResponse)(nil),      // 81: raftq.v1.ListConsumersResponse
+	(*ConsumerInfo)(nil),               // 82: raftq.v1.ConsumerInfo
+	(*CreateTokenRequest)(nil),         // 83: raftq.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),        // 84: raftq.v1.CreateTokenResponse
+	(*RevokeTokenRequest)(nil),         // 85: raftq.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),        // 86: raftq.v1.RevokeTokenResponse
+	(*GrantRequest)(nil),               // 87: raftq.v1.GrantRequest
+	(*GrantResponse)(nil),              // 88: raftq.v1.GrantResponse
+	(*UngrantRequest)(nil),             // 89: raftq.v1.UngrantRequest
+	(*UngrantResponse)(nil),            // 90: raftq.v1.UngrantResponse
+	(*ListAuthRequest)(nil),            // 91: raftq.v1.ListAuthRequest
+	(*ListAuthResponse)(nil),           // 92: raftq.v1.ListAuthResponse
+	(*IdentityInfo)(nil),               // 93: raftq.v1.IdentityInfo
+	(*TokenInfo)(nil),                  // 94: raftq.v1.TokenInfo
+	(*PermissionGrant)(nil),            // 95: raftq.v1.PermissionGrant
+	(*WhoAmIRequest)(nil),              // 96: raftq.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),             // 97: raftq.v1.WhoAmIResponse
+	(*BackupRequest)(nil),              // 98: raftq.v1.BackupRequest
+	(*BackupChunk)(nil),                // 99: raftq.v1.BackupChunk
+	(*BackupInfo)(nil),                 // 100: raftq.v1.BackupInfo
+	nil,                                // 101: raftq.v1.QueueConfig.ThrottlesEntry
+	nil,                                // 102: raftq.v1.QueueConfig.ConcurrencyLimitsEntry
+	nil,                                // 103: raftq.v1.EnqueueMessage.HeadersEntry
+	nil,                                // 104: raftq.v1.Delivery.HeadersEntry
+	(*fieldmaskpb.FieldMask)(nil),      // 105: google.protobuf.FieldMask
+	(*status.Status)(nil),              // 106: google.rpc.Status
 }
 var file_raftq_v1_raftq_proto_depIdxs = []int32{
-	100, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
-	101, // 1: raftq.v1.QueueConfig.concurrency_limits:type_name -> raftq.v1.QueueConfig.ConcurrencyLimitsEntry
+	101, // 0: raftq.v1.QueueConfig.throttles:type_name -> raftq.v1.QueueConfig.ThrottlesEntry
+	102, // 1: raftq.v1.QueueConfig.concurrency_limits:type_name -> raftq.v1.QueueConfig.ConcurrencyLimitsEntry
 	2,   // 2: raftq.v1.QueueConfig.retry:type_name -> raftq.v1.RetryPolicy
 	1,   // 3: raftq.v1.QueueInfo.config:type_name -> raftq.v1.QueueConfig
 	3,   // 4: raftq.v1.QueueInfo.stats:type_name -> raftq.v1.QueueStats
@@ -7263,20 +7375,20 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	8,   // 7: raftq.v1.QueueInfo.drain:type_name -> raftq.v1.DrainEstimate
 	46,  // 8: raftq.v1.QueueInfo.redrives:type_name -> raftq.v1.RedriveJob
 	7,   // 9: raftq.v1.QueueInfo.paused_keys:type_name -> raftq.v1.PausedKey
-	102, // 10: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
-	103, // 11: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
+	103, // 10: raftq.v1.EnqueueMessage.headers:type_name -> raftq.v1.EnqueueMessage.HeadersEntry
+	104, // 11: raftq.v1.Delivery.headers:type_name -> raftq.v1.Delivery.HeadersEntry
 	11,  // 12: raftq.v1.Delivery.history:type_name -> raftq.v1.Attempt
 	1,   // 13: raftq.v1.CreateQueueRequest.config:type_name -> raftq.v1.QueueConfig
 	6,   // 14: raftq.v1.CreateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	1,   // 15: raftq.v1.UpdateQueueRequest.config:type_name -> raftq.v1.QueueConfig
-	104, // 16: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	105, // 16: raftq.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
 	6,   // 17: raftq.v1.UpdateQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	6,   // 18: raftq.v1.GetQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	6,   // 19: raftq.v1.ListQueuesResponse.queues:type_name -> raftq.v1.QueueInfo
 	9,   // 20: raftq.v1.EnqueueRequest.messages:type_name -> raftq.v1.EnqueueMessage
 	27,  // 21: raftq.v1.EnqueueStreamRequest.request:type_name -> raftq.v1.EnqueueRequest
 	28,  // 22: raftq.v1.EnqueueStreamResponse.response:type_name -> raftq.v1.EnqueueResponse
-	105, // 23: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
+	106, // 23: raftq.v1.EnqueueStreamResponse.error:type_name -> google.rpc.Status
 	10,  // 24: raftq.v1.LeaseResponse.messages:type_name -> raftq.v1.Delivery
 	12,  // 25: raftq.v1.AckRequest.acks:type_name -> raftq.v1.LeaseRef
 	14,  // 26: raftq.v1.AckResponse.results:type_name -> raftq.v1.ItemResult
@@ -7290,96 +7402,97 @@ var file_raftq_v1_raftq_proto_depIdxs = []int32{
 	6,   // 34: raftq.v1.PauseQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	6,   // 35: raftq.v1.ResumeQueueResponse.queue:type_name -> raftq.v1.QueueInfo
 	51,  // 36: raftq.v1.StatusResponse.nodes:type_name -> raftq.v1.Node
-	56,  // 37: raftq.v1.StatusResponse.settings:type_name -> raftq.v1.ClusterSettings
-	55,  // 38: raftq.v1.StatusResponse.refused_members:type_name -> raftq.v1.RefusedMember
-	56,  // 39: raftq.v1.SetClusterSettingsResponse.settings:type_name -> raftq.v1.ClusterSettings
-	67,  // 40: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
-	81,  // 41: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
-	92,  // 42: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
-	93,  // 43: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
-	94,  // 44: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
-	94,  // 45: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
-	99,  // 46: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
-	0,   // 47: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
-	15,  // 48: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
-	17,  // 49: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
-	19,  // 50: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
-	21,  // 51: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
-	23,  // 52: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
-	25,  // 53: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
-	27,  // 54: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
-	29,  // 55: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
-	31,  // 56: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
-	33,  // 57: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
-	35,  // 58: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
-	37,  // 59: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
-	39,  // 60: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
-	44,  // 61: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
-	47,  // 62: raftq.v1.Broker.PauseQueue:input_type -> raftq.v1.PauseQueueRequest
-	49,  // 63: raftq.v1.Broker.ResumeQueue:input_type -> raftq.v1.ResumeQueueRequest
-	79,  // 64: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
-	41,  // 65: raftq.v1.Broker.GetMessage:input_type -> raftq.v1.GetMessageRequest
-	53,  // 66: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
-	59,  // 67: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
-	63,  // 68: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
-	65,  // 69: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
-	74,  // 70: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
-	76,  // 71: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
-	78,  // 72: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
-	61,  // 73: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
-	97,  // 74: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
-	68,  // 75: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
-	57,  // 76: raftq.v1.Cluster.SetClusterSettings:input_type -> raftq.v1.SetClusterSettingsRequest
-	72,  // 77: raftq.v1.Cluster.RecountQueues:input_type -> raftq.v1.RecountQueuesRequest
-	70,  // 78: raftq.v1.Cluster.RepairCorrupt:input_type -> raftq.v1.RepairCorruptRequest
-	82,  // 79: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
-	84,  // 80: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
-	86,  // 81: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
-	88,  // 82: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
-	90,  // 83: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
-	95,  // 84: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
-	16,  // 85: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
-	18,  // 86: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
-	20,  // 87: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
-	22,  // 88: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
-	24,  // 89: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
-	26,  // 90: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
-	28,  // 91: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
-	30,  // 92: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
-	32,  // 93: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
-	34,  // 94: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
-	36,  // 95: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
-	38,  // 96: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
-	40,  // 97: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
-	45,  // 98: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
-	48,  // 99: raftq.v1.Broker.PauseQueue:output_type -> raftq.v1.PauseQueueResponse
-	50,  // 100: raftq.v1.Broker.ResumeQueue:output_type -> raftq.v1.ResumeQueueResponse
-	80,  // 101: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
-	42,  // 102: raftq.v1.Broker.GetMessage:output_type -> raftq.v1.GetMessageResponse
-	54,  // 103: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
-	60,  // 104: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
-	64,  // 105: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
-	66,  // 106: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
-	75,  // 107: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
-	77,  // 108: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
-	67,  // 109: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
-	62,  // 110: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
-	98,  // 111: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
-	69,  // 112: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
-	58,  // 113: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
-	73,  // 114: raftq.v1.Cluster.RecountQueues:output_type -> raftq.v1.RecountQueuesResponse
-	71,  // 115: raftq.v1.Cluster.RepairCorrupt:output_type -> raftq.v1.RepairCorruptResponse
-	83,  // 116: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
-	85,  // 117: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
-	87,  // 118: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
-	89,  // 119: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
-	91,  // 120: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
-	96,  // 121: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
-	85,  // [85:122] is the sub-list for method output_type
-	48,  // [48:85] is the sub-list for method input_type
-	48,  // [48:48] is the sub-list for extension type_name
-	48,  // [48:48] is the sub-list for extension extendee
-	0,   // [0:48] is the sub-list for field type_name
+	57,  // 37: raftq.v1.StatusResponse.settings:type_name -> raftq.v1.ClusterSettings
+	56,  // 38: raftq.v1.StatusResponse.refused_members:type_name -> raftq.v1.RefusedMember
+	55,  // 39: raftq.v1.StatusResponse.meta:type_name -> raftq.v1.MetaStatus
+	57,  // 40: raftq.v1.SetClusterSettingsResponse.settings:type_name -> raftq.v1.ClusterSettings
+	68,  // 41: raftq.v1.VerifyResponse.nodes:type_name -> raftq.v1.NodeDigest
+	82,  // 42: raftq.v1.ListConsumersResponse.consumers:type_name -> raftq.v1.ConsumerInfo
+	93,  // 43: raftq.v1.ListAuthResponse.identities:type_name -> raftq.v1.IdentityInfo
+	94,  // 44: raftq.v1.IdentityInfo.tokens:type_name -> raftq.v1.TokenInfo
+	95,  // 45: raftq.v1.IdentityInfo.grants:type_name -> raftq.v1.PermissionGrant
+	95,  // 46: raftq.v1.WhoAmIResponse.grants:type_name -> raftq.v1.PermissionGrant
+	100, // 47: raftq.v1.BackupChunk.info:type_name -> raftq.v1.BackupInfo
+	0,   // 48: raftq.v1.QueueConfig.ThrottlesEntry.value:type_name -> raftq.v1.ThrottleRule
+	15,  // 49: raftq.v1.Broker.CreateQueue:input_type -> raftq.v1.CreateQueueRequest
+	17,  // 50: raftq.v1.Broker.UpdateQueue:input_type -> raftq.v1.UpdateQueueRequest
+	19,  // 51: raftq.v1.Broker.DeleteQueue:input_type -> raftq.v1.DeleteQueueRequest
+	21,  // 52: raftq.v1.Broker.GetQueue:input_type -> raftq.v1.GetQueueRequest
+	23,  // 53: raftq.v1.Broker.ListQueues:input_type -> raftq.v1.ListQueuesRequest
+	25,  // 54: raftq.v1.Broker.PurgeQueue:input_type -> raftq.v1.PurgeQueueRequest
+	27,  // 55: raftq.v1.Broker.Enqueue:input_type -> raftq.v1.EnqueueRequest
+	29,  // 56: raftq.v1.Broker.EnqueueStream:input_type -> raftq.v1.EnqueueStreamRequest
+	31,  // 57: raftq.v1.Broker.Lease:input_type -> raftq.v1.LeaseRequest
+	33,  // 58: raftq.v1.Broker.Ack:input_type -> raftq.v1.AckRequest
+	35,  // 59: raftq.v1.Broker.Nack:input_type -> raftq.v1.NackRequest
+	37,  // 60: raftq.v1.Broker.ExtendLease:input_type -> raftq.v1.ExtendLeaseRequest
+	39,  // 61: raftq.v1.Broker.Peek:input_type -> raftq.v1.PeekRequest
+	44,  // 62: raftq.v1.Broker.Redrive:input_type -> raftq.v1.RedriveRequest
+	47,  // 63: raftq.v1.Broker.PauseQueue:input_type -> raftq.v1.PauseQueueRequest
+	49,  // 64: raftq.v1.Broker.ResumeQueue:input_type -> raftq.v1.ResumeQueueRequest
+	80,  // 65: raftq.v1.Broker.ListConsumers:input_type -> raftq.v1.ListConsumersRequest
+	41,  // 66: raftq.v1.Broker.GetMessage:input_type -> raftq.v1.GetMessageRequest
+	53,  // 67: raftq.v1.Cluster.Status:input_type -> raftq.v1.StatusRequest
+	60,  // 68: raftq.v1.Cluster.RemoveNode:input_type -> raftq.v1.RemoveNodeRequest
+	64,  // 69: raftq.v1.Cluster.TransferLeadership:input_type -> raftq.v1.TransferLeadershipRequest
+	66,  // 70: raftq.v1.Cluster.Snapshot:input_type -> raftq.v1.SnapshotRequest
+	75,  // 71: raftq.v1.Cluster.Verify:input_type -> raftq.v1.VerifyRequest
+	77,  // 72: raftq.v1.Cluster.Checkpoint:input_type -> raftq.v1.CheckpointRequest
+	79,  // 73: raftq.v1.Cluster.LocalDigest:input_type -> raftq.v1.LocalDigestRequest
+	62,  // 74: raftq.v1.Cluster.Leave:input_type -> raftq.v1.LeaveRequest
+	98,  // 75: raftq.v1.Cluster.Backup:input_type -> raftq.v1.BackupRequest
+	69,  // 76: raftq.v1.Cluster.ReportDivergence:input_type -> raftq.v1.ReportDivergenceRequest
+	58,  // 77: raftq.v1.Cluster.SetClusterSettings:input_type -> raftq.v1.SetClusterSettingsRequest
+	73,  // 78: raftq.v1.Cluster.RecountQueues:input_type -> raftq.v1.RecountQueuesRequest
+	71,  // 79: raftq.v1.Cluster.RepairCorrupt:input_type -> raftq.v1.RepairCorruptRequest
+	83,  // 80: raftq.v1.Auth.CreateToken:input_type -> raftq.v1.CreateTokenRequest
+	85,  // 81: raftq.v1.Auth.RevokeToken:input_type -> raftq.v1.RevokeTokenRequest
+	87,  // 82: raftq.v1.Auth.Grant:input_type -> raftq.v1.GrantRequest
+	89,  // 83: raftq.v1.Auth.Ungrant:input_type -> raftq.v1.UngrantRequest
+	91,  // 84: raftq.v1.Auth.ListAuth:input_type -> raftq.v1.ListAuthRequest
+	96,  // 85: raftq.v1.Auth.WhoAmI:input_type -> raftq.v1.WhoAmIRequest
+	16,  // 86: raftq.v1.Broker.CreateQueue:output_type -> raftq.v1.CreateQueueResponse
+	18,  // 87: raftq.v1.Broker.UpdateQueue:output_type -> raftq.v1.UpdateQueueResponse
+	20,  // 88: raftq.v1.Broker.DeleteQueue:output_type -> raftq.v1.DeleteQueueResponse
+	22,  // 89: raftq.v1.Broker.GetQueue:output_type -> raftq.v1.GetQueueResponse
+	24,  // 90: raftq.v1.Broker.ListQueues:output_type -> raftq.v1.ListQueuesResponse
+	26,  // 91: raftq.v1.Broker.PurgeQueue:output_type -> raftq.v1.PurgeQueueResponse
+	28,  // 92: raftq.v1.Broker.Enqueue:output_type -> raftq.v1.EnqueueResponse
+	30,  // 93: raftq.v1.Broker.EnqueueStream:output_type -> raftq.v1.EnqueueStreamResponse
+	32,  // 94: raftq.v1.Broker.Lease:output_type -> raftq.v1.LeaseResponse
+	34,  // 95: raftq.v1.Broker.Ack:output_type -> raftq.v1.AckResponse
+	36,  // 96: raftq.v1.Broker.Nack:output_type -> raftq.v1.NackResponse
+	38,  // 97: raftq.v1.Broker.ExtendLease:output_type -> raftq.v1.ExtendLeaseResponse
+	40,  // 98: raftq.v1.Broker.Peek:output_type -> raftq.v1.PeekResponse
+	45,  // 99: raftq.v1.Broker.Redrive:output_type -> raftq.v1.RedriveResponse
+	48,  // 100: raftq.v1.Broker.PauseQueue:output_type -> raftq.v1.PauseQueueResponse
+	50,  // 101: raftq.v1.Broker.ResumeQueue:output_type -> raftq.v1.ResumeQueueResponse
+	81,  // 102: raftq.v1.Broker.ListConsumers:output_type -> raftq.v1.ListConsumersResponse
+	42,  // 103: raftq.v1.Broker.GetMessage:output_type -> raftq.v1.GetMessageResponse
+	54,  // 104: raftq.v1.Cluster.Status:output_type -> raftq.v1.StatusResponse
+	61,  // 105: raftq.v1.Cluster.RemoveNode:output_type -> raftq.v1.RemoveNodeResponse
+	65,  // 106: raftq.v1.Cluster.TransferLeadership:output_type -> raftq.v1.TransferLeadershipResponse
+	67,  // 107: raftq.v1.Cluster.Snapshot:output_type -> raftq.v1.SnapshotResponse
+	76,  // 108: raftq.v1.Cluster.Verify:output_type -> raftq.v1.VerifyResponse
+	78,  // 109: raftq.v1.Cluster.Checkpoint:output_type -> raftq.v1.CheckpointResponse
+	68,  // 110: raftq.v1.Cluster.LocalDigest:output_type -> raftq.v1.NodeDigest
+	63,  // 111: raftq.v1.Cluster.Leave:output_type -> raftq.v1.LeaveResponse
+	99,  // 112: raftq.v1.Cluster.Backup:output_type -> raftq.v1.BackupChunk
+	70,  // 113: raftq.v1.Cluster.ReportDivergence:output_type -> raftq.v1.ReportDivergenceResponse
+	59,  // 114: raftq.v1.Cluster.SetClusterSettings:output_type -> raftq.v1.SetClusterSettingsResponse
+	74,  // 115: raftq.v1.Cluster.RecountQueues:output_type -> raftq.v1.RecountQueuesResponse
+	72,  // 116: raftq.v1.Cluster.RepairCorrupt:output_type -> raftq.v1.RepairCorruptResponse
+	84,  // 117: raftq.v1.Auth.CreateToken:output_type -> raftq.v1.CreateTokenResponse
+	86,  // 118: raftq.v1.Auth.RevokeToken:output_type -> raftq.v1.RevokeTokenResponse
+	88,  // 119: raftq.v1.Auth.Grant:output_type -> raftq.v1.GrantResponse
+	90,  // 120: raftq.v1.Auth.Ungrant:output_type -> raftq.v1.UngrantResponse
+	92,  // 121: raftq.v1.Auth.ListAuth:output_type -> raftq.v1.ListAuthResponse
+	97,  // 122: raftq.v1.Auth.WhoAmI:output_type -> raftq.v1.WhoAmIResponse
+	86,  // [86:123] is the sub-list for method output_type
+	49,  // [49:86] is the sub-list for method input_type
+	49,  // [49:49] is the sub-list for extension type_name
+	49,  // [49:49] is the sub-list for extension extendee
+	0,   // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_raftq_v1_raftq_proto_init() }
@@ -7387,14 +7500,14 @@ func file_raftq_v1_raftq_proto_init() {
 	if File_raftq_v1_raftq_proto != nil {
 		return
 	}
-	file_raftq_v1_raftq_proto_msgTypes[57].OneofWrappers = []any{}
+	file_raftq_v1_raftq_proto_msgTypes[58].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftq_v1_raftq_proto_rawDesc), len(file_raftq_v1_raftq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   104,
+			NumMessages:   105,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

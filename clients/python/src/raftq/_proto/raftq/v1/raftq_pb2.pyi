@@ -501,6 +501,22 @@ class MessageEvent(_message.Message):
     kind: str
     def __init__(self, at_ms: _Optional[int] = ..., kind: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
+class MetaStatus(_message.Message):
+    __slots__ = ["applied_index", "leader_id", "nonvoters", "placed_queues", "seeded", "voters"]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    NONVOTERS_FIELD_NUMBER: _ClassVar[int]
+    PLACED_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    SEEDED_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
+    applied_index: int
+    leader_id: str
+    nonvoters: _containers.RepeatedScalarFieldContainer[str]
+    placed_queues: int
+    seeded: bool
+    voters: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, leader_id: _Optional[str] = ..., seeded: bool = ..., voters: _Optional[_Iterable[str]] = ..., nonvoters: _Optional[_Iterable[str]] = ..., applied_index: _Optional[int] = ..., placed_queues: _Optional[int] = ...) -> None: ...
+
 class NackItem(_message.Message):
     __slots__ = ["dead_letter", "delay_ms", "lease_token", "message_id", "reason", "unprocessed"]
     DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
@@ -960,7 +976,7 @@ class StatusRequest(_message.Message):
     def __init__(self, local_only: bool = ..., group: _Optional[str] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ["applied_index", "cluster_id", "cluster_version", "commit_index", "held_bytes", "leader_addr", "leader_id", "nodes", "refused_members", "settings", "term", "withheld"]
+    __slots__ = ["applied_index", "cluster_id", "cluster_version", "commit_index", "held_bytes", "leader_addr", "leader_id", "meta", "nodes", "refused_members", "settings", "term", "withheld"]
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -968,6 +984,7 @@ class StatusResponse(_message.Message):
     HELD_BYTES_FIELD_NUMBER: _ClassVar[int]
     LEADER_ADDR_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    META_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     REFUSED_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
@@ -980,12 +997,13 @@ class StatusResponse(_message.Message):
     held_bytes: int
     leader_addr: str
     leader_id: str
+    meta: MetaStatus
     nodes: _containers.RepeatedCompositeFieldContainer[Node]
     refused_members: _containers.RepeatedCompositeFieldContainer[RefusedMember]
     settings: ClusterSettings
     term: int
     withheld: bool
-    def __init__(self, leader_id: _Optional[str] = ..., leader_addr: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., cluster_version: _Optional[int] = ..., settings: _Optional[_Union[ClusterSettings, _Mapping]] = ..., held_bytes: _Optional[int] = ..., withheld: bool = ..., cluster_id: _Optional[str] = ..., refused_members: _Optional[_Iterable[_Union[RefusedMember, _Mapping]]] = ...) -> None: ...
+    def __init__(self, leader_id: _Optional[str] = ..., leader_addr: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., cluster_version: _Optional[int] = ..., settings: _Optional[_Union[ClusterSettings, _Mapping]] = ..., held_bytes: _Optional[int] = ..., withheld: bool = ..., cluster_id: _Optional[str] = ..., refused_members: _Optional[_Iterable[_Union[RefusedMember, _Mapping]]] = ..., meta: _Optional[_Union[MetaStatus, _Mapping]] = ...) -> None: ...
 
 class ThrottleKeyStats(_message.Message):
     __slots__ = ["burst", "key", "rate_per_sec", "tokens"]
