@@ -168,7 +168,7 @@ func TestRollingUpgradeFromSingleGroup(t *testing.T) {
 		t.Logf("upgraded %s (%d of %d) at %v, %d enqueues acknowledged so far", n.ID, i+1, len(order),
 			time.Since(began).Round(time.Second), w.enqueued.Load())
 	}
-	waitHandover(ctx, t, c)
+	waitHandover(ctx, t, c, nodes)
 	w.progress(t, "after the handover", 100)
 	t.Logf("handed over at %v", time.Since(began).Round(time.Second))
 
@@ -246,7 +246,7 @@ func TestRollingUpgradeFromSingleGroup(t *testing.T) {
 // handover, so that what the handover comes to do (issue 21: bootstrap
 // the meta group and seed it from the data group) is waited for here and
 // every check after it sees the cluster as a client would from then on.
-func waitHandover(ctx context.Context, t *testing.T, c *client.Client) {
+func waitHandover(ctx context.Context, t *testing.T, c *client.Client, nodes []*harness.Node) {
 	t.Helper()
 	harness.Eventually(t, 60*time.Second, func() error {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -266,6 +266,20 @@ func waitHandover(ctx context.Context, t *testing.T, c *client.Client) {
 		}
 		if st.ClusterVersion != newest {
 			return fmt.Errorf("cluster version %d, want %d", st.ClusterVersion, newest)
+		}
+		// Every node's meta replica is seeded, with the three nodes as
+		// its voters and a leader it knows.
+		for _, n := range nodes {
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			own, err := raftqv1.NewClusterClient(rawConn(t, n)).Status(cctx, &raftqv1.StatusRequest{LocalOnly: true})
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%s: %w", n.ID, err)
+			}
+			m := own.GetMeta()
+			if !m.GetSeeded() || m.GetLeaderId() == "" || len(m.GetVoters()) != len(nodes) {
+				return fmt.Errorf("%s: meta group %v, want seeded with %d voters and a leader", n.ID, m, len(nodes))
+			}
 		}
 		return nil
 	})
