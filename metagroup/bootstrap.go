@@ -2,11 +2,16 @@ package metagroup
 
 import (
 	"errors"
+	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/raftq/raftq/raftgroup"
 )
+
+// foundingPoll is how often a node without meta state looks for the
+// founders in its data replica.
+const foundingPoll = 50 * time.Millisecond
 
 // awaitFounding runs while the group has no Raft state: once the data
 // log names meta's founders (the raise to the handover), a founder
@@ -41,7 +46,9 @@ func (g *Group) awaitFounding() {
 			}
 			return
 		}
-		if !g.wait(g.ctx, g.cfg.Interval) {
+		// A cheap read, polled often: identity and settings writes wait
+		// for meta from the raise on.
+		if !g.wait(g.ctx, min(g.cfg.Interval, foundingPoll)) {
 			return
 		}
 	}

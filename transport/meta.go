@@ -71,6 +71,9 @@ func (s *Server) atMetaLeader(ctx context.Context, method string, req any, handl
 		return nil, redirectError("", "")
 	}
 	if route.Local {
+		// Between the handover and the seed (a second or two) the call
+		// waits, as one waits for an election, instead of failing.
+		s.awaitSeed(ctx)
 		resp, err := handler(ctx, req)
 		if err == nil {
 			// The forwarding node waits until its own replica has
@@ -94,6 +97,26 @@ func (s *Server) atMetaLeader(ctx context.Context, method string, req any, handl
 		s.awaitMeta(ctx, hdr.Get(metaIndexKey))
 	}
 	return resp, err
+}
+
+// awaitSeed waits, on meta's leader, until its first leader's seed has
+// applied, for at most LeaderWait and ctx; the write proposed after it is
+// refused (ErrStarting, Unavailable) if it still has not.
+func (s *Server) awaitSeed(ctx context.Context) {
+	f := s.cfg.Meta.FSM()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderWait)
+	defer cancel()
+	for {
+		changed := f.Changed()
+		if f.Seeded() {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
 }
 
 // metaIndexKey is the response header in which meta's leader says how far
