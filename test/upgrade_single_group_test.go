@@ -24,6 +24,9 @@ import (
 // data group, and a cluster of this build upgrades to that in place.
 const lastSingleGroup = "3b73f7134638bf2ce6d447f61df39f0a17bc0a1d"
 
+// lastSingleGroupVersion is lastSingleGroup's newest log version.
+const lastSingleGroupVersion = 20
+
 // upgradeAdminToken is the bootstrap token of TestRollingUpgradeFromSingleGroup's
 // nodes: the admin that sets the cluster up and checks it.
 const upgradeAdminToken = "upgrade-bootstrap-token-0123456789abcdef"
@@ -71,6 +74,20 @@ func TestRollingUpgradeFromSingleGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitVoters(t, c, nodes[0], 3)
+	// The old build raises its cluster version once every voter's gossip
+	// is known; settings and keyed writes need it (version 20 there).
+	harness.Eventually(t, 60*time.Second, func() error {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		st, err := c.ClusterStatus(cctx)
+		if err != nil {
+			return err
+		}
+		if st.ClusterVersion < lastSingleGroupVersion {
+			return fmt.Errorf("the old cluster at log version %d, want %d", st.ClusterVersion, lastSingleGroupVersion)
+		}
+		return nil
+	})
 
 	// Cluster settings away from their defaults (unlimited bytes, 10,000
 	// queues), large enough for what the test holds.
