@@ -53,7 +53,7 @@ func (o Operator) Backup(ctx context.Context) (*Backup, error) {
 func (bk *Backup) WriteTo(w io.Writer) (int64, error) {
 	cw := &countingWriter{w: w}
 	bw := bufio.NewWriterSize(cw, 256<<10)
-	if err := bk.fr.Stream(bw); err != nil {
+	if err := bk.fr.Canonical(bw); err != nil {
 		return cw.n, fmt.Errorf("broker: backup: %w", err)
 	}
 	if err := bw.Flush(); err != nil {
@@ -117,6 +117,12 @@ func Restore(ctx context.Context, cfg RestoreConfig, data io.Reader) error {
 				ErrBackupMismatch, f.Reader().AppliedIndex(), f.Reader().ClusterVersion(), cfg.Index, cfg.ClusterVersion)
 		}
 		return nil
+	}
+	// The restored cluster is this node alone: it founds the meta group
+	// too (the backup's founders are another cluster's servers).
+	data, err := fsm.RefoundMeta(data, []fsm.MetaServer{{ID: cfg.NodeID, Address: cfg.RaftAdvertise}})
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
 	}
 	return cluster.RestoreSnapshot(ctx, cluster.RestoreConfig{
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAdvertise: cfg.RaftAdvertise,

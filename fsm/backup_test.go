@@ -29,7 +29,7 @@ func TestCheckpointStateIsABackup(t *testing.T) {
 	h.enqueuePayloads("q", "after") // must not reach the backup
 
 	var buf bytes.Buffer
-	if err := res.Frozen.Stream(&buf); err != nil {
+	if err := res.Frozen.Canonical(&buf); err != nil { // what Backup writes
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(buf.Bytes())
@@ -57,5 +57,29 @@ func TestCheckpointStateIsABackup(t *testing.T) {
 	}
 	if info, err := g.Reader().GetQueue("q"); err != nil || info.Stats.Ready != 2 || info.Stats.InFlight != 1 {
 		t.Fatalf("restored queue: %+v, %v", info, err)
+	}
+	// A backup names no meta founders (they were its cluster's); an
+	// offline restore founds meta with the restoring node, and the state's
+	// digest stays the backup's.
+	if fs := g.Reader().MetaFounders(); len(fs) != 0 {
+		t.Fatalf("a backup restored as it is names founders %v", fs)
+	}
+	refounded, err := RefoundMeta(bytes.NewReader(buf.Bytes()), []MetaServer{{ID: "r1", Address: "10.9.9.9:7402"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(Options{})
+	if err := r.Restore(io.NopCloser(refounded)); err != nil {
+		t.Fatal(err)
+	}
+	if fs := r.Reader().MetaFounders(); len(fs) != 1 || fs[0].ID != "r1" || fs[0].Address != "10.9.9.9:7402" {
+		t.Fatalf("refounded: founders %v", fs)
+	}
+	if got, err := r.Integrity().DigestAt(res.Index); err != nil || got != want {
+		t.Fatalf("refounded replica's digest at %d: %s, %v; want %s", res.Index, got, err, want)
+	}
+	// The source's own founders are in its Raft snapshots, not the backup.
+	if fs := restoredCopy(t, h).f.Reader().MetaFounders(); len(fs) != 1 || fs[0].ID != testFounders[0].GetId() {
+		t.Fatalf("a Raft snapshot's founders %v", fs)
 	}
 }

@@ -3,6 +3,7 @@ package fsm
 import (
 	"github.com/raftq/raftq/fsm/state"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+	"io"
 )
 
 // Read-side names callers use; the store defines them.
@@ -262,4 +263,10 @@ func (r Reader) MetaFounders() []state.MetaServer {
 	r.f.mu.RLock()
 	defer r.f.mu.RUnlock()
 	return r.f.store.View().MetaFounders()
+}
+
+// RefoundMeta rewrites a snapshot stream's meta founders for an offline
+// restore (state.RefoundMeta).
+func RefoundMeta(r io.Reader, founders []MetaServer) (io.Reader, error) {
+	return state.RefoundMeta(r, founders)
 }

@@ -1,12 +1,17 @@
 package state
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // HandoverVersion is the log version from which the cluster-wide state
@@ -102,4 +107,42 @@ func (v View) Handover() (h Handover, ok bool) {
 		Founders: slices.Clone(s.metaFounders), Auth: s.auth.Record(), ClusterVersion: s.clusterVersion,
 		MaxQueuedBytes: s.maxQueuedBytes, MaxQueues: s.maxQueues, Queues: s.sortedQueueNames(), Index: s.appliedIndex,
 	}, true
+}
+
+// RefoundMeta returns the snapshot stream r with its header's meta
+// founders replaced by founders, when the state is at HandoverVersion or
+// later (else r's bytes unchanged): an offline restore makes a new
+// cluster of the restoring node alone, whose meta group must be founded
+// by it, not by the servers of the cluster the backup came from (their
+// addresses, and maybe their ids, are not this cluster's). The rest of
+// the stream is passed through as it is read.
+func RefoundMeta(r io.Reader, founders []MetaServer) (io.Reader, error) {
+	br := bufio.NewReader(r)
+	size, err := binary.ReadUvarint(br)
+	if err != nil {
+		return nil, fmt.Errorf("%w: snapshot header length: %v", ErrInvalid, err)
+	}
+	if size > 1<<20 {
+		return nil, fmt.Errorf("%w: snapshot header of %d bytes", ErrInvalid, size)
+	}
+	raw := make([]byte, size)
+	if _, err := io.ReadFull(br, raw); err != nil {
+		return nil, fmt.Errorf("%w: snapshot header: %v", ErrInvalid, err)
+	}
+	hdr := &fsmv1.SnapshotHeader{}
+	if err := proto.Unmarshal(raw, hdr); err != nil {
+		return nil, fmt.Errorf("%w: snapshot header: %v", ErrInvalid, err)
+	}
+	if hdr.GetClusterVersion() >= HandoverVersion {
+		if _, err := checkFounders(foundersProto(founders)); err != nil {
+			return nil, err
+		}
+		hdr.MetaFounders = foundersProto(founders)
+		if raw, err = (proto.MarshalOptions{Deterministic: true}).Marshal(hdr); err != nil {
+			return nil, err
+		}
+	}
+	var lenBuf [10]byte
+	n := putUvarint(lenBuf[:], uint64(len(raw)))
+	return io.MultiReader(bytes.NewReader(lenBuf[:n]), bytes.NewReader(raw), br), nil
 }

@@ -138,7 +138,16 @@ func keyOrderAt(cv uint32, q *queue) []*fsmv1.KeyOrder {
 // one record and one buffer for the messages: a snapshot of a million
 // messages otherwise allocates millions of short-lived objects, and the
 // garbage collector's assists then stall Apply on the same cores.
-func (fr *Frozen) Stream(w io.Writer) error {
+func (fr *Frozen) Stream(w io.Writer) error { return fr.stream(w, true) }
+
+// Canonical writes the frozen state as Stream does but without the meta
+// group's founders: the form the digest hashes and a backup carries. The
+// founders are where one cluster's meta group began, derived from the
+// log by every replica alike; a backup restored elsewhere is founded anew
+// (RefoundMeta), and its digest must stay the source's.
+func (fr *Frozen) Canonical(w io.Writer) error { return fr.stream(w, false) }
+
+func (fr *Frozen) stream(w io.Writer, founders bool) error {
 	opts := proto.MarshalOptions{Deterministic: true}
 	var buf []byte
 	put := func(m proto.Message) error {
@@ -170,7 +179,7 @@ func (fr *Frozen) Stream(w io.Writer) error {
 		if fr.clusterVersion >= RedriveVersion {
 			hdr.DeadTimeFromMs = fr.deadTimeFromMs
 		}
-		if fr.clusterVersion >= HandoverVersion {
+		if fr.clusterVersion >= HandoverVersion && founders {
 			hdr.MetaFounders = foundersProto(fr.metaFounders)
 		}
 	case fr.clusterVersion >= recentVersion:
@@ -323,7 +332,7 @@ func (fr *Frozen) Index() uint64 { return fr.index }
 func (fr *Frozen) Digest() (string, error) {
 	h := sha256.New()
 	bw := bufio.NewWriterSize(h, 64<<10)
-	if err := fr.Stream(bw); err != nil {
+	if err := fr.Canonical(bw); err != nil {
 		return "", err
 	}
 	if err := bw.Flush(); err != nil {
@@ -388,7 +397,9 @@ func (s *Store) load(r *bufio.Reader, messages *atomic.Int64) error {
 		return fmt.Errorf("%w: dead_time_from_ms at cluster version %d", ErrInvalid, s.clusterVersion)
 	}
 	switch {
-	case s.clusterVersion >= HandoverVersion:
+	case s.clusterVersion >= HandoverVersion && len(hdr.GetMetaFounders()) > 0:
+		// None in a canonical stream (a backup's): a restore founds
+		// meta anew (RefoundMeta).
 		fs, err := checkFounders(hdr.GetMetaFounders())
 		if err != nil {
 			return fmt.Errorf("snapshot header: %w", err)
