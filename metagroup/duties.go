@@ -144,7 +144,7 @@ func (g *Group) reconcileServers() (changed bool, err error) {
 		}
 	}
 	for _, id := range want {
-		if in[id] != raft.Voter {
+		if s, ok := in[id]; !ok || s != raft.Voter { // raft.Voter is the zero suffrage
 			// An added voter takes part in quorums at once; the meta log
 			// is small, so it catches up within a few heartbeats.
 			return change("add voter", id, r.AddVoter(raft.ServerID(id), addr[id], index, timeout))

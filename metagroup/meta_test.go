@@ -192,3 +192,57 @@ func TestSingleNodeHandsOver(t *testing.T) {
 		t.Fatal("the token is not meta's alone")
 	}
 }
+
+// TestMetaServersFollowTheDataGroup: with four nodes meta has three
+// voters (the automatic count below five) and the fourth node as a
+// nonvoter, every node holding a seeded replica; when a meta voter's
+// node is stopped and removed from the cluster, meta removes it and
+// promotes the nonvoter, so it keeps three voters.
+func TestMetaServersFollowTheDataGroup(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 4, Expect: 3, Adjust: noReplicaCheck})
+	c.WaitClusterVersion(fsm.MaxLogVersion)
+	var voters, nonvoters []string
+	harness.Eventually(t, 30*time.Second, func() error {
+		for _, n := range c.Nodes {
+			voters, nonvoters = metaServers(t, n)
+			if len(voters) != 3 || len(nonvoters) != 1 {
+				return fmt.Errorf("%s sees meta voters %v, nonvoters %v", n.ID, voters, nonvoters)
+			}
+		}
+		return nil
+	})
+	// A meta voter that does not lead the data group (RemoveNode refuses
+	// the leader).
+	l := c.Leader()
+	var gone *testcluster.Node
+	for _, n := range c.Nodes {
+		if n != l && slices.Contains(voters, n.ID) {
+			gone = n
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	gone.Conn.Close()
+	if err := gone.Host.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Admin.RemoveNode(ctx, &raftqv1.RemoveNodeRequest{Id: gone.ID, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	want := slices.DeleteFunc(slices.Concat(voters, nonvoters), func(id string) bool { return id == gone.ID })
+	slices.Sort(want)
+	harness.Eventually(t, 30*time.Second, func() error {
+		v, nv := metaServers(t, l)
+		if !slices.Equal(v, want) || len(nv) != 0 {
+			return fmt.Errorf("meta voters %v, nonvoters %v; want voters %v", v, nv, want)
+		}
+		return nil
+	})
+	// Meta still takes writes with its new voter set.
+	if _, err := raftqv1.NewAuthClient(l.Conn).CreateToken(ctx, &raftqv1.CreateTokenRequest{Name: "after-removal"}); err != nil {
+		t.Fatal(err)
+	}
+	// The stopped node is out of the kit's cluster for its cleanup.
+	c.Nodes = slices.DeleteFunc(c.Nodes, func(n *testcluster.Node) bool { return n == gone })
+}
