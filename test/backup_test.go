@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/test/harness"
@@ -189,6 +190,15 @@ func TestBackupAndRestore(t *testing.T) {
 	if err != nil || nd.Digest != sum.Sha256 || !nd.CountersOk {
 		t.Fatalf("restored node at index %d: %v %v; want digest %s", sum.Info.Index, nd, err, sum.Sha256)
 	}
+	// The restored node founds its own meta group (the backup's founders
+	// were the source cluster's) and seeds it.
+	harness.Eventually(t, 30*time.Second, func() error {
+		m := statusAt(t, r).GetMeta()
+		if !m.GetSeeded() || m.GetLeaderId() != r.ID || !slices.Equal(m.GetVoters(), []string{r.ID}) {
+			return fmt.Errorf("restored node's meta group %v", m)
+		}
+		return nil
+	})
 	gotJobs, err := rc.GetQueue(ctx, "jobs", false)
 	if err != nil {
 		t.Fatal(err)
