@@ -97,6 +97,18 @@ func authCalls() []authCall {
 			_, err := n.Broker.Redrive(ctx, &raftqv1.RedriveRequest{Queue: q})
 			return err
 		}),
+		unary("PauseQueue", "manage", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.PauseQueue(ctx, &raftqv1.PauseQueueRequest{Name: q})
+			return err
+		}),
+		unary("PauseQueue keyed", "manage", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.PauseQueue(ctx, &raftqv1.PauseQueueRequest{Name: q, FairnessKey: "tenant-a", DurationMs: 60_000})
+			return err
+		}),
+		unary("ResumeQueue", "manage", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.ResumeQueue(ctx, &raftqv1.ResumeQueueRequest{Name: q})
+			return err
+		}),
 		unary("GetQueue", "browse", q, func(ctx context.Context, n *testcluster.Node) error {
 			_, err := n.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: q})
 			return err
@@ -107,6 +119,10 @@ func authCalls() []authCall {
 		}),
 		unary("Peek DLQ", "browse", q, func(ctx context.Context, n *testcluster.Node) error {
 			_, err := n.Broker.Peek(ctx, &raftqv1.PeekRequest{Queue: q, Limit: 10, DeadLetter: true})
+			return err
+		}),
+		unary("GetMessage", "browse", q, func(ctx context.Context, n *testcluster.Node) error {
+			_, err := n.Broker.GetMessage(ctx, &raftqv1.GetMessageRequest{Queue: q, MessageId: fakeRef[0].MessageId})
 			return err
 		}),
 		unary("ListConsumers", "browse", q, func(ctx context.Context, n *testcluster.Node) error {
