@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -58,6 +59,10 @@ func (g *cmdGen) next() *fsmv1.Command {
 	c := &fsmv1.Command{NowMs: g.now}
 	if g.r.IntN(10) == 0 {
 		g.authOp(c)
+		return c
+	}
+	if g.r.IntN(12) == 0 {
+		g.pauseOp(c)
 		return c
 	}
 	switch n := g.r.IntN(100); {
@@ -239,6 +244,44 @@ func (g *cmdGen) authOp(c *fsmv1.Command) {
 	}
 }
 
+// pauseOp is a PauseQueue or ResumeQueue (log version 17; ignored in
+// older entries): of the whole queue or of one of the fairness keys the
+// generator enqueues with (or of one no message has, which the pause
+// must hold for), until resumed or for a few steps of the clock so that
+// the sweep ends timed pauses too; a new pause replaces an old one's end.
+// Resumes outnumber pauses a little, or most queues would stay paused
+// and grants would be refused for little else. Mixed in: unknown queues
+// (the generator names queues before creating them), a key over
+// MaxKeyLen, and durations below 0 and past MaxDurationMs.
+func (g *cmdGen) pauseOp(c *fsmv1.Command) {
+	key := ""
+	switch g.r.IntN(3) {
+	case 0:
+		key = fmt.Sprint("k", g.r.IntN(4))
+	case 1:
+		key = "k9" // no message has it
+	}
+	if g.r.IntN(20) == 0 {
+		key = strings.Repeat("k", state.MaxKeyLen+1)
+	}
+	if g.r.IntN(9) >= 4 {
+		c.Op = &fsmv1.Command_ResumeQueue{ResumeQueue: &fsmv1.ResumeQueue{Name: g.queue(), FairnessKey: key}}
+		return
+	}
+	var d int64
+	switch g.r.IntN(10) {
+	case 0, 1, 2:
+		// 0: until resumed.
+	case 3:
+		d = -1 - int64(g.r.IntN(100))
+	case 4:
+		d = state.MaxDurationMs + 1
+	default:
+		d = 1 + int64(g.r.IntN(400))
+	}
+	c.Op = &fsmv1.Command_PauseQueue{PauseQueue: &fsmv1.PauseQueue{Name: g.queue(), FairnessKey: key, DurationMs: d}}
+}
+
 // addNil puts a nil element into one of c's lists, as a buggy proposer
 // might: it marshals as an empty message, so every replica must see an
 // empty message there, the leader included.
@@ -357,6 +400,13 @@ func scribble(c *fsmv1.Command) {
 		op.AuthGrant.Admin = !op.AuthGrant.Admin
 	case *fsmv1.Command_AuthUngrant:
 		op.AuthUngrant.Pattern += "-changed"
+	case *fsmv1.Command_PauseQueue:
+		op.PauseQueue.Name += "-changed"
+		op.PauseQueue.FairnessKey += "-changed"
+		op.PauseQueue.DurationMs += 1000
+	case *fsmv1.Command_ResumeQueue:
+		op.ResumeQueue.Name += "-changed"
+		op.ResumeQueue.FairnessKey += "-changed"
 	}
 }
 
@@ -427,12 +477,16 @@ func TestRandomSequences(t *testing.T) {
 		seeds = 5
 	}
 	refusedFull, jobMoves := 0, 0
+	var pauses struct{ done, refused, held int } // at PauseVersion or later
 	defer func() {
 		if refusedFull == 0 && !t.Failed() {
 			t.Error("no enqueue was refused for a limit at apply: the generator no longer reaches admission")
 		}
 		if jobMoves == 0 && !t.Failed() {
 			t.Error("no redrive step moved a message: the generator no longer reaches rate-limited redrives")
+		}
+		if (pauses.done == 0 || pauses.refused == 0 || pauses.held == 0) && !t.Failed() {
+			t.Errorf("%d pauses and resumes applied, %d refused, %d grants refused for a pause: the generator no longer reaches pauses", pauses.done, pauses.refused, pauses.held)
 		}
 	}()
 	for seed := range seeds {
@@ -463,6 +517,7 @@ func TestRandomSequences(t *testing.T) {
 			for i := 1; i <= steps; i++ {
 				cmd := g.next()
 				isAuth := isAuthCommand(cmd)
+				isPause := isPauseCommand(cmd)
 				_, isStep := cmd.Op.(*fsmv1.Command_RedriveStep)
 				if version > 1 {
 					cmd.Version = version
@@ -499,6 +554,15 @@ func TestRandomSequences(t *testing.T) {
 				}
 				if r, ok := res.(*CountResult); ok && isStep && r.Count > 0 {
 					jobMoves++ // a redrive job moved messages (version 14)
+				}
+				if version >= PauseVersion {
+					switch {
+					case isPause && res.Failure() == nil:
+						pauses.done++
+					case isPause:
+						pauses.refused++
+					}
+					pauses.held += pausedGrants(res)
 				}
 				if restored != nil {
 					// A restored replica admits and refuses exactly as the
@@ -564,6 +628,32 @@ func isAuthCommand(c *fsmv1.Command) bool {
 		return true
 	}
 	return false
+}
+
+func isPauseCommand(c *fsmv1.Command) bool {
+	switch c.Op.(type) {
+	case *fsmv1.Command_PauseQueue, *fsmv1.Command_ResumeQueue:
+		return true
+	}
+	return false
+}
+
+// pausedGrants counts the grants of a grant result (carried by an ack
+// or not) refused because their queue or key is paused.
+func pausedGrants(res Result) int {
+	gr, ok := res.(*GrantResult)
+	if ag, carried := res.(*AckGrantResult); carried {
+		gr, ok = ag.Granted, true
+	}
+	n := 0
+	if ok && gr != nil {
+		for _, err := range gr.Items {
+			if errors.Is(err, ErrPaused) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // enqueueErrs joins the batch errors of an enqueue result (nil for any
