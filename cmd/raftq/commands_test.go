@@ -743,13 +743,19 @@ func TestDeleteAndPurgeConfirm(t *testing.T) {
 	}
 }
 
-// Tab completion of a queue argument lists the cluster's queues; the
+// Tab completion of a queue argument lists the cluster's queues, for
+// every command whose first argument names an existing queue; the
 // completion script itself comes from cobra.
 func TestCompletion(t *testing.T) {
 	addr := serve(t, &fake{})
-	r := raftq(t, addr, "", "__complete", "peek", "ord")
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "orders\norders.dlq\n:4\n") {
-		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	for _, path := range [][]string{
+		{"queue", "get"}, {"queue", "update"}, {"queue", "delete"}, {"queue", "purge"}, {"queue", "pause"}, {"queue", "resume"},
+		{"enqueue"}, {"consume"}, {"consumers"}, {"peek"}, {"redrive"}, {"message", "show"},
+	} {
+		r := raftq(t, addr, "", append(append([]string{"__complete"}, path...), "ord")...)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "orders\norders.dlq\n:4\n") {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q", strings.Join(path, " "), r.code, r.stdout, r.stderr)
+		}
 	}
 	// Only the first argument is a queue.
 	if r := raftq(t, addr, "", "__complete", "enqueue", "orders", ""); strings.Contains(r.stdout, "orders\n") {

@@ -265,7 +265,7 @@ func newRootCmd(a *app) *cobra.Command {
 	// Shell completion (cobra's `raftq completion bash|zsh|fish|powershell`)
 	// completes queue names from the cluster at --addr.
 	for _, path := range [][]string{
-		{"queue", "get"}, {"queue", "update"}, {"queue", "delete"}, {"queue", "purge"},
+		{"queue", "get"}, {"queue", "update"}, {"queue", "delete"}, {"queue", "purge"}, {"queue", "pause"}, {"queue", "resume"},
 		{"enqueue"}, {"consume"}, {"consumers"}, {"peek"}, {"redrive"}, {"message", "show"},
 	} {
 		if c, rest, err := root.Find(path); err == nil && len(rest) == 0 {
