@@ -291,7 +291,7 @@ func TestPagesRender(t *testing.T) {
 		{"/", 200, []string{`<dd id="leader">n1</dd>`, `n2 (this node)`, `<td class="lag">10</td>`, `<td class="lag">?</td>`, `abcdef012345`, `agrees`, `unreachable`, `inconsistent`, `href="http://10.0.0.1:7403/"`}, nil},
 		{"/queues", 200, []string{`href="/queues/jobs"`, `<td class="ready num">7</td>`, `<td class="in_flight num">2</td>`, `<td class="consumers num">1</td>`, `empties in ~1m30s`, `2.0 KiB`, `class="spark"`}, nil},
 		{"/queues/jobs", 200, []string{`worker-1`, `10.0.0.9:5555`, `data-key="big"`, `<td class="num share">75.0%</td>`, `<td class="num share">25.0%</td>`, `data-key="api"`,
-			`&lt;script&gt;alert(1)&lt;/script&gt;`, `(2 bytes, binary)`, `max_deliveries`, `name="csrf" value="tok-123"`, `action="/queues/jobs/redrive"`, `hello`}, []string{`<script>alert(1)`}},
+			`&lt;script&gt;alert(1)&lt;/script&gt;`, `(2 bytes, binary)`, `max_deliveries`, `name="csrf" value="tok-123"`, `action="/queues/jobs/redrive"`, `hello`, `raftq queue pause jobs [--key KEY]`}, []string{`<script>alert(1)`, `not in the API`}},
 		// The DLQ's own page: who it serves (with a redrive button each),
 		// what it holds, and its messages' origin, reason, attempts, age.
 		{"/queues/jobs.dlq", 200, []string{`DLQ`, `<dd class="holds">2 messages</dd>`, `data-origin="jobs"`, `action="/queues/jobs/redrive"`, `name="back" value="jobs.dlq"`,
