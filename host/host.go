@@ -303,8 +303,8 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 	//    group's once it is seeded, the data group's before (frozen
 	//    there from the handover until the seed copies it).
 	acfg.State = func() *acl.Auth {
-		if metaFSM.Seeded() {
-			return metaFSM.Auth()
+		if a := metaFSM.SeededAuth(); a != nil {
+			return a
 		}
 		return data.Auth()
 	}

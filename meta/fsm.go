@@ -5,8 +5,11 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/acl"
 	metav1 "github.com/raftq/raftq/proto/raftq/meta/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -31,6 +34,9 @@ type FSM struct {
 	// changed is closed (and replaced) after every applied entry and
 	// restore, under mu: the wake-up of whatever follows meta's state.
 	changed chan struct{}
+	// seededAuth is the auth state once seeded (nil before), published
+	// with each change for readers on every call's path (SeededAuth).
+	seededAuth atomic.Pointer[acl.Auth]
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -150,11 +156,22 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 	return nil
 }
 
-// notifyLocked wakes every Changed waiter; f.mu is held for writing.
+// notifyLocked wakes every Changed waiter and publishes the auth state;
+// f.mu is held for writing.
 func (f *FSM) notifyLocked() {
+	if f.s.seeded {
+		f.seededAuth.Store(f.s.auth)
+	} else {
+		f.seededAuth.Store(nil)
+	}
 	close(f.changed)
 	f.changed = make(chan struct{})
 }
+
+// SeededAuth is the identities, tokens and grants once the seed has
+// applied, nil before; it takes no lock (the authenticator reads it on
+// every call).
+func (f *FSM) SeededAuth() *acl.Auth { return f.seededAuth.Load() }
 
 // Changed is closed at the next applied entry or restore: read the state
 // again then.

@@ -53,8 +53,10 @@ func (s *Server) authAdmin(key string) authAdmin {
 // hold them: meta's once it is seeded, the data group's before (frozen
 // there from the handover until the seed, which copies them).
 func (s *Server) authState() *acl.Auth {
-	if s.cfg.Meta != nil && s.cfg.Meta.FSM().Seeded() {
-		return s.cfg.Meta.FSM().Auth()
+	if s.cfg.Meta != nil {
+		if a := s.cfg.Meta.FSM().SeededAuth(); a != nil {
+			return a
+		}
 	}
 	return s.state.Auth()
 }
