@@ -383,8 +383,15 @@ func (c *Client) Leave(ctx context.Context, force bool) (string, error) {
 // TransferLeadership asks the leader to hand over to toID ("" = any voter)
 // and returns the new leader's id.
 func (c *Client) TransferLeadership(ctx context.Context, toID string) (string, error) {
+	return c.TransferGroupLeadership(ctx, "", toID)
+}
+
+// TransferGroupLeadership hands leadership of group ("" or "data": the
+// data group, as TransferLeadership; "meta": the meta group, from log
+// version 21) to node toID, or to any other voter when toID is "".
+func (c *Client) TransferGroupLeadership(ctx context.Context, group, toID string) (string, error) {
 	resp := &raftqv1.TransferLeadershipResponse{}
-	err := c.cluster(ctx, raftqv1.Cluster_TransferLeadership_FullMethodName, false, &raftqv1.TransferLeadershipRequest{ToId: toID}, resp)
+	err := c.cluster(ctx, raftqv1.Cluster_TransferLeadership_FullMethodName, false, &raftqv1.TransferLeadershipRequest{ToId: toID, Group: group}, resp)
 	if err == nil {
 		// The old leader hint is now wrong; the next call will be redirected.
 		c.pool.setLeader("")

@@ -17,6 +17,8 @@ import (
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/raftgroup"
 	"github.com/raftq/raftq/test/harness"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func noReplicaCheck(_ string, cfg *host.Config) { cfg.Node.ReplicaCheckInterval = -1 }
@@ -138,6 +140,28 @@ func TestMetaGroupTakesOverClusterWideState(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Meta's leadership moves to a node named, asked through any node
+	// (TransferLeadership with group "meta").
+	var to *testcluster.Node
+	for _, n := range c.Nodes {
+		if !n.Host.Meta().Raft().IsLeader() {
+			to = n
+		}
+	}
+	tr, err := c.Nodes[0].Admin.TransferLeadership(ctx, &raftqv1.TransferLeadershipRequest{Group: meta.MetaGroupID, ToId: to.ID})
+	if err != nil || tr.GetNewLeaderId() != to.ID {
+		t.Fatalf("meta transfer to %s: %v, %v", to.ID, tr, err)
+	}
+	harness.Eventually(t, 10*time.Second, func() error {
+		if !to.Host.Meta().Raft().LeaderReady() {
+			return fmt.Errorf("%s does not lead meta yet", to.ID)
+		}
+		return nil
+	})
+	if _, err := c.Nodes[0].Admin.TransferLeadership(ctx, &raftqv1.TransferLeadershipRequest{Group: "nope"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("a transfer naming no group of ours: %v, want NOT_FOUND", err)
+	}
 
 	// Meta's leader's node stops; the two others elect a new meta leader
 	// and keep taking identity writes.

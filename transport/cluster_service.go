@@ -158,7 +158,11 @@ func (c *clusterService) SetClusterSettings(ctx context.Context, req *raftqv1.Se
 }
 
 func (c *clusterService) TransferLeadership(ctx context.Context, req *raftqv1.TransferLeadershipRequest) (*raftqv1.TransferLeadershipResponse, error) {
-	id, err := c.s.group.TransferLeadership(ctx, req.GetToId())
+	g := c.s.group
+	if isMetaTransfer(req) {
+		g = c.s.cfg.Meta.Raft()
+	}
+	id, err := g.TransferLeadership(ctx, req.GetToId())
 	if err != nil {
 		return nil, err
 	}

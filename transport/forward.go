@@ -123,6 +123,10 @@ func responseType(fullMethod string) (protoreflect.MessageType, error) {
 // established leader, and otherwise sends them one hop to the leader with
 // the caller's deadline. The route is decided once per call.
 func (s *Server) forwardUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if isMetaTransfer(req) && s.metaActive() {
+		// The meta group's leadership, handed over at its leader.
+		return s.atMetaLeader(ctx, info.FullMethod, req, handler)
+	}
 	if err := checkGroup(req); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"github.com/raftq/raftq/broker"
+	"github.com/raftq/raftq/meta"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -26,6 +27,6 @@ func checkGroup(req any) error {
 	case "", broker.GroupID:
 		return nil
 	default:
-		return status.Errorf(codes.NotFound, "group %q: this cluster runs one data group, %q", name, broker.GroupID)
+		return status.Errorf(codes.NotFound, "group %q: this cluster runs one data group, %q (and TransferLeadership also takes the meta group, %q, from log version 21)", name, broker.GroupID, meta.MetaGroupID)
 	}
 }

@@ -212,3 +212,10 @@ func (s *Server) metaStatus() *raftqv1.MetaStatus {
 	slices.Sort(out.Nonvoters)
 	return out
 }
+
+// isMetaTransfer: a TransferLeadership naming the meta group (its own id,
+// "meta"), which its leader serves.
+func isMetaTransfer(req any) bool {
+	t, ok := req.(*raftqv1.TransferLeadershipRequest)
+	return ok && t.GetGroup() == meta.MetaGroupID
+}

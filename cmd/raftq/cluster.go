@@ -78,6 +78,7 @@ func newClusterCmd(a *app) *cobra.Command {
 		},
 	}
 	leave.Flags().BoolVar(&leaveForce, "force", false, "leave even if fewer voters than --bootstrap-expect remain")
+	var transferGroup string
 	transfer := &cobra.Command{
 		Use:   "transfer-leadership [ID]",
 		Short: "Hand leadership to node ID, or to any other voter",
@@ -87,7 +88,7 @@ func newClusterCmd(a *app) *cobra.Command {
 			if len(args) == 1 {
 				to = args[0]
 			}
-			leader, err := c.TransferLeadership(ctx, to)
+			leader, err := c.TransferGroupLeadership(ctx, transferGroup, to)
 			if err != nil {
 				return err
 			}
@@ -98,6 +99,7 @@ func newClusterCmd(a *app) *cobra.Command {
 			return err
 		}),
 	}
+	transfer.Flags().StringVar(&transferGroup, "group", "", `the Raft group whose leadership moves: "" (the queues' data group) or "meta" (identities, settings, placement)`)
 	snapshot := &cobra.Command{
 		Use:   "snapshot",
 		Short: "Make the node at --addr take a Raft snapshot",
