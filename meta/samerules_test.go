@@ -27,14 +27,16 @@ func TestSameAuthRulesAsTheQueueLog(t *testing.T) {
 		var index uint64
 		applyQ := func(c *fsmv1.Command) fsm.Result {
 			index++
-			c.NowMs, c.Version = now, fsm.MaxLogVersion
+			c.NowMs, c.Version = now, fsm.HandoverVersion-1 // the newest version whose log holds auth
 			b, err := fsm.Encode(c)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return q.Apply(&raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: b}).(fsm.Result)
 		}
-		applyQ(&fsmv1.Command{Op: &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: fsm.MaxLogVersion}}})
+		if res := applyQ(&fsmv1.Command{Op: &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: fsm.HandoverVersion - 1}}}); res.Failure() != nil {
+			t.Fatal(res.Failure())
+		}
 		m.apply(emptySeed())
 		for i := 0; i < 300; i++ {
 			key := pick("", "", "k1", "k2", strings.Repeat("k", MaxKeyLen+1))

@@ -17,7 +17,12 @@ import (
 // leader's version raiser does once every voter applies v.
 func (e *env) raise(v uint32) {
 	e.t.Helper()
-	e.apply(&fsmv1.Command{Version: v, Op: &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: v}}})
+	set := &fsmv1.SetClusterVersion{Version: v}
+	if v >= fsm.HandoverVersion {
+		// The raise to the handover names the meta group's founders.
+		set.MetaFounders = []*fsmv1.MetaServer{{Id: "n1", Address: "127.0.0.1:7001"}}
+	}
+	e.apply(&fsmv1.Command{Version: v, Op: &fsmv1.Command_SetClusterVersion{SetClusterVersion: set}})
 }
 
 // carryGrants turns on acks carrying grants.

@@ -28,7 +28,8 @@ type capsBench struct {
 func newCapsBench(b *testing.B, cfg *fsmv1.QueueConfig, keys, perKey, inFlight int) *capsBench {
 	b.Helper()
 	cb := &capsBench{f: fsm.New(fsm.Options{Logger: discard})}
-	cb.apply(b, &fsmv1.Command{Op: &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: fsm.MaxLogVersion}}})
+	cb.apply(b, &fsmv1.Command{Op: &fsmv1.Command_SetClusterVersion{SetClusterVersion: &fsmv1.SetClusterVersion{Version: fsm.MaxLogVersion,
+		MetaFounders: []*fsmv1.MetaServer{{Id: "n1", Address: "127.0.0.1:7001"}}}}})
 	cb.apply(b, &fsmv1.Command{Op: &fsmv1.Command_CreateQueue{CreateQueue: &fsmv1.CreateQueue{Name: "q", Config: cfg}}})
 	total := keys * perKey
 	for i := 0; i < total; i += 10_000 {
