@@ -32,6 +32,11 @@ import (
 	"github.com/raftq/raftq/raftmux"
 )
 
+// metaSegmentSize is the meta group's wal segment size: its log is a few
+// entries a minute, and snapshots every 1024 (a 64 MiB default segment,
+// allocated up front, would take a small disk's room for nothing).
+const metaSegmentSize = 1 << 20
+
 // ErrStarting: the cluster has handed its cluster-wide state over, but the
 // meta group has no leader or is not seeded yet. Retry shortly.
 var ErrStarting = errors.New("the meta group is starting (its first leader is seeding it)")
@@ -115,7 +120,7 @@ func Open(cfg Config, f *meta.FSM) (*Group, error) {
 		Group: meta.MetaGroupID, NodeID: cfg.NodeID, Dir: filepath.Join(cfg.DataDir, meta.MetaGroupID), Port: cfg.Port,
 		// The meta state is small (members, groups, placements,
 		// auth): snapshot it often, keep a short tail.
-		SnapshotThreshold: 1024, TrailingLogs: 1024,
+		SnapshotThreshold: 1024, TrailingLogs: 1024, WALSegmentSize: metaSegmentSize,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, LeaderLeaseTimeout: cfg.LeaderLeaseTimeout,
 		GRPCAdvertise: cfg.GRPCAdvertise, ClientGRPCAdvertise: cfg.ClientGRPCAdvertise,
 		APIAddrs: cfg.APIAddrs, PeerChanges: cfg.PeerChanges, Preambles: cfg.Preambles,

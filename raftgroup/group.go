@@ -65,6 +65,10 @@ type Config struct {
 	// LogStore chooses the log store of a Dir that holds no log yet
 	// (raftlog.Open); a Dir holding one keeps its store.
 	LogStore raftlog.LogStore
+	// WALSegmentSize is the size of the wal's new segments (0: raft-wal's
+	// default, 64 MiB, allocated up front): a group with a small log
+	// takes small ones.
+	WALSegmentSize int
 	// Port is the node's Raft port; the group registers itself on it
 	// under Group. Required.
 	Port *raftmux.Mux
@@ -274,7 +278,7 @@ func Open(cfg Config, fsm raft.FSM) (_ *Group, err error) {
 		}
 	}()
 	if corrupt == nil {
-		g.logs, err = raftlog.Open(cfg.Dir, cfg.LogStore, hcl.Named("wal"))
+		g.logs, err = raftlog.OpenSized(cfg.Dir, cfg.LogStore, cfg.WALSegmentSize, hcl.Named("wal"))
 		if errors.Is(err, wal.ErrCorrupt) {
 			corrupt = &raftlog.Corruption{File: filepath.Join(cfg.Dir, raftlog.WALDir), Offset: -1, Reason: err.Error(), Err: err, At: time.Now()}
 		} else if err != nil {

@@ -193,6 +193,18 @@ func walOpened(w *walStore) *Opened {
 // layout before the marker (raft.db bolt with the term, wal/ with the
 // log) is converted: its term and vote move into the wal.
 func Open(dataDir string, want LogStore, log hclog.Logger) (_ *Opened, err error) {
+	return OpenSized(dataDir, want, 0, log)
+}
+
+// OpenSized is Open with the wal's new segments of segmentSize bytes
+// (0: wal.DefaultSegmentSize, 64 MiB). A small group's log (the meta
+// group's: a few entries a minute) takes small segments, so that it does
+// not take a whole default segment of the disk, which raft-wal allocates
+// up front. Existing segments keep the size they were made with.
+func OpenSized(dataDir string, want LogStore, segmentSize int, log hclog.Logger) (_ *Opened, err error) {
+	if segmentSize <= 0 {
+		segmentSize = wal.DefaultSegmentSize
+	}
 	dbPath := filepath.Join(dataDir, RaftDBFile)
 	dir := filepath.Join(dataDir, WALDir)
 	mismatch := func(found LogStore) error {
@@ -216,7 +228,7 @@ func Open(dataDir string, want LogStore, log hclog.Logger) (_ *Opened, err error
 		if !walExists {
 			return nil, fmt.Errorf("%s marks a wal data dir, but %s is missing: restore it, or set the data dir aside and let the node rejoin", dbPath, dir)
 		}
-		w, err := openWAL(dir, log)
+		w, err := openWALSized(dir, log, segmentSize)
 		if err != nil {
 			return nil, err
 		}
@@ -237,7 +249,7 @@ func Open(dataDir string, want LogStore, log hclog.Logger) (_ *Opened, err error
 	}()
 	var walLast uint64
 	if walExists {
-		if w, err = openWAL(dir, log); err != nil {
+		if w, err = openWALSized(dir, log, segmentSize); err != nil {
 			return nil, err
 		}
 		if walLast, err = w.LastIndex(); err != nil {
@@ -302,7 +314,7 @@ func Open(dataDir string, want LogStore, log hclog.Logger) (_ *Opened, err error
 		if err := SyncDir(dataDir); err != nil {
 			return nil, err
 		}
-		if w, err = openWAL(dir, log); err != nil {
+		if w, err = openWALSized(dir, log, segmentSize); err != nil {
 			return nil, err
 		}
 	}

@@ -432,3 +432,37 @@ func TestWALReadsDuringReopen(t *testing.T) {
 		t.Fatalf("only %d reads met the wal closed for a reopen in 20 s: the test did not exercise the window", n)
 	}
 }
+
+// TestOpenSizedMakesSmallSegments: a log opened with a small segment size
+// allocates its segment at that size, not the 64 MiB default (the meta
+// group's log on a small disk), and reopens with it.
+func TestOpenSizedMakesSmallSegments(t *testing.T) {
+	dir := t.TempDir()
+	for range 2 {
+		o, err := OpenSized(dir, LogStoreWAL, 1<<20, hclog.NewNullLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last, err := o.Store.LastIndex(); err != nil {
+			t.Fatal(err)
+		} else if err := o.Store.StoreLog(&raft.Log{Index: last + 1, Term: 1, Type: raft.LogCommand, Data: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Close(); err != nil {
+			t.Fatal(err)
+		}
+		segs, _ := filepath.Glob(filepath.Join(dir, WALDir, "*.wal"))
+		if len(segs) == 0 {
+			t.Fatal("no segment")
+		}
+		for _, s := range segs {
+			fi, err := os.Stat(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Size() > 1<<20 {
+				t.Fatalf("segment %s is %d bytes, want at most 1 MiB", s, fi.Size())
+			}
+		}
+	}
+}
