@@ -166,6 +166,9 @@ type Opened struct {
 	Stable raft.StableStore
 	// DiskTime is the store's running total of write and sync time.
 	DiskTime func() time.Duration
+	// Syncs says when the log's fsyncs run (the wal's segment syncs); nil
+	// for bolt, whose fsyncs happen inside bbolt.
+	Syncs *Syncs
 	// Close releases both.
 	Close func() error
 }
@@ -175,7 +178,7 @@ func boltOpened(b *raftboltdb.BoltStore) *Opened {
 }
 
 func walOpened(w *walStore) *Opened {
-	return &Opened{Kind: LogStoreWAL, Store: w, Stable: w, Close: w.Close, DiskTime: w.vfs.total}
+	return &Opened{Kind: LogStoreWAL, Store: w, Stable: w, Close: w.Close, DiskTime: w.vfs.total, Syncs: &w.vfs.syncs}
 }
 
 // Open opens the data dir's Raft log and stable store. The two
@@ -730,10 +733,13 @@ func ensureSegmentFile(dir string, info types.SegmentInfo, log hclog.Logger) err
 }
 
 // timedVFS is the wal's file system, counting the time its segment
-// writers spend writing and syncing (the disk part of an append).
+// writers spend writing and syncing (the disk part of an append), and
+// publishing when they sync (syncs: the snapshot's write-behind starts
+// its writeback between them).
 type timedVFS struct {
 	types.VFS
 	nanos atomic.Int64
+	syncs Syncs
 }
 
 func (v *timedVFS) total() time.Duration { return time.Duration(v.nanos.Load()) }
@@ -743,7 +749,7 @@ func (v *timedVFS) Create(dir, name string, size uint64) (types.WritableFile, er
 	if err != nil {
 		return nil, err
 	}
-	return &timedFile{WritableFile: f, nanos: &v.nanos}, nil
+	return &timedFile{WritableFile: f, nanos: &v.nanos, syncs: &v.syncs}, nil
 }
 
 func (v *timedVFS) OpenWriter(dir, name string) (types.WritableFile, error) {
@@ -751,12 +757,13 @@ func (v *timedVFS) OpenWriter(dir, name string) (types.WritableFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &timedFile{WritableFile: f, nanos: &v.nanos}, nil
+	return &timedFile{WritableFile: f, nanos: &v.nanos, syncs: &v.syncs}, nil
 }
 
 type timedFile struct {
 	types.WritableFile
 	nanos *atomic.Int64
+	syncs *Syncs
 }
 
 func (f *timedFile) WriteAt(p []byte, off int64) (int, error) {
@@ -767,6 +774,8 @@ func (f *timedFile) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (f *timedFile) Sync() error {
+	f.syncs.begin()
+	defer f.syncs.end()
 	start := time.Now()
 	err := f.WritableFile.Sync()
 	f.nanos.Add(int64(time.Since(start)))
