@@ -381,7 +381,7 @@ func Open(cfg Config, fsm raft.FSM) (_ *Group, err error) {
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("raft config: %w", err)
 	}
-	var snaps raft.SnapshotStore = &writeBehindStore{FileSnapshotStore: g.snaps, dir: snapDir, chunk: writeBehindChunk, log: g.log, stats: &g.snapStats,
+	var snaps raft.SnapshotStore = &writeBehindStore{FileSnapshotStore: g.snaps, dir: snapDir, chunk: writeBehindChunk, log: g.log, stats: &g.snapStats, syncs: logSyncsOf(g.logs),
 		onCorrupt: g.reportCorrupt, onWritten: g.snapWatch.snapshotted}
 	if g.quarantined {
 		// Raft on empty stores, cut off from its peers: no configuration,

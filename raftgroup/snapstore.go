@@ -27,9 +27,21 @@ import (
 // ms, p90 4-14 ms, and the file was written as fast (0.5-0.8 s).
 const writeBehindChunk = 256 << 10
 
+// maxLogSyncWait bounds how long a chunk's writeback waits for the log's
+// fsync in progress (logSyncs): a log fsync stuck on the disk delays the
+// snapshot by at most this much per chunk, not for as long as it lasts.
+const maxLogSyncWait = 50 * time.Millisecond
+
+// logSyncs says when the Raft log's fsyncs run (raftlog.Syncs; a fake in
+// tests). Idle is closed once none is in progress.
+type logSyncs interface {
+	Idle() <-chan struct{}
+}
+
 // writeBehindStore is raft's FileSnapshotStore with write-behind: the state
-// file's pages are sent to disk as the snapshot is written, a few MiB at a
-// time, instead of all at once by the sink's final fsync.
+// file's pages are sent to disk as the snapshot is written, a chunk at a
+// time between the Raft log's fsyncs, instead of all at once by the sink's
+// final fsync.
 //
 // Why: a snapshot of a million 1 KiB messages is ~1 GiB. Written through the
 // page cache it stays dirty (below the kernel's background threshold) until
@@ -37,7 +49,8 @@ const writeBehindChunk = 256 << 10
 // log fsync (bolt's commit in StoreLogs, which each client write waits for)
 // queued behind it on the disk, stalling writes for hundreds of
 // milliseconds. With write-behind, the log's fsync waits for at most a
-// couple of chunks. Durability is unchanged: the final fsync of the state
+// couple of chunks, and no chunk's writeback is started while a log fsync
+// is in progress: it waits for that fsync to end first. Durability is unchanged: the final fsync of the state
 // file, its metadata and the directory still happen in Close.
 //
 // FileSnapshotSink keeps its file handle to itself, so the state file is
@@ -57,6 +70,8 @@ type writeBehindStore struct {
 	// onWritten is told the index of every snapshot written to the store
 	// (taken here or installed from a leader); nil: not told.
 	onWritten func(index uint64)
+	// syncs paces the writeback by the log's fsyncs; nil: not paced.
+	syncs logSyncs
 }
 
 // Open implements raft.SnapshotStore. raft's store reads the whole state
@@ -78,7 +93,8 @@ func (s *writeBehindStore) Create(version raft.SnapshotVersion, index, term uint
 	if err != nil {
 		return nil, err
 	}
-	wb := &writeBehindSink{SnapshotSink: sink, chunk: s.chunk, log: s.log, stats: s.stats, start: time.Now(), index: index, onWritten: s.onWritten}
+	wb := &writeBehindSink{SnapshotSink: sink, chunk: s.chunk, log: s.log, stats: s.stats, start: time.Now(), index: index, onWritten: s.onWritten,
+		syncs: s.syncs, syncWait: maxLogSyncWait, startback: startWriteback, waitback: waitWriteback}
 	path := filepath.Join(s.dir, sink.ID()+".tmp", "state.bin")
 	if wb.f, err = os.OpenFile(path, os.O_WRONLY, 0); err != nil {
 		// Still counted and reported when written, without write-behind.
@@ -91,6 +107,9 @@ func (s *writeBehindStore) Create(version raft.SnapshotVersion, index, term uint
 // writeBehindSink passes writes to raft's sink and, every chunk bytes,
 // starts writeback of the newest chunk and waits for the one before it.
 // Waiting paces the snapshot to the disk and keeps at most two chunks dirty.
+// A chunk's writeback starts between the log's fsyncs: when one is in
+// progress, the chunk waits for it to end (at most syncWait), so that the
+// fsync is not queued behind the chunk.
 type writeBehindSink struct {
 	raft.SnapshotSink
 	f     *os.File // the state file, opened again; nil once closed or disabled
@@ -104,10 +123,20 @@ type writeBehindSink struct {
 	onWritten func(index uint64)
 	// counted: the snapshot was recorded in stats (Close may be repeated).
 	counted bool
+	// syncs: the log's fsyncs, which each chunk's writeback waits out
+	// for at most syncWait; nil: not paced.
+	syncs    logSyncs
+	syncWait time.Duration
+	// startback starts the writeback of a range of f, waitback waits for
+	// it (startWriteback, waitWriteback; recorders in tests).
+	startback, waitback func(f *os.File, off, n int64) error
 
 	written int64 // bytes accepted by the inner sink
 	started int64 // writeback started for [0, started)
 	waited  int64 // writeback waited for on [0, waited)
+	// pacedWaits counts the chunks that waited for a log fsync to end;
+	// pacedTimeouts those whose wait ran out (maxLogSyncWait).
+	pacedWaits, pacedTimeouts int
 }
 
 func (s *writeBehindSink) Write(p []byte) (int, error) {
@@ -161,18 +190,43 @@ func (s *writeBehindSink) writePiece(p []byte) (int, error) {
 }
 
 func (s *writeBehindSink) writeBehind() error {
+	s.waitLogSync()
 	end := s.written
-	if err := startWriteback(s.f, s.started, end-s.started); err != nil {
+	if err := s.startback(s.f, s.started, end-s.started); err != nil {
 		return err
 	}
 	if s.started > s.waited {
-		if err := waitWriteback(s.f, s.waited, s.started-s.waited); err != nil {
+		if err := s.waitback(s.f, s.waited, s.started-s.waited); err != nil {
 			return err
 		}
 		s.waited = s.started
 	}
 	s.started = end
 	return nil
+}
+
+// waitLogSync returns once no log fsync is in progress, or after
+// syncWait. It waits for the fsync it found only, not for the log to
+// be idle: under a steady write load the log fsyncs back to back, and the
+// snapshot still goes on, one chunk per log fsync at least.
+func (s *writeBehindSink) waitLogSync() {
+	if s.syncs == nil {
+		return
+	}
+	idle := s.syncs.Idle()
+	select {
+	case <-idle:
+		return
+	default:
+	}
+	s.pacedWaits++
+	t := time.NewTimer(s.syncWait)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+		s.pacedTimeouts++
+	}
 }
 
 func (s *writeBehindSink) closeFile() error {
@@ -192,6 +246,8 @@ func (s *writeBehindSink) Close() error {
 	if err == nil && !s.counted {
 		s.counted = true
 		s.stats.record(s.written, time.Since(s.start))
+		s.log.Debug("snapshot written", "index", s.index, "bytes", s.written, "took", time.Since(s.start),
+			"chunks_paced_by_log_fsync", s.pacedWaits, "pacing_timeouts", s.pacedTimeouts)
 		if s.onWritten != nil {
 			s.onWritten(s.index)
 		}
@@ -203,4 +259,13 @@ func (s *writeBehindSink) Close() error {
 func (s *writeBehindSink) Cancel() error {
 	ferr := s.closeFile()
 	return errors.Join(s.SnapshotSink.Cancel(), ferr)
+}
+
+// logSyncsOf is the opened log's fsync publisher, or nil (bolt, whose
+// fsyncs are inside bbolt, or no log opened: a quarantined group).
+func logSyncsOf(l *raftlog.Opened) logSyncs {
+	if l == nil || l.Syncs == nil {
+		return nil
+	}
+	return l.Syncs
 }
