@@ -78,7 +78,7 @@ func (a *counterAudit) run(ctx context.Context, _ uint64) {
 	if cfg.Interval < 0 {
 		return
 	}
-	t := time.NewTicker(cfg.Interval)
+	t := time.NewTimer(cfg.Interval)
 	defer t.Stop()
 	cursor := ""
 	for {
@@ -87,8 +87,24 @@ func (a *counterAudit) run(ctx context.Context, _ uint64) {
 			return
 		case <-t.C:
 		}
+		began := time.Now()
 		cursor = a.tick(ctx, cursor, cfg.Budget)
+		t.Reset(auditWait(cfg.Interval, time.Since(began)))
 	}
+}
+
+// auditPace is how many times its own duration the audit rests after a
+// tick: it takes at most about 1/auditPace of a core. A tick's cost
+// follows the messages of the queues it recounts, and one queue of a
+// million messages takes tens of milliseconds, every Interval: on two
+// cores that was the processor a client write's steps waited for
+// (docs/benchmarks.md, issue 24, the quiet trace).
+const auditPace = 50
+
+// auditWait is the rest after a tick that took took: Interval, or
+// auditPace times the tick when that is longer.
+func auditWait(interval, took time.Duration) time.Duration {
+	return max(interval, auditPace*took)
 }
 
 // tick audits the next budget queues after cursor and returns the

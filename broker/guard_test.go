@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/raftq/raftq/fsm"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
@@ -47,5 +48,21 @@ func TestVersion12NeedsEveryVoter(t *testing.T) {
 	check("an ordinary queue as dead_letter_queue", err)
 	if qi, err := f.Reader().GetQueue("b.jobs"); err != nil || qi.IsDeadLetterQueue {
 		t.Fatalf("b.jobs: %+v %v", qi, err)
+	}
+}
+
+// TestAuditWaitFollowsItsCost: the counter audit rests its interval after
+// a cheap tick and auditPace times a costly one, so it takes at most
+// about 1/auditPace of a core whatever the queues hold.
+func TestAuditWaitFollowsItsCost(t *testing.T) {
+	for _, tc := range []struct{ interval, took, want time.Duration }{
+		{time.Second, time.Millisecond, time.Second},
+		{time.Second, 20 * time.Millisecond, time.Second},
+		{time.Second, 60 * time.Millisecond, 3 * time.Second},
+		{100 * time.Millisecond, 10 * time.Millisecond, 500 * time.Millisecond},
+	} {
+		if got := auditWait(tc.interval, tc.took); got != tc.want {
+			t.Errorf("auditWait(%v, %v) = %v, want %v", tc.interval, tc.took, got, tc.want)
+		}
 	}
 }
