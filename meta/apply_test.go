@@ -1,10 +1,12 @@
 package meta
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/raftq/raftq/acl"
 	fsmv1 "github.com/raftq/raftq/proto/raftq/fsm/v1"
@@ -384,5 +386,26 @@ func TestSeededAuthAndChanged(t *testing.T) {
 	}
 	if _, ok := restored(t, n.f).SeededAuth().LookupToken(h); !ok {
 		t.Fatal("a restored FSM does not publish its auth")
+	}
+}
+
+// TestAwaitSeesTheChangeItWaitsFor: Await returns once an applied entry
+// makes its condition true, and false when ctx ends first.
+func TestAwaitSeesTheChangeItWaitsFor(t *testing.T) {
+	n := newNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan bool)
+	go func() { done <- n.f.Await(ctx, n.f.Seeded) }()
+	if r := n.apply(emptySeed()); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if !<-done {
+		t.Fatal("Await did not see the seed")
+	}
+	short, stop := context.WithCancel(context.Background())
+	stop()
+	if n.f.Await(short, func() bool { return false }) {
+		t.Fatal("Await reported a condition that never held")
 	}
 }

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -172,6 +173,23 @@ func (f *FSM) notifyLocked() {
 // applied, nil before; it takes no lock (the authenticator reads it on
 // every call).
 func (f *FSM) SeededAuth() *acl.Auth { return f.seededAuth.Load() }
+
+// Await waits until cond holds of the state (read after each applied
+// entry or restore) or ctx ends; it reports whether cond held. cond must
+// read the FSM only through its methods.
+func (f *FSM) Await(ctx context.Context, cond func() bool) bool {
+	for {
+		changed := f.Changed() // before the check: no change is missed
+		if cond() {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-changed:
+		}
+	}
+}
 
 // Changed is closed at the next applied entry or restore: read the state
 // again then.

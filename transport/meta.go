@@ -108,17 +108,7 @@ func (s *Server) awaitSeed(ctx context.Context) {
 	f := s.cfg.Meta.FSM()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderWait)
 	defer cancel()
-	for {
-		changed := f.Changed()
-		if f.Seeded() {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed:
-		}
-	}
+	f.Await(ctx, f.Seeded)
 }
 
 // metaIndexKey is the response header in which meta's leader says how far
@@ -145,17 +135,8 @@ func (s *Server) awaitMeta(ctx context.Context, vals []string) {
 	ctx, cancel := context.WithTimeout(ctx, metaCatchUp)
 	defer cancel()
 	f := s.cfg.Meta.FSM()
-	for {
-		changed := f.Changed() // before the check: no change is missed
-		if f.AppliedIndex() >= want {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			s.log.Warn("this node's meta replica has not applied a write it forwarded yet; answering anyway", "want", want, "applied", f.AppliedIndex())
-			return
-		case <-changed:
-		}
+	if !f.Await(ctx, func() bool { return f.AppliedIndex() >= want }) {
+		s.log.Warn("this node's meta replica has not applied a write it forwarded yet; answering anyway", "want", want, "applied", f.AppliedIndex())
 	}
 }
 
