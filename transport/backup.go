@@ -33,10 +33,10 @@ func (c *clusterService) Backup(req *raftqv1.BackupRequest, stream raftqv1.Clust
 	if !route.Local {
 		return redirectError(route.LeaderID, route.LeaderAddr)
 	}
-	bk, err := c.s.ops.Backup(ctx)
+	bk, err := c.s.legacy.ops.Backup(ctx)
 	if err != nil {
 		if isNotLeader(err) {
-			return redirectError(c.s.b.Leader())
+			return redirectError(c.s.legacy.b.Leader())
 		}
 		return toStatus(err)
 	}

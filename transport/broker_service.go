@@ -69,6 +69,7 @@ func checkIdempotencyKey(key string) error {
 }
 
 func (s brokerService) CreateQueue(ctx context.Context, req *raftqv1.CreateQueueRequest) (*raftqv1.CreateQueueResponse, error) {
+	g := s.callGroup(ctx)
 	if err := checkNewQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
@@ -78,7 +79,7 @@ func (s brokerService) CreateQueue(ctx context.Context, req *raftqv1.CreateQueue
 	if err := checkIdempotencyKey(req.GetIdempotencyKey()); err != nil {
 		return nil, err
 	}
-	qi, err := s.b.Queues().Keyed(req.GetIdempotencyKey()).CreateQueue(ctx, req.Name, req.Config)
+	qi, err := g.b.Queues().Keyed(req.GetIdempotencyKey()).CreateQueue(ctx, req.Name, req.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -86,6 +87,7 @@ func (s brokerService) CreateQueue(ctx context.Context, req *raftqv1.CreateQueue
 }
 
 func (s brokerService) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueueRequest) (*raftqv1.UpdateQueueResponse, error) {
+	g := s.callGroup(ctx)
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
@@ -101,7 +103,7 @@ func (s brokerService) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueue
 	if err := checkIdempotencyKey(req.GetIdempotencyKey()); err != nil {
 		return nil, err
 	}
-	qi, err := s.b.Queues().Keyed(req.GetIdempotencyKey()).UpdateQueue(ctx, req.Name, req.Config, mask)
+	qi, err := g.b.Queues().Keyed(req.GetIdempotencyKey()).UpdateQueue(ctx, req.Name, req.Config, mask)
 	if err != nil {
 		return nil, err
 	}
@@ -109,23 +111,25 @@ func (s brokerService) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueue
 }
 
 func (s brokerService) DeleteQueue(ctx context.Context, req *raftqv1.DeleteQueueRequest) (*raftqv1.DeleteQueueResponse, error) {
+	g := s.callGroup(ctx)
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
 	if len(req.IdempotencyKey) > fsm.MaxDedupIDLen {
 		return nil, invalid("idempotency_key is longer than %d bytes", fsm.MaxDedupIDLen)
 	}
-	if err := s.b.Queues().DeleteQueue(ctx, req.Name, broker.DeleteConditions{IfEmpty: req.IfEmpty, IfUnused: req.IfUnused}, req.IdempotencyKey); err != nil {
+	if err := g.b.Queues().DeleteQueue(ctx, req.Name, broker.DeleteConditions{IfEmpty: req.IfEmpty, IfUnused: req.IfUnused}, req.IdempotencyKey); err != nil {
 		return nil, err
 	}
 	return &raftqv1.DeleteQueueResponse{}, nil
 }
 
 func (s brokerService) GetQueue(ctx context.Context, req *raftqv1.GetQueueRequest) (*raftqv1.GetQueueResponse, error) {
+	g := s.callGroup(ctx)
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
-	qi, err := s.b.Queues().GetQueue(req.Name, req.IncludeKeys)
+	qi, err := g.b.Queues().GetQueue(req.Name, req.IncludeKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -133,10 +137,11 @@ func (s brokerService) GetQueue(ctx context.Context, req *raftqv1.GetQueueReques
 }
 
 func (s brokerService) ListConsumers(ctx context.Context, req *raftqv1.ListConsumersRequest) (*raftqv1.ListConsumersResponse, error) {
+	g := s.callGroup(ctx)
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
 	}
-	cs, err := s.b.Queues().ListConsumers(req.Queue)
+	cs, err := g.b.Queues().ListConsumers(req.Queue)
 	if err != nil {
 		return nil, err
 	}
@@ -148,24 +153,26 @@ func (s brokerService) ListConsumers(ctx context.Context, req *raftqv1.ListConsu
 }
 
 func (s brokerService) ListQueues(ctx context.Context, req *raftqv1.ListQueuesRequest) (*raftqv1.ListQueuesResponse, error) {
+	g := s.callGroup(ctx)
 	if len(req.GetPrefix()) > fsm.MaxQueueNameLen {
 		return nil, invalid("prefix is longer than %d characters", fsm.MaxQueueNameLen)
 	}
 	var qs []*raftqv1.QueueInfo
-	for _, q := range s.b.Queues().ListQueues(req.GetPrefix()) {
+	for _, q := range g.b.Queues().ListQueues(req.GetPrefix()) {
 		qs = append(qs, projectBrokerQueue(q))
 	}
 	return &raftqv1.ListQueuesResponse{Queues: qs}, nil
 }
 
 func (s brokerService) PurgeQueue(ctx context.Context, req *raftqv1.PurgeQueueRequest) (*raftqv1.PurgeQueueResponse, error) {
+	g := s.callGroup(ctx)
 	if err := checkQueueName("name", req.GetName()); err != nil {
 		return nil, err
 	}
 	if len(req.IdempotencyKey) > fsm.MaxDedupIDLen {
 		return nil, invalid("idempotency_key is longer than %d bytes", fsm.MaxDedupIDLen)
 	}
-	n, err := s.b.Queues().PurgeQueue(ctx, req.Name, req.IdempotencyKey)
+	n, err := g.b.Queues().PurgeQueue(ctx, req.Name, req.IdempotencyKey)
 	if err != nil {
 		return nil, err
 	}
@@ -185,13 +192,14 @@ func checkPause(name, key string) error {
 }
 
 func (s brokerService) PauseQueue(ctx context.Context, req *raftqv1.PauseQueueRequest) (*raftqv1.PauseQueueResponse, error) {
+	g := s.callGroup(ctx)
 	if err := checkPause(req.GetName(), req.GetFairnessKey()); err != nil {
 		return nil, err
 	}
 	if d := req.GetDurationMs(); d < 0 || d > fsm.MaxDurationMs {
 		return nil, invalid("duration_ms is %d; it must be 0 (until resumed) to %d (366 days)", d, int64(fsm.MaxDurationMs))
 	}
-	q, err := s.b.Queues().PauseQueue(ctx, req.Name, req.FairnessKey, req.DurationMs)
+	q, err := g.b.Queues().PauseQueue(ctx, req.Name, req.FairnessKey, req.DurationMs)
 	if err != nil {
 		return nil, err
 	}
@@ -199,10 +207,11 @@ func (s brokerService) PauseQueue(ctx context.Context, req *raftqv1.PauseQueueRe
 }
 
 func (s brokerService) ResumeQueue(ctx context.Context, req *raftqv1.ResumeQueueRequest) (*raftqv1.ResumeQueueResponse, error) {
+	g := s.callGroup(ctx)
 	if err := checkPause(req.GetName(), req.GetFairnessKey()); err != nil {
 		return nil, err
 	}
-	q, err := s.b.Queues().ResumeQueue(ctx, req.Name, req.FairnessKey)
+	q, err := g.b.Queues().ResumeQueue(ctx, req.Name, req.FairnessKey)
 	if err != nil {
 		return nil, err
 	}
@@ -210,6 +219,7 @@ func (s brokerService) ResumeQueue(ctx context.Context, req *raftqv1.ResumeQueue
 }
 
 func (s brokerService) Enqueue(ctx context.Context, req *raftqv1.EnqueueRequest) (*raftqv1.EnqueueResponse, error) {
+	g := s.callGroup(ctx)
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
 	}
@@ -220,7 +230,7 @@ func (s brokerService) Enqueue(ctx context.Context, req *raftqv1.EnqueueRequest)
 	if n > MaxBatch {
 		return nil, invalid("messages: %d in one request, the limit is %d", n, MaxBatch)
 	}
-	ids, err := s.b.Enqueue(ctx, req.Queue, req.Messages)
+	ids, err := g.b.Enqueue(ctx, req.Queue, req.Messages)
 	if err != nil {
 		return nil, err
 	}
@@ -287,6 +297,7 @@ func itemResults(queue, field string, messageID func(int) string, items []error)
 }
 
 func (s brokerService) Ack(ctx context.Context, req *raftqv1.AckRequest) (*raftqv1.AckResponse, error) {
+	g := s.callGroup(ctx)
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
 	}
@@ -294,7 +305,7 @@ func (s brokerService) Ack(ctx context.Context, req *raftqv1.AckRequest) (*raftq
 	if err != nil {
 		return nil, err
 	}
-	items, err := s.b.Ack(ctx, refs)
+	items, err := g.b.Ack(ctx, refs)
 	if err != nil {
 		return nil, err
 	}
@@ -302,6 +313,7 @@ func (s brokerService) Ack(ctx context.Context, req *raftqv1.AckRequest) (*raftq
 }
 
 func (s brokerService) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raftqv1.NackResponse, error) {
+	g := s.callGroup(ctx)
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
 	}
@@ -325,7 +337,7 @@ func (s brokerService) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raf
 		}
 		items[i] = broker.NackItem{Ref: ref, DelayMs: n.DelayMs, Reason: n.Reason, DeadLetter: n.DeadLetter, Unprocessed: n.Unprocessed}
 	}
-	results, err := s.b.Nack(ctx, items)
+	results, err := g.b.Nack(ctx, items)
 	if err != nil {
 		return nil, err
 	}
@@ -333,6 +345,7 @@ func (s brokerService) Nack(ctx context.Context, req *raftqv1.NackRequest) (*raf
 }
 
 func (s brokerService) ExtendLease(ctx context.Context, req *raftqv1.ExtendLeaseRequest) (*raftqv1.ExtendLeaseResponse, error) {
+	g := s.callGroup(ctx)
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
 	}
@@ -343,14 +356,14 @@ func (s brokerService) ExtendLease(ctx context.Context, req *raftqv1.ExtendLease
 	if err != nil {
 		return nil, err
 	}
-	results, deadlines, err := s.b.ExtendLease(ctx, refs, req.ExtendByMs)
+	results, deadlines, err := g.b.ExtendLease(ctx, refs, req.ExtendByMs)
 	if err != nil {
 		return nil, err
 	}
 	// The remaining time, as of this answer, on the clock the deadlines
 	// are on: a client whose clock disagrees with the leader's reckons by
 	// this, not by the deadline (issue 20, hole 7).
-	nowMs := s.b.NowMs()
+	nowMs := g.b.NowMs()
 	remaining := make([]int64, len(deadlines))
 	for i, dl := range deadlines {
 		if i < len(results) && results[i] == nil && dl > 0 {
@@ -361,6 +374,7 @@ func (s brokerService) ExtendLease(ctx context.Context, req *raftqv1.ExtendLease
 }
 
 func (s brokerService) Peek(ctx context.Context, req *raftqv1.PeekRequest) (*raftqv1.PeekResponse, error) {
+	g := s.callGroup(ctx)
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
 	}
@@ -376,9 +390,9 @@ func (s brokerService) Peek(ctx context.Context, req *raftqv1.PeekRequest) (*raf
 	if pf, filtered, ferr := peekFilter(req); ferr != nil {
 		return nil, ferr
 	} else if filtered {
-		ds, err = s.b.Queues().PeekFiltered(req.Queue, limit, req.DeadLetter, pf)
+		ds, err = g.b.Queues().PeekFiltered(req.Queue, limit, req.DeadLetter, pf)
 	} else {
-		ds, err = s.b.Queues().Peek(req.Queue, limit, req.DeadLetter)
+		ds, err = g.b.Queues().Peek(req.Queue, limit, req.DeadLetter)
 	}
 	if err != nil {
 		return nil, err
@@ -390,6 +404,7 @@ func (s brokerService) Peek(ctx context.Context, req *raftqv1.PeekRequest) (*raf
 // GetMessage tells one message's story: where it is, its attempts and
 // its life events (a linearizable read, as Peek: readMethods).
 func (s brokerService) GetMessage(ctx context.Context, req *raftqv1.GetMessageRequest) (*raftqv1.GetMessageResponse, error) {
+	g := s.callGroup(ctx)
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
 	}
@@ -397,7 +412,7 @@ func (s brokerService) GetMessage(ctx context.Context, req *raftqv1.GetMessageRe
 	if err != nil {
 		return nil, err
 	}
-	mi, err := s.b.Queues().GetMessage(req.Queue, id)
+	mi, err := g.b.Queues().GetMessage(req.Queue, id)
 	if err != nil {
 		return nil, err
 	}
@@ -405,6 +420,7 @@ func (s brokerService) GetMessage(ctx context.Context, req *raftqv1.GetMessageRe
 }
 
 func (s brokerService) Redrive(ctx context.Context, req *raftqv1.RedriveRequest) (*raftqv1.RedriveResponse, error) {
+	g := s.callGroup(ctx)
 	if err := checkQueueName("queue", req.GetQueue()); err != nil {
 		return nil, err
 	}
@@ -418,7 +434,7 @@ func (s brokerService) Redrive(ctx context.Context, req *raftqv1.RedriveRequest)
 	if err != nil {
 		return nil, err
 	}
-	n, job, err := s.b.Queues().RedriveWith(ctx, r)
+	n, job, err := g.b.Queues().RedriveWith(ctx, r)
 	if err != nil {
 		return nil, err
 	}

@@ -28,17 +28,17 @@ type clusterService struct {
 const peerStatusTimeout = time.Second
 
 func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest) (*raftqv1.StatusResponse, error) {
-	st := c.s.node.Status()
+	st := c.s.legacy.node.Status()
 	out := &raftqv1.StatusResponse{
 		LeaderId: st.LeaderID, LeaderAddr: st.LeaderAddr, Term: st.Term,
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex,
-		ClusterVersion: c.s.state.ClusterVersion(),
+		ClusterVersion: c.s.legacy.state.ClusterVersion(),
 		ClusterId:      st.ClusterID,
 	}
 	for _, r := range st.Refused {
 		out.RefusedMembers = append(out.RefusedMembers, &raftqv1.RefusedMember{Id: r.ID, GossipAddr: r.GossipAddr, ClusterId: r.ClusterID, Reason: r.Reason})
 	}
-	held, settings := c.s.state.Held()
+	held, settings := c.s.legacy.state.Held()
 	out.HeldBytes = held
 	if out.ClusterVersion >= fsm.AdmitVersion {
 		out.Settings = &raftqv1.ClusterSettings{MaxQueuedBytes: settings.MaxQueuedBytes, MaxQueues: settings.MaxQueues}
@@ -61,7 +61,7 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 		if n.Corrupt {
 			node.Corrupt = cmp.Or(n.CorruptReason, "corrupt")
 		}
-		if n.ID == c.s.b.ID() {
+		if n.ID == c.s.legacy.b.ID() {
 			r := c.s.resources()
 			node.ResidentMemoryBytes, node.DataDirFreeBytes = r.ResidentBytes, r.DiskFreeBytes
 			if !r.Started.IsZero() {
@@ -84,7 +84,7 @@ func (c *clusterService) peerApplied(ctx context.Context, nodes []*raftqv1.Node)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, n := range nodes {
-		if n.Id == c.s.b.ID() || n.PeerGrpcAddr == "" || n.State == "unreachable" {
+		if n.Id == c.s.legacy.b.ID() || n.PeerGrpcAddr == "" || n.State == "unreachable" {
 			continue
 		}
 		conn, err := c.s.peers.Get(n.Id, n.PeerGrpcAddr)
@@ -111,7 +111,7 @@ func (c *clusterService) RemoveNode(ctx context.Context, req *raftqv1.RemoveNode
 	if req.GetId() == "" {
 		return nil, invalid("id is required")
 	}
-	if err := c.s.node.RemoveNode(ctx, req.Id, req.Force); err != nil {
+	if err := c.s.legacy.node.RemoveNode(ctx, req.Id, req.Force); err != nil {
 		return nil, err
 	}
 	return &raftqv1.RemoveNodeResponse{}, nil
@@ -123,7 +123,7 @@ func (c *clusterService) RemoveNode(ctx context.Context, req *raftqv1.RemoveNode
 // announced in gossip the node stops even if its removal was not seen in
 // time (the leader removes a left member as soon as it hears of it).
 func (c *clusterService) Leave(ctx context.Context, req *raftqv1.LeaveRequest) (*raftqv1.LeaveResponse, error) {
-	err := c.s.b.Leave(ctx, req.GetForce())
+	err := c.s.legacy.b.Leave(ctx, req.GetForce())
 	if errors.Is(err, cluster.ErrBelowExpect) {
 		return nil, err
 	}
@@ -131,7 +131,7 @@ func (c *clusterService) Leave(ctx context.Context, req *raftqv1.LeaveRequest) (
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.LeaveResponse{Id: c.s.b.ID()}, nil
+	return &raftqv1.LeaveResponse{Id: c.s.legacy.b.ID()}, nil
 }
 
 // SetClusterSettings changes the replicated cluster settings (the
@@ -150,7 +150,7 @@ func (c *clusterService) SetClusterSettings(ctx context.Context, req *raftqv1.Se
 		}
 		return &raftqv1.SetClusterSettingsResponse{Settings: &raftqv1.ClusterSettings{MaxQueuedBytes: ms.MaxQueuedBytes, MaxQueues: ms.MaxQueues}}, nil
 	}
-	s, err := c.s.ops.SetClusterSettings(ctx, broker.SettingsChange{MaxQueuedBytes: req.MaxQueuedBytes, MaxQueues: req.MaxQueues, IdempotencyKey: req.GetIdempotencyKey()})
+	s, err := c.s.legacy.ops.SetClusterSettings(ctx, broker.SettingsChange{MaxQueuedBytes: req.MaxQueuedBytes, MaxQueues: req.MaxQueues, IdempotencyKey: req.GetIdempotencyKey()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -158,7 +158,7 @@ func (c *clusterService) SetClusterSettings(ctx context.Context, req *raftqv1.Se
 }
 
 func (c *clusterService) TransferLeadership(ctx context.Context, req *raftqv1.TransferLeadershipRequest) (*raftqv1.TransferLeadershipResponse, error) {
-	g := c.s.group
+	g := c.s.legacy.raft
 	if isMetaTransfer(req) {
 		g = c.s.cfg.Meta.Raft()
 	}
@@ -170,7 +170,7 @@ func (c *clusterService) TransferLeadership(ctx context.Context, req *raftqv1.Tr
 }
 
 func (c *clusterService) Snapshot(ctx context.Context, _ *raftqv1.SnapshotRequest) (*raftqv1.SnapshotResponse, error) {
-	idx, err := c.s.group.Snapshot(ctx)
+	idx, err := c.s.legacy.raft.Snapshot(ctx)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -178,7 +178,7 @@ func (c *clusterService) Snapshot(ctx context.Context, _ *raftqv1.SnapshotReques
 }
 
 func (c *clusterService) Checkpoint(ctx context.Context, _ *raftqv1.CheckpointRequest) (*raftqv1.CheckpointResponse, error) {
-	idx, err := c.s.ops.Checkpoint(ctx)
+	idx, err := c.s.legacy.ops.Checkpoint(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +188,7 @@ func (c *clusterService) Checkpoint(ctx context.Context, _ *raftqv1.CheckpointRe
 // LocalDigest reports this node's digest at a checkpoint index, waiting
 // (within the deadline) for the node to apply it.
 func (c *clusterService) LocalDigest(ctx context.Context, req *raftqv1.LocalDigestRequest) (*raftqv1.NodeDigest, error) {
-	out := &raftqv1.NodeDigest{Id: c.s.b.ID()}
+	out := &raftqv1.NodeDigest{Id: c.s.legacy.b.ID()}
 	d, err := c.digestAt(ctx, req.Index)
 	if err != nil {
 		return nil, err
@@ -196,7 +196,7 @@ func (c *clusterService) LocalDigest(ctx context.Context, req *raftqv1.LocalDige
 	out.AppliedIndex = req.Index
 	out.Digest = d
 	// Verify recomputes every counter from the structures: run it once.
-	if err := c.s.checks.Verify(); err != nil {
+	if err := c.s.legacy.checks.Verify(); err != nil {
 		out.Error = err.Error()
 	} else {
 		out.CountersOk = true
@@ -237,13 +237,13 @@ func (c *clusterService) Verify(ctx context.Context, _ *raftqv1.VerifyRequest) (
 	}
 	out := &raftqv1.VerifyResponse{}
 	voters := map[string]bool{}
-	for _, n := range c.s.node.Status().Nodes {
+	for _, n := range c.s.legacy.node.Status().Nodes {
 		if n.Suffrage == "voter" {
 			voters[n.ID] = true
 		}
 		var nd *raftqv1.NodeDigest
 		var err error
-		if n.ID == c.s.b.ID() {
+		if n.ID == c.s.legacy.b.ID() {
 			nd, err = c.LocalDigest(ctx, &raftqv1.LocalDigestRequest{Index: idx})
 		} else if n.GRPCAddr == "" {
 			err = errors.New("address unknown")
@@ -309,14 +309,14 @@ func judgeDigests(nodes []*raftqv1.NodeDigest, voters map[string]bool, leader st
 func (c *clusterService) digestAt(ctx context.Context, index uint64) (string, error) {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
-	for c.s.state.AppliedIndex() < index {
+	for c.s.legacy.state.AppliedIndex() < index {
 		select {
 		case <-ctx.Done():
-			return "", status.Errorf(codes.DeadlineExceeded, "index %d not applied here (at %d)", index, c.s.state.AppliedIndex())
+			return "", status.Errorf(codes.DeadlineExceeded, "index %d not applied here (at %d)", index, c.s.legacy.state.AppliedIndex())
 		case <-t.C:
 		}
 	}
-	d, err := c.s.checks.DigestAt(index)
+	d, err := c.s.legacy.checks.DigestAt(index)
 	if err != nil {
 		if errors.Is(err, fsm.ErrNoCheckpoint) {
 			return "", status.Error(codes.FailedPrecondition, err.Error())

@@ -469,7 +469,7 @@ func withLeaderHTTP(d *anypb.Any, leaderHTTP func(id string) string) *anypb.Any 
 
 // leaderHTTPAddr is the HTTP address node id advertises, if known.
 func (s *Server) leaderHTTPAddr(id string) string {
-	for _, n := range s.node.Status().Nodes {
+	for _, n := range s.legacy.node.Status().Nodes {
 		if n.ID == id {
 			return n.HTTPAddr
 		}

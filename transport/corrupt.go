@@ -31,10 +31,10 @@ func (s *Server) corruptLoop(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 		return
-	case <-s.group.CorruptFound():
+	case <-s.legacy.raft.CorruptFound():
 	}
-	c := s.group.Corrupt()
-	if !s.group.Quarantined() {
+	c := s.legacy.raft.Corrupt()
+	if !s.legacy.raft.Quarantined() {
 		s.log.Error("this node found its Raft state corrupt while running: restarting to stay out of Raft until it is repaired from its peers", "corruption", c.Error())
 		s.restartOnce.Do(func() { close(s.restart) })
 		return
@@ -46,7 +46,7 @@ func (s *Server) corruptLoop(ctx context.Context) {
 		removed, why := s.askRepair(ctx, c)
 		if removed {
 			reason := "corrupt Raft state (" + c.Error() + "); removed for repair"
-			if err := raftgroup.RequestWipe(s.b.DataDir(), reason); err != nil {
+			if err := raftgroup.RequestWipe(s.legacy.b.DataDir(), reason); err != nil {
 				s.log.Error("removed for repair, but could not ask for the Raft state to be set aside; the next try repeats it", "err", err)
 			} else {
 				s.log.Warn("removed for repair: restarting with the corrupt Raft state set aside, to rejoin with the leader's")
@@ -68,10 +68,10 @@ func (s *Server) corruptLoop(ctx context.Context) {
 // askRepair asks the peers, in turn, for this node's removal (each
 // forwards it to the leader) until one answers.
 func (s *Server) askRepair(ctx context.Context, c *raftlog.Corruption) (removed bool, why string) {
-	req := &raftqv1.RepairCorruptRequest{NodeId: s.b.ID(), Reason: c.Error()}
+	req := &raftqv1.RepairCorruptRequest{NodeId: s.legacy.b.ID(), Reason: c.Error()}
 	why = "no peer reachable"
-	for _, m := range s.node.Members() {
-		if m.ID == s.b.ID() || !m.Alive || m.GRPCAddr == "" {
+	for _, m := range s.legacy.node.Members() {
+		if m.ID == s.legacy.b.ID() || !m.Alive || m.GRPCAddr == "" {
 			continue
 		}
 		conn, err := s.peers.Get(m.ID, m.GRPCAddr)
@@ -103,7 +103,7 @@ func (c *clusterService) RepairCorrupt(ctx context.Context, req *raftqv1.RepairC
 		return nil, invalid("node_id is required")
 	}
 	s := c.s
-	deferred, err := s.ops.RemoveCorrupt(ctx, id, req.GetReason())
+	deferred, err := s.legacy.ops.RemoveCorrupt(ctx, id, req.GetReason())
 	if errors.Is(err, broker.ErrSelfCorrupt) {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
@@ -119,7 +119,7 @@ func (c *clusterService) RepairCorrupt(ctx context.Context, req *raftqv1.RepairC
 // corruptStateError is the answer to a read on a node whose Raft state is
 // corrupt, nil on any other.
 func (s *Server) corruptStateError() error {
-	c := s.group.Corrupt()
+	c := s.legacy.raft.Corrupt()
 	if c == nil {
 		return nil
 	}

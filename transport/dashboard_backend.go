@@ -40,7 +40,7 @@ func viaLeader[Req, Resp any](ctx context.Context, s *Server, method string, req
 	return out.(Resp), nil
 }
 
-func (d dashBackend) NodeID() string { return d.s.b.ID() }
+func (d dashBackend) NodeID() string { return d.s.legacy.b.ID() }
 
 // The dashboard's calls are checked as the gRPC methods they stand for
 // (the caller is the HTTP middleware's principal), and lists and status
@@ -173,7 +173,7 @@ type nodeResources struct {
 // guard's last measurement.
 func (s *Server) resources() nodeResources {
 	out := nodeResources{Started: s.processStart(), ResidentBytes: residentBytes()}
-	if r, ok := s.stats.Disk().Last(); ok {
+	if r, ok := s.legacy.stats.Disk().Last(); ok {
 		out.DiskFreeBytes, out.DiskKeepFreeBytes = int64(r.Free), int64(r.Limit)
 	}
 	return out

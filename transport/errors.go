@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/cluster"
@@ -27,7 +28,10 @@ const (
 	// apply yet (FAILED_PRECONDITION); metadata field, needs_version and
 	// cluster_version say which. A client may resend without the field.
 	ReasonClusterVersion = "CLUSTER_VERSION"
-	errorDomain          = "raftq"
+	// ReasonNotOwner: the node's queue placement is older than the
+	// caller's (Unavailable); metadata placement_version is the node's.
+	ReasonNotOwner = "NOT_OWNER"
+	errorDomain    = "raftq"
 )
 
 // codeOf maps the FSM's and the cluster's sentinel errors to gRPC codes.
@@ -105,14 +109,46 @@ func invalid(format string, args ...any) error {
 // redirectError is the Unavailable status a follower answers a stream with:
 // NOT_LEADER naming the leader, or NO_LEADER.
 func redirectError(leaderID, leaderAddr string) error {
+	return groupRedirect("", leaderID, leaderAddr)
+}
+
+// groupRedirect is redirectError for the leader of a data group: its
+// ErrorInfo also names the group (metadata group), so a client that
+// follows redirects per queue knows whose leader it was told of.
+func groupRedirect(group, leaderID, leaderAddr string) error {
 	if leaderID == "" || leaderAddr == "" {
-		st, _ := status.New(codes.Unavailable, "no leader elected yet").WithDetails(&errdetails.ErrorInfo{Reason: ReasonNoLeader, Domain: errorDomain})
+		info := &errdetails.ErrorInfo{Reason: ReasonNoLeader, Domain: errorDomain}
+		if group != "" {
+			info.Metadata = map[string]string{"group": group}
+		}
+		st, _ := status.New(codes.Unavailable, "no leader elected yet").WithDetails(info)
 		return st.Err()
 	}
-	st, _ := status.New(codes.Unavailable, fmt.Sprintf("not the leader; the leader is %s at %s", leaderID, leaderAddr)).WithDetails(&errdetails.ErrorInfo{
+	md := map[string]string{"leader_id": leaderID, "leader_addr": leaderAddr}
+	msg := fmt.Sprintf("not the leader; the leader is %s at %s", leaderID, leaderAddr)
+	if group != "" {
+		md["group"] = group
+		msg = fmt.Sprintf("not the leader of group %s; its leader is %s at %s", group, leaderID, leaderAddr)
+	}
+	st, _ := status.New(codes.Unavailable, msg).WithDetails(&errdetails.ErrorInfo{
 		Reason:   ReasonNotLeader,
 		Domain:   errorDomain,
-		Metadata: map[string]string{"leader_id": leaderID, "leader_addr": leaderAddr},
+		Metadata: md,
+	})
+	return st.Err()
+}
+
+// notOwnerError is the Unavailable status of a node whose placement is
+// older than the caller's (or that holds no replica of the group a call
+// was sent to it for): NOT_OWNER with this node's placement_version, so
+// the caller retries elsewhere or later instead of trusting a stale map.
+func notOwnerError(msg, group string, version uint64) error {
+	md := map[string]string{"placement_version": strconv.FormatUint(version, 10)}
+	if group != "" {
+		md["group"] = group
+	}
+	st, _ := status.New(codes.Unavailable, msg).WithDetails(&errdetails.ErrorInfo{
+		Reason: ReasonNotOwner, Domain: errorDomain, Metadata: md,
 	})
 	return st.Err()
 }

@@ -23,7 +23,7 @@ const EnvelopeEndStream = envelopeEndStream
 
 // Push runs s's Lease delivery loop for consumer c on stream.
 func Push(ctx context.Context, s *Server, stream raftqv1.Broker_LeaseServer, c *scheduler.Consumer, maxBytes int) error {
-	return brokerService{Server: s}.push(ctx, stream, c, maxBytes)
+	return brokerService{Server: s}.push(ctx, s.legacy, stream, c, maxBytes)
 }
 
 // HTTPRoutes are the HTTP port's operator routes (Server.httpRoutes).

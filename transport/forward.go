@@ -158,13 +158,14 @@ func (s *Server) staleRead(ctx context.Context, method string, req any, handler 
 	if method == raftqv1.Broker_ListConsumers_FullMethodName {
 		return s.serveAtLeader(ctx, method, req, handler, false)
 	}
+	g := s.callGroup(ctx)
 	if err := s.corruptStateError(); err != nil {
 		return nil, err
 	}
-	if s.Diverged() {
-		id, addr := s.b.Leader()
+	if g.ops.Diverged() {
+		id, addr := g.b.Leader()
 		st := status.New(codes.Unavailable, "this node's state diverged from the replicas': it serves no reads until it is repaired; ask another node")
-		if id != "" && addr != "" && id != s.b.ID() {
+		if id != "" && addr != "" && id != g.b.ID() {
 			st, _ = st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonNotLeader, Domain: errorDomain,
 				Metadata: map[string]string{"leader_id": id, "leader_addr": addr}})
 		}
@@ -184,14 +185,15 @@ func (s *Server) atLeader(ctx context.Context, method string, req any, handler g
 // VerifyLeader before it runs. A confirmation that fails changed nothing,
 // so the call goes on to the new leader as after raftgroup.ErrNotLeader.
 func (s *Server) serveAtLeader(ctx context.Context, method string, req any, handler grpc.UnaryHandler, confirm bool) (any, error) {
-	route, err := s.route(ctx)
+	g := s.callGroup(ctx)
+	route, err := s.routeIn(ctx, g)
 	if err != nil {
 		return nil, err
 	}
 	if route.Local {
 		var resp any
 		if confirm {
-			err = s.group.VerifyLeader(ctx)
+			err = g.raft.VerifyLeader(ctx)
 		}
 		if err == nil {
 			resp, err = handler(ctx, req)
@@ -202,15 +204,15 @@ func (s *Server) serveAtLeader(ctx context.Context, method string, req any, hand
 		if !errors.Is(err, raftgroup.ErrNotLeader) {
 			// Leadership was lost with the outcome unknown: the client
 			// decides whether to retry (at the leader named here).
-			return nil, redirectError(s.b.Leader())
+			return nil, redirectError(g.b.Leader())
 		}
 		// Raft refused before appending anything: nothing happened here,
 		// so the call may go to the new leader like any forwarded one.
-		if route, err = s.route(ctx); err != nil {
+		if route, err = s.routeIn(ctx, g); err != nil {
 			return nil, err
 		}
 		if route.Local {
-			return nil, redirectError(s.b.Leader())
+			return nil, redirectError(g.b.Leader())
 		}
 	}
 	return s.forward(ctx, route, method, req)
@@ -231,7 +233,7 @@ func (s *Server) forward(ctx context.Context, route broker.Route, method string,
 		return nil, redirectError(route.LeaderID, route.LeaderClientAddr)
 	}
 	out := msgType.New().Interface()
-	md := metadata.Pairs(forwardedByKey, s.b.ID())
+	md := metadata.Pairs(forwardedByKey, s.legacy.b.ID())
 	if readMethods[method] {
 		if stale, _ := staleRead(ctx); stale {
 			md.Set(readConsistencyKey, readStale)
@@ -242,20 +244,6 @@ func (s *Server) forward(ctx context.Context, route broker.Route, method string,
 		return nil, err
 	}
 	return out, nil
-}
-
-// route decides where a leader-only call is served, waiting up to
-// LeaderWait (and the caller's deadline) for an election or a new
-// leader's Barrier; NO_LEADER when none emerges.
-func (s *Server) route(ctx context.Context) (broker.Route, error) {
-	r, err := s.b.Route(ctx, s.cfg.LeaderWait)
-	if err != nil {
-		if ctx.Err() != nil {
-			return broker.Route{}, toStatus(ctx.Err())
-		}
-		return broker.Route{}, redirectError("", "")
-	}
-	return r, nil
 }
 
 func isNotLeader(err error) bool {

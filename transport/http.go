@@ -77,23 +77,23 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 	reg.MustRegister(m.rpcs, m.latency, m.delivered, m.streamedReqs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raftq_is_leader", Help: "1 if this node is the Raft leader."}, func() float64 {
-			if s.group.IsLeader() {
+			if s.legacy.raft.IsLeader() {
 				return 1
 			}
 			return 0
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raftq_applied_index", Help: "Last Raft index applied to the state machine."}, func() float64 {
-			return float64(s.state.AppliedIndex())
+			return float64(s.legacy.state.AppliedIndex())
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raftq_queued_bytes", Help: "What the messages held across queues cost: payload, headers, keys, ids and a per-message overhead (docs/api.md, Admission)."}, func() float64 {
-			return float64(s.state.TotalBytes())
+			return float64(s.legacy.state.TotalBytes())
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raftq_held_bytes", Help: "What counts against the cluster setting max_queued_bytes: messages, dedup entries and recently settled outcomes."}, func() float64 {
-			held, _ := s.state.Held()
+			held, _ := s.legacy.state.Held()
 			return float64(held)
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raftq_max_queued_bytes", Help: "The cluster setting max_queued_bytes (0 = unlimited, or not yet a setting below log version 9)."}, func() float64 {
-			_, set := s.state.Held()
+			_, set := s.legacy.state.Held()
 			return float64(set.MaxQueuedBytes)
 		}),
 	)
@@ -192,7 +192,7 @@ func (s *Server) httpRoutes() *httpRoutes {
 		r.guarded("/debug/pprof/symbol", http.HandlerFunc(pprof.Symbol))
 		r.guarded("/debug/pprof/trace", http.HandlerFunc(pprof.Trace))
 	}
-	grpcAddr := s.node.ClientGRPCAddr()
+	grpcAddr := s.legacy.node.ClientGRPCAddr()
 	r.open("/healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		// A client that dialled this port for gRPC learns what it
 		// reached and where to go instead (raftq's CLI asks here when a
@@ -201,11 +201,11 @@ func (s *Server) httpRoutes() *httpRoutes {
 		_, _ = w.Write([]byte("ok\n"))
 	}))
 	r.open("/readyz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if s.group.Leadership().LeaderID == "" {
+		if s.legacy.raft.Leadership().LeaderID == "" {
 			http.Error(w, "no leader", http.StatusServiceUnavailable)
 			return
 		}
-		if s.group.Corrupt() != nil {
+		if s.legacy.raft.Corrupt() != nil {
 			http.Error(w, "this node's Raft state is corrupt: repair from its peers pending", http.StatusServiceUnavailable)
 			return
 		}

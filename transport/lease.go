@@ -52,7 +52,8 @@ func (s brokerService) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_Le
 	// Leadership first: a lagging follower may not know the queue yet, and
 	// only the established leader's answer to "does it exist" counts. A
 	// stream is never forwarded: the client follows the redirect.
-	route, err := s.route(stream.Context())
+	g := s.callGroup(stream.Context())
+	route, err := s.routeIn(stream.Context(), g)
 	if err != nil {
 		return err
 	}
@@ -64,7 +65,7 @@ func (s brokerService) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_Le
 		maxInFlight = 64
 	}
 	ctx := stream.Context()
-	c, err := s.b.Lease(ctx, scheduler.ConsumerRequest{
+	c, err := g.b.Lease(ctx, scheduler.ConsumerRequest{
 		Queue:             req.Queue,
 		Name:              req.ConsumerName,
 		MaxInFlight:       maxInFlight,
@@ -78,7 +79,7 @@ func (s brokerService) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_Le
 		if errors.Is(err, scheduler.ErrNotLeader) {
 			// Established as leader, but the term's scheduler is not
 			// running (yet, or any more): send the client to whoever leads.
-			if id, addr := s.b.Leader(); id != "" && id != s.b.ID() {
+			if id, addr := g.b.Leader(); id != "" && id != g.b.ID() {
 				return redirectError(id, addr)
 			}
 			return status.Error(codes.Unavailable, "leader is starting its scheduler; retry")
@@ -90,7 +91,7 @@ func (s brokerService) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_Le
 	if maxBytes == 0 {
 		maxBytes = DefaultMaxBatchBytes
 	}
-	return s.push(ctx, stream, c, maxBytes)
+	return s.push(ctx, g, stream, c, maxBytes)
 }
 
 // push sends c's deliveries on stream until either ends, batching what is
@@ -102,7 +103,7 @@ func (s brokerService) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_Le
 // deliveries whose lease is still current at that moment, so a stream
 // that was slow to send never sends a lease that lapsed (or was granted
 // again) meanwhile; those go back to the queue uncounted.
-func (s brokerService) push(ctx context.Context, stream raftqv1.Broker_LeaseServer, c *scheduler.Consumer, maxBytes int) error {
+func (s brokerService) push(ctx context.Context, g *dataGroup, stream raftqv1.Broker_LeaseServer, c *scheduler.Consumer, maxBytes int) error {
 	batch := make([]*raftqv1.Delivery, 0, maxPerResponse)
 	sent := make([]*state.Delivery, 0, maxPerResponse) // batch before projection, for metrics
 	for {
@@ -110,13 +111,13 @@ func (s brokerService) push(ctx context.Context, stream raftqv1.Broker_LeaseServ
 		case <-ctx.Done():
 			return toStatus(context.Cause(ctx))
 		case <-c.Done():
-			return s.leaseEnded(ctx, c)
+			return s.leaseEnded(ctx, g, c)
 		case <-c.Ready():
 		}
 		for more := true; more; {
 			batch, sent = batch[:0], sent[:0]
 			size := 0
-			nowMs := s.b.NowMs()
+			nowMs := g.b.NowMs()
 			_, more = c.Take(func(d *state.Delivery) bool {
 				if len(batch) >= maxPerResponse {
 					return false
@@ -142,14 +143,14 @@ func (s brokerService) push(ctx context.Context, stream raftqv1.Broker_LeaseServ
 				return err
 			}
 			s.metrics.delivered.Add(float64(len(batch)))
-			s.b.Delivered(sent)
+			g.b.Delivered(sent)
 		}
 	}
 }
 
 // leaseEnded is the status a Lease stream ends with when its consumer
 // ended.
-func (s brokerService) leaseEnded(ctx context.Context, c *scheduler.Consumer) error {
+func (s brokerService) leaseEnded(ctx context.Context, g *dataGroup, c *scheduler.Consumer) error {
 	if errors.Is(c.Err(), scheduler.ErrLimitReached) {
 		// Every delivery the limit allowed was sent and settled: done.
 		return nil
@@ -157,7 +158,7 @@ func (s brokerService) leaseEnded(ctx context.Context, c *scheduler.Consumer) er
 	if errors.Is(c.Err(), scheduler.ErrNotLeader) {
 		// Just stepped down: name the new leader once one is known
 		// (bounded wait), so the client goes straight there.
-		route, err := s.route(ctx)
+		route, err := s.routeIn(ctx, g)
 		if err != nil {
 			return err
 		}

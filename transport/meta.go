@@ -46,7 +46,7 @@ func (s *Server) authAdmin(key string) authAdmin {
 	if s.metaActive() {
 		return s.cfg.Meta.Auth(key)
 	}
-	return s.b.Auth().Keyed(key)
+	return s.legacy.b.Auth().Keyed(key)
 }
 
 // authState is the identities, tokens and grants as this node's replicas
@@ -58,7 +58,7 @@ func (s *Server) authState() *acl.Auth {
 			return a
 		}
 	}
-	return s.state.Auth()
+	return s.legacy.state.Auth()
 }
 
 // atMetaLeader serves a call of metaMethods at the meta group's leader:
@@ -154,7 +154,7 @@ func (s *Server) awaitDataSettings(ctx context.Context) error {
 	for {
 		m := s.cfg.Meta.FSM()
 		g, ok := m.Group(meta.LegacyGroupID)
-		_, have := s.state.Held()
+		_, have := s.legacy.state.Held()
 		if !ok || have.MaxQueuedBytes == g.Share && have.MaxQueues == m.Settings().MaxQueues {
 			return nil
 		}

@@ -15,27 +15,27 @@ import (
 // cluster collector and the self-healing collector.
 func registerNodeMetrics(reg *prometheus.Registry, s *Server) {
 	consumers := func(queue string) (int, bool) {
-		if !s.group.LeaderReady() {
+		if !s.legacy.raft.LeaderReady() {
 			return 0, false
 		}
-		return s.b.Scheduler().Consumers(queue), true
+		return s.legacy.b.Scheduler().Consumers(queue), true
 	}
 	reg.MustRegister(
 		// A node whose state diverged serves no reads from it (replica.go).
-		unlessDiverged{s: s, c: qmetrics.NewQueueCollector(s.state, consumers, time.Now, s.stats.Drain())},
-		s.stats.LeaseMetrics(),
+		unlessDiverged{s: s, c: qmetrics.NewQueueCollector(s.legacy.state, consumers, time.Now, s.legacy.stats.Drain())},
+		s.legacy.stats.LeaseMetrics(),
 		newClusterCollector(s),
 		newHealCollector(s),
 	)
 	if n := s.cfg.MetricsTopKeys; n > 0 {
 		throttles := func(queue string) ([]*raftqv1.ThrottleKeyStats, bool) {
-			if !s.group.LeaderReady() {
+			if !s.legacy.raft.LeaderReady() {
 				return nil, false
 			}
-			_, th := s.b.Scheduler().KeyStats(queue)
+			_, th := s.legacy.b.Scheduler().KeyStats(queue)
 			return th, true
 		}
-		reg.MustRegister(qmetrics.NewKeysCollector(s.state, throttles, n))
+		reg.MustRegister(qmetrics.NewKeysCollector(s.legacy.state, throttles, n))
 	}
 }
 
@@ -84,36 +84,36 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := prometheus.GaugeValue
-	st := c.s.node.Status()
+	st := c.s.legacy.node.Status()
 	isLeader := 0.0
-	if c.s.group.IsLeader() {
+	if c.s.legacy.raft.IsLeader() {
 		isLeader = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.term, gauge, float64(st.Term))
 	ch <- prometheus.MustNewConstMetric(c.leader, gauge, isLeader)
-	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, float64(c.s.stats.LeaderChanges()))
+	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, float64(c.s.legacy.stats.LeaderChanges()))
 	ch <- prometheus.MustNewConstMetric(c.commit, gauge, float64(st.CommitIndex))
 	ch <- prometheus.MustNewConstMetric(c.applied, gauge, float64(st.AppliedIndex))
 	if isLeader == 1 {
 		c.followerLag(ch, st.AppliedIndex)
 	}
 	byState := map[string]int{"alive": 0, "failed": 0, "left": 0}
-	for _, m := range c.s.node.Members() {
+	for _, m := range c.s.legacy.node.Members() {
 		byState[m.State]++
 	}
 	for state, n := range byState {
 		ch <- prometheus.MustNewConstMetric(c.members, gauge, float64(n), state)
 	}
-	snap := c.s.group.SnapshotStats()
+	snap := c.s.legacy.raft.SnapshotStats()
 	ch <- prometheus.MustNewConstMetric(c.snapshots, prometheus.CounterValue, float64(snap.Count))
 	ch <- prometheus.MustNewConstMetric(c.snapshotBytes, gauge, float64(snap.LastBytes))
 	ch <- prometheus.MustNewConstMetric(c.snapshotSecs, gauge, snap.LastDuration.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.snapshotLag, gauge, float64(snap.EntriesSince))
 	ch <- prometheus.MustNewConstMetric(c.snapshotFails, prometheus.CounterValue, float64(snap.Failed))
-	logs := c.s.group.LogStoreStats()
+	logs := c.s.legacy.raft.LogStoreStats()
 	ch <- constHistogram(c.logAppend, logs.Append)
 	ch <- constHistogram(c.logFsync, logs.Fsync)
-	if r, ok := c.s.stats.Disk().Measure(); ok {
+	if r, ok := c.s.legacy.stats.Disk().Measure(); ok {
 		ch <- prometheus.MustNewConstMetric(c.diskFree, gauge, float64(r.Free))
 		ch <- prometheus.MustNewConstMetric(c.diskKeepFree, gauge, float64(r.Limit))
 		low := 0.0
@@ -131,7 +131,7 @@ func (c *clusterCollector) followerLag(ch chan<- prometheus.Metric, leaderApplie
 	defer cancel()
 	st, _ := (&clusterService{s: c.s}).Status(ctx, &raftqv1.StatusRequest{})
 	for _, n := range st.GetNodes() {
-		if n.GetId() == c.s.b.ID() || n.GetAppliedIndex() == 0 {
+		if n.GetId() == c.s.legacy.b.ID() || n.GetAppliedIndex() == 0 {
 			continue // this node, or one that did not answer
 		}
 		lag := float64(0)

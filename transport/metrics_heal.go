@@ -46,28 +46,28 @@ func (c *healCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *healCollector) Collect(ch chan<- prometheus.Metric) {
-	repairs := c.s.checks.CounterRepairs()
+	repairs := c.s.legacy.checks.CounterRepairs()
 	for _, q := range slices.Sorted(maps.Keys(repairs)) {
 		ch <- prometheus.MustNewConstMetric(c.repairs, prometheus.CounterValue, float64(repairs[q]), q)
 	}
-	ch <- prometheus.MustNewConstMetric(c.audited, prometheus.CounterValue, float64(c.s.stats.AuditedQueues()))
+	ch <- prometheus.MustNewConstMetric(c.audited, prometheus.CounterValue, float64(c.s.legacy.stats.AuditedQueues()))
 	d := 0.0
 	if c.s.Diverged() {
 		d = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.diverged, prometheus.GaugeValue, d)
 	corrupt := 0.0
-	if c.s.group.Corrupt() != nil {
+	if c.s.legacy.raft.Corrupt() != nil {
 		corrupt = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.corrupt, prometheus.GaugeValue, corrupt)
 	// Counted by the data group, whose replica check (a leader duty) and
 	// repairs find them (broker/replica.go).
-	div := c.s.stats.Divergences()
+	div := c.s.legacy.stats.Divergences()
 	for _, n := range slices.Sorted(maps.Keys(div)) {
 		ch <- prometheus.MustNewConstMetric(c.divergences, prometheus.CounterValue, float64(div[n]), n)
 	}
-	ch <- prometheus.MustNewConstMetric(c.corruptRepairs, prometheus.CounterValue, float64(c.s.stats.CorruptRepairs()))
+	ch <- prometheus.MustNewConstMetric(c.corruptRepairs, prometheus.CounterValue, float64(c.s.legacy.stats.CorruptRepairs()))
 }
 
 // unlessDiverged collects c only while this node's state is not known to
@@ -81,7 +81,7 @@ type unlessDiverged struct {
 func (u unlessDiverged) Describe(ch chan<- *prometheus.Desc) { u.c.Describe(ch) }
 
 func (u unlessDiverged) Collect(ch chan<- prometheus.Metric) {
-	if !u.s.Diverged() && u.s.group.Corrupt() == nil {
+	if !u.s.Diverged() && u.s.legacy.raft.Corrupt() == nil {
 		u.c.Collect(ch)
 	}
 }

@@ -22,7 +22,7 @@ const replicaAskTimeout = 5 * time.Second
 // the replicas' (and so serves no reads from it): the data group keeps
 // it (broker.Operator.Diverged), since its replica check, a leader duty,
 // finds it too.
-func (s *Server) Diverged() bool { return s.ops.Diverged() }
+func (s *Server) Diverged() bool { return s.legacy.ops.Diverged() }
 
 // RepairRestart is closed when this node, whose state diverged, has been
 // removed from the configuration and has asked for its Raft state to be
@@ -68,10 +68,10 @@ func (c *clusterService) ReportDivergence(ctx context.Context, req *raftqv1.Repo
 	if ld.GetDigest() != req.Digest {
 		return nil, status.Errorf(codes.FailedPrecondition, "the leader's digest at %d is not the reported one", req.Index)
 	}
-	c.s.ops.MarkDiverged(req.Index, d, req.Digest, req.GetLeaderId())
+	c.s.legacy.ops.MarkDiverged(req.Index, d, req.Digest, req.GetLeaderId())
 	if req.GetRemoved() {
 		reason := fmt.Sprintf("state diverged at checkpoint %d (digest %s, the replicas' %s); removed by %s for repair", req.Index, d, req.Digest, req.GetLeaderId())
-		if err := raftgroup.RequestWipe(c.s.b.DataDir(), reason); err != nil {
+		if err := raftgroup.RequestWipe(c.s.legacy.b.DataDir(), reason); err != nil {
 			return nil, err
 		}
 		c.s.log.Warn("removed for repair: restarting with this node's Raft state set aside", "leader", req.GetLeaderId())
@@ -97,7 +97,7 @@ func (c *clusterService) RecountQueues(ctx context.Context, req *raftqv1.Recount
 	}
 	c.s.log.Warn("counter audit: a node found queues whose counters disagree with their messages; recounting them on every replica",
 		"reported_by", req.GetReportedBy(), "queues", req.GetQueues())
-	res, err := c.s.ops.RecountQueues(ctx, req.GetQueues())
+	res, err := c.s.legacy.ops.RecountQueues(ctx, req.GetQueues())
 	if errors.Is(err, broker.ErrRecountUnsupported) {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}

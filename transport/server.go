@@ -10,9 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/raftq/raftq/auth"
 	"github.com/raftq/raftq/broker"
-	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/dashboard"
-	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/metagroup"
 	"github.com/raftq/raftq/peers"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
@@ -23,8 +21,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
-
-	"github.com/raftq/raftq/raftgroup"
 )
 
 // MaxRequestBytes is the largest request a node reads; clients check it
@@ -73,15 +69,13 @@ type Config struct {
 
 // Server serves the Broker and Cluster services of one node.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	b      *broker.Broker
-	node   *cluster.Node    // b's, for status and admin operations
-	group  *raftgroup.Group // node's data group: leadership, reads, snapshots
-	state  fsm.Reader       // b's state, for reads and metrics
-	checks fsm.Integrity    // b's state, for digests and verify
-	ops    broker.Operator  // b's operator duties (backup, settings, repair)
-	stats  broker.Stats     // b's counters, for metrics and status
+	cfg Config
+	log *slog.Logger
+	// legacy is the data group New was given (the legacy group, "data"):
+	// the node-wide calls' (Status, Verify, Backup, the HTTP port,
+	// metrics) and every queue's until meta places it elsewhere. A
+	// Broker call is served against its queue's group (callGroup).
+	legacy *dataGroup
 	peers  *peers.Pool
 	// ownPeers: peers is the server's own, closed by Stop.
 	ownPeers bool
@@ -146,13 +140,7 @@ func New(cfg Config, b *broker.Broker) *Server {
 	s := &Server{
 		cfg:          cfg,
 		log:          cfg.Logger,
-		b:            b,
-		node:         b.Node(),
-		state:        b.State().Reader(),
-		checks:       b.State().Integrity(),
-		ops:          b.Operator(),
-		stats:        b.Stats(),
-		group:        b.Node().Group(),
+		legacy:       newDataGroup(broker.GroupID, b),
 		peers:        cfg.Peers,
 		settles:      newSettleGate(),
 		health:       health.NewServer(),
