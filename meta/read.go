@@ -98,3 +98,17 @@ func (f *FSM) Placed(group string) []string {
 	}
 	return out
 }
+
+// Load is how many queues are placed on each group (group id → count;
+// a group with none may be absent): the load ChooseGroup weighs.
+func (f *FSM) Load() map[string]int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make(map[string]int, len(f.s.placedOn))
+	for g, n := range f.s.placedOn {
+		if n > 0 {
+			out[g] = n
+		}
+	}
+	return out
+}
