@@ -73,17 +73,46 @@ func (a Auth) Ungrant(ctx context.Context, identity, pattern string, admin bool)
 		Identity: identity, Pattern: pattern, Admin: admin, IdempotencyKey: a.key}}})
 }
 
-// SetSettings changes the cluster settings max_queued_bytes and max_queues
-// (nil: unchanged) and returns them as committed. The data group's leader
-// then proposes them into the data log (broker's meta follower).
-func (g *Group) SetSettings(ctx context.Context, maxQueuedBytes, maxQueues *int64, key string) (meta.Settings, error) {
-	for name, v := range map[string]*int64{"max_queued_bytes": maxQueuedBytes, "max_queues": maxQueues} {
+// SettingsChange is a SetSettings: each nil field is left as it is.
+type SettingsChange struct {
+	MaxQueuedBytes, MaxQueues *int64
+	// Groups: how many data groups the pool keeps (1..MaxGroupsSetting).
+	// Replicas: each data group's voters (odd, 1..MaxReplicasSetting).
+	Groups, Replicas *uint32
+	IdempotencyKey   string
+}
+
+// check refuses a change the API does not take, before anything is
+// proposed (so nothing changes): the meta log takes a wider range (0 =
+// the default, groups up to 65,536), which an API call does not set.
+func (ch SettingsChange) check() error {
+	for name, v := range map[string]*int64{"max_queued_bytes": ch.MaxQueuedBytes, "max_queues": ch.MaxQueues} {
 		if v != nil && *v < 0 {
-			return meta.Settings{}, fmt.Errorf("%w: %s is negative (%d)", meta.ErrInvalid, name, *v)
+			return fmt.Errorf("%w: %s is negative (%d)", meta.ErrInvalid, name, *v)
 		}
 	}
+	if n := ch.Groups; n != nil && (*n < 1 || *n > meta.MaxGroupsSetting) {
+		return fmt.Errorf("%w: groups %d: the number of data groups is 1 to %d", meta.ErrInvalid, *n, meta.MaxGroupsSetting)
+	}
+	if n := ch.Replicas; n != nil && (*n < 1 || *n > meta.MaxReplicasSetting || *n%2 == 0) {
+		// Odd: an even voter count tolerates no more failures than the
+		// odd one below it, and the meta log refuses it.
+		return fmt.Errorf("%w: replicas %d: a data group's voters are an odd number from 1 to %d", meta.ErrInvalid, *n, meta.MaxReplicasSetting)
+	}
+	return nil
+}
+
+// SetSettings changes the cluster settings ch sets and returns them as
+// committed. The data group's leader then proposes max_queued_bytes (its
+// share) and max_queues into the data log (broker's meta follower); the
+// meta leader's pool duty follows groups and replicas (duties.go).
+func (g *Group) SetSettings(ctx context.Context, ch SettingsChange) (meta.Settings, error) {
+	if err := ch.check(); err != nil {
+		return meta.Settings{}, err
+	}
 	_, err := g.Propose(ctx, &metav1.Command{Op: &metav1.Command_SetSettings{SetSettings: &metav1.SetSettings{
-		MaxQueuedBytes: maxQueuedBytes, MaxQueues: maxQueues, IdempotencyKey: key}}})
+		MaxQueuedBytes: ch.MaxQueuedBytes, MaxQueues: ch.MaxQueues, Groups: ch.Groups, Replicas: ch.Replicas,
+		IdempotencyKey: ch.IdempotencyKey}}})
 	if err != nil {
 		return meta.Settings{}, err
 	}

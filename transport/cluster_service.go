@@ -10,6 +10,8 @@ import (
 	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/meta"
+	"github.com/raftq/raftq/metagroup"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -47,8 +49,7 @@ func (c *clusterService) Status(ctx context.Context, req *raftqv1.StatusRequest)
 	if c.s.cfg.Meta != nil && c.s.cfg.Meta.FSM().Seeded() {
 		// The settings as the meta group holds them (the data group
 		// follows them a moment later).
-		ms := c.s.cfg.Meta.FSM().Settings()
-		out.Settings = &raftqv1.ClusterSettings{MaxQueuedBytes: ms.MaxQueuedBytes, MaxQueues: ms.MaxQueues}
+		out.Settings = metaSettings(c.s.cfg.Meta.FSM().Settings())
 	}
 	for _, n := range st.Nodes {
 		node := &raftqv1.Node{
@@ -141,14 +142,20 @@ func (c *clusterService) SetClusterSettings(ctx context.Context, req *raftqv1.Se
 		return nil, err
 	}
 	if c.s.metaActive() {
-		ms, err := c.s.cfg.Meta.SetSettings(ctx, req.MaxQueuedBytes, req.MaxQueues, req.GetIdempotencyKey())
+		ms, err := c.s.cfg.Meta.SetSettings(ctx, metagroup.SettingsChange{MaxQueuedBytes: req.MaxQueuedBytes, MaxQueues: req.MaxQueues,
+			Groups: req.Groups, Replicas: req.Replicas, IdempotencyKey: req.GetIdempotencyKey()})
 		if err == nil {
 			err = c.s.awaitDataSettings(ctx)
 		}
 		if err != nil {
 			return nil, toStatus(err)
 		}
-		return &raftqv1.SetClusterSettingsResponse{Settings: &raftqv1.ClusterSettings{MaxQueuedBytes: ms.MaxQueuedBytes, MaxQueues: ms.MaxQueues}}, nil
+		return &raftqv1.SetClusterSettingsResponse{Settings: metaSettings(ms)}, nil
+	}
+	if req.Groups != nil || req.Replicas != nil {
+		// Only the meta group keeps data groups; the data log has no
+		// such setting to hold them.
+		return nil, status.Error(codes.FailedPrecondition, "groups and replicas are kept by the meta group, which the cluster has not handed over to yet (every voter at log version 21): retry once it has")
 	}
 	s, err := c.s.legacy.ops.SetClusterSettings(ctx, broker.SettingsChange{MaxQueuedBytes: req.MaxQueuedBytes, MaxQueues: req.MaxQueues, IdempotencyKey: req.GetIdempotencyKey()})
 	if err != nil {
@@ -324,4 +331,12 @@ func (c *clusterService) digestAt(ctx context.Context, index uint64) (string, er
 		return "", err
 	}
 	return d, nil
+}
+
+// metaSettings are the meta group's settings as the API shows them:
+// groups and replicas in force (the defaults for 0; a group never has
+// more replicas than there are nodes).
+func metaSettings(ms meta.Settings) *raftqv1.ClusterSettings {
+	return &raftqv1.ClusterSettings{MaxQueuedBytes: ms.MaxQueuedBytes, MaxQueues: ms.MaxQueues,
+		Groups: uint32(meta.GroupCount(ms.Groups)), Replicas: cmp.Or(ms.Replicas, meta.DefaultReplicas)}
 }

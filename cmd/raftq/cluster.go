@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -143,7 +144,7 @@ func newClusterCmd(a *app) *cobra.Command {
 		}),
 	}
 	set := &cobra.Command{
-		Use:   "set max-queued-bytes|max-queues N",
+		Use:   "set max-queued-bytes|max-queues|groups|replicas N",
 		Short: "Change a replicated cluster setting",
 		Long: "Change a replicated cluster setting (needs the admin role).\n" +
 			"max-queued-bytes (every voter at log version 9) bounds what the whole cluster\n" +
@@ -151,7 +152,12 @@ func newClusterCmd(a *app) *cobra.Command {
 			"them); lowering it below what is held refuses new enqueues only.\n" +
 			"max-queues (every voter at log version 12; 10000 until changed) bounds how\n" +
 			"many queues the cluster holds, dead-letter queues included; lowering it\n" +
-			"below the count refuses new queues only. 0 means unlimited for both.",
+			"below the count refuses new queues only. 0 means unlimited for both.\n" +
+			"groups (1 to 256; 1 by default, the data group alone) is how many data\n" +
+			"groups the cluster keeps (every voter at log version 21, the meta group);\n" +
+			"lowering it removes only groups no queue is placed on.\n" +
+			"replicas (odd, 1 to 7; 3 by default) is each data group's voters, never\n" +
+			"more than the nodes: groups grow to it as nodes join.",
 		Args: cobra.ExactArgs(2),
 		RunE: a.unary(func(ctx context.Context, c *client.Client, args []string) error {
 			n, err := strconv.ParseInt(args[1], 10, 64)
@@ -167,8 +173,22 @@ func newClusterCmd(a *app) *cobra.Command {
 					return fmt.Errorf("max-queues must be a whole number of queues, 0 or more (0 = unlimited), not %q", args[1])
 				}
 				req.MaxQueues = &n
+			case "groups":
+				// The server checks the range (1..256); this only
+				// refuses what is not a count at all.
+				if err != nil || n < 0 || n > math.MaxUint32 {
+					return fmt.Errorf("groups must be a whole number of data groups, 1 to 256, not %q", args[1])
+				}
+				v := uint32(n)
+				req.Groups = &v
+			case "replicas":
+				if err != nil || n < 0 || n > math.MaxUint32 {
+					return fmt.Errorf("replicas must be a whole, odd number of voters per data group, 1 to 7, not %q", args[1])
+				}
+				v := uint32(n)
+				req.Replicas = &v
 			default:
-				return fmt.Errorf("unknown setting %q: the settings are max-queued-bytes and max-queues", args[0])
+				return fmt.Errorf("unknown setting %q: the settings are max-queued-bytes, max-queues, groups and replicas", args[0])
 			}
 			st, err := c.ChangeClusterSettings(ctx, req)
 			if err != nil {
@@ -177,11 +197,16 @@ func newClusterCmd(a *app) *cobra.Command {
 			if a.json {
 				return printJSON(a.out, st)
 			}
-			if req.MaxQueues != nil {
+			switch {
+			case req.MaxQueues != nil:
 				_, err = fmt.Fprintf(a.out, "max-queues is now %d\n", st.GetMaxQueues())
-				return err
+			case req.Groups != nil:
+				_, err = fmt.Fprintf(a.out, "groups is now %d\n", st.GetGroups())
+			case req.Replicas != nil:
+				_, err = fmt.Fprintf(a.out, "replicas is now %d\n", st.GetReplicas())
+			default:
+				_, err = fmt.Fprintf(a.out, "max-queued-bytes is now %d (%s)\n", st.GetMaxQueuedBytes(), fsm.HumanBytes(st.GetMaxQueuedBytes()))
 			}
-			_, err = fmt.Fprintf(a.out, "max-queued-bytes is now %d (%s)\n", st.GetMaxQueuedBytes(), fsm.HumanBytes(st.GetMaxQueuedBytes()))
 			return err
 		}),
 	}

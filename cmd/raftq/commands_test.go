@@ -459,9 +459,10 @@ func TestClusterStatusShowsWithheldFields(t *testing.T) {
 	}
 }
 
-// TestClusterSet: `cluster set max-queued-bytes N` and `cluster set
-// max-queues N` send the one setting each names; anything else is
-// refused before a call is made.
+// TestClusterSet: `cluster set max-queued-bytes N`, `cluster set
+// max-queues N`, `cluster set groups N` and `cluster set replicas N`
+// send the one setting each names; anything else is refused before a
+// call is made (the range of groups and replicas is the server's).
 func TestClusterSet(t *testing.T) {
 	f := &fake{}
 	addr := serve(t, f)
@@ -473,12 +474,23 @@ func TestClusterSet(t *testing.T) {
 	if r.code != 0 || r.stdout != "max-queues is now 20000\n" {
 		t.Fatalf("cluster set max-queues: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	r = raftq(t, addr, "", "cluster", "set", "groups", "3")
+	if r.code != 0 || r.stdout != "groups is now 3\n" {
+		t.Fatalf("cluster set groups: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = raftq(t, addr, "", "cluster", "set", "replicas", "5")
+	if r.code != 0 || r.stdout != "replicas is now 5\n" {
+		t.Fatalf("cluster set replicas: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	bad := []struct{ args []string }{
 		{[]string{"max-queued-bytes", "-1"}},
 		{[]string{"max-queued-bytes", "1GB"}},
 		{[]string{"max-queues", "-1"}},
 		{[]string{"max-queues", "10k"}},
 		{[]string{"max-pending-bytes", "10"}},
+		{[]string{"groups", "-1"}},
+		{[]string{"groups", "three"}},
+		{[]string{"replicas", "4294967296"}},
 	}
 	for _, b := range bad {
 		if r := raftq(t, addr, "", append([]string{"cluster", "set"}, b.args...)...); r.code == 0 {
@@ -486,8 +498,10 @@ func TestClusterSet(t *testing.T) {
 		}
 	}
 	reqs := requests[*raftqv1.SetClusterSettingsRequest](f)
-	if len(reqs) != 2 || reqs[0].MaxQueuedBytes == nil || reqs[0].GetMaxQueuedBytes() != 1<<30 || reqs[0].MaxQueues != nil ||
-		reqs[1].MaxQueues == nil || reqs[1].GetMaxQueues() != 20000 || reqs[1].MaxQueuedBytes != nil {
+	if len(reqs) != 4 || reqs[0].MaxQueuedBytes == nil || reqs[0].GetMaxQueuedBytes() != 1<<30 || reqs[0].MaxQueues != nil ||
+		reqs[1].MaxQueues == nil || reqs[1].GetMaxQueues() != 20000 || reqs[1].MaxQueuedBytes != nil ||
+		reqs[2].Groups == nil || reqs[2].GetGroups() != 3 || reqs[2].Replicas != nil || reqs[2].MaxQueues != nil ||
+		reqs[3].Replicas == nil || reqs[3].GetReplicas() != 5 || reqs[3].Groups != nil {
 		t.Fatalf("requests = %v", reqs)
 	}
 }

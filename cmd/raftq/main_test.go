@@ -242,7 +242,8 @@ func (f *fake) RemoveNode(_ context.Context, r *raftqv1.RemoveNodeRequest) (*raf
 
 func (f *fake) SetClusterSettings(_ context.Context, r *raftqv1.SetClusterSettingsRequest) (*raftqv1.SetClusterSettingsResponse, error) {
 	f.record(r)
-	return &raftqv1.SetClusterSettingsResponse{Settings: &raftqv1.ClusterSettings{MaxQueuedBytes: r.GetMaxQueuedBytes(), MaxQueues: r.GetMaxQueues()}}, nil
+	return &raftqv1.SetClusterSettingsResponse{Settings: &raftqv1.ClusterSettings{MaxQueuedBytes: r.GetMaxQueuedBytes(), MaxQueues: r.GetMaxQueues(),
+		Groups: r.GetGroups(), Replicas: r.GetReplicas()}}, nil
 }
 
 // serve runs f on a loopback port until the test ends.

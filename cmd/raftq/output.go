@@ -331,6 +331,10 @@ func printStatus(w io.Writer, st *raftqv1.StatusResponse) error {
 				}
 				fmt.Fprintf(tw, "max-queues:\t%s\n", queues)
 			}
+			if set.GetGroups() > 0 {
+				// Only the meta group has them (0 before the handover).
+				fmt.Fprintf(tw, "groups:\t%d, %d replicas each\n", set.GetGroups(), set.GetReplicas())
+			}
 		} else {
 			fmt.Fprintf(tw, "held:\t%s\n", held)
 		}

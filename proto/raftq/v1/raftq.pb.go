@@ -4217,7 +4217,16 @@ type ClusterSettings struct {
 	// Bounds how many queues the cluster holds, dead-letter queues
 	// included: a CreateQueue past it gets RESOURCE_EXHAUSTED. 0 =
 	// unlimited; 10,000 from the moment the cluster reaches log version 12.
-	MaxQueues     int64 `protobuf:"varint,2,opt,name=max_queues,json=maxQueues,proto3" json:"max_queues,omitempty"`
+	MaxQueues int64 `protobuf:"varint,2,opt,name=max_queues,json=maxQueues,proto3" json:"max_queues,omitempty"`
+	// *(added)* The number of data groups the cluster keeps (1..256; by
+	// default 1, the legacy data group alone, until per-queue routing
+	// lands). Queues are placed on them as they are created. 0 before the
+	// handover to the meta group (log version 21).
+	Groups uint32 `protobuf:"varint,3,opt,name=groups,proto3" json:"groups,omitempty"`
+	// *(added)* The voters of each data group (odd, 1..7; by default 3),
+	// never more than the nodes: groups grow to it as nodes join. 0 before
+	// the handover, as groups.
+	Replicas      uint32 `protobuf:"varint,4,opt,name=replicas,proto3" json:"replicas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4266,6 +4275,20 @@ func (x *ClusterSettings) GetMaxQueues() int64 {
 	return 0
 }
 
+func (x *ClusterSettings) GetGroups() uint32 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
+func (x *ClusterSettings) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
 type SetClusterSettingsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// An absent field is left as it is.
@@ -4276,8 +4299,15 @@ type SetClusterSettingsRequest struct {
 	// lost answer) changes nothing more (docs/api.md, Retries); needs every
 	// voter at the log version of keyed writes, else FAILED_PRECONDITION.
 	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// *(added)* ClusterSettings.groups: 1..256, else INVALID_ARGUMENT.
+	// Needs the meta group (FAILED_PRECONDITION before the handover). A
+	// lower count removes only groups no queue is placed on.
+	Groups *uint32 `protobuf:"varint,4,opt,name=groups,proto3,oneof" json:"groups,omitempty"`
+	// *(added)* ClusterSettings.replicas: odd, 1..7, else INVALID_ARGUMENT.
+	// Needs the meta group, as groups.
+	Replicas      *uint32 `protobuf:"varint,5,opt,name=replicas,proto3,oneof" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetClusterSettingsRequest) Reset() {
@@ -4329,6 +4359,20 @@ func (x *SetClusterSettingsRequest) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *SetClusterSettingsRequest) GetGroups() uint32 {
+	if x != nil && x.Groups != nil {
+		return *x.Groups
+	}
+	return 0
+}
+
+func (x *SetClusterSettingsRequest) GetReplicas() uint32 {
+	if x != nil && x.Replicas != nil {
+		return *x.Replicas
+	}
+	return 0
 }
 
 type SetClusterSettingsResponse struct {
@@ -7039,18 +7083,24 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"gossipAddr\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x03 \x01(\tR\tclusterId\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"Z\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x8e\x01\n" +
 	"\x0fClusterSettings\x12(\n" +
 	"\x10max_queued_bytes\x18\x01 \x01(\x03R\x0emaxQueuedBytes\x12\x1d\n" +
 	"\n" +
-	"max_queues\x18\x02 \x01(\x03R\tmaxQueues\"\xbb\x01\n" +
+	"max_queues\x18\x02 \x01(\x03R\tmaxQueues\x12\x16\n" +
+	"\x06groups\x18\x03 \x01(\rR\x06groups\x12\x1a\n" +
+	"\breplicas\x18\x04 \x01(\rR\breplicas\"\x91\x02\n" +
 	"\x19SetClusterSettingsRequest\x12-\n" +
 	"\x10max_queued_bytes\x18\x01 \x01(\x03H\x00R\x0emaxQueuedBytes\x88\x01\x01\x12\"\n" +
 	"\n" +
 	"max_queues\x18\x02 \x01(\x03H\x01R\tmaxQueues\x88\x01\x01\x12'\n" +
-	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKeyB\x13\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12\x1b\n" +
+	"\x06groups\x18\x04 \x01(\rH\x02R\x06groups\x88\x01\x01\x12\x1f\n" +
+	"\breplicas\x18\x05 \x01(\rH\x03R\breplicas\x88\x01\x01B\x13\n" +
 	"\x11_max_queued_bytesB\r\n" +
-	"\v_max_queues\"S\n" +
+	"\v_max_queuesB\t\n" +
+	"\a_groupsB\v\n" +
+	"\t_replicas\"S\n" +
 	"\x1aSetClusterSettingsResponse\x125\n" +
 	"\bsettings\x18\x01 \x01(\v2\x19.raftq.v1.ClusterSettingsR\bsettings\"9\n" +
 	"\x11RemoveNodeRequest\x12\x0e\n" +

@@ -96,12 +96,16 @@ class CheckpointResponse(_message.Message):
     def __init__(self, index: _Optional[int] = ...) -> None: ...
 
 class ClusterSettings(_message.Message):
-    __slots__ = ["max_queued_bytes", "max_queues"]
+    __slots__ = ["groups", "max_queued_bytes", "max_queues", "replicas"]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUED_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    groups: int
     max_queued_bytes: int
     max_queues: int
-    def __init__(self, max_queued_bytes: _Optional[int] = ..., max_queues: _Optional[int] = ...) -> None: ...
+    replicas: int
+    def __init__(self, max_queued_bytes: _Optional[int] = ..., max_queues: _Optional[int] = ..., groups: _Optional[int] = ..., replicas: _Optional[int] = ...) -> None: ...
 
 class ConsumerInfo(_message.Message):
     __slots__ = ["acked", "address", "connected_since_ms", "credit", "delivered", "id", "identity", "in_flight", "max_in_flight", "name"]
@@ -940,14 +944,18 @@ class RevokeTokenResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class SetClusterSettingsRequest(_message.Message):
-    __slots__ = ["idempotency_key", "max_queued_bytes", "max_queues"]
+    __slots__ = ["groups", "idempotency_key", "max_queued_bytes", "max_queues", "replicas"]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUED_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    groups: int
     idempotency_key: str
     max_queued_bytes: int
     max_queues: int
-    def __init__(self, max_queued_bytes: _Optional[int] = ..., max_queues: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    replicas: int
+    def __init__(self, max_queued_bytes: _Optional[int] = ..., max_queues: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., groups: _Optional[int] = ..., replicas: _Optional[int] = ...) -> None: ...
 
 class SetClusterSettingsResponse(_message.Message):
     __slots__ = ["settings"]
