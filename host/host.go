@@ -291,6 +291,10 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 		Data:          dataGroup{Reader: data, group: h.group.Node().Group()},
 		GRPCAdvertise: c.GRPCAdvertise, ClientGRPCAdvertise: c.ClientGRPCAdvertise,
 		APIAddrs: ms.APIAddrs, PeerChanges: ms.Changes, Preambles: ms.PreamblesAt,
+		Nodes: func(id string) (string, bool) {
+			m, _ := ms.MetaOf(id) // zero (no zone, disk not low) when unheard
+			return m.Zone, m.DiskLow
+		},
 		Now:              now,
 		HeartbeatTimeout: c.HeartbeatTimeout, ElectionTimeout: c.ElectionTimeout, LeaderLeaseTimeout: c.LeaderLeaseTimeout,
 		Logger: log,

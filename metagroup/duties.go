@@ -18,6 +18,18 @@ import (
 // a round stays short whatever the backlog.
 const maxPlacementsPerRound = 256
 
+// dropGrace is how long a placement on the legacy group whose queue the
+// data group does not hold is left before it is dropped: PlaceQueue
+// commits a placement before the group creates the queue, so a fresh
+// one is not yet in the data replica. Measured on this leader's clock
+// from the round that first saw it missing (a new leader starts over).
+const dropGrace = 5 * time.Second
+
+// term is what one meta leader term's duties remember between rounds.
+type term struct {
+	missing map[string]time.Time // legacy placements without a queue → first seen so
+}
+
 // lead is the meta leader's one duty loop, run by raftgroup for each
 // established term (its Barrier done, so the local state holds every
 // committed entry) and stopped when the term ends. Each round does the
@@ -28,8 +40,9 @@ const maxPlacementsPerRound = 256
 // meta's state and at least every Interval.
 func (g *Group) lead(ctx context.Context) {
 	backoff := g.cfg.Interval
+	t := &term{missing: map[string]time.Time{}}
 	for {
-		err := g.round(ctx)
+		err := g.round(ctx, t)
 		if ctx.Err() != nil {
 			return
 		}
@@ -46,7 +59,7 @@ func (g *Group) lead(ctx context.Context) {
 	}
 }
 
-func (g *Group) round(ctx context.Context) error {
+func (g *Group) round(ctx context.Context, t *term) error {
 	if !g.fsm.Seeded() {
 		return g.seed(ctx)
 	}
@@ -57,7 +70,10 @@ func (g *Group) round(ctx context.Context) error {
 		_, err := g.Propose(ctx, &metav1.Command{Op: &metav1.Command_SetClusterVersion{SetClusterVersion: &metav1.SetClusterVersion{Version: v}}})
 		return err
 	}
-	return g.reconcilePlacements(ctx)
+	if changed, err := g.reconcilePool(ctx); changed || err != nil {
+		return err
+	}
+	return g.reconcilePlacements(ctx, t, time.Now())
 }
 
 // seed proposes meta's first state, copied from the data group's local
@@ -163,11 +179,15 @@ func (g *Group) reconcileServers() (changed bool, err error) {
 	return false, nil
 }
 
-// reconcilePlacements places every queue of the data group that meta does
-// not place yet on the legacy group, and drops placements of queues the
-// data group no longer holds. With one data group the queue's existence
-// is the data group's to decide; meta follows it (issue 22 places first).
-func (g *Group) reconcilePlacements(ctx context.Context) error {
+// reconcilePlacements places every queue of the legacy data group that
+// meta does not place yet on it, and drops placements on it of queues the
+// data group no longer holds, once missing for dropGrace (PlaceQueue
+// places first, so a placement may precede its queue by a moment). The
+// legacy group's queues are the one list this node reads; placements on
+// the other groups are PlaceQueue's and are left alone (their queues are
+// in logs this duty does not read), as is a queue of the legacy group
+// placed elsewhere.
+func (g *Group) reconcilePlacements(ctx context.Context, t *term, now time.Time) error {
 	_, legacy := g.fsm.Groups()
 	if legacy == "" {
 		return nil
@@ -182,6 +202,9 @@ func (g *Group) reconcilePlacements(ctx context.Context) error {
 		if _, found := slices.BinarySearch(placed, q); found {
 			continue
 		}
+		if _, elsewhere, _ := g.fsm.Lookup(q); elsewhere {
+			continue
+		}
 		if n++; n > maxPlacementsPerRound {
 			return nil
 		}
@@ -189,15 +212,31 @@ func (g *Group) reconcilePlacements(ctx context.Context) error {
 			return fmt.Errorf("place queue %s: %w", q, err)
 		}
 	}
+	still := map[string]bool{}
 	for _, q := range placed {
 		if _, found := slices.BinarySearch(ho.Queues, q); found {
 			continue
 		}
+		still[q] = true
+		since, seen := t.missing[q]
+		if !seen {
+			t.missing[q] = now
+			continue
+		}
+		if now.Sub(since) < dropGrace {
+			continue
+		}
 		if n++; n > maxPlacementsPerRound {
-			return nil
+			continue
 		}
 		if _, err := g.Propose(ctx, &metav1.Command{Op: &metav1.Command_DropPlacement{DropPlacement: &metav1.DropPlacement{Queue: q, Group: legacy}}}); err != nil {
 			return fmt.Errorf("drop placement of %s: %w", q, err)
+		}
+		delete(t.missing, q)
+	}
+	for q := range t.missing {
+		if !still[q] {
+			delete(t.missing, q) // its queue appeared, or its placement went
 		}
 	}
 	return nil

@@ -72,6 +72,10 @@ type Config struct {
 	APIAddrs                           func(id string) (grpc, client string, ok bool)
 	PeerChanges                        func() <-chan struct{}
 	Preambles                          func(raft.ServerAddress) bool
+	// Nodes is what gossip says of node id: its zone ("" none) and
+	// whether its disk is short (the replicas' placement); nil: neither
+	// is known.
+	Nodes func(id string) (zone string, diskLow bool)
 	// Now is the clock proposals are stamped with; default time.Now.
 	Now func() time.Time
 	// Raft timing (raftgroup's defaults when zero).
@@ -90,6 +94,8 @@ type Group struct {
 	log *slog.Logger
 	fsm *meta.FSM
 	g   *raftgroup.Group
+
+	placeMu sync.Mutex // PlaceQueue: one choice and commit at a time
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -270,3 +270,165 @@ func TestMetaServersFollowTheDataGroup(t *testing.T) {
 	// The stopped node is out of the kit's cluster for its cleanup.
 	c.Nodes = slices.DeleteFunc(c.Nodes, func(n *testcluster.Node) bool { return n == gone })
 }
+
+// TestPoolAndPlaceQueue: on a three-node cluster the settings groups and
+// replicas are refused out of range (INVALID_ARGUMENT, nothing changed);
+// `cluster set replicas 1` then `cluster set groups 3` make meta's leader
+// register g1 and g2 beside the legacy group, one replica each on the
+// nodes with the fewest; `cluster set replicas 3` grows both to three
+// distinct replicas (a new epoch each). PlaceQueue, at meta's leader
+// only, puts a new queue on the least loaded group (ties by id), a queue
+// naming a placed DLQ on the DLQ's group, an unplaced DLQ with its queue,
+// answers a retry as the first, and refuses a group that would split a
+// queue from its DLQ (FAILED_PRECONDITION's ErrConflict) or does not
+// exist (ErrNotFound).
+func TestPoolAndPlaceQueue(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3, Adjust: noReplicaCheck})
+	c.WaitClusterVersion(fsm.MaxLogVersion)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	u32 := func(v uint32) *uint32 { return &v }
+	set := func(n *testcluster.Node, req *raftqv1.SetClusterSettingsRequest) (*raftqv1.ClusterSettings, error) {
+		var out *raftqv1.ClusterSettings
+		var err error
+		harness.Eventually(t, 20*time.Second, func() error {
+			var r *raftqv1.SetClusterSettingsResponse
+			r, err = n.Admin.SetClusterSettings(ctx, req)
+			out = r.GetSettings()
+			if status.Code(err) == codes.Unavailable {
+				return err // meta still seeding
+			}
+			return nil
+		})
+		return out, err
+	}
+	for _, bad := range []*raftqv1.SetClusterSettingsRequest{
+		{Groups: u32(0)}, {Groups: u32(257)}, {Replicas: u32(0)}, {Replicas: u32(2)}, {Replicas: u32(9)},
+		{Groups: u32(3), Replicas: u32(4)},
+	} {
+		if _, err := set(c.Nodes[1], bad); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("SetClusterSettings %v: %v, want INVALID_ARGUMENT", bad, err)
+		}
+	}
+	for _, n := range c.Nodes {
+		if s := n.Host.Meta().FSM().Settings(); s.Groups != 0 || s.Replicas != 0 {
+			t.Fatalf("%s: a refused setting changed meta's settings: %+v", n.ID, s)
+		}
+		if gs, _ := n.Host.Meta().FSM().Groups(); len(gs) != 1 {
+			t.Fatalf("%s: groups %v by default, want the legacy group alone", n.ID, gs)
+		}
+	}
+
+	if s, err := set(c.Nodes[2], &raftqv1.SetClusterSettingsRequest{Replicas: u32(1)}); err != nil || s.GetReplicas() != 1 || s.GetGroups() != 1 {
+		t.Fatalf("replicas 1: %v, %v", s, err)
+	}
+	if s, err := set(c.Nodes[0], &raftqv1.SetClusterSettingsRequest{Groups: u32(3)}); err != nil || s.GetGroups() != 3 {
+		t.Fatalf("groups 3: %v, %v", s, err)
+	}
+	type rec struct {
+		reps  []string
+		epoch uint64
+	}
+	waitGroups := func(want map[string]rec) {
+		t.Helper()
+		harness.Eventually(t, 20*time.Second, func() error {
+			for _, n := range c.Nodes {
+				gs, legacy := n.Host.Meta().FSM().Groups()
+				got := map[string]rec{}
+				for _, g := range gs {
+					if g.ID != legacy {
+						got[g.ID] = rec{g.Replicas, g.Epoch}
+					}
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					return fmt.Errorf("%s: groups %v, want %v", n.ID, got, want)
+				}
+			}
+			return nil
+		})
+	}
+	waitGroups(map[string]rec{"g1": {[]string{"n1"}, 1}, "g2": {[]string{"n2"}, 1}})
+	if _, err := set(c.Nodes[1], &raftqv1.SetClusterSettingsRequest{Replicas: u32(3)}); err != nil {
+		t.Fatal(err)
+	}
+	all := []string{"n1", "n2", "n3"}
+	waitGroups(map[string]rec{"g1": {all, 2}, "g2": {all, 2}})
+	st, err := c.Nodes[2].Admin.Status(ctx, &raftqv1.StatusRequest{})
+	if err != nil || st.GetSettings().GetGroups() != 3 || st.GetSettings().GetReplicas() != 3 {
+		t.Fatalf("Status settings %v, %v", st.GetSettings(), err)
+	}
+
+	// The legacy group holds two queues (jobs.a and its DLQ), g1 and g2
+	// none.
+	if _, err := c.Nodes[1].Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "jobs.a"}); err != nil {
+		t.Fatal(err)
+	}
+	var leader, follower *testcluster.Node
+	harness.Eventually(t, 20*time.Second, func() error {
+		leader, follower = nil, nil
+		for _, n := range c.Nodes {
+			if n.Host.Meta().Raft().LeaderReady() {
+				leader = n
+			} else {
+				follower = n
+			}
+		}
+		if leader == nil {
+			return errors.New("no meta leader")
+		}
+		if _, ok, _ := leader.Host.Meta().FSM().Lookup("jobs.a.dlq"); !ok {
+			return errors.New("jobs.a.dlq not placed yet")
+		}
+		return nil
+	})
+	m := leader.Host.Meta()
+	if _, _, err := follower.Host.Meta().PlaceQueue(ctx, "x", "", ""); !errors.Is(err, raftgroup.ErrNotLeader) {
+		t.Fatalf("PlaceQueue at a follower: %v, want ErrNotLeader", err)
+	}
+	place := func(queue, dlq, group, want string, wantErr error) {
+		t.Helper()
+		got, version, err := m.PlaceQueue(ctx, queue, dlq, group)
+		if got != want || !errors.Is(err, wantErr) || (wantErr == nil) != (err == nil) {
+			t.Fatalf("PlaceQueue(%q, dlq %q, group %q) = %q, %v; want %q, %v", queue, dlq, group, got, err, want, wantErr)
+		}
+		if err != nil {
+			return
+		}
+		p, ok, v := m.FSM().Lookup(queue)
+		if !ok || p.Group != want || version == 0 || version > v || version < p.Index {
+			t.Fatalf("%s: placed %+v, %v at version %d; PlaceQueue answered version %d", queue, p, ok, v, version)
+		}
+	}
+	place("x", "", "", "g1", nil)             // data 2, g1 0, g2 0: ties by id
+	place("y", "", "", "g2", nil)             // g1 1, g2 0
+	place("z", "z.dlq", "", "g1", nil)        // g1 1, g2 1: g1, with its new DLQ
+	place("w", "x", "", "g1", nil)            // x is a placed DLQ on g1
+	place("v", "y", "g2", "g2", nil)          // named, and the DLQ's
+	place("u", "jobs.a.dlq", "", "data", nil) // the legacy group's DLQ
+	place("x", "", "", "g1", nil)             // a retry answers as the first
+	place("x", "", "g2", "", meta.ErrConflict)
+	place("s", "x", "g2", "", meta.ErrConflict) // would split s from its DLQ
+	place("r", "", "g9", "", meta.ErrNotFound)
+	if p, ok, _ := m.FSM().Lookup("z.dlq"); !ok || p.Group != "g1" {
+		t.Fatalf("z.dlq placed %+v, %v; want with z on g1", p, ok)
+	}
+	for _, q := range []string{"s", "r"} {
+		if p, ok, _ := m.FSM().Lookup(q); ok {
+			t.Fatalf("a refused placement of %s committed %+v", q, p)
+		}
+	}
+	if load := m.FSM().Load(); load["g1"] != 4 || load["g2"] != 2 {
+		t.Fatalf("load %v", load)
+	}
+
+	// A lower count removes only groups that hold no queue: g3, not g1
+	// or g2.
+	if _, err := set(c.Nodes[0], &raftqv1.SetClusterSettingsRequest{Groups: u32(4)}); err != nil {
+		t.Fatal(err)
+	}
+	waitGroups(map[string]rec{"g1": {all, 2}, "g2": {all, 2}, "g3": {all, 1}})
+	if _, err := set(c.Nodes[0], &raftqv1.SetClusterSettingsRequest{Groups: u32(1)}); err != nil {
+		t.Fatal(err)
+	}
+	waitGroups(map[string]rec{"g1": {all, 2}, "g2": {all, 2}})
+}
