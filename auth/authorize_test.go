@@ -97,3 +97,22 @@ func TestSecondQueueNeedsItsPermission(t *testing.T) {
 		})
 	}
 }
+
+// TestSettingsAuditTarget: the audit line of a SetClusterSettings names
+// every setting it changes (it named max_queued_bytes alone).
+func TestSettingsAuditTarget(t *testing.T) {
+	mq, n, g, r := int64(1<<30), int64(50), uint32(3), uint32(5)
+	for _, tc := range []struct {
+		req  *raftqv1.SetClusterSettingsRequest
+		want string
+	}{
+		{&raftqv1.SetClusterSettingsRequest{}, ""},
+		{&raftqv1.SetClusterSettingsRequest{MaxQueuedBytes: &mq}, "max_queued_bytes=1073741824"},
+		{&raftqv1.SetClusterSettingsRequest{MaxQueues: &n, Groups: &g}, "max_queues=50 groups=3"},
+		{&raftqv1.SetClusterSettingsRequest{Replicas: &r}, "replicas=5"},
+	} {
+		if got := byIdentity(tc.req); got != tc.want {
+			t.Errorf("target of %v = %q, want %q", tc.req, got, tc.want)
+		}
+	}
+}

@@ -100,10 +100,21 @@ func byIdentity(req any) string {
 	case *raftqv1.TransferLeadershipRequest:
 		return r.GetToId()
 	case *raftqv1.SetClusterSettingsRequest:
+		// Every setting the call changes, so the audit line says what.
+		var set []string
 		if r.MaxQueuedBytes != nil {
-			return "max_queued_bytes=" + strconv.FormatInt(r.GetMaxQueuedBytes(), 10)
+			set = append(set, "max_queued_bytes="+strconv.FormatInt(r.GetMaxQueuedBytes(), 10))
 		}
-		return ""
+		if r.MaxQueues != nil {
+			set = append(set, "max_queues="+strconv.FormatInt(r.GetMaxQueues(), 10))
+		}
+		if r.Groups != nil {
+			set = append(set, "groups="+strconv.FormatUint(uint64(r.GetGroups()), 10))
+		}
+		if r.Replicas != nil {
+			set = append(set, "replicas="+strconv.FormatUint(uint64(r.GetReplicas()), 10))
+		}
+		return strings.Join(set, " ")
 	case *raftqv1.CreateTokenRequest:
 		// The name and identity, never the token (it is in the response,
 		// which is never logged).
