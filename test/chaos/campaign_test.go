@@ -179,6 +179,18 @@ func runCampaign(t *testing.T, cc campaign) *Report {
 	recov := Recovery{HealedAt: healed, LeaderAt: time.Now(), OK: err == nil}
 	if err != nil {
 		recov.Err = err.Error()
+		// What every node was doing when it did not recover.
+		dir := os.Getenv("RAFTQ_CHAOS_OUT")
+		if dir == "" {
+			dir, _ = os.MkdirTemp("", "raftq-chaos-stacks-")
+		}
+		if dir != "" && os.MkdirAll(dir, 0o755) == nil {
+			notes := c.SaveGoroutines(context.WithoutCancel(ctx), dir)
+			log.Warn("no recovery: goroutine stacks saved", "dir", dir, "notes", notes)
+			for _, l := range c.DiagnoseStatus(context.WithoutCancel(ctx), dir) {
+				log.Warn("no recovery: status", "call", l)
+			}
+		}
 	} else {
 		recov.Leader = leader.ID
 	}

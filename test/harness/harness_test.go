@@ -374,3 +374,25 @@ func TestFreePortsReservedAcrossProcesses(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitForReportsTheLastCompleteAttempt: an attempt the deadline cut
+// short fails for that reason alone (every call it makes ends with
+// DeadlineExceeded), which says nothing of why the wait failed; the error
+// keeps the attempt before it, which ran to its end.
+func TestWaitForReportsTheLastCompleteAttempt(t *testing.T) {
+	errReal := errors.New("4 healthy voters of 5")
+	synctest.Test(t, func(t *testing.T) {
+		err := WaitFor(context.Background(), time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+			// Each attempt takes 300 ms; the fourth is cut short at 1 s.
+			select {
+			case <-time.After(300 * time.Millisecond):
+				return errReal
+			case <-ctx.Done():
+				return fmt.Errorf("status: %w", ctx.Err())
+			}
+		})
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errReal) {
+			t.Fatalf("err %v, want it to wrap the deadline and the last complete attempt's error", err)
+		}
+	})
+}

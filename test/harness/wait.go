@@ -21,10 +21,19 @@ func WaitFor(ctx context.Context, timeout, interval time.Duration, cond func(con
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
+	// complete is the error of the last attempt that ran to its end: one
+	// the deadline cut short fails for that reason alone (its calls end
+	// with DeadlineExceeded), which does not say why the wait failed.
+	var complete error
 	for {
 		last := cond(ctx)
 		if last == nil {
 			return nil
+		}
+		if ctx.Err() == nil {
+			complete = last
+		} else if complete != nil {
+			last = fmt.Errorf("%w; the last complete attempt: %w", last, complete)
 		}
 		t.Reset(interval)
 		select {
