@@ -399,11 +399,12 @@ func TestPoolAndPlaceQueue(t *testing.T) {
 			t.Fatalf("%s: placed %+v, %v at version %d; PlaceQueue answered version %d", queue, p, ok, v, version)
 		}
 	}
-	place("x", "", "", "g1", nil)             // data 2, g1 0, g2 0: ties by id
-	place("y", "", "", "g2", nil)             // g1 1, g2 0
-	place("z", "z.dlq", "", "g1", nil)        // g1 1, g2 1: g1, with its new DLQ
-	place("w", "x", "", "g1", nil)            // x is a placed DLQ on g1
-	place("v", "y", "g2", "g2", nil)          // named, and the DLQ's
+	place("x", "", "", "g1", nil)      // data 2, g1 0, g2 0: ties by id
+	place("y", "", "", "g2", nil)      // g1 1, g2 0
+	place("z", "z.dlq", "", "g1", nil) // g1 1, g2 1: g1, with its new DLQ
+	place("w", "x", "", "g1", nil)     // x is a placed DLQ on g1
+	place("v", "y", "g2", "g2", nil)   // named, and the DLQ's
+	placedU := time.Now()
 	place("u", "jobs.a.dlq", "", "data", nil) // the legacy group's DLQ
 	place("x", "", "", "g1", nil)             // a retry answers as the first
 	place("x", "", "g2", "", meta.ErrConflict)
@@ -420,6 +421,25 @@ func TestPoolAndPlaceQueue(t *testing.T) {
 	if load := m.FSM().Load(); load["g1"] != 4 || load["g2"] != 2 {
 		t.Fatalf("load %v", load)
 	}
+
+	// u is placed on the legacy group, which does not hold it (nothing
+	// creates it here): the rounds that ran since (every commit wakes
+	// one) left it for the grace a create needs, and it goes after.
+	if _, err := set(c.Nodes[0], &raftqv1.SetClusterSettingsRequest{Replicas: u32(3)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := m.FSM().Lookup("u"); !ok && time.Since(placedU) < 4*time.Second {
+		t.Fatal("a fresh placement on the legacy group was dropped before its queue could be created")
+	}
+	harness.Eventually(t, 20*time.Second, func() error {
+		if p, ok, _ := m.FSM().Lookup("u"); ok {
+			return fmt.Errorf("u, never created, still placed %+v", p)
+		}
+		if _, ok, _ := m.FSM().Lookup("jobs.a"); !ok {
+			return errors.New("jobs.a, which the legacy group holds, lost its placement")
+		}
+		return nil
+	})
 
 	// A lower count removes only groups that hold no queue: g3, not g1
 	// or g2.
