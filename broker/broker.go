@@ -31,8 +31,18 @@ type Config struct {
 	// the node's id; its Logger is set from Logger.
 	Cluster cluster.Config
 	// RaftPort is the node's Raft port (the host builds and closes it);
-	// the data group registers itself on it. Required.
+	// the data group registers itself on it. Required for the legacy
+	// group (Runtime nil).
 	RaftPort *raftmux.Mux
+	// Group is the group's id: "" or GroupID for the legacy data group,
+	// else a group the meta group placed (issue 22).
+	Group string
+	// Runtime opens the group's Raft runtime over its state machine, and
+	// with it what the group reads of membership; nil: the legacy data
+	// group's cluster node (cluster.New from Cluster on RaftPort:
+	// gossip, bootstrap-expect, the reconciler, leave). A placed group's
+	// is a cluster.Placed, opened by its caller (package groups).
+	Runtime func(ctx context.Context, f raft.FSM) (Runtime, error)
 	// LeaseGrace: after a failover, how long before leases granted by the
 	// old leader may expire (0 = the scheduler's default).
 	LeaseGrace time.Duration
@@ -83,6 +93,30 @@ type Config struct {
 // holds, and the group the Raft port's legacy connections belong to.
 const GroupID = "data"
 
+// Runtime is a data group's Raft runtime and what the group reads of the
+// node's membership: the legacy group's *cluster.Node, a placed group's
+// *cluster.Placed.
+type Runtime interface {
+	// Group is the Raft runtime (Apply, leadership, snapshots).
+	Group() *raftgroup.Group
+	// VoterVersions and VoterDisks are what the group's servers
+	// advertise in gossip (the version raiser, the disk guard).
+	VoterVersions() cluster.VoterVersions
+	VoterDisks() cluster.VoterDisks
+	// SetDiskLow publishes this node's disk state (the legacy group
+	// only: one flag per node).
+	SetDiskLow(low bool)
+	// Status is the group's servers as this node sees them (the replica
+	// check, status).
+	Status() cluster.Status
+	// RemoveNode removes a server (the leader's replica repair).
+	RemoveNode(ctx context.Context, id string, force bool) error
+	// Leave takes this node out of the group (the legacy group: the
+	// cluster); Shutdown stops it, handing leadership over first.
+	Leave(ctx context.Context, force bool) error
+	Shutdown(ctx context.Context) error
+}
+
 // Coalescing limits: entries in flight before requests start to merge, and
 // the most messages/bytes merged into one entry (one request always fits).
 const (
@@ -91,7 +125,7 @@ const (
 	coalesceBytes    = 512 << 10
 )
 
-// Broker is one node: the replicated state, its Raft node, the leader's
+// Broker is one data group on this node: the replicated state, its Raft node, the leader's
 // scheduler and the write coalescers, built in New in that order. Its
 // methods are safe for concurrent use.
 type Broker struct {
@@ -101,11 +135,13 @@ type Broker struct {
 	cfg   Config
 
 	state     *fsm.FSM
-	reads     fsm.Reader     // state's read side
-	versions  versionGate    // refuses what the cluster version does not apply yet
-	proposals *fsm.Proposals // what this node proposes, so its FSM need not decode it
-	node      *cluster.Node
-	group     *raftgroup.Group // node's data group runtime (Raft)
+	reads     fsm.Reader       // state's read side
+	versions  versionGate      // refuses what the cluster version does not apply yet
+	proposals *fsm.Proposals   // what this node proposes, so its FSM need not decode it
+	groupID   string           // the group's id (GroupID for the legacy group)
+	rt        Runtime          // the Raft runtime and membership view
+	node      *cluster.Node    // rt, for the legacy group; nil for a placed one
+	group     *raftgroup.Group // rt's Raft runtime
 	sched     *scheduler.Scheduler
 	feed      *changeFeed
 
@@ -163,13 +199,20 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.ReplicaCheckInterval == 0 {
 		cfg.ReplicaCheckInterval = DefaultReplicaCheckInterval
 	}
+	if cfg.Group == "" {
+		cfg.Group = GroupID
+	}
+	if (cfg.Group == GroupID) != (cfg.Runtime == nil) {
+		return nil, fmt.Errorf("broker: group %q: the legacy group %q, and only it, opens its own runtime", cfg.Group, GroupID)
+	}
 	b := &Broker{
-		id:    cfg.Cluster.NodeID,
-		log:   cfg.Logger,
-		clock: cfg.Clock,
-		cfg:   cfg,
-		feed:  &changeFeed{},
-		gate:  &pendingGate{limit: cfg.MaxPendingBytes},
+		groupID: cfg.Group,
+		id:      cfg.Cluster.NodeID,
+		log:     cfg.Logger,
+		clock:   cfg.Clock,
+		cfg:     cfg,
+		feed:    &changeFeed{},
+		gate:    &pendingGate{limit: cfg.MaxPendingBytes},
 
 		proposals: &fsm.Proposals{},
 		leases:    metrics.NewLeases(leaseForgetAfter),
@@ -197,22 +240,20 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	b.reads = b.state.Reader()
 	b.versions = versionGate{reads: b.reads}
 
-	// 2. The Raft node over that state machine. Leadership reaches the
-	//    rest of the node as events (leader.go), not as a callback.
-	ccfg := cfg.Cluster
-	ccfg.Logger = cfg.Logger.With("component", "cluster")
-	if ccfg.LogVersion == 0 || ccfg.LogVersion > fsm.MaxLogVersion {
-		// Advertised in gossip: what this build applies. A caller may
-		// advertise less, so a test runs a cluster held at an older
-		// version, as during a rolling upgrade.
-		ccfg.LogVersion = fsm.MaxLogVersion
+	// 2. The Raft runtime over that state machine: the legacy group's
+	//    cluster node, or what the caller opens for a placed group.
+	//    Leadership reaches the rest of the node as events (leader.go),
+	//    not as a callback.
+	open := cfg.Runtime
+	if open == nil {
+		open = func(ctx context.Context, f raft.FSM) (Runtime, error) { return openLegacy(ctx, cfg, f) }
 	}
-	ccfg.MaxQueuedBytes = cfg.MaxQueuedBytes
-	node, err := cluster.New(ctx, ccfg, cfg.RaftPort, b.state, nil)
+	rt, err := open(ctx, b.state)
 	if err != nil {
 		return nil, fmt.Errorf("start cluster node: %w", err)
 	}
-	b.node, b.group = node, node.Group()
+	b.rt, b.group = rt, rt.Group()
+	b.node, _ = rt.(*cluster.Node)
 
 	// 3. The scheduler proposes through this broker, which stamps time
 	//    and the log version on every command.
@@ -244,14 +285,14 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		cfg: cfg.Audit, log: b.log, id: b.id, reads: b.reads, checks: b.state.Integrity(), peers: cfg.Peers,
 		route: b.Route, recount: b.Operator().RecountQueues,
 	}
-	b.metaFollow = &metaFollower{log: b.log, group: GroupID, meta: cfg.Meta, reads: b.reads, propose: b.Propose, interval: time.Second}
-	b.raiser = &versionRaiser{log: b.log, reads: b.reads, voters: b.node.VoterVersions, propose: b.Propose,
+	b.metaFollow = &metaFollower{log: b.log, group: b.groupID, meta: cfg.Meta, reads: b.reads, propose: b.Propose, interval: time.Second}
+	b.raiser = &versionRaiser{log: b.log, reads: b.reads, voters: rt.VoterVersions, propose: b.Propose,
 		servers: func() ([]raft.Server, error) { return raftgroup.LatestServers(b.group.Raft()) }}
 	b.replicas = &replicaCheck{
 		log: b.log, id: b.id, interval: cfg.ReplicaCheckInterval, peers: cfg.Peers, checks: b.state.Integrity(),
 		own: &b.diverged, repairs: b.repairs,
 		checkpoint: b.Operator().Checkpoint, mark: b.Operator().MarkDiverged, handOver: b.group.TransferLeadership,
-		status: b.node.Status, remove: b.node.RemoveNode,
+		status: rt.Status, remove: rt.RemoveNode,
 	}
 
 	// 6. From now on one owner follows leadership and runs the leader's
@@ -270,8 +311,23 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		MinFree: cfg.MinFreeDisk,
 		// Room for the next snapshot, and for the next wal segment.
 		Reserve: func() uint64 { return uint64(max(b.group.NewestSnapshotBytes(), 0) + b.group.LogReserveBytes()) },
-	}, cfg.DiskCheckInterval, b.log, b.node.SetDiskLow, b.node.VoterDisks)
+	}, cfg.DiskCheckInterval, b.log, rt.SetDiskLow, rt.VoterDisks)
 	return b, nil
+}
+
+// openLegacy opens the legacy data group's cluster node (gossip,
+// bootstrap-expect, the reconciler, leave) on cfg.RaftPort over f.
+func openLegacy(ctx context.Context, cfg Config, f raft.FSM) (Runtime, error) {
+	ccfg := cfg.Cluster
+	ccfg.Logger = cfg.Logger.With("component", "cluster")
+	if ccfg.LogVersion == 0 || ccfg.LogVersion > fsm.MaxLogVersion {
+		// Advertised in gossip: what this build applies. A caller may
+		// advertise less, so a test runs a cluster held at an older
+		// version, as during a rolling upgrade.
+		ccfg.LogVersion = fsm.MaxLogVersion
+	}
+	ccfg.MaxQueuedBytes = cfg.MaxQueuedBytes
+	return cluster.New(ctx, ccfg, cfg.RaftPort, f, nil)
 }
 
 // leaseForgetAfter: a pushed lease neither acked nor nacked this long after
@@ -302,8 +358,16 @@ func (b *Broker) startDrain() {
 // ID is this node's id.
 func (b *Broker) ID() string { return b.id }
 
-// Node is the cluster node (membership, Raft status and admin operations).
+// Node is the legacy group's cluster node (membership, Raft status and
+// admin operations); nil for a placed group (Runtime).
 func (b *Broker) Node() *cluster.Node { return b.node }
+
+// GroupID is the group's id (GroupID for the legacy group).
+func (b *Broker) GroupID() string { return b.groupID }
+
+// Runtime is the group's Raft runtime and membership view: Runtime().Group()
+// for leadership, Apply and snapshots, Status() for its servers.
+func (b *Broker) Runtime() Runtime { return b.rt }
 
 // State is the replicated state machine, for reads.
 func (b *Broker) State() *fsm.FSM { return b.state }
@@ -328,7 +392,7 @@ func (b *Broker) HandOff(ctx context.Context) (string, error) {
 // cluster.Node.Leave): a leader hands leadership over first. Close it
 // next. ErrBelowExpect (unless force) changes nothing.
 func (b *Broker) Leave(ctx context.Context, force bool) error {
-	return b.node.Leave(ctx, force)
+	return b.rt.Leave(ctx, force)
 }
 
 // Close stops the leader-only work and the coalescers (queued requests
@@ -344,7 +408,7 @@ func (b *Broker) Close(ctx context.Context) error {
 		b.disk.stop()
 		b.enqueues.close()
 		b.acks.close()
-		err = b.node.Shutdown(ctx)
+		err = b.rt.Shutdown(ctx)
 	})
 	return err
 }

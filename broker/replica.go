@@ -303,7 +303,7 @@ func (o Operator) RemoveCorrupt(ctx context.Context, id, reason string) (deferre
 	if id == o.b.id {
 		return "", ErrSelfCorrupt
 	}
-	nodes := o.b.node.Status().Nodes
+	nodes := o.b.rt.Status().Nodes
 	var bad *cluster.NodeStatus
 	voters, healthy := 0, 0
 	var back []string
@@ -336,7 +336,7 @@ func (o Operator) RemoveCorrupt(ctx context.Context, id, reason string) (deferre
 	o.b.log.Warn("corrupt node repair: removing the node so that it rejoins with the leader's state", "node", id, "voters", voters, "healthy_voters", healthy, "corruption", reason)
 	// force: the node is coming back, so the --bootstrap-expect floor
 	// does not apply; quorum was checked.
-	if err := o.b.node.RemoveNode(ctx, id, true); err != nil {
+	if err := o.b.rt.RemoveNode(ctx, id, true); err != nil {
 		return "", err
 	}
 	o.b.repairs.removed[id] = time.Now()

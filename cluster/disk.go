@@ -5,6 +5,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftq/raftq/membership"
 	"github.com/raftq/raftq/raftgroup"
 )
 
@@ -28,9 +29,12 @@ type VoterDisks struct {
 func (v VoterDisks) CanStore() bool { return v.Voters == 0 || v.Voters-len(v.Low) >= v.Voters/2+1 }
 
 // VoterDisks returns the voters' advertised disk state.
-func (n *Node) VoterDisks() VoterDisks {
+func (n *Node) VoterDisks() VoterDisks { return voterDisks(n.r, n.ms) }
+
+// voterDisks is VoterDisks of r's configuration, from ms's records.
+func voterDisks(r groupRaft, ms *membership.Membership) VoterDisks {
 	var v VoterDisks
-	servers, err := raftgroup.LatestServers(n.r)
+	servers, err := raftgroup.LatestServers(r)
 	if err != nil {
 		return v
 	}
@@ -39,7 +43,7 @@ func (n *Node) VoterDisks() VoterDisks {
 			continue
 		}
 		v.Voters++
-		if meta, ok := n.ms.MetaOf(string(s.ID)); ok && meta.DiskLow {
+		if meta, ok := ms.MetaOf(string(s.ID)); ok && meta.DiskLow {
 			v.Low = append(v.Low, string(s.ID))
 		}
 	}

@@ -68,24 +68,46 @@ type NodeStatus struct {
 // Status returns this node's view of the cluster: the servers of the Raft
 // configuration, sorted by id, with gossip metadata and liveness.
 func (n *Node) Status() Status {
-	leader := n.g.Leadership()
-	rs := n.g.Stats()
+	st, servers := groupStatus(n.g, n.r, n.ms, n.self())
+	st.ClusterID = n.id.get()
+	if len(servers) > 0 {
+		st.Refused = refused(st.ClusterID, n.cfg.NodeID, n.ms.Records(), servers)
+	}
+	return st
+}
+
+// self is what this node says of itself in Status.
+func (n *Node) self() selfView {
+	return selfView{ID: n.cfg.NodeID, GRPC: n.cfg.GRPCAdvertise, Client: n.cfg.ClientGRPCAdvertise, HTTP: n.cfg.HTTPAdvertise,
+		Raft: n.raftAddr, LogVersion: n.cfg.LogVersion, Version: n.cfg.Version, Zone: n.cfg.Zone}
+}
+
+// selfView is what a group's Status says of this node: what it
+// advertises, which its own gossip record may not show yet.
+type selfView struct {
+	ID, GRPC, Client, HTTP, Raft string
+	LogVersion                   uint32
+	Version, Zone                string
+}
+
+// groupStatus is one group's Status as this node sees it (the servers of
+// g's latest configuration, with gossip metadata and liveness), and those
+// servers; the cluster id and refused members are the node's to add.
+func groupStatus(g *raftgroup.Group, r groupRaft, ms *membership.Membership, self selfView) (Status, []raft.Server) {
+	leader := g.Leadership()
+	rs := g.Stats()
 	st := Status{
 		LeaderID:     leader.LeaderID,
 		LeaderAddr:   leader.LeaderClientAddr,
 		Term:         rs.Term,
 		CommitIndex:  rs.CommitIndex,
 		AppliedIndex: rs.AppliedIndex,
-		ClusterID:    n.id.get(),
 	}
-	servers, _ := raftgroup.LatestServers(n.r) // empty after shutdown
+	servers, _ := raftgroup.LatestServers(r) // empty after shutdown
 	now := time.Now()
 	selfState := rs.State
 	hbFailed := rs.FailedHeartbeats
-	members := n.ms.Records()
-	if len(servers) > 0 {
-		st.Refused = refused(st.ClusterID, n.cfg.NodeID, members, servers)
-	}
+	members := ms.Records()
 	for _, s := range servers {
 		id := string(s.ID)
 		ns := NodeStatus{ID: id, RaftAddr: string(s.Address), Suffrage: "nonvoter"}
@@ -97,9 +119,9 @@ func (n *Node) Status() Status {
 			ns.Version, ns.DiskLow, ns.Corrupt, ns.Zone = m.Meta.Version, m.Meta.DiskLow, m.Meta.Corrupt, m.Meta.Zone
 		}
 		switch {
-		case id == n.cfg.NodeID:
-			ns.GRPCAddr, ns.ClientGRPCAddr, ns.HTTPAddr, ns.LogVersion = n.cfg.GRPCAdvertise, n.cfg.ClientGRPCAdvertise, n.cfg.HTTPAdvertise, n.cfg.LogVersion
-			ns.Version, ns.DiskLow, ns.Zone = n.cfg.Version, n.ms.DiskLow(), n.cfg.Zone
+		case id == self.ID:
+			ns.GRPCAddr, ns.ClientGRPCAddr, ns.HTTPAddr, ns.LogVersion = self.GRPC, self.Client, self.HTTP, self.LogVersion
+			ns.Version, ns.DiskLow, ns.Zone = self.Version, ms.DiskLow(), self.Zone
 			ns.AppliedIndex = st.AppliedIndex
 			switch selfState {
 			case raft.Leader:
@@ -136,25 +158,25 @@ func (n *Node) Status() Status {
 		}
 		st.Nodes = append(st.Nodes, ns)
 	}
-	if c := n.g.Corrupt(); c != nil {
+	if c := g.Corrupt(); c != nil {
 		// A quarantined node's Raft has no configuration: it still
 		// lists itself, and says why it serves nothing.
 		found := false
 		for i := range st.Nodes {
-			if st.Nodes[i].ID == n.cfg.NodeID {
+			if st.Nodes[i].ID == self.ID {
 				found = true
 				st.Nodes[i].State, st.Nodes[i].Healthy = "corrupt", false
 				st.Nodes[i].Corrupt, st.Nodes[i].CorruptReason = true, c.Error()
 			}
 		}
 		if !found {
-			st.Nodes = append(st.Nodes, NodeStatus{ID: n.cfg.NodeID, GRPCAddr: n.cfg.GRPCAdvertise, ClientGRPCAddr: n.cfg.ClientGRPCAdvertise,
-				RaftAddr: n.raftAddr, HTTPAddr: n.cfg.HTTPAdvertise, State: "corrupt", LogVersion: n.cfg.LogVersion, Version: n.cfg.Version, Zone: n.cfg.Zone,
+			st.Nodes = append(st.Nodes, NodeStatus{ID: self.ID, GRPCAddr: self.GRPC, ClientGRPCAddr: self.Client,
+				RaftAddr: self.Raft, HTTPAddr: self.HTTP, State: "corrupt", LogVersion: self.LogVersion, Version: self.Version, Zone: self.Zone,
 				Corrupt: true, CorruptReason: c.Error()})
 		}
 	}
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].ID < st.Nodes[j].ID })
-	return st
+	return st, servers
 }
 
 // Members returns this node's gossip view, sorted by id: every member it has

@@ -3,6 +3,7 @@ package cluster
 import (
 	"github.com/hashicorp/raft"
 
+	"github.com/raftq/raftq/membership"
 	"github.com/raftq/raftq/raftgroup"
 )
 
@@ -32,10 +33,13 @@ type VoterVersions struct {
 // version is the one in its last gossip metadata, even if it has failed
 // since: a node that restarts re-advertises its own, and Changed fires
 // then.
-func (n *Node) VoterVersions() VoterVersions {
+func (n *Node) VoterVersions() VoterVersions { return voterVersions(n.r, n.ms) }
+
+// voterVersions is VoterVersions of r's configuration, from ms's records.
+func voterVersions(r groupRaft, ms *membership.Membership) VoterVersions {
 	// Taken first, so that no change after the read is missed.
-	v := VoterVersions{Changed: n.ms.Changes()}
-	servers, err := raftgroup.LatestServers(n.r)
+	v := VoterVersions{Changed: ms.Changes()}
+	servers, err := raftgroup.LatestServers(r)
 	if err != nil {
 		return v
 	}
@@ -44,7 +48,7 @@ func (n *Node) VoterVersions() VoterVersions {
 		if s.Suffrage == raft.Voter {
 			v.Voters++
 		}
-		meta, ok := n.ms.MetaOf(string(s.ID))
+		meta, ok := ms.MetaOf(string(s.ID))
 		if !ok {
 			v.Complete = false
 			continue

@@ -64,6 +64,12 @@ type Membership struct {
 	diskLow  atomic.Bool
 	// corrupt: this node found its Raft state corrupt (Node.Corrupt).
 	corrupt atomic.Bool
+	// leads: the data groups this node leads (SetLeads), sorted; the
+	// prefix that fits is advertised (fitLeads).
+	leads atomic.Pointer[[]string]
+	// leadsCut: how many of leads the last advertisement left out (so
+	// the cut is logged once per change of it).
+	leadsCut atomic.Int64
 
 	mu      sync.Mutex
 	members map[string]*Record
@@ -185,9 +191,71 @@ func (m *Membership) localMeta() Meta {
 		Run:        m.run,
 		Mux:        !m.cfg.NoMux,
 		Zone:       m.cfg.Zone,
+		Leads:      strings.Join(m.leadsNow(), ","),
 
 		MaxQueuedBytes: m.cfg.MaxQueuedBytes,
 	}
+}
+
+func (m *Membership) leadsNow() []string {
+	if p := m.leads.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// SetLeads publishes the ids of the data groups this node leads, if they
+// changed. What gossip carries is bounded by memberlist's 512-byte
+// metadata limit: the ids that do not fit beside the rest of the
+// metadata (group ids are short, "g1"…, so a few dozen fit) are left out
+// from the end of the sorted list, logged, and a node looking for such a
+// group's leader finds none in gossip (GroupLeader: ok false) and must
+// ask one of its replicas.
+func (m *Membership) SetLeads(ids []string) {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	if slices.Equal(ids, m.leadsNow()) {
+		return
+	}
+	m.leads.Store(&ids)
+	m.Publish()
+}
+
+// fitLeads cuts meta's Leads until its encoding fits limit, and reports
+// the encoding and how many ids it left out.
+func fitLeads(meta Meta, limit int) ([]byte, int, error) {
+	ids := meta.LeadGroups()
+	for n := len(ids); ; n-- {
+		meta.Leads = strings.Join(ids[:n], ",")
+		b, err := json.Marshal(meta)
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(b) <= limit || n == 0 {
+			return b, len(ids) - n, nil
+		}
+	}
+}
+
+// GroupLeader is the node that advertises in gossip that it leads data
+// group id, and where its API is; ok false when no live member does (no
+// leader, or gossip has not caught up, or its list was cut). A stale
+// claim (two nodes, one of them deposed a moment ago) resolves to the
+// lowest node id; a call sent there is redirected as any call is.
+func (m *Membership) GroupLeader(id string) (nodeID, apiAddr string, ok bool) {
+	if slices.Contains(m.leadsNow(), id) {
+		return m.cfg.NodeID, m.cfg.GRPCAdvertise, true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, mid := range slices.Sorted(maps.Keys(m.members)) {
+		rec := m.members[mid]
+		if rec.State == Alive && rec.MetaOK && slices.Contains(rec.Meta.LeadGroups(), id) {
+			return mid, rec.Meta.GRPC, true
+		}
+	}
+	return "", "", false
 }
 
 // update records what memberlist reported of mn.
@@ -594,10 +662,13 @@ func (m *Membership) Shutdown() error {
 type metaDelegate struct{ m *Membership }
 
 func (d *metaDelegate) NodeMeta(limit int) []byte {
-	b, err := json.Marshal(d.m.localMeta())
+	b, cut, err := fitLeads(d.m.localMeta(), limit)
 	if err != nil || len(b) > limit {
 		// Checked in newMembership; cannot happen with the same addresses.
 		return nil
+	}
+	if int64(cut) != d.m.leadsCut.Swap(int64(cut)) && cut > 0 {
+		d.m.log.Warn("gossip metadata full: some of the data groups this node leads are not advertised", "left_out", cut, "advertised", len(d.m.leadsNow())-cut)
 	}
 	return b
 }

@@ -1,6 +1,9 @@
 package membership
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Meta is a node's memberlist metadata (JSON, at most
 // memberlist.MetaMaxSize bytes).
@@ -57,6 +60,21 @@ type Meta struct {
 	// carried for placing group replicas across zones (issue 22). ""
 	// when it declares none; builds before it omit it, and read as "".
 	Zone string `json:"zone,omitempty"`
+	// Leads: the ids of the data groups the node leads (issue 22),
+	// sorted and comma-separated (a group id has no comma: a string
+	// keeps Meta comparable and is shorter than a JSON list), so any
+	// node finds a group's leader without a replica of it
+	// (Membership.GroupLeader). Only what fits memberlist's limit beside
+	// the rest is advertised (SetLeads). Builds before it omit it.
+	Leads string `json:"leads,omitempty"`
+}
+
+// LeadGroups is Leads as a list.
+func (m Meta) LeadGroups() []string {
+	if m.Leads == "" {
+		return nil
+	}
+	return strings.Split(m.Leads, ",")
 }
 
 // ClientGRPC is where clients reach the node: Client, else GRPC.
