@@ -129,8 +129,12 @@ func (g *Group) PlaceQueue(ctx context.Context, queue, dlq, requestedGroup strin
 	}
 	g.placeMu.Lock()
 	defer g.placeMu.Unlock()
-	// A group the pool removed between the choice and the commit
-	// (ErrNotFound from the log, not from the request) is chosen again.
+	// The log refusing the choice (not the request) means the state moved
+	// between the read and the commit: a group the pool removed
+	// (ErrNotFound), or the queue or its DLQ placed meanwhile by the
+	// legacy group's reconciliation (ErrConflict). Choose again, from
+	// the state the refusal applied after; choose answers an existing
+	// placement, or the honest conflict.
 	for try := 0; ; try++ {
 		group, err = g.choose(queue, dlq, requestedGroup)
 		if err != nil {
@@ -140,7 +144,7 @@ func (g *Group) PlaceQueue(ctx context.Context, queue, dlq, requestedGroup strin
 		if err == nil {
 			err = g.place(ctx, queue, group)
 		}
-		if err == nil || !errors.Is(err, meta.ErrNotFound) || requestedGroup != "" || try == 2 {
+		if err == nil || !(errors.Is(err, meta.ErrNotFound) || errors.Is(err, meta.ErrConflict)) || try == 2 {
 			break
 		}
 	}
