@@ -14,12 +14,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/tlsconfig"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 )
 
 // MaxMessageBytes is the largest message a connection to a peer sends or
@@ -36,17 +38,31 @@ type Pool struct {
 	// identity carries the caller's identity on every call
 	// (auth.Forwarder.ClientUnary); nil: none.
 	identity grpc.UnaryClientInterceptor
-	mu       sync.Mutex
-	conns    map[key]*grpc.ClientConn
-	closed   bool // no connection is made after Close (none would be closed)
+	// keepalive pings a connection that has received nothing for a
+	// while and closes it when the ping goes unanswered (defaultKeepalive).
+	keepalive keepalive.ClientParameters
+	mu        sync.Mutex
+	conns     map[key]*grpc.ClientConn
+	closed    bool // no connection is made after Close (none would be closed)
 }
 
 type key struct{ id, addr string }
 
+// defaultKeepalive: a connection that has received nothing for 10 s is
+// pinged, and closed if no answer comes within 5 s; the next call dials
+// afresh. Without it, a connection black-holed by a partition (packets
+// dropped, no reset) stayed open after the network healed, and every
+// call on it (a forward to the leader, Status's fan-out) ran to its
+// deadline until TCP's retransmission, backed off to tens of seconds,
+// got through. 10 s is grpc-go's least client ping interval, and at
+// least the 5 s the server's keepalive policy allows
+// (transport/server.go).
+var defaultKeepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}
+
 // New returns a pool dialling with src's node certificate (nil:
 // plaintext), every unary call passing through identity (nil: none).
 func New(src *tlsconfig.Source, identity grpc.UnaryClientInterceptor) *Pool {
-	return &Pool{tls: src, identity: identity, conns: map[key]*grpc.ClientConn{}}
+	return &Pool{tls: src, identity: identity, keepalive: defaultKeepalive, conns: map[key]*grpc.ClientConn{}}
 }
 
 // ErrClosed: the pool was closed (the node is stopping).
@@ -71,7 +87,8 @@ func (p *Pool) Get(id, addr string) (*grpc.ClientConn, error) {
 		creds = credentials.NewTLS(p.tls.NodeClientConfig(id))
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))}
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
+		grpc.WithKeepaliveParams(p.keepalive)}
 	if p.identity != nil {
 		opts = append(opts, grpc.WithChainUnaryInterceptor(p.identity))
 	}
