@@ -230,18 +230,72 @@ func (c *Cluster) Leader(ctx context.Context) (*Node, error) {
 // the leader.
 func (c *Cluster) WaitHealthy(ctx context.Context, timeout time.Duration) (*Node, error) {
 	var leader *Node
+	var seen attemptLog
 	err := harness.WaitFor(ctx, timeout, 100*time.Millisecond, func(ctx context.Context) error {
+		start := time.Now()
 		l, err := c.Leader(ctx)
 		if err == nil {
 			err = c.checkVoters(ctx, l)
 		}
 		leader = l
+		seen.add(start, err)
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w; attempts: %s", err, seen.String())
 	}
 	return leader, nil
+}
+
+// attemptLog sums up a wait's failed attempts: each distinct error with
+// how often, when first and last, and the longest attempt, so a wait that
+// fails says what it saw all along, not only at its end.
+type attemptLog struct {
+	order []string
+	by    map[string]*attemptSeen
+}
+
+// maxAttemptKinds bounds the distinct errors an attemptLog keeps (an
+// error naming changing figures is a new one each time).
+const maxAttemptKinds = 24
+
+type attemptSeen struct {
+	n           int
+	first, last time.Time
+	longest     time.Duration
+}
+
+func (a *attemptLog) add(start time.Time, err error) {
+	if err == nil {
+		return
+	}
+	if a.by == nil {
+		a.by = map[string]*attemptSeen{}
+	}
+	msg := err.Error()
+	s, ok := a.by[msg]
+	if !ok && len(a.order) >= maxAttemptKinds {
+		msg = "(other errors)"
+		s, ok = a.by[msg]
+	}
+	if !ok {
+		s = &attemptSeen{first: start}
+		a.by[msg] = s
+		a.order = append(a.order, msg)
+	}
+	s.n++
+	s.last = start
+	s.longest = max(s.longest, time.Since(start))
+}
+
+func (a *attemptLog) String() string {
+	var b strings.Builder
+	for _, msg := range a.order {
+		s := a.by[msg]
+		fmt.Fprintf(&b, "\n  %dx from %s to %s (longest %v): %s", s.n, s.first.Format("15:04:05.000"), s.last.Format("15:04:05.000"),
+			s.longest.Round(time.Millisecond), strings.ReplaceAll(msg, "\n", " | "))
+	}
+	return b.String()
 }
 
 func (c *Cluster) checkVoters(ctx context.Context, leader *Node) error {
