@@ -28,6 +28,7 @@ import (
 	"github.com/raftq/raftq/acl"
 	"github.com/raftq/raftq/auth"
 	"github.com/raftq/raftq/broker"
+	"github.com/raftq/raftq/groups"
 	"github.com/raftq/raftq/meta"
 	"github.com/raftq/raftq/metagroup"
 	"github.com/raftq/raftq/peers"
@@ -116,6 +117,9 @@ type Host struct {
 	peers    *peers.Pool
 	group    *broker.Broker
 	meta     *metagroup.Group // the meta group (closed before the data group)
+	// groups runs the data groups the meta group places here, besides
+	// the legacy one (closed before the meta group).
+	groups   *groups.Manager
 	authn    *auth.Authenticator
 	api      *transport.Server
 	served   chan struct{} // closed when the gRPC server's Serve returned
@@ -303,7 +307,26 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 		return nil, fmt.Errorf("start the meta group: %w", err)
 	}
 
-	// 9. Authentication, over the replicated auth state: the meta
+	// 9. The group manager: every data group the meta group's records
+	//    place on this node, beside the legacy one, on the same Raft
+	//    port and membership, in DATA/groups/<id>. After meta, whose
+	//    records it follows; a placed group's leader asks a replica for
+	//    its progress through the peers.
+	mr := h.meta.Raft()
+	if h.groups, err = groups.New(groups.Config{
+		NodeID: id, DataDir: c.DataDir, Port: h.raftPort, Membership: ms, Meta: metaFSM, Legacy: h.group,
+		MetaCaughtUp: func() bool {
+			return mr.Leadership().LeaderKnown() && mr.AppliedIndex() >= mr.Raft().CommitIndex()
+		},
+		Broker: ncfg, Progress: h.peers.GroupProgress, ClusterID: h.group.Node().ClusterID,
+		Logger: log,
+	}); err != nil {
+		h.meta.Close()
+		h.group.Close(context.Background())
+		return nil, fmt.Errorf("start the group manager: %w", err)
+	}
+
+	// 10. Authentication, over the replicated auth state: the meta
 	//    group's once it is seeded, the data group's before (frozen
 	//    there from the handover until the seed copies it).
 	acfg.State = func() *acl.Auth {
@@ -314,7 +337,7 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 	}
 	h.authn = auth.New(acfg)
 
-	// 10. The API and the HTTP port's handler.
+	// 11. The API and the HTTP port's handler.
 	api := cfg.API
 	h.registry = api.Registry
 	if h.registry == nil {
@@ -325,6 +348,7 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 		api.Logger = log.With("component", "transport")
 	}
 	api.TLS, api.Auth, api.Peers, api.HTTPSecure, api.Meta = h.tls, h.authn, h.peers, h.tls != nil, h.meta
+	api.Groups = h.groups.Get
 	h.api = transport.New(api, h.group)
 	go func() {
 		defer close(h.served)
@@ -387,7 +411,8 @@ func (h *Host) Close(ctx context.Context) error {
 //     leader, and writes flow there;
 //  2. drain the API and the HTTP port: calls in flight finish, streams
 //     end;
-//  3. stop the data group (Raft, gossip, stores), then the Raft port;
+//  3. stop the placed data groups, the meta group, then the legacy data
+//     group (Raft, gossip, stores), then the Raft port;
 //  4. close the peer connections, then the reloader and the test clock.
 func (h *Host) stop(ctx context.Context, handOver, leave bool) {
 	h.stopOnce.Do(func() {
@@ -429,8 +454,23 @@ func (h *Host) stop(ctx context.Context, handOver, leave bool) {
 			<-h.httpServed
 		}
 		cancel()
-		// The meta group first: it lives in the data dir, whose lock
-		// the data group holds, and reads the data group's state.
+		// The placed data groups first (a leader hands each over when
+		// handOver; they read meta's records), then the meta group: it
+		// lives in the data dir, whose lock the data group holds, and
+		// reads the data group's state.
+		sctx, cancel = before(timeout / 12)
+		gctx := sctx
+		if !handOver {
+			// Close: no hand-over, as a killed process.
+			var gcancel context.CancelFunc
+			gctx, gcancel = context.WithCancel(sctx)
+			gcancel()
+		}
+		if err := h.groups.Close(gctx); err != nil {
+			h.log.Warn("data groups shutdown", "err", err)
+			errs = append(errs, fmt.Errorf("data groups shutdown: %w", err))
+		}
+		cancel()
 		sctx, cancel = before(timeout / 16)
 		var merr error
 		if handOver {
@@ -490,6 +530,9 @@ func (h *Host) abort() {
 // Broker is the node's data group: its state machine, Raft node and
 // scheduler.
 func (h *Host) Broker() *broker.Broker { return h.group }
+
+// Groups is the node's group manager: every data group it runs.
+func (h *Host) Groups() *groups.Manager { return h.groups }
 
 // Meta is the node's meta group.
 func (h *Host) Meta() *metagroup.Group { return h.meta }

@@ -118,6 +118,24 @@ func (p *Pool) Progress(ctx context.Context, id, grpcAddr string) (uint64, error
 	return st.GetAppliedIndex(), nil
 }
 
+// GroupProgress asks node id for the index of the last entry of data
+// group it applied (a local-only Status naming the group; a placed
+// group's leader asks before promoting a nonvoter).
+func (p *Pool) GroupProgress(ctx context.Context, group, id, grpcAddr string) (uint64, error) {
+	if grpcAddr == "" {
+		return 0, fmt.Errorf("node %s advertises no gRPC address", id)
+	}
+	conn, err := p.Get(id, grpcAddr)
+	if err != nil {
+		return 0, err
+	}
+	st, err := raftqv1.NewClusterClient(conn).Status(ctx, &raftqv1.StatusRequest{LocalOnly: true, Group: group})
+	if err != nil {
+		return 0, err
+	}
+	return st.GetAppliedIndex(), nil
+}
+
 // Close closes every connection; Get fails from now on.
 func (p *Pool) Close() {
 	p.mu.Lock()

@@ -127,6 +127,9 @@ func (s *Server) forwardUnary(ctx context.Context, req any, info *grpc.UnaryServ
 		// The meta group's leadership, handed over at its leader.
 		return s.atMetaLeader(ctx, info.FullMethod, req, handler)
 	}
+	if resp, ok := s.placedStatus(req); ok {
+		return resp, nil
+	}
 	if err := checkGroup(req); err != nil {
 		return nil, err
 	}

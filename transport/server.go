@@ -65,6 +65,11 @@ type Config struct {
 	// its replica the reads of them. nil: none (the data group keeps
 	// them, as before the handover).
 	Meta *metagroup.Group
+	// Groups finds a data group the meta group placed on this node by
+	// id (the host's group manager, groups.Manager.Get); a local-only
+	// Status naming one answers from it (group.go: a placed group's
+	// leader asks a nonvoter for its applied index). nil: none.
+	Groups func(id string) (*broker.Broker, bool)
 }
 
 // Server serves the Broker and Cluster services of one node.

@@ -1,0 +1,253 @@
+package groups_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftq/raftq/broker"
+	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/groups"
+	"github.com/raftq/raftq/internal/testcluster"
+	"github.com/raftq/raftq/raftgroup"
+	"github.com/raftq/raftq/scheduler"
+	"github.com/raftq/raftq/test/harness"
+
+	metav1 "github.com/raftq/raftq/proto/raftq/meta/v1"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+)
+
+// proposeMeta commits cmd into meta's log at its leader (retried through
+// elections and until meta is seeded).
+func proposeMeta(t *testing.T, c *testcluster.Cluster, cmd *metav1.Command) {
+	t.Helper()
+	harness.Eventually(t, 20*time.Second, func() error {
+		for _, n := range c.Nodes {
+			m := n.Host.Meta()
+			if !m.Raft().LeaderReady() {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := m.Propose(ctx, cmd)
+			return err
+		}
+		return errors.New("no meta leader")
+	})
+}
+
+// groupOn is group id's broker on node n, nil if n does not run it.
+func groupOn(n *testcluster.Node, id string) *broker.Broker {
+	b, _ := n.Host.Groups().Get(id)
+	return b
+}
+
+// voters is the voters and nonvoters of b's latest configuration.
+func voters(b *broker.Broker) (vs, nonvoters []string) {
+	servers, _ := raftgroup.LatestServers(b.Runtime().Group().Raft())
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter {
+			vs = append(vs, string(s.ID))
+		} else {
+			nonvoters = append(nonvoters, string(s.ID))
+		}
+	}
+	slices.Sort(vs)
+	return vs, nonvoters
+}
+
+// waitGroup waits until exactly the nodes want run group id, one of them
+// leads it (its term established) with want as its voters, and returns
+// the leader.
+func waitGroup(t *testing.T, c *testcluster.Cluster, id string, want ...string) *testcluster.Node {
+	t.Helper()
+	var leader *testcluster.Node
+	harness.Eventually(t, 30*time.Second, func() error {
+		leader = nil
+		for _, n := range c.Nodes {
+			b := groupOn(n, id)
+			if runs := slices.Contains(want, n.ID); runs != (b != nil) {
+				return fmt.Errorf("%s runs %s: %v, want %v", n.ID, id, b != nil, runs)
+			}
+			if b != nil && b.Runtime().Group().LeaderReady() {
+				leader = n
+			}
+		}
+		if leader == nil {
+			return fmt.Errorf("%s has no leader", id)
+		}
+		if vs, nv := voters(groupOn(leader, id)); !slices.Equal(vs, want) || len(nv) > 0 {
+			return fmt.Errorf("%s voters %v nonvoters %v, want voters %v", id, vs, nv, want)
+		}
+		return nil
+	})
+	return leader
+}
+
+// TestPlacedGroup: a data group meta registers runs on exactly its
+// replicas, serves the message path at its leader and replicates it,
+// fails over, shrinks when the record drops a replica (that node closes it
+// and deletes its state), grows back through a nonvoter promoted once
+// caught up, re-opens from DATA/groups after a restart, and its leader is
+// found in gossip by every node.
+func TestPlacedGroup(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
+	c.WaitClusterVersion(fsm.HandoverVersion)
+	all := []string{"n1", "n2", "n3"}
+
+	proposeMeta(t, c, &metav1.Command{Op: &metav1.Command_RegisterGroup{RegisterGroup: &metav1.RegisterGroup{Group: "g1", Replicas: all}}})
+	leader := waitGroup(t, c, "g1", all...)
+
+	// The message path through the g1 broker at its leader.
+	g1 := groupOn(leader, "g1")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := g1.Queues().CreateQueue(ctx, "jobs", &raftqv1.QueueConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := g1.Enqueue(ctx, "jobs", []*raftqv1.EnqueueMessage{{Payload: []byte("a")}, {Payload: []byte("b")}, {Payload: []byte("c")}})
+	if err != nil || len(ids) != 3 {
+		t.Fatalf("enqueue: %v %v", ids, err)
+	}
+	cons, err := g1.Lease(ctx, scheduler.ConsumerRequest{Queue: "jobs", MaxInFlight: 2, Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []broker.LeaseRef
+	for len(refs) < 2 {
+		if d, ok := cons.TakeOne(); ok {
+			refs = append(refs, broker.LeaseRef{Queue: "jobs", MessageID: d.ID, Token: d.LeaseToken})
+			continue
+		}
+		select {
+		case <-cons.Ready():
+		case <-ctx.Done():
+			t.Fatalf("%d of 2 deliveries", len(refs))
+		}
+	}
+	if res, err := g1.Ack(ctx, refs); err != nil || res[0] != nil || res[1] != nil {
+		t.Fatalf("ack: %v %v", res, err)
+	}
+	cons.Close()
+	// Replicated to every replica of g1, and to no other group: the
+	// legacy group has no such queue.
+	harness.Eventually(t, 10*time.Second, func() error {
+		for _, n := range c.Nodes {
+			q, err := groupOn(n, "g1").State().Reader().GetQueue("jobs")
+			if err != nil {
+				return fmt.Errorf("%s: %w", n.ID, err)
+			}
+			if q.Stats.Ready != 1 || q.Stats.InFlight != 0 {
+				return fmt.Errorf("%s: jobs %+v, want 1 ready", n.ID, q.Stats)
+			}
+			if err := n.State().Reader().HasQueue("jobs"); err == nil {
+				return fmt.Errorf("%s: the legacy group has g1's queue", n.ID)
+			}
+		}
+		return nil
+	})
+	// Its log runs at the cluster's version, raised as the legacy group's.
+	if v := g1.State().Reader().ClusterVersion(); v != leader.State().Reader().ClusterVersion() {
+		t.Fatalf("g1 at cluster version %d, the legacy group at %d", v, leader.State().Reader().ClusterVersion())
+	}
+	// Every node finds g1's leader in gossip.
+	harness.Eventually(t, 10*time.Second, func() error {
+		for _, n := range c.Nodes {
+			ms := n.Host.Broker().Node().Membership()
+			if id, addr, ok := ms.GroupLeader("g1"); !ok || id != leader.ID || addr != leader.Addrs.GRPC {
+				return fmt.Errorf("%s: g1's leader in gossip %q %q %v, want %s", n.ID, id, addr, ok, leader.ID)
+			}
+		}
+		return nil
+	})
+
+	// The leader's host stops: g1 elects another leader among the two
+	// left (the legacy group and meta keep their quorum too).
+	dead := leader
+	closeCtx, closeCancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer closeCancel()
+	if err := dead.Host.Close(closeCtx); err != nil {
+		t.Fatal(err)
+	}
+	var next *testcluster.Node
+	harness.Eventually(t, 20*time.Second, func() error {
+		for _, n := range c.Nodes {
+			if n != dead && groupOn(n, "g1").Runtime().Group().LeaderReady() {
+				next = n
+				return nil
+			}
+		}
+		return errors.New("g1 has no new leader")
+	})
+	// A restart re-opens g1 from DATA/groups/g1, with its state.
+	back := c.Restart(dead)
+	harness.Eventually(t, 20*time.Second, func() error {
+		b := groupOn(back, "g1")
+		if b == nil {
+			return errors.New("g1 not re-opened")
+		}
+		if !b.Runtime().Group().HasState() {
+			return errors.New("g1 re-opened without its state")
+		}
+		if q, err := b.State().Reader().GetQueue("jobs"); err != nil || q.Stats.Ready != 1 {
+			return fmt.Errorf("jobs on the restarted node: %v %v", q, err)
+		}
+		return nil
+	})
+	waitGroup(t, c, "g1", all...)
+
+	// The record drops a follower: that host closes g1 and deletes its
+	// state; the group has two voters.
+	leader = waitGroup(t, c, "g1", all...)
+	var drop *testcluster.Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			drop = n
+		}
+	}
+	var keep []string
+	for _, id := range all {
+		if id != drop.ID {
+			keep = append(keep, id)
+		}
+	}
+	proposeMeta(t, c, &metav1.Command{Op: &metav1.Command_SetGroupReplicas{SetGroupReplicas: &metav1.SetGroupReplicas{Group: "g1", Replicas: keep, ExpectedEpoch: 1}}})
+	waitGroup(t, c, "g1", keep...)
+	harness.Eventually(t, 10*time.Second, harness.Holds("the dropped node's g1 state deleted", func() bool {
+		_, err := os.Stat(filepath.Join(drop.DataDir, groups.Dir, "g1"))
+		return errors.Is(err, os.ErrNotExist)
+	}))
+
+	// A group registered on two nodes never opens on the third.
+	proposeMeta(t, c, &metav1.Command{Op: &metav1.Command_RegisterGroup{RegisterGroup: &metav1.RegisterGroup{Group: "g2", Replicas: keep}}})
+	waitGroup(t, c, "g2", keep...)
+
+	// The record names the dropped node again: it opens g1 empty (no
+	// founder: the record changed), the leader adds it as a nonvoter and
+	// promotes it once caught up.
+	proposeMeta(t, c, &metav1.Command{Op: &metav1.Command_SetGroupReplicas{SetGroupReplicas: &metav1.SetGroupReplicas{Group: "g1", Replicas: all, ExpectedEpoch: 2}}})
+	waitGroup(t, c, "g1", all...)
+	harness.Eventually(t, 10*time.Second, func() error {
+		if q, err := groupOn(drop, "g1").State().Reader().GetQueue("jobs"); err != nil || q.Stats.Ready != 1 {
+			return fmt.Errorf("jobs on the re-added node: %v %v", q, err)
+		}
+		return nil
+	})
+	if groupOn(drop, "g2") != nil {
+		t.Fatal("g2 opened on a node its record does not name")
+	}
+	if _, err := os.Stat(filepath.Join(drop.DataDir, groups.Dir, "g2")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("g2's dir on a node its record does not name: %v", err)
+	}
+	if got := drop.Host.Groups().Local(); len(got) != 2 || got[0].GroupID() != broker.GroupID || got[1].GroupID() != "g1" {
+		t.Fatalf("Local on %s: %d groups", drop.ID, len(got))
+	}
+	_ = next
+}
