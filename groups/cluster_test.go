@@ -98,12 +98,17 @@ func waitGroup(t *testing.T, c *testcluster.Cluster, id string, want ...string) 
 // caught up, re-opens from DATA/groups after a restart, and its leader is
 // found in gossip by every node.
 func TestPlacedGroup(t *testing.T) {
+	start := time.Now()
+	phase := func(what string) { t.Logf("%6.1fs %s", time.Since(start).Seconds(), what) }
 	c := testcluster.Start(t, testcluster.Options{Nodes: 3})
+	phase("cluster stable")
 	c.WaitClusterVersion(fsm.HandoverVersion)
 	all := []string{"n1", "n2", "n3"}
+	phase("meta ready")
 
 	proposeMeta(t, c, &metav1.Command{Op: &metav1.Command_RegisterGroup{RegisterGroup: &metav1.RegisterGroup{Group: "g1", Replicas: all}}})
 	leader := waitGroup(t, c, "g1", all...)
+	phase("g1 running")
 
 	// The message path through the g1 broker at its leader.
 	g1 := groupOn(leader, "g1")
@@ -168,6 +173,7 @@ func TestPlacedGroup(t *testing.T) {
 		return nil
 	})
 
+	phase("message path, gossip")
 	// The leader's host stops: g1 elects another leader among the two
 	// left (the legacy group and meta keep their quorum too).
 	dead := leader
@@ -186,6 +192,7 @@ func TestPlacedGroup(t *testing.T) {
 		}
 		return errors.New("g1 has no new leader")
 	})
+	phase("failover")
 	// A restart re-opens g1 from DATA/groups/g1, with its state.
 	back := c.Restart(dead)
 	harness.Eventually(t, 20*time.Second, func() error {
@@ -203,6 +210,7 @@ func TestPlacedGroup(t *testing.T) {
 	})
 	waitGroup(t, c, "g1", all...)
 
+	phase("restart")
 	// The record drops a follower: that host closes g1 and deletes its
 	// state; the group has two voters.
 	leader = waitGroup(t, c, "g1", all...)
@@ -225,10 +233,12 @@ func TestPlacedGroup(t *testing.T) {
 		return errors.Is(err, os.ErrNotExist)
 	}))
 
+	phase("dropped")
 	// A group registered on two nodes never opens on the third.
 	proposeMeta(t, c, &metav1.Command{Op: &metav1.Command_RegisterGroup{RegisterGroup: &metav1.RegisterGroup{Group: "g2", Replicas: keep}}})
 	waitGroup(t, c, "g2", keep...)
 
+	phase("g2")
 	// The record names the dropped node again: it opens g1 empty (no
 	// founder: the record changed), the leader adds it as a nonvoter and
 	// promotes it once caught up.
@@ -240,6 +250,7 @@ func TestPlacedGroup(t *testing.T) {
 		}
 		return nil
 	})
+	phase("re-added")
 	if groupOn(drop, "g2") != nil {
 		t.Fatal("g2 opened on a node its record does not name")
 	}
