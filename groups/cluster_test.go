@@ -16,6 +16,7 @@ import (
 	"github.com/raftq/raftq/fsm"
 	"github.com/raftq/raftq/groups"
 	"github.com/raftq/raftq/internal/testcluster"
+	"github.com/raftq/raftq/metagroup"
 	"github.com/raftq/raftq/raftgroup"
 	"github.com/raftq/raftq/scheduler"
 	"github.com/raftq/raftq/test/harness"
@@ -41,6 +42,45 @@ func proposeMeta(t *testing.T, c *testcluster.Cluster, cmd *metav1.Command) {
 		}
 		return errors.New("no meta leader")
 	})
+}
+
+// setSettings changes the cluster settings at meta's leader.
+func setSettings(t *testing.T, c *testcluster.Cluster, ch metagroup.SettingsChange) {
+	t.Helper()
+	harness.Eventually(t, 20*time.Second, func() error {
+		for _, n := range c.Nodes {
+			m := n.Host.Meta()
+			if !m.Raft().LeaderReady() {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := m.SetSettings(ctx, ch)
+			return err
+		}
+		return errors.New("no meta leader")
+	})
+}
+
+// waitRecord waits until every node's meta replica records group id
+// (with replicas want, when given) and returns its replicas.
+func waitRecord(t *testing.T, c *testcluster.Cluster, id string, want ...string) []string {
+	t.Helper()
+	var got []string
+	harness.Eventually(t, 20*time.Second, func() error {
+		for _, n := range c.Nodes {
+			g, ok := n.Host.Meta().FSM().Group(id)
+			if !ok {
+				return fmt.Errorf("%s: no record of %s", n.ID, id)
+			}
+			if len(want) > 0 && !slices.Equal(g.Replicas, want) {
+				return fmt.Errorf("%s: %s's replicas %v, want %v", n.ID, id, g.Replicas, want)
+			}
+			got = g.Replicas
+		}
+		return nil
+	})
+	return got
 }
 
 // groupOn is group id's broker on node n, nil if n does not run it.
@@ -92,11 +132,13 @@ func waitGroup(t *testing.T, c *testcluster.Cluster, id string, want ...string) 
 }
 
 // TestPlacedGroup: a data group meta registers runs on exactly its
-// replicas, serves the message path at its leader and replicates it,
-// fails over, shrinks when the record drops a replica (that node closes it
-// and deletes its state), grows back through a nonvoter promoted once
-// caught up, re-opens from DATA/groups after a restart, and its leader is
-// found in gossip by every node.
+// replicas, serves the message path at its leader and replicates it, is
+// found in gossip by every node, fails over, re-opens from DATA/groups
+// after a restart, shrinks when the record drops replicas (those nodes
+// close it and delete its state), and grows back through nonvoters
+// promoted once caught up; a group whose record names one node never
+// opens on the others. The records change through meta's pool duty
+// (the groups and replicas settings), as in a cluster.
 func TestPlacedGroup(t *testing.T) {
 	start := time.Now()
 	phase := func(what string) { t.Logf("%6.1fs %s", time.Since(start).Seconds(), what) }
@@ -106,6 +148,10 @@ func TestPlacedGroup(t *testing.T) {
 	all := []string{"n1", "n2", "n3"}
 	phase("meta ready")
 
+	// Two groups: the legacy one and g1, which the pool would register
+	// with the same replicas (a registration retried answers as the first).
+	twoGroups := uint32(2)
+	setSettings(t, c, metagroup.SettingsChange{Groups: &twoGroups})
 	proposeMeta(t, c, &metav1.Command{Op: &metav1.Command_RegisterGroup{RegisterGroup: &metav1.RegisterGroup{Group: "g1", Replicas: all}}})
 	leader := waitGroup(t, c, "g1", all...)
 	phase("g1 running")
@@ -211,54 +257,55 @@ func TestPlacedGroup(t *testing.T) {
 	waitGroup(t, c, "g1", all...)
 
 	phase("restart")
-	// The record drops a follower: that host closes g1 and deletes its
-	// state; the group has two voters.
-	leader = waitGroup(t, c, "g1", all...)
-	var drop *testcluster.Node
+	// The replicas setting drops to one: the pool shrinks g1's record to
+	// [n1] (the first by id), the leader hands over to n1 if it must and
+	// n1 removes the others one at a time; each closes g1 and deletes its
+	// state.
+	one, three, threeGroups := uint32(1), uint32(3), uint32(3)
+	setSettings(t, c, metagroup.SettingsChange{Replicas: &one})
+	waitRecord(t, c, "g1", "n1")
+	waitGroup(t, c, "g1", "n1")
+	for _, n := range c.Nodes[1:] {
+		harness.Eventually(t, 10*time.Second, harness.Holds(n.ID+"'s g1 state deleted", func() bool {
+			_, err := os.Stat(filepath.Join(n.DataDir, groups.Dir, "g1"))
+			return errors.Is(err, os.ErrNotExist)
+		}))
+	}
+	phase("shrunk")
+
+	// A third group, on one node: the others never open it.
+	setSettings(t, c, metagroup.SettingsChange{Groups: &threeGroups})
+	g2 := waitRecord(t, c, "g2")
+	waitGroup(t, c, "g2", g2...)
 	for _, n := range c.Nodes {
-		if n != leader {
-			drop = n
+		if slices.Contains(g2, n.ID) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(n.DataDir, groups.Dir, "g2")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("g2's dir on %s, which its record does not name: %v", n.ID, err)
 		}
 	}
-	var keep []string
-	for _, id := range all {
-		if id != drop.ID {
-			keep = append(keep, id)
-		}
-	}
-	proposeMeta(t, c, &metav1.Command{Op: &metav1.Command_SetGroupReplicas{SetGroupReplicas: &metav1.SetGroupReplicas{Group: "g1", Replicas: keep, ExpectedEpoch: 1}}})
-	waitGroup(t, c, "g1", keep...)
-	harness.Eventually(t, 10*time.Second, harness.Holds("the dropped node's g1 state deleted", func() bool {
-		_, err := os.Stat(filepath.Join(drop.DataDir, groups.Dir, "g1"))
-		return errors.Is(err, os.ErrNotExist)
-	}))
-
-	phase("dropped")
-	// A group registered on two nodes never opens on the third.
-	proposeMeta(t, c, &metav1.Command{Op: &metav1.Command_RegisterGroup{RegisterGroup: &metav1.RegisterGroup{Group: "g2", Replicas: keep}}})
-	waitGroup(t, c, "g2", keep...)
-
 	phase("g2")
-	// The record names the dropped node again: it opens g1 empty (no
-	// founder: the record changed), the leader adds it as a nonvoter and
-	// promotes it once caught up.
-	proposeMeta(t, c, &metav1.Command{Op: &metav1.Command_SetGroupReplicas{SetGroupReplicas: &metav1.SetGroupReplicas{Group: "g1", Replicas: all, ExpectedEpoch: 2}}})
+
+	// Back to three replicas: the nodes dropped open g1 empty (no
+	// founders: the record changed), the leader adds each as a nonvoter
+	// and promotes it once caught up.
+	setSettings(t, c, metagroup.SettingsChange{Replicas: &three})
+	waitRecord(t, c, "g1", all...)
+	waitRecord(t, c, "g2", all...)
 	waitGroup(t, c, "g1", all...)
+	waitGroup(t, c, "g2", all...)
 	harness.Eventually(t, 10*time.Second, func() error {
-		if q, err := groupOn(drop, "g1").State().Reader().GetQueue("jobs"); err != nil || q.Stats.Ready != 1 {
-			return fmt.Errorf("jobs on the re-added node: %v %v", q, err)
+		for _, n := range c.Nodes {
+			if q, err := groupOn(n, "g1").State().Reader().GetQueue("jobs"); err != nil || q.Stats.Ready != 1 {
+				return fmt.Errorf("jobs on %s: %v %v", n.ID, q, err)
+			}
 		}
 		return nil
 	})
-	phase("re-added")
-	if groupOn(drop, "g2") != nil {
-		t.Fatal("g2 opened on a node its record does not name")
-	}
-	if _, err := os.Stat(filepath.Join(drop.DataDir, groups.Dir, "g2")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("g2's dir on a node its record does not name: %v", err)
-	}
-	if got := drop.Host.Groups().Local(); len(got) != 2 || got[0].GroupID() != broker.GroupID || got[1].GroupID() != "g1" {
-		t.Fatalf("Local on %s: %d groups", drop.ID, len(got))
+	phase("grown")
+	if got := c.Nodes[2].Host.Groups().Local(); len(got) != 3 || got[0].GroupID() != broker.GroupID || got[1].GroupID() != "g1" || got[2].GroupID() != "g2" {
+		t.Fatalf("Local on %s: %d groups", c.Nodes[2].ID, len(got))
 	}
 	_ = next
 }

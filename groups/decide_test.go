@@ -52,28 +52,25 @@ func TestPlan(t *testing.T) {
 }
 
 // TestDepartAction: a group whose record dropped this node waits for the
-// leader's removal (handing over first if it leads), deletes its state
+// leader's removal, deletes its state
 // once removed or once meta forgot the group, and closes keeping its
 // state when the removal never arrives.
 func TestDepartAction(t *testing.T) {
 	grace := 30 * time.Second
 	for _, tc := range []struct {
-		name                     string
-		exists, known, self, led bool
-		since                    time.Duration
-		want                     action
+		name                string
+		exists, known, self bool
+		since               time.Duration
+		want                action
 	}{
-		{"removal not seen yet", true, true, true, false, time.Second, actWait},
-		{"configuration unreadable", true, false, false, false, time.Second, actWait},
-		{"removed from the configuration", true, true, false, false, time.Second, actCloseDelete},
-		{"removed, even while leading", true, true, false, true, 0, actCloseDelete},
-		{"leads: hand over", true, true, true, true, time.Second, actHandOver},
-		{"leads past the grace: still hand over", true, true, true, true, time.Minute, actHandOver},
-		{"the removal never came", true, true, true, false, grace, actClose},
-		{"group gone from meta", false, true, true, true, 0, actCloseDelete},
+		{"removal not seen yet", true, true, true, time.Second, actWait},
+		{"configuration unreadable", true, false, false, time.Second, actWait},
+		{"removed from the configuration", true, true, false, time.Second, actCloseDelete},
+		{"the removal never came", true, true, true, grace, actClose},
+		{"group gone from meta", false, true, true, 0, actCloseDelete},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := departAction(tc.exists, tc.known, tc.self, tc.led, tc.since, grace); got != tc.want {
+			if got := departAction(tc.exists, tc.known, tc.self, tc.since, grace); got != tc.want {
 				t.Fatalf("got %d, want %d", got, tc.want)
 			}
 		})
@@ -98,7 +95,10 @@ func TestNextChange(t *testing.T) {
 		want     change
 	}{
 		{"in step", []string{"n1", "n2", "n3"}, []raft.Server{v("n1"), v("n2"), v("n3")}, change{}},
-		{"leader dropped: hand over", []string{"n2", "n3"}, []raft.Server{v("n1"), v("n2"), v("n3")}, change{handOver: true}},
+		{"leader dropped: hand over to a voter of the record", []string{"n3", "n2"}, []raft.Server{v("n1"), v("n2"), v("n3")}, change{handOver: "n3"}},
+		{"leader dropped, no voter of the record yet: add one", []string{"n4"}, []raft.Server{v("n1"), v("n2")}, change{add: "n4"}},
+		{"leader dropped: promote the record's nonvoter", []string{"n4"}, []raft.Server{v("n1"), nv("n4")}, change{promote: []string{"n4"}}},
+		{"leader dropped: never removes itself", []string{"n2"}, []raft.Server{v("n1"), nv("n2")}, change{promote: []string{"n2"}}},
 		{"missing: add as nonvoter", []string{"n1", "n2", "n4"}, []raft.Server{v("n1"), v("n2"), v("n3")}, change{add: "n4"}},
 		{"missing without an address: wait for it", []string{"n1", "n2", "n9"}, []raft.Server{v("n1"), v("n2")}, change{}},
 		{"nonvoter of the record: promote before removing", []string{"n1", "n2", "n4"}, []raft.Server{v("n1"), v("n2"), v("n3"), nv("n4")}, change{promote: []string{"n4"}}},

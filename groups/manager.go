@@ -265,15 +265,8 @@ func (m *Manager) reconcile() {
 		}
 		_, exists := m.cfg.Meta.Group(id)
 		self, known := inConfig(p.rt.Group(), m.cfg.NodeID)
-		g := p.rt.Group()
-		switch act := departAction(exists, known, self, g.IsLeader(), now.Sub(p.departing), m.cfg.DepartGrace); act {
+		switch act := departAction(exists, known, self, now.Sub(p.departing), m.cfg.DepartGrace); act {
 		case actWait:
-		case actHandOver:
-			ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
-			if _, err := g.TransferLeadership(ctx, ""); err != nil {
-				m.log.Info("handing a departing group's leadership over", "group", id, "err", err)
-			}
-			cancel()
 		case actClose, actCloseDelete:
 			del := act == actCloseDelete
 			m.mu.Lock()
@@ -340,23 +333,22 @@ type action int
 
 const (
 	actWait        action = iota // keep running: the removal may still arrive
-	actHandOver                  // lead no more: the next leader removes this node
 	actClose                     // close, keep the state (the removal never arrived)
 	actCloseDelete               // close and delete the state: no longer this node's
 )
 
 // departAction decides for a group running here whose record no longer
 // names this node. exists: the group is still in meta; known: the group's
-// configuration could be read, self: it lists this node; lead: this node
-// leads it; for: how long since the record dropped the node.
-func departAction(exists, known, self, lead bool, since, grace time.Duration) action {
+// configuration could be read, self: it lists this node; since: how long
+// ago the record dropped the node. A departing leader waits too: its
+// leader duty hands leadership to a replica the record names, whose
+// duty then removes this node (reconfig.go).
+func departAction(exists, known, self bool, since, grace time.Duration) action {
 	switch {
 	case !exists:
 		return actCloseDelete // the group is gone from meta: its state is nobody's
 	case known && !self:
 		return actCloseDelete // the leader's removal reached this replica
-	case lead:
-		return actHandOver
 	case since >= grace:
 		return actClose
 	}

@@ -20,11 +20,12 @@ const progressTimeout = time.Second
 // reconfig is a placed group's leader duty (a raftgroup leader service of
 // each established term): it keeps the group's Raft configuration in step
 // with meta's record of it, one change at a time, each against the
-// configuration index it was decided on: a replica the configuration
-// lacks is added as a nonvoter, a nonvoter is promoted once it has caught
-// up, and only then is a server the record no longer names removed, never
-// leaving fewer voters than a quorum of the record. A leader the record
-// no longer names hands leadership over (the next leader removes it).
+// configuration index it was decided on (nextChange): a replica the
+// configuration lacks is added as a nonvoter, a nonvoter is promoted once
+// it has caught up, and only then is a server the record no longer names
+// removed, never leaving fewer voters than a quorum of the record. A
+// leader the record no longer names hands leadership to a voter it names
+// (the next leader removes it).
 type reconfig struct {
 	group, self string
 	log         *slog.Logger
@@ -85,10 +86,10 @@ func (rc *reconfig) step(ctx context.Context, caughtUp map[string]time.Time) (ti
 	servers, index := f.Configuration().Servers, f.Index()
 	c := nextChange(rc.self, rec.Replicas, servers, rc.addr)
 	switch {
-	case c.handOver:
-		rc.log.Info("the meta record no longer names this leader; handing the group's leadership over", "replicas", rec.Replicas)
+	case c.handOver != "":
+		rc.log.Info("the meta record no longer names this leader; handing the group's leadership over", "to", c.handOver, "replicas", rec.Replicas)
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := rc.g.TransferLeadership(tctx, "")
+		_, err := rc.g.TransferLeadership(tctx, c.handOver)
 		cancel()
 		return time.Second, err
 	case c.add != "":
@@ -166,29 +167,23 @@ func (rc *reconfig) addr(id string) string {
 // change is the next configuration change a placed group's leader makes
 // (at most one of them set).
 type change struct {
-	handOver bool
+	handOver string   // a voter of the record to hand leadership to
 	add      string   // a replica missing from the configuration
 	promote  []string // nonvoters the record names, to promote once caught up
 	remove   string   // a server the record does not name
 }
 
-// nextChange decides the leader's next change: hand over if the record
-// drops this leader; else add the first missing replica whose address is
-// known; else promote a nonvoter of the record; else remove a server the
-// record does not name (a nonvoter first), a voter only while the voters
+// nextChange decides the leader's next change: if the record drops this
+// leader, hand leadership to a voter the record names (the next leader
+// removes this one; with none yet, first add and promote one); else add
+// the first missing replica whose address is known; else promote a
+// nonvoter of the record; else remove a server the record does not name
+// (a nonvoter first, never this leader), a voter only while the voters
 // the record names left after it are a quorum of the record.
 func nextChange(self string, replicas []string, servers []raft.Server, addr func(string) string) change {
-	if !slices.Contains(replicas, self) {
-		return change{handOver: true}
-	}
 	in := map[string]raft.ServerSuffrage{}
 	for _, s := range servers {
 		in[string(s.ID)] = s.Suffrage
-	}
-	for _, id := range replicas {
-		if _, ok := in[id]; !ok && addr(id) != "" {
-			return change{add: id}
-		}
 	}
 	var promote []string
 	recordVoters := 0
@@ -201,13 +196,25 @@ func nextChange(self string, replicas []string, servers []raft.Server, addr func
 			promote = append(promote, id)
 		}
 	}
+	if !slices.Contains(replicas, self) {
+		for _, id := range replicas {
+			if s, ok := in[id]; ok && s == raft.Voter {
+				return change{handOver: id}
+			}
+		}
+	}
+	for _, id := range replicas {
+		if _, ok := in[id]; !ok && addr(id) != "" {
+			return change{add: id}
+		}
+	}
 	if len(promote) > 0 {
 		return change{promote: promote}
 	}
 	var extraVoter string
 	for _, s := range servers {
 		id := string(s.ID)
-		if slices.Contains(replicas, id) {
+		if slices.Contains(replicas, id) || id == self {
 			continue
 		}
 		if s.Suffrage != raft.Voter {
