@@ -28,6 +28,10 @@ const (
 	DefaultElectionTimeout    = time.Second
 	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
 
+	// transportTimeout bounds each Raft RPC on the network transport
+	// (and so how long one heartbeat can take to fail).
+	transportTimeout = 10 * time.Second
+
 	// SnapshotsRetained is how many file snapshots a group keeps in its
 	// snapshots/ (the offline restore and recovery open the store too).
 	SnapshotsRetained = 2
@@ -357,7 +361,7 @@ func Open(cfg Config, fsm raft.FSM) (_ *Group, err error) {
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  layer,
 		MaxPool: 3,
-		Timeout: 10 * time.Second,
+		Timeout: transportTimeout,
 		Logger:  hcl.Named("raft-net"),
 	})
 	g.trans = drainedTransport{NetworkTransport: nt, votes: newVoteGuard(nt.Consumer(), g.log)}
@@ -408,6 +412,7 @@ func Open(cfg Config, fsm raft.FSM) (_ *Group, err error) {
 	}
 	g.raftIDs.raft.Store(g.raft)
 	g.lead = newLeadership(cfg.NodeID, cfg.GRPCAdvertise, cfg.ClientGRPCAdvertise, g.raft, g.log, cfg.APIAddrs, cfg.OnLeadership)
+	g.lead.staleAfter = failureStaleAfter(cfg.HeartbeatTimeout)
 	g.lead.peersChanged = cfg.PeersChanged
 	g.lead.peerChanges = cfg.PeerChanges
 	// Until this runs, RPCs wait in the transport as they would for Raft.

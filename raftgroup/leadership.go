@@ -122,7 +122,11 @@ type leadership struct {
 	changed  chan struct{}
 	estTerm  uint64 // the term whose Barrier completed; 0 if none
 	final    bool
-	hbFailed map[string]time.Time // leader's view: peers failing heartbeats, since
+	hbFailed map[string]hbFailure // leader's view: peers failing heartbeats
+	// staleAfter: a failure Raft has not reported again for this long is
+	// over (hbFailure). now is time.Now (tests set it).
+	staleAfter time.Duration
+	now        func() time.Time
 	// hbClearedAt is when hbFailed was last cleared because another node
 	// (or none) became leader. A heartbeat goroutine of an earlier term
 	// can report a failure after that (its RPC was still in flight);
@@ -137,9 +141,11 @@ func newLeadership(self, selfGRPC, selfClient string, r *raft.Raft, log *slog.Lo
 		// Raft drops observations when this is full; the loop only
 		// recomputes from Raft's live state, so a dropped one is repaired
 		// by the next, but a large buffer keeps that rare.
-		obsCh:    make(chan raft.Observation, 256),
-		changed:  make(chan struct{}),
-		hbFailed: map[string]time.Time{},
+		obsCh:      make(chan raft.Observation, 256),
+		changed:    make(chan struct{}),
+		hbFailed:   map[string]hbFailure{},
+		staleAfter: failureStaleAfter(DefaultHeartbeatTimeout),
+		now:        time.Now,
 	}
 	l.cur.Changed = l.changed
 	return l
@@ -227,14 +233,37 @@ func (l *leadership) close() {
 	l.final = true
 }
 
+// hbFailure is one peer's failing heartbeats: since its last contact
+// when first reported, and when Raft last reported it.
+type hbFailure struct{ since, reported time.Time }
+
+// failureStaleAfter is how long a failure stands without being reported
+// again. Raft reports a failing peer at every failed heartbeat, which
+// takes at most the transport's timeout (a peer that accepts and never
+// answers) plus a backoff capped at half the heartbeat timeout, then
+// waits up to a tenth of it for the next: a failure not reported again
+// within that and some slack is over, whether or not its one "resumed"
+// reached us. That "resumed" is not enough alone: a heartbeat goroutine
+// of an earlier term that fails late never sends one (it ends), and Raft
+// drops observations while this loop is slow.
+func failureStaleAfter(heartbeat time.Duration) time.Duration {
+	return transportTimeout + 2*heartbeat + 2*time.Second
+}
+
 // failedHeartbeats returns the peers the leader sees failing heartbeats,
-// with since when.
+// with since when; a failure not reported again within staleAfter is
+// over (failureStaleAfter) and forgotten here.
 func (l *leadership) failedHeartbeats() map[string]time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := l.now()
 	out := make(map[string]time.Time, len(l.hbFailed))
-	for id, t := range l.hbFailed {
-		out[id] = t
+	for id, f := range l.hbFailed {
+		if now.Sub(f.reported) > l.staleAfter {
+			delete(l.hbFailed, id)
+			continue
+		}
+		out[id] = f.since
 	}
 	return out
 }
@@ -267,9 +296,12 @@ func (l *leadership) noteHeartbeatFailure(peer string, lastContact time.Time) {
 	if lastContact.Before(l.hbClearedAt) || l.cur.Role != RoleLeader {
 		return
 	}
-	if _, ok := l.hbFailed[peer]; !ok {
-		l.hbFailed[peer] = lastContact
+	f, ok := l.hbFailed[peer]
+	if !ok {
+		f.since = lastContact
 	}
+	f.reported = l.now()
+	l.hbFailed[peer] = f
 }
 
 // start registers the Raft observer and starts the observation and term

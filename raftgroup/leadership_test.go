@@ -63,3 +63,40 @@ func TestHeartbeatFailureReportedWhileNotLeadingIsForgotten(t *testing.T) {
 		t.Fatal("still failing after another node became leader")
 	}
 }
+
+// Raft reports a failing peer again at every failed heartbeat (at least
+// every transport timeout plus the backoff); its one "resumed" may never
+// reach the leader's record (a report from a term's goroutine that ends
+// after its failure, or an observation Raft dropped while the loop was
+// slow). A failure not reported again within staleAfter is over: the
+// 5-node chaos run's leader showed a healthy, applying follower
+// unreachable for the whole minute after healing (last_contact_ms 66163).
+func TestHeartbeatFailureNotReportedAgainIsOver(t *testing.T) {
+	start := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	now := start
+	l := newLeadership("self", "", "", nil, testLogger(), nil, nil)
+	l.now = func() time.Time { return now }
+	l.cur.Role = RoleLeader
+	l.noteHeartbeatFailure("p", start.Add(-time.Second))
+	for _, step := range []struct {
+		after   time.Duration
+		report  bool
+		failing bool
+	}{
+		{after: l.staleAfter / 2, report: true, failing: true}, // reported again: still failing
+		{after: l.staleAfter / 2, failing: true},               // within the window of the last report
+		{after: l.staleAfter, failing: false},                  // not reported again: over
+	} {
+		now = now.Add(step.after)
+		if step.report {
+			l.noteHeartbeatFailure("p", start.Add(-time.Second))
+		}
+		since, failing := l.failedHeartbeats()["p"]
+		if failing != step.failing {
+			t.Fatalf("at +%v: failing %v, want %v", now.Sub(start), failing, step.failing)
+		}
+		if failing && !since.Equal(start.Add(-time.Second)) {
+			t.Fatalf("since %v, want the first report's last contact", since)
+		}
+	}
+}
