@@ -83,7 +83,11 @@ type RestoreConfig struct {
 	// Index, Term and ClusterVersion are the backup's (BackupInfo).
 	Index, Term    uint64
 	ClusterVersion uint32
-	Logger         *slog.Logger
+	// Groups are the node's other groups restored with the data group
+	// (the meta group's state, metagroup.PrepareRestore), checked by the
+	// caller; written into the same data dir, all or nothing.
+	Groups []cluster.GroupState
+	Logger *slog.Logger
 }
 
 // ErrBackupMismatch: the state in a backup is not what its info says.
@@ -126,6 +130,6 @@ func Restore(ctx context.Context, cfg RestoreConfig, data io.Reader) error {
 	}
 	return cluster.RestoreSnapshot(ctx, cluster.RestoreConfig{
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAdvertise: cfg.RaftAdvertise,
-		Index: cfg.Index, Term: cfg.Term,
+		Index: cfg.Index, Term: cfg.Term, Groups: cfg.Groups,
 	}, data, validate)
 }

@@ -34,6 +34,15 @@ type BackupSummary struct {
 // already holds part of a backup, which the caller must discard). A
 // RetryPolicy.AttemptTimeout bounds the whole transfer.
 func (c *Client) Backup(ctx context.Context, start func(*raftqv1.BackupInfo) (io.Writer, error)) (*BackupSummary, error) {
+	return c.BackupGroup(ctx, "", start)
+}
+
+// BackupGroup is Backup of one Raft group: "" or "data" (the data group,
+// as Backup), or "meta", the meta group's state (identities, tokens,
+// grants, settings, placements: from log version 21 they live there, not
+// in the data group), served by meta's leader (a node forwards the
+// stream there). A whole backup is both (raftq backup save).
+func (c *Client) BackupGroup(ctx context.Context, group string, start func(*raftqv1.BackupInfo) (io.Writer, error)) (*BackupSummary, error) {
 	var (
 		sum   *BackupSummary
 		final error
@@ -41,7 +50,7 @@ func (c *Client) Backup(ctx context.Context, start func(*raftqv1.BackupInfo) (io
 	err := c.retrying(ctx, "backup", c.pool.target, func(ctx context.Context, _ string, cc *grpc.ClientConn) error {
 		ctx, cancel := context.WithCancel(ctx) // ends the stream however this attempt ends
 		defer cancel()
-		stream, err := raftqv1.NewClusterClient(cc).Backup(ctx, &raftqv1.BackupRequest{})
+		stream, err := raftqv1.NewClusterClient(cc).Backup(ctx, &raftqv1.BackupRequest{Group: group})
 		if err != nil {
 			return err
 		}
@@ -50,7 +59,7 @@ func (c *Client) Backup(ctx context.Context, start func(*raftqv1.BackupInfo) (io
 			return err // nothing written yet: a redirect or outage may be retried
 		}
 		// From here on nothing is retried: the writer has been handed out.
-		sum, final = receiveBackup(stream, first, start)
+		sum, final = receiveBackup(stream, first, group, start)
 		return nil
 	})
 	if err != nil {
@@ -63,10 +72,13 @@ func (c *Client) Backup(ctx context.Context, start func(*raftqv1.BackupInfo) (io
 }
 
 // receiveBackup takes the rest of a stream whose first message is first.
-func receiveBackup(stream grpc.ServerStreamingClient[raftqv1.BackupChunk], first *raftqv1.BackupChunk, start func(*raftqv1.BackupInfo) (io.Writer, error)) (*BackupSummary, error) {
+func receiveBackup(stream grpc.ServerStreamingClient[raftqv1.BackupChunk], first *raftqv1.BackupChunk, group string, start func(*raftqv1.BackupInfo) (io.Writer, error)) (*BackupSummary, error) {
 	info := first.GetInfo()
 	if info == nil || info.Index == 0 || len(first.Data) > 0 {
 		return nil, errors.New("the stream did not start with the backup's info")
+	}
+	if group != "" && group != "data" && info.GetGroup() != group {
+		return nil, fmt.Errorf("asked for group %q, the node sent group %q (a build that does not back it up)", group, info.GetGroup())
 	}
 	w, err := start(info)
 	if err != nil {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -39,6 +40,24 @@ type RestoreConfig struct {
 	// raftlog.LogStore is the log store the restored data dir is laid out for
 	// ("" = raftlog.DefaultLogStore).
 	LogStore raftlog.LogStore
+	// Groups are the node's other Raft groups restored beside the data
+	// group (the meta group, in DATA/meta), each with this node as its
+	// only voter; written after the data group's state and removed with
+	// it if anything fails.
+	Groups []GroupState
+}
+
+// GroupState is one more Raft group's state for a restored data dir.
+type GroupState struct {
+	// Dir is the group's directory, relative to the data dir.
+	Dir string
+	// Index and Term are the log position the state was taken at.
+	Index, Term uint64
+	// WALSegmentSize is the size of the group's wal segments (0 = the
+	// default); the group's own log store is the default one.
+	WALSegmentSize int
+	// State is the group's FSM snapshot, already checked by the caller.
+	State []byte
 }
 
 // RestoreSnapshot makes cfg.DataDir the data dir of a node that starts as
@@ -75,7 +94,36 @@ func RestoreSnapshot(ctx context.Context, cfg RestoreConfig, data io.Reader, val
 		}
 	}()
 
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, raftlog.RaftDBFile)})
+	if err := writeGroupState(ctx, cfg.DataDir, cfg.NodeID, addr, cfg.Index, cfg.Term, cfg.LogStore, 0, data, validate); err != nil {
+		return err
+	}
+	for _, gs := range cfg.Groups {
+		if gs.Dir == "" || !filepath.IsLocal(gs.Dir) || gs.Index == 0 {
+			return fmt.Errorf("cluster: restore: group state in %q at index %d: a directory inside the data dir and an index are required", gs.Dir, gs.Index)
+		}
+		if err := writeGroupState(ctx, filepath.Join(cfg.DataDir, gs.Dir), cfg.NodeID, addr, gs.Index, gs.Term, "", gs.WALSegmentSize, bytes.NewReader(gs.State), nil); err != nil {
+			return fmt.Errorf("%w (group in %s)", err, gs.Dir)
+		}
+	}
+	// A restored cluster is a new one: its own id, which the nodes that
+	// join it take (DESIGN.md, "Cluster identity").
+	if err := writeClusterID(cfg.DataDir, newClusterID()); err != nil {
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	// The dir is this node's: serve takes its id from it, and refuses
+	// another, which would not be in the restored configuration.
+	return claimDataDir(cfg.DataDir, cfg.NodeID)
+}
+
+// writeGroupState writes one Raft group's state into dir: data as a
+// snapshot at index whose configuration is nodeID (at addr) alone, and
+// term as the current term, in the log store logStore ("" = the default)
+// with wal segments of segmentSize bytes (0 = the default).
+func writeGroupState(ctx context.Context, dir, nodeID, addr string, index, term uint64, logStore raftlog.LogStore, segmentSize int, data io.Reader, validate func(io.Reader) error) (err error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, raftlog.RaftDBFile)})
 	if err != nil {
 		return fmt.Errorf("cluster: restore: raft store: %w", err)
 	}
@@ -84,7 +132,7 @@ func RestoreSnapshot(ctx context.Context, cfg RestoreConfig, data io.Reader, val
 			err = errors.Join(err, store.Close())
 		}
 	}()
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, raftgroup.SnapshotsRetained, hclogslog.New(slog.New(slog.DiscardHandler), "snapshots"))
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, raftgroup.SnapshotsRetained, hclogslog.New(slog.New(slog.DiscardHandler), "snapshots"))
 	if err != nil {
 		return fmt.Errorf("cluster: restore: snapshot store: %w", err)
 	}
@@ -93,9 +141,9 @@ func RestoreSnapshot(ctx context.Context, cfg RestoreConfig, data io.Reader, val
 	// in-memory one encodes an address as itself, as the TCP one does.
 	_, trans := raft.NewInmemTransport(raft.ServerAddress(addr))
 	defer trans.Close()
-	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(cfg.NodeID), Address: raft.ServerAddress(addr)}}}
-	term := max(cfg.Term, 1)
-	sink, err := snaps.Create(raft.SnapshotVersionMax, cfg.Index, term, conf, cfg.Index, trans)
+	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(nodeID), Address: raft.ServerAddress(addr)}}}
+	term = max(term, 1)
+	sink, err := snaps.Create(raft.SnapshotVersionMax, index, term, conf, index, trans)
 	if err != nil {
 		return fmt.Errorf("cluster: restore: create snapshot: %w", err)
 	}
@@ -109,14 +157,14 @@ func RestoreSnapshot(ctx context.Context, cfg RestoreConfig, data io.Reader, val
 	if err := store.SetUint64([]byte(raftlog.KeyCurrentTerm), term); err != nil {
 		return fmt.Errorf("cluster: restore: set term: %w", err)
 	}
-	if cmp.Or(cfg.LogStore, raftlog.DefaultLogStore) == raftlog.LogStoreWAL {
+	if cmp.Or(logStore, raftlog.DefaultLogStore) == raftlog.LogStoreWAL {
 		// The term moves into a new wal, and raft.db becomes its marker.
 		err := store.Close()
 		store = nil
 		if err != nil {
 			return fmt.Errorf("cluster: restore: raft store: %w", err)
 		}
-		l, err := raftlog.Open(cfg.DataDir, raftlog.LogStoreWAL, hclog.NewNullLogger())
+		l, err := raftlog.OpenSized(dir, raftlog.LogStoreWAL, segmentSize, hclog.NewNullLogger())
 		if err != nil {
 			return fmt.Errorf("cluster: restore: %w", err)
 		}
@@ -124,14 +172,7 @@ func RestoreSnapshot(ctx context.Context, cfg RestoreConfig, data io.Reader, val
 			return fmt.Errorf("cluster: restore: %w", err)
 		}
 	}
-	// A restored cluster is a new one: its own id, which the nodes that
-	// join it take (DESIGN.md, "Cluster identity").
-	if err := writeClusterID(cfg.DataDir, newClusterID()); err != nil {
-		return fmt.Errorf("cluster: restore: %w", err)
-	}
-	// The dir is this node's: serve takes its id from it, and refuses
-	// another, which would not be in the restored configuration.
-	return claimDataDir(cfg.DataDir, cfg.NodeID)
+	return nil
 }
 
 // copyValidated copies data to w while validate reads the same bytes.

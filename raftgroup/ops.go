@@ -80,6 +80,28 @@ func (g *Group) Barrier(ctx context.Context) error {
 // AppliedIndex returns the index of the last entry applied to the FSM here.
 func (g *Group) AppliedIndex() uint64 { return g.raft.AppliedIndex() }
 
+// TermAt is the term of the entry at index: read from the log, or, once
+// the log no longer holds it, the term of the oldest snapshot that covers
+// it (the term of a later entry, so never below the entry's: what a
+// restore from a backup at index needs, whose first leader must start a
+// later term than the state remembers).
+func (g *Group) TermAt(index uint64) (uint64, error) {
+	var l raft.Log
+	if err := g.spaceLogs.GetLog(index, &l); err == nil {
+		return l.Term, nil
+	}
+	metas, err := g.snaps.List() // newest first
+	if err != nil {
+		return 0, fmt.Errorf("raftgroup: term at %d: %w", index, err)
+	}
+	for i := len(metas) - 1; i >= 0; i-- {
+		if metas[i].Index >= index {
+			return metas[i].Term, nil
+		}
+	}
+	return 0, fmt.Errorf("raftgroup: term at %d: neither the log nor a snapshot holds it", index)
+}
+
 // transferAttempts bounds how often TransferLeadership asks raft for a
 // transfer that timed out while this node still leads: enough to ride
 // out a slow target under load, few enough that one that is down

@@ -5,13 +5,20 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
 
+	"github.com/raftq/raftq/auth"
 	"github.com/raftq/raftq/fsm"
+	"github.com/raftq/raftq/internal/testcluster"
+	"github.com/raftq/raftq/meta"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
+	"github.com/raftq/raftq/test/harness"
 	"github.com/raftq/raftq/transport"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestBackupStream: a follower redirects Backup to the leader; the leader
@@ -94,5 +101,106 @@ func TestBackupStream(t *testing.T) {
 	}
 	if q, err := f.Reader().GetQueue("q"); err != nil || q.Stats.Ready != 3 {
 		t.Fatalf("restored queue %v, %v", q, err)
+	}
+}
+
+// TestBackupMetaGroup: Backup of group "meta" asked of a node that does
+// not lead meta is relayed from meta's leader, with the caller's
+// credentials: the info names group meta, meta's leader and the meta
+// state's applied index; the data is meta's state there, holding a token
+// created after the handover, and its SHA-256 is the digest every meta
+// replica computes at that index. Before the handover there is nothing
+// to back up (FAILED_PRECONDITION).
+func TestBackupMetaGroup(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 3, auth: auth.ModeToken, bootstrapToken: testBootstrap})
+	c.WaitClusterVersion(fsm.HandoverVersion)
+	ctx := tctx(t, 30*time.Second)
+	tok := mustToken(t, ctx, c.Nodes[0], "after-handover", 0)
+
+	var leader, other *testcluster.Node
+	harness.Eventually(t, 10*time.Second, func() error {
+		leader, other = nil, nil
+		for _, n := range c.Nodes {
+			if n.Host.Meta().Raft().LeaderReady() {
+				leader = n
+			} else {
+				other = n
+			}
+		}
+		if leader == nil || other == nil {
+			return errors.New("no established meta leader yet")
+		}
+		return nil
+	})
+	s, err := other.Admin.Backup(bearer(ctx, tok), &raftqv1.BackupRequest{Group: "meta"})
+	if err == nil {
+		_, err = s.Recv()
+	}
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("a meta backup with a token that is no admin's: %v, want PERMISSION_DENIED", err)
+	}
+	s, err = other.Admin.Backup(bearer(ctx, testBootstrap), &raftqv1.BackupRequest{Group: "meta"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *raftqv1.BackupInfo
+	var data []byte
+	var last *raftqv1.BackupChunk
+	for {
+		m, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case info == nil:
+			if info = m.GetInfo(); info == nil || len(m.Data) > 0 {
+				t.Fatalf("first message %v", m)
+			}
+		case last != nil:
+			t.Fatalf("a message after the checksum: %v", m)
+		case m.Sha256 != "":
+			last = m
+		default:
+			data = append(data, m.Data...)
+		}
+	}
+	if info.Group != "meta" || info.NodeId != leader.ID || info.Index == 0 || info.Term == 0 || info.ClusterVersion != fsm.MaxLogVersion {
+		t.Fatalf("meta backup info %v (meta leader %s)", info, leader.ID)
+	}
+	sum := sha256.Sum256(data)
+	if last == nil || last.Sha256 != hex.EncodeToString(sum[:]) || last.Size != int64(len(data)) {
+		t.Fatalf("%d bytes hash to %x; the stream ended with %v", len(data), sum, last)
+	}
+	for _, n := range c.Nodes {
+		f := n.Host.Meta().FSM()
+		harness.Eventually(t, 10*time.Second, func() error {
+			if got := f.AppliedIndex(); got < info.Index {
+				return fmt.Errorf("%s's meta replica at %d, the backup at %d", n.ID, got, info.Index)
+			}
+			return nil
+		})
+		if d := f.Digest(); f.AppliedIndex() != info.Index || hex.EncodeToString(d[:]) != last.Sha256 {
+			t.Fatalf("%s's meta replica at %d has digest %x; the backup at %d has %s", n.ID, f.AppliedIndex(), d, info.Index, last.Sha256)
+		}
+	}
+	restored := meta.New(meta.Options{})
+	if err := restored.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+		t.Fatal(err)
+	}
+	if !restored.Seeded() || len(restored.Auth().Record().GetTokens()) != 1 {
+		t.Fatalf("the meta backup holds %d tokens (seeded %v), want the one created after the handover", len(restored.Auth().Record().GetTokens()), restored.Seeded())
+	}
+
+	// Before the handover meta holds nothing.
+	old := startInproc(t, inprocOpts{nodes: 1, logVersion: fsm.HandoverVersion - 1})
+	s, err = old.Nodes[0].Admin.Backup(ctx, &raftqv1.BackupRequest{Group: "meta"})
+	if err == nil {
+		_, err = s.Recv()
+	}
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a meta backup before the handover: %v, want FAILED_PRECONDITION", err)
 	}
 }
