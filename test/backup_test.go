@@ -190,8 +190,9 @@ func TestBackupAndRestore(t *testing.T) {
 	if err != nil || nd.Digest != sum.Sha256 || !nd.CountersOk {
 		t.Fatalf("restored node at index %d: %v %v; want digest %s", sum.Info.Index, nd, err, sum.Sha256)
 	}
-	// The restored node founds its own meta group (the backup's founders
-	// were the source cluster's) and seeds it.
+	// The restored node's meta group is the backup's meta state, re-founded
+	// with this node its only voter (the backup's were the source
+	// cluster's), seeded from the start.
 	harness.Eventually(t, 30*time.Second, func() error {
 		m := statusAt(t, r).GetMeta()
 		if !m.GetSeeded() || m.GetLeaderId() != r.ID || !slices.Equal(m.GetVoters(), []string{r.ID}) {

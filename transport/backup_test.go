@@ -130,6 +130,10 @@ func TestBackupMetaGroup(t *testing.T) {
 		if leader == nil || other == nil {
 			return errors.New("no established meta leader yet")
 		}
+		// The token is checked by other's own replica.
+		if got, want := other.Host.Meta().FSM().AppliedIndex(), leader.Host.Meta().FSM().AppliedIndex(); got < want {
+			return fmt.Errorf("%s's meta replica at %d, the leader's at %d", other.ID, got, want)
+		}
 		return nil
 	})
 	s, err := other.Admin.Backup(bearer(ctx, tok), &raftqv1.BackupRequest{Group: "meta"})

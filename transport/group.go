@@ -28,7 +28,7 @@ func checkGroup(req any) error {
 	case "", broker.GroupID:
 		return nil
 	default:
-		return status.Errorf(codes.NotFound, "group %q: this cluster runs one data group, %q (and TransferLeadership also takes the meta group, %q, from log version 21)", name, broker.GroupID, meta.MetaGroupID)
+		return status.Errorf(codes.NotFound, "group %q: this cluster runs one data group, %q (and TransferLeadership and Backup also take the meta group, %q, from log version 21)", name, broker.GroupID, meta.MetaGroupID)
 	}
 }
 

@@ -316,6 +316,11 @@ func readBackupFile(path, nodeID string) (*checkedBackup, error) {
 		return nil, err
 	}
 	defer br.Close()
+	return checkBackup(br, nodeID)
+}
+
+// checkBackup is readBackupFile of an opened file.
+func checkBackup(br *backupReader, nodeID string) (*checkedBackup, error) {
 	if _, err := io.Copy(io.Discard, br); err != nil {
 		return nil, err
 	}
@@ -344,7 +349,7 @@ func readBackupFile(path, nodeID string) (*checkedBackup, error) {
 	r, err := metagroup.PrepareRestore(state, mi.GetIndex(), nodeID)
 	if err != nil {
 		if errors.Is(err, meta.ErrNewerVersion) {
-			return nil, fmt.Errorf("%s: the meta group's state: %w; restore it with a newer raftq", path, err)
+			return nil, fmt.Errorf("%s: the meta group's state: %w; restore it with a newer raftq", br.path, err)
 		}
 		return nil, br.bad("its meta group's state does not load: %v", err)
 	}
