@@ -47,14 +47,17 @@ var ErrBackupMismatch = errors.New("meta backup does not match its description")
 // returns its canonical encoding re-founded for a new cluster of the
 // node nodeID alone, the way an offline restore re-founds the data log
 // (fsm.RefoundMeta): the legacy data group's replicas become nodeID (its
-// epoch +1, as for any replica change) and the members other than nodeID
-// are dropped (they are another cluster's servers). Identities, tokens,
+// epoch +1, as for any replica change), the members other than nodeID
+// are dropped (they are another cluster's servers), and so are the other
+// data groups, which hold no queue (the pool registers them again on the
+// restored cluster's nodes). Identities, tokens,
 // grants, settings, placements, the cluster version and the write keys
 // are kept. The result is a snapshot record for DATA/meta, from which
 // the node serves them at once.
 //
-// A state with data groups besides the legacy one is refused: their data
-// is not in the backup (one data group is all this build runs).
+// A state with queues placed on a data group besides the legacy one is
+// refused: their data is not in the backup, which holds the legacy
+// group's.
 func Refound(state []byte, index uint64, nodeID string) ([]byte, error) {
 	if len(state) > MaxBackupBytes {
 		return nil, fmt.Errorf("%w: meta state of %d bytes, more than %d", ErrInvalid, len(state), MaxBackupBytes)
@@ -76,9 +79,17 @@ func Refound(state []byte, index uint64, nodeID string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: the meta state has no legacy data group", ErrInvalid)
 	}
 	for _, g := range s.sortedGroups() {
-		if g.ID != s.legacyGroup {
-			return nil, fmt.Errorf("%w: the meta state holds data group %q besides %q, whose state is not in the backup; this build restores one data group",
-				ErrInvalid, g.ID, s.legacyGroup)
+		if g.ID == s.legacyGroup {
+			continue
+		}
+		if n := s.placedOn[g.ID]; n > 0 {
+			return nil, fmt.Errorf("%w: %d queues of the meta state are placed on data group %q, whose state is not in the backup (it holds group %q's)",
+				ErrInvalid, n, g.ID, s.legacyGroup)
+		}
+		// An empty group of the pool, on the old cluster's nodes: the
+		// restored node's pool duty registers what the settings ask for.
+		if r := s.removeGroup(g.ID); r.Err != nil {
+			return nil, r.Err
 		}
 	}
 	self, err := replicaSet([]string{nodeID})

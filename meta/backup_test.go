@@ -126,6 +126,15 @@ func TestRefound(t *testing.T) {
 	if r := withGroup.apply(register("g7", "n1")); r.Err != nil {
 		t.Fatal(r.Err)
 	}
+	// An empty group of the pool goes (the restored pool makes its own).
+	if out, err := Refound(must(withGroup.f.Backup()).State, withGroup.index, "r1"); err != nil {
+		t.Fatal(err)
+	} else if f := restoredFrom(t, out); len(must2(f.Groups())) != 1 {
+		t.Fatalf("groups after re-founding a state with an empty pool group: %v", must2(f.Groups()))
+	}
+	if r := withGroup.apply(place("elsewhere", "g7")); r.Err != nil {
+		t.Fatal(r.Err)
+	}
 	wg, _ := withGroup.f.Backup()
 	st := &metav1.State{}
 	if err := proto.Unmarshal(bk.State, st); err != nil {
@@ -139,18 +148,36 @@ func TestRefound(t *testing.T) {
 		node  string
 		want  error
 	}{
-		"truncated":     {bk.State[:len(bk.State)-3], bk.Index, "r1", ErrInvalid},
-		"garbage":       {[]byte("not a state"), bk.Index, "r1", ErrInvalid},
-		"another index": {bk.State, bk.Index + 1, "r1", ErrBackupMismatch},
-		"unseeded":      {unseeded.State, 0, "r1", ErrInvalid},
-		"other group":   {wg.State, wg.Index, "r1", ErrInvalid},
-		"bad node id":   {bk.State, bk.Index, "", ErrInvalid},
-		"newer format":  {newer, bk.Index, "r1", ErrNewerVersion},
+		"truncated":               {bk.State[:len(bk.State)-3], bk.Index, "r1", ErrInvalid},
+		"garbage":                 {[]byte("not a state"), bk.Index, "r1", ErrInvalid},
+		"another index":           {bk.State, bk.Index + 1, "r1", ErrBackupMismatch},
+		"unseeded":                {unseeded.State, 0, "r1", ErrInvalid},
+		"queues on another group": {wg.State, wg.Index, "r1", ErrInvalid},
+		"bad node id":             {bk.State, bk.Index, "", ErrInvalid},
+		"newer format":            {newer, bk.Index, "r1", ErrNewerVersion},
 	} {
 		if _, err := Refound(tc.state, tc.index, tc.node); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", name, err, tc.want)
 		}
 	}
+}
+
+func must(b Backup, err error) Backup {
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func must2(g []*Group, _ string) []*Group { return g }
+
+func restoredFrom(t *testing.T, state []byte) *FSM {
+	t.Helper()
+	f := New(Options{})
+	if err := f.Restore(io.NopCloser(bytes.NewReader(state))); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // FuzzRefound: Refound never panics; what it accepts is a seeded state

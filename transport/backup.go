@@ -135,7 +135,7 @@ func (s *Server) relayBackup(ctx context.Context, route broker.Route, req *raftq
 	}
 	ctx, cancel := context.WithCancel(ctx) // ends the upstream however this ends
 	defer cancel()
-	fctx := metadata.AppendToOutgoingContext(s.cfg.Auth.Outgoing(ctx), forwardedByKey, s.b.ID())
+	fctx := metadata.AppendToOutgoingContext(s.cfg.Auth.Outgoing(ctx), forwardedByKey, s.legacy.b.ID())
 	up, err := raftqv1.NewClusterClient(conn).Backup(fctx, req)
 	if err != nil {
 		return err

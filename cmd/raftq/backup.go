@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -208,9 +209,19 @@ func saveBackup(ctx context.Context, c *client.Client, path string, dataOnly boo
 	}
 	saved := &savedBackup{data: data}
 	if withMeta {
-		m, err := c.BackupGroup(ctx, meta.MetaGroupID, section)
+		var state bytes.Buffer // small; kept to check the file restores
+		m, err := c.BackupGroup(ctx, meta.MetaGroupID, func(info *raftqv1.BackupInfo) (io.Writer, error) {
+			w, err := section(info)
+			return io.MultiWriter(w, &state), err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("the meta group's backup (identities, tokens, grants and settings; --data-only saves without them): %w", err)
+		}
+		// A file that restore would refuse is no backup: refused now,
+		// while the cluster is there (queues on data groups other than
+		// the legacy one are not in it yet).
+		if _, err := meta.Refound(state.Bytes(), m.Info.GetIndex(), m.Info.GetNodeId()); err != nil {
+			return nil, fmt.Errorf("the backup could not be restored, so none is saved: %w", err)
 		}
 		if err := end(m); err != nil {
 			return nil, fmt.Errorf("backup file: %w", err)
