@@ -271,7 +271,7 @@ func (a *Authenticator) filter(p *Principal, resp any) any {
 		if a.IsAdmin(p) {
 			return r
 		}
-		out := &raftqv1.ListQueuesResponse{}
+		out := &raftqv1.ListQueuesResponse{NextPageToken: r.GetNextPageToken()}
 		for _, q := range r.GetQueues() {
 			if a.Allowed(p, fsm.PermBrowse, q.GetName()) {
 				out.Queues = append(out.Queues, q)

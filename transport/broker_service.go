@@ -83,7 +83,7 @@ func (s brokerService) CreateQueue(ctx context.Context, req *raftqv1.CreateQueue
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.CreateQueueResponse{Queue: projectBrokerQueue(qi)}, nil
+	return &raftqv1.CreateQueueResponse{Queue: g.project(qi)}, nil
 }
 
 func (s brokerService) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueueRequest) (*raftqv1.UpdateQueueResponse, error) {
@@ -107,7 +107,7 @@ func (s brokerService) UpdateQueue(ctx context.Context, req *raftqv1.UpdateQueue
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.UpdateQueueResponse{Queue: projectBrokerQueue(qi)}, nil
+	return &raftqv1.UpdateQueueResponse{Queue: g.project(qi)}, nil
 }
 
 func (s brokerService) DeleteQueue(ctx context.Context, req *raftqv1.DeleteQueueRequest) (*raftqv1.DeleteQueueResponse, error) {
@@ -133,7 +133,7 @@ func (s brokerService) GetQueue(ctx context.Context, req *raftqv1.GetQueueReques
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.GetQueueResponse{Queue: projectBrokerQueue(qi)}, nil
+	return &raftqv1.GetQueueResponse{Queue: g.project(qi)}, nil
 }
 
 func (s brokerService) ListConsumers(ctx context.Context, req *raftqv1.ListConsumersRequest) (*raftqv1.ListConsumersResponse, error) {
@@ -157,11 +157,18 @@ func (s brokerService) ListQueues(ctx context.Context, req *raftqv1.ListQueuesRe
 	if len(req.GetPrefix()) > fsm.MaxQueueNameLen {
 		return nil, invalid("prefix is longer than %d characters", fsm.MaxQueueNameLen)
 	}
+	if req.GetPageSize() < 0 {
+		return nil, invalid("page_size is %d; it must not be negative (0 = every queue)", req.GetPageSize())
+	}
 	var qs []*raftqv1.QueueInfo
 	for _, q := range g.b.Queues().ListQueues(req.GetPrefix()) {
-		qs = append(qs, projectBrokerQueue(q))
+		qs = append(qs, g.project(q))
 	}
-	return &raftqv1.ListQueuesResponse{Queues: qs}, nil
+	// Paged over what the caller may see (as the answer is filtered),
+	// so that a page is full and its token names a queue it saw.
+	all := s.cfg.Auth.Filter(ctx, &raftqv1.ListQueuesResponse{Queues: qs}).(*raftqv1.ListQueuesResponse).GetQueues()
+	page, next := pageQueues(all, req.GetPageToken(), int(req.GetPageSize()))
+	return &raftqv1.ListQueuesResponse{Queues: page, NextPageToken: next}, nil
 }
 
 func (s brokerService) PurgeQueue(ctx context.Context, req *raftqv1.PurgeQueueRequest) (*raftqv1.PurgeQueueResponse, error) {
@@ -203,7 +210,7 @@ func (s brokerService) PauseQueue(ctx context.Context, req *raftqv1.PauseQueueRe
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.PauseQueueResponse{Queue: projectBrokerQueue(q)}, nil
+	return &raftqv1.PauseQueueResponse{Queue: g.project(q)}, nil
 }
 
 func (s brokerService) ResumeQueue(ctx context.Context, req *raftqv1.ResumeQueueRequest) (*raftqv1.ResumeQueueResponse, error) {
@@ -215,7 +222,7 @@ func (s brokerService) ResumeQueue(ctx context.Context, req *raftqv1.ResumeQueue
 	if err != nil {
 		return nil, err
 	}
-	return &raftqv1.ResumeQueueResponse{Queue: projectBrokerQueue(q)}, nil
+	return &raftqv1.ResumeQueueResponse{Queue: g.project(q)}, nil
 }
 
 func (s brokerService) Enqueue(ctx context.Context, req *raftqv1.EnqueueRequest) (*raftqv1.EnqueueResponse, error) {

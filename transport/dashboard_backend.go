@@ -61,20 +61,39 @@ func (d dashBackend) Verify(ctx context.Context) (*raftqv1.VerifyResponse, error
 	return (&clusterService{s: d.s}).Verify(ctx, &raftqv1.VerifyRequest{})
 }
 
+// LocalQueues is the queues of every data group this node runs a
+// replica of, from those replicas.
 func (d dashBackend) LocalQueues(ctx context.Context) ([]*raftqv1.QueueInfo, error) {
-	resp, err := brokerService{Server: d.s}.ListQueues(ctx, &raftqv1.ListQueuesRequest{})
-	if err != nil {
-		return nil, toStatus(err)
+	var pages [][]*raftqv1.QueueInfo
+	for _, t := range d.s.listTargets(d.s.placements()) {
+		if t.local == nil {
+			continue
+		}
+		resp, err := brokerService{Server: d.s}.ListQueues(d.s.withGroup(ctx, t.local), &raftqv1.ListQueuesRequest{})
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		pages = append(pages, resp.GetQueues())
 	}
-	return d.s.cfg.Auth.Filter(ctx, resp).(*raftqv1.ListQueuesResponse).GetQueues(), nil
+	queues, _ := mergePages(pages, 0)
+	return d.s.cfg.Auth.Filter(ctx, &raftqv1.ListQueuesResponse{Queues: queues}).(*raftqv1.ListQueuesResponse).GetQueues(), nil
 }
 
+// LocalQueue is a queue as this node's replica of its group holds it,
+// or as its group's leader does when this node runs no replica of it.
 func (d dashBackend) LocalQueue(ctx context.Context, name string) (*raftqv1.QueueInfo, error) {
 	req := &raftqv1.GetQueueRequest{Name: name}
 	if err := d.s.cfg.Auth.Authorize(ctx, raftqv1.Broker_GetQueue_FullMethodName, req); err != nil {
 		return nil, err
 	}
-	resp, err := brokerService{Server: d.s}.GetQueue(ctx, req)
+	t, err := d.s.queueTarget(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if t.local == nil {
+		return d.LeaderQueue(ctx, name)
+	}
+	resp, err := brokerService{Server: d.s}.GetQueue(d.s.withGroup(ctx, t.local), req)
 	return resp.GetQueue(), toStatus(err)
 }
 

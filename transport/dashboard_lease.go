@@ -77,7 +77,7 @@ func (d dashBackend) Get(ctx context.Context, req *raftqv1.LeaseRequest, wait ti
 	if err := d.s.cfg.Auth.Authorize(ctx, raftqv1.Broker_Lease_FullMethodName, req); err != nil {
 		return nil, err
 	}
-	route, err := d.s.route(ctx)
+	_, route, err := d.s.queueRoute(ctx, req.GetQueue())
 	if err != nil {
 		return nil, err
 	}

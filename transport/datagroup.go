@@ -6,6 +6,7 @@ import (
 	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/cluster"
 	"github.com/raftq/raftq/fsm"
+	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 	"github.com/raftq/raftq/raftgroup"
 )
 
@@ -70,7 +71,7 @@ func (s *Server) routeIn(ctx context.Context, g *dataGroup) (broker.Route, error
 		if ctx.Err() != nil {
 			return broker.Route{}, toStatus(ctx.Err())
 		}
-		return broker.Route{}, redirectError("", "")
+		return broker.Route{}, groupRedirect(g.id, "", "")
 	}
 	return r, nil
 }
@@ -79,4 +80,18 @@ func (s *Server) routeIn(ctx context.Context, g *dataGroup) (broker.Route, error
 // queue (Verify, Backup, the replica check's requests).
 func (s *Server) route(ctx context.Context) (broker.Route, error) {
 	return s.routeIn(ctx, s.legacy)
+}
+
+// redirect is NOT_LEADER naming the leader of g this node knows of right
+// now (NO_LEADER when none), for a call that must not wait.
+func (g *dataGroup) redirect() error {
+	id, addr := g.b.Leader()
+	return groupRedirect(g.id, id, addr)
+}
+
+// project is q as the API shows it, naming g as its group.
+func (g *dataGroup) project(q *broker.Queue) *raftqv1.QueueInfo {
+	qi := projectBrokerQueue(q)
+	qi.Group = g.id
+	return qi
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/raftq/raftq/broker"
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
@@ -120,8 +121,9 @@ func responseType(fullMethod string) (protoreflect.MessageType, error) {
 }
 
 // forwardUnary serves leader-only calls here when this node is the
-// established leader, and otherwise sends them one hop to the leader with
-// the caller's deadline. The route is decided once per call.
+// established leader of the call's group, and otherwise sends them one
+// hop to that leader with the caller's deadline. The route is decided
+// once per call.
 func (s *Server) forwardUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if isMetaTransfer(req) && s.metaActive() {
 		// The meta group's leadership, handed over at its leader.
@@ -140,28 +142,51 @@ func (s *Server) forwardUnary(ctx context.Context, req any, info *grpc.UnaryServ
 		resp, err := handler(ctx, req)
 		return resp, toStatus(err)
 	}
-	if readMethods[info.FullMethod] {
-		stale, err := staleRead(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if stale {
-			return s.staleRead(ctx, info.FullMethod, req, handler)
-		}
-	}
 	return s.atLeader(ctx, info.FullMethod, req, handler)
 }
 
-// staleRead serves a read called with the stale header: from this node's
-// own state, leader or not, with no leadership check, except
-// ListConsumers, which goes to the leader this node knows of (no other
-// node has consumers) and is answered there unconfirmed. A node that
-// knows its state diverged from the replicas' serves no read from it.
-func (s *Server) staleRead(ctx context.Context, method string, req any, handler grpc.UnaryHandler) (any, error) {
-	if method == raftqv1.Broker_ListConsumers_FullMethodName {
-		return s.serveAtLeader(ctx, method, req, handler, false)
+// atLeader serves one call of a leader-only method at the leader of its
+// group (the queue's, route.go; the legacy group's for a call that names
+// none): here, or forwarded. A read (readMethods) served here confirms
+// leadership first, unless it asks for a stale answer. ListQueues, which
+// spans every group, is listQueues'.
+func (s *Server) atLeader(ctx context.Context, method string, req any, handler grpc.UnaryHandler) (any, error) {
+	stale := false
+	if readMethods[method] {
+		var err error
+		if stale, err = staleRead(ctx); err != nil {
+			return nil, err
+		}
 	}
-	g := s.callGroup(ctx)
+	if method == raftqv1.Broker_ListQueues_FullMethodName {
+		return s.listQueues(ctx, req.(*raftqv1.ListQueuesRequest), handler, stale)
+	}
+	t, err := s.target(ctx, method, req)
+	if err != nil {
+		return nil, err
+	}
+	if stale {
+		return s.serveStale(ctx, t, method, req, handler)
+	}
+	return s.serveAt(ctx, t, method, req, handler, readMethods[method])
+}
+
+// serveStale serves a read called with the stale header: from this
+// node's own replica of the group, leader or not, with no leadership
+// check, except ListConsumers, which goes to the leader this node knows
+// of (no other node has consumers) and is answered there unconfirmed. A
+// node that knows its state diverged from the replicas' serves no read
+// from it. A group this node holds no replica of is read at one that
+// does (the stale header goes with the call).
+func (s *Server) serveStale(ctx context.Context, t target, method string, req any, handler grpc.UnaryHandler) (any, error) {
+	if method == raftqv1.Broker_ListConsumers_FullMethodName {
+		return s.serveAt(ctx, t, method, req, handler, false)
+	}
+	if t.local == nil {
+		return s.forwardAway(ctx, t, method, req)
+	}
+	g := t.local
+	ctx = s.withGroup(ctx, g)
 	if err := s.corruptStateError(); err != nil {
 		return nil, err
 	}
@@ -170,7 +195,7 @@ func (s *Server) staleRead(ctx context.Context, method string, req any, handler 
 		st := status.New(codes.Unavailable, "this node's state diverged from the replicas': it serves no reads until it is repaired; ask another node")
 		if id != "" && addr != "" && id != g.b.ID() {
 			st, _ = st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonNotLeader, Domain: errorDomain,
-				Metadata: map[string]string{"leader_id": id, "leader_addr": addr}})
+				Metadata: map[string]string{"leader_id": id, "leader_addr": addr, "group": g.id}})
 		}
 		return nil, st.Err()
 	}
@@ -178,22 +203,22 @@ func (s *Server) staleRead(ctx context.Context, method string, req any, handler 
 	return resp, toStatus(err)
 }
 
-// atLeader serves one call of a leader-only method: here, or forwarded.
-// A read (readMethods) served here confirms leadership first.
-func (s *Server) atLeader(ctx context.Context, method string, req any, handler grpc.UnaryHandler) (any, error) {
-	return s.serveAtLeader(ctx, method, req, handler, readMethods[method])
-}
-
-// serveAtLeader is atLeader; confirm makes a call served here wait for
-// VerifyLeader before it runs. A confirmation that fails changed nothing,
-// so the call goes on to the new leader as after raftgroup.ErrNotLeader.
-func (s *Server) serveAtLeader(ctx context.Context, method string, req any, handler grpc.UnaryHandler, confirm bool) (any, error) {
-	g := s.callGroup(ctx)
+// serveAt serves a call at t's leader: here when this node leads t's
+// group (confirm makes it wait for VerifyLeader first), else forwarded
+// one hop to the leader; for a group this node holds no replica of,
+// forwardAway. A confirmation that fails changed nothing, so the call
+// goes on to the new leader as after raftgroup.ErrNotLeader.
+func (s *Server) serveAt(ctx context.Context, t target, method string, req any, handler grpc.UnaryHandler, confirm bool) (any, error) {
+	g := t.local
+	if g == nil {
+		return s.forwardAway(ctx, t, method, req)
+	}
 	route, err := s.routeIn(ctx, g)
 	if err != nil {
 		return nil, err
 	}
 	if route.Local {
+		ctx := s.withGroup(ctx, g)
 		var resp any
 		if confirm {
 			err = g.raft.VerifyLeader(ctx)
@@ -207,7 +232,7 @@ func (s *Server) serveAtLeader(ctx context.Context, method string, req any, hand
 		if !errors.Is(err, raftgroup.ErrNotLeader) {
 			// Leadership was lost with the outcome unknown: the client
 			// decides whether to retry (at the leader named here).
-			return nil, redirectError(g.b.Leader())
+			return nil, g.redirect()
 		}
 		// Raft refused before appending anything: nothing happened here,
 		// so the call may go to the new leader like any forwarded one.
@@ -215,17 +240,27 @@ func (s *Server) serveAtLeader(ctx context.Context, method string, req any, hand
 			return nil, err
 		}
 		if route.Local {
-			return nil, redirectError(g.b.Leader())
+			return nil, g.redirect()
 		}
 	}
-	return s.forward(ctx, route, method, req)
+	return s.forwardTo(ctx, t, route, method, req, false)
 }
 
-// forward sends a leader-only call one hop to the leader.
+// forward sends a leader-only call one hop to the leader (the meta
+// group's, meta.go).
 func (s *Server) forward(ctx context.Context, route broker.Route, method string, req any, opts ...grpc.CallOption) (any, error) {
-	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedByKey)) > 0 {
+	return s.forwardTo(ctx, target{}, route, method, req, false, opts...)
+}
+
+// forwardTo sends a call one hop to route's node, for t's group: to its
+// leader, or with relay to one of its replicas, which forwards it once
+// more, to the leader it knows (forwardAway). The call carries this
+// node's placement version (placementVersionKey), so a node with an
+// older placement answers NOT_OWNER rather than act on it.
+func (s *Server) forwardTo(ctx context.Context, t target, route broker.Route, method string, req any, relay bool, opts ...grpc.CallOption) (any, error) {
+	if forwardedOnce(ctx) {
 		// Forwarded to us, but we do not lead (any more): one hop only.
-		return nil, redirectError(route.LeaderID, route.LeaderClientAddr)
+		return nil, groupRedirect(t.id, route.LeaderID, route.LeaderClientAddr)
 	}
 	msgType, err := responseType(method)
 	if err != nil {
@@ -233,7 +268,7 @@ func (s *Server) forward(ctx context.Context, route broker.Route, method string,
 	}
 	conn, err := s.peers.Get(route.LeaderID, route.LeaderAddr)
 	if err != nil {
-		return nil, redirectError(route.LeaderID, route.LeaderClientAddr)
+		return nil, groupRedirect(t.id, route.LeaderID, route.LeaderClientAddr)
 	}
 	out := msgType.New().Interface()
 	md := metadata.Pairs(forwardedByKey, s.legacy.b.ID())
@@ -242,11 +277,27 @@ func (s *Server) forward(ctx context.Context, route broker.Route, method string,
 			md.Set(readConsistencyKey, readStale)
 		}
 	}
+	if t.version > 0 {
+		md.Set(placementVersionKey, strconv.FormatUint(t.version, 10))
+	}
+	if t.list {
+		md.Set(listGroupKey, t.id)
+	}
+	if relay {
+		md.Set(relayKey, "1")
+	}
 	fctx := metadata.NewOutgoingContext(ctx, md)
 	if err := conn.Invoke(fctx, method, req.(proto.Message), out, opts...); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// forwardedOnce: the call was forwarded to this node as to a leader, so
+// it may not go on (a relayed call, sent to a replica, may once).
+func forwardedOnce(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	return ok && len(md.Get(forwardedByKey)) > 0 && len(md.Get(relayKey)) == 0
 }
 
 func isNotLeader(err error) bool {

@@ -24,6 +24,11 @@ func checkGroup(req any) error {
 	if !ok {
 		return nil
 	}
+	if _, ok := req.(*raftqv1.CreateQueueRequest); ok {
+		// Where to place a new queue, not the log a call describes
+		// (createTarget).
+		return nil
+	}
 	switch name := g.GetGroup(); name {
 	case "", broker.GroupID:
 		return nil

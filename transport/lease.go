@@ -52,13 +52,9 @@ func (s brokerService) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_Le
 	// Leadership first: a lagging follower may not know the queue yet, and
 	// only the established leader's answer to "does it exist" counts. A
 	// stream is never forwarded: the client follows the redirect.
-	g := s.callGroup(stream.Context())
-	route, err := s.routeIn(stream.Context(), g)
+	g, err := s.leaseTarget(stream.Context(), req.Queue)
 	if err != nil {
 		return err
-	}
-	if !route.Local {
-		return redirectError(route.LeaderID, route.LeaderClientAddr)
 	}
 	maxInFlight := int(req.MaxInFlight)
 	if maxInFlight == 0 {
@@ -80,7 +76,7 @@ func (s brokerService) Lease(req *raftqv1.LeaseRequest, stream raftqv1.Broker_Le
 			// Established as leader, but the term's scheduler is not
 			// running (yet, or any more): send the client to whoever leads.
 			if id, addr := g.b.Leader(); id != "" && id != g.b.ID() {
-				return redirectError(id, addr)
+				return groupRedirect(g.id, id, addr)
 			}
 			return status.Error(codes.Unavailable, "leader is starting its scheduler; retry")
 		}
@@ -165,7 +161,7 @@ func (s brokerService) leaseEnded(ctx context.Context, g *dataGroup, c *schedule
 		if route.Local {
 			return status.Error(codes.Unavailable, "leadership changed; retry")
 		}
-		return redirectError(route.LeaderID, route.LeaderClientAddr)
+		return groupRedirect(g.id, route.LeaderID, route.LeaderClientAddr)
 	}
 	return toStatus(c.Err())
 }

@@ -66,10 +66,21 @@ type Config struct {
 	// them, as before the handover).
 	Meta *metagroup.Group
 	// Groups finds a data group the meta group placed on this node by
-	// id (the host's group manager, groups.Manager.Get); a local-only
-	// Status naming one answers from it (group.go: a placed group's
-	// leader asks a nonvoter for its applied index). nil: none.
+	// id (the host's group manager, groups.Manager.Get): a Broker call
+	// for a queue placed on it is served against it (route.go), and a
+	// local-only Status naming one answers from it (group.go: a placed
+	// group's leader asks a nonvoter for its applied index). nil: the
+	// legacy group alone (the broker New is given).
 	Groups func(id string) (*broker.Broker, bool)
+	// Placements is where queues are placed (route.go); nil: the meta
+	// group's replica (Meta.FSM()). Read only while meta is active.
+	Placements Placements
+	// Leaders names the leader of a data group this node runs no
+	// replica of, from gossip (GossipLeaders); nil: none known.
+	Leaders func(id string) (broker.Route, bool)
+	// Placer places a new queue when meta records several data groups;
+	// nil: every queue on the legacy group.
+	Placer Placer
 }
 
 // Server serves the Broker and Cluster services of one node.
@@ -81,7 +92,9 @@ type Server struct {
 	// metrics) and every queue's until meta places it elsewhere. A
 	// Broker call is served against its queue's group (callGroup).
 	legacy *dataGroup
-	peers  *peers.Pool
+	// groupCache wraps the other groups' brokers (localGroup).
+	groupCache
+	peers *peers.Pool
 	// ownPeers: peers is the server's own, closed by Stop.
 	ownPeers bool
 	// settles tracks the acks and nacks in progress, for Lease streams
@@ -146,6 +159,7 @@ func New(cfg Config, b *broker.Broker) *Server {
 		cfg:          cfg,
 		log:          cfg.Logger,
 		legacy:       newDataGroup(broker.GroupID, b),
+		groupCache:   groupCache{groups: map[string]*dataGroup{}},
 		peers:        cfg.Peers,
 		settles:      newSettleGate(),
 		health:       health.NewServer(),

@@ -605,7 +605,10 @@ type QueueInfo struct {
 	// clock); 0 = until resumed (or not paused).
 	PausedUntilMs int64 `protobuf:"varint,9,opt,name=paused_until_ms,json=pausedUntilMs,proto3" json:"paused_until_ms,omitempty"`
 	// The fairness keys paused on their own, by key.
-	PausedKeys    []*PausedKey `protobuf:"bytes,10,rep,name=paused_keys,json=pausedKeys,proto3" json:"paused_keys,omitempty"`
+	PausedKeys []*PausedKey `protobuf:"bytes,10,rep,name=paused_keys,json=pausedKeys,proto3" json:"paused_keys,omitempty"`
+	// *(added)* The data group the queue is placed on (issue 22): the
+	// group that answered; "data" on a cluster of one data group.
+	Group         string `protobuf:"bytes,11,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -715,6 +718,13 @@ func (x *QueueInfo) GetPausedKeys() []*PausedKey {
 		return x.PausedKeys
 	}
 	return nil
+}
+
+func (x *QueueInfo) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 // PausedKey is one fairness key's pause.
@@ -1444,8 +1454,13 @@ type CreateQueueRequest struct {
 	// lost answer) changes nothing more (docs/api.md, Retries); needs every
 	// voter at the log version of keyed writes, else FAILED_PRECONDITION.
 	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// *(added)* The data group to place the queue on; empty = the least
+	// loaded (a queue naming an existing queue as its dead-letter queue
+	// goes to that queue's group). A group the cluster does not run is
+	// NOT_FOUND.
+	Group         string `protobuf:"bytes,4,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateQueueRequest) Reset() {
@@ -1495,6 +1510,13 @@ func (x *CreateQueueRequest) GetConfig() *QueueConfig {
 func (x *CreateQueueRequest) GetIdempotencyKey() string {
 	if x != nil {
 		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *CreateQueueRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
 	}
 	return ""
 }
@@ -1871,8 +1893,14 @@ func (x *GetQueueResponse) GetQueue() *QueueInfo {
 }
 
 type ListQueuesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Prefix string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// *(added)* At most this many queues in the answer (0 = all of them);
+	// queues come sorted by name across every data group.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// *(added)* Only queues after this one: the next_page_token of the
+	// previous page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1914,9 +1942,26 @@ func (x *ListQueuesRequest) GetPrefix() string {
 	return ""
 }
 
+func (x *ListQueuesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListQueuesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListQueuesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Queues        []*QueueInfo           `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Queues []*QueueInfo           `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
+	// *(added)* Set when page_size cut the list short: the page_token of
+	// the next page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1956,6 +2001,13 @@ func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
 		return x.Queues
 	}
 	return nil
+}
+
+func (x *ListQueuesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type PurgeQueueRequest struct {
@@ -6787,7 +6839,7 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x06tokens\x18\x02 \x01(\x01R\x06tokens\x12 \n" +
 	"\frate_per_sec\x18\x03 \x01(\x01R\n" +
 	"ratePerSec\x12\x14\n" +
-	"\x05burst\x18\x04 \x01(\x05R\x05burst\"\x84\x04\n" +
+	"\x05burst\x18\x04 \x01(\x05R\x05burst\"\x9a\x04\n" +
 	"\tQueueInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x06config\x18\x02 \x01(\v2\x15.raftq.v1.QueueConfigR\x06config\x12*\n" +
@@ -6801,7 +6853,8 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x0fpaused_until_ms\x18\t \x01(\x03R\rpausedUntilMs\x124\n" +
 	"\vpaused_keys\x18\n" +
 	" \x03(\v2\x13.raftq.v1.PausedKeyR\n" +
-	"pausedKeys\"8\n" +
+	"pausedKeys\x12\x14\n" +
+	"\x05group\x18\v \x01(\tR\x05group\"8\n" +
 	"\tPausedKey\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
 	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs\"\xaa\x01\n" +
@@ -6876,11 +6929,12 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"ItemResult\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"\x80\x01\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x96\x01\n" +
 	"\x12CreateQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x06config\x18\x02 \x01(\v2\x15.raftq.v1.QueueConfigR\x06config\x12'\n" +
-	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"@\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12\x14\n" +
+	"\x05group\x18\x04 \x01(\tR\x05group\"@\n" +
 	"\x13CreateQueueResponse\x12)\n" +
 	"\x05queue\x18\x01 \x01(\v2\x13.raftq.v1.QueueInfoR\x05queue\"\xbd\x01\n" +
 	"\x12UpdateQueueRequest\x12\x12\n" +
@@ -6901,11 +6955,15 @@ const file_raftq_v1_raftq_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\finclude_keys\x18\x02 \x01(\bR\vincludeKeys\"=\n" +
 	"\x10GetQueueResponse\x12)\n" +
-	"\x05queue\x18\x01 \x01(\v2\x13.raftq.v1.QueueInfoR\x05queue\"+\n" +
+	"\x05queue\x18\x01 \x01(\v2\x13.raftq.v1.QueueInfoR\x05queue\"g\n" +
 	"\x11ListQueuesRequest\x12\x16\n" +
-	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"A\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"i\n" +
 	"\x12ListQueuesResponse\x12+\n" +
-	"\x06queues\x18\x01 \x03(\v2\x13.raftq.v1.QueueInfoR\x06queues\"P\n" +
+	"\x06queues\x18\x01 \x03(\v2\x13.raftq.v1.QueueInfoR\x06queues\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"P\n" +
 	"\x11PurgeQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\",\n" +

@@ -132,14 +132,16 @@ class ConsumerInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., identity: _Optional[str] = ..., connected_since_ms: _Optional[int] = ..., in_flight: _Optional[int] = ..., delivered: _Optional[int] = ..., acked: _Optional[int] = ..., credit: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., id: _Optional[str] = ...) -> None: ...
 
 class CreateQueueRequest(_message.Message):
-    __slots__ = ["config", "idempotency_key", "name"]
+    __slots__ = ["config", "group", "idempotency_key", "name"]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     config: QueueConfig
+    group: str
     idempotency_key: str
     name: str
-    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
 
 class CreateQueueResponse(_message.Message):
     __slots__ = ["queue"]
@@ -476,16 +478,22 @@ class ListConsumersResponse(_message.Message):
     def __init__(self, consumers: _Optional[_Iterable[_Union[ConsumerInfo, _Mapping]]] = ...) -> None: ...
 
 class ListQueuesRequest(_message.Message):
-    __slots__ = ["prefix"]
+    __slots__ = ["page_size", "page_token", "prefix"]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     PREFIX_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
     prefix: str
-    def __init__(self, prefix: _Optional[str] = ...) -> None: ...
+    def __init__(self, prefix: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListQueuesResponse(_message.Message):
-    __slots__ = ["queues"]
+    __slots__ = ["next_page_token", "queues"]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    next_page_token: str
     queues: _containers.RepeatedCompositeFieldContainer[QueueInfo]
-    def __init__(self, queues: _Optional[_Iterable[_Union[QueueInfo, _Mapping]]] = ...) -> None: ...
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class LocalDigestRequest(_message.Message):
     __slots__ = ["group", "index"]
@@ -720,10 +728,11 @@ class QueueConfig(_message.Message):
     def __init__(self, visibility_timeout_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_depth: _Optional[int] = ..., max_bytes: _Optional[int] = ..., message_ttl_ms: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., throttles: _Optional[_Mapping[str, ThrottleRule]] = ..., max_message_bytes: _Optional[int] = ..., fairness_quantum: _Optional[int] = ..., concurrency_limit: _Optional[int] = ..., concurrency_limits: _Optional[_Mapping[str, int]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ...) -> None: ...
 
 class QueueInfo(_message.Message):
-    __slots__ = ["config", "drain", "fairness_keys", "is_dead_letter_queue", "name", "paused", "paused_keys", "paused_until_ms", "redrives", "stats", "throttle_keys"]
+    __slots__ = ["config", "drain", "fairness_keys", "group", "is_dead_letter_queue", "name", "paused", "paused_keys", "paused_until_ms", "redrives", "stats", "throttle_keys"]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FIELD_NUMBER: _ClassVar[int]
     FAIRNESS_KEYS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     IS_DEAD_LETTER_QUEUE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
@@ -735,6 +744,7 @@ class QueueInfo(_message.Message):
     config: QueueConfig
     drain: DrainEstimate
     fairness_keys: _containers.RepeatedCompositeFieldContainer[FairnessKeyStats]
+    group: str
     is_dead_letter_queue: bool
     name: str
     paused: bool
@@ -743,7 +753,7 @@ class QueueInfo(_message.Message):
     redrives: _containers.RepeatedCompositeFieldContainer[RedriveJob]
     stats: QueueStats
     throttle_keys: _containers.RepeatedCompositeFieldContainer[ThrottleKeyStats]
-    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., stats: _Optional[_Union[QueueStats, _Mapping]] = ..., is_dead_letter_queue: bool = ..., fairness_keys: _Optional[_Iterable[_Union[FairnessKeyStats, _Mapping]]] = ..., throttle_keys: _Optional[_Iterable[_Union[ThrottleKeyStats, _Mapping]]] = ..., drain: _Optional[_Union[DrainEstimate, _Mapping]] = ..., redrives: _Optional[_Iterable[_Union[RedriveJob, _Mapping]]] = ..., paused: bool = ..., paused_until_ms: _Optional[int] = ..., paused_keys: _Optional[_Iterable[_Union[PausedKey, _Mapping]]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., stats: _Optional[_Union[QueueStats, _Mapping]] = ..., is_dead_letter_queue: bool = ..., fairness_keys: _Optional[_Iterable[_Union[FairnessKeyStats, _Mapping]]] = ..., throttle_keys: _Optional[_Iterable[_Union[ThrottleKeyStats, _Mapping]]] = ..., drain: _Optional[_Union[DrainEstimate, _Mapping]] = ..., redrives: _Optional[_Iterable[_Union[RedriveJob, _Mapping]]] = ..., paused: bool = ..., paused_until_ms: _Optional[int] = ..., paused_keys: _Optional[_Iterable[_Union[PausedKey, _Mapping]]] = ..., group: _Optional[str] = ...) -> None: ...
 
 class QueueStats(_message.Message):
     __slots__ = ["acked_total", "bytes", "consumers", "dead_lettered", "dedup_bytes", "dedup_entries", "delayed", "enqueued_total", "expired_total", "in_flight", "nacked_total", "ready", "recent_settled"]
