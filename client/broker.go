@@ -126,8 +126,18 @@ func (c *Client) keyed(field string, set func(key string), send func() error) er
 // carries an idempotency key: a retry after a lost answer answers OK and
 // creates nothing, not even the queue if someone deleted it in between.
 func (c *Client) CreateQueue(ctx context.Context, name string, cfg *raftqv1.QueueConfig) (*raftqv1.QueueInfo, error) {
+	return c.CreateQueueIn(ctx, "", name, cfg)
+}
+
+// CreateQueueIn is CreateQueue placing the queue on data group group
+// ("" = the cluster chooses: the least loaded group, or the group of
+// the existing queue cfg names as its dead-letter queue); QueueInfo.group
+// says where it went. A group the cluster does not run is
+// codes.NotFound; one that conflicts with the dead-letter queue's is
+// codes.FailedPrecondition.
+func (c *Client) CreateQueueIn(ctx context.Context, group, name string, cfg *raftqv1.QueueConfig) (*raftqv1.QueueInfo, error) {
 	resp := &raftqv1.CreateQueueResponse{}
-	req := &raftqv1.CreateQueueRequest{Name: name, Config: cfg}
+	req := &raftqv1.CreateQueueRequest{Name: name, Config: cfg, Group: group}
 	err := c.keyed("CreateQueue.idempotency_key", func(k string) { req.IdempotencyKey = k }, func() error {
 		return c.broker(ctx, raftqv1.Broker_CreateQueue_FullMethodName, req, resp)
 	})

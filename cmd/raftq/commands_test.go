@@ -156,6 +156,22 @@ func TestQueueCreateAndJSON(t *testing.T) {
 	}
 }
 
+// TestQueueCreateGroup: --group goes into CreateQueueRequest.group (the
+// SDK's CreateQueueIn); without it the request names none.
+func TestQueueCreateGroup(t *testing.T) {
+	f := &fake{}
+	addr := serve(t, f)
+	for _, args := range [][]string{{"queue", "create", "a", "--group", "g2"}, {"queue", "create", "b"}} {
+		if r := raftq(t, addr, "", args...); r.code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, r.code, r.stderr)
+		}
+	}
+	reqs := requests[*raftqv1.CreateQueueRequest](f)
+	if len(reqs) != 2 || reqs[0].GetGroup() != "g2" || reqs[1].GetGroup() != "" {
+		t.Fatalf("requests = %v, want group g2, then none", reqs)
+	}
+}
+
 func TestQueueHumanOutput(t *testing.T) {
 	addr := serve(t, &fake{})
 	for _, tc := range []struct {

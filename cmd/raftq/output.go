@@ -58,6 +58,9 @@ func printQueue(w io.Writer, q *raftqv1.QueueInfo, origins []string) error {
 	tw := table(w)
 	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	line("name", q.GetName())
+	if g := q.GetGroup(); g != "" {
+		line("group", g)
+	}
 	if q.GetIsDeadLetterQueue() {
 		of := "another queue (this is a DLQ)"
 		if len(origins) > 0 {

@@ -247,18 +247,20 @@ func (a *app) printQueue(ctx context.Context, c *client.Client, q *raftqv1.Queue
 
 func newQueueCreateCmd(a *app) *cobra.Command {
 	var f configFlags
+	var group string
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a queue (and its dead-letter queue)",
 		Args:  cobra.ExactArgs(1),
 	}
 	f.register(cmd.Flags(), false)
+	cmd.Flags().StringVar(&group, "group", "", "the data group to place the queue on (default: the cluster chooses; a queue whose dead-letter queue exists goes to that queue's group)")
 	cmd.RunE = a.unary(func(ctx context.Context, c *client.Client, args []string) error {
 		cfg, _, err := f.build(cmd.Flags())
 		if err != nil {
 			return err
 		}
-		q, err := c.CreateQueue(ctx, args[0], cfg)
+		q, err := c.CreateQueueIn(ctx, group, args[0], cfg)
 		if err != nil {
 			return err
 		}
