@@ -122,8 +122,7 @@ func mergePages(pages [][]*raftqv1.QueueInfo, size int) (queues []*raftqv1.Queue
 
 // listGroup is the group a forwarded ListQueues asks about ("" = all).
 func listGroup(ctx context.Context) string {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(listGroupKey); len(v) == 1 {
+	if v := metadata.ValueFromIncomingContext(ctx, listGroupKey); len(v) == 1 {
 		return v[0]
 	}
 	return ""

@@ -221,8 +221,8 @@ func (s *Server) awaitPlacement(ctx context.Context, p Placements, queue string,
 // callerPlacementVersion is the placement version a forwarded call
 // carries (0: none).
 func callerPlacementVersion(ctx context.Context) (uint64, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get(placementVersionKey)
+	// Not FromIncomingContext: that copies every header, on every call.
+	vals := metadata.ValueFromIncomingContext(ctx, placementVersionKey)
 	if len(vals) == 0 {
 		return 0, nil
 	}
