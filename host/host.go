@@ -348,7 +348,12 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 		api.Logger = log.With("component", "transport")
 	}
 	api.TLS, api.Auth, api.Peers, api.HTTPSecure, api.Meta = h.tls, h.authn, h.peers, h.tls != nil, h.meta
-	api.Groups = h.groups.Get
+	if api.Groups == nil { // a test may hand a node groups of its own
+		api.Groups = h.groups.Get
+	}
+	if api.Placer == nil {
+		api.Placer = h.meta // new queues placed at meta's leader (issue 22)
+	}
 	h.api = transport.New(api, h.group)
 	go func() {
 		defer close(h.served)

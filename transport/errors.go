@@ -53,6 +53,8 @@ func codeOf(err error) codes.Code {
 		return codes.ResourceExhausted
 	case errors.Is(err, meta.ErrConflict):
 		return codes.FailedPrecondition
+	case errors.Is(err, meta.ErrNotFound):
+		return codes.NotFound
 	case errors.Is(err, fsm.ErrMoved), errors.Is(err, metagroup.ErrStarting), errors.Is(err, meta.ErrHalted):
 		// The state moved to the meta group, which is starting (or this
 		// node stopped applying it): retry, at its leader.

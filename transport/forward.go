@@ -168,7 +168,13 @@ func (s *Server) atLeader(ctx context.Context, method string, req any, handler g
 	if stale {
 		return s.serveStale(ctx, t, method, req, handler)
 	}
-	return s.serveAt(ctx, t, method, req, handler, readMethods[method])
+	resp, err := s.serveAt(ctx, t, method, req, handler, readMethods[method])
+	if err == nil && t.placeAt != nil {
+		// Placed at meta's leader: this node's next call for the queue
+		// must find the placement in its own replica.
+		s.awaitPlaced(ctx, queueOf(req))
+	}
+	return resp, err
 }
 
 // serveStale serves a read called with the stale header: from this
@@ -209,6 +215,9 @@ func (s *Server) serveStale(ctx context.Context, t target, method string, req an
 // forwardAway. A confirmation that fails changed nothing, so the call
 // goes on to the new leader as after raftgroup.ErrNotLeader.
 func (s *Server) serveAt(ctx context.Context, t target, method string, req any, handler grpc.UnaryHandler, confirm bool) (any, error) {
+	if t.placeAt != nil {
+		return s.forwardTo(ctx, t, *t.placeAt, method, req, true)
+	}
 	g := t.local
 	if g == nil {
 		return s.forwardAway(ctx, t, method, req)

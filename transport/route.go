@@ -92,6 +92,9 @@ type target struct {
 	local   *dataGroup // this node's replica of it; nil when it runs none
 	version uint64     // the placement version the choice is from (0: no meta)
 	list    bool       // a ListQueues asking for this group's queues alone
+	// placeAt: the call goes to meta's leader, which places the new
+	// queue first and then sends it on to the chosen group's leader.
+	placeAt *broker.Route
 }
 
 // placements is meta's placement as this node's replica holds it, nil
@@ -216,6 +219,20 @@ func (s *Server) awaitPlacement(ctx context.Context, p Placements, queue string,
 		return v >= want
 	})
 	return p.Lookup(queue)
+}
+
+// awaitPlaced waits (metaCatchUp at most) until this node's meta replica
+// places queue.
+func (s *Server) awaitPlaced(ctx context.Context, queue string) {
+	p := s.placements()
+	if p == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, metaCatchUp)
+	defer cancel()
+	if !p.Await(ctx, func() bool { _, ok, _ := p.Lookup(queue); return ok }) {
+		s.log.Warn("this node's meta replica does not place a queue created through it yet; answering anyway", "queue", queue)
+	}
 }
 
 // callerPlacementVersion is the placement version a forwarded call
@@ -366,6 +383,23 @@ func (s *Server) createTarget(ctx context.Context, req *raftqv1.CreateQueueReque
 		}
 		return t, nil
 	}
+	if r, ok := s.placer().(placerRoute); ok {
+		// Meta places at its leader: the create goes there first, marked
+		// so that it may go on to the chosen group's leader.
+		route, err := r.Route(ctx, s.cfg.LeaderWait)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return target{}, toStatus(ctx.Err())
+		case err != nil:
+			return target{}, redirectError("", "")
+		case !route.Local:
+			if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedByKey)) > 0 {
+				// Sent here as to meta's leader, or on from it: no further.
+				return target{}, redirectError(route.LeaderID, route.LeaderClientAddr)
+			}
+			return target{id: t.id, version: t.version, placeAt: &route}, nil
+		}
+	}
 	group, version, err := s.placer().PlaceQueue(ctx, name, req.GetConfig().GetDeadLetterQueue(), want)
 	if err != nil {
 		return target{}, toStatus(err)
@@ -386,6 +420,12 @@ func (s *Server) unknownGroup(id string, groups []*meta.Group) error {
 	}
 	slices.Sort(ids)
 	return status.Errorf(codes.NotFound, "group %q: this cluster runs no such data group (it runs %s)", id, strings.Join(ids, ", "))
+}
+
+// placerRoute is a Placer that places only at its group's leader (the
+// meta group): a create is forwarded there to be placed.
+type placerRoute interface {
+	Route(ctx context.Context, wait time.Duration) (broker.Route, error)
 }
 
 // placer is where new queues are placed: Config.Placer, else the legacy

@@ -402,3 +402,56 @@ func TestQueuesOnTwoGroups(t *testing.T) {
 		t.Fatalf("a negative page_size: %v", err)
 	}
 }
+
+// TestCreatePlacesAtMetaLeader: with more than one data group in meta's
+// pool a CreateQueue through a node that leads neither meta nor the data
+// group is placed first, at meta's leader (metagroup's PlaceQueue, one
+// hop), then created at the chosen group's leader (one more), and the
+// node it came through places the queue in its own replica before it
+// answers, so its next call routes there.
+func TestCreatePlacesAtMetaLeader(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 3})
+	l := c.WaitStable(20 * time.Second)
+	waitMeta(t, c)
+	ctx := tctx(t, 40*time.Second)
+	two := uint32(2)
+	if _, err := l.Admin.SetClusterSettings(ctx, &raftqv1.SetClusterSettingsRequest{Groups: &two}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 20*time.Second, "two data groups in every node's meta replica", func() error {
+		for _, n := range c.Nodes {
+			if gs, _ := n.Host.Meta().FSM().Groups(); len(gs) != 2 {
+				return fmt.Errorf("%s: %d groups", n.ID, len(gs))
+			}
+		}
+		return nil
+	})
+	var via *testcluster.Node
+	metaLeader := l.Host.Meta().Raft().Leadership().LeaderID
+	for _, n := range c.Nodes {
+		if n != l && n.ID != metaLeader {
+			via = n
+		}
+	}
+	if via == nil {
+		t.Skip("meta and the data group are led by different nodes, and the third is needed")
+	}
+	resp, err := via.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "jobs", Group: "data", IdempotencyKey: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := resp.GetQueue().GetGroup(); g != "data" {
+		t.Fatalf("QueueInfo.group %q, want data", g)
+	}
+	if p, ok, _ := via.Host.Meta().FSM().Lookup("jobs"); !ok || p.Group != "data" {
+		t.Fatalf("the node the create came through places jobs at %+v (%v), want data", p, ok)
+	}
+	// A retry answers as the first did.
+	again, err := via.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "jobs", Group: "data", IdempotencyKey: "k1"})
+	if err != nil || again.GetQueue().GetGroup() != "data" {
+		t.Fatalf("the retry: %v %v", again, err)
+	}
+	if _, err := via.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "jobs", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("x")}}}); err != nil {
+		t.Fatal(err)
+	}
+}
