@@ -354,6 +354,7 @@ func New(ctx context.Context, cfg Config) (_ *Host, err error) {
 	if api.Placer == nil {
 		api.Placer = h.meta // new queues placed at meta's leader (issue 22)
 	}
+	api.Leaders = transport.GossipLeaders(ms.GroupLeader, ms.APIAddrs) // groups with no replica here
 	h.api = transport.New(api, h.group)
 	go func() {
 		defer close(h.served)

@@ -19,7 +19,7 @@ import (
 type dataGroup struct {
 	id     string
 	b      *broker.Broker
-	node   *cluster.Node    // b's, for status and admin operations
+	node   *cluster.Node    // b's, for status and admin operations: the legacy group's; nil for a placed group
 	raft   *raftgroup.Group // b's Raft runtime: leadership, reads, snapshots
 	state  fsm.Reader       // b's state, for reads and metrics
 	checks fsm.Integrity    // b's state, for digests and verify
@@ -32,7 +32,7 @@ func newDataGroup(id string, b *broker.Broker) *dataGroup {
 		id:     id,
 		b:      b,
 		node:   b.Node(),
-		raft:   b.Node().Group(),
+		raft:   b.Runtime().Group(),
 		state:  b.State().Reader(),
 		checks: b.State().Integrity(),
 		ops:    b.Operator(),

@@ -252,17 +252,27 @@ func callerPlacementVersion(ctx context.Context) (uint64, error) {
 
 // forwardAway sends a call for a group this node runs no replica of:
 // to its leader as gossip names it, else to one of its replicas (meta's
-// record), which forwards it on to the leader it knows. A call that was
-// itself forwarded here goes no further: this node's view of the group
-// is not the sender's (NOT_OWNER).
+// record), marked so that it forwards it on to the leader it knows. A
+// call forwarded here as to a leader goes no further (this node's view
+// of the group is not the sender's: NOT_OWNER); one relayed here (to be
+// placed at meta's leader, or as to a replica) goes on once, to the
+// leader gossip names, and is not relayed again, so no call wanders.
 func (s *Server) forwardAway(ctx context.Context, t target, method string, req any) (any, error) {
-	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedByKey)) > 0 {
-		return nil, notOwnerError("this node runs no replica of data group "+t.id+": ask another node", t.id, t.version)
+	md, _ := metadata.FromIncomingContext(ctx)
+	forwarded, relayed := len(md.Get(forwardedByKey)) > 0, len(md.Get(relayKey)) > 0
+	noReplica := func() error {
+		return notOwnerError("this node runs no replica of data group "+t.id+": ask another node", t.id, t.version)
+	}
+	if forwarded && !relayed {
+		return nil, noReplica()
 	}
 	if s.cfg.Leaders != nil {
 		if r, ok := s.cfg.Leaders(t.id); ok && r.LeaderAddr != "" {
 			return s.forwardTo(ctx, t, r, method, req, false)
 		}
+	}
+	if relayed {
+		return nil, noReplica()
 	}
 	r, ok := s.someReplica(t.id)
 	if !ok {
@@ -400,7 +410,13 @@ func (s *Server) createTarget(ctx context.Context, req *raftqv1.CreateQueueReque
 			return target{id: t.id, version: t.version, placeAt: &route}, nil
 		}
 	}
-	group, version, err := s.placer().PlaceQueue(ctx, name, req.GetConfig().GetDeadLetterQueue(), want)
+	// The dead-letter queue the create makes with the queue, unless it
+	// names one (fsm's default): placed with it, in the same log.
+	dlq := req.GetConfig().GetDeadLetterQueue()
+	if dlq == "" {
+		dlq = name + ".dlq"
+	}
+	group, version, err := s.placer().PlaceQueue(ctx, name, dlq, want)
 	if err != nil {
 		return target{}, toStatus(err)
 	}

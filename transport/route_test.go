@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftq/raftq/broker"
 	"github.com/raftq/raftq/host"
 	"github.com/raftq/raftq/internal/testcluster"
 	"github.com/raftq/raftq/meta"
@@ -125,26 +124,6 @@ func (f *fakePlacements) Await(ctx context.Context, cond func() bool) bool {
 		case <-ch:
 		}
 	}
-}
-
-// fakePlacer places at the fake, on the group asked for, else "data".
-type fakePlacer struct{ f *fakePlacements }
-
-func (p fakePlacer) PlaceQueue(_ context.Context, queue, _, group string) (string, uint64, error) {
-	if group == "" {
-		group = meta.LegacyGroupID
-	}
-	v, err := p.f.place(queue, group)
-	return group, v, err
-}
-
-// otherGroups hands out brokers of another cluster as data groups of
-// this node (the group manager's Get).
-type otherGroups map[string]*broker.Broker
-
-func (o otherGroups) Get(id string) (*broker.Broker, bool) {
-	b, ok := o[id]
-	return b, ok
 }
 
 // waitMeta waits until every node's meta group is active: only then is
@@ -298,111 +277,6 @@ func TestGroupOnTheOneGroupCluster(t *testing.T) {
 	}
 }
 
-// TestQueuesOnTwoGroups: a node that runs two data groups (its own, and
-// a second one, here another cluster's broker handed to it as group g2)
-// creates a queue on the group meta places it on (CreateQueueRequest.group
-// through the placer), serves every call of a queue against its group's
-// leader from any node, and lists both groups' queues in one listing
-// sorted by name, paged across them.
-func TestQueuesOnTwoGroups(t *testing.T) {
-	other := startInproc(t, inprocOpts{nodes: 1})
-	other.WaitStable(20 * time.Second)
-	waitMeta(t, other)
-	// Its client connection up before the second cluster starts, whose
-	// goroutine count at the end is checked against the one at its start.
-	if _, err := other.Nodes[0].Admin.Status(tctx(t, 10*time.Second), &raftqv1.StatusRequest{LocalOnly: true}); err != nil {
-		t.Fatal(err)
-	}
-	f := newFakePlacements(meta.LegacyGroupID, "g2")
-	groups := otherGroups{"g2": other.Nodes[0].Host.Broker()}
-	c := startInproc(t, inprocOpts{nodes: 3, adjust: func(_ string, cfg *host.Config) {
-		cfg.API.Placements, cfg.API.Placer, cfg.API.Groups = f, fakePlacer{f}, groups.Get
-	}})
-	l := c.WaitStable(20 * time.Second)
-	waitMeta(t, c)
-	fl := follower(c, l)
-	ctx := tctx(t, 60*time.Second)
-
-	want := map[string]string{}
-	for i := 1; i <= 6; i++ {
-		name, group := fmt.Sprintf("q%d", i), "data"
-		if i%2 == 0 {
-			group = "g2"
-		}
-		resp, err := fl.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: name, Group: group})
-		if err != nil {
-			t.Fatalf("CreateQueue %s on %s: %v", name, group, err)
-		}
-		if resp.GetQueue().GetGroup() != group {
-			t.Fatalf("CreateQueue %s: QueueInfo.group %q, want %s", name, resp.GetQueue().GetGroup(), group)
-		}
-		want[name], want[name+".dlq"] = group, group
-	}
-	// A retry answers as the first did; another group is refused.
-	if _, err := l.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "q2", Group: "g2"}); status.Code(err) != codes.AlreadyExists {
-		t.Fatalf("CreateQueue of q2 again: %v, want ALREADY_EXISTS (from g2)", err)
-	}
-	if _, err := l.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "q2", Group: "data"}); status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("CreateQueue of q2 on another group: %v, want FAILED_PRECONDITION", err)
-	}
-	if _, err := other.Nodes[0].Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "q2"}); err != nil {
-		t.Fatalf("q2 is not in the second group's state: %v", err)
-	}
-	if _, err := other.Nodes[0].Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: "q1"}); status.Code(err) != codes.NotFound {
-		t.Fatalf("q1 reached the second group: %v", err)
-	}
-
-	// Any node, any queue: the call reaches the queue's group.
-	for _, n := range c.Nodes {
-		for _, q := range []string{"q1", "q2"} {
-			if _, err := n.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: q, Messages: []*raftqv1.EnqueueMessage{{Payload: []byte(n.ID)}}}); err != nil {
-				t.Fatalf("%s: Enqueue %s: %v", n.ID, q, err)
-			}
-			got, err := n.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: q})
-			if err != nil || got.GetQueue().GetGroup() != want[q] {
-				t.Fatalf("%s: GetQueue %s: %v %v, want group %s", n.ID, q, got, err, want[q])
-			}
-		}
-	}
-	if n := other.Nodes[0].State().Reader().ListQueues("q2")[0].Stats.Ready; n != 3 {
-		t.Fatalf("q2 holds %d messages in the second group, want 3", n)
-	}
-
-	// One listing, sorted by name across the groups, paged.
-	names := slices.Sorted(maps.Keys(want))
-	for _, size := range []int32{0, 1, 3, 5, 12, 13} {
-		var got []string
-		token := ""
-		for pages := 0; ; pages++ {
-			if pages > len(names)+1 {
-				t.Fatalf("page_size %d: no end of pages", size)
-			}
-			resp, err := fl.Broker.ListQueues(ctx, &raftqv1.ListQueuesRequest{Prefix: "q", PageSize: size, PageToken: token})
-			if err != nil {
-				t.Fatalf("page_size %d: %v", size, err)
-			}
-			if size > 0 && len(resp.GetQueues()) > int(size) {
-				t.Fatalf("page_size %d: a page of %d", size, len(resp.GetQueues()))
-			}
-			for _, q := range resp.GetQueues() {
-				if q.GetGroup() != want[q.GetName()] {
-					t.Fatalf("%s listed in group %q, want %s", q.GetName(), q.GetGroup(), want[q.GetName()])
-				}
-				got = append(got, q.GetName())
-			}
-			if token = resp.GetNextPageToken(); token == "" {
-				break
-			}
-		}
-		if !slices.Equal(got, names) {
-			t.Fatalf("page_size %d: listed %v, want %v", size, got, names)
-		}
-	}
-	if _, err := fl.Broker.ListQueues(ctx, &raftqv1.ListQueuesRequest{PageSize: -1}); status.Code(err) != codes.InvalidArgument {
-		t.Fatalf("a negative page_size: %v", err)
-	}
-}
-
 // TestCreatePlacesAtMetaLeader: with more than one data group in meta's
 // pool a CreateQueue through a node that leads neither meta nor the data
 // group is placed first, at meta's leader (metagroup's PlaceQueue, one
@@ -453,5 +327,137 @@ func TestCreatePlacesAtMetaLeader(t *testing.T) {
 	}
 	if _, err := via.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: "jobs", Messages: []*raftqv1.EnqueueMessage{{Payload: []byte("x")}}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCallsReachTheirGroupsLeader: two data groups (the legacy one on
+// every node, a second on one node: meta's pool with groups 2 and
+// replicas 1, opened by the group manager), queues on each, created on
+// the group CreateQueueRequest.group names (placed first at meta's
+// leader); a call through any node reaches the leader of its queue's
+// group, also from the nodes that run no replica of the second (forwarded
+// to the leader gossip names), a Lease on such a node is NOT_LEADER
+// naming the group and its leader, and one listing through any node
+// holds both groups' queues sorted by name, paged across them.
+func TestCallsReachTheirGroupsLeader(t *testing.T) {
+	c := startInproc(t, inprocOpts{nodes: 3})
+	l := c.WaitStable(20 * time.Second)
+	waitMeta(t, c)
+	ctx := tctx(t, 60*time.Second)
+	two, one := uint32(2), uint32(1)
+	if _, err := l.Admin.SetClusterSettings(ctx, &raftqv1.SetClusterSettingsRequest{Groups: &two, Replicas: &one}); err != nil {
+		t.Fatal(err)
+	}
+	var g2 *meta.Group
+	waitUntil(t, 30*time.Second, "group g2 on one node, led there, known to every node", func() error {
+		for _, n := range c.Nodes {
+			gs, _ := n.Host.Meta().FSM().Groups()
+			if len(gs) != 2 {
+				return fmt.Errorf("%s: %d groups", n.ID, len(gs))
+			}
+			for _, g := range gs {
+				if g.ID != meta.LegacyGroupID {
+					g2 = g
+				}
+			}
+		}
+		if len(g2.Replicas) != 1 {
+			return fmt.Errorf("g2 replicas %v", g2.Replicas)
+		}
+		home := c.ByID(g2.Replicas[0])
+		b, ok := home.Host.Groups().Get(g2.ID)
+		if !ok || !b.Runtime().Group().LeaderReady() {
+			return fmt.Errorf("g2 not led on %s yet", home.ID)
+		}
+		for _, n := range c.Nodes {
+			if id, _, ok := n.ClusterNode().Membership().GroupLeader(g2.ID); !ok || id != home.ID {
+				return fmt.Errorf("%s: gossip names %q as g2's leader", n.ID, id)
+			}
+		}
+		return nil
+	})
+	home := c.ByID(g2.Replicas[0])
+	want := map[string]string{} // queue → group
+	for i := 1; i <= 6; i++ {
+		name, group := fmt.Sprintf("q%d", i), meta.LegacyGroupID
+		if i%2 == 0 {
+			group = g2.ID
+		}
+		resp, err := l.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: name, Group: group})
+		if err != nil || resp.GetQueue().GetGroup() != group {
+			t.Fatalf("CreateQueue %s on %s: %v %v", name, group, resp, err)
+		}
+		want[name], want[name+".dlq"] = group, group
+	}
+	// Placed already: again on its group is its group's answer, on
+	// another a conflict.
+	if _, err := l.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "q2", Group: g2.ID}); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("CreateQueue of q2 again: %v, want ALREADY_EXISTS (from %s)", err, g2.ID)
+	}
+	if _, err := l.Broker.CreateQueue(ctx, &raftqv1.CreateQueueRequest{Name: "q2", Group: meta.LegacyGroupID}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("CreateQueue of q2 on another group: %v, want FAILED_PRECONDITION", err)
+	}
+	for _, n := range c.Nodes {
+		for _, q := range []string{"q1", "q2"} {
+			if _, err := n.Broker.Enqueue(ctx, &raftqv1.EnqueueRequest{Queue: q, Messages: []*raftqv1.EnqueueMessage{{Payload: []byte(n.ID)}}}); err != nil {
+				t.Fatalf("%s: Enqueue %s: %v", n.ID, q, err)
+			}
+			got, err := n.Broker.GetQueue(ctx, &raftqv1.GetQueueRequest{Name: q})
+			if err != nil || got.GetQueue().GetGroup() != want[q] {
+				t.Fatalf("%s: GetQueue %s: %v %v, want group %s", n.ID, q, got, err, want[q])
+			}
+		}
+	}
+	b, _ := home.Host.Groups().Get(g2.ID)
+	if got := b.State().Reader().ListQueues("q2")[0].Stats.Ready; got != 3 {
+		t.Fatalf("%s holds %d of q2's messages, want 3", g2.ID, got)
+	}
+	if got := l.State().Reader().ListQueues("q1")[0].Stats.Ready; got != 3 {
+		t.Fatalf("the legacy group holds %d of q1's messages, want 3", got)
+	}
+	if err := b.State().Reader().HasQueue("q1"); err == nil {
+		t.Fatalf("q1 reached %s", g2.ID)
+	}
+	names := slices.Sorted(maps.Keys(want))
+	for _, n := range c.Nodes {
+		if n != home {
+			err := leaseErr(ctx, n.Broker, &raftqv1.LeaseRequest{Queue: "q2"})
+			checkRedirect(t, err, transport.ReasonNotLeader, home)
+			if g := errorInfo(err).Metadata["group"]; g != g2.ID {
+				t.Fatalf("%s: NOT_LEADER names group %q, want %s", n.ID, g, g2.ID)
+			}
+		}
+		// One listing, sorted by name across the groups, paged.
+		for _, size := range []int32{0, 1, 3, 5, 12, 13} {
+			var got []string
+			token := ""
+			for pages := 0; ; pages++ {
+				if pages > len(names)+1 {
+					t.Fatalf("%s: page_size %d: no end of pages", n.ID, size)
+				}
+				resp, err := n.Broker.ListQueues(ctx, &raftqv1.ListQueuesRequest{Prefix: "q", PageSize: size, PageToken: token})
+				if err != nil {
+					t.Fatalf("%s: page_size %d: %v", n.ID, size, err)
+				}
+				if size > 0 && len(resp.GetQueues()) > int(size) {
+					t.Fatalf("%s: page_size %d: a page of %d", n.ID, size, len(resp.GetQueues()))
+				}
+				for _, q := range resp.GetQueues() {
+					if q.GetGroup() != want[q.GetName()] {
+						t.Fatalf("%s: %s listed in group %q, want %s", n.ID, q.GetName(), q.GetGroup(), want[q.GetName()])
+					}
+					got = append(got, q.GetName())
+				}
+				if token = resp.GetNextPageToken(); token == "" {
+					break
+				}
+			}
+			if !slices.Equal(got, names) {
+				t.Fatalf("%s: page_size %d: listed %v, want %v", n.ID, size, got, names)
+			}
+		}
+	}
+	if _, err := l.Broker.ListQueues(ctx, &raftqv1.ListQueuesRequest{PageSize: -1}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a negative page_size: %v", err)
 	}
 }
