@@ -190,7 +190,12 @@ func TestRollingUpgradeFromSingleGroup(t *testing.T) {
 	t.Logf("handed over at %v", time.Since(began).Round(time.Second))
 
 	// Every node answers as it did on the old build.
-	awaitViews(t, nodes, worker.Token, revoked.Token, "after the upgrade", &before)
+	after := awaitViews(t, nodes, worker.Token, revoked.Token, "after the upgrade", &before)
+	// What the new build adds: the settings in force for data groups
+	// (issue 22's defaults: the legacy group alone, 3 replicas).
+	if g, r := after.settings.GetGroups(), after.settings.GetReplicas(); g != 1 || r != 3 {
+		t.Fatalf("after the upgrade: groups %d, replicas %d in force, want 1 and 3", g, r)
+	}
 
 	// Every message is where it was, under its old id; the leases the old
 	// build granted are acked with its lease tokens.
@@ -489,13 +494,15 @@ func awaitViews(t *testing.T, nodes []*harness.Node, workerToken, revokedToken, 
 			if err != nil {
 				return fmt.Errorf("%s: %s: %w", when, n.ID, err)
 			}
+			if i == 0 {
+				first = v // what is returned: the first node's view
+			}
 			switch {
 			case want != nil:
 				if d := v.differs(*want); d != "" {
 					return fmt.Errorf("%s, %s answers otherwise than before: %s", when, n.ID, d)
 				}
 			case i == 0:
-				first = v
 			default:
 				if d := v.differs(first); d != "" {
 					return fmt.Errorf("%s, %s and %s disagree: %s", when, n.ID, nodes[0].ID, d)
@@ -539,6 +546,16 @@ func viewAt(admin, worker *grpc.ClientConn) (clusterView, error) {
 	return v, nil
 }
 
+// oldSettings is s with only the fields the last single-group release
+// answers: the ones added since (groups, replicas: issue 22) are new
+// information a new node adds, not a change of what it answered before.
+func oldSettings(s *raftqv1.ClusterSettings) *raftqv1.ClusterSettings {
+	if s == nil {
+		return nil
+	}
+	return &raftqv1.ClusterSettings{MaxQueuedBytes: s.GetMaxQueuedBytes(), MaxQueues: s.GetMaxQueues()}
+}
+
 // differs says how v differs from w ("" if it does not).
 func (v clusterView) differs(w clusterView) string {
 	var d []string
@@ -548,7 +565,7 @@ func (v clusterView) differs(w clusterView) string {
 	for _, p := range []struct {
 		what string
 		a, b proto.Message
-	}{{"settings", v.settings, w.settings}, {"jobs.a's config", v.jobs, w.jobs}, {"the worker's WhoAmI", v.whoAmI, w.whoAmI}} {
+	}{{"settings", oldSettings(v.settings), oldSettings(w.settings)}, {"jobs.a's config", v.jobs, w.jobs}, {"the worker's WhoAmI", v.whoAmI, w.whoAmI}} {
 		if !proto.Equal(p.a, p.b) {
 			d = append(d, fmt.Sprintf("%s {%v}, before {%v}", p.what, p.a, p.b))
 		}
