@@ -25,9 +25,9 @@ import (
 	raftqv1 "github.com/raftq/raftq/proto/raftq/v1"
 )
 
-// proposeMeta commits cmd into meta's log at its leader (retried through
-// elections and until meta is seeded).
-func proposeMeta(t *testing.T, c *testcluster.Cluster, cmd *metav1.Command) {
+// atMetaLeader runs do at meta's leader, retried through elections and
+// until meta is seeded.
+func atMetaLeader(t *testing.T, c *testcluster.Cluster, do func(ctx context.Context, m *metagroup.Group) error) {
 	t.Helper()
 	harness.Eventually(t, 20*time.Second, func() error {
 		for _, n := range c.Nodes {
@@ -37,28 +37,27 @@ func proposeMeta(t *testing.T, c *testcluster.Cluster, cmd *metav1.Command) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_, err := m.Propose(ctx, cmd)
-			return err
+			return do(ctx, m)
 		}
 		return errors.New("no meta leader")
+	})
+}
+
+// proposeMeta commits cmd into meta's log at its leader.
+func proposeMeta(t *testing.T, c *testcluster.Cluster, cmd *metav1.Command) {
+	t.Helper()
+	atMetaLeader(t, c, func(ctx context.Context, m *metagroup.Group) error {
+		_, err := m.Propose(ctx, cmd)
+		return err
 	})
 }
 
 // setSettings changes the cluster settings at meta's leader.
 func setSettings(t *testing.T, c *testcluster.Cluster, ch metagroup.SettingsChange) {
 	t.Helper()
-	harness.Eventually(t, 20*time.Second, func() error {
-		for _, n := range c.Nodes {
-			m := n.Host.Meta()
-			if !m.Raft().LeaderReady() {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, err := m.SetSettings(ctx, ch)
-			return err
-		}
-		return errors.New("no meta leader")
+	atMetaLeader(t, c, func(ctx context.Context, m *metagroup.Group) error {
+		_, err := m.SetSettings(ctx, ch)
+		return err
 	})
 }
 
